@@ -1,0 +1,28 @@
+// Reverse-mode differentiation on the static graph. backward() walks the
+// forward nodes in reverse, asks each op's backward rule for the gradients of
+// its inputs (built from other ops, so they are planned, fused and tested like
+// everything else) and sums gradients that meet at one value.
+//
+// Gradients of parameters are *accumulated* into external grad values
+// (`grad += g`), so several micro-batches can run the same graph before one
+// optimizer step: the caller zeroes the grads after stepping, not the graph.
+#pragma once
+
+#include "brisk/core/graph.h"
+
+namespace brisk::core {
+
+struct BackwardOptions {
+  // The seed dL/dL. Loss scaling (fp16) and micro-batch averaging set it.
+  double loss_scale = 1.0;
+  // Or: a scalar graph input holding the seed, so it can change every step
+  // (accumulation count, dynamic loss scale) without rebuilding the graph.
+  ValueId seed = kNoValue;
+};
+
+// Appends the backward pass for the scalar `loss`. Afterwards g.grad_of(p) is
+// the external grad value of every parameter p that the loss depends on, and
+// g.grad_of(x) an output value for every input created with requires_grad.
+void backward(Graph& g, ValueId loss, const BackwardOptions& options = {});
+
+}  // namespace brisk::core

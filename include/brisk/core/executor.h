@@ -1,0 +1,66 @@
+// Runs a planned graph on a backend. Construction does all the work that
+// allocates: the arena, the kernel lookups, the argument lists. run() then
+// only walks nodes and calls kernels, so a training step allocates nothing in
+// the steady state and the same sequence can be captured as a CUDA graph.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "brisk/core/backend.h"
+#include "brisk/core/planner.h"
+
+namespace brisk::core {
+
+class ParameterStore;
+
+class Executor {
+ public:
+  Executor(const Graph& g, Backend& backend);
+  ~Executor();
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
+
+  // Externals (params, grads, state) must be bound before run().
+  void bind(ValueId v, void* data);
+  void bind(const ParameterStore& store);
+  void run();
+
+  // The planned buffer of a value (inputs to fill, outputs to read).
+  void* data(ValueId v) const;
+  TensorView view(ValueId v) const;
+  // Host copies, through the backend (device-agnostic).
+  void write(ValueId v, const void* host, size_t bytes);
+  void read(ValueId v, void* host, size_t bytes) const;
+  double read_scalar(ValueId v) const;
+
+  const Graph& graph() const { return graph_; }
+  const MemoryPlan& plan() const { return plan_; }
+  Backend& backend() { return backend_; }
+  void set_num_threads(int n) { ctx_.num_threads = n; }
+  // The planned arena itself (tests look at which bytes kernels touched).
+  void* arena_data() const { return arena_; }
+  size_t arena_bytes() const { return plan_.report.arena; }
+
+ private:
+  struct Step {
+    KernelFn fn;
+    const OpParams* params;
+    uint32_t in_begin, in_count, out_begin, out_count;
+    void* workspace;
+    size_t workspace_bytes;
+  };
+  const Graph& graph_;
+  Backend& backend_;
+  MemoryPlan plan_;
+  void* arena_ = nullptr;
+  ExecContext ctx_;
+  std::vector<Step> steps_;
+  std::vector<TensorView> views_;  // inputs/outputs of all steps, flattened
+  std::vector<void*> value_data_;  // per value
+  // For each value: the slots in views_ that point at it (patched by bind()).
+  std::vector<std::vector<uint32_t>> value_slots_;
+  std::vector<bool> bound_;
+};
+
+}  // namespace brisk::core

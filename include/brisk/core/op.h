@@ -1,0 +1,102 @@
+// The contract between the engine and an op. Core knows ops only through an
+// OpDef: shape/dtype inference, the backward rule, the reference kernel, the
+// test cases. The ops layer fills the table at start-up (ops::register_ops(),
+// called by every graph-building helper), so core links to nothing above it.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "brisk/core/tensor.h"
+#include "brisk/ops/params.h"
+
+namespace brisk::core {
+
+enum class OpKind : uint16_t {
+#define BRISK_OP(name) name,
+#include "brisk/ops/op_list.inc"
+#undef BRISK_OP
+};
+
+inline constexpr int kNumOps = 0
+#define BRISK_OP(name) +1
+#include "brisk/ops/op_list.inc"
+#undef BRISK_OP
+    ;
+
+std::string_view op_name(OpKind k);
+
+class Graph;
+struct Node;
+using ValueId = int32_t;
+inline constexpr ValueId kNoValue = -1;
+using ops::OpParams;
+
+struct ExecContext;
+
+// Everything a kernel sees. Inputs and outputs are contiguous; outputs that
+// alias an input (views, in-place ops) point at the same bytes.
+struct KernelCall {
+  const OpParams* params = nullptr;
+  std::span<const TensorView> inputs;
+  std::span<const TensorView> outputs;
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+  const ExecContext* ctx = nullptr;
+
+  template <class P> const P& p() const { return std::get<P>(*params); }
+  const TensorView& in(int i) const { return inputs[size_t(i)]; }
+  const TensorView& out(int i) const { return outputs[size_t(i)]; }
+};
+
+using KernelFn = void (*)(const KernelCall&);
+
+// How the op harness should fill an input.
+struct InputSpec {
+  TensorMeta meta;
+  double lo = -1.0, hi = 1.0;  // uniform range; integer inputs draw integers in [lo, hi)
+  bool differentiable = true;  // include in the finite-difference check
+};
+
+struct TestCase {
+  std::string label;
+  std::vector<InputSpec> inputs;
+  OpParams params;
+  double grad_tolerance = 0.0;  // 0: the harness default
+};
+
+// Gradient of each input, kNoValue where the input gets none.
+using BackwardFn = std::vector<ValueId> (*)(Graph& g, const Node& node, std::span<const ValueId> out_grads);
+
+struct OpDef {
+  OpKind kind{};
+  std::string_view name;
+  // Output metas from input metas; throws ShapeError/DTypeError naming the op.
+  std::vector<TensorMeta> (*infer)(std::span<const TensorMeta> inputs, const OpParams& params) = nullptr;
+  // nullptr: the op is not differentiable (backward ops, fill, optimizer steps).
+  BackwardFn backward = nullptr;
+  // Scalar reference kernel: plain loops, double accumulation. The test oracle.
+  KernelFn reference = nullptr;
+  std::vector<TestCase> (*test_cases)() = nullptr;
+  // Scratch bytes the op needs while it runs (0 for most).
+  size_t (*workspace_bytes)(std::span<const TensorMeta> inputs, const OpParams& params) = nullptr;
+  // For each output: the input whose memory it reuses (views, in-place ops), or -1.
+  std::vector<int> output_aliases;
+  // Which input's dtype selects the kernel; -1 means output 0's dtype.
+  int kernel_dtype_input = 0;
+  // Outputs that backward rules may read but that the forward result does not
+  // need (saved statistics): counted separately in memory reports.
+  int num_saved_outputs = 0;
+};
+
+// The table the ops layer fills. op_def throws BackendError if `k` was never
+// registered (brisk_ops not linked or register_ops() not called).
+void set_op_def(const OpDef& def);
+const OpDef& op_def(OpKind k);
+bool op_registered(OpKind k);
+
+}  // namespace brisk::core

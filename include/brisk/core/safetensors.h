@@ -1,0 +1,35 @@
+// The safetensors format: an 8-byte little-endian header length, a JSON
+// header {name: {dtype, shape, data_offsets}, "__metadata__": {...}}, then the
+// raw bytes. Hugging Face tooling reads it directly. Writes go to a temp file
+// that is renamed into place, so a crash never leaves a half-written file.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "brisk/core/tensor.h"
+
+namespace brisk::core {
+
+struct NamedTensor {
+  std::string name;
+  TensorView view;  // host memory
+};
+
+void save_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
+                      const std::map<std::string, std::string>& metadata = {});
+
+struct SafetensorsFile {
+  std::map<std::string, Tensor> tensors;
+  std::map<std::string, std::string> metadata;
+};
+
+// Throws IoError naming the file and what is wrong (missing, truncated, bad header).
+SafetensorsFile load_safetensors(const std::string& path);
+
+// Writes `bytes` to path via path.tmp + fsync + rename.
+void write_file_atomic(const std::string& path, const std::string& bytes);
+std::string read_file(const std::string& path);  // throws IoError if unreadable
+
+}  // namespace brisk::core

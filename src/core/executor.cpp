@@ -1,0 +1,111 @@
+// Executor: everything that allocates happens in the constructor (executor.h).
+#include "brisk/core/executor.h"
+
+#include "brisk/core/error.h"
+#include "brisk/core/param_store.h"
+
+namespace brisk::core {
+
+Executor::Executor(const Graph& g, Backend& backend) : graph_(g), backend_(backend), plan_(plan_memory(g)) {
+  ctx_ = backend_.context();
+  const size_t nv = g.num_values();
+  if (plan_.report.arena > 0) arena_ = backend_.allocator().allocate(plan_.report.arena);
+  value_data_.assign(nv, nullptr);
+  value_slots_.resize(nv);
+  bound_.assign(nv, false);
+  for (size_t v = 0; v < nv; ++v)
+    if (!plan_.is_external(ValueId(v))) value_data_[v] = static_cast<char*>(arena_) + plan_.offset[v];
+
+  const auto& nodes = g.nodes();
+  steps_.reserve(nodes.size());
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const Node& n = nodes[i];
+    Step s{};
+    s.fn = backend_.kernel_for(n.op, kernel_dtype(g, n));
+    s.params = &n.params;
+    s.in_begin = uint32_t(views_.size());
+    s.in_count = uint32_t(n.inputs.size());
+    for (ValueId v : n.inputs) {
+      value_slots_[size_t(plan_.root[size_t(v)])].push_back(uint32_t(views_.size()));
+      views_.push_back({value_data_[size_t(v)], g.meta(v)});
+    }
+    s.out_begin = uint32_t(views_.size());
+    s.out_count = uint32_t(n.outputs.size());
+    for (ValueId v : n.outputs) {
+      value_slots_[size_t(plan_.root[size_t(v)])].push_back(uint32_t(views_.size()));
+      views_.push_back({value_data_[size_t(v)], g.meta(v)});
+    }
+    if (plan_.workspace_size[i] > 0) {
+      s.workspace = static_cast<char*>(arena_) + plan_.workspace_offset[i];
+      s.workspace_bytes = plan_.workspace_size[i];
+    }
+    steps_.push_back(s);
+  }
+}
+
+Executor::~Executor() {
+  if (arena_) backend_.allocator().deallocate(arena_, plan_.report.arena);
+}
+
+void Executor::bind(ValueId v, void* data) {
+  const ValueId r = plan_.root.at(size_t(v));
+  if (!plan_.is_external(r))
+    throw Error("executor: value '" + graph_.value(v).name + "' is planned in the arena and cannot be bound");
+  for (size_t u = 0; u < value_data_.size(); ++u)
+    if (plan_.root[u] == r) value_data_[u] = data;
+  for (uint32_t slot : value_slots_[size_t(r)]) views_[slot].data = data;
+  bound_[size_t(r)] = true;
+}
+
+void Executor::bind(const ParameterStore& store) {
+  for (size_t v = 0; v < graph_.num_values(); ++v) {
+    const Value& val = graph_.value(ValueId(v));
+    if (val.role == ValueRole::param) {
+      bind(ValueId(v), store.at(val.name).value.data());
+    } else if (val.role == ValueRole::grad && val.name.rfind("grad:", 0) == 0) {
+      bind(ValueId(v), store.at(val.name.substr(5)).grad.data());
+    }
+  }
+}
+
+void Executor::run() {
+  for (size_t v = 0; v < bound_.size(); ++v)
+    if (plan_.root[v] == ValueId(v) && plan_.is_external(ValueId(v)) && !bound_[v] && !value_slots_[v].empty())
+      throw Error("executor: external value '" + graph_.value(ValueId(v)).name + "' was never bound");
+  for (const Step& s : steps_) {
+    KernelCall call;
+    call.params = s.params;
+    call.inputs = std::span<const TensorView>(views_.data() + s.in_begin, s.in_count);
+    call.outputs = std::span<const TensorView>(views_.data() + s.out_begin, s.out_count);
+    call.workspace = s.workspace;
+    call.workspace_bytes = s.workspace_bytes;
+    call.ctx = &ctx_;
+    s.fn(call);
+  }
+}
+
+void* Executor::data(ValueId v) const { return value_data_.at(size_t(v)); }
+
+TensorView Executor::view(ValueId v) const { return {data(v), graph_.meta(v)}; }
+
+void Executor::write(ValueId v, const void* host, size_t bytes) {
+  if (bytes != graph_.meta(v).bytes())
+    throw Error("executor: writing " + std::to_string(bytes) + " bytes into value '" + graph_.value(v).name +
+                "' of " + graph_.meta(v).str());
+  backend_.copy_to_device(data(v), host, bytes);
+}
+
+void Executor::read(ValueId v, void* host, size_t bytes) const {
+  if (bytes != graph_.meta(v).bytes())
+    throw Error("executor: reading " + std::to_string(bytes) + " bytes from value of " + graph_.meta(v).str());
+  backend_.copy_to_host(host, data(v), bytes);
+}
+
+double Executor::read_scalar(ValueId v) const {
+  alignas(8) unsigned char buf[8] = {};
+  const DType t = graph_.meta(v).dtype;
+  backend_.copy_to_host(buf, data(v), dtype_size(t));
+  return load_as_double(buf, t, 0);
+}
+
+}  // namespace brisk::core
