@@ -1,0 +1,64 @@
+// Graph-building functions: the way models and tests add ops to a graph.
+// Each appends one node (shapes checked and inferred immediately) and returns
+// its output value(s). They live next to the op definitions in src/ops/.
+#pragma once
+
+#include <vector>
+
+#include "brisk/core/graph.h"
+
+namespace brisk::ops {
+
+using core::Graph;
+using core::ValueId;
+
+// Fills the op table in core with every op of op_list.inc. Idempotent and
+// cheap; every builder below calls it, so users rarely need to.
+void register_ops();
+
+// ---- elementwise -------------------------------------------------------------
+ValueId add(Graph& g, ValueId a, ValueId b);  // b: same shape as a, or a's trailing dims
+ValueId mul(Graph& g, ValueId a, ValueId b);
+ValueId scale(Graph& g, ValueId a, float s);
+ValueId gelu(Graph& g, ValueId x);
+
+// ---- matrix products ---------------------------------------------------------
+ValueId matmul(Graph& g, ValueId a, ValueId b, bool trans_a = false, bool trans_b = false);
+// x (..., in), w (out, in), bias (out) or kNoValue -> (..., out)
+ValueId linear(Graph& g, ValueId x, ValueId w, ValueId bias = core::kNoValue);
+
+// ---- normalization, attention ------------------------------------------------
+struct LayerNormOut { ValueId y, mean, rstd; };
+LayerNormOut layernorm(Graph& g, ValueId x, ValueId weight, ValueId bias, float eps = 1e-5f);
+ValueId softmax(Graph& g, ValueId x);
+// qkv (B, T, 3C) -> (B, T, C); causal.
+ValueId attention(Graph& g, ValueId qkv, int n_head);
+
+// ---- embedding, loss ---------------------------------------------------------
+ValueId embedding(Graph& g, ValueId ids, ValueId table);  // ids (...) i32, table (V, C) -> (..., C)
+// logits (N, V), targets (N) i32 -> scalar mean loss over targets != ignore_index
+ValueId cross_entropy(Graph& g, ValueId logits, ValueId targets, int ignore_index = -100);
+
+// ---- reductions ---------------------------------------------------------------
+ValueId sum(Graph& g, ValueId x, int axis = ReduceParams::kAllAxes, bool keepdim = false);
+ValueId mean(Graph& g, ValueId x, int axis = ReduceParams::kAllAxes, bool keepdim = false);
+ValueId expand(Graph& g, ValueId x, const core::Shape& shape, int axis = ReduceParams::kAllAxes);
+
+// ---- shapes -------------------------------------------------------------------
+ValueId reshape(Graph& g, ValueId x, const core::Shape& shape);  // a view, no copy
+ValueId permute(Graph& g, ValueId x, const core::Shape& dims);
+ValueId transpose(Graph& g, ValueId x, int dim0, int dim1);  // a permute
+std::vector<ValueId> split(Graph& g, ValueId x, int axis, const core::Shape& sizes);
+ValueId concat(Graph& g, const std::vector<ValueId>& xs, int axis);
+
+// ---- memory -------------------------------------------------------------------
+ValueId cast(Graph& g, ValueId x, core::DType to);
+ValueId fill(Graph& g, const core::Shape& shape, core::DType dtype, double value);
+ValueId copy(Graph& g, ValueId x);
+// dst += src in place; returns the new version of dst (same memory).
+ValueId accumulate(Graph& g, ValueId dst, ValueId src);
+
+// ---- optimizer ----------------------------------------------------------------
+ValueId grad_norm(Graph& g, const std::vector<ValueId>& grads);
+
+}  // namespace brisk::ops

@@ -1,0 +1,148 @@
+// Cross-entropy of logits (N, V) against i32 targets (N): log-softmax and
+// negative log-likelihood in one op, averaged over the targets that are not
+// ignore_index (PyTorch's reduction='mean'). Fusing avoids materializing an
+// (N, V) log-softmax, the largest tensor of a language model's step. The
+// per-row logsumexp is returned as a saved f32 output so the backward,
+// softmax - onehot, is one pass with no second reduction.
+#include <cmath>
+
+#include "op_util.h"
+
+namespace brisk::ops {
+using namespace detail;
+
+namespace {
+
+void check_target(std::string_view op, int64_t t, int64_t row, int64_t v, int ignore) {
+  if (t != ignore && (t < 0 || t >= v))
+    throw core::Error(std::string(op) + ": target " + std::to_string(t) + " at position " + std::to_string(row) +
+                      " is out of range [0, " + std::to_string(v) + ") and is not ignore_index (" +
+                      std::to_string(ignore) + ")");
+}
+
+std::vector<TensorMeta> infer_cross_entropy(std::span<const TensorMeta> in, const core::OpParams&) {
+  constexpr std::string_view op = "cross_entropy";
+  check_count(op, in, 2);
+  check_float(op, in, {0});
+  check_dtype(op, in[1], DType::i32, "targets");
+  check_shape(in[0].shape.rank() == 2, op, "logits must be (N, V)", in);
+  check_shape(in[1].shape == Shape{in[0].shape[0]}, op, "targets must be (N) for logits (N, V)", in);
+  return {TensorMeta{Shape{}, DType::f32}, TensorMeta{Shape{in[0].shape[0]}, DType::f32}};
+}
+
+void cross_entropy_reference(const KernelCall& c) {
+  const TensorView &x = c.in(0), &t = c.in(1);
+  const int ignore = c.p<CrossEntropyParams>().ignore_index;
+  const int64_t n = x.shape()[0], v = x.shape()[1];
+  double total = 0.0;
+  int64_t count = 0;
+  for (int64_t r = 0; r < n; ++r) {
+    const int64_t tr = int64_t(ld(t, r));
+    check_target("cross_entropy", tr, r, v, ignore);
+    double mx = -INFINITY, s = 0.0;
+    for (int64_t j = 0; j < v; ++j) mx = std::max(mx, ld(x, r * v + j));
+    for (int64_t j = 0; j < v; ++j) s += std::exp(ld(x, r * v + j) - mx);
+    const double lse = mx + std::log(s);
+    st(c.out(1), r, lse);
+    if (tr == ignore) continue;
+    total += lse - ld(x, r * v + tr);
+    ++count;
+  }
+  st(c.out(0), 0, count ? total / double(count) : 0.0);
+}
+
+// inputs logits (N, V), targets (N), lse (N), dloss () -> dlogits (N, V)
+std::vector<TensorMeta> infer_cross_entropy_backward(std::span<const TensorMeta> in, const core::OpParams&) {
+  constexpr std::string_view op = "cross_entropy_backward";
+  check_count(op, in, 4);
+  check_float(op, in, {0});
+  check_dtype(op, in[1], DType::i32, "targets");
+  check_dtype(op, in[2], DType::f32, "lse");
+  check_dtype(op, in[3], DType::f32, "dloss");
+  check_shape(in[0].shape.rank() == 2, op, "logits must be (N, V)", in);
+  const Shape n{in[0].shape[0]};
+  check_shape(in[1].shape == n && in[2].shape == n, op, "targets and lse must be (N)", in);
+  check_shape(in[3].shape.numel() == 1, op, "dloss must be a scalar", in);
+  return {in[0]};
+}
+
+void cross_entropy_backward_reference(const KernelCall& c) {
+  const TensorView &x = c.in(0), &t = c.in(1), &lse = c.in(2), &dx = c.out(0);
+  const int ignore = c.p<CrossEntropyParams>().ignore_index;
+  const int64_t n = x.shape()[0], v = x.shape()[1];
+  int64_t count = 0;
+  for (int64_t r = 0; r < n; ++r) {
+    const int64_t tr = int64_t(ld(t, r));
+    check_target("cross_entropy_backward", tr, r, v, ignore);
+    count += tr != ignore;
+  }
+  const double scale = count ? ld(c.in(3), 0) / double(count) : 0.0;
+  for (int64_t r = 0; r < n; ++r) {
+    const int64_t tr = int64_t(ld(t, r));
+    for (int64_t j = 0; j < v; ++j) {
+      const double p = std::exp(ld(x, r * v + j) - ld(lse, r));
+      st(dx, r * v + j, tr == ignore ? 0.0 : scale * (p - (j == tr ? 1.0 : 0.0)));
+    }
+  }
+}
+
+}  // namespace
+
+core::OpDef cross_entropy_def() {
+  OpDef d;
+  d.kind = OpKind::cross_entropy;
+  d.name = "cross_entropy";
+  d.infer = infer_cross_entropy;
+  d.backward = [](Graph& g, const core::Node& n, std::span<const ValueId> dy) -> std::vector<ValueId> {
+    if (dy[0] == core::kNoValue) return {core::kNoValue, core::kNoValue};
+    register_ops();
+    const ValueId dx = g.add_node1(OpKind::cross_entropy_backward,
+                                   {n.inputs[0], n.inputs[1], n.outputs[1], dy[0]}, n.params);
+    return {dx, core::kNoValue};
+  };
+  d.reference = cross_entropy_reference;
+  d.num_saved_outputs = 1;
+  d.test_cases = [] {
+    std::vector<TestCase> cases;
+    for (DType t : {DType::f32, DType::bf16}) {
+      const std::string tag = t == DType::f32 ? "" : " bf16";
+      cases.push_back({"7x50" + tag, {spec({7, 50}, t, -2, 2), ids_spec({7}, 50)}, CrossEntropyParams{}});
+      cases.push_back({"33x257" + tag, {spec({33, 257}, t, -2, 2), ids_spec({33}, 257)}, CrossEntropyParams{}});
+    }
+    // With V = 5 about a fifth of the targets hit the ignored class.
+    cases.push_back({"ignore 3", {spec({16, 5}, DType::f32, -2, 2), ids_spec({16}, 5)}, CrossEntropyParams{3}});
+    cases.push_back({"all ignored", {spec({4, 6}), ids_spec({4}, 1)}, CrossEntropyParams{0}});
+    return cases;
+  };
+  return d;
+}
+
+core::OpDef cross_entropy_backward_def() {
+  OpDef d;
+  d.kind = OpKind::cross_entropy_backward;
+  d.name = "cross_entropy_backward";
+  d.infer = infer_cross_entropy_backward;
+  d.reference = cross_entropy_backward_reference;
+  d.test_cases = [] {
+    std::vector<TestCase> cases;
+    auto one = [&](const std::string& label, int64_t n, int64_t v, DType t, int ignore) {
+      cases.push_back({label,
+                       {spec({n, v}, t, -2, 2), ids_spec({n}, v), spec({n}, DType::f32, 2, 4),
+                        spec({}, DType::f32, 0.5, 1.5)},
+                       CrossEntropyParams{ignore}});
+    };
+    one("7x50", 7, 50, DType::f32, -100);
+    one("33x257", 33, 257, DType::f32, -100);
+    one("7x50 bf16", 7, 50, DType::bf16, -100);
+    one("ignore 2", 16, 5, DType::f32, 2);
+    return cases;
+  };
+  return d;
+}
+
+ValueId cross_entropy(Graph& g, ValueId logits, ValueId targets, int ignore_index) {
+  register_ops();
+  return g.add_node(OpKind::cross_entropy, {logits, targets}, CrossEntropyParams{ignore_index})[0];
+}
+
+}  // namespace brisk::ops

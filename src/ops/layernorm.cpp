@@ -1,0 +1,168 @@
+// LayerNorm over the last dim, as in PyTorch (biased variance, eps inside the
+// square root). The forward also returns the per-row mean and 1/std in f32:
+// the backward needs them, and saving two floats per row is far cheaper than
+// a second statistics pass. They are "saved outputs" (num_saved_outputs = 2):
+// nothing downstream differentiates them, so their incoming gradients are
+// ignored. The backward is one fused op rather than a composition of
+// elementwise ops because it is a per-row reduction twice over; expressing it
+// in small ops would cost several extra passes over the activations.
+#include <cmath>
+
+#include "op_util.h"
+
+namespace brisk::ops {
+using namespace detail;
+
+namespace {
+
+std::vector<TensorMeta> infer_layernorm(std::span<const TensorMeta> in, const core::OpParams&) {
+  constexpr std::string_view op = "layernorm";
+  check_count(op, in, 3);
+  check_float(op, in, {0, 1, 2});
+  const Shape& x = in[0].shape;
+  check_shape(x.rank() >= 1, op, "x must have rank >= 1", in);
+  const Shape c{x.last()};
+  check_shape(in[1].shape == c && in[2].shape == c, op, "weight and bias must be (C) with C = x's last dim", in);
+  check_shape(in[1].dtype == in[0].dtype && in[2].dtype == in[0].dtype, op,
+              "x, weight and bias must have the same dtype", in);
+  const TensorMeta stats{Shape{x.rows()}, DType::f32};
+  return {in[0], stats, stats};
+}
+
+void layernorm_reference(const KernelCall& c) {
+  const TensorView &x = c.in(0), &w = c.in(1), &b = c.in(2);
+  const double eps = c.p<LayerNormParams>().eps;
+  const int64_t C = x.shape().last(), rows = x.shape().rows();
+  for (int64_t r = 0; r < rows; ++r) {
+    double mean = 0.0, var = 0.0;
+    for (int64_t i = 0; i < C; ++i) mean += ld(x, r * C + i);
+    mean /= double(C);
+    for (int64_t i = 0; i < C; ++i) {
+      const double d = ld(x, r * C + i) - mean;
+      var += d * d;
+    }
+    var /= double(C);
+    const double rstd = 1.0 / std::sqrt(var + eps);
+    for (int64_t i = 0; i < C; ++i)
+      st(c.out(0), r * C + i, (ld(x, r * C + i) - mean) * rstd * ld(w, i) + ld(b, i));
+    st(c.out(1), r, mean);
+    st(c.out(2), r, rstd);
+  }
+}
+
+std::vector<ValueId> layernorm_backward_rule(Graph& g, const core::Node& n, std::span<const ValueId> dy) {
+  if (dy[0] == core::kNoValue) return {core::kNoValue, core::kNoValue, core::kNoValue};
+  register_ops();
+  return g.add_node(OpKind::layernorm_backward,
+                    {dy[0], n.inputs[0], n.inputs[1], n.outputs[1], n.outputs[2]}, n.params);
+}
+
+std::vector<TestCase> layernorm_cases() {
+  std::vector<TestCase> cases;
+  for (DType t : {DType::f32, DType::bf16}) {
+    const std::string tag = t == DType::f32 ? "" : " bf16";
+    // Weight away from zero and x spread wide enough that rstd stays moderate.
+    cases.push_back({"7x13" + tag, {spec({7, 13}, t, -2, 2), spec({13}, t, 0.5, 1.5), spec({13}, t)},
+                     LayerNormParams{}});
+    cases.push_back({"2x5x33" + tag, {spec({2, 5, 33}, t, -2, 2), spec({33}, t, 0.5, 1.5), spec({33}, t)},
+                     LayerNormParams{}});
+  }
+  cases.push_back({"wide 3x256", {spec({3, 256}, DType::f32, -3, 3), spec({256}), spec({256})},
+                   LayerNormParams{1e-5f}});
+  cases.push_back({"1-D, eps 0.1", {spec({9}), spec({9}), spec({9})}, LayerNormParams{0.1f}});
+  return cases;
+}
+
+// ---- layernorm_backward ------------------------------------------------------------
+// inputs dy, x, weight, mean, rstd -> dx, dweight, dbias
+std::vector<TensorMeta> infer_layernorm_backward(std::span<const TensorMeta> in, const core::OpParams&) {
+  constexpr std::string_view op = "layernorm_backward";
+  check_count(op, in, 5);
+  check_float(op, in, {0, 1, 2});
+  const Shape& x = in[1].shape;
+  check_shape(x.rank() >= 1 && in[0].shape == x, op, "dy must have x's shape", in);
+  check_shape(in[2].shape == Shape{x.last()}, op, "weight must be (C)", in);
+  const Shape rows{x.rows()};
+  check_shape(in[3].shape == rows && in[4].shape == rows, op, "mean and rstd must be (rows)", in);
+  check_dtype(op, in[3], DType::f32, "mean");
+  check_dtype(op, in[4], DType::f32, "rstd");
+  check_shape(in[0].dtype == in[1].dtype && in[2].dtype == in[1].dtype, op,
+              "dy, x and weight must have the same dtype", in);
+  return {in[1], in[2], in[2]};
+}
+
+void layernorm_backward_reference(const KernelCall& c) {
+  const TensorView &dy = c.in(0), &x = c.in(1), &w = c.in(2), &mu = c.in(3), &rs = c.in(4);
+  const int64_t C = x.shape().last(), rows = x.shape().rows();
+  std::vector<double> dw(size_t(C), 0.0), db(size_t(C), 0.0);
+  for (int64_t r = 0; r < rows; ++r) {
+    const double mean = ld(mu, r), rstd = ld(rs, r);
+    double s1 = 0.0, s2 = 0.0;  // mean of dy*w, mean of dy*w*xhat
+    for (int64_t i = 0; i < C; ++i) {
+      const double g = ld(dy, r * C + i), xh = (ld(x, r * C + i) - mean) * rstd;
+      s1 += g * ld(w, i);
+      s2 += g * ld(w, i) * xh;
+      dw[size_t(i)] += g * xh;
+      db[size_t(i)] += g;
+    }
+    s1 /= double(C);
+    s2 /= double(C);
+    for (int64_t i = 0; i < C; ++i) {
+      const double g = ld(dy, r * C + i), xh = (ld(x, r * C + i) - mean) * rstd;
+      st(c.out(0), r * C + i, rstd * (g * ld(w, i) - s1 - xh * s2));
+    }
+  }
+  for (int64_t i = 0; i < C; ++i) {
+    st(c.out(1), i, dw[size_t(i)]);
+    st(c.out(2), i, db[size_t(i)]);
+  }
+}
+
+std::vector<TestCase> layernorm_backward_cases() {
+  std::vector<TestCase> cases;
+  auto one = [&](const std::string& label, Shape x, DType t) {
+    const int64_t C = x.last(), rows = x.rows();
+    cases.push_back({label,
+                     {spec(x, t), spec(x, t, -2, 2), spec({C}, t, 0.5, 1.5), spec({rows}, DType::f32, -0.5, 0.5),
+                      spec({rows}, DType::f32, 0.5, 2.0)},
+                     LayerNormParams{}});
+  };
+  one("7x13", {7, 13}, DType::f32);
+  one("2x5x33", {2, 5, 33}, DType::f32);
+  one("64x256", {64, 256}, DType::f32);
+  one("7x13 bf16", {7, 13}, DType::bf16);
+  one("3x4x40 bf16", {3, 4, 40}, DType::bf16);
+  return cases;
+}
+
+}  // namespace
+
+core::OpDef layernorm_def() {
+  OpDef d;
+  d.kind = OpKind::layernorm;
+  d.name = "layernorm";
+  d.infer = infer_layernorm;
+  d.backward = layernorm_backward_rule;
+  d.reference = layernorm_reference;
+  d.test_cases = layernorm_cases;
+  d.num_saved_outputs = 2;
+  return d;
+}
+
+core::OpDef layernorm_backward_def() {
+  OpDef d;
+  d.kind = OpKind::layernorm_backward;
+  d.name = "layernorm_backward";
+  d.infer = infer_layernorm_backward;
+  d.reference = layernorm_backward_reference;
+  d.test_cases = layernorm_backward_cases;
+  return d;
+}
+
+LayerNormOut layernorm(Graph& g, ValueId x, ValueId weight, ValueId bias, float eps) {
+  register_ops();
+  const auto out = g.add_node(OpKind::layernorm, {x, weight, bias}, LayerNormParams{eps});
+  return {out[0], out[1], out[2]};
+}
+
+}  // namespace brisk::ops

@@ -1,0 +1,49 @@
+// Small helpers shared by the op definition files: checks that throw errors
+// naming the op and the shapes, and shorthands for test-case specs.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "brisk/core/error.h"
+#include "brisk/core/graph.h"
+#include "brisk/ops/ops.h"
+
+namespace brisk::ops::detail {
+
+using core::DType;
+using core::InputSpec;
+using core::KernelCall;
+using core::OpDef;
+using core::OpKind;
+using core::Shape;
+using core::TensorMeta;
+using core::TestCase;
+using core::TensorView;
+
+// Throws ShapeError("<op>: <what> (got <shapes>)") unless `ok`.
+void check_shape(bool ok, std::string_view op, const std::string& what, std::span<const TensorMeta> inputs);
+// Throws DTypeError unless every listed input is a float type (f32/bf16/f16).
+void check_float(std::string_view op, std::span<const TensorMeta> inputs, std::initializer_list<int> which);
+void check_dtype(std::string_view op, const TensorMeta& m, DType want, const std::string& what);
+void check_count(std::string_view op, std::span<const TensorMeta> inputs, size_t n);
+
+// Spec of a random float input in [lo, hi).
+inline InputSpec spec(Shape s, DType t = DType::f32, double lo = -1.0, double hi = 1.0) {
+  return InputSpec{TensorMeta{s, t}, lo, hi, core::dtype_is_float(t)};
+}
+// Spec of integer ids in [0, n).
+inline InputSpec ids_spec(Shape s, int64_t n) {
+  return InputSpec{TensorMeta{s, DType::i32}, 0.0, double(n), false};
+}
+inline InputSpec no_grad(InputSpec s) { s.differentiable = false; return s; }
+
+// Reads element i of any dtype as double / writes it (reference kernels).
+inline double ld(const TensorView& t, int64_t i) { return core::load_as_double(t.data, t.meta.dtype, size_t(i)); }
+inline void st(const TensorView& t, int64_t i, double v) { core::store_from_double(t.data, t.meta.dtype, size_t(i), v); }
+
+// Gradient of a broadcast operand: reduce `grad` (shape of a) back to `target`
+// (a's trailing dims) by summing over the leading dims.
+core::ValueId reduce_to(Graph& g, core::ValueId grad, const Shape& target);
+
+}  // namespace brisk::ops::detail

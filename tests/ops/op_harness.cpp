@@ -1,0 +1,305 @@
+// The op harness. It walks the op registry and, for every test case of every
+// op, (1) runs every built backend's kernel against the op's scalar reference
+// kernel on the same random inputs, and (2) checks the op's backward rule
+// against central finite differences of the reference forward pass. Tests are
+// registered per op (OpForward.<op>, OpGradient.<op>) so one op can be run
+// alone with --gtest_filter; a table of results is printed at the end.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <random>
+
+#include "brisk/core/autograd.h"
+#include "brisk/core/executor.h"
+#include "brisk/cpu/cpu_backend.h"
+#include "brisk/ops/ops.h"
+#include "brisk/ops/reference_backend.h"
+
+using namespace brisk;
+using core::DType;
+using core::Tensor;
+using core::TensorView;
+
+namespace {
+
+double forward_tolerance(DType t) {
+  switch (t) {
+    case DType::f32: return 2e-5;
+    case DType::bf16: return 2e-2;
+    case DType::f16: return 4e-3;
+    default: return 0.0;  // integers: exact
+  }
+}
+
+struct Row {
+  int cases = 0;
+  double max_error = 0.0;
+  double tolerance = 0.0;
+};
+// (op, dtype, backend or "grad") -> results, printed after the run.
+std::map<std::tuple<std::string, std::string, std::string>, Row>& results() {
+  static std::map<std::tuple<std::string, std::string, std::string>, Row> r;
+  return r;
+}
+
+std::vector<Tensor> make_inputs(const core::TestCase& tc, uint64_t seed) {
+  std::vector<Tensor> xs;
+  for (size_t i = 0; i < tc.inputs.size(); ++i) {
+    const core::InputSpec& s = tc.inputs[i];
+    xs.push_back(Tensor::uniform(s.meta.shape, s.meta.dtype, seed * 131 + i, float(s.lo), float(s.hi)));
+  }
+  return xs;
+}
+
+struct Outputs {
+  std::vector<Tensor> owned;       // outputs that are not aliases
+  std::vector<TensorView> views;   // what the kernel writes
+};
+
+// Runs one op on a host backend; aliased outputs write into copies of inputs.
+Outputs run_host(core::Backend& backend, const core::OpDef& def, const core::TestCase& tc,
+                 const std::vector<Tensor>& inputs) {
+  std::vector<Tensor> in_copies;
+  std::vector<TensorView> in_views;
+  std::vector<core::TensorMeta> in_metas;
+  for (const Tensor& t : inputs) {
+    in_copies.push_back(t.clone());
+    in_views.push_back(in_copies.back().as_view());
+    in_metas.push_back(t.meta());
+  }
+  const std::vector<core::TensorMeta> out_metas = def.infer(in_metas, tc.params);
+  Outputs out;
+  for (size_t o = 0; o < out_metas.size(); ++o) {
+    const int alias = o < def.output_aliases.size() ? def.output_aliases[o] : -1;
+    if (alias >= 0) {
+      out.owned.push_back(in_copies[size_t(alias)]);
+    } else {
+      Tensor t = Tensor::empty(out_metas[o].shape, out_metas[o].dtype);
+      t.fill(12345.0);  // a kernel that forgets to write an element shows up
+      out.owned.push_back(t);
+    }
+    out.views.push_back(out.owned.back().as_view());
+  }
+  std::vector<unsigned char> ws(def.workspace_bytes ? def.workspace_bytes(in_metas, tc.params) : 0);
+  core::run_op(backend, def.kind, in_views, out.views, tc.params, ws.data(), ws.size());
+  return out;
+}
+
+// max |a - b| / max(max |ref|, tiny): an error relative to the tensor's scale.
+double normalized_error(const Tensor& ref, const Tensor& got) {
+  double diff = 0.0, scale = 1e-12;
+  for (int64_t i = 0; i < ref.numel(); ++i) {
+    const double r = ref.item(i), g = got.item(i);
+    if (std::isnan(r) != std::isnan(g)) return INFINITY;
+    if (std::isnan(r)) continue;
+    diff = std::max(diff, std::abs(r - g));
+    scale = std::max(scale, std::abs(r));
+  }
+  return diff / std::max(scale, 1e-6);
+}
+
+DType case_dtype(const core::OpDef& def, const core::TestCase& tc, const std::vector<core::TensorMeta>& outs) {
+  const int i = def.kernel_dtype_input;
+  if (i >= 0 && size_t(i) < tc.inputs.size()) return tc.inputs[size_t(i)].meta.dtype;
+  return outs[0].dtype;
+}
+
+std::vector<std::unique_ptr<core::Backend>>& backends() {
+  static std::vector<std::unique_ptr<core::Backend>> b = [] {
+    std::vector<std::unique_ptr<core::Backend>> v;
+    v.push_back(std::make_unique<cpu::CpuBackend>());
+    return v;
+  }();
+  return b;
+}
+
+ops::ReferenceBackend& reference() {
+  static ops::ReferenceBackend r;
+  return r;
+}
+
+void check_forward(core::OpKind kind) {
+  const core::OpDef& def = core::op_def(kind);
+  const auto cases = def.test_cases();
+  ASSERT_FALSE(cases.empty()) << def.name << " has no test cases";
+  uint64_t seed = 1;
+  for (const core::TestCase& tc : cases) {
+    SCOPED_TRACE(std::string(def.name) + " / " + tc.label);
+    const std::vector<Tensor> inputs = make_inputs(tc, seed++);
+    std::vector<core::TensorMeta> in_metas;
+    for (const Tensor& t : inputs) in_metas.push_back(t.meta());
+    const auto out_metas = def.infer(in_metas, tc.params);
+    const DType key = case_dtype(def, tc, out_metas);
+    const Outputs ref = run_host(reference(), def, tc, inputs);
+    for (auto& backend : backends()) {
+      if (!backend->supports(kind, key)) {
+        // Every op must run in f32 on the CPU: the models depend on it.
+        EXPECT_FALSE(backend->name() == "cpu" && key == DType::f32)
+            << "cpu backend has no f32 kernel for " << def.name;
+        continue;
+      }
+      const Outputs got = run_host(*backend, def, tc, inputs);
+      Row& row = results()[{std::string(def.name), std::string(core::dtype_name(key)), std::string(backend->name())}];
+      row.cases++;
+      for (size_t o = 0; o < ref.owned.size(); ++o) {
+        const double tol = forward_tolerance(ref.owned[o].dtype());
+        const double err = normalized_error(ref.owned[o], got.owned[o]);
+        row.max_error = std::max(row.max_error, err);
+        row.tolerance = std::max(row.tolerance, tol);
+        EXPECT_LE(err, tol) << "output " << o << " " << ref.owned[o].meta().str() << " on " << backend->name();
+      }
+    }
+  }
+}
+
+// y = op(x...); L = sum_k sum(y_k * R_k) over the op's result outputs (not the
+// saved statistics). Analytic dL/dx from backward() vs central differences.
+void check_gradient(core::OpKind kind) {
+  const core::OpDef& def = core::op_def(kind);
+  if (!def.backward) GTEST_SKIP() << def.name << " is not differentiable (it is a backward or update op)";
+  uint64_t seed = 1000;
+  int checked = 0;
+  for (const core::TestCase& tc : def.test_cases()) {
+    ++seed;
+    bool all_f32 = true;
+    for (const auto& s : tc.inputs) all_f32 = all_f32 && (s.meta.dtype == DType::f32 || !core::dtype_is_float(s.meta.dtype));
+    if (!all_f32) continue;  // finite differences need f32 precision
+    SCOPED_TRACE(std::string(def.name) + " / " + tc.label);
+
+    core::Graph g;
+    std::vector<core::ValueId> xs;
+    for (size_t i = 0; i < tc.inputs.size(); ++i) {
+      const auto& s = tc.inputs[i];
+      xs.push_back(g.input("x" + std::to_string(i), s.meta.shape, s.meta.dtype,
+                           s.differentiable && core::dtype_is_float(s.meta.dtype)));
+    }
+    const std::vector<core::ValueId> ys = g.add_node(kind, xs, tc.params);
+    const size_t n_results = ys.size() - size_t(def.num_saved_outputs);
+    std::vector<core::ValueId> rs;
+    core::ValueId loss = core::kNoValue;
+    for (size_t k = 0; k < n_results; ++k) {
+      if (!core::dtype_is_float(g.meta(ys[k]).dtype)) continue;
+      rs.push_back(g.input("r" + std::to_string(k), g.shape(ys[k]), DType::f32));
+      // A bf16/f16 result (a narrowing cast) is widened so that mul sees one dtype.
+      const core::ValueId yk = g.meta(ys[k]).dtype == DType::f32 ? ys[k] : ops::cast(g, ys[k], DType::f32);
+      const core::ValueId term = ops::sum(g, ops::mul(g, yk, rs.back()));
+      loss = loss == core::kNoValue ? term : ops::add(g, loss, term);
+      g.mark_output(ys[k]);
+    }
+    if (loss == core::kNoValue) continue;  // integer results only (an i32 reshape): nothing to differentiate
+    core::backward(g, loss);
+    core::Executor ex(g, reference());
+
+    std::vector<Tensor> x_vals = make_inputs(tc, seed);
+    std::vector<Tensor> r_vals;
+    for (size_t k = 0; k < rs.size(); ++k)
+      r_vals.push_back(Tensor::uniform(g.shape(rs[k]), DType::f32, seed * 7 + k, -1.f, 1.f));
+    for (size_t k = 0; k < rs.size(); ++k) ex.write(rs[k], r_vals[k].data(), r_vals[k].bytes());
+
+    // L in double on the host, from the f32 outputs, so differences stay precise.
+    auto eval_loss = [&]() {
+      for (size_t i = 0; i < xs.size(); ++i) ex.write(xs[i], x_vals[i].data(), x_vals[i].bytes());
+      ex.run();
+      double l = 0.0;
+      size_t k = 0;
+      for (size_t o = 0; o < n_results; ++o) {
+        if (!core::dtype_is_float(g.meta(ys[o]).dtype)) continue;
+        const TensorView y = ex.view(ys[o]);
+        for (int64_t e = 0; e < y.numel(); ++e)
+          l += core::load_as_double(y.data, y.dtype(), size_t(e)) * double(r_vals[k].data_as<float>()[e]);
+        ++k;
+      }
+      return l;
+    };
+    eval_loss();
+    std::vector<Tensor> analytic;
+    for (size_t i = 0; i < xs.size(); ++i) {
+      const core::ValueId gv = g.grad_of(xs[i]);
+      if (gv == core::kNoValue) {
+        analytic.emplace_back();
+        EXPECT_FALSE(g.value(xs[i]).requires_grad) << "no gradient for differentiable input " << i;
+        continue;
+      }
+      Tensor t = Tensor::empty(g.shape(gv), DType::f32);
+      ex.read(gv, t.data(), t.bytes());
+      analytic.push_back(t);
+    }
+
+    const double eps = 1e-3;
+    std::mt19937 rng{uint32_t(seed)};
+    double worst = 0.0;
+    for (size_t i = 0; i < xs.size(); ++i) {
+      if (!analytic[i].defined()) continue;
+      const int64_t n = x_vals[i].numel();
+      const int64_t samples = std::min<int64_t>(n, 24);
+      double max_abs = 1e-3, max_diff = 0.0;
+      for (int64_t s = 0; s < samples; ++s) {
+        const int64_t e = samples == n ? s : int64_t(rng() % uint64_t(n));
+        float* p = x_vals[i].data_as<float>() + e;
+        const float orig = *p;
+        *p = orig + float(eps);
+        const double lp = eval_loss();
+        *p = orig - float(eps);
+        const double lm = eval_loss();
+        *p = orig;
+        const double fd = (lp - lm) / (double(orig + float(eps)) - double(orig - float(eps)));
+        const double an = analytic[i].data_as<float>()[e];
+        max_abs = std::max({max_abs, std::abs(fd), std::abs(an)});
+        max_diff = std::max(max_diff, std::abs(fd - an));
+      }
+      const double err = max_diff / max_abs;
+      const double tol = tc.grad_tolerance > 0 ? tc.grad_tolerance : 1e-2;
+      worst = std::max(worst, err);
+      EXPECT_LE(err, tol) << "gradient of input " << i << " " << x_vals[i].meta().str();
+    }
+    Row& row = results()[{std::string(def.name), "f32", "grad"}];
+    row.cases++;
+    row.max_error = std::max(row.max_error, worst);
+    row.tolerance = tc.grad_tolerance > 0 ? tc.grad_tolerance : 1e-2;
+    ++checked;
+  }
+  EXPECT_GT(checked, 0) << def.name << " is differentiable but has no f32 test case to check its gradient";
+}
+
+class OpTest : public testing::Test {
+ public:
+  OpTest(core::OpKind k, bool grad) : kind_(k), grad_(grad) {}
+  void TestBody() override { grad_ ? check_gradient(kind_) : check_forward(kind_); }
+
+ private:
+  core::OpKind kind_;
+  bool grad_;
+};
+
+void print_table() {
+  if (results().empty()) return;
+  std::printf("\n%-24s %-6s %-10s %6s %12s %10s\n", "op", "dtype", "backend", "cases", "max error", "tolerance");
+  for (const auto& [key, row] : results()) {
+    const auto& [op, dtype, backend] = key;
+    std::printf("%-24s %-6s %-10s %6d %12.3e %10.1e%s\n", op.c_str(), dtype.c_str(), backend.c_str(), row.cases,
+                row.max_error, row.tolerance, row.max_error > row.tolerance ? "  FAIL" : "");
+  }
+  std::printf("(backend 'grad': finite-difference check of the backward rule on the reference backend)\n\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  testing::InitGoogleTest(&argc, argv);
+  ops::register_ops();
+  for (int i = 0; i < core::kNumOps; ++i) {
+    const auto k = core::OpKind(i);
+    const std::string name(core::op_name(k));
+    for (bool grad : {false, true}) {
+      testing::RegisterTest(grad ? "OpGradient" : "OpForward", name.c_str(), nullptr, nullptr, __FILE__, __LINE__,
+                            [k, grad]() -> testing::Test* { return new OpTest(k, grad); });
+    }
+  }
+  const int rc = RUN_ALL_TESTS();
+  print_table();
+  return rc;
+}
