@@ -1,0 +1,44 @@
+// CPU backend: collects the kernel files' registrations and sets the thread
+// count for OpenMP and OpenBLAS together.
+#include "brisk/cpu/cpu_backend.h"
+
+#include <omp.h>
+
+#include <cstring>
+#include <thread>
+
+#include "kernels.h"
+
+extern "C" void openblas_set_num_threads(int);
+
+namespace brisk::cpu {
+
+// OpenBLAS stays single-threaded: matrix products are split across our own
+// OpenMP team (see matmul.cpp), so only one pool ever runs on the cores.
+void set_num_threads(int n) {
+  omp_set_num_threads(n);
+  openblas_set_num_threads(1);
+}
+
+CpuBackend::CpuBackend(int num_threads)
+    : num_threads_(num_threads > 0 ? num_threads : int(std::max(1u, std::thread::hardware_concurrency()))) {
+  set_num_threads(num_threads_);
+  auto& r = kernels();
+  register_elementwise_kernels(r);
+  register_activation_kernels(r);
+  register_matmul_kernels(r);
+  register_layernorm_kernels(r);
+  register_softmax_kernels(r);
+  register_attention_kernels(r);
+  register_embedding_kernels(r);
+  register_cross_entropy_kernels(r);
+  register_reduce_kernels(r);
+  register_shape_kernels(r);
+  register_memory_kernels(r);
+  register_optim_kernels(r);
+}
+
+void CpuBackend::copy_to_device(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
+void CpuBackend::copy_to_host(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
+
+}  // namespace brisk::cpu

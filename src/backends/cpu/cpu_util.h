@@ -1,0 +1,42 @@
+// Helpers for CPU kernels: bf16 widening/narrowing of whole rows and a
+// parallel-for that splits a range into chunks large enough to be worth a
+// thread (small tensors run on the calling thread).
+#pragma once
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "brisk/core/backend.h"
+#include "brisk/core/dtype.h"
+
+namespace brisk::cpu {
+
+// Below this many elements a loop is not worth waking the thread team for.
+inline constexpr int64_t kParallelGrain = 16384;
+
+// Calls fn(begin, end) over [0, n) split across threads.
+template <class Fn>
+void parallel_for(int64_t n, int64_t grain, Fn&& fn) {
+  if (n <= grain || omp_get_max_threads() == 1) {
+    fn(int64_t(0), n);
+    return;
+  }
+  const int64_t chunks = std::min<int64_t>(omp_get_max_threads(), (n + grain - 1) / grain);
+#pragma omp parallel for schedule(static) num_threads(int(chunks))
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t b = n * c / chunks, e = n * (c + 1) / chunks;
+    fn(b, e);
+  }
+}
+
+inline void bf16_to_f32_row(const uint16_t* src, float* dst, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) dst[i] = core::bf16_to_f32(src[i]);
+}
+inline void f32_to_bf16_row(const float* src, uint16_t* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = core::f32_to_bf16(src[i]);
+}
+
+}  // namespace brisk::cpu

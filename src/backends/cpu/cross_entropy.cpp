@@ -1,0 +1,109 @@
+// CPU kernels for cross_entropy and cross_entropy_backward, f32 and bf16
+// logits. Rows (tokens) are split across threads; each row is a max pass and
+// an exp-sum pass over V logits (vectorised fast_exp: with a 50k vocabulary
+// this op is all exponentials). Targets are validated on the calling thread
+// before any parallel region, so a bad target throws a core::Error instead of
+// escaping an OpenMP region or reading out of bounds. The mean is summed
+// serially in double over the per-row values: N is small next to N * V, and
+// the loss is then identical for any thread count.
+#include <cmath>
+#include <string>
+
+#include "brisk/core/error.h"
+#include "brisk/core/op.h"
+#include "cpu_util.h"
+#include "kernels.h"
+#include "vec_math.h"
+
+namespace brisk::cpu {
+namespace {
+
+using core::KernelCall;
+
+inline float widen(float v) { return v; }
+inline float widen(uint16_t h) { return core::bf16_to_f32(h); }
+template <class T> inline T narrow(float v) {
+  if constexpr (std::is_same_v<T, float>) return v;
+  else return core::f32_to_bf16(v);
+}
+
+// Checks every target and returns how many are kept.
+int64_t check_targets(const char* op, const int32_t* t, int64_t n, int64_t v, int ignore) {
+  int64_t count = 0;
+  for (int64_t r = 0; r < n; ++r) {
+    if (t[r] == ignore) continue;
+    if (t[r] < 0 || t[r] >= v)
+      throw core::Error(std::string(op) + ": target " + std::to_string(t[r]) + " at position " + std::to_string(r) +
+                        " is out of range [0, " + std::to_string(v) + ") and is not ignore_index (" +
+                        std::to_string(ignore) + ")");
+    ++count;
+  }
+  return count;
+}
+
+template <class T>
+void cross_entropy_kernel(const KernelCall& c) {
+  const T* x = c.in(0).as<const T>();
+  const int32_t* t = c.in(1).as<const int32_t>();
+  float* loss = c.out(0).as<float>();
+  float* lse = c.out(1).as<float>();
+  const int64_t n = c.in(0).shape()[0], v = c.in(0).shape()[1];
+  const int ignore = c.p<ops::CrossEntropyParams>().ignore_index;
+  const int64_t count = check_targets("cross_entropy", t, n, v, ignore);
+  parallel_for(n, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(v, 1) / 4), [&](int64_t lo, int64_t hi) {
+    for (int64_t r = lo; r < hi; ++r) {
+      const T* xr = x + r * v;
+      float mx = -std::numeric_limits<float>::infinity();
+#pragma omp simd reduction(max : mx)
+      for (int64_t j = 0; j < v; ++j) mx = std::max(mx, widen(xr[j]));
+      float s = 0.f;
+#pragma omp simd reduction(+ : s)
+      for (int64_t j = 0; j < v; ++j) s += fast_exp(widen(xr[j]) - mx);
+      lse[r] = mx + std::log(s);
+    }
+  });
+  double total = 0.0;
+  for (int64_t r = 0; r < n; ++r)
+    if (t[r] != ignore) total += double(lse[r]) - double(widen(x[r * v + t[r]]));
+  loss[0] = count ? float(total / double(count)) : 0.f;
+}
+
+// dlogits = dloss / count * (softmax - onehot); rows of ignored targets are zero.
+template <class T>
+void cross_entropy_backward_kernel(const KernelCall& c) {
+  const T* x = c.in(0).as<const T>();
+  const int32_t* t = c.in(1).as<const int32_t>();
+  const float* lse = c.in(2).as<const float>();
+  T* dx = c.out(0).as<T>();
+  const int64_t n = c.in(0).shape()[0], v = c.in(0).shape()[1];
+  const int ignore = c.p<ops::CrossEntropyParams>().ignore_index;
+  const int64_t count = check_targets("cross_entropy_backward", t, n, v, ignore);
+  const float scale = count ? c.in(3).as<const float>()[0] / float(count) : 0.f;
+  parallel_for(n, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(v, 1) / 4), [&](int64_t lo, int64_t hi) {
+    for (int64_t r = lo; r < hi; ++r) {
+      const T* xr = x + r * v;
+      T* dr = dx + r * v;
+      if (t[r] == ignore) {
+        std::fill(dr, dr + v, narrow<T>(0.f));
+        continue;
+      }
+      const float l = lse[r];
+#pragma omp simd
+      for (int64_t j = 0; j < v; ++j) dr[j] = narrow<T>(scale * fast_exp(widen(xr[j]) - l));
+      dr[t[r]] = narrow<T>(scale * (fast_exp(widen(xr[t[r]]) - l) - 1.f));
+    }
+  });
+}
+
+}  // namespace
+
+void register_cross_entropy_kernels(core::KernelRegistry& r) {
+  using core::DType;
+  using core::OpKind;
+  r.add(OpKind::cross_entropy, DType::f32, cross_entropy_kernel<float>);
+  r.add(OpKind::cross_entropy, DType::bf16, cross_entropy_kernel<uint16_t>);
+  r.add(OpKind::cross_entropy_backward, DType::f32, cross_entropy_backward_kernel<float>);
+  r.add(OpKind::cross_entropy_backward, DType::bf16, cross_entropy_backward_kernel<uint16_t>);
+}
+
+}  // namespace brisk::cpu

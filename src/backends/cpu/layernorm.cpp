@@ -1,0 +1,142 @@
+// CPU kernels for layernorm and layernorm_backward, f32 and bf16.
+//
+// Rows are independent, so both ops split rows across threads; a row
+// (C <= a few thousand floats) stays in L1 while it is read two or three
+// times, so the statistics use the exact two-pass formula at the cost of one
+// trip to memory. bf16 widens element by element inside the same loops (a
+// shift), so no scratch is needed.
+//
+// dweight and dbias are sums over rows. Instead of per-thread partial sums
+// (whose reduction order would depend on the thread count) a second pass
+// splits the *columns* across threads and walks all rows in order: the result
+// is bit-identical for any number of threads and needs no scratch memory.
+#include <cmath>
+
+#include "brisk/core/op.h"
+#include "cpu_util.h"
+#include "kernels.h"
+
+namespace brisk::cpu {
+namespace {
+
+using core::KernelCall;
+
+inline float widen(float v) { return v; }
+inline float widen(uint16_t h) { return core::bf16_to_f32(h); }
+template <class T> inline T narrow(float v) {
+  if constexpr (std::is_same_v<T, float>) return v;
+  else return core::f32_to_bf16(v);
+}
+
+template <class T>
+void layernorm_kernel(const KernelCall& c) {
+  const T* x = c.in(0).as<const T>();
+  const T* w = c.in(1).as<const T>();
+  const T* b = c.in(2).as<const T>();
+  T* y = c.out(0).as<T>();
+  float* mean_out = c.out(1).as<float>();
+  float* rstd_out = c.out(2).as<float>();
+  const int64_t C = c.in(0).shape().last(), rows = c.in(0).shape().rows();
+  const float eps = c.p<ops::LayerNormParams>().eps;
+  const float inv_c = C ? 1.f / float(C) : 0.f;
+  parallel_for(rows, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(C, 1)), [&](int64_t lo, int64_t hi) {
+    for (int64_t r = lo; r < hi; ++r) {
+      const T* xr = x + r * C;
+      T* yr = y + r * C;
+      float s = 0.f;
+#pragma omp simd reduction(+ : s)
+      for (int64_t i = 0; i < C; ++i) s += widen(xr[i]);
+      const float mean = s * inv_c;
+      float v = 0.f;
+#pragma omp simd reduction(+ : v)
+      for (int64_t i = 0; i < C; ++i) {
+        const float d = widen(xr[i]) - mean;
+        v += d * d;
+      }
+      const float rstd = 1.f / std::sqrt(v * inv_c + eps);
+#pragma omp simd
+      for (int64_t i = 0; i < C; ++i) yr[i] = narrow<T>((widen(xr[i]) - mean) * rstd * widen(w[i]) + widen(b[i]));
+      mean_out[r] = mean;
+      rstd_out[r] = rstd;
+    }
+  });
+}
+
+// dx = rstd * (g*w - mean(g*w) - xhat * mean(g*w*xhat)), xhat = (x - mean) * rstd.
+template <class T>
+void layernorm_backward_kernel(const KernelCall& c) {
+  const T* dy = c.in(0).as<const T>();
+  const T* x = c.in(1).as<const T>();
+  const T* w = c.in(2).as<const T>();
+  const float* mean = c.in(3).as<const float>();
+  const float* rstd = c.in(4).as<const float>();
+  T* dx = c.out(0).as<T>();
+  T* dw = c.out(1).as<T>();
+  T* db = c.out(2).as<T>();
+  const int64_t C = c.in(1).shape().last(), rows = c.in(1).shape().rows();
+  const float inv_c = C ? 1.f / float(C) : 0.f;
+
+  parallel_for(rows, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(C, 1)), [&](int64_t lo, int64_t hi) {
+    for (int64_t r = lo; r < hi; ++r) {
+      const T* gr = dy + r * C;
+      const T* xr = x + r * C;
+      T* dxr = dx + r * C;
+      const float mu = mean[r], rs = rstd[r];
+      float s1 = 0.f, s2 = 0.f;
+#pragma omp simd reduction(+ : s1, s2)
+      for (int64_t i = 0; i < C; ++i) {
+        const float gw = widen(gr[i]) * widen(w[i]);
+        s1 += gw;
+        s2 += gw * (widen(xr[i]) - mu);
+      }
+      s1 *= inv_c;
+      s2 *= inv_c * rs;  // mean(g*w*xhat)
+#pragma omp simd
+      for (int64_t i = 0; i < C; ++i) {
+        const float xh = (widen(xr[i]) - mu) * rs;
+        dxr[i] = narrow<T>(rs * (widen(gr[i]) * widen(w[i]) - s1 - xh * s2));
+      }
+    }
+  });
+
+  // Each thread owns a range of columns and walks every row in order over it
+  // (contiguous runs, accumulators on the stack): the sums do not depend on
+  // the thread count.
+  constexpr int64_t kTile = 512;
+  parallel_for(C, std::max<int64_t>(16, kParallelGrain / std::max<int64_t>(rows, 1)), [&](int64_t lo, int64_t hi) {
+    for (int64_t c0 = lo; c0 < hi; c0 += kTile) {
+      const int64_t n = std::min(kTile, hi - c0);
+      float aw[kTile], ab[kTile];
+      std::fill(aw, aw + n, 0.f);
+      std::fill(ab, ab + n, 0.f);
+      for (int64_t r = 0; r < rows; ++r) {
+        const T* gr = dy + r * C + c0;
+        const T* xr = x + r * C + c0;
+        const float mu = mean[r], rs = rstd[r];
+#pragma omp simd
+        for (int64_t i = 0; i < n; ++i) {
+          const float g = widen(gr[i]);
+          aw[i] += g * ((widen(xr[i]) - mu) * rs);
+          ab[i] += g;
+        }
+      }
+      for (int64_t i = 0; i < n; ++i) {
+        dw[c0 + i] = narrow<T>(aw[i]);
+        db[c0 + i] = narrow<T>(ab[i]);
+      }
+    }
+  });
+}
+
+}  // namespace
+
+void register_layernorm_kernels(core::KernelRegistry& r) {
+  using core::DType;
+  using core::OpKind;
+  r.add(OpKind::layernorm, DType::f32, layernorm_kernel<float>);
+  r.add(OpKind::layernorm, DType::bf16, layernorm_kernel<uint16_t>);
+  r.add(OpKind::layernorm_backward, DType::f32, layernorm_backward_kernel<float>);
+  r.add(OpKind::layernorm_backward, DType::bf16, layernorm_backward_kernel<uint16_t>);
+}
+
+}  // namespace brisk::cpu
