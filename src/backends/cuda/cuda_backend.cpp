@@ -1,0 +1,193 @@
+// CUDA backend: device set-up, the caching allocator, host<->device copies,
+// and the factory that core::load_cuda_backend finds with dlsym.
+//
+// The factory is the library's only way in. It checks for a device before
+// touching anything else and turns every failure into a reason string: an
+// exception must not cross the dlopen boundary, and "no GPU" is an expected
+// answer on CPU-only machines, not an error.
+#include "cuda_backend.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <new>
+#include <string>
+
+#include "brisk/core/backend_loader.h"
+
+namespace brisk::cuda {
+
+void check_cuda(cudaError_t err, const char* what) {
+  if (err != cudaSuccess)
+    throw core::BackendError(std::string("cuda: ") + what + " failed: " + cudaGetErrorName(err) + " (" +
+                             cudaGetErrorString(err) + ")");
+}
+
+void check_cublas(cublasStatus_t status, const char* what) {
+  if (status != CUBLAS_STATUS_SUCCESS)
+    throw core::BackendError(std::string("cuda: ") + what + " failed: " + cublasLtGetStatusName(status) + " (" +
+                             cublasLtGetStatusString(status) + ")");
+}
+
+const core::ExecContext& context_of(const core::KernelCall& c) {
+  if (!c.ctx || !c.ctx->stream)
+    throw core::BackendError("cuda: kernel called without the CUDA backend's ExecContext (stream, cuBLASLt handle)");
+  return *c.ctx;
+}
+
+// ---- allocator ----------------------------------------------------------------
+
+size_t CudaAllocator::round_size(size_t bytes) {
+  // 512 B granules for small blocks, 2 MiB for large ones: enough sharing to
+  // reuse blocks across near-equal requests without wasting much.
+  constexpr size_t kSmall = 512, kLarge = size_t(2) << 20;
+  const size_t g = bytes < kLarge ? kSmall : kLarge;
+  return (std::max<size_t>(bytes, 1) + g - 1) / g * g;
+}
+
+void* CudaAllocator::allocate(size_t bytes) {
+  const size_t size = round_size(bytes);
+  {
+    std::lock_guard lock(mu_);
+    // Best fit, but never hand out a block more than twice the request.
+    auto it = free_.lower_bound(size);
+    if (it != free_.end() && it->first <= 2 * size) {
+      void* p = it->second;
+      cached_ -= it->first;
+      free_.erase(it);
+      return p;
+    }
+  }
+  check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+  void* p = nullptr;
+  if (cudaMalloc(&p, size) != cudaSuccess) {
+    (void)cudaGetLastError();  // clear the sticky-free error state before retrying
+    release_cached();
+    if (cudaMalloc(&p, size) != cudaSuccess) {
+      (void)cudaGetLastError();
+      throw std::bad_alloc();
+    }
+  }
+  return p;
+}
+
+void CudaAllocator::deallocate(void* ptr, size_t bytes) {
+  if (!ptr) return;
+  // The block may still be in use by queued kernels on the backend's stream;
+  // reusing it for later work on the same stream is ordered, so caching is safe.
+  std::lock_guard lock(mu_);
+  const size_t size = round_size(bytes);
+  free_.emplace(size, ptr);
+  cached_ += size;
+}
+
+void CudaAllocator::release_cached() {
+  std::lock_guard lock(mu_);
+  if (!free_.empty()) (void)cudaDeviceSynchronize();
+  for (auto& [size, p] : free_) (void)cudaFree(p);
+  free_.clear();
+  cached_ = 0;
+}
+
+size_t CudaAllocator::cached_bytes() const {
+  std::lock_guard lock(mu_);
+  return cached_;
+}
+
+CudaAllocator::~CudaAllocator() { release_cached(); }
+
+// ---- backend --------------------------------------------------------------------
+
+CudaBackend::CudaBackend(int device) : device_(device), allocator_(device) {
+  try {
+    check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+    check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    check_cublas(cublasLtCreate(&lt_), "cublasLtCreate");
+    // 32 MiB is NVIDIA's recommendation for cuBLASLt on Hopper.
+    workspace_bytes_ = size_t(32) << 20;
+    check_cuda(cudaMalloc(&workspace_, workspace_bytes_), "cudaMalloc(cuBLASLt workspace)");
+  } catch (...) {
+    release();  // the destructor does not run for a half-built object
+    throw;
+  }
+  register_elementwise_kernels(kernels());
+  register_matmul_kernels(kernels());
+}
+
+void CudaBackend::release() {
+  if (stream_) (void)cudaStreamSynchronize(stream_);
+  if (workspace_) (void)cudaFree(workspace_);
+  if (lt_) (void)cublasLtDestroy(lt_);
+  if (stream_) (void)cudaStreamDestroy(stream_);
+  workspace_ = nullptr;
+  lt_ = nullptr;
+  stream_ = nullptr;
+}
+
+CudaBackend::~CudaBackend() { release(); }
+
+void CudaBackend::copy_to_device(void* dst, const void* host_src, size_t bytes) {
+  if (bytes == 0) return;
+  check_cuda(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, stream_), "cudaMemcpyAsync(H2D)");
+  // Synchronous on purpose: the caller may reuse or free the host buffer at once.
+  check_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+}
+
+void CudaBackend::copy_to_host(void* host_dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  check_cuda(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, stream_), "cudaMemcpyAsync(D2H)");
+  check_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+}
+
+void CudaBackend::synchronize() { check_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
+
+core::ExecContext CudaBackend::context() const {
+  core::ExecContext ctx;
+  ctx.num_threads = 1;
+  ctx.stream = stream_;
+  ctx.blas_handle = lt_;
+  ctx.blas_workspace = workspace_;
+  ctx.blas_workspace_bytes = workspace_bytes_;
+  return ctx;
+}
+
+}  // namespace brisk::cuda
+
+// ---- the library's exported entry points ------------------------------------------
+
+namespace {
+void write_reason(char* buf, size_t size, const std::string& s) {
+  if (!buf || size == 0) return;
+  std::snprintf(buf, size, "%s", s.c_str());
+}
+}  // namespace
+
+extern "C" __attribute__((visibility("default"))) size_t brisk_cuda_backend_abi() {
+  return brisk::core::backend_abi_tag();
+}
+
+extern "C" __attribute__((visibility("default"))) brisk::core::Backend* brisk_create_cuda_backend(
+    int device_index, char* why_not, size_t why_not_size) {
+  int count = 0;
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess || count == 0) {
+    (void)cudaGetLastError();
+    write_reason(why_not, why_not_size,
+                 std::string("no GPU: cudaGetDeviceCount returned ") + cudaGetErrorName(err) + " (" +
+                     cudaGetErrorString(err) + "), " + std::to_string(count) + " device(s)");
+    return nullptr;
+  }
+  if (device_index < 0 || device_index >= count) {
+    write_reason(why_not, why_not_size,
+                 "no CUDA device " + std::to_string(device_index) + ": " + std::to_string(count) + " present");
+    return nullptr;
+  }
+  try {
+    return new brisk::cuda::CudaBackend(device_index);
+  } catch (const std::exception& e) {
+    write_reason(why_not, why_not_size, std::string("CUDA backend set-up failed: ") + e.what());
+  } catch (...) {
+    write_reason(why_not, why_not_size, "CUDA backend set-up failed with an unknown exception");
+  }
+  return nullptr;
+}

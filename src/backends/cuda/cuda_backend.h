@@ -1,0 +1,82 @@
+// The CUDA backend (private to libbrisk_cuda.so; the engine reaches it only
+// through core::load_cuda_backend and the core::Backend interface, so no
+// header of the engine mentions a CUDA type).
+//
+// One stream and one cuBLASLt handle per backend, passed to kernels through
+// ExecContext: kernels never create or look up resources themselves, so the
+// same kernel sequence can be captured as a CUDA graph. Memory comes from a
+// small caching allocator because cudaMalloc/cudaFree synchronise the device.
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <map>
+#include <mutex>
+#include <string>
+
+#include "brisk/core/backend.h"
+#include "brisk/core/error.h"
+
+namespace brisk::cuda {
+
+// Throws core::BackendError naming the call and the CUDA error.
+void check_cuda(cudaError_t err, const char* what);
+void check_cublas(cublasStatus_t status, const char* what);
+
+// Device memory, cached by size. Freed blocks are kept for reuse (sizes are
+// rounded up so that near-equal requests share blocks); everything goes back
+// to the driver when the allocator dies or when a cudaMalloc fails.
+class CudaAllocator final : public core::Allocator {
+ public:
+  explicit CudaAllocator(int device) : device_(device) {}
+  ~CudaAllocator() override;
+  void* allocate(size_t bytes) override;
+  void deallocate(void* ptr, size_t bytes) override;
+  void release_cached();
+  size_t cached_bytes() const;
+
+ private:
+  static size_t round_size(size_t bytes);
+  int device_;
+  mutable std::mutex mu_;
+  std::multimap<size_t, void*> free_;  // rounded size -> block
+  size_t cached_ = 0;
+};
+
+class CudaBackend final : public core::Backend {
+ public:
+  // Throws core::BackendError if the device cannot be set up.
+  explicit CudaBackend(int device);
+  ~CudaBackend() override;
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  std::string_view name() const override { return "cuda"; }
+  core::Device device() const override { return core::Device::cuda(device_); }
+  core::Allocator& allocator() override { return allocator_; }
+  void copy_to_device(void* dst, const void* host_src, size_t bytes) override;
+  void copy_to_host(void* host_dst, const void* src, size_t bytes) override;
+  void synchronize() override;
+  core::ExecContext context() const override;
+
+ private:
+  void release();
+  int device_;
+  CudaAllocator allocator_;
+  cudaStream_t stream_ = nullptr;
+  cublasLtHandle_t lt_ = nullptr;
+  void* workspace_ = nullptr;
+  size_t workspace_bytes_ = 0;
+};
+
+// Registration entry points of the kernel files, as on the CPU backend.
+void register_elementwise_kernels(core::KernelRegistry& r);
+void register_matmul_kernels(core::KernelRegistry& r);
+
+// The execution context of a kernel call; throws if the caller passed none
+// (a CUDA kernel cannot guess its stream or BLAS handle).
+const core::ExecContext& context_of(const core::KernelCall& c);
+inline cudaStream_t stream_of(const core::KernelCall& c) { return static_cast<cudaStream_t>(context_of(c).stream); }
+
+}  // namespace brisk::cuda
