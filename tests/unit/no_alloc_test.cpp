@@ -1,0 +1,108 @@
+// Proves that a training step in the steady state allocates nothing: this
+// binary replaces the global allocation functions (operator new/delete and the
+// C malloc family) with counting versions, builds and runs a GPT-block
+// training step twice to warm up, then counts allocations over further steps.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <new>
+
+#include "brisk/core/executor.h"
+#include "brisk/cpu/cpu_backend.h"
+#include "test_models.h"
+
+extern "C" {
+void* __libc_malloc(size_t);
+void* __libc_calloc(size_t, size_t);
+void* __libc_realloc(void*, size_t);
+void* __libc_memalign(size_t, size_t);
+void __libc_free(void*);
+}
+
+namespace {
+std::atomic<bool> g_counting{false};
+std::atomic<long> g_allocations{0};
+inline void note() {
+  if (g_counting.load(std::memory_order_relaxed)) g_allocations.fetch_add(1, std::memory_order_relaxed);
+}
+}  // namespace
+
+extern "C" {
+void* malloc(size_t n) { note(); return __libc_malloc(n); }
+void* calloc(size_t a, size_t b) { note(); return __libc_calloc(a, b); }
+void* realloc(void* p, size_t n) { note(); return __libc_realloc(p, n); }
+void free(void* p) { __libc_free(p); }
+void* aligned_alloc(size_t align, size_t n) { note(); return __libc_memalign(align, n); }
+void* memalign(size_t align, size_t n) { note(); return __libc_memalign(align, n); }
+int posix_memalign(void** out, size_t align, size_t n) {
+  note();
+  *out = __libc_memalign(align, n);
+  return *out ? 0 : ENOMEM;
+}
+}
+
+void* operator new(size_t n) {
+  note();
+  if (void* p = __libc_malloc(n ? n : 1)) return p;
+  throw std::bad_alloc();
+}
+void* operator new[](size_t n) { return operator new(n); }
+void* operator new(size_t n, std::align_val_t a) {
+  note();
+  if (void* p = __libc_memalign(size_t(a), n ? n : 1)) return p;
+  throw std::bad_alloc();
+}
+void* operator new[](size_t n, std::align_val_t a) { return operator new(n, a); }
+void operator delete(void* p) noexcept { __libc_free(p); }
+void operator delete[](void* p) noexcept { __libc_free(p); }
+void operator delete(void* p, size_t) noexcept { __libc_free(p); }
+void operator delete[](void* p, size_t) noexcept { __libc_free(p); }
+void operator delete(void* p, std::align_val_t) noexcept { __libc_free(p); }
+void operator delete[](void* p, std::align_val_t) noexcept { __libc_free(p); }
+void operator delete(void* p, size_t, std::align_val_t) noexcept { __libc_free(p); }
+void operator delete[](void* p, size_t, std::align_val_t) noexcept { __libc_free(p); }
+
+using namespace brisk;
+
+TEST(NoAllocation, CountingWorks) {
+  g_allocations = 0;
+  g_counting = true;
+  void* volatile p = std::malloc(32);
+  int* volatile q = new int(3);
+  g_counting = false;
+  std::free(p);
+  delete q;
+  EXPECT_EQ(g_allocations.load(), 2);
+}
+
+TEST(NoAllocation, SteadyStateTrainingStepAllocatesNothing) {
+  core::Graph g;
+  testing_models::BlockConfig c;
+  c.batch = 4; c.seq = 32; c.vocab = 128; c.embd = 64; c.heads = 4;
+  auto b = testing_models::build_gpt_block(g, c);
+  core::backward(g, b.loss);
+  core::ParameterStore store;
+  store.adopt(g);
+  testing_models::init_params(store, 3);
+  cpu::CpuBackend backend(2);
+  core::Executor ex(g, backend);
+  ex.bind(store);
+  auto ids = core::Tensor::uniform({c.batch, c.seq}, core::DType::i32, 1, 0.f, float(c.vocab));
+  auto pos = core::Tensor::empty({c.seq}, core::DType::i32);
+  for (int t = 0; t < c.seq; ++t) pos.data_as<int32_t>()[t] = t;
+  ex.write(b.x, ids.data(), ids.bytes());
+  ex.write(b.targets, ids.data(), ids.bytes());
+  ex.write(g.at("pos"), pos.data(), pos.bytes());
+  for (int warm = 0; warm < 2; ++warm) ex.run();  // thread pools and BLAS buffers start here
+
+  g_allocations = 0;
+  g_counting = true;
+  for (int step = 0; step < 5; ++step) {
+    store.zero_grads();
+    ex.run();
+  }
+  g_counting = false;
+  EXPECT_EQ(g_allocations.load(), 0) << "the executor allocated in the steady state";
+  EXPECT_TRUE(std::isfinite(ex.read_scalar(b.loss)));
+}
