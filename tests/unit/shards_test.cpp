@@ -1,0 +1,393 @@
+// Token shards: round trips in both token widths, rejection of truncated,
+// foreign and corrupted files with messages that name the file and the
+// problem, datasets spanning several shards, deterministic window sampling,
+// and dataset preparation with the byte tokenizer.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "brisk/core/error.h"
+#include "brisk/data/shards.h"
+
+namespace fs = std::filesystem;
+using namespace brisk;
+using namespace brisk::data;
+
+namespace {
+
+// A fresh directory per test, removed afterwards.
+class TempDir {
+ public:
+  TempDir() {
+    static int counter = 0;
+    path_ = fs::temp_directory_path() /
+            ("brisk_shards_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+    fs::remove_all(path_);
+    fs::create_directories(path_);
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+std::vector<int32_t> random_tokens(size_t n, int64_t vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> d(0, static_cast<int32_t>(vocab - 1));
+  std::vector<int32_t> t(n);
+  for (auto& v : t) v = d(rng);
+  return t;
+}
+
+void write_bytes(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+std::string read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// Opens the shard and returns the IoError message (empty if it opened).
+std::string open_error(const std::string& path) {
+  try {
+    TokenShard s(path);
+  } catch (const core::IoError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+void write_meta(const TempDir& dir, int64_t vocab, int64_t train_tokens) {
+  nlohmann::json meta = {{"tokenizer", "bytes"}, {"vocab_size", vocab}, {"train_tokens", train_tokens}};
+  write_bytes(dir.file("meta.json"), meta.dump());
+}
+
+}  // namespace
+
+TEST(Shards, RoundTripUint16) {
+  TempDir dir;
+  const auto tokens = random_tokens(10007, 50257, 1);
+  const std::string path = dir.file("a.bin");
+  write_shard(path, tokens, 50257);
+  EXPECT_FALSE(fs::exists(path + ".tmp"));
+  EXPECT_EQ(fs::file_size(path), 64u + 2u * tokens.size());  // uint16 payload
+  TokenShard s(path);
+  EXPECT_EQ(s.size(), 10007);
+  EXPECT_EQ(s.vocab_size(), 50257);
+  EXPECT_EQ(s.path(), path);
+  std::vector<int32_t> back(tokens.size());
+  s.read(0, s.size(), back.data());
+  EXPECT_EQ(back, tokens);
+  EXPECT_EQ(s.at(1234), tokens[1234]);
+  std::vector<int32_t> part(5);
+  s.read(10002, 5, part.data());
+  EXPECT_EQ(part, std::vector<int32_t>(tokens.end() - 5, tokens.end()));
+}
+
+TEST(Shards, RoundTripInt32) {
+  TempDir dir;
+  auto tokens = random_tokens(4099, 70000, 2);
+  tokens[0] = 69999;  // above the uint16 range
+  const std::string path = dir.file("b.bin");
+  write_shard(path, tokens, 70000);
+  EXPECT_EQ(fs::file_size(path), 64u + 4u * tokens.size());  // int32 payload
+  TokenShard s(path);
+  EXPECT_EQ(s.vocab_size(), 70000);
+  std::vector<int32_t> back(tokens.size());
+  s.read(0, s.size(), back.data());
+  EXPECT_EQ(back, tokens);
+  EXPECT_EQ(s.at(0), 69999);
+}
+
+TEST(Shards, HeaderLayout) {
+  TempDir dir;
+  const std::string path = dir.file("h.bin");
+  write_shard(path, std::vector<int32_t>{1, 2, 3}, 256);
+  const std::string b = read_bytes(path);
+  ASSERT_EQ(b.size(), 64u + 6u);
+  EXPECT_EQ(b.substr(0, 8), "BRISKTOK");
+  auto u32 = [&](size_t off) { uint32_t v; std::memcpy(&v, b.data() + off, 4); return v; };
+  auto i64 = [&](size_t off) { int64_t v; std::memcpy(&v, b.data() + off, 8); return v; };
+  EXPECT_EQ(u32(8), 1u);    // version
+  EXPECT_EQ(u32(12), 0u);   // dtype uint16
+  EXPECT_EQ(i64(16), 256);  // vocab
+  EXPECT_EQ(i64(24), 3);    // count
+  for (size_t i = 40; i < 64; ++i) EXPECT_EQ(b[i], 0) << i;
+}
+
+TEST(Shards, EmptyShardAndOutOfVocabTokens) {
+  TempDir dir;
+  write_shard(dir.file("e.bin"), std::vector<int32_t>{}, 256);
+  EXPECT_EQ(TokenShard(dir.file("e.bin")).size(), 0);
+  EXPECT_THROW(write_shard(dir.file("x.bin"), std::vector<int32_t>{5, 256}, 256), core::Error);
+  EXPECT_THROW(write_shard(dir.file("x.bin"), std::vector<int32_t>{-1}, 256), core::Error);
+}
+
+TEST(Shards, RejectsTruncatedHeader) {
+  TempDir dir;
+  const std::string path = dir.file("short.bin");
+  write_bytes(path, "BRISKTOK\x01");
+  const std::string msg = open_error(path);
+  EXPECT_NE(msg.find(path), std::string::npos) << msg;
+  EXPECT_NE(msg.find("truncated header"), std::string::npos) << msg;
+}
+
+TEST(Shards, RejectsTruncatedPayload) {
+  TempDir dir;
+  const std::string path = dir.file("cut.bin");
+  write_shard(path, random_tokens(1000, 50257, 3), 50257);
+  fs::resize_file(path, 64 + 2 * 1000 - 10);
+  const std::string msg = open_error(path);
+  EXPECT_NE(msg.find(path), std::string::npos) << msg;
+  EXPECT_NE(msg.find("truncated: expected 2064 bytes, found 2054"), std::string::npos) << msg;
+}
+
+TEST(Shards, RejectsBadMagic) {
+  TempDir dir;
+  const std::string path = dir.file("foreign.bin");
+  write_bytes(path, std::string(200, 'x'));
+  const std::string msg = open_error(path);
+  EXPECT_NE(msg.find(path), std::string::npos) << msg;
+  EXPECT_NE(msg.find("not a brisk token shard (bad magic)"), std::string::npos) << msg;
+}
+
+TEST(Shards, RejectsUnsupportedVersion) {
+  TempDir dir;
+  const std::string path = dir.file("v2.bin");
+  write_shard(path, std::vector<int32_t>{1, 2}, 256);
+  std::string b = read_bytes(path);
+  b[8] = 2;
+  write_bytes(path, b);
+  const std::string msg = open_error(path);
+  EXPECT_NE(msg.find(path), std::string::npos) << msg;
+  EXPECT_NE(msg.find("unsupported shard version 2"), std::string::npos) << msg;
+}
+
+TEST(Shards, RejectsFlippedPayloadByte) {
+  TempDir dir;
+  const std::string path = dir.file("flip.bin");
+  write_shard(path, random_tokens(5000, 50257, 4), 50257);
+  std::string b = read_bytes(path);
+  b[64 + 777] ^= 0x10;
+  write_bytes(path, b);
+  const std::string msg = open_error(path);
+  EXPECT_NE(msg.find(path), std::string::npos) << msg;
+  EXPECT_NE(msg.find("checksum mismatch (corrupted)"), std::string::npos) << msg;
+}
+
+TEST(Shards, MissingFileIsIoError) {
+  TempDir dir;
+  const std::string msg = open_error(dir.file("nope.bin"));
+  EXPECT_NE(msg.find(dir.file("nope.bin")), std::string::npos) << msg;
+}
+
+TEST(TokenDatasetTest, ReadsAcrossShards) {
+  TempDir dir;
+  // Three shards of different lengths; the stream is their concatenation.
+  std::vector<int32_t> all;
+  const size_t sizes[] = {100, 37, 250};
+  for (int i = 0; i < 3; ++i) {
+    auto t = random_tokens(sizes[i], 256, 10 + i);
+    write_shard(dir.file("train_000" + std::to_string(i) + ".bin"), t, 256);
+    all.insert(all.end(), t.begin(), t.end());
+  }
+  write_shard(dir.file("val_0000.bin"), random_tokens(50, 256, 20), 256);
+  write_meta(dir, 256, static_cast<int64_t>(all.size()));
+
+  TokenDataset ds(dir.path().string(), "train");
+  EXPECT_EQ(ds.size(), 387);
+  EXPECT_EQ(ds.vocab_size(), 256);
+  EXPECT_EQ(ds.tokenizer(), "bytes");
+  std::vector<int32_t> got(all.size());
+  ds.read(0, ds.size(), got.data());
+  EXPECT_EQ(got, all);
+  // A range spanning all three shards.
+  std::vector<int32_t> mid(200);
+  ds.read(90, 200, mid.data());
+  EXPECT_EQ(mid, std::vector<int32_t>(all.begin() + 90, all.begin() + 290));
+  EXPECT_THROW(ds.read(300, 100, mid.data()), core::Error);
+  EXPECT_EQ(TokenDataset(dir.path().string(), "val").size(), 50);
+}
+
+TEST(TokenDatasetTest, MissingPiecesAreNamed) {
+  TempDir dir;
+  const std::string d = dir.path().string();
+  try {
+    TokenDataset ds(d, "train");
+    FAIL() << "no meta.json must throw";
+  } catch (const core::IoError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("meta.json"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("brisk data prepare"), std::string::npos) << msg;
+  }
+  write_meta(dir, 256, 10);
+  try {
+    TokenDataset ds(d, "train");
+    FAIL() << "no shards must throw";
+  } catch (const core::IoError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("train_*.bin"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("brisk data prepare"), std::string::npos) << msg;
+  }
+  // A shard whose count disagrees with meta.json (one missing).
+  write_shard(dir.file("train_0000.bin"), random_tokens(7, 256, 1), 256);
+  EXPECT_THROW(TokenDataset(d, "train"), core::IoError);
+  EXPECT_THROW(TokenDataset(dir.file("absent"), "train"), core::IoError);
+}
+
+TEST(WindowSamplerTest, DeterministicAndShifted) {
+  TempDir dir;
+  // Token i of the stream is i % 1000, so a window reveals its own start.
+  std::vector<int32_t> all(5000);
+  for (int i = 0; i < 5000; ++i) all[i] = i % 1000;
+  write_shard(dir.file("train_0000.bin"), std::span(all).first(3000), 1000);
+  write_shard(dir.file("train_0001.bin"), std::span(all).subspan(3000), 1000);
+  write_meta(dir, 1000, 5000);
+  TokenDataset ds(dir.path().string(), "train");
+
+  const int64_t B = 4, T = 64;
+  std::vector<int32_t> x1(B * T), y1(B * T), x2(B * T), y2(B * T);
+  WindowSampler a(ds, B, T, 42), b(ds, B, T, 42), c(ds, B, T, 43);
+  std::vector<std::vector<int32_t>> batches;
+  bool differs_from_other_seed = false;
+  for (int step = 0; step < 20; ++step) {
+    a.next(x1.data(), y1.data());
+    b.next(x2.data(), y2.data());
+    EXPECT_EQ(x1, x2);
+    EXPECT_EQ(y1, y2);
+    batches.push_back(x1);
+    c.next(x2.data(), y2.data());
+    if (x1 != x2) differs_from_other_seed = true;
+    for (int64_t r = 0; r < B; ++r)
+      for (int64_t t = 0; t < T; ++t) {
+        // y is x shifted by one, and each window is contiguous in the stream.
+        if (t + 1 < T) {
+          EXPECT_EQ(y1[r * T + t], x1[r * T + t + 1]);
+        }
+        EXPECT_EQ(y1[r * T + t], (x1[r * T] + t + 1) % 1000);
+      }
+  }
+  EXPECT_TRUE(differs_from_other_seed);
+  EXPECT_EQ(a.position(), uint64_t(20 * B));
+
+  // Restoring a position replays the stream exactly.
+  WindowSampler d(ds, B, T, 42);
+  d.set_position(uint64_t(7 * B));
+  for (int step = 7; step < 20; ++step) {
+    d.next(x2.data(), y2.data());
+    EXPECT_EQ(x2, batches[step]) << step;
+  }
+  a.set_position(uint64_t(3 * B));
+  a.next(x1.data(), y1.data());
+  EXPECT_EQ(x1, batches[3]);
+}
+
+TEST(WindowSamplerTest, CoversTheWholeRange) {
+  TempDir dir;
+  // With size = seq + 3 there are exactly three starts: 0, 1 and 2; all must occur.
+  std::vector<int32_t> all(19);
+  for (int i = 0; i < 19; ++i) all[i] = i;
+  write_shard(dir.file("train_0000.bin"), all, 256);
+  write_meta(dir, 256, 19);
+  TokenDataset ds(dir.path().string(), "train");
+  WindowSampler s(ds, 1, 16, 7);
+  std::vector<int32_t> x(16), y(16);
+  int seen[3] = {0, 0, 0};
+  for (int i = 0; i < 300; ++i) {
+    s.next(x.data(), y.data());
+    ASSERT_GE(x[0], 0);
+    ASSERT_LE(x[0], 2);
+    ++seen[x[0]];
+    EXPECT_EQ(y[15], x[0] + 16);
+  }
+  for (int k = 0; k < 3; ++k) EXPECT_GT(seen[k], 50) << k;
+  EXPECT_THROW(WindowSampler(ds, 1, 19, 7), core::ConfigError);
+}
+
+TEST(PrepareDataset, ByteTokenizerSmallDirectory) {
+  TempDir in, out;
+  fs::create_directories(in.path() / "sub");
+  // Mixed content, including bytes that are not UTF-8.
+  std::string a(3000, 'a'), b = "hello\nworld\n", c(2500, '\0');
+  for (size_t i = 0; i < c.size(); ++i) c[i] = static_cast<char>(i * 7 + 0x80);
+  write_bytes(in.file("b.txt"), b);
+  write_bytes(in.file("a.txt"), a);
+  write_bytes((in.path() / "sub" / "c.bin").string(), c);
+  write_bytes(in.file(".hidden"), "skipped");
+
+  PrepareOptions opt;
+  opt.inputs = {in.path().string()};
+  opt.tokenizer = "bytes";
+  opt.out_dir = out.path().string();
+  opt.val_fraction = 0.05;
+  opt.shard_tokens = 1000;
+  opt.threads = 2;
+  opt.progress = false;
+  const PrepareSummary sum = prepare_dataset(opt);
+
+  const int64_t total = int64_t(a.size() + b.size() + c.size());
+  EXPECT_EQ(sum.files, 3);
+  EXPECT_EQ(sum.bytes, total);
+  EXPECT_EQ(sum.train_tokens + sum.val_tokens, total);  // bytes: no separators
+  EXPECT_EQ(sum.val_tokens, 1024);  // 5% is 276, below the 1024 minimum
+  EXPECT_FALSE(fs::exists(out.file("meta.json.tmp")));
+
+  TokenDataset train(out.path().string(), "train"), val(out.path().string(), "val");
+  EXPECT_EQ(train.size(), sum.train_tokens);
+  EXPECT_EQ(val.size(), sum.val_tokens);
+  EXPECT_EQ(train.vocab_size(), 256);
+  EXPECT_EQ(train.tokenizer(), "bytes");
+  EXPECT_TRUE(fs::exists(out.file("train_0004.bin")));  // 4488 train tokens in shards of 1000
+  EXPECT_FALSE(fs::exists(out.file("train_0005.bin")));
+  EXPECT_EQ(TokenShard(out.file("train_0000.bin")).size(), 1000);
+
+  // The stream is the sorted files concatenated: a.txt, b.txt, sub/c.bin.
+  const std::string stream = a + b + c;
+  std::vector<int32_t> got(static_cast<size_t>(train.size())), tail(static_cast<size_t>(val.size()));
+  train.read(0, train.size(), got.data());
+  val.read(0, val.size(), tail.data());
+  got.insert(got.end(), tail.begin(), tail.end());
+  ASSERT_EQ(got.size(), stream.size());
+  for (size_t i = 0; i < stream.size(); ++i)
+    ASSERT_EQ(got[i], static_cast<unsigned char>(stream[i])) << i;
+
+  const auto meta = nlohmann::json::parse(read_bytes(out.file("meta.json")));
+  EXPECT_EQ(meta["tokenizer"], "bytes");
+  EXPECT_EQ(meta["vocab_size"], 256);
+  EXPECT_EQ(meta["train_tokens"], sum.train_tokens);
+  EXPECT_EQ(meta["val_tokens"], sum.val_tokens);
+  ASSERT_EQ(meta["files"].size(), 3u);
+  EXPECT_EQ(meta["files"][0]["path"], in.file("a.txt"));
+  EXPECT_EQ(meta["files"][0]["bytes"], 3000);
+  EXPECT_EQ(meta["files"][1]["bytes"], int64_t(b.size()));
+  EXPECT_EQ(meta["files"][2]["bytes"], 2500);
+
+  // Preparing again into the same directory with bigger shards leaves no
+  // stale shards behind.
+  opt.shard_tokens = 100000;
+  prepare_dataset(opt);
+  EXPECT_FALSE(fs::exists(out.file("train_0001.bin")));
+  EXPECT_EQ(TokenDataset(out.path().string(), "train").size(), sum.train_tokens);
+}
+
+TEST(PrepareDataset, BadInputsAreErrors) {
+  TempDir out;
+  PrepareOptions opt;
+  opt.inputs = {out.file("does_not_exist")};
+  opt.out_dir = out.file("ds");
+  opt.progress = false;
+  EXPECT_THROW(prepare_dataset(opt), core::IoError);
+  opt.inputs = {out.path().string()};
+  opt.val_fraction = 1.5;
+  EXPECT_THROW(prepare_dataset(opt), core::ConfigError);
+}
