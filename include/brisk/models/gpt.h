@@ -1,0 +1,84 @@
+// The GPT-2 architecture as WORKLOADS.md defines it: pre-LayerNorm blocks
+// (eps 1e-5), tanh-GELU, learned positions, biases on every Linear, a final
+// LayerNorm and an LM head tied to the token embedding. Parameters use the
+// Hugging Face GPT-2 names ("h.0.attn.c_attn.weight", ...); internally every
+// Linear weight is stored (out, in) like torch.nn.Linear, and checkpoints
+// transpose the Conv1D weights to HF's (in, out) layout on the way out.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "brisk/core/backend.h"
+#include "brisk/core/executor.h"
+#include "brisk/core/graph_cache.h"
+#include "brisk/core/param_store.h"
+
+namespace brisk::models {
+
+struct GptConfig {
+  int64_t vocab_size = 256;  // embedding rows (GPT-2 BPE is padded from 50257 to 50304)
+  int64_t n_layer = 6;
+  int64_t n_embd = 384;
+  int64_t n_head = 6;
+  int64_t block_size = 256;  // longest sequence (rows of the position embedding)
+
+  // "W1"/"gpt2-tiny", "W2"/"char-small", "G1"/"gpt2-124m"; throws ConfigError listing them.
+  static GptConfig preset(const std::string& name);
+  // Throws ConfigError naming the field if the shape is impossible.
+  void validate() const;
+  int64_t num_params() const;  // tied head counted once
+  // Training FLOPs per token: 6N + 12 L T C (PaLM / nanoGPT count).
+  double flops_per_token(int64_t seq) const;
+  bool operator==(const GptConfig& o) const = default;
+};
+
+// One compiled step for one (batch, seq) shape.
+struct GptProgram {
+  core::Graph graph;
+  core::ValueId ids = core::kNoValue, targets = core::kNoValue, pos = core::kNoValue;
+  core::ValueId logits = core::kNoValue, loss = core::kNoValue;
+  core::ValueId loss_scale = core::kNoValue;  // train programs: the backward seed
+  std::unique_ptr<core::Executor> executor;
+  int64_t batch = 0, seq = 0;
+};
+
+class Gpt {
+ public:
+  Gpt(const GptConfig& config, core::Backend& backend);
+
+  const GptConfig& config() const { return config_; }
+  core::ParameterStore& params() { return params_; }
+  const core::ParameterStore& params() const { return params_; }
+  core::Backend& backend() { return backend_; }
+
+  // normal(0, 0.02); residual projections scaled by 1/sqrt(2 n_layer);
+  // LayerNorm weights 1; biases 0. Same seed, same weights, on any machine.
+  void init_weights(uint64_t seed);
+
+  // Forward + backward on one micro-batch: gradients are *added* to the
+  // parameter grads, scaled by loss_scale. Returns the (unscaled) mean loss.
+  // x and y hold batch*seq token ids; an id outside the vocab throws.
+  double train_micro_step(const int32_t* x, const int32_t* y, int64_t batch, int64_t seq, double loss_scale = 1.0);
+  // Forward only: mean loss.
+  double eval_loss(const int32_t* x, const int32_t* y, int64_t batch, int64_t seq);
+  // Forward only: logits (batch*seq, vocab) in f32; valid until the next call.
+  const float* logits(const int32_t* x, int64_t batch, int64_t seq);
+
+  // The program for a shape (built and planned on first use).
+  GptProgram& program(bool train, int64_t batch, int64_t seq);
+  size_t cached_programs() const { return train_cache_.size() + eval_cache_.size() + logits_cache_.size(); }
+
+ private:
+  enum class Mode { train, eval, logits };
+  std::unique_ptr<GptProgram> build(Mode mode, int64_t batch, int64_t seq);
+  GptProgram& get(Mode mode, int64_t batch, int64_t seq);
+  void feed(GptProgram& p, const int32_t* x, const int32_t* y);
+
+  GptConfig config_;
+  core::Backend& backend_;
+  core::ParameterStore params_;
+  core::ShapeCache<GptProgram> train_cache_, eval_cache_, logits_cache_;
+};
+
+}  // namespace brisk::models

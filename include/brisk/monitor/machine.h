@@ -1,0 +1,18 @@
+// Facts about the machine that metrics are measured against: the peak fp32
+// FLOP/s (measured with a register-blocked FMA loop on every thread) and the
+// process's peak resident memory.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+namespace brisk::monitor {
+
+// Measures for about `seconds`; the figure is cached for the process.
+double peak_fp32_gflops(int threads, double seconds = 0.2);
+size_t peak_rss_bytes();     // VmHWM of this process
+std::string cpu_model();     // from /proc/cpuinfo
+// Wall-clock seconds since an arbitrary fixed point (steady clock).
+double now_seconds();
+
+}  // namespace brisk::monitor

@@ -1,0 +1,60 @@
+// AdamW with global grad-norm clipping, and learning-rate schedules.
+//
+// The update runs the fused `adamw` op once per parameter (one pass over
+// param, grad, m, v); clipping costs nothing extra because the clip factor is
+// folded into the op's grad_scale. Weight decay applies to 2-D weights only
+// (matrices and embeddings), never to biases or LayerNorm parameters.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "brisk/core/backend.h"
+#include "brisk/core/param_store.h"
+
+namespace brisk::optim {
+
+struct AdamWConfig {
+  float lr = 6e-4f;
+  float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;
+  float weight_decay = 0.1f;
+  float grad_clip = 1.0f;  // max global grad norm; 0 disables clipping
+};
+
+struct StepStats {
+  double grad_norm = 0;  // before clipping
+  double clip_scale = 1;
+};
+
+class AdamW {
+ public:
+  AdamW(const AdamWConfig& config, core::ParameterStore& params, core::Backend& backend);
+  // One update with learning rate `lr`; grad_scale divides out a loss scale.
+  StepStats step(float lr, float grad_scale = 1.0f);
+  double grad_norm();
+  int64_t steps_taken() const { return step_; }
+  void set_steps_taken(int64_t s) { step_ = s; }
+  const AdamWConfig& config() const { return config_; }
+
+ private:
+  AdamWConfig config_;
+  core::ParameterStore& params_;
+  core::Backend& backend_;
+  int64_t step_ = 0;
+  std::vector<core::TensorView> grads_;  // for grad_norm, built once
+};
+
+enum class Schedule { constant, linear, cosine };
+
+struct LrSchedule {
+  Schedule kind = Schedule::cosine;
+  float max_lr = 6e-4f;
+  float min_lr_ratio = 0.1f;  // the lr decays to max_lr * min_lr_ratio
+  int64_t warmup_steps = 0;
+  int64_t total_steps = 1;
+  // Learning rate for 0-based step: linear warmup, then the schedule's decay.
+  float at(int64_t step) const;
+  static Schedule parse(const std::string& name);  // throws ConfigError listing the allowed values
+};
+
+}  // namespace brisk::optim

@@ -1,0 +1,40 @@
+// Checkpoints: a directory per step holding model.safetensors (HF GPT-2 names
+// and layout), optimizer.safetensors (AdamW moments) and state.json (step,
+// data position, model config, tokenizer). A checkpoint is written into a
+// temporary directory and renamed into place, so a crash mid-write leaves the
+// previous one intact; only the newest `keep` are kept.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "brisk/models/gpt.h"
+#include "brisk/optim/optimizer.h"
+
+namespace brisk::train {
+
+struct TrainState {
+  int64_t step = 0;             // optimizer steps completed
+  uint64_t data_position = 0;   // windows drawn from the train split
+  uint64_t seed = 0;
+  std::string tokenizer;        // "bytes" / "gpt2"
+};
+
+// Returns the directory written (out_dir/step_NNNNNNN).
+std::string save_checkpoint(const std::string& out_dir, const models::Gpt& model, const optim::AdamW* optimizer,
+                            const TrainState& state, int keep);
+
+// The newest checkpoint under out_dir, or "" if none. A path that is itself a
+// checkpoint directory is returned as is.
+std::string latest_checkpoint(const std::string& path);
+
+// Reads config + state; throws IoError/ConfigError naming the file and problem.
+models::GptConfig read_checkpoint_config(const std::string& ckpt_dir, TrainState* state = nullptr);
+// Loads weights (and moments, if optimizer != nullptr) into an existing model
+// whose config must match: another model size is rejected with both shapes named.
+void load_checkpoint(const std::string& ckpt_dir, models::Gpt& model, optim::AdamW* optimizer);
+
+// Hugging Face stores Conv1D weights (in, out); brisk stores (out, in).
+bool is_hf_conv1d_weight(const std::string& name);
+
+}  // namespace brisk::train

@@ -1,0 +1,36 @@
+// The training loop: micro-batches with gradient accumulation, LR schedule,
+// clipping, periodic evaluation, live progress, JSONL metrics, checkpoints
+// and exact resume, and a clean stop on SIGINT/SIGTERM (checkpoint first).
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "brisk/train/config.h"
+
+namespace brisk::train {
+
+struct StepMetrics {
+  int64_t step = 0;
+  double loss = 0, lr = 0, grad_norm = 0, tokens_per_s = 0, ms_per_step = 0, mfu = 0;
+};
+
+struct TrainResult {
+  std::vector<double> losses;  // per step, in order
+  double first_loss = 0, last_loss = 0, last_val_loss = -1;
+  double median_tokens_per_s = 0;
+  int64_t steps_done = 0;
+  std::string last_checkpoint;
+  bool interrupted = false;
+};
+
+struct TrainOptions {
+  bool resume = false;
+  bool progress = true;   // live bar on a terminal, log lines otherwise
+  bool quiet = false;     // no output at all (tests)
+};
+
+TrainResult train(const TrainConfig& config, const TrainOptions& options);
+
+}  // namespace brisk::train

@@ -1,0 +1,68 @@
+// AdamW steps and LR schedules (optimizer.h).
+#include "brisk/optim/optimizer.h"
+
+#include <cmath>
+
+#include "brisk/core/error.h"
+
+namespace brisk::optim {
+
+AdamW::AdamW(const AdamWConfig& config, core::ParameterStore& params, core::Backend& backend)
+    : config_(config), params_(params), backend_(backend) {
+  for (auto& [name, e] : params_.entries()) {
+    if (e.state.empty())
+      e.state = {core::Tensor::zeros(e.value.shape(), core::DType::f32), core::Tensor::zeros(e.value.shape(), core::DType::f32)};
+    grads_.push_back(e.grad.as_view());
+  }
+}
+
+double AdamW::grad_norm() {
+  float norm = 0.f;
+  const core::TensorView out{&norm, core::TensorMeta{core::Shape{}, core::DType::f32}};
+  core::run_op(backend_, core::OpKind::grad_norm, grads_, std::span<const core::TensorView>(&out, 1));
+  return norm;
+}
+
+StepStats AdamW::step(float lr, float grad_scale) {
+  StepStats s;
+  s.grad_norm = grad_norm() / grad_scale;
+  if (config_.grad_clip > 0 && s.grad_norm > config_.grad_clip) s.clip_scale = config_.grad_clip / s.grad_norm;
+  ++step_;
+  ops::AdamWParams p;
+  p.lr = lr;
+  p.beta1 = config_.beta1;
+  p.beta2 = config_.beta2;
+  p.eps = config_.eps;
+  p.weight_decay = config_.weight_decay;
+  p.step = step_;
+  p.grad_scale = float(s.clip_scale / grad_scale);
+  for (auto& [name, e] : params_.entries()) {
+    p.decay = e.value.shape().rank() >= 2;
+    const core::TensorView in[] = {e.value.as_view(), e.grad.as_view(), e.state[0].as_view(), e.state[1].as_view()};
+    const core::TensorView out[] = {e.value.as_view(), e.state[0].as_view(), e.state[1].as_view()};
+    core::run_op(backend_, core::OpKind::adamw, in, out, p);
+  }
+  return s;
+}
+
+float LrSchedule::at(int64_t step) const {
+  if (warmup_steps > 0 && step < warmup_steps) return max_lr * float(step + 1) / float(warmup_steps);
+  const float min_lr = max_lr * min_lr_ratio;
+  const int64_t decay_steps = std::max<int64_t>(1, total_steps - warmup_steps);
+  const float progress = std::min(1.0f, float(step - warmup_steps) / float(decay_steps));
+  switch (kind) {
+    case Schedule::constant: return max_lr;
+    case Schedule::linear: return max_lr + (min_lr - max_lr) * progress;
+    case Schedule::cosine: return min_lr + 0.5f * (max_lr - min_lr) * (1.0f + std::cos(float(M_PI) * progress));
+  }
+  return max_lr;
+}
+
+Schedule LrSchedule::parse(const std::string& name) {
+  if (name == "constant") return Schedule::constant;
+  if (name == "linear") return Schedule::linear;
+  if (name == "cosine") return Schedule::cosine;
+  throw core::ConfigError("train.schedule: unknown value '" + name + "' (allowed: constant, linear, cosine)");
+}
+
+}  // namespace brisk::optim

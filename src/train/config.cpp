@@ -1,0 +1,188 @@
+// TOML configuration through toml++ (config.h). The table of known keys below
+// is the single source of what a config may say; anything else is an error.
+#include "brisk/train/config.h"
+
+#include <map>
+#include <sstream>
+#include <toml++/toml.h>
+
+#include "brisk/core/error.h"
+
+namespace brisk::train {
+
+using core::ConfigError;
+
+namespace {
+
+const std::map<std::string, std::vector<std::string>> kKnownKeys = {
+    {"model", {"preset", "vocab_size", "n_layer", "n_embd", "n_head", "block_size"}},
+    {"data", {"dir"}},
+    {"train", {"batch", "seq", "grad_accum", "steps", "lr", "min_lr_ratio", "warmup", "schedule", "weight_decay",
+               "grad_clip", "beta1", "beta2", "eps", "seed", "threads", "eval_every", "eval_batches", "log_every"}},
+    {"checkpoint", {"dir", "every", "keep"}},
+};
+
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + v[i];
+  return s;
+}
+
+void check_known(const toml::table& root) {
+  std::vector<std::string> sections;
+  for (const auto& [k, v] : kKnownKeys) sections.push_back(k);
+  for (const auto& [section, node] : root) {
+    const std::string name(section.str());
+    auto it = kKnownKeys.find(name);
+    if (it == kKnownKeys.end())
+      throw ConfigError("config: unknown section [" + name + "] (allowed: " + join(sections) + ")");
+    const toml::table* t = node.as_table();
+    if (!t) throw ConfigError("config: '" + name + "' must be a section ([" + name + "])");
+    for (const auto& [key, value] : *t) {
+      const std::string k(key.str());
+      if (std::find(it->second.begin(), it->second.end(), k) == it->second.end())
+        throw ConfigError("config: unknown key '" + name + "." + k + "' (allowed in [" + name + "]: " +
+                          join(it->second) + ")");
+    }
+  }
+}
+
+// Typed getters that name the key when the type is wrong.
+class Reader {
+ public:
+  explicit Reader(const toml::table& root) : root_(root) {}
+
+  template <class T>
+  void get(const std::string& section, const std::string& key, T& out) const {
+    const toml::node* n = root_.at_path(section + "." + key).node();
+    if (!n) return;
+    const std::string full = section + "." + key;
+    if constexpr (std::is_same_v<T, std::string>) {
+      if (!n->is_string()) throw ConfigError("config: " + full + " must be a string");
+      out = n->value<std::string>().value();
+    } else if constexpr (std::is_floating_point_v<T>) {
+      if (!n->is_number()) throw ConfigError("config: " + full + " must be a number");
+      out = T(n->value<double>().value());
+    } else {
+      if (!n->is_integer()) throw ConfigError("config: " + full + " must be an integer");
+      const int64_t v = n->value<int64_t>().value();
+      if (v < 0) throw ConfigError("config: " + full + " must not be negative, got " + std::to_string(v));
+      out = T(v);
+    }
+  }
+
+ private:
+  const toml::table& root_;
+};
+
+void apply_override(toml::table& root, const std::string& assignment) {
+  const auto eq = assignment.find('=');
+  if (eq == std::string::npos || eq == 0)
+    throw ConfigError("--set '" + assignment + "': expected section.key=value, e.g. train.steps=100");
+  const std::string path = assignment.substr(0, eq), value = assignment.substr(eq + 1);
+  const auto dot = path.find('.');
+  if (dot == std::string::npos)
+    throw ConfigError("--set '" + assignment + "': the key must name its section, e.g. train." + path);
+  const std::string section = path.substr(0, dot), key = path.substr(dot + 1);
+  // A value is parsed as TOML (numbers, booleans, quoted strings); anything
+  // that does not parse is taken as a bare string (a path, a preset name).
+  toml::table parsed;
+  try {
+    parsed = toml::parse("v = " + value);
+  } catch (const toml::parse_error&) {
+    parsed.insert_or_assign("v", value);
+  }
+  if (!root.contains(section)) root.insert(section, toml::table{});
+  toml::table* t = root[section].as_table();
+  if (!t) throw ConfigError("--set '" + assignment + "': '" + section + "' is not a section");
+  t->insert_or_assign(key, *parsed["v"].node());
+}
+
+}  // namespace
+
+TrainConfig load_train_config(const std::string& path, const std::vector<std::string>& overrides) {
+  toml::table root;
+  if (!path.empty()) {
+    try {
+      root = toml::parse_file(path);
+    } catch (const toml::parse_error& e) {
+      std::ostringstream msg;
+      msg << path << ":" << e.source().begin.line << ":" << e.source().begin.column << ": " << e.description();
+      throw ConfigError(msg.str());
+    }
+  }
+  for (const std::string& o : overrides) apply_override(root, o);
+  check_known(root);
+
+  TrainConfig c;
+  Reader r(root);
+  r.get("model", "preset", c.preset);
+  if (!c.preset.empty()) c.model = models::GptConfig::preset(c.preset);
+  r.get("model", "vocab_size", c.model.vocab_size);
+  r.get("model", "n_layer", c.model.n_layer);
+  r.get("model", "n_embd", c.model.n_embd);
+  r.get("model", "n_head", c.model.n_head);
+  r.get("model", "block_size", c.model.block_size);
+  r.get("data", "dir", c.data_dir);
+  r.get("train", "batch", c.batch);
+  r.get("train", "seq", c.seq);
+  r.get("train", "grad_accum", c.grad_accum);
+  r.get("train", "steps", c.steps);
+  r.get("train", "lr", c.schedule.max_lr);
+  r.get("train", "min_lr_ratio", c.schedule.min_lr_ratio);
+  r.get("train", "warmup", c.schedule.warmup_steps);
+  std::string schedule = "cosine";
+  r.get("train", "schedule", schedule);
+  c.schedule.kind = optim::LrSchedule::parse(schedule);
+  r.get("train", "weight_decay", c.adamw.weight_decay);
+  r.get("train", "grad_clip", c.adamw.grad_clip);
+  r.get("train", "beta1", c.adamw.beta1);
+  r.get("train", "beta2", c.adamw.beta2);
+  r.get("train", "eps", c.adamw.eps);
+  r.get("train", "seed", c.seed);
+  r.get("train", "threads", c.threads);
+  r.get("train", "eval_every", c.eval_every);
+  r.get("train", "eval_batches", c.eval_batches);
+  r.get("train", "log_every", c.log_every);
+  r.get("checkpoint", "dir", c.out_dir);
+  r.get("checkpoint", "every", c.checkpoint_every);
+  r.get("checkpoint", "keep", c.keep_checkpoints);
+
+  c.model.validate();
+  auto positive = [](int64_t v, const char* key) {
+    if (v <= 0) throw ConfigError(std::string("config: ") + key + " must be positive, got " + std::to_string(v));
+  };
+  positive(c.batch, "train.batch");
+  positive(c.seq, "train.seq");
+  positive(c.grad_accum, "train.grad_accum");
+  positive(c.steps, "train.steps");
+  positive(c.log_every, "train.log_every");
+  if (c.seq > c.model.block_size)
+    throw ConfigError("config: train.seq (" + std::to_string(c.seq) + ") exceeds model.block_size (" +
+                      std::to_string(c.model.block_size) + ")");
+  if (!(c.schedule.max_lr > 0)) throw ConfigError("config: train.lr must be positive");
+  if (c.schedule.min_lr_ratio < 0 || c.schedule.min_lr_ratio > 1)
+    throw ConfigError("config: train.min_lr_ratio must be in [0, 1]");
+  c.adamw.lr = c.schedule.max_lr;
+  c.schedule.total_steps = c.steps;
+  return c;
+}
+
+std::string to_toml(const TrainConfig& c) {
+  std::ostringstream s;
+  const char* kinds[] = {"constant", "linear", "cosine"};
+  s << "[model]\n"
+    << "vocab_size = " << c.model.vocab_size << "\nn_layer = " << c.model.n_layer << "\nn_embd = " << c.model.n_embd
+    << "\nn_head = " << c.model.n_head << "\nblock_size = " << c.model.block_size << "\n\n[data]\ndir = \""
+    << c.data_dir << "\"\n\n[train]\nbatch = " << c.batch << "\nseq = " << c.seq << "\ngrad_accum = " << c.grad_accum
+    << "\nsteps = " << c.steps << "\nlr = " << c.schedule.max_lr << "\nmin_lr_ratio = " << c.schedule.min_lr_ratio
+    << "\nwarmup = " << c.schedule.warmup_steps << "\nschedule = \"" << kinds[int(c.schedule.kind)]
+    << "\"\nweight_decay = " << c.adamw.weight_decay << "\ngrad_clip = " << c.adamw.grad_clip
+    << "\nbeta1 = " << c.adamw.beta1 << "\nbeta2 = " << c.adamw.beta2 << "\neps = " << c.adamw.eps
+    << "\nseed = " << c.seed << "\nthreads = " << c.threads << "\neval_every = " << c.eval_every
+    << "\neval_batches = " << c.eval_batches << "\nlog_every = " << c.log_every << "\n\n[checkpoint]\ndir = \""
+    << c.out_dir << "\"\nevery = " << c.checkpoint_every << "\nkeep = " << c.keep_checkpoints << "\n";
+  return s.str();
+}
+
+}  // namespace brisk::train

@@ -1,0 +1,228 @@
+// The training loop (trainer.h). One optimizer step = grad_accum micro-steps
+// through the cached train program, a global grad-norm, an AdamW update with
+// the clip factor folded in. Everything that decides the numbers (weights,
+// moments, step, data position) is in the checkpoint, so a resumed run
+// produces the same losses bit for bit as one that never stopped.
+#include "brisk/train/trainer.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "brisk/core/error.h"
+#include "brisk/core/safetensors.h"
+#include "brisk/cpu/cpu_backend.h"
+#include "brisk/data/shards.h"
+#include "brisk/monitor/machine.h"
+#include "brisk/train/checkpoint.h"
+
+namespace brisk::train {
+
+namespace {
+
+std::atomic<int> g_stop_signal{0};
+extern "C" void on_stop_signal(int sig) { g_stop_signal = sig; }
+
+// Installs SIGINT/SIGTERM handlers for the life of a run, restores the old ones.
+struct SignalGuard {
+  struct sigaction old_int {}, old_term {};
+  SignalGuard() {
+    g_stop_signal = 0;
+    struct sigaction sa {};
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
+  }
+  ~SignalGuard() {
+    sigaction(SIGINT, &old_int, nullptr);
+    sigaction(SIGTERM, &old_term, nullptr);
+  }
+};
+
+std::string format_duration(double s) {
+  char buf[32];
+  if (s >= 3600) std::snprintf(buf, sizeof buf, "%dh%02dm", int(s / 3600), int(s / 60) % 60);
+  else if (s >= 60) std::snprintf(buf, sizeof buf, "%dm%02ds", int(s / 60), int(s) % 60);
+  else std::snprintf(buf, sizeof buf, "%.0fs", s);
+  return buf;
+}
+
+// A live bar on a terminal (one line redrawn with \r), plain lines otherwise.
+class Progress {
+ public:
+  Progress(bool enabled, int64_t total, int64_t log_every)
+      : enabled_(enabled), tty_(enabled && isatty(STDERR_FILENO)), total_(total), log_every_(log_every) {}
+
+  void step(const StepMetrics& m, double eta_s) {
+    if (!enabled_) return;
+    if (tty_) {
+      const int width = 24;
+      const int filled = int(double(width) * double(m.step) / double(total_));
+      std::string bar(size_t(filled), '#');
+      bar.append(size_t(width - filled), '.');
+      std::fprintf(stderr, "\r[%s] step %lld/%lld | loss %.4f | lr %.2e | %.0f tok/s | %.0f ms/step | MFU %.1f%% | ETA %s   ",
+                   bar.c_str(), (long long)m.step, (long long)total_, m.loss, m.lr, m.tokens_per_s, m.ms_per_step,
+                   100 * m.mfu, format_duration(eta_s).c_str());
+      std::fflush(stderr);
+    } else if (m.step % log_every_ == 0 || m.step == total_ || m.step == 1) {
+      std::fprintf(stderr, "step %lld/%lld | loss %.4f | lr %.2e | grad norm %.3f | %.0f tok/s | %.0f ms/step | MFU %.1f%% | ETA %s\n",
+                   (long long)m.step, (long long)total_, m.loss, m.lr, m.grad_norm, m.tokens_per_s, m.ms_per_step,
+                   100 * m.mfu, format_duration(eta_s).c_str());
+    }
+  }
+  void line(const std::string& s) {
+    if (!enabled_) return;
+    std::fprintf(stderr, "%s%s\n", tty_ ? "\r\033[K" : "", s.c_str());
+  }
+  void finish() {
+    if (enabled_ && tty_) std::fprintf(stderr, "\n");
+  }
+
+ private:
+  bool enabled_, tty_;
+  int64_t total_, log_every_;
+};
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+TrainResult train(const TrainConfig& cfg, const TrainOptions& options) {
+  namespace fs = std::filesystem;
+  const bool show = options.progress && !options.quiet;
+  cpu::CpuBackend backend(cfg.threads);
+  data::TokenDataset train_data(cfg.data_dir, "train");
+  data::TokenDataset val_data(cfg.data_dir, "val");
+  if (train_data.vocab_size() > cfg.model.vocab_size)
+    throw core::ConfigError("data '" + cfg.data_dir + "' has vocab " + std::to_string(train_data.vocab_size()) +
+                            " but model.vocab_size is " + std::to_string(cfg.model.vocab_size));
+
+  models::Gpt model(cfg.model, backend);
+  model.init_weights(cfg.seed);
+  optim::AdamW adamw(cfg.adamw, model.params(), backend);
+  data::WindowSampler sampler(train_data, cfg.batch, cfg.seq, cfg.seed);
+
+  TrainState state;
+  state.seed = cfg.seed;
+  state.tokenizer = train_data.tokenizer();
+  Progress progress(show, cfg.steps, cfg.log_every);
+  if (options.resume) {
+    const std::string ckpt = latest_checkpoint(cfg.out_dir);
+    if (ckpt.empty()) {
+      progress.line("resume: no checkpoint in " + cfg.out_dir + ", starting fresh");
+    } else {
+      read_checkpoint_config(ckpt, &state);
+      load_checkpoint(ckpt, model, &adamw);
+      sampler.set_position(state.data_position);
+      progress.line("resumed from " + ckpt + " at step " + std::to_string(state.step));
+    }
+  }
+
+  fs::create_directories(cfg.out_dir);
+  core::write_file_atomic((fs::path(cfg.out_dir) / "config.toml").string(), to_toml(cfg));
+  std::ofstream metrics_log(fs::path(cfg.out_dir) / "metrics.jsonl", std::ios::app);
+
+  const double peak = monitor::peak_fp32_gflops(backend.num_threads()) * 1e9;
+  const double flops_per_token = cfg.model.flops_per_token(cfg.seq);
+  const int64_t tokens_per_step = cfg.batch * cfg.seq * cfg.grad_accum;
+  if (show) {
+    std::fprintf(stderr,
+                 "brisk train: %lld params | %lld layers, %lld embd, %lld heads, vocab %lld | batch %lld x seq %lld x "
+                 "accum %lld | %d threads | peak %.0f GFLOP/s fp32\n",
+                 (long long)cfg.model.num_params(), (long long)cfg.model.n_layer, (long long)cfg.model.n_embd,
+                 (long long)cfg.model.n_head, (long long)cfg.model.vocab_size, (long long)cfg.batch,
+                 (long long)cfg.seq, (long long)cfg.grad_accum, backend.num_threads(), peak / 1e9);
+    const auto& rep = model.program(true, cfg.batch, cfg.seq).executor->plan().report;
+    core::MemoryReport full = rep;
+    full.optimizer_state = model.params().state_bytes();
+    std::fprintf(stderr, "%s", full.str().c_str());
+  }
+
+  std::vector<int32_t> x(size_t(cfg.batch * cfg.seq)), y(x.size());
+  auto evaluate = [&]() {
+    data::WindowSampler val_sampler(val_data, cfg.batch, cfg.seq, cfg.seed + 1);
+    double sum = 0;
+    for (int64_t i = 0; i < cfg.eval_batches; ++i) {
+      val_sampler.next(x.data(), y.data());
+      sum += model.eval_loss(x.data(), y.data(), cfg.batch, cfg.seq);
+    }
+    return sum / double(std::max<int64_t>(1, cfg.eval_batches));
+  };
+
+  SignalGuard signals;
+  TrainResult result;
+  std::vector<double> step_times;
+  const double run_start = monitor::now_seconds();
+  while (state.step < cfg.steps) {
+    const double t0 = monitor::now_seconds();
+    model.params().zero_grads();
+    double loss = 0;
+    for (int64_t micro = 0; micro < cfg.grad_accum; ++micro) {
+      sampler.next(x.data(), y.data());
+      loss += model.train_micro_step(x.data(), y.data(), cfg.batch, cfg.seq, 1.0 / double(cfg.grad_accum));
+    }
+    loss /= double(cfg.grad_accum);
+    const float lr = cfg.schedule.at(state.step);
+    const optim::StepStats st = adamw.step(lr);
+    ++state.step;
+    state.data_position = sampler.position();
+    const double dt = monitor::now_seconds() - t0;
+    step_times.push_back(dt);
+
+    StepMetrics m;
+    m.step = state.step;
+    m.loss = loss;
+    m.lr = lr;
+    m.grad_norm = st.grad_norm;
+    m.ms_per_step = dt * 1e3;
+    m.tokens_per_s = double(tokens_per_step) / dt;
+    m.mfu = m.tokens_per_s * flops_per_token / peak;
+    result.losses.push_back(loss);
+    if (result.losses.size() == 1) result.first_loss = loss;
+    result.last_loss = loss;
+
+    const double remaining = double(cfg.steps - state.step) * median(step_times);
+    progress.step(m, remaining);
+    nlohmann::json j = {{"step", m.step}, {"loss", m.loss}, {"lr", m.lr}, {"grad_norm", m.grad_norm},
+                        {"tokens_per_s", m.tokens_per_s}, {"ms_per_step", m.ms_per_step}, {"mfu", m.mfu},
+                        {"time_s", monitor::now_seconds() - run_start}};
+
+    if (cfg.eval_every > 0 && (state.step % cfg.eval_every == 0 || state.step == cfg.steps)) {
+      result.last_val_loss = evaluate();
+      j["val_loss"] = result.last_val_loss;
+      char buf[96];
+      std::snprintf(buf, sizeof buf, "step %lld: val loss %.4f", (long long)state.step, result.last_val_loss);
+      progress.line(buf);
+    }
+    metrics_log << j.dump() << "\n";
+    metrics_log.flush();
+
+    const bool stop = g_stop_signal != 0;
+    if (stop || state.step == cfg.steps || (cfg.checkpoint_every > 0 && state.step % cfg.checkpoint_every == 0)) {
+      result.last_checkpoint = save_checkpoint(cfg.out_dir, model, &adamw, state, cfg.keep_checkpoints);
+    }
+    if (stop) {
+      progress.line(std::string("stopped by ") + (g_stop_signal == SIGINT ? "SIGINT" : "SIGTERM") +
+                    ": checkpoint saved to " + result.last_checkpoint);
+      result.interrupted = true;
+      break;
+    }
+  }
+  progress.finish();
+  result.steps_done = state.step;
+  result.median_tokens_per_s = step_times.empty() ? 0 : double(tokens_per_step) / median(step_times);
+  return result;
+}
+
+}  // namespace brisk::train

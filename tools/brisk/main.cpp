@@ -1,0 +1,190 @@
+// The brisk command line: train, eval, generate and data preparation in one
+// binary. Every user-facing failure (bad config, missing data, a checkpoint of
+// another model size, a prompt the vocabulary cannot hold) ends with one line
+// naming the problem and exit code 2, never a crash.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+
+#include "brisk/core/error.h"
+#include "brisk/cpu/cpu_backend.h"
+#include "brisk/data/shards.h"
+#include "brisk/data/tokenizer.h"
+#include "brisk/models/generate.h"
+#include "brisk/monitor/machine.h"
+#include "brisk/train/checkpoint.h"
+#include "brisk/train/trainer.h"
+
+using namespace brisk;
+
+namespace {
+
+int cmd_train(const std::string& config_path, const std::vector<std::string>& sets, bool resume, bool no_progress) {
+  const train::TrainConfig cfg = train::load_train_config(config_path, sets);
+  train::TrainOptions opt;
+  opt.resume = resume;
+  opt.progress = !no_progress;
+  const double t0 = monitor::now_seconds();
+  const train::TrainResult r = train::train(cfg, opt);
+  const double dt = monitor::now_seconds() - t0;
+  std::printf("\n== training summary ==\n");
+  std::printf("steps          %lld%s\n", (long long)r.steps_done, r.interrupted ? " (interrupted)" : "");
+  if (!r.losses.empty()) std::printf("loss           %.4f -> %.4f (this run's first and last step)\n", r.first_loss, r.last_loss);
+  if (r.last_val_loss >= 0) std::printf("val loss       %.4f\n", r.last_val_loss);
+  std::printf("throughput     %.0f tokens/s (median step)\n", r.median_tokens_per_s);
+  std::printf("wall time      %.1f s, peak RSS %.0f MiB\n", dt, double(monitor::peak_rss_bytes()) / (1 << 20));
+  std::printf("checkpoint     %s\n", r.last_checkpoint.c_str());
+  std::printf("metrics        %s/metrics.jsonl\n", cfg.out_dir.c_str());
+  return 0;
+}
+
+struct LoadedModel {
+  std::unique_ptr<cpu::CpuBackend> backend;
+  std::unique_ptr<models::Gpt> model;
+  train::TrainState state;
+  std::string dir;
+};
+
+LoadedModel load_model(const std::string& checkpoint, int threads) {
+  LoadedModel m;
+  m.dir = train::latest_checkpoint(checkpoint);
+  if (m.dir.empty())
+    throw core::IoError(checkpoint + ": no checkpoint found (expected a step_* directory with state.json)");
+  const models::GptConfig cfg = train::read_checkpoint_config(m.dir, &m.state);
+  m.backend = std::make_unique<cpu::CpuBackend>(threads);
+  m.model = std::make_unique<models::Gpt>(cfg, *m.backend);
+  train::load_checkpoint(m.dir, *m.model, nullptr);
+  return m;
+}
+
+int cmd_generate(const std::string& checkpoint, const std::string& prompt, models::SampleOptions so,
+                 const std::string& vocab_dir, int threads) {
+  models::validate(so);
+  LoadedModel m = load_model(checkpoint, threads);
+  auto tok = data::make_tokenizer(m.state.tokenizer.empty() ? "bytes" : m.state.tokenizer, vocab_dir);
+  std::vector<int32_t> ids = tok->encode(prompt);
+  for (int32_t id : ids)
+    if (id >= m.model->config().vocab_size)
+      throw core::Error("the prompt encodes to token " + std::to_string(id) + ", outside this model's vocabulary of " +
+                        std::to_string(m.model->config().vocab_size));
+  std::fputs(prompt.c_str(), stdout);
+  std::fflush(stdout);
+  // Bytes can split a UTF-8 character across tokens: print as they complete.
+  std::vector<int32_t> pending;
+  const double t0 = monitor::now_seconds();
+  int64_t produced = 0;
+  models::generate(*m.model, ids, so, [&](int32_t id) {
+    ++produced;
+    pending.push_back(id);
+    const std::string text = tok->decode(pending);
+    const unsigned char last = text.empty() ? 0 : static_cast<unsigned char>(text.back());
+    if (last < 0x80 || pending.size() >= 4) {
+      std::fputs(text.c_str(), stdout);
+      std::fflush(stdout);
+      pending.clear();
+    }
+    return true;
+  });
+  if (!pending.empty()) std::fputs(tok->decode(pending).c_str(), stdout);
+  const double dt = monitor::now_seconds() - t0;
+  std::fprintf(stderr, "\n[%lld tokens in %.2f s: %.1f tokens/s, checkpoint %s]\n", (long long)produced, dt,
+               double(produced) / dt, m.dir.c_str());
+  std::printf("\n");
+  return 0;
+}
+
+int cmd_eval(const std::string& checkpoint, const std::string& data_dir, int64_t batches, int64_t batch, int64_t seq,
+             int threads) {
+  LoadedModel m = load_model(checkpoint, threads);
+  data::TokenDataset val(data_dir, "val");
+  if (seq <= 0) seq = m.model->config().block_size;
+  data::WindowSampler sampler(val, batch, seq, 1);
+  std::vector<int32_t> x(size_t(batch * seq)), y(x.size());
+  double sum = 0;
+  for (int64_t i = 0; i < batches; ++i) {
+    sampler.next(x.data(), y.data());
+    sum += m.model->eval_loss(x.data(), y.data(), batch, seq);
+  }
+  const double loss = sum / double(batches);
+  std::printf("val loss %.4f (perplexity %.2f) over %lld batches of %lld x %lld tokens\n", loss, std::exp(loss),
+              (long long)batches, (long long)batch, (long long)seq);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"brisk: train and run sequence models fast on CPUs and GPUs"};
+  app.require_subcommand(1);
+
+  // ---- train
+  auto* train_cmd = app.add_subcommand("train", "Train a GPT from a TOML config");
+  std::string config_path;
+  std::vector<std::string> sets;
+  bool resume = false, no_progress = false;
+  train_cmd->add_option("-c,--config", config_path, "TOML config (see configs/)")->check(CLI::ExistingFile);
+  train_cmd->add_option("--set", sets, "Override a key, e.g. --set train.steps=100 (repeatable)");
+  train_cmd->add_flag("--resume", resume, "Continue from the newest checkpoint in checkpoint.dir");
+  train_cmd->add_flag("--no-progress", no_progress, "Plain log lines instead of a live bar");
+
+  // ---- generate
+  auto* gen_cmd = app.add_subcommand("generate", "Sample text from a checkpoint");
+  std::string checkpoint, prompt, vocab_dir;
+  models::SampleOptions so;
+  int threads = 0;
+  gen_cmd->add_option("--checkpoint", checkpoint, "Checkpoint directory, or a run directory (newest is used)")->required();
+  gen_cmd->add_option("--prompt", prompt, "Text to continue")->required();
+  gen_cmd->add_option("--max-new", so.max_new_tokens, "Tokens to generate")->capture_default_str();
+  gen_cmd->add_option("--temperature", so.temperature, "0 = greedy")->capture_default_str();
+  gen_cmd->add_option("--top-k", so.top_k, "Keep the k most likely tokens (0 = all)")->capture_default_str();
+  gen_cmd->add_option("--top-p", so.top_p, "Nucleus sampling mass")->capture_default_str();
+  gen_cmd->add_option("--seed", so.seed, "Sampling seed")->capture_default_str();
+  gen_cmd->add_option("--vocab-dir", vocab_dir, "GPT-2 vocabulary directory (gpt2 models)");
+  gen_cmd->add_option("--threads", threads, "CPU threads (0 = all cores)");
+
+  // ---- eval
+  auto* eval_cmd = app.add_subcommand("eval", "Validation loss of a checkpoint");
+  std::string data_dir;
+  int64_t eval_batches = 20, eval_batch = 8, eval_seq = 0;
+  eval_cmd->add_option("--checkpoint", checkpoint, "Checkpoint or run directory")->required();
+  eval_cmd->add_option("--data", data_dir, "Dataset directory (from `brisk data prepare`)")->required();
+  eval_cmd->add_option("--batches", eval_batches, "Batches to average")->capture_default_str();
+  eval_cmd->add_option("--batch", eval_batch, "Batch size")->capture_default_str();
+  eval_cmd->add_option("--seq", eval_seq, "Sequence length (default: the model's block size)");
+  eval_cmd->add_option("--threads", threads, "CPU threads (0 = all cores)");
+
+  // ---- data
+  auto* data_cmd = app.add_subcommand("data", "Prepare datasets");
+  data_cmd->require_subcommand(1);
+  auto* prep_cmd = data_cmd->add_subcommand("prepare", "Tokenize text files into token shards");
+  data::PrepareOptions po;
+  prep_cmd->add_option("--input", po.inputs, "Files or directories")->required();
+  prep_cmd->add_option("--tokenizer", po.tokenizer, "bytes | gpt2")->check(CLI::IsMember({"bytes", "gpt2"}))->capture_default_str();
+  prep_cmd->add_option("--vocab-dir", po.vocab_dir, "GPT-2 vocabulary directory");
+  prep_cmd->add_option("--out", po.out_dir, "Output directory")->required();
+  prep_cmd->add_option("--val-fraction", po.val_fraction, "Share of tokens for validation")->capture_default_str();
+  prep_cmd->add_option("--threads", po.threads, "Tokenizer threads (0 = all cores)");
+
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (*train_cmd) return cmd_train(config_path, sets, resume, no_progress);
+    if (*gen_cmd) return cmd_generate(checkpoint, prompt, so, vocab_dir, threads);
+    if (*eval_cmd) return cmd_eval(checkpoint, data_dir, eval_batches, eval_batch, eval_seq, threads);
+    if (*prep_cmd) {
+      const data::PrepareSummary s = data::prepare_dataset(po);
+      std::printf("prepared %s: %lld files, %.1f MB, %lld train + %lld val tokens in %.1f s\n", po.out_dir.c_str(),
+                  (long long)s.files, double(s.bytes) / 1e6, (long long)s.train_tokens, (long long)s.val_tokens,
+                  s.seconds);
+      return 0;
+    }
+  } catch (const core::Error& e) {
+    std::fprintf(stderr, "\nbrisk: error: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "\nbrisk: internal error: %s\n", e.what());
+    return 3;
+  }
+  return 0;
+}
