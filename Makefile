@@ -1,17 +1,22 @@
 # Convenience wrapper around CMake for people who just want to build and test.
 #   make          install missing packages, configure, build
+#   make demo     ... fetch the KJV text, train a small byte-level GPT with live
+#                 progress for a few minutes, then generate text
 #   make test     ... and run the whole test suite
 #   make bench    ... and run the benchmarks (writes JSON under bench/results)
 BUILD ?= build/release
 JOBS  ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps configure build test bench clean
+.PHONY: all deps data configure build test bench demo clean
 
 all: build
 
 deps:
 	@bash scripts/install_deps.sh
+
+data: deps
+	@bash scripts/fetch_data.sh
 
 $(BUILD)/build.ninja: | deps
 	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS)
@@ -21,8 +26,16 @@ configure: $(BUILD)/build.ninja
 build: configure
 	cmake --build $(BUILD) -j $(JOBS)
 
-test: build
+test: build data
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+DEMO_PROMPT ?= And God said
+demo: configure data
+	cmake --build $(BUILD) -j $(JOBS) --target brisk
+	@test -f data/kjv-bytes/meta.json || $(BUILD)/brisk data prepare --input data/raw/kjv.txt --tokenizer bytes --out data/kjv-bytes
+	rm -rf runs/demo
+	$(BUILD)/brisk train --config configs/demo.toml
+	$(BUILD)/brisk generate --checkpoint runs/demo --prompt "$(DEMO_PROMPT)" --max-new 300 --temperature 0.8 --top-k 40
 
 bench: build
 	$(BUILD)/bench/bench_gemm --json bench/results/gemm.json
