@@ -1,6 +1,8 @@
 // Executor: everything that allocates happens in the constructor (executor.h).
 #include "brisk/core/executor.h"
 
+#include <chrono>
+
 #include "brisk/core/error.h"
 #include "brisk/core/param_store.h"
 
@@ -23,6 +25,7 @@ Executor::Executor(const Graph& g, Backend& backend) : graph_(g), backend_(backe
     Step s{};
     s.fn = backend_.kernel_for(n.op, kernel_dtype(g, n));
     s.params = &n.params;
+    s.op = n.op;
     s.in_begin = uint32_t(views_.size());
     s.in_count = uint32_t(n.inputs.size());
     for (ValueId v : n.inputs) {
@@ -80,7 +83,16 @@ void Executor::run() {
     call.workspace = s.workspace;
     call.workspace_bytes = s.workspace_bytes;
     call.ctx = &ctx_;
+    if (!profiling_) {
+      s.fn(call);
+      continue;
+    }
+    const auto t0 = std::chrono::steady_clock::now();
     s.fn(call);
+    backend_.synchronize();
+    OpTime& t = op_times_[size_t(s.op)];
+    t.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ++t.calls;
   }
 }
 

@@ -57,8 +57,8 @@ std::string format_duration(double s) {
 // A live bar on a terminal (one line redrawn with \r), plain lines otherwise.
 class Progress {
  public:
-  Progress(bool enabled, int64_t total, int64_t log_every)
-      : enabled_(enabled), tty_(enabled && isatty(STDERR_FILENO)), total_(total), log_every_(log_every) {}
+  Progress(bool enabled, bool live, int64_t total, int64_t log_every)
+      : enabled_(enabled), tty_(enabled && live && isatty(STDERR_FILENO)), total_(total), log_every_(log_every) {}
 
   void step(const StepMetrics& m, double eta_s) {
     if (!enabled_) return;
@@ -90,6 +90,27 @@ class Progress {
   int64_t total_, log_every_;
 };
 
+// Per-op share of the train step, largest first.
+std::string profile_table(const core::Executor& ex) {
+  std::vector<std::pair<double, int>> rows;
+  double total = 0;
+  for (int op = 0; op < core::kNumOps; ++op) {
+    const auto& t = ex.op_times()[size_t(op)];
+    if (t.calls == 0) continue;
+    rows.emplace_back(t.seconds, op);
+    total += t.seconds;
+  }
+  std::sort(rows.rbegin(), rows.rend());
+  std::string out = "op                       calls    seconds   share\n";
+  char buf[128];
+  for (const auto& [sec, op] : rows) {
+    std::snprintf(buf, sizeof buf, "%-24s %6lld %10.3f %6.1f%%\n", std::string(core::op_name(core::OpKind(op))).c_str(),
+                  (long long)ex.op_times()[size_t(op)].calls, sec, 100 * sec / std::max(total, 1e-12));
+    out += buf;
+  }
+  return out;
+}
+
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -100,7 +121,7 @@ double median(std::vector<double> v) {
 
 TrainResult train(const TrainConfig& cfg, const TrainOptions& options) {
   namespace fs = std::filesystem;
-  const bool show = options.progress && !options.quiet;
+  const bool show = !options.quiet;
   cpu::CpuBackend backend(cfg.threads);
   data::TokenDataset train_data(cfg.data_dir, "train");
   data::TokenDataset val_data(cfg.data_dir, "val");
@@ -116,7 +137,7 @@ TrainResult train(const TrainConfig& cfg, const TrainOptions& options) {
   TrainState state;
   state.seed = cfg.seed;
   state.tokenizer = train_data.tokenizer();
-  Progress progress(show, cfg.steps, cfg.log_every);
+  Progress progress(show, options.progress, cfg.steps, cfg.log_every);
   if (options.resume) {
     const std::string ckpt = latest_checkpoint(cfg.out_dir);
     if (ckpt.empty()) {
@@ -159,6 +180,9 @@ TrainResult train(const TrainConfig& cfg, const TrainOptions& options) {
     }
     return sum / double(std::max<int64_t>(1, cfg.eval_batches));
   };
+
+  core::Executor& train_exec = *model.program(true, cfg.batch, cfg.seq).executor;
+  train_exec.set_profiling(options.profile);
 
   SignalGuard signals;
   TrainResult result;
@@ -220,6 +244,7 @@ TrainResult train(const TrainConfig& cfg, const TrainOptions& options) {
     }
   }
   progress.finish();
+  if (options.profile) result.profile = profile_table(train_exec);
   result.steps_done = state.step;
   result.median_tokens_per_s = step_times.empty() ? 0 : double(tokens_per_step) / median(step_times);
   return result;

@@ -4,6 +4,7 @@
 // the steady state and the same sequence can be captured as a CUDA graph.
 #pragma once
 
+#include <array>
 #include <memory>
 #include <vector>
 
@@ -38,6 +39,16 @@ class Executor {
   const MemoryPlan& plan() const { return plan_; }
   Backend& backend() { return backend_; }
   void set_num_threads(int n) { ctx_.num_threads = n; }
+  // Per-op wall time, summed over runs while profiling is on (the per-op
+  // breakdown of `brisk bench` and of the trainer's --profile).
+  void set_profiling(bool on) { profiling_ = on; }
+  struct OpTime {
+    double seconds = 0;
+    int64_t calls = 0;
+  };
+  const std::array<OpTime, kNumOps>& op_times() const { return op_times_; }
+  void reset_op_times() { op_times_ = {}; }
+
   // The planned arena itself (tests look at which bytes kernels touched).
   void* arena_data() const { return arena_; }
   size_t arena_bytes() const { return plan_.report.arena; }
@@ -46,6 +57,7 @@ class Executor {
   struct Step {
     KernelFn fn;
     const OpParams* params;
+    OpKind op;
     uint32_t in_begin, in_count, out_begin, out_count;
     void* workspace;
     size_t workspace_bytes;
@@ -61,6 +73,8 @@ class Executor {
   // For each value: the slots in views_ that point at it (patched by bind()).
   std::vector<std::vector<uint32_t>> value_slots_;
   std::vector<bool> bound_;
+  bool profiling_ = false;
+  std::array<OpTime, kNumOps> op_times_{};
 };
 
 }  // namespace brisk::core

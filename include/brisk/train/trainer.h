@@ -23,12 +23,14 @@ struct TrainResult {
   int64_t steps_done = 0;
   std::string last_checkpoint;
   bool interrupted = false;
+  std::string profile;  // per-op time table when TrainOptions::profile
 };
 
 struct TrainOptions {
   bool resume = false;
-  bool progress = true;   // live bar on a terminal, log lines otherwise
+  bool progress = true;   // live bar on a terminal; false: plain log lines
   bool quiet = false;     // no output at all (tests)
+  bool profile = false;   // time every op of the train step, print a breakdown
 };
 
 TrainResult train(const TrainConfig& config, const TrainOptions& options);

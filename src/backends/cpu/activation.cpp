@@ -16,6 +16,7 @@
 #include "brisk/core/op.h"
 #include "cpu_util.h"
 #include "kernels.h"
+#include "vec_math.h"
 
 
 namespace brisk::cpu {
@@ -26,38 +27,14 @@ using core::KernelCall;
 constexpr float kSqrt2OverPi = 0.7978845608028654f;
 constexpr float kCubic = 0.044715f;
 
-// exp(x) for x in float range: x = n ln2 + r with |r| <= ln2/2, exp(r) by a
-// degree-7 polynomial (Cephes expf coefficients), then 2^n through the
-// exponent bits. The clamp keeps 2^n a normal float; results at the clamp
-// ends (1e-38, 2e38) are as good as 0 and inf for the formulas above.
-inline float exp_fast(float x) {
-  // Ternaries and builtins, not std::min, std::bit_cast or std::nearbyint:
-  // GCC does not inline functions compiled outside the pragma into this code.
-  x = x < -87.3f ? -87.3f : x;
-  x = x > 88.3f ? 88.3f : x;
-  // Round to nearest, not floor: it raises no inexact flag, so it stays vectorizable.
-  const float n = __builtin_nearbyintf(x * 1.44269504088896341f);
-  float r = x - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  const float er = p * r * r + r + 1.0f;
-  const float two_n = __builtin_bit_cast(float, (int32_t(n) + 127) << 23);
-  return er * two_n;
-}
-
 inline float gelu_one(float x) {
   const float u = kSqrt2OverPi * (x + kCubic * x * x * x);
-  return x / (1.0f + exp_fast(-2.0f * u));
+  return x / (1.0f + fast_exp_clamped(-2.0f * u));
 }
 
 inline float gelu_grad_one(float x, float dy) {
   const float u = kSqrt2OverPi * (x + kCubic * x * x * x);
-  const float e = exp_fast(-2.0f * u);
+  const float e = fast_exp_clamped(-2.0f * u);
   const float s = 1.0f / (1.0f + e);
   return dy * s * (1.0f + 2.0f * x * e * s * kSqrt2OverPi * (1.0f + 3.0f * kCubic * x * x));
 }

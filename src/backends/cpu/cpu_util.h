@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "brisk/core/backend.h"
 #include "brisk/core/dtype.h"
@@ -29,6 +30,15 @@ void parallel_for(int64_t n, int64_t grain, Fn&& fn) {
     const int64_t b = n * c / chunks, e = n * (c + 1) / chunks;
     fn(b, e);
   }
+}
+
+// Element access for kernels templated on float or bf16 storage (uint16_t).
+inline float widen(float v) { return v; }
+inline float widen(uint16_t h) { return core::bf16_to_f32(h); }
+template <class T>
+inline T narrow(float v) {
+  if constexpr (std::is_same_v<T, float>) return v;
+  else return core::f32_to_bf16(v);
 }
 
 inline void bf16_to_f32_row(const uint16_t* src, float* dst, int64_t n) {

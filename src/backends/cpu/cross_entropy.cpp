@@ -20,12 +20,6 @@ namespace {
 
 using core::KernelCall;
 
-inline float widen(float v) { return v; }
-inline float widen(uint16_t h) { return core::bf16_to_f32(h); }
-template <class T> inline T narrow(float v) {
-  if constexpr (std::is_same_v<T, float>) return v;
-  else return core::f32_to_bf16(v);
-}
 
 // Checks every target and returns how many are kept.
 int64_t check_targets(const char* op, const int32_t* t, int64_t n, int64_t v, int ignore) {

@@ -60,8 +60,6 @@ void grad_norm_kernel(const KernelCall& c) {
 }
 
 // ---- adamw ---------------------------------------------------------------------------
-inline float widen(float g) { return g; }
-inline float widen(uint16_t g) { return core::bf16_to_f32(g); }
 
 // G: storage type of the gradient (float or bf16 bits). Reads the inputs and
 // writes the outputs, which are the same memory when the op runs in place.

@@ -37,10 +37,6 @@ AxisSplit split_at(const core::Shape& s, int axis) {
   return a;
 }
 
-inline float widen(float v) { return v; }
-inline float widen(uint16_t v) { return core::bf16_to_f32(v); }  // bf16 bits
-inline void narrow(float v, float* dst) { *dst = v; }
-inline void narrow(float v, uint16_t* dst) { *dst = core::f32_to_bf16(v); }
 
 template <class T>
 double row_sum(const T* x, int64_t n) {
@@ -70,11 +66,11 @@ void reduce_kernel(const KernelCall& c) {
 
   if (a.inner == 1) {
     if (a.outer == 1) {
-      narrow(float(long_row_sum(x, a.n) * inv), y);
+      *y = narrow<T>(float(long_row_sum(x, a.n) * inv));
       return;
     }
     parallel_for(a.outer, std::max<int64_t>(1, kParallelGrain / a.n), [&](int64_t lo, int64_t hi) {
-      for (int64_t o = lo; o < hi; ++o) narrow(float(row_sum(x + o * a.n, a.n) * inv), y + o);
+      for (int64_t o = lo; o < hi; ++o) y[o] = narrow<T>(float(row_sum(x + o * a.n, a.n) * inv));
     });
     return;
   }
@@ -94,7 +90,7 @@ void reduce_kernel(const KernelCall& c) {
         for (int64_t i = 0; i < len; ++i) acc[i] += double(widen(row[i]));
       }
       T* out = y + o * a.inner + i0;
-      for (int64_t i = 0; i < len; ++i) narrow(float(acc[i] * inv), out + i);
+      for (int64_t i = 0; i < len; ++i) out[i] = narrow<T>(float(acc[i] * inv));
     }
   });
 }

@@ -13,12 +13,6 @@ namespace {
 
 using core::KernelCall;
 
-inline float widen(float v) { return v; }
-inline float widen(uint16_t h) { return core::bf16_to_f32(h); }
-template <class T> inline T narrow(float v) {
-  if constexpr (std::is_same_v<T, float>) return v;
-  else return core::f32_to_bf16(v);
-}
 
 template <class T>
 float row_max(const T* x, int64_t n) {

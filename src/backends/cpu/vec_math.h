@@ -14,9 +14,10 @@
 
 namespace brisk::cpu {
 
-inline float fast_exp(float x) {
-  // kHi keeps 2^n finite; above it the result is +inf (the true exp
-  // overflows only at 88.72; softmax inputs are <= 0 after the max shift).
+// exp on [-87.3, 88], the input clamped into that range first: the ends give
+// ~1e-38 and ~1.6e38 rather than 0 and inf, which keeps formulas such as
+// GELU's x * e / (1 + e) finite without extra selects.
+inline float fast_exp_clamped(float x) {
   constexpr float kHi = 88.f, kLo = -87.3365447504019f;
   const float xc = std::min(std::max(x, kLo), kHi);
   // Round to nearest by the 1.5 * 2^23 trick: branch-free and vectorisable.
@@ -29,8 +30,13 @@ inline float fast_exp(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   const float y = p * r * r + r + 1.f;
-  const float scale = std::bit_cast<float>((int32_t(n) + 127) << 23);
-  float e = y * scale;
+  return y * std::bit_cast<float>((int32_t(n) + 127) << 23);
+}
+
+// exp with IEEE ends: 0 below the range, +inf above, NaN stays NaN.
+inline float fast_exp(float x) {
+  constexpr float kHi = 88.f, kLo = -87.3365447504019f;
+  float e = fast_exp_clamped(x);
   // Separate selects: a chain of ?: keeps GCC from if-converting the loop.
   e = x < kLo ? 0.f : e;
   e = x > kHi ? std::numeric_limits<float>::infinity() : e;

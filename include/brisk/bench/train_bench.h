@@ -1,0 +1,43 @@
+// The training benchmark: brisk and its PyTorch peer train the same GPT on the
+// same data, one after the other in the same run, and one table compares them
+// (WORKLOADS.md: "every performance claim names a workload, a peer measured in
+// the same run, and the ratio").
+//
+// Each side runs in its own process so that its peak resident memory is its
+// own: the brisk side is this executable started again with a worker flag
+// (run_train_worker), the peer is bench/torch_peer.py under Debian's Python.
+// Both print one JSON line on stdout; run_train_bench collects them, prints
+// the table and writes the JSON report.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace brisk::bench {
+
+struct TrainBenchOptions {
+  std::string workload = "W2";  // W1 (gpt2-tiny) or W2 (char-small)
+  int steps = 20;               // timed steps; the median is reported
+  int warmup = 3;               // untimed steps before them
+  int threads = 2;
+  int64_t batch = 8;            // WORKLOADS.md: micro-batch 8, seq = block size
+  uint64_t seed = 1337;         // weights and data windows
+  std::string data_dir;         // default: data/kjv-gpt2 (W1), data/kjv-bytes (W2)
+  std::string json_path;        // default: bench/results/train_<workload>.json
+  bool peer = true;             // run the PyTorch peer
+  bool peer_bf16 = false;       // also the peer under torch.autocast bf16
+  bool fix_blas = false;        // let the peer switch the system BLAS to OpenBLAS
+  std::string python = "/usr/bin/python3";  // Debian's, which has python3-torch
+  std::string peer_script;      // default: bench/torch_peer.py of this checkout
+};
+
+// The whole benchmark; returns the process exit code (0, or 1 when a side
+// failed or the loss did not fall). Throws core::Error for user errors such as
+// missing data, with the commands that fix them.
+int run_train_bench(const TrainBenchOptions& options);
+
+// The brisk side alone, in this process: prints one JSON line on stdout,
+// progress on stderr. Returns the exit code.
+int run_train_worker(const TrainBenchOptions& options);
+
+}  // namespace brisk::bench
