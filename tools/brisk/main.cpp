@@ -21,11 +21,13 @@ using namespace brisk;
 
 namespace {
 
-int cmd_train(const std::string& config_path, const std::vector<std::string>& sets, bool resume, bool no_progress) {
+int cmd_train(const std::string& config_path, const std::vector<std::string>& sets, bool resume, bool no_progress,
+              bool profile) {
   const train::TrainConfig cfg = train::load_train_config(config_path, sets);
   train::TrainOptions opt;
   opt.resume = resume;
   opt.progress = !no_progress;
+  opt.profile = profile;
   const double t0 = monitor::now_seconds();
   const train::TrainResult r = train::train(cfg, opt);
   const double dt = monitor::now_seconds() - t0;
@@ -37,6 +39,7 @@ int cmd_train(const std::string& config_path, const std::vector<std::string>& se
   std::printf("wall time      %.1f s, peak RSS %.0f MiB\n", dt, double(monitor::peak_rss_bytes()) / (1 << 20));
   std::printf("checkpoint     %s\n", r.last_checkpoint.c_str());
   std::printf("metrics        %s/metrics.jsonl\n", cfg.out_dir.c_str());
+  if (profile) std::printf("\n== time per op (train step) ==\n%s", r.profile.c_str());
   return 0;
 }
 
@@ -123,11 +126,12 @@ int main(int argc, char** argv) {
   auto* train_cmd = app.add_subcommand("train", "Train a GPT from a TOML config");
   std::string config_path;
   std::vector<std::string> sets;
-  bool resume = false, no_progress = false;
+  bool resume = false, no_progress = false, profile = false;
   train_cmd->add_option("-c,--config", config_path, "TOML config (see configs/)")->check(CLI::ExistingFile);
   train_cmd->add_option("--set", sets, "Override a key, e.g. --set train.steps=100 (repeatable)");
   train_cmd->add_flag("--resume", resume, "Continue from the newest checkpoint in checkpoint.dir");
   train_cmd->add_flag("--no-progress", no_progress, "Plain log lines instead of a live bar");
+  train_cmd->add_flag("--profile", profile, "Time every op and print where the step goes");
 
   // ---- generate
   auto* gen_cmd = app.add_subcommand("generate", "Sample text from a checkpoint");
@@ -169,7 +173,7 @@ int main(int argc, char** argv) {
 
   CLI11_PARSE(app, argc, argv);
   try {
-    if (*train_cmd) return cmd_train(config_path, sets, resume, no_progress);
+    if (*train_cmd) return cmd_train(config_path, sets, resume, no_progress, profile);
     if (*gen_cmd) return cmd_generate(checkpoint, prompt, so, vocab_dir, threads);
     if (*eval_cmd) return cmd_eval(checkpoint, data_dir, eval_batches, eval_batch, eval_seq, threads);
     if (*prep_cmd) {
