@@ -8,6 +8,7 @@ packages=(
   libopenblas-dev libopenblas0-openmp libomp-dev
   libdnnl-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  python3-torch python3-numpy  # tests/models/gpt_torch_check.py (run with /usr/bin/python3)
   nlohmann-json3-dev libcli11-dev libfmt-dev libpcre2-dev libxxhash-dev libtomlplusplus-dev
 )
 

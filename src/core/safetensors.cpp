@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -46,6 +47,7 @@ void write_file_atomic(const std::string& path, const std::string& bytes) {
   size_t done = 0;
   while (done < bytes.size()) {
     const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;  // a signal (e.g. the stop request) interrupted it
     if (n < 0) {
       const std::string why = std::strerror(errno);
       ::close(fd);

@@ -36,6 +36,9 @@ struct SignalGuard {
     g_stop_signal = 0;
     struct sigaction sa {};
     sa.sa_handler = on_stop_signal;
+    // Restart interrupted system calls: a signal landing in a write to a pipe
+    // (the log) or a file must not turn a clean stop into a failed write.
+    sa.sa_flags = SA_RESTART;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, &old_int);
     sigaction(SIGTERM, &sa, &old_term);
@@ -111,6 +114,23 @@ std::string profile_table(const core::Executor& ex) {
   return out;
 }
 
+// metrics.jsonl describes the steps the weights in this directory went
+// through: a resumed run drops the rows logged after its checkpoint (a crash
+// or a stop between checkpoints would otherwise leave those steps twice), a
+// fresh run starts the file anew.
+void trim_metrics(const std::string& path, int64_t last_step) {
+  if (!std::filesystem::exists(path)) return;
+  std::ifstream in(path);
+  std::string kept, line;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_object() && j.contains("step") && j["step"].is_number_integer() && j["step"].get<int64_t>() <= last_step)
+      kept += line + "\n";
+  }
+  core::write_file_atomic(path, kept);
+}
+
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -152,7 +172,9 @@ TrainResult train(const TrainConfig& cfg, const TrainOptions& options) {
 
   fs::create_directories(cfg.out_dir);
   core::write_file_atomic((fs::path(cfg.out_dir) / "config.toml").string(), to_toml(cfg));
-  std::ofstream metrics_log(fs::path(cfg.out_dir) / "metrics.jsonl", std::ios::app);
+  const std::string metrics_path = (fs::path(cfg.out_dir) / "metrics.jsonl").string();
+  trim_metrics(metrics_path, state.step);
+  std::ofstream metrics_log(metrics_path, std::ios::app);
 
   const double peak = monitor::peak_fp32_gflops(backend.num_threads()) * 1e9;
   const double flops_per_token = cfg.model.flops_per_token(cfg.seq);

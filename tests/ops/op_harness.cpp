@@ -295,6 +295,8 @@ int main(int argc, char** argv) {
     const auto k = core::OpKind(i);
     const std::string name(core::op_name(k));
     for (bool grad : {false, true}) {
+      // Backward and update ops have no gradient to check: no test, rather than a skip.
+      if (grad && core::op_def(k).backward == nullptr) continue;
       testing::RegisterTest(grad ? "OpGradient" : "OpForward", name.c_str(), nullptr, nullptr, __FILE__, __LINE__,
                             [k, grad]() -> testing::Test* { return new OpTest(k, grad); });
     }

@@ -1,0 +1,234 @@
+// Bad inputs end with a clear error, never a crash: through the CLI, exit
+// code 2 and a message that names the problem (the file, the key, the value);
+// through the API, a typed core::Error with the same kind of message. Each
+// case is one thing a user gets wrong: a missing or garbled config, an
+// unknown or mistyped key, an impossible shape, broken data, a checkpoint of
+// another model size, a prompt or sampling option the model cannot take.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "brisk/core/error.h"
+#include "brisk/cpu/cpu_backend.h"
+#include "brisk/models/generate.h"
+#include "brisk/train/checkpoint.h"
+#include "brisk/train/trainer.h"
+#include "integration_util.h"
+
+using namespace brisk;
+using namespace brisk::itest;
+
+namespace {
+
+// The CLI's answer to one bad input: exit 2, no signal, one error line that
+// contains every expected fragment.
+void expect_clear_error(const CliResult& r, const std::vector<std::string>& fragments) {
+  EXPECT_FALSE(r.timed_out);
+  EXPECT_EQ(r.signal, 0) << "killed by signal " << r.signal << "\n" << r.err;
+  EXPECT_EQ(r.exit_code, 2) << "stdout:\n" << r.out << "\nstderr:\n" << r.err;
+  for (const auto& f : fragments) EXPECT_NE(r.err.find(f), std::string::npos) << "'" << f << "' not in:\n" << r.err;
+}
+
+class BadInputs : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string err;
+    data_ = prepare_tiny_dataset(tmp_.path() / "corpus", &err);
+    ASSERT_FALSE(data_.empty()) << "brisk data prepare failed:\n" << err;
+  }
+
+  // A valid tiny config, edited by the test.
+  std::string good_config() const { return tiny_config_toml(data_, tmp_.file("run"), 2, 2, "cosine", 1); }
+
+  CliResult train_with(const std::string& toml, std::vector<std::string> extra = {}) {
+    const std::string path = tmp_.file("bad.toml");
+    write_text(path, toml);
+    std::vector<std::string> args = {"train", "--config", path, "--no-progress"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return run_cli(args);
+  }
+
+  // Replaces the first occurrence of `from` in the good config.
+  std::string edited(const std::string& from, const std::string& to) const {
+    std::string s = good_config();
+    const auto at = s.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    if (at != std::string::npos) s.replace(at, from.size(), to);
+    return s;
+  }
+
+  // A copy of the dataset to break.
+  std::string copy_data(const std::string& name) const {
+    const fs::path dst = tmp_.path() / name;
+    fs::copy(data_, dst, fs::copy_options::recursive);
+    return dst.string();
+  }
+
+  TempDir tmp_;
+  std::string data_;
+};
+
+// ---------------------------------------------------------------- config --
+
+TEST_F(BadInputs, MissingConfigFile) {
+  const std::string missing = tmp_.file("nope.toml");
+  expect_clear_error(run_cli({"train", "--config", missing}), {"nope.toml"});
+}
+
+TEST_F(BadInputs, GarbledTomlNamesFileAndLine) {
+  std::string s = good_config();
+  s.insert(s.find("[train]"), "this is = = not toml\n");
+  // The inserted line's number, 1-based.
+  const int line = int(std::count(s.begin(), s.begin() + std::ptrdiff_t(s.find("this is")), '\n')) + 1;
+  expect_clear_error(train_with(s), {tmp_.file("bad.toml") + ":" + std::to_string(line) + ":"});
+}
+
+TEST_F(BadInputs, UnknownKeyIsNamed) {
+  expect_clear_error(train_with(edited("batch = 4", "batch = 4\nbtach = 4")), {"train.btach", "unknown key"});
+  expect_clear_error(train_with(good_config() + "\n[optimiser]\nlr = 1\n"), {"optimiser"});
+  expect_clear_error(train_with(good_config(), {"--set", "train.stpes=3"}), {"train.stpes"});
+}
+
+TEST_F(BadInputs, WrongTypeIsNamed) {
+  expect_clear_error(train_with(edited("steps = 2", "steps = \"ten\"")), {"train.steps", "integer"});
+  expect_clear_error(train_with(good_config(), {"--set", "train.steps=ten"}), {"train.steps", "integer"});
+  expect_clear_error(train_with(edited("lr = 3e-3", "lr = \"fast\"")), {"train.lr", "number"});
+  expect_clear_error(train_with(edited("steps = 2", "steps = -3")), {"train.steps", "-3"});
+}
+
+TEST_F(BadInputs, SeqLongerThanBlockSize) {
+  expect_clear_error(train_with(edited("seq = 32", "seq = 64")), {"train.seq", "64", "block_size", "32"});
+}
+
+TEST_F(BadInputs, ImpossibleModelShape) {
+  expect_clear_error(train_with(edited("n_head = 2", "n_head = 3")), {"n_head"});
+  expect_clear_error(train_with(edited("schedule = \"cosine\"", "schedule = \"wavy\"")), {"wavy"});
+}
+
+// ------------------------------------------------------------------ data --
+
+TEST_F(BadInputs, DataDirWithoutMeta) {
+  const std::string d = copy_data("nometa");
+  fs::remove(fs::path(d) / "meta.json");
+  std::string s = good_config();
+  s.replace(s.find(data_), data_.size(), d);
+  expect_clear_error(train_with(s), {d, "meta.json"});
+  // And a data dir that does not exist at all.
+  std::string s2 = good_config();
+  s2.replace(s2.find(data_), data_.size(), tmp_.file("no_such_data"));
+  expect_clear_error(train_with(s2), {"no_such_data"});
+}
+
+TEST_F(BadInputs, TruncatedShard) {
+  const std::string d = copy_data("truncated");
+  const fs::path shard = fs::path(d) / "train_0000.bin";
+  ASSERT_TRUE(fs::exists(shard));
+  fs::resize_file(shard, fs::file_size(shard) - 100);
+  std::string s = good_config();
+  s.replace(s.find(data_), data_.size(), d);
+  expect_clear_error(train_with(s), {"train_0000.bin"});
+  // Cut inside the header.
+  fs::resize_file(shard, 20);
+  expect_clear_error(train_with(s), {"train_0000.bin", "truncated"});
+}
+
+TEST_F(BadInputs, ForeignFileRenamedToShard) {
+  const std::string d = copy_data("foreign");
+  const fs::path shard = fs::path(d) / "train_0000.bin";
+  write_text(shard.string(), std::string(4096, 'x'));  // long enough to hold a header
+  std::string s = good_config();
+  s.replace(s.find(data_), data_.size(), d);
+  expect_clear_error(train_with(s), {"train_0000.bin"});
+}
+
+// -------------------------------------------------------------- generate --
+
+class BadGenerate : public BadInputs {
+ protected:
+  void SetUp() override {
+    BadInputs::SetUp();
+    if (HasFatalFailure()) return;
+    train::TrainOptions o;
+    o.quiet = true;
+    const std::string path = tmp_.file("gen.toml");
+    write_text(path, good_config());
+    ckpt_ = train::train(train::load_train_config(path, {}), o).last_checkpoint;
+    ASSERT_FALSE(ckpt_.empty());
+  }
+  std::string ckpt_;
+};
+
+TEST_F(BadGenerate, CheckpointOfAnotherModelSizeNamesBothSizes) {
+  cpu::CpuBackend backend(1);
+  models::GptConfig other = train::read_checkpoint_config(ckpt_);
+  ASSERT_EQ(other.n_embd, 32);
+  other.n_embd = 48;
+  other.n_layer = 3;
+  models::Gpt model(other, backend);
+  try {
+    train::load_checkpoint(ckpt_, model, nullptr);
+    FAIL() << "loaded a 2x32 checkpoint into a 3x48 model";
+  } catch (const core::ConfigError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("n_embd 32"), std::string::npos) << m;
+    EXPECT_NE(m.find("n_embd 48"), std::string::npos) << m;
+    EXPECT_NE(m.find("n_layer 2"), std::string::npos) << m;
+    EXPECT_NE(m.find("n_layer 3"), std::string::npos) << m;
+  }
+}
+
+TEST_F(BadGenerate, PromptIdsOutsideVocab) {
+  cpu::CpuBackend backend(1);
+  models::Gpt model(train::read_checkpoint_config(ckpt_), backend);
+  train::load_checkpoint(ckpt_, model, nullptr);
+  models::SampleOptions so;
+  so.max_new_tokens = 2;
+  for (int32_t bad : {256, 1000, -1}) {
+    try {
+      models::generate(model, {10, 20, bad}, so);
+      FAIL() << "accepted token " << bad;
+    } catch (const core::Error& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find(std::to_string(bad)), std::string::npos) << m;
+      EXPECT_NE(m.find("256"), std::string::npos) << m;
+    }
+  }
+}
+
+TEST_F(BadGenerate, BadSamplingOptions) {
+  auto gen = [&](const std::string& flag, const std::string& value) {
+    return run_cli({"generate", "--checkpoint", ckpt_, "--prompt", "the", "--max-new", "3", flag, value});
+  };
+  expect_clear_error(gen("--top-p", "0"), {"--top-p"});
+  expect_clear_error(gen("--top-p", "1.5"), {"--top-p"});
+  expect_clear_error(gen("--temperature", "-1"), {"--temperature"});
+  expect_clear_error(gen("--max-new", "-5"), {"--max-new"});
+  expect_clear_error(gen("--top-k", "many"), {"--top-k"});
+}
+
+TEST_F(BadGenerate, NonexistentCheckpointDir) {
+  const std::string missing = tmp_.file("no_such_run");
+  expect_clear_error(run_cli({"generate", "--checkpoint", missing, "--prompt", "hi"}), {missing});
+  expect_clear_error(run_cli({"eval", "--checkpoint", missing, "--data", data_}), {missing});
+}
+
+TEST_F(BadGenerate, CorruptCheckpointFiles) {
+  const fs::path bad = tmp_.path() / "corrupt" / "step_0000002";
+  fs::create_directories(bad.parent_path());
+  fs::copy(ckpt_, bad, fs::copy_options::recursive);
+  write_text((bad / "model.safetensors").string(), "not a safetensors file");
+  expect_clear_error(run_cli({"generate", "--checkpoint", bad.string(), "--prompt", "hi", "--max-new", "2"}),
+                     {"model.safetensors"});
+  write_text((bad / "state.json").string(), "{ \"step\": ");
+  expect_clear_error(run_cli({"generate", "--checkpoint", bad.string(), "--prompt", "hi", "--max-new", "2"}),
+                     {"state.json"});
+}
+
+// A resume whose checkpoint is of another model size says so instead of
+// loading garbage or crashing.
+TEST_F(BadGenerate, ResumeIntoAnotherModelSize) {
+  expect_clear_error(train_with(edited("n_embd = 32", "n_embd = 48"), {"--resume"}), {"n_embd 32", "n_embd 48"});
+}
+
+}  // namespace

@@ -1,0 +1,177 @@
+// Checkpoints: save then load into a fresh model gives the same weights bit
+// for bit and the same logits; the file really is in HF GPT-2 layout (Conv1D
+// weights (in, out)); AdamW moments and the step count survive; a checkpoint
+// of another model size and a truncated model.safetensors are rejected with
+// errors that name the sizes and the file. (PyTorch reading the same files is
+// checked by gpt_torch_check.py.)
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <vector>
+
+#include "brisk/core/error.h"
+#include "brisk/core/safetensors.h"
+#include "brisk/cpu/cpu_backend.h"
+#include "brisk/models/gpt.h"
+#include "brisk/optim/optimizer.h"
+#include "brisk/train/checkpoint.h"
+
+using namespace brisk;
+namespace fs = std::filesystem;
+
+namespace {
+
+cpu::CpuBackend& backend() {
+  static cpu::CpuBackend b(2);
+  return b;
+}
+
+// Odd sizes on purpose: a transpose bug cannot hide behind square matrices.
+const models::GptConfig kConfig{61, 2, 24, 3, 20};
+constexpr int64_t kB = 2, kT = 7;
+
+// A fresh directory per test, removed afterwards.
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    path = fs::temp_directory_path() /
+           ("brisk_ckpt_" + std::to_string(::getpid()) + "_" + info->test_suite_name() + "_" + info->name());
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+};
+
+std::vector<int32_t> ids(int64_t n, int64_t vocab, int32_t mul) {
+  std::vector<int32_t> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[size_t(i)] = int32_t((i * mul + 5) % vocab);
+  return v;
+}
+
+std::vector<float> logits_of(models::Gpt& m, const std::vector<int32_t>& x) {
+  const float* p = m.logits(x.data(), kB, kT);
+  return std::vector<float>(p, p + kB * kT * m.config().vocab_size);
+}
+
+void expect_same_weights(const models::Gpt& a, const models::Gpt& b) {
+  ASSERT_EQ(a.params().entries().size(), b.params().entries().size());
+  for (const auto& [name, e] : a.params().entries()) {
+    const auto& f = b.params().at(name);
+    ASSERT_TRUE(e.value.meta() == f.value.meta()) << name;
+    EXPECT_EQ(std::memcmp(e.value.data(), f.value.data(), e.value.bytes()), 0) << name << " differs after the round trip";
+  }
+}
+
+TEST(Checkpoint, RoundTripGivesIdenticalWeightsAndLogits) {
+  TempDir dir;
+  models::Gpt a(kConfig, backend());
+  a.init_weights(7);
+  train::TrainState st;
+  st.step = 3;
+  st.tokenizer = "bytes";
+  const std::string ckpt = train::save_checkpoint(dir.path.string(), a, nullptr, st, 2);
+  EXPECT_EQ(train::latest_checkpoint(dir.path.string()), ckpt);
+
+  models::Gpt b(kConfig, backend());
+  b.init_weights(8);  // different weights, so the load must overwrite them all
+  train::load_checkpoint(ckpt, b, nullptr);
+  expect_same_weights(a, b);
+
+  const auto x = ids(kB * kT, kConfig.vocab_size, 13);
+  const auto la = logits_of(a, x), lb = logits_of(b, x);
+  ASSERT_EQ(la.size(), lb.size());
+  EXPECT_EQ(std::memcmp(la.data(), lb.data(), la.size() * sizeof(float)), 0) << "logits differ after the round trip";
+}
+
+TEST(Checkpoint, FileUsesHuggingFaceConv1dLayout) {
+  TempDir dir;
+  models::Gpt a(kConfig, backend());
+  a.init_weights(7);
+  const std::string ckpt = train::save_checkpoint(dir.path.string(), a, nullptr, {}, 1);
+  auto file = core::load_safetensors((fs::path(ckpt) / "model.safetensors").string());
+  const int64_t C = kConfig.n_embd;
+  // brisk holds c_attn (3C, C) like nn.Linear; HF's Conv1D holds (C, 3C).
+  const core::Tensor& w = file.tensors.at("h.1.attn.c_attn.weight");
+  ASSERT_EQ(w.shape(), (core::Shape{C, 3 * C}));
+  const core::Tensor& mine = a.params().at("h.1.attn.c_attn.weight").value;
+  for (int64_t o = 0; o < 3 * C; o += 5)
+    for (int64_t i = 0; i < C; i += 3)
+      ASSERT_EQ(w.data_as<float>()[i * 3 * C + o], mine.data_as<float>()[o * C + i]) << "(" << o << ", " << i << ")";
+  EXPECT_EQ(file.tensors.at("h.0.mlp.c_fc.weight").shape(), (core::Shape{C, 4 * C}));
+  EXPECT_EQ(file.tensors.at("h.0.mlp.c_proj.weight").shape(), (core::Shape{4 * C, C}));
+  EXPECT_EQ(file.tensors.at("wte.weight").shape(), (core::Shape{kConfig.vocab_size, C}));  // not transposed
+  EXPECT_EQ(file.metadata.at("format"), "pt");
+}
+
+TEST(Checkpoint, OptimizerMomentsAndStepSurvive) {
+  TempDir dir;
+  models::Gpt a(kConfig, backend());
+  a.init_weights(7);
+  optim::AdamW oa({}, a.params(), backend());
+  const auto x = ids(kB * kT, kConfig.vocab_size, 13), y = ids(kB * kT, kConfig.vocab_size, 29);
+  for (int s = 0; s < 2; ++s) {
+    a.params().zero_grads();
+    a.train_micro_step(x.data(), y.data(), kB, kT);
+    oa.step(6e-4f);
+  }
+  train::TrainState st;
+  st.step = 2;
+  const std::string ckpt = train::save_checkpoint(dir.path.string(), a, &oa, st, 1);
+
+  models::Gpt b(kConfig, backend());
+  optim::AdamW ob({}, b.params(), backend());
+  train::load_checkpoint(ckpt, b, &ob);
+  expect_same_weights(a, b);
+  EXPECT_EQ(ob.steps_taken(), 2);
+  for (const auto& [name, e] : a.params().entries())
+    for (size_t k = 0; k < 2; ++k)
+      EXPECT_EQ(std::memcmp(e.state[k].data(), b.params().at(name).state[k].data(), e.state[k].bytes()), 0)
+          << name << (k == 0 ? " exp_avg" : " exp_avg_sq");
+}
+
+TEST(Checkpoint, AnotherModelSizeIsRejectedNamingBothSizes) {
+  TempDir dir;
+  models::Gpt a(kConfig, backend());
+  a.init_weights(7);
+  const std::string ckpt = train::save_checkpoint(dir.path.string(), a, nullptr, {}, 1);
+
+  models::GptConfig other = kConfig;
+  other.n_embd = 36;
+  models::Gpt b(other, backend());
+  try {
+    train::load_checkpoint(ckpt, b, nullptr);
+    FAIL() << "loading a checkpoint of another size did not throw";
+  } catch (const core::ConfigError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("n_embd 24"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("n_embd 36"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(ckpt), std::string::npos) << msg;
+  }
+}
+
+TEST(Checkpoint, TruncatedWeightsFileIsAnIoErrorNamingTheFile) {
+  TempDir dir;
+  models::Gpt a(kConfig, backend());
+  a.init_weights(7);
+  const std::string ckpt = train::save_checkpoint(dir.path.string(), a, nullptr, {}, 1);
+  const fs::path weights = fs::path(ckpt) / "model.safetensors";
+  const auto full = fs::file_size(weights);
+  // Cut inside the tensor data, then inside the 8-byte header length.
+  for (const uintmax_t size : {full - 100, uintmax_t(5)}) {
+    fs::resize_file(weights, size);
+    models::Gpt b(kConfig, backend());
+    try {
+      train::load_checkpoint(ckpt, b, nullptr);
+      FAIL() << "a model.safetensors truncated to " << size << " bytes loaded";
+    } catch (const core::IoError& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find(weights.string()), std::string::npos) << msg;
+      EXPECT_NE(msg.find("truncated"), std::string::npos) << msg;
+    }
+  }
+}
+
+}  // namespace
