@@ -13,11 +13,12 @@ extern "C" void openblas_set_num_threads(int);
 
 namespace brisk::cpu {
 
-// OpenBLAS stays single-threaded: matrix products are split across our own
-// OpenMP team (see matmul.cpp), so only one pool ever runs on the cores.
+// Matrix products are split across our own OpenMP team (see matmul.cpp), so
+// only one pool ever runs on the cores. The OpenMP build of OpenBLAS sets the
+// OpenMP thread count itself, so it is told first and ours is set last.
 void set_num_threads(int n) {
-  omp_set_num_threads(n);
   openblas_set_num_threads(1);
+  omp_set_num_threads(n);
 }
 
 CpuBackend::CpuBackend(int num_threads)

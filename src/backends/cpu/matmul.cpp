@@ -27,7 +27,8 @@ using core::KernelCall;
 // A batch of at least one matrix per thread runs one gemm per thread unless
 // the matrices are large, in which case each gemm is split across threads.
 constexpr int64_t kLargeGemm = int64_t(1) << 26;
-// Below this many multiply-adds a gemm is not worth splitting.
+// Below this many multiply-adds a gemm is not worth splitting (and OpenBLAS
+// does not thread it either: SMP_THRESHOLD_MIN * GEMM_MULTITHREAD_THRESHOLD).
 constexpr int64_t kSplitGemm = int64_t(1) << 18;
 
 inline CBLAS_TRANSPOSE tr(bool t) { return t ? CblasTrans : CblasNoTrans; }
@@ -38,14 +39,21 @@ void sgemm_serial(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float
               blasint(ldb), beta, c, blasint(ldc));
 }
 
-// OpenBLAS runs single-threaded (CpuBackend sets it so): we split the output
-// across our own OpenMP team instead. That keeps one thread pool on the cores
-// and avoids the allocation OpenBLAS's threaded path makes on every call, so
-// a training step allocates nothing. C is split along its longer side.
+// We split the output across our own OpenMP team and call OpenBLAS from
+// inside the parallel region, where its OpenMP build runs single-threaded.
+// Called from outside a region it would start its own threading, which costs
+// a heap allocation per call (so a training step would allocate). C is split
+// along its longer side; a small product runs on one thread of the team.
 void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
            int64_t ldb, float beta, float* c) {
-  const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
-  if (threads <= 1 || m * n * k < kSplitGemm) {
+  if (omp_in_parallel()) {
+    sgemm_serial(ta, tb, m, n, k, a, lda, b, ldb, beta, c, n);
+    return;
+  }
+  // Below kSplitGemm OpenBLAS itself stays on one thread (its SMP threshold
+  // is the same 2^18 multiply-adds), so the direct call allocates nothing.
+  const int threads = m * n * k < kSplitGemm ? 1 : omp_get_max_threads();
+  if (threads <= 1) {
     sgemm_serial(ta, tb, m, n, k, a, lda, b, ldb, beta, c, n);
     return;
   }
