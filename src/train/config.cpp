@@ -18,7 +18,8 @@ const std::map<std::string, std::vector<std::string>> kKnownKeys = {
     {"model", {"preset", "vocab_size", "n_layer", "n_embd", "n_head", "block_size"}},
     {"data", {"dir"}},
     {"train", {"batch", "seq", "grad_accum", "steps", "lr", "min_lr_ratio", "warmup", "schedule", "weight_decay",
-               "grad_clip", "beta1", "beta2", "eps", "seed", "threads", "eval_every", "eval_batches", "log_every"}},
+               "grad_clip", "beta1", "beta2", "eps", "seed", "threads", "eval_every", "eval_batches", "log_every",
+               "loader_workers"}},
     {"checkpoint", {"dir", "every", "keep"}},
 };
 
@@ -141,6 +142,7 @@ TrainConfig load_train_config(const std::string& path, const std::vector<std::st
   r.get("train", "eps", c.adamw.eps);
   r.get("train", "seed", c.seed);
   r.get("train", "threads", c.threads);
+  r.get("train", "loader_workers", c.loader_workers);
   r.get("train", "eval_every", c.eval_every);
   r.get("train", "eval_batches", c.eval_batches);
   r.get("train", "log_every", c.log_every);
@@ -157,6 +159,8 @@ TrainConfig load_train_config(const std::string& path, const std::vector<std::st
   positive(c.grad_accum, "train.grad_accum");
   positive(c.steps, "train.steps");
   positive(c.log_every, "train.log_every");
+  if (c.loader_workers > 64)
+    throw ConfigError("config: train.loader_workers must be at most 64, got " + std::to_string(c.loader_workers));
   if (c.seq > c.model.block_size)
     throw ConfigError("config: train.seq (" + std::to_string(c.seq) + ") exceeds model.block_size (" +
                       std::to_string(c.model.block_size) + ")");
@@ -179,7 +183,8 @@ std::string to_toml(const TrainConfig& c) {
     << "\nwarmup = " << c.schedule.warmup_steps << "\nschedule = \"" << kinds[int(c.schedule.kind)]
     << "\"\nweight_decay = " << c.adamw.weight_decay << "\ngrad_clip = " << c.adamw.grad_clip
     << "\nbeta1 = " << c.adamw.beta1 << "\nbeta2 = " << c.adamw.beta2 << "\neps = " << c.adamw.eps
-    << "\nseed = " << c.seed << "\nthreads = " << c.threads << "\neval_every = " << c.eval_every
+    << "\nseed = " << c.seed << "\nthreads = " << c.threads << "\nloader_workers = " << c.loader_workers
+    << "\neval_every = " << c.eval_every
     << "\neval_batches = " << c.eval_batches << "\nlog_every = " << c.log_every << "\n\n[checkpoint]\ndir = \""
     << c.out_dir << "\"\nevery = " << c.checkpoint_every << "\nkeep = " << c.keep_checkpoints << "\n";
   return s.str();

@@ -18,6 +18,7 @@
 #include "brisk/core/error.h"
 #include "brisk/core/safetensors.h"
 #include "brisk/cpu/cpu_backend.h"
+#include "brisk/data/loader.h"
 #include "brisk/data/shards.h"
 #include "brisk/monitor/machine.h"
 #include "brisk/train/checkpoint.h"
@@ -152,7 +153,11 @@ TrainResult train(const TrainConfig& cfg, const TrainOptions& options) {
   models::Gpt model(cfg.model, backend);
   model.init_weights(cfg.seed);
   optim::AdamW adamw(cfg.adamw, model.params(), backend);
-  data::WindowSampler sampler(train_data, cfg.batch, cfg.seq, cfg.seed);
+  // Training batches come from the prefetching loader: batch i is windows
+  // [i*B, (i+1)*B) of the seed's window stream, the same as a WindowSampler
+  // would draw, so data_position (windows) = loader position * B.
+  data::TokenWindowSource train_source(train_data, cfg.batch, cfg.seq, cfg.seed);
+  data::Loader loader(train_source, {.workers = cfg.loader_workers, .prefetch_factor = 2});
 
   TrainState state;
   state.seed = cfg.seed;
@@ -165,7 +170,11 @@ TrainResult train(const TrainConfig& cfg, const TrainOptions& options) {
     } else {
       read_checkpoint_config(ckpt, &state);
       load_checkpoint(ckpt, model, &adamw);
-      sampler.set_position(state.data_position);
+      if (state.data_position % uint64_t(cfg.batch) != 0)
+        throw core::ConfigError("checkpoint " + ckpt + " stopped after " + std::to_string(state.data_position) +
+                                " training windows, not a whole number of batches of train.batch = " +
+                                std::to_string(cfg.batch) + " (was the batch size changed?)");
+      loader.set_position(state.data_position / uint64_t(cfg.batch));
       progress.line("resumed from " + ckpt + " at step " + std::to_string(state.step));
     }
   }
@@ -208,23 +217,27 @@ TrainResult train(const TrainConfig& cfg, const TrainOptions& options) {
 
   SignalGuard signals;
   TrainResult result;
+  loader.start();  // prefetch the first batches while nothing else runs
   std::vector<double> step_times;
   const double run_start = monitor::now_seconds();
   while (state.step < cfg.steps) {
     const double t0 = monitor::now_seconds();
     model.params().zero_grads();
-    double loss = 0;
+    double loss = 0, data_wait = 0;
     for (int64_t micro = 0; micro < cfg.grad_accum; ++micro) {
-      sampler.next(x.data(), y.data());
-      loss += model.train_micro_step(x.data(), y.data(), cfg.batch, cfg.seq, 1.0 / double(cfg.grad_accum));
+      const data::Batch& b = loader.next();
+      data_wait += loader.last_wait_seconds();
+      loss += model.train_micro_step(b.inputs, b.targets, cfg.batch, cfg.seq, 1.0 / double(cfg.grad_accum));
     }
     loss /= double(cfg.grad_accum);
     const float lr = cfg.schedule.at(state.step);
     const optim::StepStats st = adamw.step(lr);
     ++state.step;
-    state.data_position = sampler.position();
+    state.data_position = loader.position() * uint64_t(cfg.batch);
     const double dt = monitor::now_seconds() - t0;
     step_times.push_back(dt);
+    result.data_wait_s += data_wait;
+    result.step_time_s += dt;
 
     StepMetrics m;
     m.step = state.step;
@@ -242,6 +255,7 @@ TrainResult train(const TrainConfig& cfg, const TrainOptions& options) {
     progress.step(m, remaining);
     nlohmann::json j = {{"step", m.step}, {"loss", m.loss}, {"lr", m.lr}, {"grad_norm", m.grad_norm},
                         {"tokens_per_s", m.tokens_per_s}, {"ms_per_step", m.ms_per_step}, {"mfu", m.mfu},
+                        {"data_wait_ms", data_wait * 1e3},
                         {"time_s", monitor::now_seconds() - run_start}};
 
     if (cfg.eval_every > 0 && (state.step % cfg.eval_every == 0 || state.step == cfg.steps)) {

@@ -23,6 +23,7 @@ struct TrainConfig {
   optim::AdamWConfig adamw;
   uint64_t seed = 1337;
   int threads = 0;                   // 0: all cores
+  int loader_workers = 2;            // data loader threads; 0: batches built on the training thread
   int64_t eval_every = 100, eval_batches = 8, log_every = 10;
   // [checkpoint]
   std::string out_dir = "runs/default";

@@ -20,6 +20,9 @@ struct TrainResult {
   std::vector<double> losses;  // per step, in order
   double first_loss = 0, last_loss = 0, last_val_loss = -1;
   double median_tokens_per_s = 0;
+  // Seconds the steps of this run waited for training data, and the steps'
+  // total time: their ratio is the data-wait share of the run.
+  double data_wait_s = 0, step_time_s = 0;
   int64_t steps_done = 0;
   std::string last_checkpoint;
   bool interrupted = false;

