@@ -39,6 +39,8 @@ demo: configure data
 
 bench: build
 	$(BUILD)/bench/bench_gemm --json bench/results/gemm.json
+	$(BUILD)/brisk bench train --workload W2
+	$(BUILD)/brisk bench train --workload W1
 
 clean:
 	rm -rf $(BUILD)

@@ -16,6 +16,8 @@
 #include "brisk/monitor/machine.h"
 #include "brisk/train/checkpoint.h"
 #include "brisk/train/trainer.h"
+#include "bench_cmd.h"
+#include "data_cmds.h"
 
 using namespace brisk;
 
@@ -36,6 +38,9 @@ int cmd_train(const std::string& config_path, const std::vector<std::string>& se
   if (!r.losses.empty()) std::printf("loss           %.4f -> %.4f (this run's first and last step)\n", r.first_loss, r.last_loss);
   if (r.last_val_loss >= 0) std::printf("val loss       %.4f\n", r.last_val_loss);
   std::printf("throughput     %.0f tokens/s (median step)\n", r.median_tokens_per_s);
+  if (r.steps_done > 0 && r.step_time_s > 0)
+    std::printf("data wait      %.1f ms/step on average, %.2f%% of step time\n",
+                1e3 * r.data_wait_s / double(r.losses.size()), 100 * r.data_wait_s / r.step_time_s);
   std::printf("wall time      %.1f s, peak RSS %.0f MiB\n", dt, double(monitor::peak_rss_bytes()) / (1 << 20));
   std::printf("checkpoint     %s\n", r.last_checkpoint.c_str());
   std::printf("metrics        %s/metrics.jsonl\n", cfg.out_dir.c_str());
@@ -170,12 +175,24 @@ int main(int argc, char** argv) {
   prep_cmd->add_option("--out", po.out_dir, "Output directory")->required();
   prep_cmd->add_option("--val-fraction", po.val_fraction, "Share of tokens for validation")->capture_default_str();
   prep_cmd->add_option("--threads", po.threads, "Tokenizer threads (0 = all cores)");
+  const cli::DataCommands record_cmds = cli::add_data_commands(*data_cmd);  // emails, fasta2lmdb (data_cmds.cpp)
 
-  CLI11_PARSE(app, argc, argv);
+  // ---- bench (bench_cmd.cpp)
+  const cli::BenchCommand bench_cmd = cli::add_bench_command(app);
+
+  // A bad command line is a user error like any other: exit code 2 (CLI11's
+  // own codes run from 100 up), but --help still exits 0.
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
   try {
     if (*train_cmd) return cmd_train(config_path, sets, resume, no_progress, profile);
     if (*gen_cmd) return cmd_generate(checkpoint, prompt, so, vocab_dir, threads);
     if (*eval_cmd) return cmd_eval(checkpoint, data_dir, eval_batches, eval_batch, eval_seq, threads);
+    if (*bench_cmd.app) return bench_cmd.run();
+    if (record_cmds.parsed()) return record_cmds.run();
     if (*prep_cmd) {
       const data::PrepareSummary s = data::prepare_dataset(po);
       std::printf("prepared %s: %lld files, %.1f MB, %lld train + %lld val tokens in %.1f s\n", po.out_dir.c_str(),
