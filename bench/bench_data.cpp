@@ -29,6 +29,7 @@
 #include <thread>
 #include <vector>
 
+#include "brisk/monitor/machine.h"
 #include "brisk/core/error.h"
 #include "brisk/data/converters.h"
 #include "brisk/data/record_store.h"
@@ -78,13 +79,6 @@ double median_s(int reps, F&& f, double* cold = nullptr) {
   }
   std::sort(x.begin(), x.end());
   return x.size() % 2 ? x[x.size() / 2] : 0.5 * (x[x.size() / 2 - 1] + x[x.size() / 2]);
-}
-
-std::string cpu_model() {
-  std::ifstream f("/proc/cpuinfo");
-  for (std::string l; std::getline(f, l);)
-    if (l.rfind("model name", 0) == 0) return l.substr(l.find(':') + 2);
-  return "unknown";
 }
 
 fs::path hmmer_root() {
@@ -352,14 +346,14 @@ int main(int argc, char** argv) {
     }
   }
   fs::create_directories(o.work);
-  json cfg = {{"cpu", cpu_model()},
+  json cfg = {{"cpu", brisk::monitor::cpu_model()},
               {"hardware_threads", std::thread::hardware_concurrency()},
               {"reps", o.reps},
               {"quick", o.quick},
               {"work_dir", o.work},
               {"load_avg_before", load_avg()}};
   std::printf("bench_data: %s, %u hardware threads, median of %d repeats after 1 warm-up, work dir %s\n",
-              cpu_model().c_str(), std::thread::hardware_concurrency(), o.reps, o.work.c_str());
+              brisk::monitor::cpu_model().c_str(), std::thread::hardware_concurrency(), o.reps, o.work.c_str());
   std::vector<Row> rows;
   try {
     bench_lmdb(o, rows, cfg);

@@ -16,7 +16,7 @@
 // oneDNN, f32 and bf16) share inputs and their repeats are interleaved, so
 // the load of other users of this 2-core machine hits them alike; the
 // reported time is the median of repeats after a warm-up call. Peaks come
-// from machine_peak.h, measured in this process with the same threads.
+// from brisk/monitor/peak.h, measured in this process with the same threads.
 #include <cblas.h>
 #include <dlfcn.h>
 #include <omp.h>
@@ -41,11 +41,11 @@
 
 #include <dnnl.hpp>
 
-#include "machine_peak.h"
+#include "brisk/monitor/peak.h"
 
 namespace {
 
-using namespace brisk::bench;
+using namespace brisk::monitor;
 
 struct Options {
   int threads = 0;
@@ -388,7 +388,7 @@ int main(int argc, char** argv) {
               busy > 0.15 ? "  WARNING: machine busy, numbers will be low and noisy" : "");
 
   // Peaks: best of samples taken at the start, after every shape and at the
-  // end (see machine_peak.h: a disturbed sample must not set the peak).
+  // end (see brisk/monitor/peak.h: a disturbed sample must not set the peak).
   PeakMeter fp32_meter(fma_loop, opt.threads, 0.05);
   std::optional<PeakMeter> bf16_meter;
   if (kHaveBf16Peak) bf16_meter.emplace(bf16_loop, opt.threads, 0.05);

@@ -2,8 +2,8 @@
 // FMA FLOP/s, bf16 dot-product FLOP/s (avx512_bf16), memory bandwidth, and
 // how busy the machine is. Benchmarks report their results as fractions of
 // these (WORKLOADS.md: "the physical limit of the machine"), so every bench
-// program measures them in its own process with its own thread count; this
-// header keeps them one implementation. The VM hides the CPU's clock, so a
+// program measures them in its own process with its own thread count; the
+// trainer's MFU uses the same meter (monitor::peak_fp32_gflops). The VM hides the CPU's clock, so a
 // datasheet peak would not be this machine's.
 #pragma once
 
@@ -22,20 +22,15 @@
 #include <string>
 #include <utility>
 
-namespace brisk::bench {
+#include "brisk/monitor/machine.h"
+
+namespace brisk::monitor {
 
 using Clock = std::chrono::steady_clock;
 inline double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-inline std::string cpu_model() {
-  std::ifstream f("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(f, line))
-    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-  return "unknown";
-}
 
 // The ISA flags that decide which peak and which GEMM kernels apply.
 inline std::string cpu_flags() {
@@ -250,4 +245,4 @@ class TriadMeter {
   int samples_ = 0;
 };
 
-}  // namespace brisk::bench
+}  // namespace brisk::monitor
