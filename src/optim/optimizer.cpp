@@ -23,9 +23,11 @@ double AdamW::grad_norm() {
   return norm;
 }
 
-StepStats AdamW::step(float lr, float grad_scale) {
+StepStats AdamW::step(float lr, float grad_scale) { return step(lr, grad_scale, grad_norm()); }
+
+StepStats AdamW::step(float lr, float grad_scale, double scaled_grad_norm) {
   StepStats s;
-  s.grad_norm = grad_norm() / grad_scale;
+  s.grad_norm = scaled_grad_norm / grad_scale;
   if (config_.grad_clip > 0 && s.grad_norm > config_.grad_clip) s.clip_scale = config_.grad_clip / s.grad_norm;
   ++step_;
   ops::AdamWParams p;

@@ -3,6 +3,16 @@
 // the clip factor folded in. Everything that decides the numbers (weights,
 // moments, step, data position) is in the checkpoint, so a resumed run
 // produces the same losses bit for bit as one that never stopped.
+//
+// Mixed precision: the requested precision is resolved against what this
+// machine and engine can do (resolve_precision); without a fast path the run
+// warns once and computes in fp32. With loss scaling on, the backward is
+// seeded with the scaler's scale, AdamW divides it back out, and a step whose
+// gradients overflowed is skipped (weights, moments and AdamW's step count
+// untouched) while the run's step, data position and lr schedule move on,
+// like PyTorch's GradScaler. The scaler's state is not checkpointed: a
+// resumed run restarts at the initial scale. In fp32 compute that changes
+// no number (power-of-two scaling is exact), only which steps could overflow.
 #include "brisk/train/trainer.h"
 
 #include <unistd.h>
@@ -14,6 +24,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "brisk/core/error.h"
 #include "brisk/core/safetensors.h"
@@ -21,6 +32,7 @@
 #include "brisk/data/loader.h"
 #include "brisk/data/shards.h"
 #include "brisk/monitor/machine.h"
+#include "brisk/optim/loss_scaler.h"
 #include "brisk/train/checkpoint.h"
 
 namespace brisk::train {
@@ -153,6 +165,15 @@ TrainResult train(const TrainConfig& cfg, const TrainOptions& options) {
   models::Gpt model(cfg.model, backend);
   model.init_weights(cfg.seed);
   optim::AdamW adamw(cfg.adamw, model.params(), backend);
+  const PrecisionChoice precision = resolve_precision(cfg.precision);
+  std::optional<optim::LossScaler> scaler;
+  if (cfg.loss_scaling.value_or(precision.effective == Precision::fp16)) {
+    optim::LossScalerConfig sc;
+    sc.init_scale = cfg.loss_scale_init;
+    sc.growth_interval = cfg.loss_scale_growth_interval;
+    sc.max_scale = std::max(sc.max_scale, sc.init_scale);
+    scaler.emplace(sc);
+  }
   // Training batches come from the prefetching loader: batch i is windows
   // [i*B, (i+1)*B) of the seed's window stream, the same as a WindowSampler
   // would draw, so data_position (windows) = loader position * B.
@@ -195,6 +216,13 @@ TrainResult train(const TrainConfig& cfg, const TrainOptions& options) {
                  (long long)cfg.model.num_params(), (long long)cfg.model.n_layer, (long long)cfg.model.n_embd,
                  (long long)cfg.model.n_head, (long long)cfg.model.vocab_size, (long long)cfg.batch,
                  (long long)cfg.seq, (long long)cfg.grad_accum, backend.num_threads(), peak / 1e9);
+    if (!precision.warning.empty()) std::fprintf(stderr, "%s\n", precision.warning.c_str());
+    if (scaler)
+      std::fprintf(stderr, "precision %s | dynamic loss scaling from %g, x2 after %lld clean steps\n",
+                   precision_name(precision.effective), double(scaler->scale()),
+                   (long long)scaler->config().growth_interval);
+    else
+      std::fprintf(stderr, "precision %s\n", precision_name(precision.effective));
     const auto& rep = model.program(true, cfg.batch, cfg.seq).executor->plan().report;
     core::MemoryReport full = rep;
     full.optimizer_state = model.params().state_bytes();
@@ -217,6 +245,8 @@ TrainResult train(const TrainConfig& cfg, const TrainOptions& options) {
 
   SignalGuard signals;
   TrainResult result;
+  result.precision = precision_name(precision.effective);
+  result.precision_warning = precision.warning;
   loader.start();  // prefetch the first batches while nothing else runs
   std::vector<double> step_times;
   const double run_start = monitor::now_seconds();
@@ -224,14 +254,23 @@ TrainResult train(const TrainConfig& cfg, const TrainOptions& options) {
     const double t0 = monitor::now_seconds();
     model.params().zero_grads();
     double loss = 0, data_wait = 0;
+    const float loss_scale = scaler ? scaler->scale() : 1.0f;
     for (int64_t micro = 0; micro < cfg.grad_accum; ++micro) {
       const data::Batch& b = loader.next();
       data_wait += loader.last_wait_seconds();
-      loss += model.train_micro_step(b.inputs, b.targets, cfg.batch, cfg.seq, 1.0 / double(cfg.grad_accum));
+      loss += model.train_micro_step(b.inputs, b.targets, cfg.batch, cfg.seq, double(loss_scale) / double(cfg.grad_accum));
     }
     loss /= double(cfg.grad_accum);
     const float lr = cfg.schedule.at(state.step);
-    const optim::StepStats st = adamw.step(lr);
+    optim::StepStats st;
+    bool skipped = false;
+    if (scaler) {
+      const optim::ScaledStep r = optim::scaled_step(adamw, *scaler, lr);
+      st = r.stats;
+      skipped = !r.applied;
+    } else {
+      st = adamw.step(lr);
+    }
     ++state.step;
     state.data_position = loader.position() * uint64_t(cfg.batch);
     const double dt = monitor::now_seconds() - t0;
@@ -255,8 +294,19 @@ TrainResult train(const TrainConfig& cfg, const TrainOptions& options) {
     progress.step(m, remaining);
     nlohmann::json j = {{"step", m.step}, {"loss", m.loss}, {"lr", m.lr}, {"grad_norm", m.grad_norm},
                         {"tokens_per_s", m.tokens_per_s}, {"ms_per_step", m.ms_per_step}, {"mfu", m.mfu},
-                        {"data_wait_ms", data_wait * 1e3},
+                        {"data_wait_ms", data_wait * 1e3}, {"precision", result.precision},
                         {"time_s", monitor::now_seconds() - run_start}};
+
+    if (scaler) {
+      j["loss_scale"] = loss_scale;
+      j["skipped"] = skipped;
+    }
+    if (skipped) {
+      char buf[160];
+      std::snprintf(buf, sizeof buf, "step %lld: gradients overflowed at loss scale %g: update skipped, scale now %g",
+                    (long long)state.step, double(loss_scale), double(scaler->scale()));
+      progress.line(buf);
+    }
 
     if (cfg.eval_every > 0 && (state.step % cfg.eval_every == 0 || state.step == cfg.steps)) {
       result.last_val_loss = evaluate();
@@ -282,6 +332,10 @@ TrainResult train(const TrainConfig& cfg, const TrainOptions& options) {
   progress.finish();
   if (options.profile) result.profile = profile_table(train_exec);
   result.steps_done = state.step;
+  if (scaler) {
+    result.skipped_steps = scaler->skipped_steps();
+    result.loss_scale = scaler->scale();
+  }
   result.median_tokens_per_s = step_times.empty() ? 0 : double(tokens_per_step) / median(step_times);
   return result;
 }

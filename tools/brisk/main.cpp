@@ -37,6 +37,9 @@ int cmd_train(const std::string& config_path, const std::vector<std::string>& se
   std::printf("steps          %lld%s\n", (long long)r.steps_done, r.interrupted ? " (interrupted)" : "");
   if (!r.losses.empty()) std::printf("loss           %.4f -> %.4f (this run's first and last step)\n", r.first_loss, r.last_loss);
   if (r.last_val_loss >= 0) std::printf("val loss       %.4f\n", r.last_val_loss);
+  std::printf("precision      %s%s\n", r.precision.c_str(), r.precision_warning.empty() ? "" : " (fell back, see warning)");
+  if (r.loss_scale > 0)
+    std::printf("loss scaling   %lld steps skipped on overflow, final scale %g\n", (long long)r.skipped_steps, r.loss_scale);
   std::printf("throughput     %.0f tokens/s (median step)\n", r.median_tokens_per_s);
   if (r.steps_done > 0 && r.step_time_s > 0)
     std::printf("data wait      %.1f ms/step on average, %.2f%% of step time\n",

@@ -31,6 +31,9 @@ class AdamW {
   AdamW(const AdamWConfig& config, core::ParameterStore& params, core::Backend& backend);
   // One update with learning rate `lr`; grad_scale divides out a loss scale.
   StepStats step(float lr, float grad_scale = 1.0f);
+  // The same, reusing grad_norm() of the current (still scaled) gradients
+  // when the caller has computed it already (the loss scaler's finite check).
+  StepStats step(float lr, float grad_scale, double scaled_grad_norm);
   double grad_norm();
   int64_t steps_taken() const { return step_; }
   void set_steps_taken(int64_t s) { step_ = s; }

@@ -27,6 +27,10 @@ struct TrainResult {
   std::string last_checkpoint;
   bool interrupted = false;
   std::string profile;  // per-op time table when TrainOptions::profile
+  std::string precision = "fp32";  // the precision the run computed in (after any fallback)
+  std::string precision_warning;   // why a requested precision fell back; empty if none
+  int64_t skipped_steps = 0;       // steps skipped by the loss scaler (overflow)
+  double loss_scale = 0;           // the loss scaler's final scale; 0 when loss scaling was off
 };
 
 struct TrainOptions {
