@@ -49,6 +49,13 @@ void GptConfig::validate() const {
   if (n_embd % n_head != 0)
     throw ConfigError("model.n_embd (" + std::to_string(n_embd) + ") must be divisible by model.n_head (" +
                       std::to_string(n_head) + ")");
+  if (attention != "flash" && attention != "plain")
+    throw ConfigError("model.attention: unknown value '" + attention + "' (allowed: flash, plain)");
+}
+
+bool GptConfig::same_shape(const GptConfig& o) const {
+  return vocab_size == o.vocab_size && n_layer == o.n_layer && n_embd == o.n_embd && n_head == o.n_head &&
+         block_size == o.block_size;
 }
 
 int64_t GptConfig::num_params() const {
@@ -73,12 +80,12 @@ Gpt::Gpt(const GptConfig& config, core::Backend& backend) : config_(config), bac
 namespace {
 
 // One pre-LN transformer block.                                 x: (B, T, C)
-ValueId block(Graph& g, ValueId x, const std::string& p, int64_t C, int n_head) {
+ValueId block(Graph& g, ValueId x, const std::string& p, int64_t C, int n_head, bool flash) {
   auto param = [&](const std::string& name, Shape s) { return g.param(p + name, s); };
   // --- attention: x + proj(attn(ln_1(x)))
   auto ln1 = ops::layernorm(g, x, param("ln_1.weight", {C}), param("ln_1.bias", {C}));
   ValueId qkv = ops::linear(g, ln1.y, param("attn.c_attn.weight", {3 * C, C}), param("attn.c_attn.bias", {3 * C}));
-  ValueId att = ops::attention(g, qkv, n_head);                               // (B, T, C)
+  ValueId att = flash ? ops::flash_attention(g, qkv, n_head) : ops::attention(g, qkv, n_head);  // (B, T, C)
   att = ops::linear(g, att, param("attn.c_proj.weight", {C, C}), param("attn.c_proj.bias", {C}));
   x = ops::add(g, x, att);
   // --- MLP: x + proj(gelu(fc(ln_2(x))))
@@ -112,7 +119,7 @@ std::unique_ptr<GptProgram> Gpt::build(Mode mode, int64_t B, int64_t T) {
 
   // --- the blocks
   for (int64_t l = 0; l < config_.n_layer; ++l)
-    x = block(g, x, "h." + std::to_string(l) + ".", C, int(config_.n_head));
+    x = block(g, x, "h." + std::to_string(l) + ".", C, int(config_.n_head), config_.attention == "flash");
 
   // --- final LayerNorm and the tied LM head                      (B*T, V)
   auto lnf = ops::layernorm(g, x, g.param("ln_f.weight", {C}), g.param("ln_f.bias", {C}));

@@ -34,7 +34,7 @@ core::Tensor transposed(const core::Tensor& t) {
 
 nlohmann::json config_json(const models::GptConfig& c) {
   return {{"vocab_size", c.vocab_size}, {"n_layer", c.n_layer}, {"n_embd", c.n_embd},
-          {"n_head", c.n_head}, {"block_size", c.block_size}};
+          {"n_head", c.n_head}, {"block_size", c.block_size}, {"attention", c.attention}};
 }
 
 std::vector<fs::path> checkpoints_in(const fs::path& dir) {
@@ -112,6 +112,8 @@ models::GptConfig read_checkpoint_config(const std::string& ckpt_dir, TrainState
     c.n_embd = m.at("n_embd");
     c.n_head = m.at("n_head");
     c.block_size = m.at("block_size");
+    // Checkpoints from before the field existed were trained with plain attention.
+    c.attention = m.value("attention", std::string("plain"));
     if (state) {
       state->step = st.at("step");
       state->data_position = st.at("data_position");
@@ -126,7 +128,8 @@ models::GptConfig read_checkpoint_config(const std::string& ckpt_dir, TrainState
 
 void load_checkpoint(const std::string& ckpt_dir, models::Gpt& model, optim::AdamW* optimizer) {
   const models::GptConfig saved = read_checkpoint_config(ckpt_dir);
-  if (!(saved == model.config()))
+  // The attention kind is no part of the weights: a flash checkpoint loads into a plain model and back.
+  if (!saved.same_shape(model.config()))
     throw core::ConfigError(ckpt_dir + ": checkpoint is for a model with n_layer " + std::to_string(saved.n_layer) +
                             ", n_embd " + std::to_string(saved.n_embd) + ", vocab " + std::to_string(saved.vocab_size) +
                             ", block " + std::to_string(saved.block_size) + " but the model has n_layer " +

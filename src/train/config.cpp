@@ -2,6 +2,7 @@
 // is the single source of what a config may say; anything else is an error.
 #include "brisk/train/config.h"
 
+#include <cmath>
 #include <map>
 #include <sstream>
 #include <toml++/toml.h>
@@ -15,11 +16,11 @@ using core::ConfigError;
 namespace {
 
 const std::map<std::string, std::vector<std::string>> kKnownKeys = {
-    {"model", {"preset", "vocab_size", "n_layer", "n_embd", "n_head", "block_size"}},
+    {"model", {"preset", "vocab_size", "n_layer", "n_embd", "n_head", "block_size", "attention"}},
     {"data", {"dir"}},
     {"train", {"batch", "seq", "grad_accum", "steps", "lr", "min_lr_ratio", "warmup", "schedule", "weight_decay",
                "grad_clip", "beta1", "beta2", "eps", "seed", "threads", "eval_every", "eval_batches", "log_every",
-               "loader_workers"}},
+               "loader_workers", "precision", "loss_scaling", "loss_scale_init", "loss_scale_growth_interval"}},
     {"checkpoint", {"dir", "every", "keep"}},
 };
 
@@ -61,6 +62,9 @@ class Reader {
     if constexpr (std::is_same_v<T, std::string>) {
       if (!n->is_string()) throw ConfigError("config: " + full + " must be a string");
       out = n->value<std::string>().value();
+    } else if constexpr (std::is_same_v<T, bool> || std::is_same_v<T, std::optional<bool>>) {
+      if (!n->is_boolean()) throw ConfigError("config: " + full + " must be true or false");
+      out = n->value<bool>().value();
     } else if constexpr (std::is_floating_point_v<T>) {
       if (!n->is_number()) throw ConfigError("config: " + full + " must be a number");
       out = T(n->value<double>().value());
@@ -101,6 +105,57 @@ void apply_override(toml::table& root, const std::string& assignment) {
 
 }  // namespace
 
+const char* precision_name(Precision p) {
+  switch (p) {
+    case Precision::fp32: return "fp32";
+    case Precision::bf16: return "bf16";
+    case Precision::fp16: return "fp16";
+  }
+  return "fp32";
+}
+
+Precision parse_precision(const std::string& name) {
+  if (name == "fp32") return Precision::fp32;
+  if (name == "bf16") return Precision::bf16;
+  if (name == "fp16") return Precision::fp16;
+  throw ConfigError("train.precision: unknown value '" + name + "' (allowed: fp32, bf16, fp16)");
+}
+
+PrecisionChoice resolve_precision(Precision requested) {
+  // Whether the engine has a training path (reduced-precision matrix
+  // products with fp32 accumulation) in this dtype at all. Flip these when
+  // one lands; until then no CPU gets one, whatever its features.
+  constexpr bool kEngineBf16Path = false, kEngineFp16Path = false;
+  PrecisionChoice c;
+  c.requested = requested;
+  if (requested == Precision::fp32) return c;
+  std::string cpu;
+  bool fast = false;
+  if (requested == Precision::bf16) {
+    const bool has = __builtin_cpu_supports("avx512bf16");
+    cpu = has ? "CPU has avx512_bf16" : "CPU has no avx512_bf16";
+    fast = has && kEngineBf16Path;
+    cpu += kEngineBf16Path ? "" : "; brisk has no bf16 matmul path yet";
+  } else {
+    // Native fp16 arithmetic needs AVX512-FP16; F16C + AVX-512 could at least
+    // convert at full width around fp32 products.
+    const bool native = __builtin_cpu_supports("avx512fp16");
+    const bool convert = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx512f");
+    cpu = native ? "CPU has avx512_fp16" : convert ? "CPU has f16c + avx512f but no avx512_fp16"
+                                                   : "CPU has no avx512_fp16 and no f16c + avx512f";
+    fast = (native || convert) && kEngineFp16Path;
+    cpu += kEngineFp16Path ? "" : "; brisk has no fp16 matmul path yet";
+  }
+  if (fast) {
+    c.effective = requested;
+    return c;
+  }
+  c.effective = Precision::fp32;
+  c.warning = std::string("warning: precision ") + precision_name(requested) +
+              " requested but no fast path on this machine (" + cpu + "): training in fp32";
+  return c;
+}
+
 TrainConfig load_train_config(const std::string& path, const std::vector<std::string>& overrides) {
   toml::table root;
   if (!path.empty()) {
@@ -124,6 +179,7 @@ TrainConfig load_train_config(const std::string& path, const std::vector<std::st
   r.get("model", "n_embd", c.model.n_embd);
   r.get("model", "n_head", c.model.n_head);
   r.get("model", "block_size", c.model.block_size);
+  r.get("model", "attention", c.model.attention);  // checked (flash | plain) by validate() below
   r.get("data", "dir", c.data_dir);
   r.get("train", "batch", c.batch);
   r.get("train", "seq", c.seq);
@@ -146,6 +202,12 @@ TrainConfig load_train_config(const std::string& path, const std::vector<std::st
   r.get("train", "eval_every", c.eval_every);
   r.get("train", "eval_batches", c.eval_batches);
   r.get("train", "log_every", c.log_every);
+  std::string precision = "fp32";
+  r.get("train", "precision", precision);
+  c.precision = parse_precision(precision);
+  r.get("train", "loss_scaling", c.loss_scaling);
+  r.get("train", "loss_scale_init", c.loss_scale_init);
+  r.get("train", "loss_scale_growth_interval", c.loss_scale_growth_interval);
   r.get("checkpoint", "dir", c.out_dir);
   r.get("checkpoint", "every", c.checkpoint_every);
   r.get("checkpoint", "keep", c.keep_checkpoints);
@@ -167,6 +229,9 @@ TrainConfig load_train_config(const std::string& path, const std::vector<std::st
   if (!(c.schedule.max_lr > 0)) throw ConfigError("config: train.lr must be positive");
   if (c.schedule.min_lr_ratio < 0 || c.schedule.min_lr_ratio > 1)
     throw ConfigError("config: train.min_lr_ratio must be in [0, 1]");
+  if (!(c.loss_scale_init >= 1) || !std::isfinite(c.loss_scale_init))
+    throw ConfigError("config: train.loss_scale_init must be a finite number >= 1");
+  positive(c.loss_scale_growth_interval, "train.loss_scale_growth_interval");
   c.adamw.lr = c.schedule.max_lr;
   c.schedule.total_steps = c.steps;
   return c;
@@ -177,13 +242,17 @@ std::string to_toml(const TrainConfig& c) {
   const char* kinds[] = {"constant", "linear", "cosine"};
   s << "[model]\n"
     << "vocab_size = " << c.model.vocab_size << "\nn_layer = " << c.model.n_layer << "\nn_embd = " << c.model.n_embd
-    << "\nn_head = " << c.model.n_head << "\nblock_size = " << c.model.block_size << "\n\n[data]\ndir = \""
+    << "\nn_head = " << c.model.n_head << "\nblock_size = " << c.model.block_size
+    << "\nattention = \"" << c.model.attention << "\"\n\n[data]\ndir = \""
     << c.data_dir << "\"\n\n[train]\nbatch = " << c.batch << "\nseq = " << c.seq << "\ngrad_accum = " << c.grad_accum
     << "\nsteps = " << c.steps << "\nlr = " << c.schedule.max_lr << "\nmin_lr_ratio = " << c.schedule.min_lr_ratio
     << "\nwarmup = " << c.schedule.warmup_steps << "\nschedule = \"" << kinds[int(c.schedule.kind)]
     << "\"\nweight_decay = " << c.adamw.weight_decay << "\ngrad_clip = " << c.adamw.grad_clip
     << "\nbeta1 = " << c.adamw.beta1 << "\nbeta2 = " << c.adamw.beta2 << "\neps = " << c.adamw.eps
     << "\nseed = " << c.seed << "\nthreads = " << c.threads << "\nloader_workers = " << c.loader_workers
+    << "\nprecision = \"" << precision_name(c.precision) << "\"";
+  if (c.loss_scaling) s << "\nloss_scaling = " << (*c.loss_scaling ? "true" : "false");
+  s << "\nloss_scale_init = " << c.loss_scale_init << "\nloss_scale_growth_interval = " << c.loss_scale_growth_interval
     << "\neval_every = " << c.eval_every
     << "\neval_batches = " << c.eval_batches << "\nlog_every = " << c.log_every << "\n\n[checkpoint]\ndir = \""
     << c.out_dir << "\"\nevery = " << c.checkpoint_every << "\nkeep = " << c.keep_checkpoints << "\n";

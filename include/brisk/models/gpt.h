@@ -22,6 +22,13 @@ struct GptConfig {
   int64_t n_embd = 384;
   int64_t n_head = 6;
   int64_t block_size = 256;  // longest sequence (rows of the position embedding)
+  // Attention kernel, not part of the weights: "flash" (tiled, online softmax,
+  // saves only per-row statistics; the backward recomputes the scores) or
+  // "plain" (saves the (B, n_head, T, T) probabilities). Same function; either
+  // loads the other's checkpoints. Plain by default: at W2's shape (B 8, T 256,
+  // 6 heads of 64) on 2 threads flash's fwd+bwd takes ~1.13x plain's time
+  // (bench_attention); flash is the choice when memory is what runs out.
+  std::string attention = "plain";
 
   // "W1"/"gpt2-tiny", "W2"/"char-small", "G1"/"gpt2-124m"; throws ConfigError listing them.
   static GptConfig preset(const std::string& name);
@@ -31,6 +38,9 @@ struct GptConfig {
   // Training FLOPs per token: 6N + 12 L T C (PaLM / nanoGPT count).
   double flops_per_token(int64_t seq) const;
   bool operator==(const GptConfig& o) const = default;
+  // Same parameter names and shapes (every field but `attention`): what a
+  // checkpoint must match to load.
+  bool same_shape(const GptConfig& o) const;
 };
 
 // One compiled step for one (batch, seq) shape.

@@ -33,6 +33,9 @@ LayerNormOut layernorm(Graph& g, ValueId x, ValueId weight, ValueId bias, float 
 ValueId softmax(Graph& g, ValueId x);
 // qkv (B, T, 3C) -> (B, T, C); causal.
 ValueId attention(Graph& g, ValueId qkv, int n_head);
+// The same function without a (B, n_head, T, T) intermediate: tiled, online
+// softmax, saves only the rows' log-sum-exp (B, n_head, T) for the backward.
+ValueId flash_attention(Graph& g, ValueId qkv, int n_head);
 
 // ---- embedding, loss ---------------------------------------------------------
 ValueId embedding(Graph& g, ValueId ids, ValueId table);  // ids (...) i32, table (V, C) -> (..., C)

@@ -3,6 +3,7 @@
 // ConfigError that names it and says what is allowed.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -10,6 +11,21 @@
 #include "brisk/optim/optimizer.h"
 
 namespace brisk::train {
+
+// Compute precision of the matrix products (master weights and optimizer
+// state are always fp32).
+enum class Precision { fp32, bf16, fp16 };
+const char* precision_name(Precision p);
+Precision parse_precision(const std::string& name);  // throws ConfigError listing the allowed values
+
+// What a run actually computes in. brisk has no bf16/fp16 training fast path
+// yet on any CPU, so today every mixed-precision request falls back to fp32;
+// `warning` then says so and why (CPU features, missing engine path).
+struct PrecisionChoice {
+  Precision requested = Precision::fp32, effective = Precision::fp32;
+  std::string warning;  // empty when requested == effective
+};
+PrecisionChoice resolve_precision(Precision requested);
 
 struct TrainConfig {
   // [model]
@@ -25,6 +41,12 @@ struct TrainConfig {
   int threads = 0;                   // 0: all cores
   int loader_workers = 2;            // data loader threads; 0: batches built on the training thread
   int64_t eval_every = 100, eval_batches = 8, log_every = 10;
+  Precision precision = Precision::fp32;  // requested; see resolve_precision
+  // Dynamic loss scaling (optim::LossScaler). Unset: on iff the effective
+  // precision is fp16; true forces it on (also over fp32 compute, for tests).
+  std::optional<bool> loss_scaling;
+  float loss_scale_init = 65536.0f;
+  int64_t loss_scale_growth_interval = 2000;
   // [checkpoint]
   std::string out_dir = "runs/default";
   int64_t checkpoint_every = 100;

@@ -31,6 +31,7 @@ CpuBackend::CpuBackend(int num_threads)
   register_layernorm_kernels(r);
   register_softmax_kernels(r);
   register_attention_kernels(r);
+  register_flash_attention_kernels(r);
   register_embedding_kernels(r);
   register_cross_entropy_kernels(r);
   register_reduce_kernels(r);

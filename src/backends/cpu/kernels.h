@@ -12,6 +12,7 @@ void register_matmul_kernels(core::KernelRegistry& r);
 void register_layernorm_kernels(core::KernelRegistry& r);
 void register_softmax_kernels(core::KernelRegistry& r);
 void register_attention_kernels(core::KernelRegistry& r);
+void register_flash_attention_kernels(core::KernelRegistry& r);
 void register_embedding_kernels(core::KernelRegistry& r);
 void register_cross_entropy_kernels(core::KernelRegistry& r);
 void register_reduce_kernels(core::KernelRegistry& r);

@@ -1,0 +1,142 @@
+// Plain vs flash (tiled, online-softmax) causal attention on the CPU, forward
+// and backward, at a workload's attention shape (default W2: B 8, T 256,
+// C 384, 6 heads) on 2 threads. This is the measurement behind GptConfig's
+// default `attention`: flash is the default only if it is at least as fast.
+// Times are medians over --reps runs after 3 warm-up runs; both ops run on
+// the same random inputs, interleaved, so drift hits both alike.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "brisk/core/op.h"
+#include "brisk/cpu/cpu_backend.h"
+#include "brisk/ops/ops.h"
+
+using namespace brisk;
+using core::DType;
+using core::OpKind;
+using core::Tensor;
+using core::TensorView;
+
+namespace {
+
+struct Options {
+  int64_t B = 8, T = 256, C = 384;
+  int heads = 6, threads = 2, reps = 20;
+  std::string json_path = "bench/results/attention.json";
+};
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> const char* {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "%s needs a value\n", a.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--batch") o.B = std::atoll(value());
+    else if (a == "--seq") o.T = std::atoll(value());
+    else if (a == "--embd") o.C = std::atoll(value());
+    else if (a == "--heads") o.heads = std::atoi(value());
+    else if (a == "--threads") o.threads = std::atoi(value());
+    else if (a == "--reps") o.reps = std::atoi(value());
+    else if (a == "--json") o.json_path = value();
+    else {
+      std::fprintf(stderr,
+                   "usage: bench_attention [--batch 8] [--seq 256] [--embd 384] [--heads 6] [--threads 2] "
+                   "[--reps 20] [--json PATH]\n");
+      std::exit(a == "--help" ? 0 : 2);
+    }
+  }
+  return o;
+}
+
+struct Call {
+  OpKind kind;
+  std::vector<TensorView> in, out;
+  std::vector<unsigned char> ws;
+};
+
+Call make_call(OpKind k, const std::vector<const Tensor*>& in, const std::vector<const Tensor*>& out,
+               const ops::AttentionParams& p) {
+  Call c{k, {}, {}, {}};
+  std::vector<core::TensorMeta> metas;
+  for (const Tensor* t : in) c.in.push_back(t->as_view()), metas.push_back(t->meta());
+  for (const Tensor* t : out) c.out.push_back(t->as_view());
+  const core::OpDef& def = core::op_def(k);
+  c.ws.resize(def.workspace_bytes ? def.workspace_bytes(metas, p) : 0);
+  return c;
+}
+
+double seconds_of(core::Backend& be, Call& c, const ops::AttentionParams& p) {
+  const auto t0 = std::chrono::steady_clock::now();
+  core::run_op(be, c.kind, c.in, c.out, p, c.ws.data(), c.ws.size());
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options o = parse(argc, argv);
+  ops::register_ops();
+  cpu::CpuBackend be(o.threads);
+  const ops::AttentionParams p{o.heads, 0.f};
+  const int64_t B = o.B, T = o.T, C = o.C, H = o.heads;
+  std::printf("bench_attention: B %lld, T %lld, C %lld, heads %d, threads %d, median of %d after 3 warm-up\n",
+              (long long)B, (long long)T, (long long)C, o.heads, o.threads, o.reps);
+
+  const Tensor qkv = Tensor::uniform({B, T, 3 * C}, DType::f32, 1, -1.f, 1.f);
+  const Tensor dy = Tensor::uniform({B, T, C}, DType::f32, 2, -1.f, 1.f);
+  const Tensor y_p = Tensor::empty({B, T, C}, DType::f32), probs = Tensor::empty({B, H, T, T}, DType::f32);
+  const Tensor y_f = Tensor::empty({B, T, C}, DType::f32), lse = Tensor::empty({B, H, T}, DType::f32);
+  const Tensor dq_p = Tensor::empty(qkv.shape(), DType::f32), dq_f = Tensor::empty(qkv.shape(), DType::f32);
+  Call fwd_p = make_call(OpKind::attention, {&qkv}, {&y_p, &probs}, p);
+  Call bwd_p = make_call(OpKind::attention_backward, {&dy, &qkv, &probs}, {&dq_p}, p);
+  Call fwd_f = make_call(OpKind::flash_attention, {&qkv}, {&y_f, &lse}, p);
+  Call bwd_f = make_call(OpKind::flash_attention_backward, {&dy, &qkv, &y_f, &lse}, {&dq_f}, p);
+
+  std::vector<double> tp_f, tp_b, tf_f, tf_b;
+  for (int r = 0; r < 3 + o.reps; ++r) {
+    const double a = seconds_of(be, fwd_p, p), b = seconds_of(be, bwd_p, p);
+    const double c = seconds_of(be, fwd_f, p), d = seconds_of(be, bwd_f, p);
+    if (r < 3) continue;
+    tp_f.push_back(a), tp_b.push_back(b), tf_f.push_back(c), tf_b.push_back(d);
+  }
+  std::vector<double> tp, tf;
+  for (size_t i = 0; i < tp_f.size(); ++i) tp.push_back(tp_f[i] + tp_b[i]), tf.push_back(tf_f[i] + tf_b[i]);
+  const double saved_p = double(B * H * T * T * 4), saved_f = double(B * H * T * 4);
+
+  std::printf("\n%-8s %10s %10s %12s %14s\n", "kind", "fwd ms", "bwd ms", "fwd+bwd ms", "saved MiB");
+  std::printf("%-8s %10.3f %10.3f %12.3f %14.3f\n", "plain", 1e3 * median(tp_f), 1e3 * median(tp_b),
+              1e3 * median(tp), saved_p / (1 << 20));
+  std::printf("%-8s %10.3f %10.3f %12.3f %14.3f\n", "flash", 1e3 * median(tf_f), 1e3 * median(tf_b),
+              1e3 * median(tf), saved_f / (1 << 20));
+  std::printf("flash / plain fwd+bwd time: %.3f\n", median(tf) / median(tp));
+
+  const nlohmann::json out = {
+      {"config", {{"batch", B}, {"seq", T}, {"embd", C}, {"heads", H}, {"threads", o.threads}, {"reps", o.reps}}},
+      {"plain", {{"fwd_ms", 1e3 * median(tp_f)}, {"bwd_ms", 1e3 * median(tp_b)}, {"total_ms", 1e3 * median(tp)},
+                 {"saved_bytes", saved_p}}},
+      {"flash", {{"fwd_ms", 1e3 * median(tf_f)}, {"bwd_ms", 1e3 * median(tf_b)}, {"total_ms", 1e3 * median(tf)},
+                 {"saved_bytes", saved_f}}},
+      {"flash_over_plain", median(tf) / median(tp)}};
+  const std::filesystem::path path(o.json_path);
+  if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
+  std::ofstream(path) << out.dump(2) << "\n";
+  std::printf("wrote %s\n", o.json_path.c_str());
+  return 0;
+}

@@ -1,0 +1,309 @@
+// CPU kernels for memory-efficient causal attention (flash_attention and its
+// backward) on packed qkv.
+//
+// As in the plain kernels, threads split the (batch, head) pairs, and each
+// pair owns its columns of y / dqkv and its lse row, so nothing is reduced
+// across threads and dK, dV can be accumulated straight into the output.
+// Within a pair, queries go in tiles of kTileQ rows and keys in tiles of
+// kTileK; each (query tile, key tile) product is one OpenBLAS sgemm into a
+// kTileQ x kTileK scratch tile, so the only scratch is two tiles per thread
+// whatever T is. Key tiles stop at the query tile's last row (causal), and
+// only the diagonal tiles need a mask.
+//
+// Forward: the output rows of y serve as the accumulator of the online
+// softmax: per key tile, the running max m rises to m', y is rescaled by
+// exp(m - m') and P V is added (sgemm with beta 1); at the end y /= l and
+// lse = m + log(l). Backward (FlashAttention-2): P = exp(S - lse) is
+// recomputed per tile, D = rowsum(dY * Y) replaces rowsum(P * dP), and
+// dV += P^T dY, dS = P (dY V^T - D) scale, dQ += dS K, dK += dS^T Q.
+//
+// Tile sizes (measured at W2's B 8, T 256, hd 64 on 2 threads with
+// bench_attention): 64 query rows beat 32 and 128 (sgemm efficiency vs the
+// wasted upper half of diagonal tiles), and 256 keys beat 128 (fewer, larger
+// sgemms: fwd+bwd 1.13x plain's time against 1.21x). Two 64 x 256 f32 tiles
+// are 128 KiB, well inside a 512 KiB L2. kTileQ divides kTileK, so a key tile
+// never starts after its query tile's first row (every row of every visited
+// tile has at least one unmasked key).
+//
+// bf16 widens one head's q, k, v (and dy, y) into f32 scratch, runs the same
+// f32 code and narrows: bf16 is storage only, as in the plain kernels.
+#include <cblas.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "brisk/core/op.h"
+#include "cpu_util.h"
+#include "kernels.h"
+#include "vec_math.h"
+
+namespace brisk::cpu {
+namespace {
+
+using core::KernelCall;
+
+// Must not exceed the sizes the op's workspace_bytes assumes (src/ops/flash_attention.cpp).
+constexpr int64_t kTileQ = 64, kTileK = 256;
+static_assert(kTileK % kTileQ == 0);
+
+struct Dims {
+  int64_t B, T, C, nh, hd;
+  float scale;
+};
+
+Dims dims_of(const KernelCall& c, const core::Shape& qkv) {
+  const auto& p = c.p<ops::AttentionParams>();
+  const int64_t C = qkv[2] / 3, hd = C / p.n_head;
+  const float scale = p.scale != 0.f ? p.scale : float(1.0 / std::sqrt(double(hd)));
+  return {qkv[0], qkv[1], C, p.n_head, hd, scale};
+}
+
+// Per-thread scratch: a slice of the planned workspace when it is big enough
+// for this many threads, otherwise a thread_local buffer that keeps its
+// capacity (run_op without a workspace, or more threads than planned).
+class Scratch {
+ public:
+  Scratch(const KernelCall& c, size_t per_thread) : per_thread_(per_thread) {
+    const size_t threads = size_t(omp_get_max_threads());
+    if (c.workspace && c.workspace_bytes >= threads * per_thread * sizeof(float)) base_ = static_cast<float*>(c.workspace);
+  }
+  float* get() const {
+    if (base_) return base_ + size_t(omp_get_thread_num()) * per_thread_;
+    thread_local std::vector<float> buf;
+    if (buf.size() < per_thread_) buf.resize(per_thread_);
+    return buf.data();
+  }
+
+ private:
+  size_t per_thread_;
+  float* base_ = nullptr;
+};
+
+size_t tile_floats() { return size_t(2 * kTileQ * kTileK + 4 * kTileQ); }
+
+// Valid keys of query row t in the key tile starting at j0, out of `width`.
+inline int64_t valid_keys(int64_t t, int64_t j0, int64_t width) { return std::min(width, t + 1 - j0); }
+
+// One head of the forward. q, k, v: T rows of hd floats `ld` apart; y: rows
+// `ldy` apart; lse: T floats. work: tile_floats().
+void forward_head(const float* q, const float* k, const float* v, int64_t ld, float* y, int64_t ldy, float* lse,
+                  int64_t T, int64_t hd, float scale, float* work) {
+  float* S = work;                       // (kTileQ, kTileK) scores, then probabilities
+  float* m = work + 2 * kTileQ * kTileK;  // running max per row
+  float* l = m + kTileQ;                  // running sum per row
+  for (int64_t i0 = 0; i0 < T; i0 += kTileQ) {
+    const int64_t bs = std::min(kTileQ, T - i0), i1 = i0 + bs;
+    float* yb = y + i0 * ldy;
+    for (int64_t j0 = 0; j0 < i1; j0 += kTileK) {
+      const int64_t w = std::min(j0 + kTileK, i1) - j0;  // keys past i1 are masked for the whole tile
+      const bool first = j0 == 0;
+      // S = scale * Q[i0:i1] K[j0:j0+w]^T
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(bs), int(w), int(hd), scale, q + i0 * ld, int(ld),
+                  k + j0 * ld, int(ld), 0.f, S, int(w));
+      for (int64_t r = 0; r < bs; ++r) {
+        float* s = S + r * w;
+        const int64_t n = valid_keys(i0 + r, j0, w);
+        float mx = first ? -std::numeric_limits<float>::infinity() : m[r];
+#pragma omp simd reduction(max : mx)
+        for (int64_t j = 0; j < n; ++j) mx = std::max(mx, s[j]);
+        float sum = 0.f;
+#pragma omp simd reduction(+ : sum)
+        for (int64_t j = 0; j < n; ++j) {
+          s[j] = fast_exp(s[j] - mx);
+          sum += s[j];
+        }
+        std::fill(s + n, s + w, 0.f);
+        if (first) {
+          l[r] = sum;
+        } else {
+          const float alpha = fast_exp(m[r] - mx);
+          l[r] = l[r] * alpha + sum;
+          float* yr = yb + r * ldy;
+#pragma omp simd
+          for (int64_t i = 0; i < hd; ++i) yr[i] *= alpha;
+        }
+        m[r] = mx;
+      }
+      // Y[i0:i1] (+)= P V[j0:j0+w]
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(bs), int(hd), int(w), 1.f, S, int(w), v + j0 * ld,
+                  int(ld), first ? 0.f : 1.f, yb, int(ldy));
+    }
+    for (int64_t r = 0; r < bs; ++r) {
+      const float inv = 1.f / l[r];
+      float* yr = yb + r * ldy;
+#pragma omp simd
+      for (int64_t i = 0; i < hd; ++i) yr[i] *= inv;
+      lse[i0 + r] = m[r] + std::log(l[r]);
+    }
+  }
+}
+
+// One head of the backward. Inputs as in forward_head plus dy and y (rows
+// `ldg` apart) and lse; outputs dq, dk, dv (rows `ldd` apart). work: tile_floats().
+void backward_head(const float* q, const float* k, const float* v, int64_t ld, const float* dy, const float* y,
+                   int64_t ldg, const float* lse, float* dq, float* dk, float* dv, int64_t ldd, int64_t T, int64_t hd,
+                   float scale, float* work) {
+  for (int64_t t = 0; t < T; ++t) {
+    std::fill(dk + t * ldd, dk + t * ldd + hd, 0.f);
+    std::fill(dv + t * ldd, dv + t * ldd + hd, 0.f);
+  }
+  float* P = work;                       // (bs, w) probabilities
+  float* dS = work + kTileQ * kTileK;    // (bs, w) dP, then dS
+  float* D = dS + kTileQ * kTileK;       // rowsum(dY * Y)
+  for (int64_t i0 = 0; i0 < T; i0 += kTileQ) {
+    const int64_t bs = std::min(kTileQ, T - i0), i1 = i0 + bs;
+    const float* dyb = dy + i0 * ldg;
+    for (int64_t r = 0; r < bs; ++r) {
+      const float *g = dyb + r * ldg, *yr = y + (i0 + r) * ldg;
+      float acc = 0.f;
+#pragma omp simd reduction(+ : acc)
+      for (int64_t i = 0; i < hd; ++i) acc += g[i] * yr[i];
+      D[r] = acc;
+    }
+    for (int64_t j0 = 0; j0 < i1; j0 += kTileK) {
+      const int64_t w = std::min(j0 + kTileK, i1) - j0;
+      // P = exp(scale * Q K^T - lse), zero where masked
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(bs), int(w), int(hd), scale, q + i0 * ld, int(ld),
+                  k + j0 * ld, int(ld), 0.f, P, int(w));
+      for (int64_t r = 0; r < bs; ++r) {
+        float* p = P + r * w;
+        const int64_t n = valid_keys(i0 + r, j0, w);
+        const float lr = lse[i0 + r];
+#pragma omp simd
+        for (int64_t j = 0; j < n; ++j) p[j] = fast_exp(p[j] - lr);
+        std::fill(p + n, p + w, 0.f);
+      }
+      // dV[j0:j0+w] += P^T dY[i0:i1]
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(w), int(hd), int(bs), 1.f, P, int(w), dyb, int(ldg),
+                  1.f, dv + j0 * ldd, int(ldd));
+      // dP = dY[i0:i1] V[j0:j0+w]^T
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(bs), int(w), int(hd), 1.f, dyb, int(ldg),
+                  v + j0 * ld, int(ld), 0.f, dS, int(w));
+      // dS = scale * P * (dP - D); masked entries of P are zero.
+      for (int64_t r = 0; r < bs; ++r) {
+        float* ds = dS + r * w;
+        const float* p = P + r * w;
+        const float Dr = D[r];
+#pragma omp simd
+        for (int64_t j = 0; j < w; ++j) ds[j] = scale * p[j] * (ds[j] - Dr);
+      }
+      // dQ[i0:i1] (+)= dS K[j0:j0+w]
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(bs), int(hd), int(w), 1.f, dS, int(w), k + j0 * ld,
+                  int(ld), j0 == 0 ? 0.f : 1.f, dq + i0 * ldd, int(ldd));
+      // dK[j0:j0+w] += dS^T Q[i0:i1]
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(w), int(hd), int(bs), 1.f, dS, int(w), q + i0 * ld,
+                  int(ld), 1.f, dk + j0 * ldd, int(ldd));
+    }
+  }
+}
+
+// ---- f32: work directly on the packed layout -----------------------------------------
+void flash_attention_f32(const KernelCall& c) {
+  const Dims d = dims_of(c, c.in(0).shape());
+  const float* qkv = c.in(0).as<float>();
+  float* y = c.out(0).as<float>();
+  float* lse = c.out(1).as<float>();
+  const Scratch scratch(c, tile_floats());
+  parallel_for(d.B * d.nh, 1, [&](int64_t lo, int64_t hi) {
+    float* work = scratch.get();
+    for (int64_t bh = lo; bh < hi; ++bh) {
+      const int64_t b = bh / d.nh, h = bh % d.nh;
+      const float* q = qkv + b * d.T * 3 * d.C + h * d.hd;
+      forward_head(q, q + d.C, q + 2 * d.C, 3 * d.C, y + b * d.T * d.C + h * d.hd, d.C, lse + bh * d.T, d.T, d.hd,
+                   d.scale, work);
+    }
+  });
+}
+
+void flash_attention_backward_f32(const KernelCall& c) {
+  const Dims d = dims_of(c, c.in(1).shape());
+  const float* dy = c.in(0).as<float>();
+  const float* qkv = c.in(1).as<float>();
+  const float* y = c.in(2).as<float>();
+  const float* lse = c.in(3).as<float>();
+  float* dqkv = c.out(0).as<float>();
+  const Scratch scratch(c, tile_floats());
+  parallel_for(d.B * d.nh, 1, [&](int64_t lo, int64_t hi) {
+    float* work = scratch.get();
+    for (int64_t bh = lo; bh < hi; ++bh) {
+      const int64_t b = bh / d.nh, h = bh % d.nh;
+      const int64_t off = b * d.T * 3 * d.C + h * d.hd, goff = b * d.T * d.C + h * d.hd;
+      const float* q = qkv + off;
+      float* dq = dqkv + off;
+      backward_head(q, q + d.C, q + 2 * d.C, 3 * d.C, dy + goff, y + goff, d.C, lse + bh * d.T, dq, dq + d.C,
+                    dq + 2 * d.C, 3 * d.C, d.T, d.hd, d.scale, work);
+    }
+  });
+}
+
+// ---- bf16: widen one head, run the f32 code, narrow -----------------------------------
+void widen(const uint16_t* src, int64_t ld, float* dst, int64_t rows, int64_t hd) {
+  for (int64_t t = 0; t < rows; ++t) bf16_to_f32_row(src + t * ld, dst + t * hd, hd);
+}
+void narrow(const float* src, uint16_t* dst, int64_t ld, int64_t rows, int64_t hd) {
+  for (int64_t t = 0; t < rows; ++t) f32_to_bf16_row(src + t * hd, dst + t * ld, hd);
+}
+
+void flash_attention_bf16(const KernelCall& c) {
+  const Dims d = dims_of(c, c.in(0).shape());
+  const uint16_t* qkv = c.in(0).as<uint16_t>();
+  uint16_t* y = c.out(0).as<uint16_t>();
+  float* lse = c.out(1).as<float>();
+  const int64_t n = d.T * d.hd;
+  const Scratch scratch(c, tile_floats() + size_t(4 * n));
+  parallel_for(d.B * d.nh, 1, [&](int64_t lo, int64_t hi) {
+    float* buf = scratch.get();
+    float *q = buf, *k = buf + n, *v = buf + 2 * n, *yh = buf + 3 * n, *work = buf + 4 * n;
+    for (int64_t bh = lo; bh < hi; ++bh) {
+      const int64_t b = bh / d.nh, h = bh % d.nh;
+      const uint16_t* src = qkv + b * d.T * 3 * d.C + h * d.hd;
+      widen(src, 3 * d.C, q, d.T, d.hd);
+      widen(src + d.C, 3 * d.C, k, d.T, d.hd);
+      widen(src + 2 * d.C, 3 * d.C, v, d.T, d.hd);
+      forward_head(q, k, v, d.hd, yh, d.hd, lse + bh * d.T, d.T, d.hd, d.scale, work);
+      narrow(yh, y + b * d.T * d.C + h * d.hd, d.C, d.T, d.hd);
+    }
+  });
+}
+
+void flash_attention_backward_bf16(const KernelCall& c) {
+  const Dims d = dims_of(c, c.in(1).shape());
+  const uint16_t* dy = c.in(0).as<uint16_t>();
+  const uint16_t* qkv = c.in(1).as<uint16_t>();
+  const uint16_t* y = c.in(2).as<uint16_t>();
+  const float* lse = c.in(3).as<float>();
+  uint16_t* dqkv = c.out(0).as<uint16_t>();
+  const int64_t n = d.T * d.hd;
+  const Scratch scratch(c, tile_floats() + size_t(8 * n));
+  parallel_for(d.B * d.nh, 1, [&](int64_t lo, int64_t hi) {
+    float* buf = scratch.get();
+    float *q = buf, *k = buf + n, *v = buf + 2 * n, *g = buf + 3 * n, *yh = buf + 4 * n;
+    float *dq = buf + 5 * n, *dk = buf + 6 * n, *dv = buf + 7 * n, *work = buf + 8 * n;
+    for (int64_t bh = lo; bh < hi; ++bh) {
+      const int64_t b = bh / d.nh, h = bh % d.nh;
+      const int64_t off = b * d.T * 3 * d.C + h * d.hd, goff = b * d.T * d.C + h * d.hd;
+      widen(qkv + off, 3 * d.C, q, d.T, d.hd);
+      widen(qkv + off + d.C, 3 * d.C, k, d.T, d.hd);
+      widen(qkv + off + 2 * d.C, 3 * d.C, v, d.T, d.hd);
+      widen(dy + goff, d.C, g, d.T, d.hd);
+      widen(y + goff, d.C, yh, d.T, d.hd);
+      backward_head(q, k, v, d.hd, g, yh, d.hd, lse + bh * d.T, dq, dk, dv, d.hd, d.T, d.hd, d.scale, work);
+      narrow(dq, dqkv + off, 3 * d.C, d.T, d.hd);
+      narrow(dk, dqkv + off + d.C, 3 * d.C, d.T, d.hd);
+      narrow(dv, dqkv + off + 2 * d.C, 3 * d.C, d.T, d.hd);
+    }
+  });
+}
+
+}  // namespace
+
+void register_flash_attention_kernels(core::KernelRegistry& r) {
+  r.add(core::OpKind::flash_attention, core::DType::f32, flash_attention_f32);
+  r.add(core::OpKind::flash_attention, core::DType::bf16, flash_attention_bf16);
+  r.add(core::OpKind::flash_attention_backward, core::DType::f32, flash_attention_backward_f32);
+  r.add(core::OpKind::flash_attention_backward, core::DType::bf16, flash_attention_backward_bf16);
+}
+
+}  // namespace brisk::cpu
