@@ -1,6 +1,6 @@
 // Facts about the machine that metrics are measured against: the peak fp32
-// FLOP/s (measured with a register-blocked FMA loop on every thread) and the
-// process's peak resident memory.
+// FLOP/s (a register-blocked FMA loop, one thread's best times the thread
+// count) and the process's peak resident memory.
 #pragma once
 
 #include <cstddef>
