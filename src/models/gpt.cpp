@@ -11,6 +11,7 @@
 
 #include "brisk/core/autograd.h"
 #include "brisk/core/error.h"
+#include "brisk/core/passes.h"
 #include "brisk/ops/ops.h"
 
 namespace brisk::models {
@@ -96,6 +97,15 @@ ValueId block(Graph& g, ValueId x, const std::string& p, int64_t C, int n_head, 
   return ops::add(g, x, h);
 }
 
+// The fusion pass on a train program's forward graph: linear + cross_entropy
+// become ops::classifier_train seeded by loss_scale, the (B*T, V) logits gone.
+void fuse_classifier(GptProgram& p) {
+  core::RewriteResult r = core::rewrite(p.graph, {ops::classifier_fusion("loss_scale")});
+  for (ValueId* v : {&p.ids, &p.pos, &p.targets, &p.logits, &p.loss, &p.loss_scale})
+    if (*v != core::kNoValue) *v = r.map[size_t(*v)];
+  p.graph = std::move(r.graph);
+}
+
 }  // namespace
 
 std::unique_ptr<GptProgram> Gpt::build(Mode mode, int64_t B, int64_t T) {
@@ -134,6 +144,7 @@ std::unique_ptr<GptProgram> Gpt::build(Mode mode, int64_t B, int64_t T) {
     g.mark_output(p->loss);
     if (mode == Mode::train) {
       p->loss_scale = g.input("loss_scale", Shape{}, DType::f32);
+      if (config_.fused_classifier) fuse_classifier(*p);
       core::backward(g, p->loss, {.seed = p->loss_scale});
     }
   }

@@ -16,7 +16,7 @@ using core::ConfigError;
 namespace {
 
 const std::map<std::string, std::vector<std::string>> kKnownKeys = {
-    {"model", {"preset", "vocab_size", "n_layer", "n_embd", "n_head", "block_size", "attention"}},
+    {"model", {"preset", "vocab_size", "n_layer", "n_embd", "n_head", "block_size", "attention", "fused_classifier"}},
     {"data", {"dir"}},
     {"train", {"batch", "seq", "grad_accum", "steps", "lr", "min_lr_ratio", "warmup", "schedule", "weight_decay",
                "grad_clip", "beta1", "beta2", "eps", "seed", "threads", "eval_every", "eval_batches", "log_every",
@@ -180,6 +180,7 @@ TrainConfig load_train_config(const std::string& path, const std::vector<std::st
   r.get("model", "n_head", c.model.n_head);
   r.get("model", "block_size", c.model.block_size);
   r.get("model", "attention", c.model.attention);  // checked (flash | plain) by validate() below
+  r.get("model", "fused_classifier", c.model.fused_classifier);
   r.get("data", "dir", c.data_dir);
   r.get("train", "batch", c.batch);
   r.get("train", "seq", c.seq);
@@ -243,7 +244,8 @@ std::string to_toml(const TrainConfig& c) {
   s << "[model]\n"
     << "vocab_size = " << c.model.vocab_size << "\nn_layer = " << c.model.n_layer << "\nn_embd = " << c.model.n_embd
     << "\nn_head = " << c.model.n_head << "\nblock_size = " << c.model.block_size
-    << "\nattention = \"" << c.model.attention << "\"\n\n[data]\ndir = \""
+    << "\nattention = \"" << c.model.attention << "\"\nfused_classifier = "
+    << (c.model.fused_classifier ? "true" : "false") << "\n\n[data]\ndir = \""
     << c.data_dir << "\"\n\n[train]\nbatch = " << c.batch << "\nseq = " << c.seq << "\ngrad_accum = " << c.grad_accum
     << "\nsteps = " << c.steps << "\nlr = " << c.schedule.max_lr << "\nmin_lr_ratio = " << c.schedule.min_lr_ratio
     << "\nwarmup = " << c.schedule.warmup_steps << "\nschedule = \"" << kinds[int(c.schedule.kind)]

@@ -7,6 +7,10 @@
 
 #include "brisk/core/graph.h"
 
+namespace brisk::core {
+struct Pattern;  // brisk/core/passes.h
+}
+
 namespace brisk::ops {
 
 using core::Graph;
@@ -41,6 +45,19 @@ ValueId flash_attention(Graph& g, ValueId qkv, int n_head);
 ValueId embedding(Graph& g, ValueId ids, ValueId table);  // ids (...) i32, table (V, C) -> (..., C)
 // logits (N, V), targets (N) i32 -> scalar mean loss over targets != ignore_index
 ValueId cross_entropy(Graph& g, ValueId logits, ValueId targets, int ignore_index = -100);
+
+// ---- fused classifier (fused_classifier.cpp) ---------------------------------
+// linear(x, w) + cross_entropy + their backward in row chunks, the (N, V)
+// logits never stored: x (N, C), w (V, C), targets (N) i32, seed () f32 ->
+// {loss (), dx = seed * dloss/dx (N, C), dw (V, C)}.
+std::vector<ValueId> classifier_train(Graph& g, ValueId x, ValueId w, ValueId targets, ValueId seed,
+                                      int ignore_index = -100);
+// Rows per chunk of its kernels (the workspace holds chunk x V f32 logits).
+int64_t classifier_chunk_rows(int64_t n, int64_t v);
+// The pass (core::rewrite): linear(x, w) without bias whose logits only feed a
+// cross_entropy becomes classifier_train fed the scalar f32 input `seed_name`,
+// which the caller then passes to backward() as the seed.
+core::Pattern classifier_fusion(const std::string& seed_name = "loss_scale");
 
 // ---- reductions ---------------------------------------------------------------
 ValueId sum(Graph& g, ValueId x, int axis = ReduceParams::kAllAxes, bool keepdim = false);

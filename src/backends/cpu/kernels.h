@@ -19,5 +19,6 @@ void register_reduce_kernels(core::KernelRegistry& r);
 void register_shape_kernels(core::KernelRegistry& r);
 void register_memory_kernels(core::KernelRegistry& r);
 void register_optim_kernels(core::KernelRegistry& r);
+void register_fused_classifier_kernels(core::KernelRegistry& r);
 
 }  // namespace brisk::cpu

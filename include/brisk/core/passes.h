@@ -1,0 +1,70 @@
+// Graph rewriting: the mechanism fusion passes are built on. rewrite() replays
+// a forward graph node by node into a new graph (inputs, params and
+// externals first, then the nodes in order; names, params, roles and output
+// marks preserved) and lets patterns replace a matched set of nodes with
+// other nodes. A Graph is append-only, so a rewrite builds a new one instead
+// of editing in place; it runs once per program, before backward() and
+// planning, so the copy costs nothing that matters.
+//
+// Core knows ops only through the op table, so patterns live in the ops
+// layer (ops::classifier_fusion, for one) and core provides the matching
+// loop and the bookkeeping: which values each node reads, the map from old
+// values to new, and the checks that a pattern removed nothing still in use.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "brisk/core/graph.h"
+
+namespace brisk::core {
+
+// Who reads each value of a graph.
+class GraphUses {
+ public:
+  explicit GraphUses(const Graph& g);
+  const std::vector<int>& readers(ValueId v) const { return readers_.at(size_t(v)); }
+  // The one node reading v when exactly one node does (once) and v is not a
+  // graph output; -1 otherwise.
+  int sole_reader(ValueId v) const;
+
+ private:
+  const Graph& g_;
+  std::vector<std::vector<int>> readers_;
+};
+
+struct Match {
+  // Source nodes replaced, any order. The replacement is emitted where the
+  // last of them stood, so every value they read from outside exists by then.
+  std::vector<int> nodes;
+  // Adds the replacement to `dst`. `map` takes source values to dst values:
+  // read the matched nodes' outside inputs through it, and set it for every
+  // matched output that something else still reads (rewrite() checks).
+  std::function<void(Graph& dst, std::vector<ValueId>& map)> emit;
+};
+
+struct Pattern {
+  std::string name;
+  // Tried at every node not yet claimed by an earlier match, in node order.
+  std::function<std::optional<Match>(const Graph& g, int node, const GraphUses& uses)> match;
+};
+
+struct RewriteResult {
+  Graph graph;
+  // Source value -> value in `graph`; kNoValue for values a pattern removed.
+  std::vector<ValueId> map;
+  std::vector<std::pair<std::string, int>> applied;  // pattern name, times it fired
+  int rewrites() const {
+    int n = 0;
+    for (const auto& [name, k] : applied) n += k;
+    return n;
+  }
+};
+
+// Throws Error if `forward` already has a backward pass, or if a pattern
+// removes a value that a remaining node (or the graph's outputs) still reads.
+RewriteResult rewrite(const Graph& forward, const std::vector<Pattern>& patterns);
+
+}  // namespace brisk::core

@@ -1,0 +1,195 @@
+// The fused classifier of a language model's training step, llm.c style:
+// classifier_train(x (N, C), w (V, C), targets (N) i32, seed () f32) ->
+// loss () f32, dx (N, C), dw (V, C). It is linear(x, w) + cross_entropy and
+// that pair's backward in one op, done in chunks of rows: logits_c = x_c w^T
+// lives in a (chunk, V) workspace, becomes dlogits_c = seed * (softmax -
+// onehot) / count in place, and is spent on dx_c = dlogits_c w and dw +=
+// dlogits_c^T x_c. So the (N, V) logits and their gradient (412 MB each at
+// W1's shape) never exist, and the gradient is produced in the forward pass
+// with nothing recomputed. loss is the mean over non-ignored targets, as
+// cross_entropy's; dx and dw are d(seed * loss)/dx, dw.
+//
+// Autograd: the backward rule hands back the node's own dx and dw when the
+// gradient arriving at `loss` is exactly the seed input, i.e. the loss is the
+// graph's final loss and backward() was seeded with that input: the cheap,
+// intended case. Any other upstream gradient g (the op harness builds
+// L = sum(loss * R)) gets a second classifier_train with g as its seed: a
+// recompute, slow but exact, so the rule is right for every graph and the
+// harness's finite-difference check is a real check of dx and dw. The GPT
+// test asserts a training graph holds one classifier_train, never two.
+// Gradients flowing into dx/dw themselves (double backward) are refused.
+//
+// The pass that puts this op into graphs is classifier_fusion() below: it
+// turns linear(x, w) (no bias) -> cross_entropy into classifier_train fed the
+// graph's seed input.
+#include <cmath>
+
+#include "brisk/core/passes.h"
+#include "op_util.h"
+
+namespace brisk::ops {
+using namespace detail;
+
+namespace {
+
+constexpr std::string_view kOp = "classifier_train";
+
+std::vector<TensorMeta> infer_classifier(std::span<const TensorMeta> in, const core::OpParams&) {
+  check_count(kOp, in, 4);
+  check_float(kOp, in, {0, 1});
+  check_dtype(kOp, in[2], DType::i32, "targets");
+  check_dtype(kOp, in[3], DType::f32, "seed");
+  check_shape(in[0].shape.rank() == 2 && in[1].shape.rank() == 2, kOp, "x must be (N, C) and w (V, C)", in);
+  check_shape(in[0].shape[1] == in[1].shape[1], kOp, "x (N, C) and w (V, C) must agree on C", in);
+  check_shape(in[0].dtype == in[1].dtype, kOp, "x and w must have the same dtype", in);
+  check_shape(in[2].shape == Shape{in[0].shape[0]}, kOp, "targets must be (N) for x (N, C)", in);
+  check_shape(in[3].shape.numel() == 1, kOp, "seed must be a scalar", in);
+  return {TensorMeta{Shape{}, DType::f32}, in[0], in[1]};
+}
+
+// Scratch: one (rows, V) f32 chunk of logits plus a per-row loss in double
+// (summed serially afterwards, so the loss does not depend on threading).
+// The CPU kernel takes its chunk height from the size it is given.
+size_t classifier_workspace(std::span<const TensorMeta> in, const core::OpParams&) {
+  const int64_t n = in[0].shape[0], v = in[1].shape[0];
+  return size_t(classifier_chunk_rows(n, v) * v) * sizeof(float) + size_t(n) * sizeof(double);
+}
+
+void classifier_reference(const KernelCall& c) {
+  const TensorView &x = c.in(0), &w = c.in(1), &t = c.in(2);
+  const int ignore = c.p<CrossEntropyParams>().ignore_index;
+  const int64_t n = x.shape()[0], k = x.shape()[1], v = w.shape()[0];
+  int64_t count = 0;
+  for (int64_t r = 0; r < n; ++r) {
+    const int64_t tr = int64_t(ld(t, r));
+    if (tr != ignore && (tr < 0 || tr >= v))
+      throw core::Error("classifier_train: target " + std::to_string(tr) + " at position " + std::to_string(r) +
+                        " is out of range [0, " + std::to_string(v) + ") and is not ignore_index (" +
+                        std::to_string(ignore) + ")");
+    count += tr != ignore;
+  }
+  const double scale = count ? ld(c.in(3), 0) / double(count) : 0.0;
+  std::vector<double> dx(size_t(n * k), 0.0), dw(size_t(v * k), 0.0);
+  std::vector<double> logit(static_cast<size_t>(v));
+  double total = 0.0;
+  for (int64_t r = 0; r < n; ++r) {
+    const int64_t tr = int64_t(ld(t, r));
+    if (tr == ignore) continue;
+    double mx = -INFINITY, s = 0.0;
+    for (int64_t j = 0; j < v; ++j) {
+      double acc = 0.0;
+      for (int64_t i = 0; i < k; ++i) acc += ld(x, r * k + i) * ld(w, j * k + i);
+      logit[size_t(j)] = acc;
+      mx = std::max(mx, acc);
+    }
+    for (int64_t j = 0; j < v; ++j) s += std::exp(logit[size_t(j)] - mx);
+    const double lse = mx + std::log(s);
+    total += lse - logit[size_t(tr)];
+    for (int64_t j = 0; j < v; ++j) {
+      const double d = scale * (std::exp(logit[size_t(j)] - lse) - (j == tr ? 1.0 : 0.0));
+      for (int64_t i = 0; i < k; ++i) {
+        dx[size_t(r * k + i)] += d * ld(w, j * k + i);
+        dw[size_t(j * k + i)] += d * ld(x, r * k + i);
+      }
+    }
+  }
+  st(c.out(0), 0, count ? total / double(count) : 0.0);
+  for (int64_t i = 0; i < n * k; ++i) st(c.out(1), i, dx[size_t(i)]);
+  for (int64_t i = 0; i < v * k; ++i) st(c.out(2), i, dw[size_t(i)]);
+}
+
+std::vector<ValueId> classifier_backward(Graph& g, const core::Node& n, std::span<const ValueId> dy) {
+  if (dy[1] != core::kNoValue || dy[2] != core::kNoValue)
+    throw core::Error("classifier_train: its dx and dw outputs are already gradients; differentiating through "
+                      "them (double backward) is not supported");
+  if (dy[0] == core::kNoValue) return {core::kNoValue, core::kNoValue, core::kNoValue, core::kNoValue};
+  if (dy[0] == n.inputs[3]) return {n.outputs[1], n.outputs[2], core::kNoValue, core::kNoValue};
+  // Not the seed: recompute with the arriving gradient as the seed (see the top).
+  const auto outs = g.add_node(OpKind::classifier_train, {n.inputs[0], n.inputs[1], n.inputs[2], dy[0]}, n.params);
+  return {outs[1], outs[2], core::kNoValue, core::kNoValue};
+}
+
+}  // namespace
+
+int64_t classifier_chunk_rows(int64_t n, int64_t v) {
+  // About 64 MiB of f32 logits per chunk; equal chunks so the last is not a
+  // sliver. At W1 (N 2048, V 50304) that is 7 chunks of 293 rows.
+  constexpr int64_t kChunkFloats = int64_t(1) << 24;
+  if (n <= 0) return 1;
+  const int64_t max_rows = std::max<int64_t>(16, kChunkFloats / std::max<int64_t>(v, 1));
+  const int64_t chunks = (n + max_rows - 1) / max_rows;
+  return (n + chunks - 1) / chunks;
+}
+
+core::OpDef classifier_train_def() {
+  OpDef d;
+  d.kind = OpKind::classifier_train;
+  d.name = kOp;
+  d.infer = infer_classifier;
+  d.backward = classifier_backward;
+  d.reference = classifier_reference;
+  d.workspace_bytes = classifier_workspace;
+  // dx and dw are gradients, not results: the harness's L = sum(y * R) covers
+  // only `loss`, and its check of dx/dw goes through the backward rule above.
+  d.num_saved_outputs = 2;
+  d.test_cases = [] {
+    std::vector<TestCase> cases;
+    // The seed is a graph input, never differentiated (loss does not depend on it).
+    auto one = [&](const std::string& label, int64_t n, int64_t c, int64_t v, int ignore, int64_t id_range) {
+      cases.push_back({label,
+                       {spec({n, c}), spec({v, c}), ids_spec({n}, id_range), no_grad(spec({}, DType::f32, 0.5, 1.5))},
+                       CrossEntropyParams{ignore}});
+    };
+    one("7x13 V33", 7, 13, 33, -100, 33);
+    one("33x16 V257", 33, 16, 257, -100, 257);
+    one("1x5 V7", 1, 5, 7, -100, 7);
+    // V = 6: about a sixth of the targets hit the ignored class.
+    one("ignore 2, 19x9 V6", 19, 9, 6, 2, 6);
+    one("all ignored", 4, 3, 5, 0, 1);
+    return cases;
+  };
+  return d;
+}
+
+std::vector<ValueId> classifier_train(Graph& g, ValueId x, ValueId w, ValueId targets, ValueId seed,
+                                      int ignore_index) {
+  register_ops();
+  return g.add_node(OpKind::classifier_train, {x, w, targets, seed}, CrossEntropyParams{ignore_index});
+}
+
+// ---- the pass: linear(x, w) -> cross_entropy  =>  classifier_train ---------------
+
+core::Pattern classifier_fusion(const std::string& seed_name) {
+  core::Pattern p;
+  p.name = "classifier_fusion";
+  p.match = [seed_name](const Graph& g, int i, const core::GraphUses& uses) -> std::optional<core::Match> {
+    const core::Node& lin = g.nodes()[size_t(i)];
+    if (lin.op != OpKind::linear || lin.inputs.size() != 2) return std::nullopt;  // a bias: no fusion
+    const ValueId x = lin.inputs[0], w = lin.inputs[1], logits = lin.outputs[0];
+    if (g.meta(x).dtype != DType::f32 || g.meta(w).dtype != DType::f32 || g.shape(x).rank() != 2)
+      return std::nullopt;  // the CPU kernel is f32 only
+    // The logits must feed the loss and nothing else: the fused op never makes them.
+    const int ce = uses.sole_reader(logits);
+    if (ce < 0) return std::nullopt;
+    const core::Node& loss = g.nodes()[size_t(ce)];
+    if (loss.op != OpKind::cross_entropy || loss.inputs[0] != logits) return std::nullopt;
+    if (!uses.readers(loss.outputs[1]).empty() || g.value(loss.outputs[1]).is_output) return std::nullopt;  // lse
+    // The seed the training step's backward() will be given.
+    const ValueId seed = g.find(seed_name);
+    if (seed == core::kNoValue || g.value(seed).role != core::ValueRole::input ||
+        !(g.meta(seed) == TensorMeta{Shape{}, DType::f32}))
+      return std::nullopt;
+    core::Match m;
+    m.nodes = {i, ce};
+    m.emit = [x, w, t = loss.inputs[1], seed, out = loss.outputs[0], params = loss.params](
+                 Graph& dst, std::vector<ValueId>& map) {
+      map[size_t(out)] =
+          dst.add_node(OpKind::classifier_train, {map[size_t(x)], map[size_t(w)], map[size_t(t)], map[size_t(seed)]},
+                       params)[0];
+    };
+    return m;
+  };
+  return p;
+}
+
+}  // namespace brisk::ops

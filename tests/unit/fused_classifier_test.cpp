@@ -1,0 +1,300 @@
+// The fused classifier and the rewrite pass that puts it into graphs, on the
+// CPU backend. (1) classifier_train against the unfused graph it replaces,
+// linear + cross_entropy + backward seeded by an input: the same loss, dx, dw,
+// with the kernel forced through many ragged chunks and with ignored targets.
+// (2) The pass: fires on exactly the pattern, leaves anything else alone, and
+// with no patterns replays a graph unchanged. (3) A tiny GPT trained one
+// micro-step fused and unfused: the same loss and the same gradient of every
+// parameter, and one classifier_train in the graph (the cheap backward path,
+// no recompute). (4) What it is for: W1's planned arena shrinks by about the
+// logits and their gradient (graphs planned, nothing run).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "brisk/core/autograd.h"
+#include "brisk/core/error.h"
+#include "brisk/core/executor.h"
+#include "brisk/core/passes.h"
+#include "brisk/core/planner.h"
+#include "brisk/cpu/cpu_backend.h"
+#include "brisk/models/gpt.h"
+#include "brisk/ops/ops.h"
+
+using namespace brisk;
+using core::DType;
+using core::Graph;
+using core::OpKind;
+using core::Tensor;
+using core::ValueId;
+
+namespace {
+
+cpu::CpuBackend& backend() {
+  static cpu::CpuBackend b(2);
+  return b;
+}
+
+double normalized_error(const Tensor& ref, const Tensor& got) {
+  double diff = 0.0, scale = 1e-6;
+  for (int64_t i = 0; i < ref.numel(); ++i) {
+    diff = std::max(diff, std::abs(ref.item(i) - got.item(i)));
+    scale = std::max(scale, std::abs(ref.item(i)));
+  }
+  return diff / scale;
+}
+
+Tensor targets_tensor(int64_t n, int64_t v, int ignore, uint64_t seed) {
+  Tensor t = Tensor::empty({n}, DType::i32);
+  uint64_t s = seed;
+  for (int64_t i = 0; i < n; ++i) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    // About one in five positions is ignore_index when it is a valid class.
+    t.data_as<int32_t>()[i] = (s >> 33) % 5 == 0 && ignore >= 0 ? ignore : int32_t((s >> 20) % uint64_t(v));
+  }
+  return t;
+}
+
+struct Grads {
+  Tensor loss, dx, dw;
+};
+
+// linear + cross_entropy + backward(seed), or classifier_train, run by an executor.
+Grads run_graph(bool fused, const Tensor& x, const Tensor& w, const Tensor& t, float seed, int ignore) {
+  Graph g;
+  const ValueId xv = g.input("x", x.shape(), DType::f32, true);
+  const ValueId wv = g.input("w", w.shape(), DType::f32, true);
+  const ValueId tv = g.input("targets", t.shape(), DType::i32);
+  const ValueId sv = g.input("seed", {}, DType::f32);
+  ValueId loss;
+  std::vector<ValueId> outs;
+  if (fused) {
+    outs = ops::classifier_train(g, xv, wv, tv, sv, ignore);
+    loss = outs[0];
+  } else {
+    loss = ops::cross_entropy(g, ops::linear(g, xv, wv), tv, ignore);
+  }
+  g.mark_output(loss);
+  core::backward(g, loss, {.seed = sv});
+  if (fused) {  // the cheap path: the gradients are the op's own outputs
+    EXPECT_EQ(g.grad_of(xv), outs[1]);
+    EXPECT_EQ(g.grad_of(wv), outs[2]);
+  }
+  core::Executor ex(g, backend());
+  ex.write(xv, x.data(), x.bytes());
+  ex.write(wv, w.data(), w.bytes());
+  ex.write(tv, t.data(), t.bytes());
+  ex.write(sv, &seed, 4);
+  ex.run();
+  Grads r{Tensor::empty({}, DType::f32), Tensor::empty(x.shape(), DType::f32), Tensor::empty(w.shape(), DType::f32)};
+  ex.read(loss, r.loss.data(), 4);
+  ex.read(g.grad_of(xv), r.dx.data(), r.dx.bytes());
+  ex.read(g.grad_of(wv), r.dw.data(), r.dw.bytes());
+  return r;
+}
+
+}  // namespace
+
+TEST(FusedClassifier, MatchesUnfusedGraph) {
+  struct Case {
+    int64_t n, c, v;
+    int ignore;
+  };
+  for (const Case k : {Case{37, 19, 101, -100}, Case{64, 32, 1001, 7}, Case{5, 3, 2, 1}}) {
+    SCOPED_TRACE("N " + std::to_string(k.n) + " C " + std::to_string(k.c) + " V " + std::to_string(k.v));
+    const Tensor x = Tensor::uniform({k.n, k.c}, DType::f32, 11, -1.f, 1.f);
+    const Tensor w = Tensor::uniform({k.v, k.c}, DType::f32, 12, -1.f, 1.f);
+    const Tensor t = targets_tensor(k.n, k.v, k.ignore, 13);
+    const Grads ref = run_graph(false, x, w, t, 2.5f, k.ignore);
+    const Grads got = run_graph(true, x, w, t, 2.5f, k.ignore);
+    EXPECT_NEAR(got.loss.item(0), ref.loss.item(0), 1e-5 * std::abs(ref.loss.item(0)));
+    EXPECT_LE(normalized_error(ref.dx, got.dx), 1e-5);
+    EXPECT_LE(normalized_error(ref.dw, got.dw), 1e-5);
+  }
+}
+
+// The kernel's chunk height comes from its workspace: 1 row, 5 rows (ragged),
+// the OpDef's size, and none at all must all give the same result.
+TEST(FusedClassifier, ChunkingDoesNotChangeTheResult) {
+  ops::register_ops();  // run_op below needs the op table; no graph is built first
+  const int64_t n = 23, c = 17, v = 300;
+  const Tensor x = Tensor::uniform({n, c}, DType::f32, 21, -1.f, 1.f);
+  const Tensor w = Tensor::uniform({v, c}, DType::f32, 22, -1.f, 1.f);
+  const Tensor t = targets_tensor(n, v, 4, 23);
+  Tensor seed = Tensor::empty({}, DType::f32);
+  seed.data_as<float>()[0] = 0.75f;
+  const core::OpDef& def = core::op_def(OpKind::classifier_train);
+  const std::vector<core::TensorMeta> metas = {x.meta(), w.meta(), t.meta(), seed.meta()};
+  const ops::CrossEntropyParams p{4};
+  const size_t full = def.workspace_bytes(metas, p);
+  std::vector<Grads> results;
+  for (size_t ws : {size_t(v * 4 + n * 8), size_t(5 * v * 4 + n * 8), full, size_t(0)}) {
+    Grads r{Tensor::empty({}, DType::f32), Tensor::empty({n, c}, DType::f32), Tensor::empty({v, c}, DType::f32)};
+    std::vector<unsigned char> buf(ws);
+    const std::vector<core::TensorView> in = {x.as_view(), w.as_view(), t.as_view(), seed.as_view()};
+    const std::vector<core::TensorView> out = {r.loss.as_view(), r.dx.as_view(), r.dw.as_view()};
+    core::run_op(backend(), OpKind::classifier_train, in, out, p, ws ? buf.data() : nullptr, ws);
+    results.push_back(r);
+  }
+  for (size_t i = 1; i < results.size(); ++i) {
+    EXPECT_NEAR(results[i].loss.item(0), results[0].loss.item(0), 1e-6);
+    EXPECT_LE(normalized_error(results[0].dx, results[i].dx), 1e-6);
+    EXPECT_LE(normalized_error(results[0].dw, results[i].dw), 1e-6);
+  }
+}
+
+TEST(FusedClassifier, BadTargetThrows) {
+  const Tensor x = Tensor::uniform({3, 4}, DType::f32, 1, -1.f, 1.f);
+  const Tensor w = Tensor::uniform({5, 4}, DType::f32, 2, -1.f, 1.f);
+  Tensor t = targets_tensor(3, 5, -100, 3);
+  t.data_as<int32_t>()[1] = 5;
+  EXPECT_THROW(run_graph(true, x, w, t, 1.f, -100), core::Error);
+}
+
+// ---- the pass ------------------------------------------------------------------------
+
+namespace {
+
+struct Head {
+  Graph g;
+  ValueId loss = core::kNoValue, logits = core::kNoValue;
+};
+
+// x -> linear(x, w[, b]) -> cross_entropy; an optional loss_scale input.
+void build_head(Head& h, bool bias, bool seed_input, bool logits_output) {
+  Graph& g = h.g;
+  const ValueId x = g.input("x", {6, 4}, DType::f32, true);
+  const ValueId w = g.param("w", {9, 4});
+  const ValueId t = g.input("targets", {6}, DType::i32);
+  h.logits = bias ? ops::linear(g, ops::gelu(g, x), w, g.param("b", {9})) : ops::linear(g, ops::gelu(g, x), w);
+  if (logits_output) g.mark_output(h.logits);
+  h.loss = ops::cross_entropy(g, h.logits, t);
+  g.set_name(h.loss, "loss");
+  g.mark_output(h.loss);
+  if (seed_input) g.input("loss_scale", {}, DType::f32);  // created after the loss, as GPT does
+}
+
+int count_ops(const Graph& g, OpKind k) {
+  return int(std::count_if(g.nodes().begin(), g.nodes().end(), [&](const core::Node& n) { return n.op == k; }));
+}
+
+}  // namespace
+
+TEST(RewritePass, FusesLinearCrossEntropy) {
+  Head h;
+  build_head(h, false, true, false);
+  core::RewriteResult r = core::rewrite(h.g, {ops::classifier_fusion("loss_scale")});
+  EXPECT_EQ(r.rewrites(), 1);
+  EXPECT_EQ(count_ops(r.graph, OpKind::classifier_train), 1);
+  EXPECT_EQ(count_ops(r.graph, OpKind::linear), 0);
+  EXPECT_EQ(count_ops(r.graph, OpKind::cross_entropy), 0);
+  EXPECT_EQ(r.map[size_t(h.logits)], core::kNoValue);
+  const ValueId loss = r.map[size_t(h.loss)];
+  EXPECT_EQ(r.graph.find("loss"), loss);
+  EXPECT_TRUE(r.graph.value(loss).is_output);
+  EXPECT_EQ(r.graph.value(r.graph.at("w")).role, core::ValueRole::param);
+  core::backward(r.graph, loss, {.seed = r.graph.at("loss_scale")});
+  EXPECT_EQ(count_ops(r.graph, OpKind::classifier_train), 1);  // no recompute
+  EXPECT_NE(r.graph.grad_of(r.graph.at("w")), core::kNoValue);
+}
+
+TEST(RewritePass, LeavesOtherGraphsAlone) {
+  for (int variant = 0; variant < 3; ++variant) {
+    Head h;
+    build_head(h, variant == 0, variant != 1, variant == 2);  // bias / no seed input / logits read elsewhere
+    const core::RewriteResult r = core::rewrite(h.g, {ops::classifier_fusion("loss_scale")});
+    EXPECT_EQ(r.rewrites(), 0) << "variant " << variant;
+    EXPECT_EQ(r.graph.nodes().size(), h.g.nodes().size());
+    EXPECT_EQ(count_ops(r.graph, OpKind::classifier_train), 0);
+  }
+}
+
+TEST(RewritePass, NoPatternsReplaysTheGraph) {
+  Head h;
+  build_head(h, true, true, false);
+  const core::RewriteResult r = core::rewrite(h.g, {});
+  ASSERT_EQ(r.graph.nodes().size(), h.g.nodes().size());
+  ASSERT_EQ(r.graph.num_values(), h.g.num_values());
+  for (size_t i = 0; i < h.g.nodes().size(); ++i) EXPECT_EQ(r.graph.nodes()[i].op, h.g.nodes()[i].op);
+  for (size_t v = 0; v < h.g.num_values(); ++v) {
+    const core::Value &a = h.g.value(ValueId(v)), &b = r.graph.value(r.map[v]);
+    EXPECT_EQ(a.name, b.name);
+    EXPECT_EQ(a.role, b.role);
+    EXPECT_TRUE(a.meta == b.meta);
+    EXPECT_EQ(a.is_output, b.is_output);
+    EXPECT_EQ(a.requires_grad, b.requires_grad);
+  }
+}
+
+TEST(RewritePass, RefusesAGraphWithABackwardPass) {
+  Head h;
+  build_head(h, false, true, false);
+  core::backward(h.g, h.loss);
+  EXPECT_THROW(core::rewrite(h.g, {ops::classifier_fusion("loss_scale")}), core::Error);
+}
+
+TEST(RewritePass, PatternThatDropsAUsedValueIsAnError) {
+  Head h;
+  build_head(h, false, true, false);
+  core::Pattern drop;  // removes the gelu and replaces nothing
+  drop.name = "drop";
+  drop.match = [](const Graph& g, int i, const core::GraphUses&) -> std::optional<core::Match> {
+    if (g.nodes()[size_t(i)].op != OpKind::gelu) return std::nullopt;
+    return core::Match{{i}, [](Graph&, std::vector<ValueId>&) {}};
+  };
+  EXPECT_THROW(core::rewrite(h.g, {drop}), core::Error);
+}
+
+// ---- in the model ---------------------------------------------------------------------
+
+TEST(FusedClassifier, GptGradientsMatchUnfused) {
+  models::GptConfig cfg{61, 2, 24, 3, 40};
+  const int64_t B = 2, T = 17;
+  std::vector<int32_t> x(size_t(B * T)), y(x.size());
+  for (size_t i = 0; i < x.size(); ++i) x[i] = int32_t((i * 7 + 3) % 61), y[i] = int32_t((i * 11 + 5) % 61);
+
+  cfg.fused_classifier = false;
+  models::Gpt plain(cfg, backend());
+  plain.init_weights(5);
+  cfg.fused_classifier = true;
+  models::Gpt fused(cfg, backend());
+  fused.init_weights(5);
+
+  const double lp = plain.train_micro_step(x.data(), y.data(), B, T, 3.0);
+  const double lf = fused.train_micro_step(x.data(), y.data(), B, T, 3.0);
+  EXPECT_NEAR(lf, lp, 1e-5 * std::abs(lp));
+  EXPECT_EQ(count_ops(fused.program(true, B, T).graph, OpKind::classifier_train), 1);
+  EXPECT_EQ(count_ops(plain.program(true, B, T).graph, OpKind::classifier_train), 0);
+  EXPECT_EQ(fused.program(true, B, T).logits, core::kNoValue);
+  // Eval stays unfused and agrees.
+  EXPECT_EQ(count_ops(fused.program(false, B, T).graph, OpKind::classifier_train), 0);
+  EXPECT_NEAR(fused.eval_loss(x.data(), y.data(), B, T), plain.eval_loss(x.data(), y.data(), B, T), 1e-6);
+
+  int checked = 0;
+  for (const auto& [name, e] : plain.params().entries()) {
+    SCOPED_TRACE(name);
+    const auto& other = fused.params().entries().at(name);
+    EXPECT_LE(normalized_error(e.grad, other.grad), 1e-5);
+    ++checked;
+  }
+  EXPECT_EQ(checked, int(plain.params().entries().size()));
+  EXPECT_GT(checked, 10);
+}
+
+TEST(FusedClassifier, W1ArenaDropsByTheLogits) {
+  const models::GptConfig w1 = models::GptConfig::preset("W1");
+  const int64_t B = 8, T = 256;
+  // The train graphs are planned, not run (program() would allocate the arena).
+  size_t arena[2];
+  for (int fused = 0; fused < 2; ++fused) {
+    models::GptConfig cfg = w1;
+    cfg.fused_classifier = fused == 1;
+    models::Gpt m(cfg, backend());
+    arena[fused] = core::plan_memory(m.train_graph(B, T)).report.arena;
+  }
+  const double logits = double(B * T) * double(w1.vocab_size) * 4.0;
+  std::printf("W1 train arena: unfused %.1f MiB, fused %.1f MiB (logits + dlogits %.1f MiB)\n",
+              double(arena[0]) / (1 << 20), double(arena[1]) / (1 << 20), 2 * logits / (1 << 20));
+  EXPECT_LE(double(arena[1]) + 1.6 * logits, double(arena[0]));
+}
