@@ -11,36 +11,14 @@
 #include <cmath>
 #include <limits>
 
-#include "op_util.h"
+#include "attention_shapes.h"
 
 namespace brisk::ops {
 using namespace detail;
 
 namespace {
 
-// Shape of one attention problem, read from qkv (B, T, 3C).
-struct Dims {
-  int64_t B, T, C, nh, hd;
-};
-
-Dims dims_of(const Shape& qkv, int n_head) {
-  const int64_t C = qkv[2] / 3;
-  return {qkv[0], qkv[1], C, n_head, C / n_head};
-}
-
-double scale_of(const AttentionParams& p, int64_t hd) {
-  return p.scale != 0.f ? double(p.scale) : 1.0 / std::sqrt(double(hd));
-}
-
-// Checks qkv and returns its dims; shared by the forward and backward ops.
-Dims check_qkv(std::string_view op, std::span<const TensorMeta> in, const TensorMeta& qkv, int n_head) {
-  check_shape(qkv.shape.rank() == 3, op, "qkv must be (B, T, 3C)", in);
-  check_shape(qkv.shape[2] % 3 == 0, op, "qkv's last dim must be 3C (divisible by 3)", in);
-  check_shape(n_head >= 1, op, "n_head must be at least 1", in);
-  check_shape((qkv.shape[2] / 3) % n_head == 0, op,
-              "C (qkv's last dim / 3) must be divisible by n_head = " + std::to_string(n_head), in);
-  return dims_of(qkv.shape, n_head);
-}
+using Dims = AttentionDims;
 
 std::vector<TensorMeta> infer_attention(std::span<const TensorMeta> in, const core::OpParams& params) {
   check_count("attention", in, 1);
@@ -72,8 +50,8 @@ struct QkvIndex {
 void attention_reference(const KernelCall& c) {
   const AttentionParams& p = c.p<AttentionParams>();
   const TensorView &qkv = c.in(0), &y = c.out(0), &probs = c.out(1);
-  const Dims d = dims_of(qkv.shape(), p.n_head);
-  const double scale = scale_of(p, d.hd);
+  const Dims d = attention_dims(qkv.shape(), p.n_head);
+  const double scale = attention_scale(p, d.hd);
   const QkvIndex at{d};
   std::vector<double> s(size_t(d.T));
   for (int64_t b = 0; b < d.B; ++b)
@@ -103,8 +81,8 @@ void attention_reference(const KernelCall& c) {
 void attention_backward_reference(const KernelCall& c) {
   const AttentionParams& p = c.p<AttentionParams>();
   const TensorView &dy = c.in(0), &qkv = c.in(1), &probs = c.in(2), &dqkv = c.out(0);
-  const Dims d = dims_of(qkv.shape(), p.n_head);
-  const double scale = scale_of(p, d.hd);
+  const Dims d = attention_dims(qkv.shape(), p.n_head);
+  const double scale = attention_scale(p, d.hd);
   const QkvIndex at{d};
   std::vector<double> grad(size_t(dqkv.numel()), 0.0);
   std::vector<double> dp(size_t(d.T));

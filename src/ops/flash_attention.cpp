@@ -15,34 +15,14 @@
 #include <limits>
 #include <thread>
 
-#include "op_util.h"
+#include "attention_shapes.h"
 
 namespace brisk::ops {
 using namespace detail;
 
 namespace {
 
-struct Dims {
-  int64_t B, T, C, nh, hd;
-};
-
-Dims dims_of(const Shape& qkv, int n_head) {
-  const int64_t C = qkv[2] / 3;
-  return {qkv[0], qkv[1], C, n_head, C / n_head};
-}
-
-double scale_of(const AttentionParams& p, int64_t hd) {
-  return p.scale != 0.f ? double(p.scale) : 1.0 / std::sqrt(double(hd));
-}
-
-Dims check_qkv(std::string_view op, std::span<const TensorMeta> in, const TensorMeta& qkv, int n_head) {
-  check_shape(qkv.shape.rank() == 3, op, "qkv must be (B, T, 3C)", in);
-  check_shape(qkv.shape[2] % 3 == 0, op, "qkv's last dim must be 3C (divisible by 3)", in);
-  check_shape(n_head >= 1, op, "n_head must be at least 1", in);
-  check_shape((qkv.shape[2] / 3) % n_head == 0, op,
-              "C (qkv's last dim / 3) must be divisible by n_head = " + std::to_string(n_head), in);
-  return dims_of(qkv.shape, n_head);
-}
+using Dims = AttentionDims;
 
 std::vector<TensorMeta> infer_forward(std::span<const TensorMeta> in, const core::OpParams& params) {
   check_count("flash_attention", in, 1);
@@ -75,7 +55,7 @@ std::vector<TensorMeta> infer_backward(std::span<const TensorMeta> in, const cor
 constexpr int64_t kTileQ = 64, kTileK = 256;
 
 size_t workspace_bytes(std::span<const TensorMeta> in, const core::OpParams& params, bool backward) {
-  const Dims d = dims_of(in[backward ? 1 : 0].shape, std::get<AttentionParams>(params).n_head);
+  const Dims d = attention_dims(in[backward ? 1 : 0].shape, std::get<AttentionParams>(params).n_head);
   const bool wide = in[0].dtype != DType::f32;
   const int64_t per_thread =
       2 * kTileQ * kTileK + 4 * kTileQ + (wide ? (backward ? 8 : 4) * d.T * d.hd : 0);
@@ -103,8 +83,8 @@ void score_row(const TensorView& qkv, const QkvIndex& at, int64_t b, int64_t h, 
 void forward_reference(const KernelCall& c) {
   const AttentionParams& p = c.p<AttentionParams>();
   const TensorView &qkv = c.in(0), &y = c.out(0), &lse = c.out(1);
-  const Dims d = dims_of(qkv.shape(), p.n_head);
-  const double scale = scale_of(p, d.hd);
+  const Dims d = attention_dims(qkv.shape(), p.n_head);
+  const double scale = attention_scale(p, d.hd);
   const QkvIndex at{d};
   std::vector<double> s(size_t(d.T));
   for (int64_t b = 0; b < d.B; ++b)
@@ -130,8 +110,8 @@ void forward_reference(const KernelCall& c) {
 void backward_reference(const KernelCall& c) {
   const AttentionParams& p = c.p<AttentionParams>();
   const TensorView &dy = c.in(0), &qkv = c.in(1), &y = c.in(2), &lse = c.in(3), &dqkv = c.out(0);
-  const Dims d = dims_of(qkv.shape(), p.n_head);
-  const double scale = scale_of(p, d.hd);
+  const Dims d = attention_dims(qkv.shape(), p.n_head);
+  const double scale = attention_scale(p, d.hd);
   const QkvIndex at{d};
   std::vector<double> grad(size_t(dqkv.numel()), 0.0);
   std::vector<double> s(size_t(d.T));
