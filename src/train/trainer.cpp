@@ -178,7 +178,8 @@ TrainResult train(const TrainConfig& cfg, const TrainOptions& options) {
   // [i*B, (i+1)*B) of the seed's window stream, the same as a WindowSampler
   // would draw, so data_position (windows) = loader position * B.
   data::TokenWindowSource train_source(train_data, cfg.batch, cfg.seq, cfg.seed);
-  data::Loader loader(train_source, {.workers = cfg.loader_workers, .prefetch_factor = 2});
+  data::Loader loader(train_source, {.workers = cfg.loader_workers, .prefetch_factor = 2},
+                      backend.staging_allocator());
 
   TrainState state;
   state.seed = cfg.seed;

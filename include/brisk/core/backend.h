@@ -46,6 +46,9 @@ class Backend {
   virtual void copy_to_host(void* host_dst, const void* src, size_t bytes) = 0;
   virtual void synchronize() {}
   virtual ExecContext context() const { return {}; }
+  // Host memory for data on its way to this device: page-locked on a GPU (so
+  // copies can be asynchronous), plain aligned memory on the CPU.
+  virtual Allocator& staging_allocator() { return HostAllocator::instance(); }
 
   const KernelRegistry& kernels() const { return kernels_; }
   KernelRegistry& kernels() { return kernels_; }

@@ -37,6 +37,19 @@ const core::ExecContext& context_of(const core::KernelCall& c) {
 
 // ---- allocator ----------------------------------------------------------------
 
+void* PinnedHostAllocator::allocate(size_t bytes) {
+  void* p = nullptr;
+  if (cudaHostAlloc(&p, std::max<size_t>(bytes, 1), cudaHostAllocDefault) != cudaSuccess) {
+    (void)cudaGetLastError();
+    throw std::bad_alloc();
+  }
+  return p;
+}
+
+void PinnedHostAllocator::deallocate(void* ptr, size_t) {
+  if (ptr) (void)cudaFreeHost(ptr);
+}
+
 size_t CudaAllocator::round_size(size_t bytes) {
   // 512 B granules for small blocks, 2 MiB for large ones: enough sharing to
   // reuse blocks across near-equal requests without wasting much.

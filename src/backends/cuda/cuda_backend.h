@@ -44,6 +44,14 @@ class CudaAllocator final : public core::Allocator {
   size_t cached_ = 0;
 };
 
+// Page-locked host memory (cudaHostAlloc): loader buffers the GPU can copy
+// from asynchronously.
+class PinnedHostAllocator final : public core::Allocator {
+ public:
+  void* allocate(size_t bytes) override;
+  void deallocate(void* ptr, size_t bytes) override;
+};
+
 class CudaBackend final : public core::Backend {
  public:
   // Throws core::BackendError if the device cannot be set up.
@@ -59,11 +67,13 @@ class CudaBackend final : public core::Backend {
   void copy_to_host(void* host_dst, const void* src, size_t bytes) override;
   void synchronize() override;
   core::ExecContext context() const override;
+  core::Allocator& staging_allocator() override { return pinned_; }
 
  private:
   void release();
   int device_;
   CudaAllocator allocator_;
+  PinnedHostAllocator pinned_;
   cudaStream_t stream_ = nullptr;
   cublasLtHandle_t lt_ = nullptr;
   void* workspace_ = nullptr;
