@@ -504,6 +504,16 @@ PrepareSummary prepare_dataset(const PrepareOptions& options) {
 
   for (const fs::path& f : files) {
     const std::string text = read_file(f);
+    if (options.strict_utf8) {
+      if (const int64_t bad = first_invalid_utf8(text); bad >= 0)
+        throw core::IoError(f.string() + ": not valid UTF-8 at byte " + std::to_string(bad) + " (0x" +
+                            [&] {
+                              char hex[3];
+                              std::snprintf(hex, sizeof hex, "%02X", static_cast<unsigned char>(text[size_t(bad)]));
+                              return std::string(hex);
+                            }() +
+                            "); drop --strict-utf8 to tokenize it anyway");
+    }
     if (eot >= 0 && sum.files > 0) pending.push_back(eot);  // eot separates documents
     const std::vector<int32_t> ids = tok->encode_parallel(text, threads);
     pending.insert(pending.end(), ids.begin(), ids.end());

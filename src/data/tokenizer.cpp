@@ -11,6 +11,7 @@
 #include <system_error>
 
 #include "brisk/core/error.h"
+#include "bpe_tables.h"
 
 namespace brisk::data {
 
@@ -82,6 +83,22 @@ std::string default_gpt2_vocab_dir() {
     if (std::string d = find_upwards(exe.parent_path()); !d.empty()) return d;
   }
   return kGpt2Subdir;  // relative: the load error then names the expected place
+}
+
+int64_t first_invalid_utf8(std::string_view text) {
+  const auto* s = reinterpret_cast<const unsigned char*>(text.data());
+  const size_t n = text.size();
+  for (size_t i = 0; i < n;) {
+    if (s[i] < 0x80) {
+      ++i;
+      continue;
+    }
+    size_t bad = 0;
+    const size_t len = detail::utf8_seq(s, n, i, &bad);
+    if (len == 0) return int64_t(i);
+    i += len;
+  }
+  return -1;
 }
 
 }  // namespace brisk::data

@@ -15,6 +15,7 @@
 
 #include "brisk/core/error.h"
 #include "brisk/data/shards.h"
+#include "brisk/data/tokenizer.h"
 
 namespace fs = std::filesystem;
 using namespace brisk;
@@ -390,4 +391,30 @@ TEST(PrepareDataset, BadInputsAreErrors) {
   opt.inputs = {out.path().string()};
   opt.val_fraction = 1.5;
   EXPECT_THROW(prepare_dataset(opt), core::ConfigError);
+}
+
+TEST(PrepareDataset, StrictUtf8RejectsInvalidTextNamingFileAndByte) {
+  TempDir in, out;
+  write_bytes(in.file("good.txt"), "plain text, caf\xc3\xa9\n");
+  write_bytes(in.file("bad.txt"), std::string("abc\xff" "def"));
+  PrepareOptions opt;
+  opt.inputs = {in.file("good.txt"), in.file("bad.txt")};
+  opt.out_dir = out.file("ds");
+  opt.progress = false;
+  opt.strict_utf8 = true;
+  try {
+    prepare_dataset(opt);
+    FAIL() << "expected an IoError";
+  } catch (const core::IoError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("bad.txt"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("byte 3"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("0xFF"), std::string::npos) << msg;
+  }
+  // Without the flag the bytes tokenizer takes any bytes.
+  opt.strict_utf8 = false;
+  EXPECT_EQ(prepare_dataset(opt).files, 2);
+  EXPECT_EQ(first_invalid_utf8("ok \xc3\xa9"), -1);
+  EXPECT_EQ(first_invalid_utf8("\xe0\x80\x80"), 0);  // overlong
+  EXPECT_EQ(first_invalid_utf8("ab\xed\xa0\x80"), 2);  // surrogate
 }

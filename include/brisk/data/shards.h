@@ -85,6 +85,9 @@ struct PrepareOptions {
   int64_t shard_tokens = 100'000'000;
   int threads = 0;                  // 0: all cores
   bool progress = true;             // print throughput as it goes
+  // Reject a file that is not valid UTF-8 (naming the file and the byte)
+  // instead of tokenizing it as is (bytes) or with U+FFFD (gpt2).
+  bool strict_utf8 = false;
 };
 
 struct PrepareSummary {

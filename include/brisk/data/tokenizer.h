@@ -28,6 +28,10 @@ class Tokenizer {
 };
 
 std::unique_ptr<Tokenizer> make_byte_tokenizer();
+
+// Byte offset of the first ill-formed UTF-8 sequence in `text`, or -1 when
+// all of it is valid (overlongs, surrogates and > U+10FFFF are ill-formed).
+int64_t first_invalid_utf8(std::string_view text);
 // dir holds encoder.json and vocab.bpe; throws core::IoError naming a missing or bad file.
 std::unique_ptr<Tokenizer> load_gpt2_tokenizer(const std::string& dir);
 // "bytes" or "gpt2" (gpt2 looks in `vocab_dir`, default: default_gpt2_vocab_dir()).
