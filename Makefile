@@ -8,7 +8,7 @@ BUILD ?= build/release
 JOBS  ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps data configure build test bench demo clean
+.PHONY: all deps data datasets configure build test bench demo clean
 
 all: build
 
@@ -30,14 +30,18 @@ test: build data
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
 DEMO_PROMPT ?= And God said
-demo: configure data
-	cmake --build $(BUILD) -j $(JOBS) --target brisk
-	@test -f data/kjv-bytes/meta.json || $(BUILD)/brisk data prepare --input data/raw/kjv.txt --tokenizer bytes --out data/kjv-bytes
+demo: datasets
 	rm -rf runs/demo
 	$(BUILD)/brisk train --config configs/demo.toml
 	$(BUILD)/brisk generate --checkpoint runs/demo --prompt "$(DEMO_PROMPT)" --max-new 300 --temperature 0.8 --top-k 40
 
-bench: build
+# Token shards of the KJV text for the workloads: bytes (W2, demo) and GPT-2 BPE (W1).
+datasets: configure data
+	cmake --build $(BUILD) -j $(JOBS) --target brisk
+	@test -f data/kjv-bytes/meta.json || $(BUILD)/brisk data prepare --input data/raw/kjv.txt --tokenizer bytes --out data/kjv-bytes
+	@test -f data/kjv-gpt2/meta.json || $(BUILD)/brisk data prepare --input data/raw/kjv.txt --tokenizer gpt2 --out data/kjv-gpt2
+
+bench: build datasets
 	$(BUILD)/bench/bench_gemm --json bench/results/gemm.json
 	$(BUILD)/brisk bench train --workload W2
 	$(BUILD)/brisk bench train --workload W1
