@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "brisk/core/op.h"
+#include "attention_util.h"
 #include "cpu_util.h"
 #include "kernels.h"
 #include "vec_math.h"
@@ -36,17 +37,7 @@ using core::KernelCall;
 // the wasted half of a diagonal block stays a small fraction for T >= 128.
 constexpr int64_t kBlock = 64;
 
-struct Dims {
-  int64_t B, T, C, nh, hd;
-  float scale;
-};
-
-Dims dims_of(const KernelCall& c, const core::Shape& qkv) {
-  const auto& p = c.p<ops::AttentionParams>();
-  const int64_t C = qkv[2] / 3, hd = C / p.n_head;
-  const float scale = p.scale != 0.f ? p.scale : float(1.0 / std::sqrt(double(hd)));
-  return {qkv[0], qkv[1], C, p.n_head, hd, scale};
-}
+using Dims = AttentionDims;
 
 // Per-thread scratch that keeps its capacity between calls, so the steady
 // state allocates nothing.
@@ -137,7 +128,7 @@ void backward_head(const float* q, const float* k, const float* v, int64_t ld, c
 
 // ---- f32: work directly on the packed layout -----------------------------------------
 void attention_f32(const KernelCall& c) {
-  const Dims d = dims_of(c, c.in(0).shape());
+  const Dims d = attention_dims(c, c.in(0).shape());
   const float* qkv = c.in(0).as<float>();
   float* y = c.out(0).as<float>();
   float* probs = c.out(1).as<float>();
@@ -152,7 +143,7 @@ void attention_f32(const KernelCall& c) {
 }
 
 void attention_backward_f32(const KernelCall& c) {
-  const Dims d = dims_of(c, c.in(1).shape());
+  const Dims d = attention_dims(c, c.in(1).shape());
   const float* dy = c.in(0).as<float>();
   const float* qkv = c.in(1).as<float>();
   const float* probs = c.in(2).as<float>();
@@ -171,16 +162,9 @@ void attention_backward_f32(const KernelCall& c) {
 }
 
 // ---- bf16: widen one head, run the f32 code, narrow -----------------------------------
-// Copies `rows` rows of hd bf16 values `ld` apart into a dense f32 (rows, hd).
-void widen(const uint16_t* src, int64_t ld, float* dst, int64_t rows, int64_t hd) {
-  for (int64_t t = 0; t < rows; ++t) bf16_to_f32_row(src + t * ld, dst + t * hd, hd);
-}
-void narrow(const float* src, uint16_t* dst, int64_t ld, int64_t rows, int64_t hd) {
-  for (int64_t t = 0; t < rows; ++t) f32_to_bf16_row(src + t * hd, dst + t * ld, hd);
-}
 
 void attention_bf16(const KernelCall& c) {
-  const Dims d = dims_of(c, c.in(0).shape());
+  const Dims d = attention_dims(c, c.in(0).shape());
   const uint16_t* qkv = c.in(0).as<uint16_t>();
   uint16_t* y = c.out(0).as<uint16_t>();
   float* probs = c.out(1).as<float>();
@@ -191,17 +175,17 @@ void attention_bf16(const KernelCall& c) {
     for (int64_t bh = lo; bh < hi; ++bh) {
       const int64_t b = bh / d.nh, h = bh % d.nh;
       const uint16_t* src = qkv + b * d.T * 3 * d.C + h * d.hd;
-      widen(src, 3 * d.C, q, d.T, d.hd);
-      widen(src + d.C, 3 * d.C, k, d.T, d.hd);
-      widen(src + 2 * d.C, 3 * d.C, v, d.T, d.hd);
+      widen_head(src, 3 * d.C, q, d.T, d.hd);
+      widen_head(src + d.C, 3 * d.C, k, d.T, d.hd);
+      widen_head(src + 2 * d.C, 3 * d.C, v, d.T, d.hd);
       forward_head(q, k, v, d.hd, yh, d.hd, probs + bh * d.T * d.T, d.T, d.hd, d.scale);
-      narrow(yh, y + b * d.T * d.C + h * d.hd, d.C, d.T, d.hd);
+      narrow_head(yh, y + b * d.T * d.C + h * d.hd, d.C, d.T, d.hd);
     }
   });
 }
 
 void attention_backward_bf16(const KernelCall& c) {
-  const Dims d = dims_of(c, c.in(1).shape());
+  const Dims d = attention_dims(c, c.in(1).shape());
   const uint16_t* dy = c.in(0).as<uint16_t>();
   const uint16_t* qkv = c.in(1).as<uint16_t>();
   const float* probs = c.in(2).as<float>();
@@ -214,14 +198,14 @@ void attention_backward_bf16(const KernelCall& c) {
     for (int64_t bh = lo; bh < hi; ++bh) {
       const int64_t b = bh / d.nh, h = bh % d.nh;
       const int64_t off = b * d.T * 3 * d.C + h * d.hd;
-      widen(qkv + off, 3 * d.C, q, d.T, d.hd);
-      widen(qkv + off + d.C, 3 * d.C, k, d.T, d.hd);
-      widen(qkv + off + 2 * d.C, 3 * d.C, v, d.T, d.hd);
-      widen(dy + b * d.T * d.C + h * d.hd, d.C, g, d.T, d.hd);
+      widen_head(qkv + off, 3 * d.C, q, d.T, d.hd);
+      widen_head(qkv + off + d.C, 3 * d.C, k, d.T, d.hd);
+      widen_head(qkv + off + 2 * d.C, 3 * d.C, v, d.T, d.hd);
+      widen_head(dy + b * d.T * d.C + h * d.hd, d.C, g, d.T, d.hd);
       backward_head(q, k, v, d.hd, g, d.hd, probs + bh * d.T * d.T, dq, dk, dv, d.hd, d.T, d.hd, d.scale, work);
-      narrow(dq, dqkv + off, 3 * d.C, d.T, d.hd);
-      narrow(dk, dqkv + off + d.C, 3 * d.C, d.T, d.hd);
-      narrow(dv, dqkv + off + 2 * d.C, 3 * d.C, d.T, d.hd);
+      narrow_head(dq, dqkv + off, 3 * d.C, d.T, d.hd);
+      narrow_head(dk, dqkv + off + d.C, 3 * d.C, d.T, d.hd);
+      narrow_head(dv, dqkv + off + 2 * d.C, 3 * d.C, d.T, d.hd);
     }
   });
 }

@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "brisk/core/op.h"
+#include "attention_util.h"
 #include "cpu_util.h"
 #include "kernels.h"
 #include "vec_math.h"
@@ -48,17 +49,7 @@ using core::KernelCall;
 constexpr int64_t kTileQ = 64, kTileK = 256;
 static_assert(kTileK % kTileQ == 0);
 
-struct Dims {
-  int64_t B, T, C, nh, hd;
-  float scale;
-};
-
-Dims dims_of(const KernelCall& c, const core::Shape& qkv) {
-  const auto& p = c.p<ops::AttentionParams>();
-  const int64_t C = qkv[2] / 3, hd = C / p.n_head;
-  const float scale = p.scale != 0.f ? p.scale : float(1.0 / std::sqrt(double(hd)));
-  return {qkv[0], qkv[1], C, p.n_head, hd, scale};
-}
+using Dims = AttentionDims;
 
 // Per-thread scratch: a slice of the planned workspace when it is big enough
 // for this many threads, otherwise a thread_local buffer that keeps its
@@ -201,7 +192,7 @@ void backward_head(const float* q, const float* k, const float* v, int64_t ld, c
 
 // ---- f32: work directly on the packed layout -----------------------------------------
 void flash_attention_f32(const KernelCall& c) {
-  const Dims d = dims_of(c, c.in(0).shape());
+  const Dims d = attention_dims(c, c.in(0).shape());
   const float* qkv = c.in(0).as<float>();
   float* y = c.out(0).as<float>();
   float* lse = c.out(1).as<float>();
@@ -218,7 +209,7 @@ void flash_attention_f32(const KernelCall& c) {
 }
 
 void flash_attention_backward_f32(const KernelCall& c) {
-  const Dims d = dims_of(c, c.in(1).shape());
+  const Dims d = attention_dims(c, c.in(1).shape());
   const float* dy = c.in(0).as<float>();
   const float* qkv = c.in(1).as<float>();
   const float* y = c.in(2).as<float>();
@@ -239,15 +230,9 @@ void flash_attention_backward_f32(const KernelCall& c) {
 }
 
 // ---- bf16: widen one head, run the f32 code, narrow -----------------------------------
-void widen(const uint16_t* src, int64_t ld, float* dst, int64_t rows, int64_t hd) {
-  for (int64_t t = 0; t < rows; ++t) bf16_to_f32_row(src + t * ld, dst + t * hd, hd);
-}
-void narrow(const float* src, uint16_t* dst, int64_t ld, int64_t rows, int64_t hd) {
-  for (int64_t t = 0; t < rows; ++t) f32_to_bf16_row(src + t * hd, dst + t * ld, hd);
-}
 
 void flash_attention_bf16(const KernelCall& c) {
-  const Dims d = dims_of(c, c.in(0).shape());
+  const Dims d = attention_dims(c, c.in(0).shape());
   const uint16_t* qkv = c.in(0).as<uint16_t>();
   uint16_t* y = c.out(0).as<uint16_t>();
   float* lse = c.out(1).as<float>();
@@ -259,17 +244,17 @@ void flash_attention_bf16(const KernelCall& c) {
     for (int64_t bh = lo; bh < hi; ++bh) {
       const int64_t b = bh / d.nh, h = bh % d.nh;
       const uint16_t* src = qkv + b * d.T * 3 * d.C + h * d.hd;
-      widen(src, 3 * d.C, q, d.T, d.hd);
-      widen(src + d.C, 3 * d.C, k, d.T, d.hd);
-      widen(src + 2 * d.C, 3 * d.C, v, d.T, d.hd);
+      widen_head(src, 3 * d.C, q, d.T, d.hd);
+      widen_head(src + d.C, 3 * d.C, k, d.T, d.hd);
+      widen_head(src + 2 * d.C, 3 * d.C, v, d.T, d.hd);
       forward_head(q, k, v, d.hd, yh, d.hd, lse + bh * d.T, d.T, d.hd, d.scale, work);
-      narrow(yh, y + b * d.T * d.C + h * d.hd, d.C, d.T, d.hd);
+      narrow_head(yh, y + b * d.T * d.C + h * d.hd, d.C, d.T, d.hd);
     }
   });
 }
 
 void flash_attention_backward_bf16(const KernelCall& c) {
-  const Dims d = dims_of(c, c.in(1).shape());
+  const Dims d = attention_dims(c, c.in(1).shape());
   const uint16_t* dy = c.in(0).as<uint16_t>();
   const uint16_t* qkv = c.in(1).as<uint16_t>();
   const uint16_t* y = c.in(2).as<uint16_t>();
@@ -284,15 +269,15 @@ void flash_attention_backward_bf16(const KernelCall& c) {
     for (int64_t bh = lo; bh < hi; ++bh) {
       const int64_t b = bh / d.nh, h = bh % d.nh;
       const int64_t off = b * d.T * 3 * d.C + h * d.hd, goff = b * d.T * d.C + h * d.hd;
-      widen(qkv + off, 3 * d.C, q, d.T, d.hd);
-      widen(qkv + off + d.C, 3 * d.C, k, d.T, d.hd);
-      widen(qkv + off + 2 * d.C, 3 * d.C, v, d.T, d.hd);
-      widen(dy + goff, d.C, g, d.T, d.hd);
-      widen(y + goff, d.C, yh, d.T, d.hd);
+      widen_head(qkv + off, 3 * d.C, q, d.T, d.hd);
+      widen_head(qkv + off + d.C, 3 * d.C, k, d.T, d.hd);
+      widen_head(qkv + off + 2 * d.C, 3 * d.C, v, d.T, d.hd);
+      widen_head(dy + goff, d.C, g, d.T, d.hd);
+      widen_head(y + goff, d.C, yh, d.T, d.hd);
       backward_head(q, k, v, d.hd, g, yh, d.hd, lse + bh * d.T, dq, dk, dv, d.hd, d.T, d.hd, d.scale, work);
-      narrow(dq, dqkv + off, 3 * d.C, d.T, d.hd);
-      narrow(dk, dqkv + off + d.C, 3 * d.C, d.T, d.hd);
-      narrow(dv, dqkv + off + 2 * d.C, 3 * d.C, d.T, d.hd);
+      narrow_head(dq, dqkv + off, 3 * d.C, d.T, d.hd);
+      narrow_head(dk, dqkv + off + d.C, 3 * d.C, d.T, d.hd);
+      narrow_head(dv, dqkv + off + 2 * d.C, 3 * d.C, d.T, d.hd);
     }
   });
 }

@@ -1,0 +1,34 @@
+// Pieces shared by the CPU attention kernels (plain and flash): the problem
+// dims of packed qkv (B, T, 3C), and moving one head's strided bf16 rows in
+// and out of dense f32 buffers (bf16 is storage only; the math runs in f32).
+#pragma once
+
+#include <cmath>
+
+#include "brisk/core/op.h"
+#include "cpu_util.h"
+
+namespace brisk::cpu {
+
+struct AttentionDims {
+  int64_t B, T, C, nh, hd;
+  float scale;
+};
+
+inline AttentionDims attention_dims(const core::KernelCall& c, const core::Shape& qkv) {
+  const auto& p = c.p<ops::AttentionParams>();
+  const int64_t C = qkv[2] / 3, hd = C / p.n_head;
+  const float scale = p.scale != 0.f ? p.scale : float(1.0 / std::sqrt(double(hd)));
+  return {qkv[0], qkv[1], C, p.n_head, hd, scale};
+}
+
+// Copies `rows` rows of hd bf16 values `ld` apart into a dense f32 (rows, hd).
+inline void widen_head(const uint16_t* src, int64_t ld, float* dst, int64_t rows, int64_t hd) {
+  for (int64_t t = 0; t < rows; ++t) bf16_to_f32_row(src + t * ld, dst + t * hd, hd);
+}
+// The reverse: a dense f32 (rows, hd) into bf16 rows `ld` apart.
+inline void narrow_head(const float* src, uint16_t* dst, int64_t ld, int64_t rows, int64_t hd) {
+  for (int64_t t = 0; t < rows; ++t) f32_to_bf16_row(src + t * hd, dst + t * ld, hd);
+}
+
+}  // namespace brisk::cpu
