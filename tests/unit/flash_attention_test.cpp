@@ -20,6 +20,7 @@
 #include "brisk/ops/ops.h"
 #include "brisk/train/checkpoint.h"
 #include "brisk/train/config.h"
+#include "test_util.h"
 
 using namespace brisk;
 using core::DType;
@@ -35,14 +36,7 @@ cpu::CpuBackend& backend() {
   return b;
 }
 
-double normalized_error(const Tensor& ref, const Tensor& got) {
-  double diff = 0.0, scale = 1e-6;
-  for (int64_t i = 0; i < ref.numel(); ++i) {
-    diff = std::max(diff, std::abs(ref.item(i) - got.item(i)));
-    scale = std::max(scale, std::abs(ref.item(i)));
-  }
-  return diff / scale;
-}
+using testing_util::normalized_error;
 
 // Runs one op on the CPU backend with a workspace sized by its OpDef.
 void run(OpKind k, const std::vector<Tensor>& in, const std::vector<Tensor>& out, const ops::AttentionParams& p) {

@@ -21,6 +21,7 @@
 #include "brisk/cpu/cpu_backend.h"
 #include "brisk/models/gpt.h"
 #include "brisk/ops/ops.h"
+#include "test_util.h"
 
 using namespace brisk;
 using core::DType;
@@ -36,14 +37,7 @@ cpu::CpuBackend& backend() {
   return b;
 }
 
-double normalized_error(const Tensor& ref, const Tensor& got) {
-  double diff = 0.0, scale = 1e-6;
-  for (int64_t i = 0; i < ref.numel(); ++i) {
-    diff = std::max(diff, std::abs(ref.item(i) - got.item(i)));
-    scale = std::max(scale, std::abs(ref.item(i)));
-  }
-  return diff / scale;
-}
+using testing_util::normalized_error;
 
 Tensor targets_tensor(int64_t n, int64_t v, int ignore, uint64_t seed) {
   Tensor t = Tensor::empty({n}, DType::i32);
