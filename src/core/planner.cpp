@@ -61,8 +61,8 @@ MemoryPlan plan_memory(const Graph& g) {
   // Aliases: an output that reuses an input's memory takes that input's root.
   for (const Node& n : nodes) {
     const OpDef& def = op_def(n.op);
-    for (size_t o = 0; o < n.outputs.size() && o < def.output_aliases.size(); ++o) {
-      const int a = def.output_aliases[o];
+    for (size_t o = 0; o < n.outputs.size(); ++o) {
+      const int a = def.alias_of(o);
       if (a < 0) continue;
       const ValueId src = n.inputs.at(size_t(a));
       if (g.meta(src).bytes() != g.meta(n.outputs[o]).bytes())

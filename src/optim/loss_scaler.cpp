@@ -30,6 +30,19 @@ LossScaler::LossScaler(const LossScalerConfig& config) : config_(config), scale_
   require(c.growth_interval >= 1, "growth_interval must be at least 1, got " + std::to_string(c.growth_interval));
 }
 
+void LossScaler::restore(const LossScalerState& s) {
+  require(std::isfinite(s.scale) && s.scale >= config_.min_scale && s.scale <= config_.max_scale,
+          "saved scale " + std::to_string(s.scale) + " lies outside [min_scale, max_scale]");
+  require(s.steps >= 0 && s.skipped >= 0 && s.growths >= 0 && s.backoffs >= 0 && s.clean_streak >= 0,
+          "saved counters must not be negative");
+  scale_ = s.scale;
+  steps_ = s.steps;
+  skipped_ = s.skipped;
+  growths_ = s.growths;
+  backoffs_ = s.backoffs;
+  clean_streak_ = s.clean_streak;
+}
+
 bool LossScaler::update(bool grads_finite) {
   ++steps_;
   if (!grads_finite) {

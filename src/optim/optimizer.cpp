@@ -4,15 +4,20 @@
 #include <cmath>
 
 #include "brisk/core/error.h"
+#include "brisk/ops/ops.h"
 
 namespace brisk::optim {
 
 AdamW::AdamW(const AdamWConfig& config, core::ParameterStore& params, core::Backend& backend)
     : config_(config), params_(params), backend_(backend) {
+  ops::register_ops();  // the step runs ops directly, maybe before any graph was built
   for (auto& [name, e] : params_.entries()) {
     if (e.state.empty())
       e.state = {core::Tensor::zeros(e.value.shape(), core::DType::f32), core::Tensor::zeros(e.value.shape(), core::DType::f32)};
     grads_.push_back(e.grad.as_view());
+    step_inputs_.insert(step_inputs_.end(),
+                        {e.value.as_view(), e.grad.as_view(), e.state[0].as_view(), e.state[1].as_view()});
+    step_outputs_.insert(step_outputs_.end(), {e.value.as_view(), e.state[0].as_view(), e.state[1].as_view()});
   }
 }
 
@@ -38,11 +43,13 @@ StepStats AdamW::step(float lr, float grad_scale, double scaled_grad_norm) {
   p.weight_decay = config_.weight_decay;
   p.step = step_;
   p.grad_scale = float(s.clip_scale / grad_scale);
-  for (auto& [name, e] : params_.entries()) {
-    p.decay = e.value.shape().rank() >= 2;
-    const core::TensorView in[] = {e.value.as_view(), e.grad.as_view(), e.state[0].as_view(), e.state[1].as_view()};
-    const core::TensorView out[] = {e.value.as_view(), e.state[0].as_view(), e.state[1].as_view()};
-    core::run_op(backend_, core::OpKind::adamw, in, out, p);
+  p.decay_matrices = true;
+  if (config_.fused) {
+    core::run_op(backend_, core::OpKind::adamw, step_inputs_, step_outputs_, p);
+  } else {
+    const std::span<const core::TensorView> in(step_inputs_), out(step_outputs_);
+    for (size_t t = 0; t < in.size() / 4; ++t)
+      core::run_op(backend_, core::OpKind::adamw, in.subspan(4 * t, 4), out.subspan(3 * t, 3), p);
   }
   return s;
 }

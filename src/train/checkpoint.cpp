@@ -84,6 +84,11 @@ std::string save_checkpoint(const std::string& out_dir, const models::Gpt& model
                        {"tokenizer", state.tokenizer},
                        {"optimizer_steps", optimizer ? optimizer->steps_taken() : 0},
                        {"model", config_json(model.config())}};
+  if (state.loss_scaler) {
+    const optim::LossScalerState& ls = *state.loss_scaler;
+    st["loss_scaler"] = {{"scale", ls.scale},       {"steps", ls.steps},       {"skipped", ls.skipped},
+                         {"growths", ls.growths},   {"backoffs", ls.backoffs}, {"clean_streak", ls.clean_streak}};
+  }
   core::write_file_atomic((tmp_dir / "state.json").string(), st.dump(2) + "\n");
 
   fs::remove_all(final_dir);
@@ -119,6 +124,14 @@ models::GptConfig read_checkpoint_config(const std::string& ckpt_dir, TrainState
       state->data_position = st.at("data_position");
       state->seed = st.at("seed");
       state->tokenizer = st.at("tokenizer");
+      state->loss_scaler.reset();
+      if (st.contains("loss_scaler")) {
+        const auto& j = st.at("loss_scaler");
+        state->loss_scaler = optim::LossScalerState{j.at("scale").get<float>(),    j.at("steps").get<int64_t>(),
+                                                    j.at("skipped").get<int64_t>(), j.at("growths").get<int64_t>(),
+                                                    j.at("backoffs").get<int64_t>(),
+                                                    j.at("clean_streak").get<int64_t>()};
+      }
     }
     return c;
   } catch (const nlohmann::json::exception& e) {

@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <nlohmann/json.hpp>
 
 #include "brisk/cpu/cpu_backend.h"
 #include "brisk/train/checkpoint.h"
@@ -97,6 +98,36 @@ TEST_F(TrainIntegration, TrainFourThenResumeFourIsBitExact) {
   EXPECT_EQ(both, straight.losses);
   // The loss falls on this text: the run is really training.
   EXPECT_LT(straight.losses.back(), straight.losses.front());
+}
+
+// Dynamic loss scaling resumes where it stopped: with growth every 3 clean
+// steps from scale 1, the straight run doubles at steps 3 and 6 (scale 4).
+// A resume that forgot the scaler would restart at 1 and end at 2; the
+// checkpoint's state.json carries scale and streak so it ends at 4 too.
+TEST_F(TrainIntegration, LossScalerStateSurvivesResume) {
+  const std::vector<std::string> scaling = {"train.loss_scaling=true", "train.loss_scale_init=1",
+                                            "train.loss_scale_growth_interval=3"};
+  const auto straight = run(config("scaled", 8, 4, "constant"), false, scaling);
+  ASSERT_EQ(straight.steps_done, 8);
+  EXPECT_EQ(straight.loss_scale, 4.0f);
+  EXPECT_EQ(straight.skipped_steps, 0);
+
+  const std::string cfg = config("scaled_halves", 8, 4, "constant");
+  auto first_sets = scaling;
+  first_sets.push_back("train.steps=4");
+  const auto first = run(cfg, false, first_sets);
+  EXPECT_EQ(first.loss_scale, 2.0f);
+  const auto state = nlohmann::json::parse(read_text(tmp_.file("scaled_halves") + "/step_0000004/state.json"));
+  ASSERT_TRUE(state.contains("loss_scaler")) << state.dump();
+  EXPECT_EQ(state["loss_scaler"]["scale"].get<float>(), 2.0f);
+  EXPECT_EQ(state["loss_scaler"]["clean_streak"].get<int64_t>(), 1);
+
+  const auto second = run(cfg, true, scaling);
+  EXPECT_EQ(second.steps_done, 8);
+  EXPECT_EQ(second.loss_scale, 4.0f) << "the resumed run restarted its loss scale";
+  std::vector<double> both = first.losses;
+  both.insert(both.end(), second.losses.begin(), second.losses.end());
+  EXPECT_EQ(both, straight.losses);
 }
 
 // --------------------------------------------------------------- signals --

@@ -74,7 +74,7 @@ Outputs run_host(core::Backend& backend, const core::OpDef& def, const core::Tes
   const std::vector<core::TensorMeta> out_metas = def.infer(in_metas, tc.params);
   Outputs out;
   for (size_t o = 0; o < out_metas.size(); ++o) {
-    const int alias = o < def.output_aliases.size() ? def.output_aliases[o] : -1;
+    const int alias = def.alias_of(o);
     if (alias >= 0) {
       out.owned.push_back(in_copies[size_t(alias)]);
     } else {

@@ -43,7 +43,7 @@ void adamw_step(core::ParameterStore& store, core::Backend& backend, int64_t ste
     ops::AdamWParams p;
     p.lr = lr;
     p.step = step;
-    p.decay = e.value.shape().rank() == 2;
+    p.decay_matrices = true;  // the op decays rank >= 2 tensors only
     const core::TensorView in[] = {e.value.as_view(), e.grad.as_view(), e.state[0].as_view(), e.state[1].as_view()};
     const core::TensorView out[] = {e.value.as_view(), e.state[0].as_view(), e.state[1].as_view()};
     core::run_op(backend, core::OpKind::adamw, in, out, p);

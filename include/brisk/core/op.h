@@ -86,6 +86,19 @@ struct OpDef {
   size_t (*workspace_bytes)(std::span<const TensorMeta> inputs, const OpParams& params) = nullptr;
   // For each output: the input whose memory it reuses (views, in-place ops), or -1.
   std::vector<int> output_aliases;
+  // Multi-tensor ops (adamw over every parameter) take their inputs in groups
+  // of this many and produce output_aliases.size() outputs per group, aliased
+  // within the group. 0: output_aliases lists every output.
+  int alias_group_inputs = 0;
+  // The input output `o` reuses, or -1 (both forms above).
+  int alias_of(size_t o) const {
+    if (alias_group_inputs > 0 && !output_aliases.empty()) {
+      const size_t per = output_aliases.size();
+      const int a = output_aliases[o % per];
+      return a < 0 ? -1 : int(o / per) * alias_group_inputs + a;
+    }
+    return o < output_aliases.size() ? output_aliases[o] : -1;
+  }
   // Which input's dtype selects the kernel; -1 means output 0's dtype.
   int kernel_dtype_input = 0;
   // Outputs that backward rules may read but that the forward result does not

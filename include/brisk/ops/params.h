@@ -85,7 +85,7 @@ struct FillParams {
 
 // Decoupled weight decay (Loshchilov & Hutter). `grad_scale` multiplies the
 // gradient first: it folds in clipping and loss-scale removal at no cost.
-// Weight decay applies only where `decay` is true (2-D weights by convention).
+// Weight decay applies to tensors of rank >= 2 when `decay_matrices` is set (adamw decides per tensor).
 struct AdamWParams {
   float lr = 6e-4f;
   float beta1 = 0.9f;
@@ -94,7 +94,8 @@ struct AdamWParams {
   float weight_decay = 0.1f;
   int64_t step = 1;  // 1-based, for bias correction
   float grad_scale = 1.f;
-  bool decay = true;
+  // Decoupled weight decay on tensors of rank >= 2 only (weights, embeddings).
+  bool decay_matrices = true;
 };
 
 using OpParams = std::variant<NoParams, ScaleParams, MatmulParams, LayerNormParams, AttentionParams,

@@ -35,6 +35,13 @@ struct LossScalerConfig {
   float max_scale = 18446744073709551616.0f;
 };
 
+// Everything that decides future scales: saved in checkpoints so a resumed
+// fp16 run continues with the scale (and streak) it stopped at.
+struct LossScalerState {
+  float scale = 65536.0f;
+  int64_t steps = 0, skipped = 0, growths = 0, backoffs = 0, clean_streak = 0;
+};
+
 class LossScaler {
  public:
   // Throws core::ConfigError naming the bad field (non-positive scale,
@@ -61,6 +68,11 @@ class LossScaler {
   int64_t backoffs() const { return backoffs_; }          // overflows that lowered the scale
   int64_t clean_streak() const { return clean_streak_; }  // clean steps since the last change or overflow
   const LossScalerConfig& config() const { return config_; }
+
+  LossScalerState state() const { return {scale_, steps_, skipped_, growths_, backoffs_, clean_streak_}; }
+  // Throws core::ConfigError if the scale is outside [min_scale, max_scale]
+  // or a counter is negative (a damaged checkpoint).
+  void restore(const LossScalerState& s);
 
  private:
   LossScalerConfig config_;

@@ -1,8 +1,8 @@
 // AdamW with global grad-norm clipping, and learning-rate schedules.
 //
-// The update runs the fused `adamw` op once per parameter (one pass over
-// param, grad, m, v); clipping costs nothing extra because the clip factor is
-// folded into the op's grad_scale. Weight decay applies to 2-D weights only
+// The update is one call of the fused multi-tensor `adamw` op: one
+// multi-threaded pass over every parameter, grad, m and v; clipping costs
+// nothing extra because the clip factor is folded into the op's grad_scale. Weight decay applies to 2-D weights only
 // (matrices and embeddings), never to biases or LayerNorm parameters.
 #pragma once
 
@@ -19,6 +19,10 @@ struct AdamWConfig {
   float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;
   float weight_decay = 0.1f;
   float grad_clip = 1.0f;  // max global grad norm; 0 disables clipping
+  // One adamw op call over every parameter (one parallel pass) instead of
+  // one call per parameter. Same numbers either way; off only for the
+  // ablation benchmark's unfused baseline.
+  bool fused = true;
 };
 
 struct StepStats {
@@ -45,6 +49,9 @@ class AdamW {
   core::Backend& backend_;
   int64_t step_ = 0;
   std::vector<core::TensorView> grads_;  // for grad_norm, built once
+  // The adamw op's operands for every parameter, built once: (p, g, m, v)
+  // in, (p, m, v) out, in the store's order.
+  std::vector<core::TensorView> step_inputs_, step_outputs_;
 };
 
 enum class Schedule { constant, linear, cosine };

@@ -1,14 +1,16 @@
 // Checkpoints: a directory per step holding model.safetensors (HF GPT-2 names
 // and layout), optimizer.safetensors (AdamW moments) and state.json (step,
-// data position, model config, tokenizer). A checkpoint is written into a
+// data position, model config, tokenizer, loss scaler). A checkpoint is written into a
 // temporary directory and renamed into place, so a crash mid-write leaves the
 // previous one intact; only the newest `keep` are kept.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "brisk/models/gpt.h"
+#include "brisk/optim/loss_scaler.h"
 #include "brisk/optim/optimizer.h"
 
 namespace brisk::train {
@@ -18,6 +20,8 @@ struct TrainState {
   uint64_t data_position = 0;   // windows drawn from the train split
   uint64_t seed = 0;
   std::string tokenizer;        // "bytes" / "gpt2"
+  // Dynamic loss scaling's state, for runs that use it.
+  std::optional<optim::LossScalerState> loss_scaler;
 };
 
 // Returns the directory written (out_dir/step_NNNNNNN).
