@@ -12,6 +12,7 @@
 #include "brisk/core/autograd.h"
 #include "brisk/core/error.h"
 #include "brisk/core/passes.h"
+#include "brisk/core/recompute.h"
 #include "brisk/ops/ops.h"
 
 namespace brisk::models {
@@ -52,6 +53,11 @@ void GptConfig::validate() const {
                       std::to_string(n_head) + ")");
   if (attention != "flash" && attention != "plain")
     throw ConfigError("model.attention: unknown value '" + attention + "' (allowed: flash, plain)");
+  if (recompute != "none" && recompute != "selective" && recompute != "full")
+    throw ConfigError("train.recompute: unknown value '" + recompute + "' (allowed: none, selective, full)");
+  if (!core::dtype_is_float(compute))
+    throw ConfigError("model compute dtype: unknown value '" + std::string(core::dtype_name(compute)) +
+                      "' (allowed: f32, bf16, f16; set through train.precision)");
 }
 
 bool GptConfig::same_shape(const GptConfig& o) const {
@@ -80,27 +86,147 @@ Gpt::Gpt(const GptConfig& config, core::Backend& backend) : config_(config), bac
 
 namespace {
 
+// ---- mixed precision ---------------------------------------------------------------
+// With config.compute = bf16 or f16 the graph is the fp32 one with casts put
+// in (torch.autocast's recipe, not llm.c's):
+// - Master weights stay fp32 in the store. Each use of a weight casts it to
+//   the compute dtype in the graph; the cast's backward casts the gradient
+//   back to fp32, autograd sums several uses in fp32 and accumulates into the
+//   fp32 grad, so the optimizer and checkpoints never see a 16-bit number.
+// - The residual stream, the embeddings that start it, every LayerNorm and
+//   the loss stay fp32; each branch narrows its LayerNorm output on the way
+//   into its first Linear and widens its last Linear's output on the way back
+//   to the residual add. A bf16 residual (llm.c) rounds every add to 8
+//   mantissa bits, so a block's small update loses most of its bits; an
+//   fp32 one costs two (B, T, C) casts per branch. Measured at W2 over 300
+//   steps (brisk bench precision, and the same run with a bf16 residual):
+//   final loss 2.1943 in fp32, 2.1914 with this fp32 residual, 2.1915 with
+//   a bf16 one; step times equal within noise; arena 283 vs 264 MiB (fp32:
+//   378). Both track here; fp32 is the one whose error does not grow with
+//   depth and run length, for 7% of the arena.
+// - Linear, attention, GELU and the logits run in the compute dtype; the CPU
+//   kernels widen to fp32 inside (products accumulate in fp32 through sgemm,
+//   softmax and the loss's log-sum-exp are fp32). An op whose forward or
+//   backward has no kernel in the compute dtype on this backend runs in f32
+//   between casts: the same numbers as a widen-compute-narrow kernel.
+// With compute == f32 every helper below is the identity, so the fp32 graph
+// is exactly what it was.
+struct Lowp {
+  Graph& g;
+  const core::Backend& backend;
+  DType dt;
+
+  ValueId narrow(ValueId v) const { return g.meta(v).dtype == dt ? v : ops::cast(g, v, dt); }
+  ValueId wide(ValueId v) const { return g.meta(v).dtype == DType::f32 ? v : ops::cast(g, v, DType::f32); }
+  bool native(core::OpKind fwd, core::OpKind bwd) const {
+    return backend.supports(fwd, dt) && backend.supports(bwd, dt);
+  }
+  // op(x) in the compute dtype: natively, or in f32 between casts.
+  template <class Op>
+  ValueId run(ValueId x, core::OpKind fwd, core::OpKind bwd, Op op) const {
+    return native(fwd, bwd) ? op(x) : narrow(op(wide(x)));
+  }
+};
+
 // One pre-LN transformer block.                                 x: (B, T, C)
-ValueId block(Graph& g, ValueId x, const std::string& p, int64_t C, int n_head, bool flash) {
+ValueId block(Graph& g, ValueId x, const std::string& p, int64_t C, int n_head, bool flash, const Lowp& lp) {
+  using core::OpKind;
   auto param = [&](const std::string& name, Shape s) { return g.param(p + name, s); };
+  auto weight = [&](const std::string& name, Shape s) { return lp.narrow(param(name, s)); };  // compute dtype
   // --- attention: x + proj(attn(ln_1(x)))
   auto ln1 = ops::layernorm(g, x, param("ln_1.weight", {C}), param("ln_1.bias", {C}));
-  ValueId qkv = ops::linear(g, ln1.y, param("attn.c_attn.weight", {3 * C, C}), param("attn.c_attn.bias", {3 * C}));
-  ValueId att = flash ? ops::flash_attention(g, qkv, n_head) : ops::attention(g, qkv, n_head);  // (B, T, C)
-  att = ops::linear(g, att, param("attn.c_proj.weight", {C, C}), param("attn.c_proj.bias", {C}));
-  x = ops::add(g, x, att);
+  ValueId qkv =
+      ops::linear(g, lp.narrow(ln1.y), weight("attn.c_attn.weight", {3 * C, C}), weight("attn.c_attn.bias", {3 * C}));
+  ValueId att = flash ? lp.run(qkv, OpKind::flash_attention, OpKind::flash_attention_backward,
+                               [&](ValueId v) { return ops::flash_attention(g, v, n_head); })
+                      : lp.run(qkv, OpKind::attention, OpKind::attention_backward,
+                               [&](ValueId v) { return ops::attention(g, v, n_head); });  // (B, T, C)
+  att = ops::linear(g, att, weight("attn.c_proj.weight", {C, C}), weight("attn.c_proj.bias", {C}));
+  x = ops::add(g, x, lp.wide(att));
   // --- MLP: x + proj(gelu(fc(ln_2(x))))
   auto ln2 = ops::layernorm(g, x, param("ln_2.weight", {C}), param("ln_2.bias", {C}));
-  ValueId h = ops::linear(g, ln2.y, param("mlp.c_fc.weight", {4 * C, C}), param("mlp.c_fc.bias", {4 * C}));
-  h = ops::gelu(g, h);                                                        // (B, T, 4C)
-  h = ops::linear(g, h, param("mlp.c_proj.weight", {C, 4 * C}), param("mlp.c_proj.bias", {C}));
-  return ops::add(g, x, h);
+  ValueId h =
+      ops::linear(g, lp.narrow(ln2.y), weight("mlp.c_fc.weight", {4 * C, C}), weight("mlp.c_fc.bias", {4 * C}));
+  h = lp.run(h, OpKind::gelu, OpKind::gelu_backward, [&](ValueId v) { return ops::gelu(g, v); });  // (B, T, 4C)
+  h = ops::linear(g, h, weight("mlp.c_proj.weight", {C, 4 * C}), weight("mlp.c_proj.bias", {C}));
+  return ops::add(g, x, lp.wide(h));
 }
 
-// The fusion pass on a train program's forward graph: linear + cross_entropy
-// become ops::classifier_train seeded by loss_scale, the (B*T, V) logits gone.
-void fuse_classifier(GptProgram& p) {
-  core::RewriteResult r = core::rewrite(p.graph, {ops::classifier_fusion("loss_scale")});
+// The fusion passes on a program's forward graph, all in one rewrite (they
+// claim disjoint nodes): linear + gelu -> linear_gelu, add + layernorm ->
+// add_layernorm, and in train programs linear + cross_entropy ->
+// ops::classifier_train seeded by loss_scale, the (B*T, V) logits gone.
+void fuse(GptProgram& p, const GptConfig& c, bool train) {
+  std::vector<core::Pattern> patterns;
+  if (c.fuse_bias_gelu) patterns.push_back(ops::bias_gelu_fusion());
+  if (c.fuse_residual_layernorm) patterns.push_back(ops::residual_layernorm_fusion());
+  if (train && c.fused_classifier) patterns.push_back(ops::classifier_fusion("loss_scale"));
+  if (patterns.empty()) return;
+  core::RewriteResult r = core::rewrite(p.graph, patterns);
+  for (ValueId* v : {&p.ids, &p.pos, &p.targets, &p.logits, &p.loss, &p.loss_scale})
+    if (*v != core::kNoValue) *v = r.map[size_t(*v)];
+  p.graph = std::move(r.graph);
+}
+
+// ---- recomputation (train.recompute) -------------------------------------------------
+// Applied to the finished train graph, after backward() (core::recompute):
+// - selective: GELU and LayerNorm outputs (and the casts that only narrow
+//   them) are redone in the backward from what the backward keeps anyway
+//   (the pre-activation, the LayerNorm input): elementwise work, no products.
+//   The fused ops redo only their cheap part: linear_gelu's GELU from its
+//   saved pre-activation, add_layernorm's LayerNorm from its saved sum.
+// - full: each block is a segment, from after the node making its input
+//   "resid.<l>" (named in build()) through the node making its output; the
+//   backward replays a block's forward from its saved input right before
+//   differentiating it. Nodes outside the blocks (ln_f) are treated as in
+//   selective. (With add_layernorm fused across a boundary, the next block's
+//   ln_1 output is made in this segment and read by the next, so it stays.)
+std::optional<core::RecomputeRecipe> selective_recipe(const Graph& g, const core::Node& n) {
+  using core::OpKind;
+  switch (n.op) {
+    case OpKind::gelu:
+    case OpKind::layernorm:
+      return core::clone_recipe(n);
+    case OpKind::linear_gelu: {  // y = gelu(h) from the saved h, not the gemm again
+      core::RecomputeRecipe r;
+      r.outputs = {0};
+      r.reads = {n.outputs[1]};
+      r.emit = [](Graph& dst, const std::vector<ValueId>& in) { return std::vector<ValueId>{ops::gelu(dst, in[0])}; };
+      return r;
+    }
+    case OpKind::add_layernorm: {  // y, mean, rstd = layernorm(s) from the saved sum s
+      core::RecomputeRecipe r;
+      r.outputs = {1, 2, 3};
+      r.reads = {n.outputs[0], n.inputs[2], n.inputs[3]};
+      r.emit = [eps = std::get<ops::LayerNormParams>(n.params).eps](Graph& dst, const std::vector<ValueId>& in) {
+        const ops::LayerNormOut o = ops::layernorm(dst, in[0], in[1], in[2], eps);
+        return std::vector<ValueId>{o.y, o.mean, o.rstd};
+      };
+      return r;
+    }
+    case OpKind::cast: {  // mixed precision: the narrowed copy of a recomputed output
+      const int p = g.value(n.inputs[0]).producer;
+      if (p >= 0 && selective_recipe(g, g.nodes()[size_t(p)])) return core::clone_recipe(n);
+      return std::nullopt;
+    }
+    default:
+      return std::nullopt;
+  }
+}
+
+void apply_recompute(GptProgram& p, bool full, int64_t n_layer) {
+  core::RecomputePolicy policy;
+  policy.selective = selective_recipe;
+  if (full) {
+    std::vector<size_t> cut;  // the node producing each block boundary
+    for (int64_t l = 0; l <= n_layer; ++l) {
+      const ValueId v = p.graph.find("resid." + std::to_string(l));
+      if (v != core::kNoValue && p.graph.value(v).producer >= 0) cut.push_back(size_t(p.graph.value(v).producer));
+    }
+    for (size_t k = 0; k + 1 < cut.size(); ++k)
+      if (cut[k] < cut[k + 1]) policy.segments.emplace_back(cut[k] + 1, cut[k + 1] + 1);
+  }
+  core::RecomputeResult r = core::recompute(p.graph, policy);
   for (ValueId* v : {&p.ids, &p.pos, &p.targets, &p.logits, &p.loss, &p.loss_scale})
     if (*v != core::kNoValue) *v = r.map[size_t(*v)];
   p.graph = std::move(r.graph);
@@ -124,30 +250,46 @@ std::unique_ptr<GptProgram> Gpt::build(Mode mode, int64_t B, int64_t T) {
   ValueId wte = g.param("wte.weight", {V, C});
   ValueId wpe = g.param("wpe.weight", {config_.block_size, C});
 
-  // --- token + position embeddings                               (B, T, C)
+  const Lowp lp{g, backend_, config_.compute};
+
+  // --- token + position embeddings: the fp32 residual stream      (B, T, C)
+  // (a gather of fp32 rows; its backward scatter-adds in fp32)
   ValueId x = ops::add(g, ops::embedding(g, p->ids, wte), ops::embedding(g, p->pos, wpe));
 
   // --- the blocks
-  for (int64_t l = 0; l < config_.n_layer; ++l)
-    x = block(g, x, "h." + std::to_string(l) + ".", C, int(config_.n_head), config_.attention == "flash");
+  g.set_name(x, "resid.0");  // the block boundaries: recompute = full cuts its segments there
+  for (int64_t l = 0; l < config_.n_layer; ++l) {
+    x = block(g, x, "h." + std::to_string(l) + ".", C, int(config_.n_head), config_.attention == "flash", lp);
+    g.set_name(x, "resid." + std::to_string(l + 1));
+  }
 
   // --- final LayerNorm and the tied LM head                      (B*T, V)
+  // In the compute dtype, except in a fused train program on a backend with
+  // no fused classifier kernel in that dtype: there it stays fp32 (the fused
+  // op never makes the logits, so the memory it exists for is saved anyway).
   auto lnf = ops::layernorm(g, x, g.param("ln_f.weight", {C}), g.param("ln_f.bias", {C}));
-  p->logits = ops::linear(g, ops::reshape(g, lnf.y, {B * T, C}), wte);
+  const bool fused_head = mode == Mode::train && config_.fused_classifier;
+  const Lowp head = fused_head && !backend_.supports(core::OpKind::classifier_train, lp.dt)
+                        ? Lowp{g, backend_, DType::f32} : lp;
+  p->logits = ops::linear(g, head.narrow(ops::reshape(g, lnf.y, {B * T, C})), head.narrow(wte));
 
   if (mode == Mode::logits) {
+    p->logits = head.wide(p->logits);  // logits() hands out f32
     g.mark_output(p->logits);
   } else {
-    // --- loss: mean cross-entropy over all positions
+    // --- loss: mean cross-entropy over all positions, fp32 out of any logits dtype
     p->targets = g.input("targets", {B * T}, DType::i32);
-    p->loss = ops::cross_entropy(g, p->logits, p->targets);
+    const bool ce_native = head.native(core::OpKind::cross_entropy, core::OpKind::cross_entropy_backward);
+    p->loss = ops::cross_entropy(g, ce_native ? p->logits : head.wide(p->logits), p->targets);
     g.mark_output(p->loss);
     if (mode == Mode::train) {
       p->loss_scale = g.input("loss_scale", Shape{}, DType::f32);
-      if (config_.fused_classifier) fuse_classifier(*p);
+      fuse(*p, config_, true);
       core::backward(g, p->loss, {.seed = p->loss_scale});
+      if (config_.recompute != "none") apply_recompute(*p, config_.recompute == "full", config_.n_layer);
     }
   }
+  if (mode != Mode::train) fuse(*p, config_, false);
   return p;
 }
 

@@ -112,6 +112,7 @@ core::OpDef cross_entropy_def() {
     // With V = 5 about a fifth of the targets hit the ignored class.
     cases.push_back({"ignore 3", {spec({16, 5}, DType::f32, -2, 2), ids_spec({16}, 5)}, CrossEntropyParams{3}});
     cases.push_back({"all ignored", {spec({4, 6}), ids_spec({4}, 1)}, CrossEntropyParams{0}});
+    cases.push_back({"33x257 f16", {spec({33, 257}, DType::f16, -2, 2), ids_spec({33}, 257)}, CrossEntropyParams{}});
     return cases;
   };
   return d;
@@ -134,6 +135,7 @@ core::OpDef cross_entropy_backward_def() {
     one("7x50", 7, 50, DType::f32, -100);
     one("33x257", 33, 257, DType::f32, -100);
     one("7x50 bf16", 7, 50, DType::bf16, -100);
+    one("33x257 f16", 33, 257, DType::f16, -100);
     one("ignore 2", 16, 5, DType::f32, 2);
     return cases;
   };

@@ -16,11 +16,13 @@ using core::ConfigError;
 namespace {
 
 const std::map<std::string, std::vector<std::string>> kKnownKeys = {
-    {"model", {"preset", "vocab_size", "n_layer", "n_embd", "n_head", "block_size", "attention", "fused_classifier"}},
+    {"model", {"preset", "vocab_size", "n_layer", "n_embd", "n_head", "block_size", "attention", "fused_classifier",
+               "fuse_bias_gelu", "fuse_residual_layernorm"}},
     {"data", {"dir"}},
     {"train", {"batch", "seq", "grad_accum", "steps", "lr", "min_lr_ratio", "warmup", "schedule", "weight_decay",
                "grad_clip", "beta1", "beta2", "eps", "seed", "threads", "eval_every", "eval_batches", "log_every",
-               "loader_workers", "precision", "loss_scaling", "loss_scale_init", "loss_scale_growth_interval"}},
+               "loader_workers", "precision", "precision_fallback", "loss_scaling", "loss_scale_init",
+               "loss_scale_growth_interval", "recompute", "fused_adamw"}},
     {"checkpoint", {"dir", "every", "keep"}},
 };
 
@@ -121,10 +123,21 @@ Precision parse_precision(const std::string& name) {
   throw ConfigError("train.precision: unknown value '" + name + "' (allowed: fp32, bf16, fp16)");
 }
 
-PrecisionChoice resolve_precision(Precision requested) {
-  // Whether the engine has a training path (reduced-precision matrix
-  // products with fp32 accumulation) in this dtype at all. Flip these when
-  // one lands; until then no CPU gets one, whatever its features.
+core::DType compute_dtype(Precision p) {
+  switch (p) {
+    case Precision::fp32: return core::DType::f32;
+    case Precision::bf16: return core::DType::bf16;
+    case Precision::fp16: return core::DType::f16;
+  }
+  return core::DType::f32;
+}
+
+PrecisionChoice resolve_precision(Precision requested, bool fallback) {
+  // Whether the engine has a *fast* training path in this dtype: the graph
+  // exists (GptConfig::compute), but the CPU products widen bf16/f16 to fp32
+  // and run sgemm (no avx512_bf16 / avx512_fp16 dot-product kernel yet), so
+  // they are slower than fp32 on every CPU. Flip these when such a kernel
+  // lands; until then low precision runs only when asked to be emulated.
   constexpr bool kEngineBf16Path = false, kEngineFp16Path = false;
   PrecisionChoice c;
   c.requested = requested;
@@ -135,7 +148,7 @@ PrecisionChoice resolve_precision(Precision requested) {
     const bool has = __builtin_cpu_supports("avx512bf16");
     cpu = has ? "CPU has avx512_bf16" : "CPU has no avx512_bf16";
     fast = has && kEngineBf16Path;
-    cpu += kEngineBf16Path ? "" : "; brisk has no bf16 matmul path yet";
+    cpu += kEngineBf16Path ? "" : "; brisk has no bf16 dot-product matmul path yet";
   } else {
     // Native fp16 arithmetic needs AVX512-FP16; F16C + AVX-512 could at least
     // convert at full width around fp32 products.
@@ -144,15 +157,24 @@ PrecisionChoice resolve_precision(Precision requested) {
     cpu = native ? "CPU has avx512_fp16" : convert ? "CPU has f16c + avx512f but no avx512_fp16"
                                                    : "CPU has no avx512_fp16 and no f16c + avx512f";
     fast = (native || convert) && kEngineFp16Path;
-    cpu += kEngineFp16Path ? "" : "; brisk has no fp16 matmul path yet";
+    cpu += kEngineFp16Path ? "" : "; brisk has no fp16 dot-product matmul path yet";
   }
   if (fast) {
     c.effective = requested;
     return c;
   }
+  if (!fallback) {
+    c.effective = requested;
+    c.emulated = true;
+    c.note = std::string("note: precision ") + precision_name(requested) + " emulated (" + cpu +
+             "; train.precision_fallback = false): " + precision_name(requested) +
+             " numerics, products widened to fp32 sgemm, slower than fp32";
+    return c;
+  }
   c.effective = Precision::fp32;
   c.warning = std::string("warning: precision ") + precision_name(requested) +
-              " requested but no fast path on this machine (" + cpu + "): training in fp32";
+              " requested but no fast path on this machine (" + cpu +
+              "): training in fp32 (train.precision_fallback = false runs it emulated)";
   return c;
 }
 
@@ -181,6 +203,8 @@ TrainConfig load_train_config(const std::string& path, const std::vector<std::st
   r.get("model", "block_size", c.model.block_size);
   r.get("model", "attention", c.model.attention);  // checked (flash | plain) by validate() below
   r.get("model", "fused_classifier", c.model.fused_classifier);
+  r.get("model", "fuse_bias_gelu", c.model.fuse_bias_gelu);
+  r.get("model", "fuse_residual_layernorm", c.model.fuse_residual_layernorm);
   r.get("data", "dir", c.data_dir);
   r.get("train", "batch", c.batch);
   r.get("train", "seq", c.seq);
@@ -194,6 +218,7 @@ TrainConfig load_train_config(const std::string& path, const std::vector<std::st
   c.schedule.kind = optim::LrSchedule::parse(schedule);
   r.get("train", "weight_decay", c.adamw.weight_decay);
   r.get("train", "grad_clip", c.adamw.grad_clip);
+  r.get("train", "fused_adamw", c.adamw.fused);
   r.get("train", "beta1", c.adamw.beta1);
   r.get("train", "beta2", c.adamw.beta2);
   r.get("train", "eps", c.adamw.eps);
@@ -206,9 +231,11 @@ TrainConfig load_train_config(const std::string& path, const std::vector<std::st
   std::string precision = "fp32";
   r.get("train", "precision", precision);
   c.precision = parse_precision(precision);
+  r.get("train", "precision_fallback", c.precision_fallback);
   r.get("train", "loss_scaling", c.loss_scaling);
   r.get("train", "loss_scale_init", c.loss_scale_init);
   r.get("train", "loss_scale_growth_interval", c.loss_scale_growth_interval);
+  r.get("train", "recompute", c.model.recompute);  // checked (none | selective | full) by validate() below
   r.get("checkpoint", "dir", c.out_dir);
   r.get("checkpoint", "every", c.checkpoint_every);
   r.get("checkpoint", "keep", c.keep_checkpoints);
@@ -245,14 +272,20 @@ std::string to_toml(const TrainConfig& c) {
     << "vocab_size = " << c.model.vocab_size << "\nn_layer = " << c.model.n_layer << "\nn_embd = " << c.model.n_embd
     << "\nn_head = " << c.model.n_head << "\nblock_size = " << c.model.block_size
     << "\nattention = \"" << c.model.attention << "\"\nfused_classifier = "
-    << (c.model.fused_classifier ? "true" : "false") << "\n\n[data]\ndir = \""
+    << (c.model.fused_classifier ? "true" : "false")
+    << "\nfuse_bias_gelu = " << (c.model.fuse_bias_gelu ? "true" : "false")
+    << "\nfuse_residual_layernorm = " << (c.model.fuse_residual_layernorm ? "true" : "false")
+    << "\n\n[data]\ndir = \""
     << c.data_dir << "\"\n\n[train]\nbatch = " << c.batch << "\nseq = " << c.seq << "\ngrad_accum = " << c.grad_accum
     << "\nsteps = " << c.steps << "\nlr = " << c.schedule.max_lr << "\nmin_lr_ratio = " << c.schedule.min_lr_ratio
     << "\nwarmup = " << c.schedule.warmup_steps << "\nschedule = \"" << kinds[int(c.schedule.kind)]
     << "\"\nweight_decay = " << c.adamw.weight_decay << "\ngrad_clip = " << c.adamw.grad_clip
+    << "\nfused_adamw = " << (c.adamw.fused ? "true" : "false")
     << "\nbeta1 = " << c.adamw.beta1 << "\nbeta2 = " << c.adamw.beta2 << "\neps = " << c.adamw.eps
     << "\nseed = " << c.seed << "\nthreads = " << c.threads << "\nloader_workers = " << c.loader_workers
-    << "\nprecision = \"" << precision_name(c.precision) << "\"";
+    << "\nprecision = \"" << precision_name(c.precision) << "\""
+    << "\nprecision_fallback = " << (c.precision_fallback ? "true" : "false")
+    << "\nrecompute = \"" << c.model.recompute << "\"";
   if (c.loss_scaling) s << "\nloss_scaling = " << (*c.loss_scaling ? "true" : "false");
   s << "\nloss_scale_init = " << c.loss_scale_init << "\nloss_scale_growth_interval = " << c.loss_scale_growth_interval
     << "\neval_every = " << c.eval_every

@@ -6,13 +6,15 @@
 //
 // Mixed precision: the requested precision is resolved against what this
 // machine and engine can do (resolve_precision); without a fast path the run
-// warns once and computes in fp32. With loss scaling on, the backward is
+// warns once and computes in fp32, unless train.precision_fallback = false
+// asks for the low-precision graph anyway (emulated, noted once). The model
+// is built with the effective compute dtype; master weights, grads and AdamW
+// state are fp32 whatever it is. With loss scaling on, the backward is
 // seeded with the scaler's scale, AdamW divides it back out, and a step whose
 // gradients overflowed is skipped (weights, moments and AdamW's step count
 // untouched) while the run's step, data position and lr schedule move on,
-// like PyTorch's GradScaler. The scaler's state is not checkpointed: a
-// resumed run restarts at the initial scale. In fp32 compute that changes
-// no number (power-of-two scaling is exact), only which steps could overflow.
+// like PyTorch's GradScaler. The scaler's state (scale, streak, counters) is
+// checkpointed, so a resumed run continues exactly where it stopped.
 #include "brisk/train/trainer.h"
 
 #include <unistd.h>
@@ -162,10 +164,13 @@ TrainResult train(const TrainConfig& cfg, const TrainOptions& options) {
     throw core::ConfigError("data '" + cfg.data_dir + "' has vocab " + std::to_string(train_data.vocab_size()) +
                             " but model.vocab_size is " + std::to_string(cfg.model.vocab_size));
 
-  models::Gpt model(cfg.model, backend);
+  // The model computes in the effective precision (fp32 master weights either way).
+  const PrecisionChoice precision = resolve_precision(cfg.precision, cfg.precision_fallback);
+  models::GptConfig model_config = cfg.model;
+  model_config.compute = compute_dtype(precision.effective);
+  models::Gpt model(model_config, backend);
   model.init_weights(cfg.seed);
   optim::AdamW adamw(cfg.adamw, model.params(), backend);
-  const PrecisionChoice precision = resolve_precision(cfg.precision);
   std::optional<optim::LossScaler> scaler;
   if (cfg.loss_scaling.value_or(precision.effective == Precision::fp16)) {
     optim::LossScalerConfig sc;
@@ -192,6 +197,9 @@ TrainResult train(const TrainConfig& cfg, const TrainOptions& options) {
     } else {
       read_checkpoint_config(ckpt, &state);
       load_checkpoint(ckpt, model, &adamw);
+      // A scaled run continues at the scale it stopped at; a checkpoint
+      // without scaler state (an fp32 run, an older file) starts at init.
+      if (scaler && state.loss_scaler) scaler->restore(*state.loss_scaler);
       if (state.data_position % uint64_t(cfg.batch) != 0)
         throw core::ConfigError("checkpoint " + ckpt + " stopped after " + std::to_string(state.data_position) +
                                 " training windows, not a whole number of batches of train.batch = " +
@@ -218,6 +226,7 @@ TrainResult train(const TrainConfig& cfg, const TrainOptions& options) {
                  (long long)cfg.model.n_head, (long long)cfg.model.vocab_size, (long long)cfg.batch,
                  (long long)cfg.seq, (long long)cfg.grad_accum, backend.num_threads(), peak / 1e9);
     if (!precision.warning.empty()) std::fprintf(stderr, "%s\n", precision.warning.c_str());
+    if (!precision.note.empty()) std::fprintf(stderr, "%s\n", precision.note.c_str());
     if (scaler)
       std::fprintf(stderr, "precision %s | dynamic loss scaling from %g, x2 after %lld clean steps\n",
                    precision_name(precision.effective), double(scaler->scale()),
@@ -227,7 +236,7 @@ TrainResult train(const TrainConfig& cfg, const TrainOptions& options) {
     const auto& rep = model.program(true, cfg.batch, cfg.seq).executor->plan().report;
     core::MemoryReport full = rep;
     full.optimizer_state = model.params().state_bytes();
-    std::fprintf(stderr, "%s", full.str().c_str());
+    std::fprintf(stderr, "recompute %s | %s", cfg.model.recompute.c_str(), full.str().c_str());
   }
 
   std::vector<int32_t> x(size_t(cfg.batch * cfg.seq)), y(x.size());
@@ -274,6 +283,7 @@ TrainResult train(const TrainConfig& cfg, const TrainOptions& options) {
     }
     ++state.step;
     state.data_position = loader.position() * uint64_t(cfg.batch);
+    if (scaler) state.loss_scaler = scaler->state();
     const double dt = monitor::now_seconds() - t0;
     step_times.push_back(dt);
     result.data_wait_s += data_wait;

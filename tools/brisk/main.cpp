@@ -17,6 +17,7 @@
 #include "brisk/train/checkpoint.h"
 #include "brisk/train/trainer.h"
 #include "bench_cmd.h"
+#include "plan_cmd.h"
 #include "data_cmds.h"
 
 using namespace brisk;
@@ -184,6 +185,9 @@ int main(int argc, char** argv) {
   // ---- bench (bench_cmd.cpp)
   const cli::BenchCommand bench_cmd = cli::add_bench_command(app);
 
+  // ---- plan (plan_cmd.cpp)
+  const cli::PlanCommand plan_cmd = cli::add_plan_command(app);
+
   // A bad command line is a user error like any other: exit code 2 (CLI11's
   // own codes run from 100 up), but --help still exits 0.
   try {
@@ -196,6 +200,7 @@ int main(int argc, char** argv) {
     if (*gen_cmd) return cmd_generate(checkpoint, prompt, so, vocab_dir, threads);
     if (*eval_cmd) return cmd_eval(checkpoint, data_dir, eval_batches, eval_batch, eval_seq, threads);
     if (*bench_cmd.app) return bench_cmd.run();
+    if (*plan_cmd.app) return plan_cmd.run();
     if (record_cmds.parsed()) return record_cmds.run();
     if (*prep_cmd) {
       const data::PrepareSummary s = data::prepare_dataset(po);

@@ -36,6 +36,36 @@ struct GptConfig {
   // RSS 1347 -> 667 MiB) but ran 2-9% slower here (its row-chunked gemms are
   // a little less efficient than the three whole ones); at W2 no memory gain.
   bool fused_classifier = false;
+  // Every program (train, eval, logits): each MLP's c_fc Linear and its GELU
+  // as one linear_gelu (ops::bias_gelu_fusion: GELU applied per row chunk
+  // right after the chunk's gemm), and each residual add with the LayerNorm
+  // that reads it as one add_layernorm (ops::residual_layernorm_fusion). Same
+  // function, same gradients (bit-identical here); not part of the weights.
+  // Off by default: no measurable step-time gain on this 2-core machine. W2
+  // fwd+bwd, 30 interleaved rounds, quiet machine: off 1127 ms, bias+GELU
+  // 1126, residual+LN 1131, both 1138 (+-1% noise). Per op, 2048 rows, one
+  // thread: add_layernorm 0.36 ms vs add + layernorm 0.48 (x13 per W2 step);
+  // linear_gelu 30.3 ms vs linear + gelu 30.2 (GELU is compute bound).
+  bool fuse_bias_gelu = false;
+  bool fuse_residual_layernorm = false;
+  // Compute dtype of the graph (mixed precision): f32, bf16 or f16. The
+  // ParameterStore keeps fp32 master weights and grads whatever this says;
+  // a low-precision graph casts each weight at its use (the cast's backward
+  // brings the gradient back to fp32), runs the matrix products, attention,
+  // GELU and the logits in this dtype with fp32 accumulation, and keeps the
+  // residual stream, LayerNorm and the loss in fp32 (gpt.cpp says why).
+  // Not part of the weights, like `attention`; the trainer sets it from
+  // train.precision.
+  core::DType compute = core::DType::f32;
+  // Train programs only (train.recompute): which activations the backward
+  // recomputes instead of keeping them from the forward (core::recompute).
+  // "none"; "selective": GELU and LayerNorm outputs, elementwise work, about
+  // 6 of the ~16 (B, T, C)-sized tensors a block saves; "full": each block
+  // replays its forward in the backward from its saved input, only the
+  // residual stream between blocks stays (the blocks' forward products run
+  // twice: +23% of a W2 step's FLOPs). `brisk plan` prints each level's
+  // memory. Same function, same gradients; not part of the weights.
+  std::string recompute = "none";
 
   // "W1"/"gpt2-tiny", "W2"/"char-small", "G1"/"gpt2-124m"; throws ConfigError listing them.
   static GptConfig preset(const std::string& name);
@@ -46,7 +76,7 @@ struct GptConfig {
   double flops_per_token(int64_t seq) const;
   bool operator==(const GptConfig& o) const = default;
   // Same parameter names and shapes (every field but the kernel choices
-  // `attention` and `fused_classifier`): what a
+  // `attention`, `fused_classifier` and `compute`): what a
   // checkpoint must match to load.
   bool same_shape(const GptConfig& o) const;
 };

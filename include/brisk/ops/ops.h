@@ -59,6 +59,19 @@ int64_t classifier_chunk_rows(int64_t n, int64_t v);
 // which the caller then passes to backward() as the seed.
 core::Pattern classifier_fusion(const std::string& seed_name = "loss_scale");
 
+// ---- fused MLP / residual ops (linear_gelu.cpp, add_layernorm.cpp) ------------
+// linear(x, w, bias) then tanh-GELU: {y = gelu(h), h} with h = x w^T + bias kept
+// (a saved output) for the backward. bias may be kNoValue.
+std::vector<ValueId> linear_gelu(Graph& g, ValueId x, ValueId w, ValueId bias = core::kNoValue);
+// The pass: linear whose output is read only by a gelu becomes linear_gelu.
+core::Pattern bias_gelu_fusion();
+// s = a + r (r: a's shape or its trailing dims), then layernorm(s) as layernorm().
+struct AddLayerNormOut { ValueId s, y, mean, rstd; };
+AddLayerNormOut add_layernorm(Graph& g, ValueId a, ValueId r, ValueId weight, ValueId bias, float eps = 1e-5f);
+// The pass: add whose output feeds a layernorm becomes add_layernorm; the
+// add's other readers (the next residual add) read its s output.
+core::Pattern residual_layernorm_fusion();
+
 // ---- reductions ---------------------------------------------------------------
 ValueId sum(Graph& g, ValueId x, int axis = ReduceParams::kAllAxes, bool keepdim = false);
 ValueId mean(Graph& g, ValueId x, int axis = ReduceParams::kAllAxes, bool keepdim = false);

@@ -18,14 +18,22 @@ enum class Precision { fp32, bf16, fp16 };
 const char* precision_name(Precision p);
 Precision parse_precision(const std::string& name);  // throws ConfigError listing the allowed values
 
-// What a run actually computes in. brisk has no bf16/fp16 training fast path
-// yet on any CPU, so today every mixed-precision request falls back to fp32;
-// `warning` then says so and why (CPU features, missing engine path).
+// What a run actually computes in. brisk has a bf16/fp16 training graph
+// (models::GptConfig::compute) but no fast path for it on any CPU yet: its
+// low-precision products widen to fp32 sgemm, so they cost more than fp32.
+// With `fallback` (train.precision_fallback, default true) a mixed-precision
+// request therefore falls back to fp32 and `warning` says so and why (CPU
+// features, missing engine path). Without it the low-precision graph runs
+// anyway, emulated, and `note` says so: what the numerics checks use.
 struct PrecisionChoice {
   Precision requested = Precision::fp32, effective = Precision::fp32;
-  std::string warning;  // empty when requested == effective
+  std::string warning;  // empty unless the run fell back
+  std::string note;     // one line when the run is low precision without a fast path
+  bool emulated = false;
 };
-PrecisionChoice resolve_precision(Precision requested);
+PrecisionChoice resolve_precision(Precision requested, bool fallback = true);
+// The graph dtype of a precision: f32, bf16, f16.
+core::DType compute_dtype(Precision p);
 
 struct TrainConfig {
   // [model]
@@ -42,6 +50,7 @@ struct TrainConfig {
   int loader_workers = 2;            // data loader threads; 0: batches built on the training thread
   int64_t eval_every = 100, eval_batches = 8, log_every = 10;
   Precision precision = Precision::fp32;  // requested; see resolve_precision
+  bool precision_fallback = true;         // false: run bf16/fp16 emulated where no fast path exists
   // Dynamic loss scaling (optim::LossScaler). Unset: on iff the effective
   // precision is fp16; true forces it on (also over fp32 compute, for tests).
   std::optional<bool> loss_scaling;

@@ -1,20 +1,14 @@
-// CPU kernels for gelu and gelu_backward (f32, bf16).
-//
-// GELU's tanh form is rewritten through the identity 1 + tanh(u) = 2 sigmoid(2u):
-//   gelu(x) = x / (1 + exp(-2u)),        u = sqrt(2/pi) (x + 0.044715 x^3)
-// which is the same function, but better conditioned: 1 + tanh(u) cancels
-// badly for negative x, while 1 + exp(-2u) never does. The only
-// transcendental left is exp, computed by an inline Cephes-style polynomial
-// (about 2 ulp) that the compiler vectorizes; libm's tanh would keep the
-// loop scalar and cost several times more. The derivative uses the same e:
-//   d gelu/dx = s (1 + 2 x e s sqrt(2/pi) (1 + 3 * 0.044715 x^2)),  s = 1/(1+e)
-// (from 1 - tanh^2 = 4 s (1 - s) and 1 - s = e s), again with no cancellation.
-// bf16 rows are widened into a stack tile, computed in f32 and narrowed back.
+// CPU kernels for gelu and gelu_backward (f32, bf16). The arithmetic (a
+// divide-free, vectorized tanh-GELU and its derivative) lives in gelu_math.h,
+// shared with linear_gelu's epilogue; this file splits the elements across
+// threads. bf16 rows are widened into a stack tile, computed in f32 and
+// narrowed back.
 #include <algorithm>
 #include <cmath>
 
 #include "brisk/core/op.h"
 #include "cpu_util.h"
+#include "gelu_math.h"
 #include "kernels.h"
 #include "vec_math.h"
 
@@ -23,31 +17,6 @@ namespace brisk::cpu {
 namespace {
 
 using core::KernelCall;
-
-constexpr float kSqrt2OverPi = 0.7978845608028654f;
-constexpr float kCubic = 0.044715f;
-
-inline float gelu_one(float x) {
-  const float u = kSqrt2OverPi * (x + kCubic * x * x * x);
-  return x / (1.0f + fast_exp_clamped(-2.0f * u));
-}
-
-inline float gelu_grad_one(float x, float dy) {
-  const float u = kSqrt2OverPi * (x + kCubic * x * x * x);
-  const float e = fast_exp_clamped(-2.0f * u);
-  const float s = 1.0f / (1.0f + e);
-  return dy * s * (1.0f + 2.0f * x * e * s * kSqrt2OverPi * (1.0f + 3.0f * kCubic * x * x));
-}
-
-void gelu_rows(const float* x, float* y, int64_t n) {
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) y[i] = gelu_one(x[i]);
-}
-
-void gelu_grad_rows(const float* x, const float* dy, float* dx, int64_t n) {
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) dx[i] = gelu_grad_one(x[i], dy[i]);
-}
 
 void gelu_f32(const KernelCall& c) {
   const float* x = c.in(0).as<float>();

@@ -9,6 +9,10 @@
 #include <cstdint>
 #include <type_traits>
 
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
+
 #include "brisk/core/backend.h"
 #include "brisk/core/dtype.h"
 
@@ -35,10 +39,29 @@ void parallel_for(int64_t n, int64_t grain, Fn&& fn) {
 // Element access for kernels templated on float or bf16 storage (uint16_t).
 inline float widen(float v) { return v; }
 inline float widen(uint16_t h) { return core::bf16_to_f32(h); }
+// f16 storage is spelled core::f16 (uint16_t already means bf16 here), so a
+// kernel template instantiated on it gets IEEE half conversions: F16C
+// instructions where the build has them, overflow to +-inf either way (the
+// loss scaler relies on an overflowing fp16 gradient becoming inf).
+inline float widen(core::f16 h) {
+#if defined(__F16C__)
+  return _cvtsh_ss(h.bits);
+#else
+  return core::f16_to_f32(h.bits);
+#endif
+}
 template <class T>
 inline T narrow(float v) {
   if constexpr (std::is_same_v<T, float>) return v;
-  else return core::f32_to_bf16(v);
+  else if constexpr (std::is_same_v<T, core::f16>) {
+    core::f16 h;
+#if defined(__F16C__)
+    h.bits = _cvtss_sh(v, _MM_FROUND_TO_NEAREST_INT);
+#else
+    h.bits = core::f32_to_f16(v);
+#endif
+    return h;
+  } else return core::f32_to_bf16(v);
 }
 
 inline void bf16_to_f32_row(const uint16_t* src, float* dst, int64_t n) {

@@ -98,6 +98,9 @@ void register_cross_entropy_kernels(core::KernelRegistry& r) {
   r.add(OpKind::cross_entropy, DType::bf16, cross_entropy_kernel<uint16_t>);
   r.add(OpKind::cross_entropy_backward, DType::f32, cross_entropy_backward_kernel<float>);
   r.add(OpKind::cross_entropy_backward, DType::bf16, cross_entropy_backward_kernel<uint16_t>);
+  // f16 logits (fp16 mixed precision): the loss and lse still come out in f32.
+  r.add(OpKind::cross_entropy, DType::f16, cross_entropy_kernel<core::f16>);
+  r.add(OpKind::cross_entropy_backward, DType::f16, cross_entropy_backward_kernel<core::f16>);
 }
 
 }  // namespace brisk::cpu

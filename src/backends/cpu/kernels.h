@@ -20,5 +20,7 @@ void register_shape_kernels(core::KernelRegistry& r);
 void register_memory_kernels(core::KernelRegistry& r);
 void register_optim_kernels(core::KernelRegistry& r);
 void register_fused_classifier_kernels(core::KernelRegistry& r);
+void register_linear_gelu_kernels(core::KernelRegistry& r);
+void register_add_layernorm_kernels(core::KernelRegistry& r);
 
 }  // namespace brisk::cpu

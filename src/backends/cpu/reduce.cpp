@@ -139,6 +139,9 @@ void register_reduce_kernels(core::KernelRegistry& r) {
   r.add(OpKind::sum, DType::bf16, reduce_kernel<uint16_t, false>);
   r.add(OpKind::mean, DType::f32, reduce_kernel<float, true>);
   r.add(OpKind::mean, DType::bf16, reduce_kernel<uint16_t, true>);
+  // f16: fp16 mixed precision reduces its bias gradients (linear's backward) in f16.
+  r.add(OpKind::sum, DType::f16, reduce_kernel<core::f16, false>);
+  r.add(OpKind::mean, DType::f16, reduce_kernel<core::f16, true>);
   for (int t = 0; t < core::kNumDTypes; ++t) r.add(OpKind::expand, DType(t), expand_any);
 }
 

@@ -1,0 +1,70 @@
+// CPU kernels of add_layernorm (src/ops/add_layernorm.cpp), f32 and bf16:
+// s = a + r, y = layernorm(s), one row at a time. The first loop writes the
+// row of s and sums it, so the row is in L1 for the variance and the
+// normalization that follow; the unfused pair writes s in one parallel pass
+// and reads it back in another. Arithmetic is layernorm.cpp's, on s as
+// stored (rounded to bf16 for bf16), so fused and unfused agree. Rows are
+// split across threads as in layernorm.cpp; r may be broadcast over a's
+// leading dims (row index modulo r's rows).
+#include <cmath>
+
+#include "brisk/core/op.h"
+#include "cpu_util.h"
+#include "kernels.h"
+
+namespace brisk::cpu {
+namespace {
+
+using core::KernelCall;
+
+template <class T>
+void add_layernorm_kernel(const KernelCall& c) {
+  const T* a = c.in(0).as<const T>();
+  const T* res = c.in(1).as<const T>();
+  const T* w = c.in(2).as<const T>();
+  const T* b = c.in(3).as<const T>();
+  T* s = c.out(0).as<T>();
+  T* y = c.out(1).as<T>();
+  float* mean_out = c.out(2).as<float>();
+  float* rstd_out = c.out(3).as<float>();
+  const int64_t C = c.in(0).shape().last(), rows = c.in(0).shape().rows();
+  const int64_t r_rows = c.in(1).numel() / std::max<int64_t>(C, 1);
+  const float eps = c.p<ops::LayerNormParams>().eps;
+  const float inv_c = C ? 1.f / float(C) : 0.f;
+  parallel_for(rows, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(C, 1)), [&](int64_t lo, int64_t hi) {
+    for (int64_t r = lo; r < hi; ++r) {
+      const T* ar = a + r * C;
+      const T* rr = res + (r_rows ? r % r_rows : 0) * C;
+      T* sr = s + r * C;
+      T* yr = y + r * C;
+      float sum = 0.f;
+#pragma omp simd reduction(+ : sum)
+      for (int64_t i = 0; i < C; ++i) {
+        const T v = narrow<T>(widen(ar[i]) + widen(rr[i]));
+        sr[i] = v;
+        sum += widen(v);
+      }
+      const float mean = sum * inv_c;
+      float var = 0.f;
+#pragma omp simd reduction(+ : var)
+      for (int64_t i = 0; i < C; ++i) {
+        const float d = widen(sr[i]) - mean;
+        var += d * d;
+      }
+      const float rstd = 1.f / std::sqrt(var * inv_c + eps);
+#pragma omp simd
+      for (int64_t i = 0; i < C; ++i) yr[i] = narrow<T>((widen(sr[i]) - mean) * rstd * widen(w[i]) + widen(b[i]));
+      mean_out[r] = mean;
+      rstd_out[r] = rstd;
+    }
+  });
+}
+
+}  // namespace
+
+void register_add_layernorm_kernels(core::KernelRegistry& r) {
+  r.add(core::OpKind::add_layernorm, core::DType::f32, add_layernorm_kernel<float>);
+  r.add(core::OpKind::add_layernorm, core::DType::bf16, add_layernorm_kernel<uint16_t>);
+}
+
+}  // namespace brisk::cpu

@@ -1,0 +1,216 @@
+// The bias+GELU and residual+LayerNorm fusions (linear_gelu, add_layernorm and
+// their rewrite patterns) on the CPU backend. The op harness checks each op
+// against its reference kernel and its backward by finite differences; this
+// file checks what the harness cannot: (1) the fused CPU kernels against the
+// unfused CPU kernels they replace, at W2's MLP width and odd shapes; (2) that
+// the patterns fire exactly where they should (GPT-shaped graphs) and nowhere
+// else; (3) a small GPT with each fusion on and off: the same loss, logits and
+// parameter gradients; (4) the model.fuse_* config keys.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "brisk/core/autograd.h"
+#include "brisk/core/executor.h"
+#include "brisk/core/passes.h"
+#include "brisk/cpu/cpu_backend.h"
+#include "brisk/models/gpt.h"
+#include "brisk/ops/ops.h"
+#include "brisk/train/config.h"
+#include "test_models.h"
+#include "test_util.h"
+
+using namespace brisk;
+using core::DType;
+using core::Graph;
+using core::OpKind;
+using core::Tensor;
+using core::ValueId;
+using testing_util::normalized_error;
+
+namespace {
+
+cpu::CpuBackend& backend() {
+  static cpu::CpuBackend b(2);
+  return b;
+}
+
+int count_ops(const Graph& g, OpKind k, bool forward_only = true) {
+  const size_t end = forward_only ? g.backward_start() : g.nodes().size();
+  return int(std::count_if(g.nodes().begin(), g.nodes().begin() + ptrdiff_t(end),
+                           [&](const core::Node& n) { return n.op == k; }));
+}
+
+int applied(const core::RewriteResult& r, const std::string& name) {
+  for (const auto& [n, k] : r.applied)
+    if (n == name) return k;
+  return -1;
+}
+
+std::vector<Tensor> run_one(OpKind op, const std::vector<Tensor>& in, const ops::OpParams& p,
+                            const std::vector<core::TensorMeta>& out_metas) {
+  std::vector<core::TensorView> iv, ov;
+  for (const Tensor& t : in) iv.push_back(t.as_view());
+  std::vector<Tensor> out;
+  for (const auto& m : out_metas) out.push_back(Tensor::empty(m.shape, m.dtype));
+  for (const Tensor& t : out) ov.push_back(t.as_view());
+  std::vector<core::TensorMeta> im;
+  for (const Tensor& t : in) im.push_back(t.meta());
+  const core::OpDef& def = core::op_def(op);
+  std::vector<unsigned char> ws(def.workspace_bytes ? def.workspace_bytes(im, p) : 0);
+  core::run_op(backend(), op, iv, ov, p, ws.data(), ws.size());
+  return out;
+}
+
+}  // namespace
+
+// ---- kernels: fused vs the unfused CPU kernels ------------------------------------------
+
+TEST(FusedKernels, LinearGeluMatchesLinearThenGelu) {
+  ops::register_ops();
+  struct Case { int64_t rows, in, out; DType t; };
+  // W2's MLP width with ragged thread blocks, an odd narrow case, one too
+  // small to thread, and bf16 (the composed path).
+  for (const Case k : {Case{517, 96, 1536, DType::f32}, Case{133, 13, 33, DType::f32}, Case{3, 5, 7, DType::f32},
+                       Case{70, 24, 40, DType::bf16}}) {
+    SCOPED_TRACE(std::to_string(k.rows) + "x" + std::to_string(k.in) + "->" + std::to_string(k.out));
+    const Tensor x = Tensor::uniform({k.rows, k.in}, k.t, 1, -2.f, 2.f);
+    const Tensor w = Tensor::uniform({k.out, k.in}, k.t, 2, -0.5f, 0.5f);
+    const Tensor b = Tensor::uniform({k.out}, k.t, 3, -1.f, 1.f);
+    const core::TensorMeta ym{{k.rows, k.out}, k.t};
+    const Tensor h_ref = run_one(OpKind::linear, {x, w, b}, ops::NoParams{}, {ym})[0];
+    const Tensor y_ref = run_one(OpKind::gelu, {h_ref}, ops::NoParams{}, {ym})[0];
+    const std::vector<Tensor> got = run_one(OpKind::linear_gelu, {x, w, b}, ops::NoParams{}, {ym, ym});
+    EXPECT_LE(normalized_error(h_ref, got[1]), 1e-6);
+    EXPECT_LE(normalized_error(y_ref, got[0]), 1e-6);
+  }
+}
+
+TEST(FusedKernels, AddLayerNormMatchesAddThenLayerNorm) {
+  ops::register_ops();
+  for (DType t : {DType::f32, DType::bf16}) {
+    for (const core::Shape& rs : {core::Shape{2, 64, 384}, core::Shape{64, 384}}) {  // same shape, broadcast
+      SCOPED_TRACE(std::string(core::dtype_name(t)) + " r " + std::to_string(rs.rank()) + "-d");
+      const core::Shape as{2, 64, 384};
+      const Tensor a = Tensor::uniform(as, t, 4, -2.f, 2.f), r = Tensor::uniform(rs, t, 5, -1.f, 1.f);
+      const Tensor w = Tensor::uniform({384}, t, 6, 0.5f, 1.5f), b = Tensor::uniform({384}, t, 7, -1.f, 1.f);
+      const core::TensorMeta sm{as, t}, stat{{128}, DType::f32};
+      const Tensor s_ref = run_one(OpKind::add, {a, r}, ops::NoParams{}, {sm})[0];
+      const std::vector<Tensor> ln = run_one(OpKind::layernorm, {s_ref, w, b}, ops::LayerNormParams{}, {sm, stat, stat});
+      const std::vector<Tensor> got =
+          run_one(OpKind::add_layernorm, {a, r, w, b}, ops::LayerNormParams{}, {sm, sm, stat, stat});
+      EXPECT_LE(normalized_error(s_ref, got[0]), 1e-6);
+      for (size_t k = 0; k < 3; ++k) EXPECT_LE(normalized_error(ln[k], got[k + 1]), 1e-6) << "output " << k + 1;
+    }
+  }
+}
+
+// ---- the patterns --------------------------------------------------------------------------
+
+TEST(FusionPatterns, FireOnEveryBlockOfAGptGraph) {
+  Graph g;
+  const testing_models::Built built = testing_models::build_gpt_block(g, {});
+  core::RewriteResult r =
+      core::rewrite(g, {ops::bias_gelu_fusion(), ops::residual_layernorm_fusion(), ops::classifier_fusion()});
+  EXPECT_EQ(applied(r, "bias_gelu_fusion"), 1);
+  // embeddings (a broadcast add) -> ln1, +attn -> ln2, +mlp -> lnf
+  EXPECT_EQ(applied(r, "residual_layernorm_fusion"), 3);
+  EXPECT_EQ(applied(r, "classifier_fusion"), 0);  // no loss_scale input in this graph
+  EXPECT_EQ(count_ops(r.graph, OpKind::gelu), 0);
+  EXPECT_EQ(count_ops(r.graph, OpKind::layernorm), 0);
+  EXPECT_EQ(count_ops(r.graph, OpKind::linear_gelu), 1);
+  EXPECT_EQ(count_ops(r.graph, OpKind::add_layernorm), 3);
+  EXPECT_EQ(count_ops(r.graph, OpKind::add), 0);
+  // The fused graph differentiates: one gelu_backward, three layernorm_backward.
+  core::backward(r.graph, r.map[size_t(built.loss)]);
+  EXPECT_EQ(count_ops(r.graph, OpKind::gelu_backward, false), 1);
+  EXPECT_EQ(count_ops(r.graph, OpKind::layernorm_backward, false), 3);
+}
+
+TEST(FusionPatterns, LeaveNonMatchingGraphsAlone) {
+  // linear -> gelu where the pre-activation has a second reader, or is a
+  // graph output: no linear_gelu. add whose sum is read before its
+  // LayerNorm: no add_layernorm (the fused op would be emitted too late).
+  for (int variant = 0; variant < 3; ++variant) {
+    Graph g;
+    const ValueId x = g.input("x", {5, 8}, DType::f32, true);
+    const ValueId h = ops::linear(g, x, g.param("w", {8, 8}), g.param("b", {8}));
+    ValueId y = ops::gelu(g, h);
+    if (variant == 0) y = ops::add(g, y, h);
+    if (variant == 1) g.mark_output(h);
+    ValueId s = ops::add(g, x, y);
+    const ValueId early = variant == 2 ? ops::scale(g, s, 2.f) : core::kNoValue;  // a reader before the LayerNorm
+    s = ops::layernorm(g, s, g.param("lw", {8}), g.param("lb", {8})).y;
+    if (early != core::kNoValue) s = ops::add(g, early, s);
+    g.mark_output(s);
+    const core::RewriteResult r = core::rewrite(g, {ops::bias_gelu_fusion(), ops::residual_layernorm_fusion()});
+    SCOPED_TRACE("variant " + std::to_string(variant));
+    EXPECT_EQ(applied(r, "bias_gelu_fusion"), variant == 2 ? 1 : 0);
+    EXPECT_EQ(applied(r, "residual_layernorm_fusion"), variant == 2 ? 0 : 1);
+  }
+}
+
+// ---- in the model ---------------------------------------------------------------------------
+
+TEST(FusionPatterns, GptGivesTheSameLossLogitsAndGradients) {
+  const int64_t B = 2, T = 17;
+  models::GptConfig base{61, 3, 24, 3, 40};
+  std::vector<int32_t> x(size_t(B * T)), y(x.size());
+  for (size_t i = 0; i < x.size(); ++i) x[i] = int32_t((i * 7 + 3) % 61), y[i] = int32_t((i * 11 + 5) % 61);
+
+  models::Gpt plain(base, backend());
+  plain.init_weights(9);
+  const double lp = plain.train_micro_step(x.data(), y.data(), B, T, 2.0);
+  const double ep = plain.eval_loss(x.data(), y.data(), B, T);
+  const std::vector<float> logits_p(plain.logits(x.data(), B, T), plain.logits(x.data(), B, T) + B * T * 61);
+
+  // bias+gelu alone, residual+layernorm alone, both, both with the fused classifier.
+  for (int variant = 0; variant < 4; ++variant) {
+    SCOPED_TRACE("variant " + std::to_string(variant));
+    models::GptConfig cfg = base;
+    cfg.fuse_bias_gelu = variant != 1;
+    cfg.fuse_residual_layernorm = variant != 0;
+    cfg.fused_classifier = variant == 3;
+    models::Gpt fused(cfg, backend());
+    fused.init_weights(9);
+    const double lf = fused.train_micro_step(x.data(), y.data(), B, T, 2.0);
+    EXPECT_NEAR(lf, lp, 1e-5 * std::abs(lp));
+    EXPECT_NEAR(fused.eval_loss(x.data(), y.data(), B, T), ep, 1e-5 * std::abs(ep));
+    const float* lg = fused.logits(x.data(), B, T);
+    double worst = 0.0;
+    for (size_t i = 0; i < logits_p.size(); ++i) worst = std::max(worst, double(std::abs(lg[i] - logits_p[i])));
+    EXPECT_LE(worst, 1e-5);
+
+    // Every mode's graph is fused: n_layer linear_gelu, 2 n_layer + 1 add_layernorm.
+    for (bool train : {true, false}) {
+      const Graph& g = fused.program(train, B, T).graph;
+      EXPECT_EQ(count_ops(g, OpKind::linear_gelu), cfg.fuse_bias_gelu ? 3 : 0);
+      EXPECT_EQ(count_ops(g, OpKind::gelu), cfg.fuse_bias_gelu ? 0 : 3);
+      EXPECT_EQ(count_ops(g, OpKind::add_layernorm), cfg.fuse_residual_layernorm ? 7 : 0);
+      EXPECT_EQ(count_ops(g, OpKind::layernorm), cfg.fuse_residual_layernorm ? 0 : 7);
+      EXPECT_EQ(count_ops(g, OpKind::classifier_train), train && cfg.fused_classifier ? 1 : 0);
+    }
+
+    int checked = 0;
+    for (const auto& [name, e] : plain.params().entries()) {
+      SCOPED_TRACE(name);
+      EXPECT_LE(normalized_error(e.grad, fused.params().entries().at(name).grad), 1e-5);
+      ++checked;
+    }
+    EXPECT_EQ(checked, int(plain.params().entries().size()));
+    EXPECT_GT(checked, 20);
+  }
+}
+
+TEST(FusionPatterns, ConfigKeysRoundTrip) {
+  const train::TrainConfig c =
+      train::load_train_config("", {"model.fuse_bias_gelu=true", "model.fuse_residual_layernorm=false"});
+  EXPECT_TRUE(c.model.fuse_bias_gelu);
+  EXPECT_FALSE(c.model.fuse_residual_layernorm);
+  const std::string toml = train::to_toml(c);
+  EXPECT_NE(toml.find("fuse_bias_gelu = true"), std::string::npos) << toml;
+  EXPECT_NE(toml.find("fuse_residual_layernorm = false"), std::string::npos) << toml;
+  const train::TrainConfig d = train::load_train_config("", {"model.fuse_residual_layernorm=true"});
+  EXPECT_TRUE(d.model.fuse_residual_layernorm);
+}

@@ -1,0 +1,132 @@
+// `brisk plan`: builds the train program a config would run, at its batch and
+// sequence length, once per recomputation level (none, selective, full), and
+// prints the planner's figures side by side: the arena (activations and
+// workspace after buffer reuse), parameters, gradients, optimizer state and
+// the total, plus the matrix-product FLOPs of one step, so the price of each
+// level in compute sits next to what it saves. Nothing is run and no arena is
+// allocated: the graphs are planned with core::plan_memory, which is the same
+// figure the executor allocates (engine_test checks that they agree), so a
+// run that would not fit is known before it starts.
+#include "plan_cmd.h"
+
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "brisk/core/planner.h"
+#include "brisk/cpu/cpu_backend.h"
+#include "brisk/models/gpt.h"
+#include "brisk/optim/optimizer.h"
+#include "brisk/train/config.h"
+
+namespace brisk::cli {
+
+namespace {
+
+// Multiply-adds x 2 of the matrix products and attention in a graph, counted
+// the way GptConfig::flops_per_token does (dense attention: 4 B T^2 C forward,
+// twice that backward); elementwise ops are left out. What recomputation adds
+// to a step is the difference between two levels' counts.
+double matmul_flops(const core::Graph& g) {
+  using core::OpKind;
+  double f = 0;
+  for (const core::Node& n : g.nodes()) {
+    const auto& out = g.shape(n.outputs[0]);
+    switch (n.op) {
+      case OpKind::matmul: {
+        const auto& a = g.shape(n.inputs[0]);
+        const bool ta = std::get<ops::MatmulParams>(n.params).trans_a;
+        f += 2.0 * double(out.numel()) * double(a[a.rank() - (ta ? 2 : 1)]);
+        break;
+      }
+      case OpKind::linear:
+      case OpKind::linear_gelu:
+        f += 2.0 * double(out.numel()) * double(g.shape(n.inputs[1])[1]);
+        break;
+      case OpKind::attention:
+      case OpKind::flash_attention:
+      case OpKind::attention_backward:
+      case OpKind::flash_attention_backward: {
+        const bool fwd = n.op == OpKind::attention || n.op == OpKind::flash_attention;
+        const auto& y = g.shape(fwd ? n.outputs[0] : n.inputs[0]);  // (B, T, C): the output or its gradient
+        f += (fwd ? 4.0 : 8.0) * double(y[0]) * double(y[1]) * double(y[1]) * double(y[2]);
+        break;
+      }
+      case OpKind::classifier_train: {  // logits, dx and dw of an (N, C) x (V, C) head
+        const auto& x = g.shape(n.inputs[0]);
+        f += 6.0 * double(x[0]) * double(x[1]) * double(g.shape(n.inputs[1])[0]);
+        break;
+      }
+      default:
+        break;
+    }
+  }
+  return f;
+}
+
+struct Row {
+  std::string level;
+  core::MemoryReport mem;
+  double flops = 0;
+};
+
+int run_plan(const std::string& path, const std::vector<std::string>& sets) {
+  const train::TrainConfig cfg = train::load_train_config(path, sets);
+  const train::PrecisionChoice precision = train::resolve_precision(cfg.precision, cfg.precision_fallback);
+  if (!precision.warning.empty()) std::fprintf(stderr, "%s\n", precision.warning.c_str());
+  cpu::CpuBackend backend(cfg.threads);
+
+  std::vector<Row> rows;
+  size_t state_bytes = 0;
+  for (const char* level : {"none", "selective", "full"}) {
+    models::GptConfig mc = cfg.model;  // as the trainer builds it
+    mc.compute = train::compute_dtype(precision.effective);
+    mc.recompute = level;
+    models::Gpt model(mc, backend);
+    const core::Graph g = model.train_graph(cfg.batch, cfg.seq);
+    if (rows.empty()) {  // AdamW's moments, as the trainer allocates them (same for every level)
+      optim::AdamW adamw(cfg.adamw, model.params(), backend);
+      state_bytes = model.params().state_bytes();
+    }
+    Row r{level, core::plan_memory(g).report, matmul_flops(g)};
+    r.mem.optimizer_state = state_bytes;
+    rows.push_back(r);
+  }
+
+  auto mib = [](size_t b) { return double(b) / (1024.0 * 1024.0); };
+  std::printf("brisk plan: %s | %lld params | batch %lld x seq %lld (x accum %lld, same memory) | precision %s\n",
+              path.empty() ? "(defaults)" : path.c_str(), (long long)cfg.model.num_params(), (long long)cfg.batch,
+              (long long)cfg.seq, (long long)cfg.grad_accum, train::precision_name(precision.effective));
+  std::printf("memory of one train step in MiB, planned (nothing allocated or run); train.recompute picks the row\n\n");
+  std::printf("%-10s %10s %12s %9s %9s %10s %10s %8s %13s %9s\n", "recompute", "arena", "activations", "params",
+              "grads", "optimizer", "total", "vs none", "GFLOP/step", "recompute");
+  const Row& base = rows.front();
+  for (const Row& r : rows) {
+    std::printf("%-10s %10.1f %12.1f %9.1f %9.1f %10.1f %10.1f %7.0f%% %13.1f %8.1f%%\n", r.level.c_str(),
+                mib(r.mem.arena), mib(r.mem.activations), mib(r.mem.params), mib(r.mem.grads),
+                mib(r.mem.optimizer_state), mib(r.mem.total()),
+                100.0 * double(r.mem.total()) / double(base.mem.total()), r.flops * 1e-9,
+                100.0 * (r.flops - base.flops) / base.flops);
+  }
+  std::printf("\narena: activations and workspace after buffer reuse (activations: their peak alone); GFLOP/step:\n"
+              "matrix products and attention of one micro-step, forward and backward; recompute: the extra\n"
+              "FLOPs of the level (selective redoes only elementwise work, not counted).\n");
+  return 0;
+}
+
+}  // namespace
+
+PlanCommand add_plan_command(CLI::App& parent) {
+  auto* plan =
+      parent.add_subcommand("plan", "Memory each recompute level needs for a training config, before running");
+  auto path = std::make_shared<std::string>();
+  auto sets = std::make_shared<std::vector<std::string>>();
+  plan->add_option("config,-c,--config", *path, "TOML config (see configs/)")->check(CLI::ExistingFile)->required();
+  plan->add_option("--set", *sets, "Override a key, e.g. --set train.batch=16 (repeatable)");
+  PlanCommand cmd;
+  cmd.app = plan;
+  cmd.run = [path, sets]() { return run_plan(*path, *sets); };
+  return cmd;
+}
+
+}  // namespace brisk::cli
