@@ -4,11 +4,12 @@
 #                 progress for a few minutes, then generate text
 #   make test     ... and run the whole test suite
 #   make bench    ... and run the benchmarks (writes JSON under bench/results)
+#   make ablation ... each speed technique alone and all on, beside PyTorch (Markdown + JSON)
 BUILD ?= build/release
 JOBS  ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps data datasets configure build test bench demo clean
+.PHONY: all deps data datasets configure build test bench ablation demo clean
 
 all: build
 
@@ -45,6 +46,10 @@ bench: build datasets
 	$(BUILD)/bench/bench_gemm --json bench/results/gemm.json
 	$(BUILD)/brisk bench train --workload W2
 	$(BUILD)/brisk bench train --workload W1
+
+ablation: build datasets
+	$(BUILD)/brisk bench train --workload W2 --ablation
+	$(BUILD)/brisk bench train --workload W1 --ablation
 
 clean:
 	rm -rf $(BUILD)

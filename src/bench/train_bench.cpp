@@ -16,9 +16,6 @@
 //   both sides train on the same windows in the same order.
 #include "brisk/bench/train_bench.h"
 
-#include <spawn.h>
-#include <sys/resource.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -40,8 +37,8 @@
 #include "brisk/models/gpt.h"
 #include "brisk/monitor/machine.h"
 #include "brisk/optim/optimizer.h"
-
-extern char** environ;
+#include "bench_util.h"
+#include "train_common.h"
 // OpenBLAS's own description of itself (version, build options, core kernel).
 extern "C" char* openblas_get_config();
 extern "C" char* openblas_get_corename();
@@ -51,51 +48,6 @@ namespace brisk::bench {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-namespace {
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-std::string self_exe() {
-  std::error_code ec;
-  fs::path p = fs::read_symlink("/proc/self/exe", ec);
-  return ec ? std::string("brisk") : p.string();
-}
-
-// The checkout this binary belongs to: the first directory, walking up from
-// the working directory and then from the executable, that holds
-// bench/torch_peer.py. Defaults (data, peer script, results) hang off it, so
-// `brisk bench` works from the repository root and from build/<dir> alike.
-fs::path repo_root() {
-  auto walk = [](fs::path p) -> std::optional<fs::path> {
-    for (; !p.empty(); p = p.parent_path()) {
-      if (fs::exists(p / "bench" / "torch_peer.py")) return p;
-      if (p == p.parent_path()) break;
-    }
-    return std::nullopt;
-  };
-  std::error_code ec;
-  if (auto r = walk(fs::current_path(ec)); r) return *r;
-  if (auto r = walk(fs::path(self_exe()).parent_path()); r) return *r;
-  return fs::current_path(ec);
-}
-
-// Shows a path relative to the working directory when it lies below it.
-std::string shown(const fs::path& p) {
-  std::error_code ec;
-  fs::path rel = fs::relative(p, fs::current_path(ec), ec);
-  if (ec || rel.empty() || *rel.begin() == "..") return p.string();
-  return rel.string();
-}
-
-struct Workload {
-  std::string id, name, tokenizer, data_dir;
-};
-
 Workload workload_of(const std::string& id) {
   if (id == "W1" || id == "gpt2-tiny") return {"W1", "gpt2-tiny", "gpt2", "data/kjv-gpt2"};
   if (id == "W2" || id == "char-small") return {"W2", "char-small", "bytes", "data/kjv-bytes"};
@@ -103,8 +55,7 @@ Workload workload_of(const std::string& id) {
                           "' (allowed on CPU: W1 / gpt2-tiny, W2 / char-small; see WORKLOADS.md)");
 }
 
-// The options with every default filled in.
-TrainBenchOptions resolved(TrainBenchOptions o) {
+TrainBenchOptions resolve_options(TrainBenchOptions o) {
   const Workload w = workload_of(o.workload);
   o.workload = w.id;
   const fs::path root = repo_root();
@@ -117,7 +68,6 @@ TrainBenchOptions resolved(TrainBenchOptions o) {
   return o;
 }
 
-// Missing data is the one failure every first run meets: name the commands.
 void require_data(const TrainBenchOptions& o) {
   if (fs::exists(fs::path(o.data_dir) / "meta.json")) return;
   const Workload w = workload_of(o.workload);
@@ -129,6 +79,8 @@ void require_data(const TrainBenchOptions& o) {
          w.tokenizer + " --out " + o.data_dir;
   throw core::IoError(msg);
 }
+
+namespace {
 
 // The BLAS library this process has mapped, from /proc/self/maps: what the
 // loader actually picked, whatever the link line or the alternatives say.
@@ -147,103 +99,9 @@ std::string mapped_blas() {
   return "";
 }
 
-// ---- child processes ------------------------------------------------------------
-
-struct ChildResult {
-  int exit_code = -1;     // -1: did not exit normally
-  std::string signal;     // set when killed by a signal
-  std::string out;        // everything it wrote on stdout
-  double maxrss_mib = 0;  // the kernel's high-water mark for it
-  double others_pct = -1; // share of the machine's CPU time others used meanwhile
-};
-
-// The machine's CPU time so far, busy and total, in clock ticks (/proc/stat's
-// first line). In a VM or container it counts everyone's work, which is the
-// point: other tenants on our two cores are the main source of noise.
-std::pair<double, double> machine_cpu_ticks() {
-  std::ifstream f("/proc/stat");
-  std::string cpu;
-  double user = 0, nice = 0, sys = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0;
-  f >> cpu >> user >> nice >> sys >> idle >> iowait >> irq >> softirq >> steal;
-  const double busy = user + nice + sys + irq + softirq + steal;
-  return {busy, busy + idle + iowait};
-}
-
-// Runs argv[0] with stdout captured and stderr passed through (progress).
-ChildResult run_child(const std::vector<std::string>& argv) {
-  int fds[2];
-  if (::pipe(fds) != 0) throw core::Error(std::string("pipe: ") + std::strerror(errno));
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_adddup2(&fa, fds[1], STDOUT_FILENO);
-  posix_spawn_file_actions_addclose(&fa, fds[0]);
-  posix_spawn_file_actions_addclose(&fa, fds[1]);
-  std::vector<char*> args;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  std::fflush(stdout);
-  std::fflush(stderr);
-  const auto [busy0, total0] = machine_cpu_ticks();
-  pid_t pid = 0;
-  const int rc = posix_spawn(&pid, argv[0].c_str(), &fa, nullptr, args.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  ::close(fds[1]);
-  if (rc != 0) {
-    ::close(fds[0]);
-    throw core::Error("cannot start " + argv[0] + ": " + std::strerror(rc));
-  }
-  ChildResult r;
-  char buf[4096];
-  for (;;) {
-    const ssize_t n = ::read(fds[0], buf, sizeof buf);
-    if (n > 0) r.out.append(buf, size_t(n));
-    else if (n < 0 && errno == EINTR) continue;
-    else break;
-  }
-  ::close(fds[0]);
-  int status = 0;
-  struct rusage ru {};
-  while (::wait4(pid, &status, 0, &ru) < 0 && errno == EINTR) {
-  }
-  r.maxrss_mib = double(ru.ru_maxrss) / 1024.0;  // KiB on Linux
-  const auto [busy1, total1] = machine_cpu_ticks();
-  const double child_ticks = (double(ru.ru_utime.tv_sec) + double(ru.ru_utime.tv_usec) * 1e-6 +
-                              double(ru.ru_stime.tv_sec) + double(ru.ru_stime.tv_usec) * 1e-6) *
-                             double(sysconf(_SC_CLK_TCK));
-  if (total1 > total0) r.others_pct = std::max(0.0, 100.0 * (busy1 - busy0 - child_ticks) / (total1 - total0));
-  if (WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
-  else if (WIFSIGNALED(status)) r.signal = strsignal(WTERMSIG(status));
-  return r;
-}
-
-// The last stdout line that parses as a JSON object: the child's report.
-std::optional<json> report_of(const std::string& out) {
-  size_t end = out.size();
-  while (end > 0) {
-    size_t begin = out.rfind('\n', end - 1);
-    begin = begin == std::string::npos ? 0 : begin + 1;
-    const std::string line = out.substr(begin, end - begin);
-    if (!line.empty() && line[0] == '{') {
-      json j = json::parse(line, nullptr, false);
-      if (!j.is_discarded() && j.is_object()) return j;
-    }
-    if (begin == 0) break;
-    end = begin - 1;
-  }
-  return std::nullopt;
-}
+}  // namespace
 
 // ---- the table ------------------------------------------------------------------
-
-struct Row {
-  std::string name;
-  json report;        // the side's own JSON (empty when it failed)
-  std::string error;  // why there are no numbers
-  double tokens_per_s = 0, ms_per_step = 0, gflops = 0, pct_peak = 0, rss_mib = 0;
-  double loss_first = 0, loss_last = 0;
-  double others_pct = -1;
-  bool ok() const { return error.empty(); }
-};
 
 Row make_row(const std::string& name, const ChildResult& c, const TrainBenchOptions& o, int64_t tokens_per_step,
              double flops_per_token, double peak_gflops) {
@@ -294,12 +152,7 @@ json row_json(const Row& r) {
   return j;
 }
 
-std::string now_iso() {
-  std::time_t t = std::time(nullptr);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
-  return buf;
-}
+namespace {
 
 std::string peer_blas_line(const json& rep) {
   if (!rep.contains("blas")) return "?";
@@ -314,8 +167,42 @@ std::string peer_blas_line(const json& rep) {
 
 // ---- the brisk side ---------------------------------------------------------------
 
+void apply_variant(const std::string& variant, models::GptConfig& model, optim::AdamWConfig& adamw) {
+  size_t pos = 0;
+  while (pos < variant.size()) {
+    size_t end = variant.find(',', pos);
+    if (end == std::string::npos) end = variant.size();
+    const std::string item = variant.substr(pos, end - pos);
+    pos = end + 1;
+    if (item.empty()) continue;
+    const size_t eq = item.find('=');
+    const std::string key = item.substr(0, eq), value = eq == std::string::npos ? "" : item.substr(eq + 1);
+    auto flag = [&]() {
+      if (value == "1" || value == "true") return true;
+      if (value == "0" || value == "false") return false;
+      throw core::ConfigError("variant: " + key + " takes 0 or 1, got '" + value + "'");
+    };
+    if (key == "attention") model.attention = value;
+    else if (key == "fused_classifier") model.fused_classifier = flag();
+    else if (key == "fuse_bias_gelu") model.fuse_bias_gelu = flag();
+    else if (key == "fuse_residual_layernorm") model.fuse_residual_layernorm = flag();
+    else if (key == "fused_adamw") adamw.fused = flag();
+    else if (key == "recompute") model.recompute = value;
+    else if (key == "precision") {
+      if (value != "fp32" && value != "bf16")
+        throw core::ConfigError("variant: precision takes fp32 or bf16, got '" + value + "'");
+      model.compute = value == "bf16" ? core::DType::bf16 : core::DType::f32;
+    } else {
+      throw core::ConfigError("variant: unknown key '" + key +
+                              "' (allowed: attention, fused_classifier, fuse_bias_gelu, fuse_residual_layernorm, "
+                              "fused_adamw, recompute, precision)");
+    }
+  }
+  model.validate();
+}
+
 int run_train_worker(const TrainBenchOptions& options) {
-  const TrainBenchOptions o = resolved(options);
+  const TrainBenchOptions o = resolve_options(options);
   require_data(o);
   const models::GptConfig cfg = models::GptConfig::preset(o.workload);
   const int64_t B = o.batch, T = cfg.block_size;
@@ -325,12 +212,17 @@ int run_train_worker(const TrainBenchOptions& options) {
     throw core::ConfigError("data " + o.data_dir + " has vocab " + std::to_string(train_data.vocab_size()) +
                             " but workload " + o.workload + " has " + std::to_string(cfg.vocab_size) +
                             " (W1 wants --tokenizer gpt2 data, W2 --tokenizer bytes)");
-  models::Gpt model(cfg, backend);
+  models::GptConfig mcfg = cfg;
+  optim::AdamWConfig ac;  // WORKLOADS.md: lr 6e-4, betas (0.9, 0.95), eps 1e-8, wd 0.1, clip 1.0
+  apply_variant(o.variant, mcfg, ac);
+  models::Gpt model(mcfg, backend);
   model.init_weights(o.seed);
-  const optim::AdamWConfig ac;  // WORKLOADS.md: lr 6e-4, betas (0.9, 0.95), eps 1e-8, wd 0.1, clip 1.0
   optim::AdamW adamw(ac, model.params(), backend);
   data::WindowSampler sampler(train_data, B, T, o.seed);
-  model.program(true, B, T);  // build and plan outside the first step
+  // Build and plan outside the first step; the plan is the memory the run needs.
+  core::MemoryReport planned = model.program(true, B, T).executor->plan().report;
+  planned.optimizer_state = model.params().state_bytes();
+  const std::string precision = mcfg.compute == core::DType::bf16 ? "bf16" : "fp32";
 
   const bool tty = isatty(STDERR_FILENO);
   const int total = o.warmup + o.steps;
@@ -350,9 +242,9 @@ int run_train_worker(const TrainBenchOptions& options) {
     losses.push_back(loss);
     if (s >= o.warmup) step_ms.push_back(ms);
     const bool warm = s < o.warmup;
-    if (tty) std::fprintf(stderr, "\r  brisk fp32    step %2d/%d%s loss %.4f  %7.1f ms   ", s + 1, total, warm ? " (warm-up)" : "          ", loss, ms);
+    if (tty) std::fprintf(stderr, "\r  brisk %-7s step %2d/%d%s loss %.4f  %7.1f ms   ", precision.c_str(), s + 1, total, warm ? " (warm-up)" : "          ", loss, ms);
     else if (s == 0 || s + 1 == o.warmup || (s + 1) % 5 == 0 || s + 1 == total)
-      std::fprintf(stderr, "  brisk fp32    step %2d/%d%s loss %.4f  %7.1f ms\n", s + 1, total, warm ? " (warm-up)" : "", loss, ms);
+      std::fprintf(stderr, "  brisk %-7s step %2d/%d%s loss %.4f  %7.1f ms\n", precision.c_str(), s + 1, total, warm ? " (warm-up)" : "", loss, ms);
   }
   if (tty) std::fprintf(stderr, "\n");
 
@@ -360,7 +252,14 @@ int run_train_worker(const TrainBenchOptions& options) {
                {"core", std::string(openblas_get_corename())},
                {"threading", "called single-threaded from brisk's OpenMP team"}};
   json rep = {{"engine", "brisk"},
-              {"precision", "fp32"},
+              {"precision", precision},
+              {"variant", o.variant},
+              {"planned_bytes",
+               {{"params", planned.params},
+                {"grads", planned.grads},
+                {"optimizer_state", planned.optimizer_state},
+                {"arena", planned.arena},
+                {"total", planned.total()}}},
               {"workload", o.workload},
               {"params", cfg.num_params()},
               {"batch", B},
@@ -385,7 +284,7 @@ int run_train_worker(const TrainBenchOptions& options) {
 // ---- the whole benchmark -----------------------------------------------------------
 
 int run_train_bench(const TrainBenchOptions& options) {
-  const TrainBenchOptions o = resolved(options);
+  const TrainBenchOptions o = resolve_options(options);
   require_data(o);
   if (o.peer && !fs::exists(o.peer_script))
     throw core::IoError("PyTorch peer " + o.peer_script + " not found (run from the brisk checkout, or --no-peer)");

@@ -7,6 +7,7 @@
 
 #include <memory>
 
+#include "brisk/bench/precision_bench.h"
 #include "brisk/bench/train_bench.h"
 
 namespace brisk::cli {
@@ -32,14 +33,39 @@ BenchCommand add_bench_command(CLI::App& parent) {
   train->add_option("--seed", o->seed, "Weights and data windows")->capture_default_str();
   train->add_option("--python", o->python, "Python with torch for the peer")->capture_default_str();
   train->add_option("--peer-script", o->peer_script, "The peer (default bench/torch_peer.py)");
+  train->add_flag("--ablation", o->ablation,
+                  "Each speed technique alone and all together, beside PyTorch: Markdown + JSON "
+                  "(bench/results/ablation_<workload>.{md,json})");
+  train->add_option("--variant", o->variant,
+                    "brisk's techniques over its defaults, e.g. attention=flash,fused_adamw=0 (keys: attention, "
+                    "fused_classifier, fuse_bias_gelu, fuse_residual_layernorm, fused_adamw, recompute, precision)");
   // The benchmark starts itself with this flag to run the brisk side alone.
   train->add_flag("--worker", *worker)->group("");
 
+  // `brisk bench precision`: fp32 vs bf16/fp16 training from one seed (precision_bench.h).
+  auto* precision = bench->add_subcommand("precision", "Train fp32 and bf16 (or fp16) from one seed; compare final losses");
+  auto po = std::make_shared<bench::PrecisionBenchOptions>();
+  precision->add_option("--workload", po->workload, "W1 | W2 (configs/w1.toml, configs/w2.toml)")
+      ->check(CLI::IsMember({"W1", "W2", "gpt2-tiny", "char-small"}))
+      ->capture_default_str();
+  precision->add_option("--precision", po->precision, "bf16 | fp16")
+      ->check(CLI::IsMember({"bf16", "fp16"}))
+      ->capture_default_str();
+  precision->add_option("--steps", po->steps, "Training steps of each run")->capture_default_str();
+  precision->add_option("--threads", po->threads, "CPU threads")->capture_default_str();
+  precision->add_option("--tolerance", po->tolerance, "Max relative difference of the final losses")
+      ->capture_default_str();
+  precision->add_option("--tail", po->tail, "Final loss = mean of this many last steps")->capture_default_str();
+  precision->add_option("--config", po->config, "Training config (default configs/<workload>.toml)");
+  precision->add_option("--json", po->json_path, "Report path (default bench/results/precision_<W>_<precision>.json)");
+
   BenchCommand cmd;
   cmd.app = bench;
-  cmd.run = [train, o, worker]() -> int {
+  cmd.run = [train, o, worker, precision, po]() -> int {
+    if (*precision) return bench::run_precision_bench(*po);
     if (!*train) return 2;
-    return *worker ? bench::run_train_worker(*o) : bench::run_train_bench(*o);
+    if (*worker) return bench::run_train_worker(*o);
+    return o->ablation ? bench::run_ablation_bench(*o) : bench::run_train_bench(*o);
   };
   return cmd;
 }

@@ -13,6 +13,9 @@
 #include <cstdint>
 #include <string>
 
+#include "brisk/models/gpt.h"
+#include "brisk/optim/optimizer.h"
+
 namespace brisk::bench {
 
 struct TrainBenchOptions {
@@ -29,7 +32,26 @@ struct TrainBenchOptions {
   bool fix_blas = false;        // let the peer switch the system BLAS to OpenBLAS
   std::string python = "/usr/bin/python3";  // Debian's, which has python3-torch
   std::string peer_script;      // default: bench/torch_peer.py of this checkout
+  // The brisk side's speed techniques, over brisk's defaults: a comma list of
+  // key=value (see apply_variant). Empty: brisk as `brisk train` runs it.
+  std::string variant;
+  bool ablation = false;        // run_ablation_bench instead of the two-sided table
 };
+
+// Applies a variant ("attention=flash,fused_adamw=0,...") to a model and an
+// optimizer config. Keys: attention (plain|flash), fused_classifier,
+// fuse_bias_gelu, fuse_residual_layernorm, fused_adamw (0|1), recompute
+// (none|selective|full), precision (fp32|bf16: the graph's compute dtype,
+// run even where it has no fast path). Throws ConfigError naming a bad pair.
+void apply_variant(const std::string& variant, models::GptConfig& model, optim::AdamWConfig& adamw);
+
+// `brisk bench train --ablation`: the PyTorch peer (fp32) and brisk with the
+// techniques off (fp32 baseline: unfused, plain attention, per-parameter
+// AdamW, no recomputation), each technique alone on top of the baseline, and
+// all of them on, each in a process of its own; a Markdown table (tokens/s,
+// ms/step, % of peak, peak RSS, planned memory, speed-up, final loss) on
+// stdout and in bench/results/ablation_<W>.md, the numbers in JSON beside it.
+int run_ablation_bench(const TrainBenchOptions& options);
 
 // The whole benchmark; returns the process exit code (0, or 1 when a side
 // failed or the loss did not fall). Throws core::Error for user errors such as

@@ -1,0 +1,193 @@
+// `brisk bench train --ablation` (train_bench.h): what each speed technique
+// is worth, measured in one run beside the PyTorch peer.
+//
+// Every row is a brisk worker process (`brisk bench train --worker
+// --variant ...`) on the same data, seed and windows, so the rows differ only
+// in the techniques they switch on and each has its own peak RSS. The
+// baseline switches everything off (fp32, plain attention, no fusion, one
+// AdamW call per parameter, no recomputation); each technique then runs
+// alone on top of the baseline, so its speed-up is its own and not an
+// artefact of the order techniques were stacked in; "all on" combines them.
+// Rows run one after another, never together: two trainings at once on a
+// 2-core machine would measure the scheduler.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "brisk/core/error.h"
+#include "brisk/core/safetensors.h"
+#include "brisk/data/shards.h"
+#include "brisk/monitor/machine.h"
+#include "brisk/train/config.h"
+#include "train_common.h"
+
+namespace brisk::bench {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+struct Variant {
+  std::string name;  // the table's first column
+  std::string spec;  // apply_variant's key=value list
+};
+
+constexpr const char* kBaseline =
+    "attention=plain,fused_classifier=0,fuse_bias_gelu=0,fuse_residual_layernorm=0,fused_adamw=0,"
+    "recompute=none,precision=fp32";
+
+std::vector<Variant> variants(bool bf16_fast) {
+  const std::string base = kBaseline;
+  std::vector<Variant> v = {
+      {"fp32 baseline", base},
+      {"+ flash attention", base + ",attention=flash"},
+      {"+ fused classifier", base + ",fused_classifier=1"},
+      {"+ bias+GELU epilogue", base + ",fuse_bias_gelu=1"},
+      {"+ residual+LayerNorm", base + ",fuse_residual_layernorm=1"},
+      {"+ fused AdamW", base + ",fused_adamw=1"},
+      {"+ recompute selective", base + ",recompute=selective"},
+      {"+ recompute full", base + ",recompute=full"},
+      {bf16_fast ? "+ bf16" : "+ bf16 (emulated: no fast path)", base + ",precision=bf16"},
+  };
+  // All on: every technique, bf16 only where this machine has a fast path
+  // for it (elsewhere the trainer itself would fall back to fp32).
+  v.push_back({"all on", base + ",attention=flash,fused_classifier=1,fuse_bias_gelu=1,fuse_residual_layernorm=1,"
+                                "fused_adamw=1,recompute=selective" +
+                                (bf16_fast ? ",precision=bf16" : "")});
+  v.push_back({"brisk defaults", ""});
+  return v;
+}
+
+double mib(double bytes) { return bytes / double(1 << 20); }
+
+double planned_mib(const Row& r) {
+  if (!r.ok() || !r.report.contains("planned_bytes")) return 0;
+  return mib(r.report["planned_bytes"].value("total", 0.0));
+}
+
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+}  // namespace
+
+int run_ablation_bench(const TrainBenchOptions& options) {
+  TrainBenchOptions o = options;
+  const Workload w = workload_of(o.workload);
+  if (o.json_path.empty()) o.json_path = shown(repo_root() / "bench" / "results" / ("ablation_" + w.id + ".json"));
+  o = resolve_options(o);
+  require_data(o);
+  if (o.peer && !fs::exists(o.peer_script))
+    throw core::IoError("PyTorch peer " + o.peer_script + " not found (run from the brisk checkout, or --no-peer)");
+  if (o.peer && ::access(o.python.c_str(), X_OK) != 0)
+    throw core::IoError("the peer's Python " + o.python + " is missing (apt-get install python3-torch), or --no-peer");
+
+  const models::GptConfig cfg = models::GptConfig::preset(o.workload);
+  const int64_t B = o.batch, T = cfg.block_size, tokens_per_step = B * T;
+  const double fpt = cfg.flops_per_token(T);
+  const train::PrecisionChoice bf16 = train::resolve_precision(train::Precision::bf16, true);
+  const bool bf16_fast = bf16.effective == train::Precision::bf16;
+  const std::vector<Variant> vs = variants(bf16_fast);
+  double peak = monitor::peak_fp32_gflops(o.threads, 0.5);
+
+  std::printf("brisk bench train --ablation: %s (%s) | batch %lld x seq %lld | median of %d steps after %d warm-up | "
+              "%d threads | %zu brisk rows%s\n\n",
+              w.id.c_str(), w.name.c_str(), (long long)B, (long long)T, o.steps, o.warmup, o.threads, vs.size(),
+              o.peer ? " + PyTorch fp32" : "");
+  std::fflush(stdout);
+
+  const std::vector<std::string> common = {"--workload", o.workload, "--steps", std::to_string(o.steps), "--warmup",
+                                           std::to_string(o.warmup), "--threads", std::to_string(o.threads),
+                                           "--seed", std::to_string(o.seed), "--data", o.data_dir};
+  std::vector<Row> rows;
+  std::vector<std::string> specs;
+  Row peer_row;
+  if (o.peer) {
+    std::vector<std::string> argv = {o.python, o.peer_script, "--batch", std::to_string(B)};
+    argv.insert(argv.end(), common.begin(), common.end());
+    if (o.fix_blas) argv.push_back("--fix-blas");
+    peer_row = make_row("PyTorch fp32 (peer)", run_child(argv), o, tokens_per_step, fpt, peak);
+  }
+  for (const Variant& v : vs) {
+    std::fprintf(stderr, "%s\n", v.name.c_str());
+    std::vector<std::string> argv = {self_exe(), "bench", "train", "--worker", "--variant", v.spec};
+    argv.insert(argv.end(), common.begin(), common.end());
+    const ChildResult c = run_child(argv);
+    if (auto rep = report_of(c.out); rep && rep->contains("peak_fp32_gflops"))
+      peak = std::max(peak, (*rep)["peak_fp32_gflops"].get<double>());
+    rows.push_back(make_row(v.name, c, o, tokens_per_step, fpt, peak));
+    specs.push_back(v.spec);
+  }
+  const bool have_peer = o.peer && peer_row.ok();
+  // One peak for every row: the best reading of the run.
+  for (Row& r : rows)
+    if (r.ok()) r.pct_peak = 100.0 * r.gflops / peak;
+  if (have_peer) peer_row.pct_peak = 100.0 * peer_row.gflops / peak;
+
+  // ---- the Markdown table
+  const Row& base = rows.front();
+  std::ostringstream md;
+  md << "| " << w.id << " (" << w.name << "), " << o.threads << " threads | tokens/s | ms/step | % of fp32 peak | "
+     << "peak RSS MiB | planned MiB | speed-up vs baseline | vs PyTorch | final loss |\n"
+     << "|---|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+  auto line = [&](const Row& r, bool is_peer) {
+    md << "| " << r.name << " | ";
+    if (!r.ok()) {
+      md << "failed: " << r.error << " | | | | | | | |\n";
+      return;
+    }
+    md << fmt("%.0f", r.tokens_per_s) << " | " << fmt("%.0f", r.ms_per_step) << " | " << fmt("%.1f%%", r.pct_peak)
+       << " | " << fmt("%.0f", r.rss_mib) << " | " << (is_peer ? std::string("-") : fmt("%.0f", planned_mib(r)))
+       << " | " << (base.ok() && !is_peer ? fmt("%.2fx", r.tokens_per_s / base.tokens_per_s) : std::string("-"))
+       << " | " << (have_peer ? fmt("%.2fx", r.tokens_per_s / peer_row.tokens_per_s) : std::string("-")) << " | "
+       << fmt("%.4f", r.loss_last) << " |\n";
+  };
+  if (o.peer) line(peer_row, true);
+  for (const Row& r : rows) line(r, false);
+  double worst_load = o.peer ? std::max(0.0, peer_row.others_pct) : 0.0;
+  for (const Row& r : rows) worst_load = std::max(worst_load, r.others_pct);
+  std::ostringstream notes;
+  notes << "\nMedian of " << o.steps << " steps after " << o.warmup << " warm-up steps, batch " << B << " x seq " << T
+        << ", seed " << o.seed << ", same windows for every row. fp32 peak " << fmt("%.1f", peak)
+        << " GFLOP/s (FMA loop, best reading of the run). Planned = params + grads + AdamW state + activation arena."
+        << " Final loss = the last step's training loss. Highest CPU load from other processes during a row: "
+        << fmt("%.0f%%", worst_load) << ".\n";
+  if (!bf16_fast) notes << "bf16: " << bf16.warning.substr(bf16.warning.find("(")) << ".\n";
+  md << notes.str();
+  std::printf("%s", md.str().c_str());
+
+  // ---- JSON and Markdown beside each other
+  json out = {{"bench", "train_ablation"}, {"workload", w.id},   {"time", now_iso()},
+              {"batch", B},                {"seq", T},           {"steps", o.steps},
+              {"warmup", o.warmup},        {"threads", o.threads}, {"peak_fp32_gflops", peak},
+              {"cpu", monitor::cpu_model()}};
+  if (o.peer) out["peer"] = row_json(peer_row);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    json j = row_json(rows[i]);
+    j["variant"] = specs[i];
+    j["planned_mib"] = planned_mib(rows[i]);
+    if (base.ok() && rows[i].ok()) j["speedup_vs_baseline"] = rows[i].tokens_per_s / base.tokens_per_s;
+    if (have_peer && rows[i].ok()) j["ratio_vs_pytorch"] = rows[i].tokens_per_s / peer_row.tokens_per_s;
+    out["rows"].push_back(j);
+  }
+  const fs::path jp(o.json_path);
+  if (jp.has_parent_path()) fs::create_directories(jp.parent_path());
+  core::write_file_atomic(o.json_path, out.dump(2) + "\n");
+  fs::path mdp = jp;
+  mdp.replace_extension(".md");
+  core::write_file_atomic(mdp.string(), md.str());
+  std::printf("\nwrote %s and %s\n", o.json_path.c_str(), mdp.string().c_str());
+
+  bool all_ok = !o.peer || peer_row.ok();
+  for (const Row& r : rows) all_ok = all_ok && r.ok();
+  return all_ok ? 0 : 1;
+}
+
+}  // namespace brisk::bench

@@ -1,0 +1,43 @@
+// What `brisk bench train` and its ablation share (train_bench.cpp): the
+// workloads, option defaults, and one table row per child process with every
+// derived figure computed by one formula, so two tables cannot disagree on a
+// definition.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "bench_util.h"
+#include "brisk/bench/train_bench.h"
+
+namespace brisk::bench {
+
+struct Workload {
+  std::string id, name, tokenizer, data_dir;
+};
+// W1 / gpt2-tiny, W2 / char-small; throws ConfigError listing them.
+Workload workload_of(const std::string& id);
+
+// The options with every default filled in; throws ConfigError on bad counts.
+TrainBenchOptions resolve_options(TrainBenchOptions o);
+// Missing data is the one failure every first run meets: throws IoError
+// naming the commands that create it.
+void require_data(const TrainBenchOptions& o);
+
+struct Row {
+  std::string name;
+  nlohmann::json report;  // the side's own JSON (empty when it failed)
+  std::string error;      // why there are no numbers
+  double tokens_per_s = 0, ms_per_step = 0, gflops = 0, pct_peak = 0, rss_mib = 0;
+  double loss_first = 0, loss_last = 0;
+  double others_pct = -1;
+  bool ok() const { return error.empty(); }
+};
+
+// A row from a side's report: median step time, tokens/s, GFLOP/s, % of
+// the fp32 peak, peak RSS, first and last loss.
+Row make_row(const std::string& name, const ChildResult& c, const TrainBenchOptions& o, int64_t tokens_per_step,
+             double flops_per_token, double peak_gflops);
+nlohmann::json row_json(const Row& r);
+
+}  // namespace brisk::bench
