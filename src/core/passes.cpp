@@ -23,6 +23,15 @@ int GraphUses::sole_reader(ValueId v) const {
   return r.size() == 1 && !g_.value(v).is_output ? r[0] : -1;
 }
 
+ValueId copy_leaf(Graph& dst, const Value& val) {
+  ValueId n;
+  if (val.role == ValueRole::input) n = dst.input(val.name, val.meta.shape, val.meta.dtype, val.requires_grad);
+  else if (val.role == ValueRole::param) n = dst.param(val.name, val.meta.shape, val.meta.dtype);
+  else n = dst.external(val.name, val.meta.shape, val.meta.dtype, val.role);
+  if (val.is_output) dst.mark_output(n);
+  return n;
+}
+
 RewriteResult rewrite(const Graph& src, const std::vector<Pattern>& patterns) {
   if (src.backward_start() < src.nodes().size())
     throw Error("rewrite: the graph already has a backward pass; rewrite the forward graph, then call backward()");
@@ -60,12 +69,7 @@ RewriteResult rewrite(const Graph& src, const std::vector<Pattern>& patterns) {
   for (size_t v = 0; v < src.num_values(); ++v) {
     const Value& val = src.value(ValueId(v));
     if (val.producer >= 0) continue;
-    ValueId n;
-    if (val.role == ValueRole::input) n = dst.input(val.name, val.meta.shape, val.meta.dtype, val.requires_grad);
-    else if (val.role == ValueRole::param) n = dst.param(val.name, val.meta.shape, val.meta.dtype);
-    else n = dst.external(val.name, val.meta.shape, val.meta.dtype, val.role);
-    if (val.is_output) dst.mark_output(n);
-    r.map[v] = n;
+    r.map[v] = copy_leaf(dst, val);
   }
 
   auto carry_over = [&](ValueId s) {  // name and output mark of a source value now mapped

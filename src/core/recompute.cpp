@@ -18,6 +18,7 @@
 #include <string>
 
 #include "brisk/core/error.h"
+#include "brisk/core/passes.h"
 
 namespace brisk::core {
 
@@ -138,12 +139,7 @@ RecomputeResult recompute(const Graph& src, const RecomputePolicy& policy) {
     for (; next_leaf < end && next_leaf < nv; ++next_leaf) {
       const Value& val = src.value(ValueId(next_leaf));
       if (val.producer >= 0) continue;
-      ValueId n;
-      if (val.role == ValueRole::input) n = dst.input(val.name, val.meta.shape, val.meta.dtype, val.requires_grad);
-      else if (val.role == ValueRole::param) n = dst.param(val.name, val.meta.shape, val.meta.dtype);
-      else n = dst.external(val.name, val.meta.shape, val.meta.dtype, val.role);
-      if (val.is_output) dst.mark_output(n);
-      r.map[next_leaf] = n;
+      r.map[next_leaf] = copy_leaf(dst, val);
     }
   };
   auto mapped = [&](ValueId s) {

@@ -45,26 +45,11 @@ std::vector<TensorMeta> infer_add_layernorm(std::span<const TensorMeta> in, cons
 }
 
 void add_layernorm_reference(const KernelCall& c) {
-  const TensorView &a = c.in(0), &r = c.in(1), &w = c.in(2), &b = c.in(3), &s = c.out(0);
-  const double eps = c.p<LayerNormParams>().eps;
-  const int64_t C = a.shape().last(), rows = a.shape().rows(), nr = r.numel();
-  for (int64_t i = 0; i < rows * C; ++i) st(s, i, ld(a, i) + ld(r, i % nr));
+  const TensorView &a = c.in(0), &r = c.in(1), &s = c.out(0);
+  const int64_t n = a.numel(), nr = r.numel();
+  for (int64_t i = 0; i < n; ++i) st(s, i, ld(a, i) + ld(r, i % nr));
   // LayerNorm of s as stored (rounded to its dtype), as the unfused pair computes it.
-  for (int64_t row = 0; row < rows; ++row) {
-    double mean = 0.0, var = 0.0;
-    for (int64_t i = 0; i < C; ++i) mean += ld(s, row * C + i);
-    mean /= double(C);
-    for (int64_t i = 0; i < C; ++i) {
-      const double d = ld(s, row * C + i) - mean;
-      var += d * d;
-    }
-    var /= double(C);
-    const double rstd = 1.0 / std::sqrt(var + eps);
-    for (int64_t i = 0; i < C; ++i)
-      st(c.out(1), row * C + i, (ld(s, row * C + i) - mean) * rstd * ld(w, i) + ld(b, i));
-    st(c.out(2), row, mean);
-    st(c.out(3), row, rstd);
-  }
+  layernorm_rows_reference(s, c.in(2), c.in(3), c.p<LayerNormParams>().eps, c.out(1), c.out(2), c.out(3));
 }
 
 std::vector<ValueId> add_layernorm_backward(Graph& g, const core::Node& n, std::span<const ValueId> dy) {

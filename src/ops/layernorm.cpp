@@ -13,6 +13,27 @@
 namespace brisk::ops {
 using namespace detail;
 
+// The scalar LayerNorm of every row of x (double accumulation): the reference
+// for layernorm and for add_layernorm's normalising half.
+void detail::layernorm_rows_reference(const TensorView& x, const TensorView& w, const TensorView& b, double eps,
+                              const TensorView& y, const TensorView& mean_out, const TensorView& rstd_out) {
+  const int64_t C = x.shape().last(), rows = x.shape().rows();
+  for (int64_t r = 0; r < rows; ++r) {
+    double mean = 0.0, var = 0.0;
+    for (int64_t i = 0; i < C; ++i) mean += ld(x, r * C + i);
+    mean /= double(C);
+    for (int64_t i = 0; i < C; ++i) {
+      const double d = ld(x, r * C + i) - mean;
+      var += d * d;
+    }
+    var /= double(C);
+    const double rstd = 1.0 / std::sqrt(var + eps);
+    for (int64_t i = 0; i < C; ++i) st(y, r * C + i, (ld(x, r * C + i) - mean) * rstd * ld(w, i) + ld(b, i));
+    st(mean_out, r, mean);
+    st(rstd_out, r, rstd);
+  }
+}
+
 namespace {
 
 std::vector<TensorMeta> infer_layernorm(std::span<const TensorMeta> in, const core::OpParams&) {
@@ -30,24 +51,7 @@ std::vector<TensorMeta> infer_layernorm(std::span<const TensorMeta> in, const co
 }
 
 void layernorm_reference(const KernelCall& c) {
-  const TensorView &x = c.in(0), &w = c.in(1), &b = c.in(2);
-  const double eps = c.p<LayerNormParams>().eps;
-  const int64_t C = x.shape().last(), rows = x.shape().rows();
-  for (int64_t r = 0; r < rows; ++r) {
-    double mean = 0.0, var = 0.0;
-    for (int64_t i = 0; i < C; ++i) mean += ld(x, r * C + i);
-    mean /= double(C);
-    for (int64_t i = 0; i < C; ++i) {
-      const double d = ld(x, r * C + i) - mean;
-      var += d * d;
-    }
-    var /= double(C);
-    const double rstd = 1.0 / std::sqrt(var + eps);
-    for (int64_t i = 0; i < C; ++i)
-      st(c.out(0), r * C + i, (ld(x, r * C + i) - mean) * rstd * ld(w, i) + ld(b, i));
-    st(c.out(1), r, mean);
-    st(c.out(2), r, rstd);
-  }
+  layernorm_rows_reference(c.in(0), c.in(1), c.in(2), c.p<LayerNormParams>().eps, c.out(0), c.out(1), c.out(2));
 }
 
 std::vector<ValueId> layernorm_backward_rule(Graph& g, const core::Node& n, std::span<const ValueId> dy) {

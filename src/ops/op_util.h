@@ -28,6 +28,11 @@ void check_float(std::string_view op, std::span<const TensorMeta> inputs, std::i
 void check_dtype(std::string_view op, const TensorMeta& m, DType want, const std::string& what);
 void check_count(std::string_view op, std::span<const TensorMeta> inputs, size_t n);
 
+// The scalar LayerNorm of every row of x into y, mean, rstd (layernorm.cpp):
+// shared by the reference kernels of layernorm and add_layernorm.
+void layernorm_rows_reference(const TensorView& x, const TensorView& w, const TensorView& b, double eps,
+                              const TensorView& y, const TensorView& mean, const TensorView& rstd);
+
 // Spec of a random float input in [lo, hi).
 inline InputSpec spec(Shape s, DType t = DType::f32, double lo = -1.0, double hi = 1.0) {
   return InputSpec{TensorMeta{s, t}, lo, hi, core::dtype_is_float(t)};

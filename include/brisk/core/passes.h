@@ -63,6 +63,11 @@ struct RewriteResult {
   }
 };
 
+// Adds a copy of leaf value `val` (input, param or external: same name,
+// shape, dtype, role and output mark) to `dst`: how graph passes that
+// replay a graph carry its leaves over.
+ValueId copy_leaf(Graph& dst, const Value& val);
+
 // Throws Error if `forward` already has a backward pass, or if a pattern
 // removes a value that a remaining node (or the graph's outputs) still reads.
 RewriteResult rewrite(const Graph& forward, const std::vector<Pattern>& patterns);
