@@ -10,15 +10,13 @@
 #include "brisk/core/param_store.h"
 #include "brisk/cpu/cpu_backend.h"
 #include "brisk/optim/optimizer.h"
+#include "test_util.h"
 
 using namespace brisk;
 
 namespace {
 
-cpu::CpuBackend& backend() {
-  static cpu::CpuBackend b(2);
-  return b;
-}
+using testing_util::backend;
 
 // Parameters of assorted ranks and sizes (some above the parallel grain),
 // random values and gradients from `seed`.

@@ -31,10 +31,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-cpu::CpuBackend& backend() {
-  static cpu::CpuBackend b(2);
-  return b;
-}
+using testing_util::backend;
 
 using testing_util::normalized_error;
 

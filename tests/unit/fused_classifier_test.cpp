@@ -32,10 +32,7 @@ using core::ValueId;
 
 namespace {
 
-cpu::CpuBackend& backend() {
-  static cpu::CpuBackend b(2);
-  return b;
-}
+using testing_util::backend;
 
 using testing_util::normalized_error;
 

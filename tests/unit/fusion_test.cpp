@@ -31,10 +31,7 @@ using testing_util::normalized_error;
 
 namespace {
 
-cpu::CpuBackend& backend() {
-  static cpu::CpuBackend b(2);
-  return b;
-}
+using testing_util::backend;
 
 int count_ops(const Graph& g, OpKind k, bool forward_only = true) {
   const size_t end = forward_only ? g.backward_start() : g.nodes().size();

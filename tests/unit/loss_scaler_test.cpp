@@ -24,6 +24,7 @@
 #include "brisk/optim/loss_scaler.h"
 #include "brisk/optim/optimizer.h"
 #include "brisk/train/config.h"
+#include "test_util.h"
 
 using namespace brisk;
 using optim::LossScaler;
@@ -126,10 +127,7 @@ TEST(LossScaler, FiniteCheckOnTheGradNorm) {
 
 // ---- end to end on a tiny GPT -----------------------------------------------------------
 
-cpu::CpuBackend& backend() {
-  static cpu::CpuBackend b(2);
-  return b;
-}
+using testing_util::backend;
 
 const models::GptConfig kTiny{64, 1, 16, 2, 8};  // vocab, n_layer, n_embd, n_head, block
 constexpr int64_t kB = 2, kT = 8;

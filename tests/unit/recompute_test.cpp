@@ -30,10 +30,7 @@ using core::ValueId;
 
 namespace {
 
-cpu::CpuBackend& backend() {
-  static cpu::CpuBackend b(2);
-  return b;
-}
+using testing_util::backend;
 
 int count_ops(const Graph& g, OpKind k) {
   return int(std::count_if(g.nodes().begin(), g.nodes().end(), [&](const core::Node& n) { return n.op == k; }));

@@ -5,8 +5,15 @@
 #include <cmath>
 
 #include "brisk/core/tensor.h"
+#include "brisk/cpu/cpu_backend.h"
 
 namespace brisk::testing_util {
+
+// One 2-thread CPU backend shared by a test binary's tests.
+inline cpu::CpuBackend& backend() {
+  static cpu::CpuBackend b(2);
+  return b;
+}
 
 // max |ref - got| / max |ref|: an error relative to the tensor's scale.
 inline double normalized_error(const core::Tensor& ref, const core::Tensor& got) {

@@ -11,6 +11,7 @@
 #include "brisk/core/op.h"
 #include "cpu_util.h"
 #include "kernels.h"
+#include "layernorm_row.h"
 
 namespace brisk::cpu {
 namespace {
@@ -45,17 +46,8 @@ void add_layernorm_kernel(const KernelCall& c) {
         sum += widen(v);
       }
       const float mean = sum * inv_c;
-      float var = 0.f;
-#pragma omp simd reduction(+ : var)
-      for (int64_t i = 0; i < C; ++i) {
-        const float d = widen(sr[i]) - mean;
-        var += d * d;
-      }
-      const float rstd = 1.f / std::sqrt(var * inv_c + eps);
-#pragma omp simd
-      for (int64_t i = 0; i < C; ++i) yr[i] = narrow<T>((widen(sr[i]) - mean) * rstd * widen(w[i]) + widen(b[i]));
       mean_out[r] = mean;
-      rstd_out[r] = rstd;
+      rstd_out[r] = layernorm_normalize_row(sr, w, b, C, mean, inv_c, eps, yr);
     }
   });
 }

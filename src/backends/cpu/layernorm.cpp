@@ -15,6 +15,7 @@
 #include "brisk/core/op.h"
 #include "cpu_util.h"
 #include "kernels.h"
+#include "layernorm_row.h"
 
 namespace brisk::cpu {
 namespace {
@@ -41,17 +42,8 @@ void layernorm_kernel(const KernelCall& c) {
 #pragma omp simd reduction(+ : s)
       for (int64_t i = 0; i < C; ++i) s += widen(xr[i]);
       const float mean = s * inv_c;
-      float v = 0.f;
-#pragma omp simd reduction(+ : v)
-      for (int64_t i = 0; i < C; ++i) {
-        const float d = widen(xr[i]) - mean;
-        v += d * d;
-      }
-      const float rstd = 1.f / std::sqrt(v * inv_c + eps);
-#pragma omp simd
-      for (int64_t i = 0; i < C; ++i) yr[i] = narrow<T>((widen(xr[i]) - mean) * rstd * widen(w[i]) + widen(b[i]));
       mean_out[r] = mean;
-      rstd_out[r] = rstd;
+      rstd_out[r] = layernorm_normalize_row(xr, w, b, C, mean, inv_c, eps, yr);
     }
   });
 }
