@@ -391,7 +391,7 @@ int main(int argc, char** argv) {
   // end (see brisk/monitor/peak.h: a disturbed sample must not set the peak).
   PeakMeter fp32_meter(fma_loop, opt.threads, 0.05);
   std::optional<PeakMeter> bf16_meter;
-  if (kHaveBf16Peak) bf16_meter.emplace(bf16_loop, opt.threads, 0.05);
+  if (have_bf16_peak()) bf16_meter.emplace(bf16_loop, opt.threads, 0.05);
   TriadMeter triad_meter(opt.threads);
   std::vector<double> fp32_samples;
   auto sample_peaks = [&](int n) {
@@ -489,12 +489,12 @@ int main(int argc, char** argv) {
     disturbed += r.others_busy > 0.1;
     const Shape& s = *r.shape;
     const bool bf16 = r.variant.dtype == "bf16";
-    r.pct_peak = 100.0 * r.gflops / (bf16 && kHaveBf16Peak ? bf16_peak : fp32_peak);
+    r.pct_peak = 100.0 * r.gflops / (bf16 && have_bf16_peak() ? bf16_peak : fp32_peak);
     const char* check = !r.available ? "-" : std::isnan(r.max_err) ? "ref" : r.check_ok ? "ok" : "FAIL";
     if (r.available)
       std::printf("%-20s %6ld %6ld %6ld  %-8s %-5s %9.3f %9.1f %6.1f%s  %-5s %5.0f%%  %s\n", s.name.c_str(),
                   long(s.m), long(s.n), long(s.k), r.variant.lib.c_str(), r.variant.dtype.c_str(), r.median_ms,
-                  r.gflops, r.pct_peak, bf16 && !kHaveBf16Peak ? "*" : " ", check, 100 * r.others_busy,
+                  r.gflops, r.pct_peak, bf16 && !have_bf16_peak() ? "*" : " ", check, 100 * r.others_busy,
                   r.impl.c_str());
     else
       std::printf("%-20s %6ld %6ld %6ld  %-8s %-5s %9s %9s %7s  %-5s %5.0f%%  %s\n", s.name.c_str(), long(s.m),
@@ -531,7 +531,7 @@ int main(int argc, char** argv) {
         sm.onednn_ms += s.per_step * od;
         sm.best_ms += s.per_step * (std::isnan(ob) ? od : std::isnan(od) ? ob : std::min(ob, od));
       }
-      const double peak = std::string(dtype) == "bf16" && kHaveBf16Peak ? bf16_peak : fp32_peak;
+      const double peak = std::string(dtype) == "bf16" && have_bf16_peak() ? bf16_peak : fp32_peak;
       auto rate = [&](double ms) { return sm.gflop / (ms * 1e-3); };
       std::printf("%s %-4s %6.1f GFLOP: openblas %8.1f ms (%6.1f GFLOP/s, %4.1f%%)  onednn %8.1f ms (%6.1f GFLOP/s, "
                   "%4.1f%%)  ",
@@ -566,7 +566,7 @@ int main(int argc, char** argv) {
     f << "  \"peak\": {\"fp32_gflops\": " << json_num(fp32_peak) << ", \"fp32_isa\": " << json_str(kFmaIsa)
       << ", \"fp32_gflops_median\": " << json_num(fp32_median) << ", \"samples\": " << fp32_meter.samples()
       << ", \"bf16_gflops\": " << json_num(bf16_peak) << ", \"bf16_note\": "
-      << json_str(kHaveBf16Peak ? "avx512_bf16 vdpbf16ps"
+      << json_str(have_bf16_peak() ? "avx512_bf16 vdpbf16ps"
                                 : "n/a (no avx512_bf16): bf16 GEMMs run through emulation; pct_peak is of fp32")
       << ", \"triad_gbps\": " << json_num(triad) << "},\n  \"results\": [\n";
     for (size_t i = 0; i < results.size(); ++i) {

@@ -33,9 +33,11 @@
 #include "brisk/core/error.h"
 #include "brisk/core/safetensors.h"
 #include "brisk/cpu/cpu_backend.h"
+#include "brisk/cpu/cpu_features.h"
 #include "brisk/data/shards.h"
 #include "brisk/models/gpt.h"
 #include "brisk/monitor/machine.h"
+#include "brisk/monitor/peak.h"
 #include "brisk/optim/optimizer.h"
 #include "bench_util.h"
 #include "train_common.h"
@@ -65,6 +67,7 @@ TrainBenchOptions resolve_options(TrainBenchOptions o) {
   if (o.steps < 1) throw core::ConfigError("--steps must be at least 1, got " + std::to_string(o.steps));
   if (o.warmup < 0) throw core::ConfigError("--warmup must be 0 or more, got " + std::to_string(o.warmup));
   if (o.threads < 1) throw core::ConfigError("--threads must be at least 1, got " + std::to_string(o.threads));
+  if (o.rounds < 1) throw core::ConfigError("--rounds must be at least 1, got " + std::to_string(o.rounds));
   return o;
 }
 
@@ -251,8 +254,17 @@ int run_train_worker(const TrainBenchOptions& options) {
   json blas = {{"name", "OpenBLAS"}, {"mapped", mapped_blas()}, {"config", std::string(openblas_get_config())},
                {"core", std::string(openblas_get_corename())},
                {"threading", "called single-threaded from brisk's OpenMP team"}};
+  const cpu::CpuFeatures& feat = cpu::cpu_features();
+  const std::string path = mcfg.compute == core::DType::bf16 ? cpu::bf16_path_name(feat.bf16) : "fp32";
+  const std::string gemm = mcfg.compute == core::DType::bf16
+                               ? std::string(feat.bf16 == cpu::Bf16Path::native ? "oneDNN bf16 (" + feat.bf16_reason + ")"
+                                                                              : "widen to fp32, then " +
+                                                                                    std::string(cpu::f32_gemm_name(feat.f32_gemm)))
+                               : std::string(cpu::f32_gemm_name(feat.f32_gemm)) + " fp32 (" + feat.f32_reason + ")";
   json rep = {{"engine", "brisk"},
               {"precision", precision},
+              {"precision_path", path},
+              {"gemm", gemm},
               {"variant", o.variant},
               {"planned_bytes",
                {{"params", planned.params},
@@ -274,6 +286,7 @@ int run_train_worker(const TrainBenchOptions& options) {
               // another moment: the parent keeps the higher one, since other
               // tenants' load only ever lowers it.
               {"peak_fp32_gflops", monitor::peak_fp32_gflops(backend.num_threads(), 0.5)},
+              {"peak_bf16_gflops", monitor::peak_bf16_gflops(backend.num_threads(), 0.5)},
               {"peak_rss_bytes", monitor::peak_rss_bytes()},
               {"blas", blas}};
   std::printf("%s\n", rep.dump().c_str());
@@ -315,14 +328,20 @@ int run_train_bench(const TrainBenchOptions& options) {
   const std::vector<std::string> common = {"--workload", o.workload, "--steps", std::to_string(o.steps), "--warmup",
                                            std::to_string(o.warmup), "--threads", std::to_string(o.threads),
                                            "--seed", std::to_string(o.seed), "--data", o.data_dir};
-  std::vector<Row> rows;
-  {
+  // ---- the sides: brisk fp32 [bf16], PyTorch fp32 [bf16]
+  struct Side {
+    std::string name;
+    std::vector<std::string> argv;
+    bool bf16 = false, brisk = false;
+  };
+  std::vector<Side> sides;
+  for (bool bf16 : {false, true}) {
+    if (bf16 && !o.peer_bf16) continue;
     std::vector<std::string> argv = {exe, "bench", "train", "--worker"};
     argv.insert(argv.end(), common.begin(), common.end());
-    const ChildResult c = run_child(argv);
-    if (auto rep = report_of(c.out); rep && rep->contains("peak_fp32_gflops"))
-      peak = std::max(peak, (*rep)["peak_fp32_gflops"].get<double>());
-    rows.push_back(make_row("brisk fp32", c, o, tokens_per_step, fpt, peak));
+    const std::string variant = o.variant + (bf16 ? std::string(o.variant.empty() ? "" : ",") + "precision=bf16" : "");
+    if (!variant.empty()) argv.insert(argv.end(), {"--variant", variant});
+    sides.push_back({bf16 ? "brisk bf16" : "brisk fp32", argv, bf16, true});
   }
   if (o.peer) {
     for (bool bf16 : {false, true}) {
@@ -331,21 +350,68 @@ int run_train_bench(const TrainBenchOptions& options) {
       argv.insert(argv.end(), common.begin(), common.end());
       if (bf16) argv.push_back("--bf16");
       if (o.fix_blas) argv.push_back("--fix-blas");
-      rows.push_back(make_row(bf16 ? "pytorch bf16" : "pytorch fp32", run_child(argv), o, tokens_per_step, fpt, peak));
+      sides.push_back({bf16 ? "pytorch bf16" : "pytorch fp32", argv, bf16, false});
     }
+  }
+  // Interleaved rounds (A B C D, A B C D, ...): a slow spell of the machine
+  // lands on every side alike, and each ratio is formed within one round.
+  double peak_bf16 = monitor::peak_bf16_gflops(o.threads, 0.5);
+  std::vector<std::vector<Row>> runs(sides.size());  // [side][round]
+  for (int r = 0; r < o.rounds; ++r) {
+    if (o.rounds > 1) std::fprintf(stderr, "round %d/%d\n", r + 1, o.rounds);
+    for (size_t i = 0; i < sides.size(); ++i) {
+      const ChildResult c = run_child(sides[i].argv);
+      if (sides[i].brisk) {
+        if (auto rep = report_of(c.out); rep && rep->contains("peak_fp32_gflops")) {
+          peak = std::max(peak, (*rep)["peak_fp32_gflops"].get<double>());
+          peak_bf16 = std::max(peak_bf16, rep->value("peak_bf16_gflops", 0.0));
+        }
+      }
+      runs[i].push_back(make_row(sides[i].name, c, o, tokens_per_step, fpt, peak));
+    }
+  }
+  // One row per side: the median over rounds of each round's median step.
+  std::vector<Row> rows;
+  std::vector<std::pair<double, double>> spread;  // tokens/s min, max over rounds
+  for (size_t i = 0; i < sides.size(); ++i) {
+    std::vector<double> ms, tps;
+    Row row = runs[i].front();
+    for (const Row& x : runs[i]) {
+      if (!x.ok()) {
+        row = x;
+        break;
+      }
+      ms.push_back(x.ms_per_step);
+      tps.push_back(x.tokens_per_s);
+      row.rss_mib = std::max(row.rss_mib, x.rss_mib);
+      row.others_pct = std::max(row.others_pct, x.others_pct);
+    }
+    if (row.ok()) {
+      row.ms_per_step = median(ms);
+      row.tokens_per_s = double(tokens_per_step) / (row.ms_per_step / 1e3);
+      row.gflops = row.tokens_per_s * fpt / 1e9;
+      row.pct_peak = 100.0 * row.gflops / peak;
+      spread.emplace_back(*std::min_element(tps.begin(), tps.end()), *std::max_element(tps.begin(), tps.end()));
+    } else {
+      spread.emplace_back(0, 0);
+    }
+    rows.push_back(row);
   }
 
   // ---- configuration of each side
-  std::printf("\nmachine: %s, %ld online cores, fp32 peak %.1f GFLOP/s on %d threads (FMA loop, best of two "
-              "readings: %.1f and %.1f)\n",
-              monitor::cpu_model().c_str(), sysconf(_SC_NPROCESSORS_ONLN), peak, o.threads, peak_parent,
-              rows[0].report.value("peak_fp32_gflops", 0.0));
+  std::printf("\nmachine: %s, %ld online cores, fp32 peak %.1f GFLOP/s on %d threads (FMA loop, best of several "
+              "readings), bf16 peak %s; CPU flags: %s\n",
+              monitor::cpu_model().c_str(), sysconf(_SC_NPROCESSORS_ONLN), peak, o.threads,
+              peak_bf16 > 0 ? (std::to_string(int(peak_bf16 + 0.5)) + " GFLOP/s (vdpbf16ps loop)").c_str()
+                            : "- (no avx512_bf16)",
+              monitor::cpu_flags().c_str());
   for (const Row& r : rows) {
     if (r.report.is_null()) continue;
     if (r.report.value("engine", "") == "brisk") {
-      std::printf("%-13s brisk, %d threads; BLAS %s [%s], %s\n", r.name.c_str(), r.report.value("threads", 0),
-                  r.report["blas"].value("mapped", "?").c_str(), r.report["blas"].value("config", "?").c_str(),
-                  r.report["blas"].value("threading", "").c_str());
+      std::printf("%-13s brisk, %d threads, path %s; matrix products: %s; BLAS %s [%s]\n", r.name.c_str(),
+                  r.report.value("threads", 0), r.report.value("precision_path", "?").c_str(),
+                  r.report.value("gemm", "?").c_str(), r.report["blas"].value("mapped", "?").c_str(),
+                  r.report["blas"].value("config", "?").c_str());
     } else {
       std::printf("%-13s torch %s (%s), %d threads, CPU capability %s; BLAS %s\n", r.name.c_str(),
                   r.report.value("torch", "?").c_str(), r.report.value("python", "?").c_str(),
@@ -361,19 +427,30 @@ int run_train_bench(const TrainBenchOptions& options) {
   }
 
   // ---- the table
-  std::printf("\n%-13s %10s %9s %8s %12s %13s %18s\n", "", "tokens/s", "ms/step", "GFLOP/s", "% fp32 peak",
-              "peak RSS MiB", "loss first->last");
+  std::printf("\n%d round%s, interleaved; tokens/s is the median over rounds of each round's median step (min-max "
+              "over rounds)\n",
+              o.rounds, o.rounds == 1 ? "" : "s");
+  std::printf("%-13s %10s %15s %9s %8s %10s %13s %18s\n", "", "tokens/s", "min-max", "ms/step", "GFLOP/s",
+              "% peak", "peak RSS MiB", "loss first->last");
   bool all_ok = true;
-  for (const Row& r : rows) {
+  for (size_t i = 0; i < rows.size(); ++i) {
+    Row& r = rows[i];
     if (!r.ok()) {
       std::printf("%-13s FAILED: %s\n", r.name.c_str(), r.error.c_str());
       all_ok = false;
       continue;
     }
+    // % of the peak of the precision the products ran in (bf16 dot products
+    // for bf16 rows where the CPU has them).
+    const double pk = sides[i].bf16 && peak_bf16 > 0 ? peak_bf16 : peak;
+    r.pct_peak = 100.0 * r.gflops / pk;
     const bool fell = r.loss_last < r.loss_first;
     all_ok = all_ok && fell;
-    std::printf("%-13s %10.0f %9.1f %8.1f %11.1f%% %13.0f %8.3f -> %.3f%s\n", r.name.c_str(), r.tokens_per_s,
-                r.ms_per_step, r.gflops, r.pct_peak, r.rss_mib, r.loss_first, r.loss_last, fell ? "" : "  (did not fall!)");
+    char range[40];
+    std::snprintf(range, sizeof range, "%.0f-%.0f", spread[i].first, spread[i].second);
+    std::printf("%-13s %10.0f %15s %9.1f %8.1f %5.1f%% %-4s %13.0f %8.3f -> %.3f%s\n", r.name.c_str(), r.tokens_per_s,
+                range, r.ms_per_step, r.gflops, r.pct_peak, sides[i].bf16 && peak_bf16 > 0 ? "bf16" : "fp32",
+                r.rss_mib, r.loss_first, r.loss_last, fell ? "" : "  (did not fall!)");
   }
   // Others' work on the same cores during each side: the ratio is only as
   // good as this is small.
@@ -385,15 +462,23 @@ int run_train_bench(const TrainBenchOptions& options) {
     load += buf;
     worst = std::max(worst, r.others_pct);
   }
-  std::printf("CPU load from other processes while each side ran: %s%s\n", load.c_str(),
+  std::printf("CPU load from other processes while each side ran (worst round): %s%s\n", load.c_str(),
               worst > 10 ? "  (a busy machine: the timings are noisy, re-run when it is idle)" : "");
-  json ratios = json::object();
-  if (rows[0].ok()) {
-    for (size_t i = 1; i < rows.size(); ++i) {
-      if (!rows[i].ok()) continue;
-      const double ratio = rows[0].tokens_per_s / rows[i].tokens_per_s;
-      ratios["brisk/" + rows[i].name] = ratio;
-      std::printf("ratio brisk fp32 / %-12s (tokens/s): %.2fx\n", rows[i].name.c_str(), ratio);
+  // Ratios formed within each round, then their median and range.
+  json ratios = json::object(), ratio_spread = json::object();
+  for (size_t i = 0; i < sides.size(); ++i) {
+    if (!sides[i].brisk || !rows[i].ok()) continue;
+    for (size_t j = 0; j < sides.size(); ++j) {
+      if (sides[j].brisk || !rows[j].ok()) continue;
+      std::vector<double> per_round;
+      for (int r = 0; r < o.rounds; ++r) per_round.push_back(runs[i][size_t(r)].tokens_per_s / runs[j][size_t(r)].tokens_per_s);
+      const double med = median(per_round);
+      const auto [lo, hi] = std::minmax_element(per_round.begin(), per_round.end());
+      const std::string key = rows[i].name + "/" + rows[j].name;
+      ratios[key] = med;
+      ratio_spread[key] = {*lo, *hi};
+      std::printf("ratio %-12s / %-12s (tokens/s): %.2fx (rounds %.2f-%.2f)\n", rows[i].name.c_str(),
+                  rows[j].name.c_str(), med, *lo, *hi);
     }
   }
 
@@ -421,8 +506,21 @@ int run_train_bench(const TrainBenchOptions& options) {
                 {"online_cores", sysconf(_SC_NPROCESSORS_ONLN)},
                 {"peak_fp32_gflops", peak},
                 {"peak_fp32_gflops_readings", {peak_parent, rows[0].report.value("peak_fp32_gflops", 0.0)}}}},
-              {"ratio_tokens_per_s", ratios}};
-  for (const Row& r : rows) out["rows"].push_back(row_json(r));
+              {"rounds", o.rounds},
+              {"ratio_tokens_per_s", ratios},
+              {"ratio_tokens_per_s_range", ratio_spread}};
+  out["machine"]["peak_bf16_gflops"] = peak_bf16;
+  out["machine"]["cpu_flags"] = monitor::cpu_flags();
+  for (size_t i = 0; i < rows.size(); ++i) {
+    json j = row_json(rows[i]);
+    j["tokens_per_s_range"] = {spread[i].first, spread[i].second};
+    j["precision_path"] = rows[i].report.value("precision_path", sides[i].bf16 ? "bf16" : "fp32");
+    j["pct_peak_of"] = sides[i].bf16 && peak_bf16 > 0 ? "bf16" : "fp32";
+    j["rounds"] = json::array();
+    for (const Row& x : runs[i]) j["rounds"].push_back({{"ok", x.ok()}, {"tokens_per_s", x.tokens_per_s},
+                                                        {"ms_per_step", x.ms_per_step}, {"peak_rss_mib", x.rss_mib}});
+    out["rows"].push_back(j);
+  }
   const fs::path jp(o.json_path);
   if (jp.has_parent_path()) fs::create_directories(jp.parent_path());
   core::write_file_atomic(o.json_path, out.dump(2) + "\n");

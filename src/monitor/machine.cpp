@@ -35,6 +35,22 @@ double peak_fp32_gflops(int threads, double seconds) {
   return cached;
 }
 
+double peak_bf16_gflops(int threads, double seconds) {
+  if (!have_bf16_peak()) return 0.0;
+  static std::mutex mu;
+  static double cached = 0;
+  static int cached_threads = 0;
+  std::lock_guard<std::mutex> lock(mu);
+  if (cached > 0 && cached_threads == threads) return cached;
+  PeakMeter meter(bf16_loop, 1, 0.01);  // as peak_fp32_gflops: one-thread samples x threads
+  const double t_end = now_seconds() + seconds;
+  do meter.sample();
+  while (now_seconds() < t_end);
+  cached = meter.best() * threads;
+  cached_threads = threads;
+  return cached;
+}
+
 size_t peak_rss_bytes() {
   std::ifstream f("/proc/self/status");
   std::string line;

@@ -2,6 +2,8 @@
 // is the single source of what a config may say; anything else is an error.
 #include "brisk/train/config.h"
 
+#include "brisk/cpu/cpu_features.h"
+
 #include <cmath>
 #include <map>
 #include <sstream>
@@ -133,42 +135,39 @@ core::DType compute_dtype(Precision p) {
 }
 
 PrecisionChoice resolve_precision(Precision requested, bool fallback) {
-  // Whether the engine has a *fast* training path in this dtype: the graph
-  // exists (GptConfig::compute), but the CPU products widen bf16/f16 to fp32
-  // and run sgemm (no avx512_bf16 / avx512_fp16 dot-product kernel yet), so
-  // they are slower than fp32 on every CPU. Flip these when such a kernel
-  // lands; until then low precision runs only when asked to be emulated.
-  constexpr bool kEngineBf16Path = false, kEngineFp16Path = false;
+  // bf16 is fast where cpu_features() found bf16 dot products; fp16 has no
+  // fast CPU path yet (it would need avx512_fp16 kernels), so it is emulated.
   PrecisionChoice c;
   c.requested = requested;
-  if (requested == Precision::fp32) return c;
+  if (requested == Precision::fp32) {
+    c.reason = std::string("products through ") + cpu::f32_gemm_name(cpu::cpu_features().f32_gemm) + " (" +
+               cpu::cpu_features().f32_reason + ")";
+    return c;
+  }
   std::string cpu;
   bool fast = false;
   if (requested == Precision::bf16) {
-    const bool has = __builtin_cpu_supports("avx512bf16");
-    cpu = has ? "CPU has avx512_bf16" : "CPU has no avx512_bf16";
-    fast = has && kEngineBf16Path;
-    cpu += kEngineBf16Path ? "" : "; brisk has no bf16 dot-product matmul path yet";
+    const cpu::CpuFeatures& f = cpu::cpu_features();
+    fast = f.bf16 == cpu::Bf16Path::native;
+    cpu = f.bf16_reason;
   } else {
-    // Native fp16 arithmetic needs AVX512-FP16; F16C + AVX-512 could at least
-    // convert at full width around fp32 products.
     const bool native = __builtin_cpu_supports("avx512fp16");
-    const bool convert = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx512f");
-    cpu = native ? "CPU has avx512_fp16" : convert ? "CPU has f16c + avx512f but no avx512_fp16"
-                                                   : "CPU has no avx512_fp16 and no f16c + avx512f";
-    fast = (native || convert) && kEngineFp16Path;
-    cpu += kEngineFp16Path ? "" : "; brisk has no fp16 dot-product matmul path yet";
+    cpu = std::string(native ? "CPU has avx512_fp16" : "CPU has no avx512_fp16") +
+          "; brisk has no fp16 dot-product matmul path yet";
   }
+  c.reason = cpu;
   if (fast) {
     c.effective = requested;
+    c.path = "bf16-native";
     return c;
   }
   if (!fallback) {
     c.effective = requested;
     c.emulated = true;
+    c.path = std::string(precision_name(requested)) + "-emulated";
     c.note = std::string("note: precision ") + precision_name(requested) + " emulated (" + cpu +
              "; train.precision_fallback = false): " + precision_name(requested) +
-             " numerics, products widened to fp32 sgemm, slower than fp32";
+             " numerics, products widened to fp32, slower than fp32";
     return c;
   }
   c.effective = Precision::fp32;

@@ -215,24 +215,31 @@ TrainResult train(const TrainConfig& cfg, const TrainOptions& options) {
   trim_metrics(metrics_path, state.step);
   std::ofstream metrics_log(metrics_path, std::ios::app);
 
-  const double peak = monitor::peak_fp32_gflops(backend.num_threads()) * 1e9;
+  // MFU against the peak of the precision the products run in (WORKLOADS.md).
+  const bool bf16_peak = precision.path == "bf16-native" && monitor::peak_bf16_gflops(backend.num_threads()) > 0;
+  const double peak =
+      (bf16_peak ? monitor::peak_bf16_gflops(backend.num_threads()) : monitor::peak_fp32_gflops(backend.num_threads())) *
+      1e9;
   const double flops_per_token = cfg.model.flops_per_token(cfg.seq);
   const int64_t tokens_per_step = cfg.batch * cfg.seq * cfg.grad_accum;
   if (show) {
     std::fprintf(stderr,
                  "brisk train: %lld params | %lld layers, %lld embd, %lld heads, vocab %lld | batch %lld x seq %lld x "
-                 "accum %lld | %d threads | peak %.0f GFLOP/s fp32\n",
+                 "accum %lld | %d threads | peak %.0f GFLOP/s %s\n",
                  (long long)cfg.model.num_params(), (long long)cfg.model.n_layer, (long long)cfg.model.n_embd,
                  (long long)cfg.model.n_head, (long long)cfg.model.vocab_size, (long long)cfg.batch,
-                 (long long)cfg.seq, (long long)cfg.grad_accum, backend.num_threads(), peak / 1e9);
+                 (long long)cfg.seq, (long long)cfg.grad_accum, backend.num_threads(), peak / 1e9,
+                 bf16_peak ? "bf16" : "fp32");
     if (!precision.warning.empty()) std::fprintf(stderr, "%s\n", precision.warning.c_str());
     if (!precision.note.empty()) std::fprintf(stderr, "%s\n", precision.note.c_str());
     if (scaler)
-      std::fprintf(stderr, "precision %s | dynamic loss scaling from %g, x2 after %lld clean steps\n",
-                   precision_name(precision.effective), double(scaler->scale()),
+      std::fprintf(stderr, "precision %s (%s: %s) | dynamic loss scaling from %g, x2 after %lld clean steps\n",
+                   precision_name(precision.effective), precision.path.c_str(), precision.reason.c_str(),
+                   double(scaler->scale()),
                    (long long)scaler->config().growth_interval);
     else
-      std::fprintf(stderr, "precision %s\n", precision_name(precision.effective));
+      std::fprintf(stderr, "precision %s (%s: %s)\n", precision_name(precision.effective), precision.path.c_str(),
+                   precision.reason.c_str());
     const auto& rep = model.program(true, cfg.batch, cfg.seq).executor->plan().report;
     core::MemoryReport full = rep;
     full.optimizer_state = model.params().state_bytes();
@@ -257,6 +264,7 @@ TrainResult train(const TrainConfig& cfg, const TrainOptions& options) {
   TrainResult result;
   result.precision = precision_name(precision.effective);
   result.precision_warning = precision.warning;
+  result.precision_path = precision.path;
   loader.start();  // prefetch the first batches while nothing else runs
   std::vector<double> step_times;
   const double run_start = monitor::now_seconds();
@@ -306,6 +314,7 @@ TrainResult train(const TrainConfig& cfg, const TrainOptions& options) {
     nlohmann::json j = {{"step", m.step}, {"loss", m.loss}, {"lr", m.lr}, {"grad_norm", m.grad_norm},
                         {"tokens_per_s", m.tokens_per_s}, {"ms_per_step", m.ms_per_step}, {"mfu", m.mfu},
                         {"data_wait_ms", data_wait * 1e3}, {"precision", result.precision},
+                        {"precision_path", result.precision_path},
                         {"time_s", monitor::now_seconds() - run_start}};
 
     if (scaler) {

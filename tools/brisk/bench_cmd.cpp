@@ -26,7 +26,12 @@ BenchCommand add_bench_command(CLI::App& parent) {
   train->add_option("--threads", o->threads, "CPU threads for each side")->capture_default_str();
   train->add_option("--json", o->json_path, "Report path (default bench/results/train_<workload>.json)");
   train->add_flag("--no-peer", [o](int64_t) { o->peer = false; }, "Run brisk only");
-  train->add_flag("--bf16", o->peer_bf16, "Also run the peer under torch.autocast bf16 (a separate row)");
+  train->add_flag("--bf16", o->peer_bf16,
+                  "Also bf16 rows: brisk in bf16 (native or emulated, as this CPU allows) and the peer under "
+                  "torch.autocast bf16");
+  train->add_option("--rounds", o->rounds,
+                    "Interleaved rounds of every side (A B C D, A B C D, ...); medians and ranges over them")
+      ->capture_default_str();
   train->add_flag("--fix-blas", o->fix_blas,
                   "If the system BLAS is the slow reference one, let the peer select OpenBLAS (update-alternatives)");
   train->add_option("--data", o->data_dir, "Dataset directory (default data/kjv-gpt2 for W1, data/kjv-bytes for W2)");

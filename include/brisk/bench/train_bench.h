@@ -28,7 +28,8 @@ struct TrainBenchOptions {
   std::string data_dir;         // default: data/kjv-gpt2 (W1), data/kjv-bytes (W2)
   std::string json_path;        // default: bench/results/train_<workload>.json
   bool peer = true;             // run the PyTorch peer
-  bool peer_bf16 = false;       // also the peer under torch.autocast bf16
+  bool peer_bf16 = false;       // also bf16 rows: brisk bf16 and the peer under torch.autocast bf16
+  int rounds = 1;               // interleaved rounds of every side; medians and ranges over them
   bool fix_blas = false;        // let the peer switch the system BLAS to OpenBLAS
   std::string python = "/usr/bin/python3";  // Debian's, which has python3-torch
   std::string peer_script;      // default: bench/torch_peer.py of this checkout

@@ -18,18 +18,23 @@ enum class Precision { fp32, bf16, fp16 };
 const char* precision_name(Precision p);
 Precision parse_precision(const std::string& name);  // throws ConfigError listing the allowed values
 
-// What a run actually computes in. brisk has a bf16/fp16 training graph
-// (models::GptConfig::compute) but no fast path for it on any CPU yet: its
-// low-precision products widen to fp32 sgemm, so they cost more than fp32.
-// With `fallback` (train.precision_fallback, default true) a mixed-precision
-// request therefore falls back to fp32 and `warning` says so and why (CPU
-// features, missing engine path). Without it the low-precision graph runs
-// anyway, emulated, and `note` says so: what the numerics checks use.
+// What a run actually computes in. bf16 has a fast path where the CPU has
+// bf16 dot products (cpu::cpu_features(): avx512_bf16 or AMX, through
+// oneDNN): there it runs natively. Elsewhere, and for fp16 everywhere, the
+// low-precision products would widen to fp32, costing more than fp32: with
+// `fallback` (train.precision_fallback, default true) such a request falls
+// back to fp32 and `warning` says so and why (CPU features, missing engine
+// path); without it the low-precision graph runs anyway, emulated, and `note`
+// says so: what the numerics checks use.
 struct PrecisionChoice {
   Precision requested = Precision::fp32, effective = Precision::fp32;
   std::string warning;  // empty unless the run fell back
   std::string note;     // one line when the run is low precision without a fast path
   bool emulated = false;
+  // The path taken, as the start-up line and the benchmarks' JSON name it:
+  // "fp32", "bf16-native", "bf16-emulated", "fp16-emulated".
+  std::string path = "fp32";
+  std::string reason;   // why that path (CPU flags, oneDNN ISA, overrides)
 };
 PrecisionChoice resolve_precision(Precision requested, bool fallback = true);
 // The graph dtype of a precision: f32, bf16, f16.

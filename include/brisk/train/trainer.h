@@ -29,6 +29,7 @@ struct TrainResult {
   std::string profile;  // per-op time table when TrainOptions::profile
   std::string precision = "fp32";  // the precision the run computed in (after any fallback)
   std::string precision_warning;   // why a requested precision fell back; empty if none
+  std::string precision_path = "fp32";  // fp32 | bf16-native | bf16-emulated | fp16-emulated
   int64_t skipped_steps = 0;       // steps skipped by the loss scaler (overflow)
   double loss_scale = 0;           // the loss scaler's final scale; 0 when loss scaling was off
 };

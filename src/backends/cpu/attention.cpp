@@ -7,24 +7,28 @@
 // matrix products (OpenBLAS, single-threaded inside our parallel region) cover
 // the causal lower triangle plus half of one diagonal block, and the masked
 // work is skipped. Scores are written straight into the probs output, so the
-// f32 forward needs no scratch at all.
+// f32 forward needs no scratch at all. The products go through gemm.h.
 //
-// bf16 widens one head's q, k, v (and dy) into per-thread f32 buffers, runs
-// the same f32 code and narrows the result: bf16 is storage only.
+// bf16 on the bf16-native path reads q, k, v and dy as bf16 operands where
+// they lie, accumulates in f32 (scores, dP, dK, dV), keeps the softmax and its
+// gradient in f32 and rounds P and dS to bf16 only as the operands of the
+// next product (as bf16 flash-attention kernels do). bf16-emulated widens one
+// head's q, k, v (and dy) into per-thread f32 buffers, runs the f32 code and
+// narrows the result.
 //
 // attention_backward never reads the masked (upper) entries of probs: the
 // diagonal block is copied with zeros above the diagonal before it enters a
 // matrix product. The forward writes zeros there anyway, but the op's contract
 // (and the reference kernel) only define the lower triangle.
-#include <cblas.h>
-
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "brisk/core/op.h"
 #include "attention_util.h"
 #include "cpu_util.h"
+#include "gemm.h"
 #include "kernels.h"
 #include "vec_math.h"
 
@@ -64,65 +68,98 @@ void softmax_row(float* row, int64_t n, int64_t len) {
   std::fill(row + n, row + len, 0.f);
 }
 
-// One head. q, k, v: T rows of hd floats, `ld` apart; y: T rows `ldy` apart;
-// P: the head's (T, T) probabilities.
-void forward_head(const float* q, const float* k, const float* v, int64_t ld, float* y, int64_t ldy, float* P,
-                  int64_t T, int64_t hd, float scale) {
+// Element types of the per-head code: float, or bf16 (uint16_t) operands on
+// the bf16-native path, where the products take bf16 and accumulate in f32.
+template <class E> constexpr core::DType dtype_of = std::is_same_v<E, float> ? core::DType::f32 : core::DType::bf16;
+
+// C (m, n) = alpha op(A) op(B) + beta C through gemm.h (nested in our
+// parallel region: one thread per head).
+template <class EA, class EC>
+void mm(GemmCache& cache, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const EA* a, int64_t lda,
+        const EA* b, int64_t ldb, float beta, EC* c, int64_t ldc) {
+  Gemm g;
+  g.ta = ta, g.tb = tb, g.m = m, g.n = n, g.k = k, g.alpha = alpha, g.beta = beta;
+  g.a = a, g.lda = lda, g.b = b, g.ldb = ldb, g.c = c, g.ldc = ldc;
+  g.ab_type = dtype_of<EA>, g.c_type = dtype_of<EC>;
+  gemm(cache, g);
+}
+
+// The first n values of a probability row as the products' operand type,
+// zeros up to len (the masked part).
+template <class E>
+void masked_row(const float* src, int64_t n, int64_t len, E* dst) {
+  for (int64_t j = 0; j < n; ++j) dst[j] = narrow<E>(src[j]);
+  std::fill(dst + n, dst + len, narrow<E>(0.f));
+}
+
+// One head. q, k, v: T rows of hd values, `ld` apart; y: T rows `ldy` apart;
+// P: the head's (T, T) f32 probabilities. `pw` (kBlock * T values) holds a
+// block of P as the operand type when that is not f32.
+template <class E>
+void forward_head(GemmCache& cache, const E* q, const E* k, const E* v, int64_t ld, E* y, int64_t ldy, float* P,
+                  int64_t T, int64_t hd, float scale, E* pw) {
   for (int64_t i0 = 0; i0 < T; i0 += kBlock) {
     const int64_t bs = std::min(kBlock, T - i0), i1 = i0 + bs;
     float* Pb = P + i0 * T;
-    // S = scale * Q[i0:i1] K[0:i1]^T
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(bs), int(i1), int(hd), scale, q + i0 * ld, int(ld), k,
-                int(ld), 0.f, Pb, int(T));
+    // S = scale * Q[i0:i1] K[0:i1]^T, f32
+    mm(cache, false, true, bs, i1, hd, scale, q + i0 * ld, ld, k, ld, 0.f, Pb, T);
     for (int64_t r = 0; r < bs; ++r) softmax_row(Pb + r * T, i0 + r + 1, T);
     // Y[i0:i1] = P[i0:i1, 0:i1] V[0:i1]  (masked entries are zero by now)
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(bs), int(hd), int(i1), 1.f, Pb, int(T), v, int(ld),
-                0.f, y + i0 * ldy, int(ldy));
+    if constexpr (std::is_same_v<E, float>) {
+      mm(cache, false, false, bs, hd, i1, 1.f, Pb, T, v, ld, 0.f, y + i0 * ldy, ldy);
+    } else {
+      for (int64_t r = 0; r < bs; ++r) masked_row(Pb + r * T, i1, i1, pw + r * i1);
+      mm(cache, false, false, bs, hd, i1, 1.f, pw, i1, v, ld, 0.f, y + i0 * ldy, ldy);
+    }
   }
 }
 
 // One head of the backward. Inputs as in forward_head plus dy (rows `lddy`
-// apart) and P; outputs dq, dk, dv (rows `ldd` apart). `work` holds
-// 2 * kBlock * T floats.
-void backward_head(const float* q, const float* k, const float* v, int64_t ld, const float* dy, int64_t lddy,
-                   const float* P, float* dq, float* dk, float* dv, int64_t ldd, int64_t T, int64_t hd, float scale,
-                   float* work) {
+// apart) and P; dq is written in place (rows `lddq` apart), dk and dv are
+// f32 accumulators (rows `lddkv` apart). `work` holds 2 * kBlock * T floats,
+// `ew` 2 * kBlock * T operand values (used when E is not f32).
+template <class E>
+void backward_head(GemmCache& cache, const E* q, const E* k, const E* v, int64_t ld, const E* dy, int64_t lddy,
+                   const float* P, E* dq, int64_t lddq, float* dk, float* dv, int64_t lddkv, int64_t T, int64_t hd,
+                   float scale, float* work, E* ew) {
   for (int64_t t = 0; t < T; ++t) {
-    std::fill(dk + t * ldd, dk + t * ldd + hd, 0.f);
-    std::fill(dv + t * ldd, dv + t * ldd + hd, 0.f);
+    std::fill(dk + t * lddkv, dk + t * lddkv + hd, 0.f);
+    std::fill(dv + t * lddkv, dv + t * lddkv + hd, 0.f);
   }
-  float* dS = work;              // (bs, i1): dP, then dS
-  float* Pm = work + kBlock * T;  // (bs, i1): P with the mask applied
+  float* dS = work;  // (bs, i1): dP, then dS
+  E* Pm = reinterpret_cast<E*>(work + kBlock * T);  // (bs, i1): P with the mask applied
+  E* dSe = reinterpret_cast<E*>(dS);                // dS as the operand type
+  if constexpr (!std::is_same_v<E, float>) Pm = ew, dSe = ew + kBlock * T;
   for (int64_t i0 = 0; i0 < T; i0 += kBlock) {
     const int64_t bs = std::min(kBlock, T - i0), i1 = i0 + bs;
-    const float* dyb = dy + i0 * lddy;
-    for (int64_t r = 0; r < bs; ++r) {
-      const int64_t n = i0 + r + 1;
-      std::memcpy(Pm + r * i1, P + (i0 + r) * T, size_t(n) * sizeof(float));
-      std::fill(Pm + r * i1 + n, Pm + (r + 1) * i1, 0.f);
-    }
+    const E* dyb = dy + i0 * lddy;
+    for (int64_t r = 0; r < bs; ++r) masked_row(P + (i0 + r) * T, i0 + r + 1, i1, Pm + r * i1);
     // dP = dY[i0:i1] V[0:i1]^T
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(bs), int(i1), int(hd), 1.f, dyb, int(lddy), v, int(ld),
-                0.f, dS, int(i1));
+    mm(cache, false, true, bs, i1, hd, 1.f, dyb, lddy, v, ld, 0.f, dS, i1);
     // dV[0:i1] += P^T dY[i0:i1]
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(i1), int(hd), int(bs), 1.f, Pm, int(i1), dyb,
-                int(lddy), 1.f, dv, int(ldd));
-    // dS = scale * P * (dP - rowsum(P * dP)); masked entries of Pm are zero.
+    mm(cache, true, false, i1, hd, bs, 1.f, Pm, i1, dyb, lddy, 1.f, dv, lddkv);
+    // dS = scale * P * (dP - rowsum(P * dP)); masked entries are zero.
     for (int64_t r = 0; r < bs; ++r) {
       float* ds = dS + r * i1;
-      const float* pr = Pm + r * i1;
+      const float* pr = P + (i0 + r) * T;
+      const int64_t n = i0 + r + 1;
       float pdp = 0.f;
 #pragma omp simd reduction(+ : pdp)
-      for (int64_t j = 0; j < i1; ++j) pdp += pr[j] * ds[j];
+      for (int64_t j = 0; j < n; ++j) pdp += pr[j] * ds[j];
+      if constexpr (std::is_same_v<E, float>) {
 #pragma omp simd
-      for (int64_t j = 0; j < i1; ++j) ds[j] = scale * pr[j] * (ds[j] - pdp);
+        for (int64_t j = 0; j < n; ++j) ds[j] = scale * pr[j] * (ds[j] - pdp);
+        std::fill(ds + n, ds + i1, 0.f);
+      } else {
+        E* de = dSe + r * i1;
+        for (int64_t j = 0; j < n; ++j) de[j] = narrow<E>(scale * pr[j] * (ds[j] - pdp));
+        std::fill(de + n, de + i1, narrow<E>(0.f));
+      }
     }
     // dQ[i0:i1] = dS K[0:i1]
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(bs), int(hd), int(i1), 1.f, dS, int(i1), k, int(ld),
-                0.f, dq + i0 * ldd, int(ldd));
+    mm(cache, false, false, bs, hd, i1, 1.f, dSe, i1, k, ld, 0.f, dq + i0 * lddq, lddq);
     // dK[0:i1] += dS^T Q[i0:i1]
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(i1), int(hd), int(bs), 1.f, dS, int(i1), q + i0 * ld,
-                int(ld), 1.f, dk, int(ldd));
+    mm(cache, true, false, i1, hd, bs, 1.f, dSe, i1, q + i0 * ld, ld, 1.f, dk, lddkv);
   }
 }
 
@@ -132,12 +169,13 @@ void attention_f32(const KernelCall& c) {
   const float* qkv = c.in(0).as<float>();
   float* y = c.out(0).as<float>();
   float* probs = c.out(1).as<float>();
+  GemmCache& cache = gemm_cache_of(c.ctx);
   parallel_for(d.B * d.nh, 1, [&](int64_t lo, int64_t hi) {
     for (int64_t bh = lo; bh < hi; ++bh) {
       const int64_t b = bh / d.nh, h = bh % d.nh;
       const float* q = qkv + b * d.T * 3 * d.C + h * d.hd;
-      forward_head(q, q + d.C, q + 2 * d.C, 3 * d.C, y + b * d.T * d.C + h * d.hd, d.C, probs + bh * d.T * d.T, d.T,
-                   d.hd, d.scale);
+      forward_head<float>(cache, q, q + d.C, q + 2 * d.C, 3 * d.C, y + b * d.T * d.C + h * d.hd, d.C,
+                          probs + bh * d.T * d.T, d.T, d.hd, d.scale, nullptr);
     }
   });
 }
@@ -148,6 +186,7 @@ void attention_backward_f32(const KernelCall& c) {
   const float* qkv = c.in(1).as<float>();
   const float* probs = c.in(2).as<float>();
   float* dqkv = c.out(0).as<float>();
+  GemmCache& cache = gemm_cache_of(c.ctx);
   parallel_for(d.B * d.nh, 1, [&](int64_t lo, int64_t hi) {
     float* work = scratch(size_t(2 * kBlock * d.T));
     for (int64_t bh = lo; bh < hi; ++bh) {
@@ -155,19 +194,70 @@ void attention_backward_f32(const KernelCall& c) {
       const int64_t off = b * d.T * 3 * d.C + h * d.hd;
       const float* q = qkv + off;
       float* dq = dqkv + off;
-      backward_head(q, q + d.C, q + 2 * d.C, 3 * d.C, dy + b * d.T * d.C + h * d.hd, d.C, probs + bh * d.T * d.T, dq,
-                    dq + d.C, dq + 2 * d.C, 3 * d.C, d.T, d.hd, d.scale, work);
+      backward_head<float>(cache, q, q + d.C, q + 2 * d.C, 3 * d.C, dy + b * d.T * d.C + h * d.hd, d.C,
+                           probs + bh * d.T * d.T, dq, 3 * d.C, dq + d.C, dq + 2 * d.C, 3 * d.C, d.T, d.hd, d.scale,
+                           work, nullptr);
     }
   });
 }
 
-// ---- bf16: widen one head, run the f32 code, narrow -----------------------------------
+// ---- bf16-native: bf16 operands straight from qkv, f32 accumulation --------------------
 
-void attention_bf16(const KernelCall& c) {
+uint16_t* scratch16(size_t n) {
+  thread_local std::vector<uint16_t> buf;
+  if (buf.size() < n) buf.resize(n);
+  return buf.data();
+}
+
+void attention_bf16_native(const KernelCall& c) {
   const Dims d = attention_dims(c, c.in(0).shape());
   const uint16_t* qkv = c.in(0).as<uint16_t>();
   uint16_t* y = c.out(0).as<uint16_t>();
   float* probs = c.out(1).as<float>();
+  GemmCache& cache = gemm_cache_of(c.ctx);
+  parallel_for(d.B * d.nh, 1, [&](int64_t lo, int64_t hi) {
+    uint16_t* pw = scratch16(size_t(kBlock * d.T));
+    for (int64_t bh = lo; bh < hi; ++bh) {
+      const int64_t b = bh / d.nh, h = bh % d.nh;
+      const uint16_t* q = qkv + b * d.T * 3 * d.C + h * d.hd;
+      forward_head<uint16_t>(cache, q, q + d.C, q + 2 * d.C, 3 * d.C, y + b * d.T * d.C + h * d.hd, d.C,
+                             probs + bh * d.T * d.T, d.T, d.hd, d.scale, pw);
+    }
+  });
+}
+
+void attention_backward_bf16_native(const KernelCall& c) {
+  const Dims d = attention_dims(c, c.in(1).shape());
+  const uint16_t* dy = c.in(0).as<uint16_t>();
+  const uint16_t* qkv = c.in(1).as<uint16_t>();
+  const float* probs = c.in(2).as<float>();
+  uint16_t* dqkv = c.out(0).as<uint16_t>();
+  GemmCache& cache = gemm_cache_of(c.ctx);
+  const int64_t n = d.T * d.hd;
+  parallel_for(d.B * d.nh, 1, [&](int64_t lo, int64_t hi) {
+    float* buf = scratch(size_t(2 * n + 2 * kBlock * d.T));
+    float *dk = buf, *dv = buf + n, *work = buf + 2 * n;
+    uint16_t* ew = scratch16(size_t(2 * kBlock * d.T));
+    for (int64_t bh = lo; bh < hi; ++bh) {
+      const int64_t b = bh / d.nh, h = bh % d.nh;
+      const int64_t off = b * d.T * 3 * d.C + h * d.hd;
+      const uint16_t* q = qkv + off;
+      backward_head<uint16_t>(cache, q, q + d.C, q + 2 * d.C, 3 * d.C, dy + b * d.T * d.C + h * d.hd, d.C,
+                              probs + bh * d.T * d.T, dqkv + off, 3 * d.C, dk, dv, d.hd, d.T, d.hd, d.scale, work, ew);
+      narrow_head(dk, dqkv + off + d.C, 3 * d.C, d.T, d.hd);
+      narrow_head(dv, dqkv + off + 2 * d.C, 3 * d.C, d.T, d.hd);
+    }
+  });
+}
+
+// ---- bf16-emulated: widen one head, run the f32 code, narrow --------------------------
+
+void attention_bf16_emulated(const KernelCall& c) {
+  const Dims d = attention_dims(c, c.in(0).shape());
+  const uint16_t* qkv = c.in(0).as<uint16_t>();
+  uint16_t* y = c.out(0).as<uint16_t>();
+  float* probs = c.out(1).as<float>();
+  GemmCache& cache = gemm_cache_of(c.ctx);
   const int64_t n = d.T * d.hd;
   parallel_for(d.B * d.nh, 1, [&](int64_t lo, int64_t hi) {
     float* buf = scratch(size_t(4 * n));
@@ -178,18 +268,19 @@ void attention_bf16(const KernelCall& c) {
       widen_head(src, 3 * d.C, q, d.T, d.hd);
       widen_head(src + d.C, 3 * d.C, k, d.T, d.hd);
       widen_head(src + 2 * d.C, 3 * d.C, v, d.T, d.hd);
-      forward_head(q, k, v, d.hd, yh, d.hd, probs + bh * d.T * d.T, d.T, d.hd, d.scale);
+      forward_head<float>(cache, q, k, v, d.hd, yh, d.hd, probs + bh * d.T * d.T, d.T, d.hd, d.scale, nullptr);
       narrow_head(yh, y + b * d.T * d.C + h * d.hd, d.C, d.T, d.hd);
     }
   });
 }
 
-void attention_backward_bf16(const KernelCall& c) {
+void attention_backward_bf16_emulated(const KernelCall& c) {
   const Dims d = attention_dims(c, c.in(1).shape());
   const uint16_t* dy = c.in(0).as<uint16_t>();
   const uint16_t* qkv = c.in(1).as<uint16_t>();
   const float* probs = c.in(2).as<float>();
   uint16_t* dqkv = c.out(0).as<uint16_t>();
+  GemmCache& cache = gemm_cache_of(c.ctx);
   const int64_t n = d.T * d.hd;
   parallel_for(d.B * d.nh, 1, [&](int64_t lo, int64_t hi) {
     float* buf = scratch(size_t(7 * n + 2 * kBlock * d.T));
@@ -202,12 +293,20 @@ void attention_backward_bf16(const KernelCall& c) {
       widen_head(qkv + off + d.C, 3 * d.C, k, d.T, d.hd);
       widen_head(qkv + off + 2 * d.C, 3 * d.C, v, d.T, d.hd);
       widen_head(dy + b * d.T * d.C + h * d.hd, d.C, g, d.T, d.hd);
-      backward_head(q, k, v, d.hd, g, d.hd, probs + bh * d.T * d.T, dq, dk, dv, d.hd, d.T, d.hd, d.scale, work);
+      backward_head<float>(cache, q, k, v, d.hd, g, d.hd, probs + bh * d.T * d.T, dq, d.hd, dk, dv, d.hd, d.T, d.hd,
+                           d.scale, work, nullptr);
       narrow_head(dq, dqkv + off, 3 * d.C, d.T, d.hd);
       narrow_head(dk, dqkv + off + d.C, 3 * d.C, d.T, d.hd);
       narrow_head(dv, dqkv + off + 2 * d.C, 3 * d.C, d.T, d.hd);
     }
   });
+}
+
+void attention_bf16(const KernelCall& c) {
+  gemm_bf16_native() ? attention_bf16_native(c) : attention_bf16_emulated(c);
+}
+void attention_backward_bf16(const KernelCall& c) {
+  gemm_bf16_native() ? attention_backward_bf16_native(c) : attention_backward_bf16_emulated(c);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <thread>
 
+#include "gemm.h"
 #include "kernels.h"
 
 extern "C" void openblas_set_num_threads(int);
@@ -22,7 +23,8 @@ void set_num_threads(int n) {
 }
 
 CpuBackend::CpuBackend(int num_threads)
-    : num_threads_(num_threads > 0 ? num_threads : int(std::max(1u, std::thread::hardware_concurrency()))) {
+    : num_threads_(num_threads > 0 ? num_threads : int(std::max(1u, std::thread::hardware_concurrency()))),
+      gemm_cache_(make_gemm_cache()) {
   set_num_threads(num_threads_);
   auto& r = kernels();
   register_elementwise_kernels(r);

@@ -1,22 +1,25 @@
-// CPU kernels for matmul and linear on OpenBLAS.
+// CPU kernels for matmul and linear, all through gemm.h (oneDNN or OpenBLAS,
+// chosen at run time from the CPU's flags).
 //
-// f32 goes straight to cblas_sgemm with the transposes as flags: no copies.
+// f32 goes straight to the gemm with the transposes as flags: no copies.
 // A shared (rank-2) B with an untransposed A folds the batch into the rows,
-// and linear is one gemm over all rows with the bias pre-broadcast into the
-// output (beta = 1), which costs one write pass instead of a read-write pass
-// afterwards. Batches of matrices (attention heads) run one gemm per thread;
-// a single large gemm is split across the threads by sgemm() below.
+// and linear is one gemm over all rows with the bias as its epilogue (oneDNN)
+// or pre-broadcast into the output under beta = 1 (OpenBLAS): no second pass
+// over the output either way. Batches of matrices run one gemm per thread;
+// a single large gemm uses the whole thread team (gemm.cpp).
 //
-// bf16/f16: this machine class has no avx512_bf16, where OpenBLAS's sbgemm is
-// a slow generic loop, so low-precision products widen their operands to f32
-// in row chunks (scratch from the op's workspace), run sgemm, and narrow the
-// result: f32 accumulation, bounded scratch.
-#include <cblas.h>
-
+// bf16 where the CPU has bf16 dot products (cpu_features(): bf16-native):
+// the operands go straight into oneDNN's bf16 matmul (fp32 accumulation, the
+// bias as its epilogue), no widening. Elsewhere (bf16-emulated), and for f16
+// everywhere, low-precision products widen their operands to f32 in row
+// chunks (scratch from the op's workspace), run the f32 gemm, and narrow the
+// result: f32 accumulation, bounded scratch. OpenBLAS's sbgemm is no help:
+// Debian's build has none.
 #include <vector>
 
 #include "brisk/core/op.h"
 #include "cpu_util.h"
+#include "gemm.h"
 #include "kernels.h"
 
 namespace brisk::cpu {
@@ -27,51 +30,14 @@ using core::KernelCall;
 // A batch of at least one matrix per thread runs one gemm per thread unless
 // the matrices are large, in which case each gemm is split across threads.
 constexpr int64_t kLargeGemm = int64_t(1) << 26;
-// Below this many multiply-adds a gemm is not worth splitting (and OpenBLAS
-// does not thread it either: SMP_THRESHOLD_MIN * GEMM_MULTITHREAD_THRESHOLD).
-constexpr int64_t kSplitGemm = int64_t(1) << 18;
 
-inline CBLAS_TRANSPOSE tr(bool t) { return t ? CblasTrans : CblasNoTrans; }
-
-void sgemm_serial(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
-                  int64_t ldb, float beta, float* c, int64_t ldc) {
-  cblas_sgemm(CblasRowMajor, tr(ta), tr(tb), blasint(m), blasint(n), blasint(k), 1.f, a, blasint(lda), b,
-              blasint(ldb), beta, c, blasint(ldc));
-}
-
-// We split the output across our own OpenMP team and call OpenBLAS from
-// inside the parallel region, where its OpenMP build runs single-threaded.
-// Called from outside a region it would start its own threading, which costs
-// a heap allocation per call (so a training step would allocate). C is split
-// along its longer side; a small product runs on one thread of the team.
-void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
-           int64_t ldb, float beta, float* c) {
-  if (omp_in_parallel()) {
-    sgemm_serial(ta, tb, m, n, k, a, lda, b, ldb, beta, c, n);
-    return;
-  }
-  // Below kSplitGemm OpenBLAS itself stays on one thread (its SMP threshold
-  // is the same 2^18 multiply-adds), so the direct call allocates nothing.
-  const int threads = m * n * k < kSplitGemm ? 1 : omp_get_max_threads();
-  if (threads <= 1) {
-    sgemm_serial(ta, tb, m, n, k, a, lda, b, ldb, beta, c, n);
-    return;
-  }
-  const bool split_rows = m >= n;
-  const int64_t len = split_rows ? m : n;
-  const int64_t quantum = split_rows ? 4 : 16;  // keep slices aligned to the micro-kernel
-#pragma omp parallel num_threads(threads)
-  {
-    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
-    const int64_t lo = (len * t / nt) / quantum * quantum;
-    const int64_t hi = t == nt - 1 ? len : (len * (t + 1) / nt) / quantum * quantum;
-    if (hi > lo) {
-      if (split_rows)
-        sgemm_serial(ta, tb, hi - lo, n, k, ta ? a + lo : a + lo * lda, lda, b, ldb, beta, c + lo * n, n);
-      else
-        sgemm_serial(ta, tb, m, hi - lo, k, a, lda, tb ? b + lo * ldb : b + lo, ldb, beta, c + lo, n);
-    }
-  }
+// f32 C (m, n) = op(A) op(B) + beta C with C dense (ldc = n).
+void sgemm(GemmCache& cache, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+           const float* b, int64_t ldb, float beta, float* c) {
+  Gemm g;
+  g.ta = ta, g.tb = tb, g.m = m, g.n = n, g.k = k;
+  g.a = a, g.lda = lda, g.b = b, g.ldb = ldb, g.c = c, g.ldc = n, g.beta = beta;
+  gemm(cache, g);
 }
 
 struct Dims {
@@ -111,7 +77,10 @@ void matmul_f32(const KernelCall& c) {
   }
   const int64_t lda = p.trans_a ? d.m : d.k, ldb = p.trans_b ? d.k : d.n;
   const int64_t sa = d.m * d.k, sb = d.shared_b ? 0 : d.k * d.n, sy = d.m * d.n;
-  auto one = [&](int64_t i) { sgemm(p.trans_a, p.trans_b, d.m, d.n, d.k, a + i * sa, lda, b + i * sb, ldb, 0.f, y + i * sy); };
+  GemmCache& cache = gemm_cache_of(c.ctx);
+  auto one = [&](int64_t i) {
+    sgemm(cache, p.trans_a, p.trans_b, d.m, d.n, d.k, a + i * sa, lda, b + i * sb, ldb, 0.f, y + i * sy);
+  };
   if (d.batch == 1) {
     one(0);
   } else if (omp_get_max_threads() > 1 && d.batch >= omp_get_max_threads() && d.m * d.n * d.k < kLargeGemm) {
@@ -123,25 +92,13 @@ void matmul_f32(const KernelCall& c) {
 }
 
 void linear_f32(const KernelCall& c) {
-  const float* x = c.in(0).as<float>();
-  const float* w = c.in(1).as<float>();
-  float* y = c.out(0).as<float>();
   const int64_t out = c.in(1).shape()[0], in = c.in(1).shape()[1];
   const int64_t rows = c.out(0).numel() / std::max<int64_t>(out, 1);
-  if (rows == 0 || out == 0) return;
-  float beta = 0.f;
-  if (c.inputs.size() == 3) {
-    const float* bias = c.in(2).as<float>();
-    parallel_for(rows, std::max<int64_t>(1, kParallelGrain / out), [&](int64_t lo, int64_t hi) {
-      for (int64_t r = lo; r < hi; ++r) std::copy(bias, bias + out, y + r * out);
-    });
-    beta = 1.f;
-  }
-  if (in == 0) {
-    if (beta == 0.f) std::fill(y, y + rows * out, 0.f);
-    return;
-  }
-  sgemm(false, true, rows, out, in, x, in, w, in, beta, y);
+  Gemm g;
+  g.tb = true, g.m = rows, g.n = out, g.k = in;
+  g.a = c.in(0).data, g.lda = in, g.b = c.in(1).data, g.ldb = in, g.c = c.out(0).data, g.ldc = out;
+  if (c.inputs.size() == 3) g.bias = c.in(2).data;
+  gemm(gemm_cache_of(c.ctx), g);
 }
 
 // ---- bf16 / f16 via f32 ---------------------------------------------------------
@@ -207,8 +164,8 @@ struct LowpScratch {
 // C (m, n) = op(A) op(B) [+ bias], A and C low precision, B already widened
 // (layout per tb, ld ldb). A is (m, k) or, with ta, (k, m) with row stride m.
 template <class T>
-void lowp_gemm(const uint16_t* a, bool ta, const float* bf, bool tb, const uint16_t* bias, uint16_t* y, int64_t m,
-               int64_t n, int64_t k, LowpScratch& s) {
+void lowp_gemm(GemmCache& cache, const uint16_t* a, bool ta, const float* bf, bool tb, const uint16_t* bias,
+               uint16_t* y, int64_t m, int64_t n, int64_t k, LowpScratch& s) {
   const int64_t ldb = tb ? k : n;
   for (int64_t r0 = 0; r0 < m; r0 += s.chunk) {
     const int64_t mc = std::min(s.chunk, m - r0);
@@ -223,7 +180,7 @@ void lowp_gemm(const uint16_t* a, bool ta, const float* bf, bool tb, const uint1
       beta = 1.f;
     }
     if (k > 0)
-      sgemm(ta, tb, mc, n, k, s.a, ta ? mc : k, bf, ldb, beta, s.c);
+      sgemm(cache, ta, tb, mc, n, k, s.a, ta ? mc : k, bf, ldb, beta, s.c);
     else if (!bias)
       std::fill(s.c, s.c + mc * n, 0.f);
     narrow_block<T>(s.c, mc * n, y + r0 * n);
@@ -244,7 +201,7 @@ void matmul_lowp(const KernelCall& c) {
     // B as its stored rows: (k, n), or (n, k) when transposed.
     const int64_t b_rows = p.trans_b ? d.n : d.k, b_cols = p.trans_b ? d.k : d.n;
     if (i == 0 || !d.shared_b) widen_block<T>(b + (d.shared_b ? 0 : i * kn), b_cols, b_rows, b_cols, s.b);
-    lowp_gemm<T>(a + i * d.m * d.k, p.trans_a, s.b, p.trans_b, nullptr, y + i * d.m * d.n, d.m, d.n, d.k, s);
+    lowp_gemm<T>(gemm_cache_of(c.ctx), a + i * d.m * d.k, p.trans_a, s.b, p.trans_b, nullptr, y + i * d.m * d.n, d.m, d.n, d.k, s);
   }
 }
 
@@ -256,7 +213,46 @@ void linear_lowp(const KernelCall& c) {
   LowpScratch s(c, rows, in, out);
   widen_block<T>(c.in(1).as<const uint16_t>(), in, out, in, s.b);
   const uint16_t* bias = c.inputs.size() == 3 ? c.in(2).as<const uint16_t>() : nullptr;
-  lowp_gemm<T>(c.in(0).as<const uint16_t>(), false, s.b, true, bias, c.out(0).as<uint16_t>(), rows, out, in, s);
+  lowp_gemm<T>(gemm_cache_of(c.ctx), c.in(0).as<const uint16_t>(), false, s.b, true, bias, c.out(0).as<uint16_t>(), rows, out, in, s);
+}
+
+// ---- bf16 native: bf16 dot products, fp32 accumulation (gemm.h) -------------------
+
+void matmul_bf16_native(const KernelCall& c) {
+  const auto& p = c.p<ops::MatmulParams>();
+  const Dims d = matmul_dims(c);
+  if (d.m == 0 || d.n == 0 || d.batch == 0) return;
+  const auto* a = c.in(0).as<const uint16_t>();
+  const auto* b = c.in(1).as<const uint16_t>();
+  auto* y = c.out(0).as<uint16_t>();
+  GemmCache& cache = gemm_cache_of(c.ctx);
+  Gemm g;
+  g.ta = p.trans_a, g.tb = p.trans_b, g.m = d.m, g.n = d.n, g.k = d.k;
+  g.lda = p.trans_a ? d.m : d.k, g.ldb = p.trans_b ? d.k : d.n, g.ldc = d.n;
+  g.ab_type = g.c_type = core::DType::bf16;
+  for (int64_t i = 0; i < d.batch; ++i) {
+    g.a = a + i * d.m * d.k, g.b = b + (d.shared_b ? 0 : i * d.k * d.n), g.c = y + i * d.m * d.n;
+    gemm(cache, g);
+  }
+}
+
+void linear_bf16_native(const KernelCall& c) {
+  const int64_t out = c.in(1).shape()[0], in = c.in(1).shape()[1];
+  const int64_t rows = c.out(0).numel() / std::max<int64_t>(out, 1);
+  Gemm g;
+  g.tb = true, g.m = rows, g.n = out, g.k = in;
+  g.a = c.in(0).data, g.lda = in, g.b = c.in(1).data, g.ldb = in, g.c = c.out(0).data, g.ldc = out;
+  g.ab_type = g.c_type = core::DType::bf16;
+  if (c.inputs.size() == 3) g.bias = c.in(2).data, g.bias_type = core::DType::bf16;
+  gemm(gemm_cache_of(c.ctx), g);
+}
+
+// The path is chosen per call, so BRISK_BF16 (reload_cpu_features) switches it.
+void matmul_bf16(const KernelCall& c) {
+  gemm_bf16_native() ? matmul_bf16_native(c) : matmul_lowp<core::bf16>(c);
+}
+void linear_bf16(const KernelCall& c) {
+  gemm_bf16_native() ? linear_bf16_native(c) : linear_lowp<core::bf16>(c);
 }
 
 }  // namespace
@@ -265,10 +261,10 @@ void register_matmul_kernels(core::KernelRegistry& r) {
   using core::DType;
   using core::OpKind;
   r.add(OpKind::matmul, DType::f32, matmul_f32);
-  r.add(OpKind::matmul, DType::bf16, matmul_lowp<core::bf16>);
+  r.add(OpKind::matmul, DType::bf16, matmul_bf16);
   r.add(OpKind::matmul, DType::f16, matmul_lowp<core::f16>);
   r.add(OpKind::linear, DType::f32, linear_f32);
-  r.add(OpKind::linear, DType::bf16, linear_lowp<core::bf16>);
+  r.add(OpKind::linear, DType::bf16, linear_bf16);
   r.add(OpKind::linear, DType::f16, linear_lowp<core::f16>);
 }
 

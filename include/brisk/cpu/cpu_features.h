@@ -1,0 +1,47 @@
+// What this CPU offers the matrix products, read once at start-up, and the
+// paths brisk takes because of it. The same binary runs on AVX2-only
+// machines and on ones with AVX-512 and bf16 dot products (avx512_bf16,
+// AMX): every choice is made here at run time, never at compile time, and is
+// printed by `brisk train` and written by the benchmarks.
+//
+// Environment overrides (for tests and for measuring one path against the
+// other on the same machine):
+//   BRISK_BF16=emulated    take the widen-to-fp32 path even where bf16
+//                          dot products exist
+//   BRISK_GEMM=openblas    fp32 products through OpenBLAS even where oneDNN's
+//                          AVX-512 kernels are available (BRISK_GEMM=onednn
+//                          forces oneDNN)
+#pragma once
+
+#include <string>
+
+namespace brisk::cpu {
+
+enum class Bf16Path {
+  native,    // bf16 operands straight into bf16 dot products (oneDNN), fp32 accumulation
+  emulated,  // bf16 storage, operands widened to fp32 for the products
+};
+
+enum class F32Gemm { onednn, openblas };
+
+struct CpuFeatures {
+  bool avx512f = false, avx512_bf16 = false, amx_bf16 = false;
+  std::string onednn_isa;  // oneDNN's effective ISA, e.g. "avx512_core_bf16"
+  Bf16Path bf16 = Bf16Path::emulated;
+  std::string bf16_reason;  // why this path, in words
+  F32Gemm f32_gemm = F32Gemm::openblas;
+  std::string f32_reason;
+};
+
+// Read once (thread-safe) from cpuid, oneDNN and the environment.
+const CpuFeatures& cpu_features();
+
+// "bf16-native" / "bf16-emulated"; "fp32" for the fp32 path.
+const char* bf16_path_name(Bf16Path p);
+const char* f32_gemm_name(F32Gemm g);
+
+// Re-reads the environment overrides (tests switch paths within one process).
+// Not thread-safe against running kernels: call between runs.
+void reload_cpu_features();
+
+}  // namespace brisk::cpu

@@ -1,0 +1,110 @@
+// Run-time choice of the CPU matrix-product paths (cpu_features.h).
+//
+// bf16 is native only when both the CPU (avx512_bf16 or AMX-BF16 in cpuid)
+// and oneDNN (its effective ISA, which honours ONEDNN_MAX_CPU_ISA) agree:
+// oneDNN 2.x has no fast bf16 matmul below avx512_core_bf16, and its
+// avx512_core bf16 emulation is slower than our widen + sgemm.
+//
+// fp32 goes through oneDNN where it has AVX-512 kernels. On a Zen 5 EPYC
+// (2 threads, bench_gemm, the W1/W2 Linear shapes) oneDNN's brgemm ran the
+// products of a W2 step at 79% of the fp32 peak against OpenBLAS 0.3.21's
+// 41% (1.9x; W1 1.5x): that OpenBLAS picks its Haswell (AVX2) kernels on
+// this CPU. On AVX2-only machines OpenBLAS stays, as measured there before.
+#include "brisk/cpu/cpu_features.h"
+
+#include <cpuid.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <dnnl.hpp>
+#include <mutex>
+
+namespace brisk::cpu {
+namespace {
+
+bool has_isa(dnnl::cpu_isa effective, dnnl::cpu_isa want) {
+  return (unsigned(effective) & unsigned(want)) == unsigned(want);
+}
+
+std::string isa_name(dnnl::cpu_isa isa) {
+  using I = dnnl::cpu_isa;
+  // Most capable first: the flags nest.
+  const std::pair<I, const char*> names[] = {
+      {I::avx512_core_amx, "avx512_core_amx"}, {I::avx512_core_bf16, "avx512_core_bf16"},
+      {I::avx512_core_vnni, "avx512_core_vnni"}, {I::avx512_core, "avx512_core"},
+      {I::avx2_vnni, "avx2_vnni"},             {I::avx2, "avx2"},
+      {I::avx, "avx"},                         {I::sse41, "sse41"}};
+  for (const auto& [i, n] : names)
+    if (has_isa(isa, i)) return n;
+  return "none";
+}
+
+const char* env(const char* name) {
+  const char* v = std::getenv(name);
+  return v && *v ? v : nullptr;
+}
+
+CpuFeatures detect() {
+  CpuFeatures f;
+  f.avx512f = __builtin_cpu_supports("avx512f");
+  f.avx512_bf16 = __builtin_cpu_supports("avx512bf16");
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (__get_cpuid_count(7, 0, &a, &b, &c, &d)) f.amx_bf16 = (d >> 22) & 1;  // CPUID.7.0:EDX[22]
+  const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
+  f.onednn_isa = isa_name(isa);
+  const bool onednn_bf16 = has_isa(isa, dnnl::cpu_isa::avx512_core_bf16) || has_isa(isa, dnnl::cpu_isa::avx512_core_amx);
+
+  // ---- bf16
+  const char* forced = env("BRISK_BF16");
+  if (forced && std::strcmp(forced, "emulated") == 0) {
+    f.bf16 = Bf16Path::emulated;
+    f.bf16_reason = "BRISK_BF16=emulated";
+  } else if ((f.avx512_bf16 || f.amx_bf16) && onednn_bf16) {
+    f.bf16 = Bf16Path::native;
+    f.bf16_reason = std::string("CPU has ") + (f.amx_bf16 ? "amx_bf16" : "avx512_bf16") + ", oneDNN " + f.onednn_isa;
+  } else {
+    f.bf16 = Bf16Path::emulated;
+    f.bf16_reason = !(f.avx512_bf16 || f.amx_bf16)
+                        ? "CPU has no avx512_bf16 or amx_bf16"
+                        : "oneDNN's effective ISA " + f.onednn_isa + " has no bf16 matmul (ONEDNN_MAX_CPU_ISA?)";
+  }
+
+  // ---- fp32
+  const char* gemm = env("BRISK_GEMM");
+  if (gemm && std::strcmp(gemm, "openblas") == 0) {
+    f.f32_gemm = F32Gemm::openblas;
+    f.f32_reason = "BRISK_GEMM=openblas";
+  } else if (gemm && std::strcmp(gemm, "onednn") == 0) {
+    f.f32_gemm = F32Gemm::onednn;
+    f.f32_reason = "BRISK_GEMM=onednn";
+  } else if (has_isa(isa, dnnl::cpu_isa::avx512_core)) {
+    f.f32_gemm = F32Gemm::onednn;
+    f.f32_reason = "oneDNN " + f.onednn_isa;
+  } else {
+    f.f32_gemm = F32Gemm::openblas;
+    f.f32_reason = "oneDNN " + f.onednn_isa + " (no AVX-512): OpenBLAS";
+  }
+  return f;
+}
+
+std::mutex g_mutex;
+CpuFeatures* g_features = nullptr;
+
+}  // namespace
+
+const CpuFeatures& cpu_features() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (!g_features) g_features = new CpuFeatures(detect());  // lives for the process
+  return *g_features;
+}
+
+void reload_cpu_features() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (!g_features) g_features = new CpuFeatures();
+  *g_features = detect();
+}
+
+const char* bf16_path_name(Bf16Path p) { return p == Bf16Path::native ? "bf16-native" : "bf16-emulated"; }
+const char* f32_gemm_name(F32Gemm g) { return g == F32Gemm::onednn ? "onednn" : "openblas"; }
+
+}  // namespace brisk::cpu
