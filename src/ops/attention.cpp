@@ -122,7 +122,7 @@ struct Config {
 // The last one spans several of the CPU kernel's 64-row query blocks.
 constexpr Config kConfigs[] = {{2, 7, 12, 3}, {1, 13, 20, 4}, {2, 5, 6, 1},
                                {3, 16, 24, 2}, {1, 33, 18, 3}, {1, 130, 32, 2}};
-constexpr Config kBf16Configs[] = {{2, 7, 12, 3}, {1, 70, 12, 2}};
+constexpr Config kBf16Configs[] = {{2, 7, 12, 3}, {1, 70, 12, 2}, {1, 130, 32, 2}, {2, 64, 128, 2}};
 
 std::string label_of(const Config& k, DType t) {
   return std::string(core::dtype_name(t)) + " B" + std::to_string(k.B) + " T" + std::to_string(k.T) + " C" +

@@ -11,11 +11,13 @@
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <cstdlib>
 #include <random>
 
 #include "brisk/core/autograd.h"
 #include "brisk/core/executor.h"
 #include "brisk/cpu/cpu_backend.h"
+#include "brisk/cpu/cpu_features.h"
 #include "brisk/ops/ops.h"
 #include "brisk/ops/reference_backend.h"
 
@@ -122,6 +124,28 @@ ops::ReferenceBackend& reference() {
   return r;
 }
 
+// ---- the CPU's two bf16 paths -----------------------------------------------------
+// bf16 cases run on the CPU backend twice: on the bf16-native kernels (bf16
+// dot products through oneDNN) where this CPU has them, and on the emulated
+// ones (widened to f32), which every CPU runs. BRISK_BF16 switches between
+// them (cpu_features.h).
+
+// Whether this CPU has the native path, read once with no override set.
+const cpu::CpuFeatures& native_features() {
+  static const cpu::CpuFeatures f = [] {
+    unsetenv("BRISK_BF16");
+    cpu::reload_cpu_features();
+    return cpu::cpu_features();
+  }();
+  return f;
+}
+
+void use_bf16_path(cpu::Bf16Path p) {
+  if (p == cpu::Bf16Path::emulated) setenv("BRISK_BF16", "emulated", 1);
+  else unsetenv("BRISK_BF16");
+  cpu::reload_cpu_features();
+}
+
 void check_forward(core::OpKind kind) {
   const core::OpDef& def = core::op_def(kind);
   const auto cases = def.test_cases();
@@ -142,15 +166,26 @@ void check_forward(core::OpKind kind) {
             << "cpu backend has no f32 kernel for " << def.name;
         continue;
       }
-      const Outputs got = run_host(*backend, def, tc, inputs);
-      Row& row = results()[{std::string(def.name), std::string(core::dtype_name(key)), std::string(backend->name())}];
-      row.cases++;
-      for (size_t o = 0; o < ref.owned.size(); ++o) {
-        const double tol = forward_tolerance(ref.owned[o].dtype());
-        const double err = normalized_error(ref.owned[o], got.owned[o]);
-        row.max_error = std::max(row.max_error, err);
-        row.tolerance = std::max(row.tolerance, tol);
-        EXPECT_LE(err, tol) << "output " << o << " " << ref.owned[o].meta().str() << " on " << backend->name();
+      std::vector<std::pair<std::string, cpu::Bf16Path>> paths = {{"", cpu::Bf16Path::native}};
+      if (key == DType::bf16 && backend->name() == "cpu") {
+        paths.clear();
+        if (native_features().bf16 == cpu::Bf16Path::native) paths.push_back({"/bf16-native", cpu::Bf16Path::native});
+        paths.push_back({"/bf16-emulated", cpu::Bf16Path::emulated});
+      }
+      for (const auto& [suffix, path] : paths) {
+        if (!suffix.empty()) use_bf16_path(path);
+        const Outputs got = run_host(*backend, def, tc, inputs);
+        if (!suffix.empty()) use_bf16_path(native_features().bf16);
+        const std::string where = std::string(backend->name()) + suffix;
+        Row& row = results()[{std::string(def.name), std::string(core::dtype_name(key)), where}];
+        row.cases++;
+        for (size_t o = 0; o < ref.owned.size(); ++o) {
+          const double tol = forward_tolerance(ref.owned[o].dtype());
+          const double err = normalized_error(ref.owned[o], got.owned[o]);
+          row.max_error = std::max(row.max_error, err);
+          row.tolerance = std::max(row.tolerance, tol);
+          EXPECT_LE(err, tol) << "output " << o << " " << ref.owned[o].meta().str() << " on " << where;
+        }
       }
     }
   }
@@ -275,12 +310,22 @@ class OpTest : public testing::Test {
   bool grad_;
 };
 
+// A visible skip where this CPU cannot run the bf16-native kernels.
+TEST(Bf16Paths, NativeKernelsRunWhereTheCpuHasThem) {
+  const cpu::CpuFeatures& f = native_features();
+  if (f.bf16 != cpu::Bf16Path::native)
+    GTEST_SKIP() << "bf16-native kernels not run on this machine (" << f.bf16_reason
+                 << "); bf16 cases ran on the bf16-emulated kernels only";
+  std::printf("bf16 cases ran on both paths: bf16-native (%s) and bf16-emulated\n", f.bf16_reason.c_str());
+  SUCCEED();
+}
+
 void print_table() {
   if (results().empty()) return;
-  std::printf("\n%-24s %-6s %-10s %6s %12s %10s\n", "op", "dtype", "backend", "cases", "max error", "tolerance");
+  std::printf("\n%-24s %-6s %-18s %6s %12s %10s\n", "op", "dtype", "backend", "cases", "max error", "tolerance");
   for (const auto& [key, row] : results()) {
     const auto& [op, dtype, backend] = key;
-    std::printf("%-24s %-6s %-10s %6d %12.3e %10.1e%s\n", op.c_str(), dtype.c_str(), backend.c_str(), row.cases,
+    std::printf("%-24s %-6s %-18s %6d %12.3e %10.1e%s\n", op.c_str(), dtype.c_str(), backend.c_str(), row.cases,
                 row.max_error, row.tolerance, row.max_error > row.tolerance ? "  FAIL" : "");
   }
   std::printf("(backend 'grad': finite-difference check of the backward rule on the reference backend)\n\n");

@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <map>
@@ -20,6 +21,7 @@
 
 #include "brisk/core/error.h"
 #include "brisk/cpu/cpu_backend.h"
+#include "brisk/cpu/cpu_features.h"
 #include "brisk/models/gpt.h"
 #include "brisk/optim/loss_scaler.h"
 #include "brisk/optim/optimizer.h"
@@ -286,16 +288,47 @@ TEST(Precision, Fp32NeedsNoFallback) {
 
 // brisk has no bf16/fp16 training path yet on any CPU, so both fall back to
 // fp32 everywhere for now, and the warning names the CPU's features.
-TEST(Precision, Bf16FallsBackToFp32WithAWarning) {
+// The environment override of cpu_features.h for one scope.
+struct Bf16Override {
+  explicit Bf16Override(const char* value) {
+    if (value) setenv("BRISK_BF16", value, 1);
+    else unsetenv("BRISK_BF16");
+    cpu::reload_cpu_features();
+  }
+  ~Bf16Override() {
+    unsetenv("BRISK_BF16");
+    cpu::reload_cpu_features();
+  }
+};
+
+TEST(Precision, Bf16FallsBackToFp32WithAWarningWithoutTheNativePath) {
+  Bf16Override emulated("emulated");  // what an AVX2-only CPU gets
   const auto cfg = train::load_train_config("", {"train.precision=bf16"});
   const auto c = train::resolve_precision(cfg.precision);
   EXPECT_EQ(c.requested, train::Precision::bf16);
   EXPECT_EQ(c.effective, train::Precision::fp32);
+  EXPECT_EQ(c.path, "fp32");
   EXPECT_NE(c.warning.find("precision bf16 requested but no fast path on this machine"), std::string::npos) << c.warning;
   EXPECT_NE(c.warning.find("training in fp32"), std::string::npos) << c.warning;
-  const bool has_bf16 = __builtin_cpu_supports("avx512bf16");
-  EXPECT_NE(c.warning.find(has_bf16 ? "CPU has avx512_bf16" : "CPU has no avx512_bf16"), std::string::npos) << c.warning;
+  EXPECT_NE(c.warning.find("BRISK_BF16=emulated"), std::string::npos) << c.warning;
   std::printf("[ info ] %s\n", c.warning.c_str());
+}
+
+TEST(Precision, Bf16RunsNativeWhereTheCpuHasBf16DotProducts) {
+  Bf16Override none(nullptr);
+  const bool has_bf16 = __builtin_cpu_supports("avx512bf16");
+  const auto c = train::resolve_precision(train::Precision::bf16);
+  if (!has_bf16) {
+    EXPECT_EQ(c.effective, train::Precision::fp32);
+    EXPECT_NE(c.warning.find("CPU has no avx512_bf16"), std::string::npos) << c.warning;
+    GTEST_SKIP() << "no avx512_bf16 on this CPU: the bf16-native path is not available (" << c.warning << ")";
+  }
+  EXPECT_EQ(c.effective, train::Precision::bf16);
+  EXPECT_EQ(c.path, "bf16-native");
+  EXPECT_FALSE(c.emulated);
+  EXPECT_TRUE(c.warning.empty()) << c.warning;
+  EXPECT_NE(c.reason.find("CPU has avx512_bf16"), std::string::npos) << c.reason;
+  std::printf("[ info ] bf16-native: %s\n", c.reason.c_str());
 }
 
 TEST(Precision, Fp16FallsBackToFp32WithAWarning) {
