@@ -41,6 +41,7 @@
 
 #include <dnnl.hpp>
 
+#include "brisk/cpu/cpu_features.h"
 #include "brisk/monitor/peak.h"
 
 namespace {
@@ -379,6 +380,12 @@ int main(int argc, char** argv) {
   std::printf("cpu            %s [%s]\n", cpu.c_str(), flags.c_str());
   std::printf("openblas       %s\n", blas_cfg.c_str());
   std::printf("onednn         %s\n", dnnl_ver);
+  // The paths brisk's own kernels take on this machine (cpu_features.h).
+  const brisk::cpu::CpuFeatures& feat = brisk::cpu::cpu_features();
+  const std::string brisk_paths = std::string("bf16 ") + brisk::cpu::bf16_path_name(feat.bf16) + " (" +
+                                  feat.bf16_reason + "); fp32 " + brisk::cpu::f32_gemm_name(feat.f32_gemm) + " (" +
+                                  feat.f32_reason + ")";
+  std::printf("brisk paths    %s\n", brisk_paths.c_str());
   std::printf("timing         median after 1 warm-up, ~%.2f s per shape and variant%s\n", opt.target_s,
               opt.quick ? " (--quick)" : "");
 
@@ -561,6 +568,9 @@ int main(int argc, char** argv) {
     f << "{\n  \"benchmark\": \"gemm\",\n  \"config\": {\"threads\": " << opt.threads
       << ", \"cpu\": " << json_str(cpu) << ", \"cpu_flags\": " << json_str(flags)
       << ", \"openblas\": " << json_str(blas_cfg) << ", \"onednn\": " << json_str(dnnl_ver)
+      << ", \"brisk_bf16_path\": " << json_str(brisk::cpu::bf16_path_name(feat.bf16))
+      << ", \"brisk_fp32_gemm\": " << json_str(brisk::cpu::f32_gemm_name(feat.f32_gemm))
+      << ", \"brisk_paths\": " << json_str(brisk_paths)
       << ", \"quick\": " << (opt.quick ? "true" : "false") << ", \"target_s\": " << json_num(opt.target_s)
       << ", \"rows\": " << kRows << ", \"machine_busy_before\": " << json_num(busy) << "},\n";
     f << "  \"peak\": {\"fp32_gflops\": " << json_num(fp32_peak) << ", \"fp32_isa\": " << json_str(kFmaIsa)

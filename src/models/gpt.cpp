@@ -104,9 +104,10 @@ namespace {
 //   a bf16 one; step times equal within noise; arena 283 vs 264 MiB (fp32:
 //   378). Both track here; fp32 is the one whose error does not grow with
 //   depth and run length, for 7% of the arena.
-// - Linear, attention, GELU and the logits run in the compute dtype; the CPU
-//   kernels widen to fp32 inside (products accumulate in fp32 through sgemm,
-//   softmax and the loss's log-sum-exp are fp32). An op whose forward or
+// - Linear, attention, GELU and the logits run in the compute dtype. On CPU
+//   the bf16 products are bf16 dot products with fp32 accumulation where the
+//   CPU has them (bf16-native, docs/cpu-paths.md) and widen to fp32
+//   elsewhere; softmax and the loss's log-sum-exp are fp32 either way. An op whose forward or
 //   backward has no kernel in the compute dtype on this backend runs in f32
 //   between casts: the same numbers as a widen-compute-narrow kernel.
 // With compute == f32 every helper below is the identity, so the fp32 graph
