@@ -15,40 +15,42 @@ double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+namespace {
+
+// Best of short one-thread samples of `loop`, times the thread count: on a
+// shared machine one thread still finds a free core where an all-thread
+// sample would be halved by a neighbour (and a low peak inflates every MFU).
+// Throughput scales with cores; on SMT siblings this overstates the peak,
+// which only makes the reported MFU conservative. Cached per thread count.
+struct CachedPeak {
+  std::mutex mu;
+  double value = 0;
+  int threads = 0;
+
+  double get(double (*loop)(int64_t), int n_threads, double seconds) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (value > 0 && threads == n_threads) return value;
+    PeakMeter meter(loop, 1, 0.01);
+    const double t_end = now_seconds() + seconds;
+    do meter.sample();
+    while (now_seconds() < t_end);
+    value = meter.best() * n_threads;
+    threads = n_threads;
+    return value;
+  }
+};
+
+}  // namespace
+
 double peak_fp32_gflops(int threads, double seconds) {
-  static std::mutex mu;
-  static double cached = 0;
-  static int cached_threads = 0;
-  std::lock_guard<std::mutex> lock(mu);
-  if (cached > 0 && cached_threads == threads) return cached;
-  // Best of short one-thread samples, times the thread count: on a shared
-  // machine one thread still finds a free core where an all-thread sample
-  // would be halved by a neighbour (and a low peak inflates every MFU).
-  // FMA throughput scales with cores; on SMT siblings this overstates the
-  // peak, which only makes the reported MFU conservative.
-  PeakMeter meter(fma_loop, 1, 0.01);
-  const double t_end = now_seconds() + seconds;
-  do meter.sample();
-  while (now_seconds() < t_end);
-  cached = meter.best() * threads;
-  cached_threads = threads;
-  return cached;
+  static CachedPeak peak;
+  return peak.get(fma_loop, threads, seconds);
 }
 
 double peak_bf16_gflops(int threads, double seconds) {
   if (!have_bf16_peak()) return 0.0;
-  static std::mutex mu;
-  static double cached = 0;
-  static int cached_threads = 0;
-  std::lock_guard<std::mutex> lock(mu);
-  if (cached > 0 && cached_threads == threads) return cached;
-  PeakMeter meter(bf16_loop, 1, 0.01);  // as peak_fp32_gflops: one-thread samples x threads
-  const double t_end = now_seconds() + seconds;
-  do meter.sample();
-  while (now_seconds() < t_end);
-  cached = meter.best() * threads;
-  cached_threads = threads;
-  return cached;
+  static CachedPeak peak;
+  return peak.get(bf16_loop, threads, seconds);
 }
 
 size_t peak_rss_bytes() {
