@@ -147,8 +147,9 @@ int run_precision_bench(const PrecisionBenchOptions& options) {
                 double(r->arena) / (1 << 20), (long long)r->result.skipped_steps);
   std::printf("relative difference of the final losses: %.3f%% (limit %.1f%%): %s\n", 100 * rel, 100 * o.tolerance,
               pass ? "PASS" : "FAIL");
-  std::printf("%s ms/step: %.2fx fp32's (emulated: products widen to fp32 sgemm on this CPU)\n", o.precision.c_str(),
-              ref.ms_per_step > 0 ? low.ms_per_step / ref.ms_per_step : 0.0);
+  const train::PrecisionChoice path = train::resolve_precision(train::parse_precision(o.precision), false);
+  std::printf("%s ms/step: %.2fx fp32's (path %s: %s)\n", o.precision.c_str(),
+              ref.ms_per_step > 0 ? low.ms_per_step / ref.ms_per_step : 0.0, path.path.c_str(), path.reason.c_str());
 
   json out = {{"benchmark", "precision"},
               {"workload", o.workload},
