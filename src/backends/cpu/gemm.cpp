@@ -32,7 +32,7 @@ memory::data_type dnnl_type(core::DType t) {
 }
 
 // Everything that makes two products need different primitives.
-using Key = std::array<int64_t, 14>;
+using Key = std::array<int64_t, 12>;
 struct KeyHash {
   size_t operator()(const Key& k) const {
     uint64_t h = 1469598103934665603ull;  // FNV-1a over the words
@@ -46,7 +46,7 @@ Key key_of(const Gemm& g, bool nested) {
   std::memcpy(&alpha_bits, &g.alpha, 4);
   return {g.m, g.n, g.k, g.lda, g.ldb, g.ldc, int64_t(g.ta) | int64_t(g.tb) << 1 | int64_t(nested) << 2,
           int64_t(g.ab_type), int64_t(g.c_type), g.bias ? int64_t(g.bias_type) : -1, int64_t(alpha_bits),
-          g.beta != 0.f, 0, 0};
+          g.beta != 0.f};
 }
 
 // ---- OpenBLAS (fp32) --------------------------------------------------------------

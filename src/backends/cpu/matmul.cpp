@@ -63,27 +63,27 @@ Dims matmul_dims(const KernelCall& c) {
   return d;
 }
 
-// ---- f32 ------------------------------------------------------------------------
-void matmul_f32(const KernelCall& c) {
+// ---- operands straight into gemm(): f32 always, bf16 on the bf16-native path --------
+void matmul_direct(const KernelCall& c, core::DType t) {
   const auto& p = c.p<ops::MatmulParams>();
   const Dims d = matmul_dims(c);
-  const float* a = c.in(0).as<float>();
-  const float* b = c.in(1).as<float>();
-  float* y = c.out(0).as<float>();
   if (d.m == 0 || d.n == 0 || d.batch == 0) return;
-  if (d.k == 0) {
-    std::fill(y, y + d.batch * d.m * d.n, 0.f);
-    return;
-  }
-  const int64_t lda = p.trans_a ? d.m : d.k, ldb = p.trans_b ? d.k : d.n;
+  const size_t es = core::dtype_size(t);
+  const auto* a = static_cast<const char*>(c.in(0).data);
+  const auto* b = static_cast<const char*>(c.in(1).data);
+  auto* y = static_cast<char*>(c.out(0).data);
   const int64_t sa = d.m * d.k, sb = d.shared_b ? 0 : d.k * d.n, sy = d.m * d.n;
   GemmCache& cache = gemm_cache_of(c.ctx);
+  Gemm g;
+  g.ta = p.trans_a, g.tb = p.trans_b, g.m = d.m, g.n = d.n, g.k = d.k;
+  g.lda = p.trans_a ? d.m : d.k, g.ldb = p.trans_b ? d.k : d.n, g.ldc = d.n;
+  g.ab_type = g.c_type = t;
   auto one = [&](int64_t i) {
-    sgemm(cache, p.trans_a, p.trans_b, d.m, d.n, d.k, a + i * sa, lda, b + i * sb, ldb, 0.f, y + i * sy);
+    Gemm gi = g;
+    gi.a = a + i * sa * es, gi.b = b + i * sb * es, gi.c = y + i * sy * es;
+    gemm(cache, gi);
   };
-  if (d.batch == 1) {
-    one(0);
-  } else if (omp_get_max_threads() > 1 && d.batch >= omp_get_max_threads() && d.m * d.n * d.k < kLargeGemm) {
+  if (d.batch > 1 && omp_get_max_threads() > 1 && d.batch >= omp_get_max_threads() && d.m * d.n * d.k < kLargeGemm) {
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < d.batch; ++i) one(i);
   } else {
@@ -91,15 +91,19 @@ void matmul_f32(const KernelCall& c) {
   }
 }
 
-void linear_f32(const KernelCall& c) {
+void linear_direct(const KernelCall& c, core::DType t) {
   const int64_t out = c.in(1).shape()[0], in = c.in(1).shape()[1];
   const int64_t rows = c.out(0).numel() / std::max<int64_t>(out, 1);
   Gemm g;
   g.tb = true, g.m = rows, g.n = out, g.k = in;
   g.a = c.in(0).data, g.lda = in, g.b = c.in(1).data, g.ldb = in, g.c = c.out(0).data, g.ldc = out;
-  if (c.inputs.size() == 3) g.bias = c.in(2).data;
+  g.ab_type = g.c_type = t;
+  if (c.inputs.size() == 3) g.bias = c.in(2).data, g.bias_type = t;
   gemm(gemm_cache_of(c.ctx), g);
 }
+
+void matmul_f32(const KernelCall& c) { matmul_direct(c, core::DType::f32); }
+void linear_f32(const KernelCall& c) { linear_direct(c, core::DType::f32); }
 
 // ---- bf16 / f16 via f32 ---------------------------------------------------------
 template <class T> struct Lowp;
@@ -216,43 +220,12 @@ void linear_lowp(const KernelCall& c) {
   lowp_gemm<T>(gemm_cache_of(c.ctx), c.in(0).as<const uint16_t>(), false, s.b, true, bias, c.out(0).as<uint16_t>(), rows, out, in, s);
 }
 
-// ---- bf16 native: bf16 dot products, fp32 accumulation (gemm.h) -------------------
-
-void matmul_bf16_native(const KernelCall& c) {
-  const auto& p = c.p<ops::MatmulParams>();
-  const Dims d = matmul_dims(c);
-  if (d.m == 0 || d.n == 0 || d.batch == 0) return;
-  const auto* a = c.in(0).as<const uint16_t>();
-  const auto* b = c.in(1).as<const uint16_t>();
-  auto* y = c.out(0).as<uint16_t>();
-  GemmCache& cache = gemm_cache_of(c.ctx);
-  Gemm g;
-  g.ta = p.trans_a, g.tb = p.trans_b, g.m = d.m, g.n = d.n, g.k = d.k;
-  g.lda = p.trans_a ? d.m : d.k, g.ldb = p.trans_b ? d.k : d.n, g.ldc = d.n;
-  g.ab_type = g.c_type = core::DType::bf16;
-  for (int64_t i = 0; i < d.batch; ++i) {
-    g.a = a + i * d.m * d.k, g.b = b + (d.shared_b ? 0 : i * d.k * d.n), g.c = y + i * d.m * d.n;
-    gemm(cache, g);
-  }
-}
-
-void linear_bf16_native(const KernelCall& c) {
-  const int64_t out = c.in(1).shape()[0], in = c.in(1).shape()[1];
-  const int64_t rows = c.out(0).numel() / std::max<int64_t>(out, 1);
-  Gemm g;
-  g.tb = true, g.m = rows, g.n = out, g.k = in;
-  g.a = c.in(0).data, g.lda = in, g.b = c.in(1).data, g.ldb = in, g.c = c.out(0).data, g.ldc = out;
-  g.ab_type = g.c_type = core::DType::bf16;
-  if (c.inputs.size() == 3) g.bias = c.in(2).data, g.bias_type = core::DType::bf16;
-  gemm(gemm_cache_of(c.ctx), g);
-}
-
 // The path is chosen per call, so BRISK_BF16 (reload_cpu_features) switches it.
 void matmul_bf16(const KernelCall& c) {
-  gemm_bf16_native() ? matmul_bf16_native(c) : matmul_lowp<core::bf16>(c);
+  gemm_bf16_native() ? matmul_direct(c, core::DType::bf16) : matmul_lowp<core::bf16>(c);
 }
 void linear_bf16(const KernelCall& c) {
-  gemm_bf16_native() ? linear_bf16_native(c) : linear_lowp<core::bf16>(c);
+  gemm_bf16_native() ? linear_direct(c, core::DType::bf16) : linear_lowp<core::bf16>(c);
 }
 
 }  // namespace
