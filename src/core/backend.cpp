@@ -1,10 +1,16 @@
 // Kernel registry lookups and one-off op execution.
 #include "brisk/core/backend.h"
 
+#include <cstring>
+
 #include "brisk/core/error.h"
 #include "brisk/core/graph.h"
 
 namespace brisk::core {
+
+void Backend::zero(void* dst, size_t bytes) {
+  if (bytes) std::memset(dst, 0, bytes);
+}
 
 void KernelRegistry::add(OpKind op, DType dtype, KernelFn fn) { table_[size_t(op)][size_t(dtype)] = fn; }
 

@@ -47,6 +47,7 @@ Executor::Executor(const Graph& g, Backend& backend) : graph_(g), backend_(backe
 }
 
 Executor::~Executor() {
+  drop_graph();
   if (arena_) backend_.allocator().deallocate(arena_, plan_.report.arena);
 }
 
@@ -58,6 +59,18 @@ void Executor::bind(ValueId v, void* data) {
     if (plan_.root[u] == r) value_data_[u] = data;
   for (uint32_t slot : value_slots_[size_t(r)]) views_[slot].data = data;
   bound_[size_t(r)] = true;
+  drop_graph();  // the recording holds the old addresses
+}
+
+void Executor::set_graph_capture(bool on) {
+  graph_capture_ = on;
+  if (!on) drop_graph();
+}
+
+void Executor::drop_graph() {
+  if (step_graph_) backend_.graph_destroy(step_graph_);
+  step_graph_ = nullptr;
+  runs_ = 0;
 }
 
 void Executor::bind(const ParameterStore& store) {
@@ -75,6 +88,31 @@ void Executor::run() {
   for (size_t v = 0; v < bound_.size(); ++v)
     if (plan_.root[v] == ValueId(v) && plan_.is_external(ValueId(v)) && !bound_[v] && !value_slots_[v].empty())
       throw Error("executor: external value '" + graph_.value(ValueId(v)).name + "' was never bound");
+  const bool use_graph = graph_capture_ && !profiling_ && backend_.supports_graphs();
+  if (use_graph && step_graph_) {
+    backend_.graph_launch(step_graph_);
+    return;
+  }
+  if (use_graph && runs_ >= 1) {
+    backend_.capture_begin();
+    try {
+      run_steps();
+    } catch (...) {
+      try {  // end the capture before reporting the kernel's error
+        backend_.graph_destroy(backend_.capture_end());
+      } catch (...) {
+      }
+      throw;
+    }
+    step_graph_ = backend_.capture_end();
+    backend_.graph_launch(step_graph_);
+    return;
+  }
+  run_steps();
+  ++runs_;
+}
+
+void Executor::run_steps() {
   for (const Step& s : steps_) {
     KernelCall call;
     call.params = s.params;
@@ -105,6 +143,13 @@ void Executor::write(ValueId v, const void* host, size_t bytes) {
     throw Error("executor: writing " + std::to_string(bytes) + " bytes into value '" + graph_.value(v).name +
                 "' of " + graph_.meta(v).str());
   backend_.copy_to_device(data(v), host, bytes);
+}
+
+void Executor::write_async(ValueId v, const void* host, size_t bytes) {
+  if (bytes != graph_.meta(v).bytes())
+    throw Error("executor: writing " + std::to_string(bytes) + " bytes into value '" + graph_.value(v).name +
+                "' of " + graph_.meta(v).str());
+  backend_.copy_to_device_async(data(v), host, bytes);
 }
 
 void Executor::read(ValueId v, void* host, size_t bytes) const {

@@ -3,6 +3,7 @@
 
 #include <cstring>
 
+#include "brisk/core/backend.h"
 #include "brisk/core/error.h"
 
 namespace brisk::core {
@@ -18,8 +19,8 @@ void ParameterStore::adopt(const Graph& g) {
       continue;
     }
     Entry e;
-    e.value = Tensor::zeros(val.meta.shape, val.meta.dtype);
-    e.grad = Tensor::zeros(val.meta.shape, val.meta.dtype);
+    e.value = make_zeros(val.meta.shape, val.meta.dtype);
+    e.grad = make_zeros(val.meta.shape, val.meta.dtype);
     entries_.emplace(val.name, std::move(e));
   }
 }
@@ -36,8 +37,38 @@ const ParameterStore::Entry& ParameterStore::at(const std::string& name) const {
   return it->second;
 }
 
+bool ParameterStore::on_device() const { return backend_ && !backend_->device().is_host(); }
+
 void ParameterStore::zero_grads() {
-  for (auto& [name, e] : entries_) std::memset(e.grad.data(), 0, e.grad.bytes());
+  for (auto& [name, e] : entries_) {
+    if (on_device()) backend_->zero(e.grad.data(), e.grad.bytes());
+    else std::memset(e.grad.data(), 0, e.grad.bytes());
+  }
+}
+
+Tensor ParameterStore::make_zeros(const Shape& shape, DType dtype) const {
+  if (!on_device()) return Tensor::zeros(shape, dtype);
+  Tensor t = Tensor::empty(shape, dtype, backend_->allocator(), backend_->device());
+  backend_->zero(t.data(), t.bytes());
+  return t;
+}
+
+Tensor ParameterStore::download(const Tensor& t) const {
+  if (!on_device()) return t;
+  Tensor h = Tensor::empty(t.shape(), t.dtype());
+  backend_->copy_to_host(h.data(), t.data(), t.bytes());
+  return h;
+}
+
+void ParameterStore::upload(const Tensor& dst, const Tensor& host_src) const {
+  if (!(dst.meta() == host_src.meta()))
+    throw ShapeError("parameter store: uploading " + host_src.meta().str() + " into " + dst.meta().str());
+  if (!on_device()) {
+    Tensor d = dst;
+    d.copy_from(host_src);
+    return;
+  }
+  backend_->copy_to_device(dst.data(), host_src.data(), dst.bytes());
 }
 
 size_t ParameterStore::param_bytes() const {

@@ -17,7 +17,7 @@ namespace brisk::core {
 struct ExecContext {
   int num_threads = 1;
   void* stream = nullptr;       // cudaStream_t on the CUDA backend
-  void* blas_handle = nullptr;  // cublasLtHandle_t on the CUDA backend
+  void* blas_handle = nullptr;  // the CPU backend's GemmCache; brisk::cuda::LtState (cuBLASLt handle + plan cache) on CUDA
   // Device scratch the BLAS may use (cuBLASLt picks faster algorithms with
   // some); owned by the backend, valid for the backend's lifetime.
   void* blas_workspace = nullptr;
@@ -49,6 +49,29 @@ class Backend {
   // Host memory for data on its way to this device: page-locked on a GPU (so
   // copies can be asynchronous), plain aligned memory on the CPU.
   virtual Allocator& staging_allocator() { return HostAllocator::instance(); }
+  // A copy ordered before every kernel queued after it, without waiting for
+  // it: the host buffer must stay untouched until the next synchronize() (or
+  // a read back) when it is page-locked; pageable memory is staged before
+  // the call returns. Synchronous where the device is the host.
+  virtual void copy_to_device_async(void* dst, const void* host_src, size_t bytes) {
+    copy_to_device(dst, host_src, bytes);
+  }
+  // Sets device bytes to zero, ordered with the kernels (gradients each step).
+  virtual void zero(void* dst, size_t bytes);
+  // What the device is, for start-up lines and reports ("NVIDIA H100 80GB HBM3").
+  virtual std::string description() const { return std::string(name()); }
+
+  // ---- whole-step graphs (CUDA graphs) ----
+  // A backend that can record the kernels queued between capture_begin() and
+  // capture_end() as one replayable graph says so here. Kernels run during a
+  // capture are recorded, not executed; capture_end() returns an opaque
+  // handle for graph_launch()/graph_destroy(). The executor uses these to
+  // turn a planned step into one launch.
+  virtual bool supports_graphs() const { return false; }
+  virtual void capture_begin() {}
+  virtual void* capture_end() { return nullptr; }
+  virtual void graph_launch(void* /*graph*/) {}
+  virtual void graph_destroy(void* /*graph*/) {}
 
   const KernelRegistry& kernels() const { return kernels_; }
   KernelRegistry& kernels() { return kernels_; }

@@ -33,8 +33,10 @@ using CudaBackendAbiFn = size_t (*)();
 // Both sides compile this from the same headers; a stale library built
 // against other headers (different op table, different layouts) disagrees
 // and is refused rather than crashing on first use.
+// kBackendInterface counts changes to the Backend class's virtual functions.
+inline constexpr size_t kBackendInterface = 2;
 constexpr size_t backend_abi_tag() {
-  return size_t(kNumOps) * 1000003u + size_t(kNumDTypes) * 10007u + sizeof(ExecContext) * 101u +
+  return kBackendInterface * 1299709u + size_t(kNumOps) * 1000003u + size_t(kNumDTypes) * 10007u + sizeof(ExecContext) * 101u +
          sizeof(KernelCall) * 7u + sizeof(TensorView) + sizeof(OpParams) * 13u;
 }
 

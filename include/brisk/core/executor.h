@@ -32,6 +32,8 @@ class Executor {
   TensorView view(ValueId v) const;
   // Host copies, through the backend (device-agnostic).
   void write(ValueId v, const void* host, size_t bytes);
+  // Backend::copy_to_device_async: ordered before the next run(), not waited for.
+  void write_async(ValueId v, const void* host, size_t bytes);
   void read(ValueId v, void* host, size_t bytes) const;
   double read_scalar(ValueId v) const;
 
@@ -39,6 +41,13 @@ class Executor {
   const MemoryPlan& plan() const { return plan_; }
   Backend& backend() { return backend_; }
   void set_num_threads(int n) { ctx_.num_threads = n; }
+  // Whole-step graphs: on a backend that supports them (CUDA), the first
+  // run() executes the kernels one by one (warming every per-shape cache),
+  // the second records them as one graph and every later run() replays it
+  // with a single launch. Binding new memory drops the recording. On by
+  // default; profiling runs kernel by kernel.
+  void set_graph_capture(bool on);
+  bool graph_captured() const { return step_graph_ != nullptr; }
   // Per-op wall time, summed over runs while profiling is on (the per-op
   // breakdown of `brisk bench` and of the trainer's --profile).
   void set_profiling(bool on) { profiling_ = on; }
@@ -73,7 +82,12 @@ class Executor {
   // For each value: the slots in views_ that point at it (patched by bind()).
   std::vector<std::vector<uint32_t>> value_slots_;
   std::vector<bool> bound_;
+  void run_steps();
+  void drop_graph();
   bool profiling_ = false;
+  bool graph_capture_ = true;
+  int64_t runs_ = 0;
+  void* step_graph_ = nullptr;  // the backend's recorded step, or null
   std::array<OpTime, kNumOps> op_times_{};
 };
 

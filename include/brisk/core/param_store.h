@@ -12,8 +12,15 @@
 
 namespace brisk::core {
 
+class Backend;
+
 class ParameterStore {
  public:
+  // Where the tensors live: host memory (nullptr, the default) or a device
+  // backend's memory (set before the first adopt()). Host code never touches
+  // device bytes directly: it goes through download()/upload().
+  void set_backend(Backend* backend) { backend_ = backend; }
+  bool on_device() const;
   struct Entry {
     Tensor value;
     Tensor grad;
@@ -30,6 +37,12 @@ class ParameterStore {
   std::map<std::string, Entry>& entries() { return entries_; }
 
   void zero_grads();
+  // A host copy of one of the store's tensors (the tensor itself when the
+  // store is on the host), and a copy of host bytes into one.
+  Tensor download(const Tensor& t) const;
+  void upload(const Tensor& dst, const Tensor& host_src) const;
+  // A new zero-filled tensor where the store's tensors live (optimizer state).
+  Tensor make_zeros(const Shape& shape, DType dtype) const;
   size_t param_bytes() const;
   size_t grad_bytes() const;
   size_t state_bytes() const;
@@ -37,6 +50,7 @@ class ParameterStore {
 
  private:
   std::map<std::string, Entry> entries_;
+  Backend* backend_ = nullptr;
 };
 
 }  // namespace brisk::core
