@@ -15,6 +15,7 @@
 #include <random>
 
 #include "brisk/core/autograd.h"
+#include "brisk/core/backend_loader.h"
 #include "brisk/core/executor.h"
 #include "brisk/cpu/cpu_backend.h"
 #include "brisk/cpu/cpu_features.h"
@@ -110,13 +111,69 @@ DType case_dtype(const core::OpDef& def, const core::TestCase& tc, const std::ve
   return outs[0].dtype;
 }
 
+// Why the CUDA backend is not among backends() (empty when it is).
+std::string& cuda_unavailable() {
+  static std::string why;
+  return why;
+}
+
 std::vector<std::unique_ptr<core::Backend>>& backends() {
   static std::vector<std::unique_ptr<core::Backend>> b = [] {
     std::vector<std::unique_ptr<core::Backend>> v;
     v.push_back(std::make_unique<cpu::CpuBackend>());
+    if (std::getenv("BRISK_OPS_NO_CUDA")) {
+      cuda_unavailable() = "BRISK_OPS_NO_CUDA is set";
+    } else if (auto cuda = core::load_cuda_backend(&cuda_unavailable())) {
+      cuda_unavailable().clear();
+      v.push_back(std::move(cuda));
+    }
     return v;
   }();
   return b;
+}
+
+// Runs one op on a device backend: inputs copied over, outputs pre-filled
+// with a marker value (a kernel that forgets an element shows up), results
+// copied back into host tensors shaped like run_host's.
+Outputs run_device(core::Backend& backend, const core::OpDef& def, const core::TestCase& tc,
+                   const std::vector<Tensor>& inputs) {
+  std::vector<Tensor> dev_in;
+  std::vector<TensorView> in_views;
+  std::vector<core::TensorMeta> in_metas;
+  for (const Tensor& t : inputs) {
+    dev_in.push_back(Tensor::empty(t.shape(), t.dtype(), backend.allocator(), backend.device()));
+    backend.copy_to_device(dev_in.back().data(), t.data(), t.bytes());
+    in_views.push_back(dev_in.back().as_view());
+    in_metas.push_back(t.meta());
+  }
+  const std::vector<core::TensorMeta> out_metas = def.infer(in_metas, tc.params);
+  std::vector<Tensor> dev_out;
+  std::vector<TensorView> out_views;
+  for (size_t o = 0; o < out_metas.size(); ++o) {
+    const int alias = def.alias_of(o);
+    if (alias >= 0) {
+      dev_out.push_back(dev_in[size_t(alias)]);
+    } else {
+      Tensor marker = Tensor::empty(out_metas[o].shape, out_metas[o].dtype);
+      marker.fill(12345.0);
+      dev_out.push_back(Tensor::empty(out_metas[o].shape, out_metas[o].dtype, backend.allocator(), backend.device()));
+      backend.copy_to_device(dev_out.back().data(), marker.data(), marker.bytes());
+    }
+    out_views.push_back(dev_out.back().as_view());
+  }
+  const size_t ws_bytes = def.workspace_bytes ? def.workspace_bytes(in_metas, tc.params) : 0;
+  Tensor ws;
+  if (ws_bytes) ws = Tensor::empty(core::Shape{int64_t(ws_bytes)}, DType::u8, backend.allocator(), backend.device());
+  core::run_op(backend, def.kind, in_views, out_views, tc.params, ws_bytes ? ws.data() : nullptr, ws_bytes);
+  backend.synchronize();
+  Outputs out;
+  for (const Tensor& d : dev_out) {
+    Tensor h = Tensor::empty(d.shape(), d.dtype());
+    backend.copy_to_host(h.data(), d.data(), d.bytes());
+    out.owned.push_back(h);
+    out.views.push_back(h.as_view());
+  }
+  return out;
 }
 
 ops::ReferenceBackend& reference() {
@@ -161,11 +218,13 @@ void check_forward(core::OpKind kind) {
     const Outputs ref = run_host(reference(), def, tc, inputs);
     for (auto& backend : backends()) {
       if (!backend->supports(kind, key)) {
-        // Every op must run in f32 on the CPU: the models depend on it.
+        // Every op must run in f32 on the CPU: the models depend on it. The
+        // GPU covers every (op, dtype) the CPU does (CudaOps.Coverage).
         EXPECT_FALSE(backend->name() == "cpu" && key == DType::f32)
             << "cpu backend has no f32 kernel for " << def.name;
         continue;
       }
+      const bool device = !backend->device().is_host();
       std::vector<std::pair<std::string, cpu::Bf16Path>> paths = {{"", cpu::Bf16Path::native}};
       if (key == DType::bf16 && backend->name() == "cpu") {
         paths.clear();
@@ -174,7 +233,7 @@ void check_forward(core::OpKind kind) {
       }
       for (const auto& [suffix, path] : paths) {
         if (!suffix.empty()) use_bf16_path(path);
-        const Outputs got = run_host(*backend, def, tc, inputs);
+        const Outputs got = device ? run_device(*backend, def, tc, inputs) : run_host(*backend, def, tc, inputs);
         if (!suffix.empty()) use_bf16_path(native_features().bf16);
         const std::string where = std::string(backend->name()) + suffix;
         Row& row = results()[{std::string(def.name), std::string(core::dtype_name(key)), where}];
@@ -309,6 +368,20 @@ class OpTest : public testing::Test {
   core::OpKind kind_;
   bool grad_;
 };
+
+// The GPU backend runs every (op, dtype) the CPU backend runs; a visible
+// skip (with the loader's reason) where there is no GPU.
+TEST(CudaOps, Coverage) {
+  if (backends().size() < 2) GTEST_SKIP() << "CUDA op cases not run: " << cuda_unavailable();
+  const core::Backend& cpu = *backends()[0];
+  const core::Backend& gpu = *backends()[1];
+  std::printf("CUDA op cases ran on %s\n", gpu.description().c_str());
+  for (int op = 0; op < core::kNumOps; ++op)
+    for (int t = 0; t < core::kNumDTypes; ++t)
+      if (cpu.supports(core::OpKind(op), DType(t)))
+        EXPECT_TRUE(gpu.supports(core::OpKind(op), DType(t)))
+            << "cuda has no kernel for " << core::op_name(core::OpKind(op)) << " " << core::dtype_name(DType(t));
+}
 
 // A visible skip where this CPU cannot run the bf16-native kernels.
 TEST(Bf16Paths, NativeKernelsRunWhereTheCpuHasThem) {

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "brisk/core/backend_loader.h"
+#include "gemm.h"
 
 namespace brisk::cuda {
 
@@ -116,20 +117,40 @@ CudaBackend::CudaBackend(int device) : device_(device), allocator_(device) {
     check_cuda(cudaSetDevice(device_), "cudaSetDevice");
     check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     check_cublas(cublasLtCreate(&lt_), "cublasLtCreate");
+    lt_state_ = std::make_unique<LtState>(lt_);
     // 32 MiB is NVIDIA's recommendation for cuBLASLt on Hopper.
     workspace_bytes_ = size_t(32) << 20;
     check_cuda(cudaMalloc(&workspace_, workspace_bytes_), "cudaMalloc(cuBLASLt workspace)");
+    cudaDeviceProp prop{};
+    check_cuda(cudaGetDeviceProperties(&prop, device_), "cudaGetDeviceProperties");
+    description_ = std::string(prop.name) + " (sm_" + std::to_string(prop.major) + std::to_string(prop.minor) +
+                   ", " + std::to_string(prop.multiProcessorCount) + " SMs, " +
+                   std::to_string(prop.totalGlobalMem >> 20) + " MiB)";
   } catch (...) {
     release();  // the destructor does not run for a half-built object
     throw;
   }
   register_elementwise_kernels(kernels());
   register_matmul_kernels(kernels());
+  register_activation_kernels(kernels());
+  register_memory_ops_kernels(kernels());
+  register_shape_ops_kernels(kernels());
+  register_reduce_kernels(kernels());
+  register_layernorm_kernels(kernels());
+  register_softmax_kernels(kernels());
+  register_cross_entropy_kernels(kernels());
+  register_embedding_kernels(kernels());
+  register_optim_kernels(kernels());
+  register_attention_kernels(kernels());
+  register_flash_attention_kernels(kernels());
+  register_linear_gelu_kernels(kernels());
+  register_fused_classifier_kernels(kernels());
 }
 
 void CudaBackend::release() {
   if (stream_) (void)cudaStreamSynchronize(stream_);
   if (workspace_) (void)cudaFree(workspace_);
+  lt_state_.reset();  // its cached descriptors first
   if (lt_) (void)cublasLtDestroy(lt_);
   if (stream_) (void)cudaStreamDestroy(stream_);
   workspace_ = nullptr;
@@ -152,13 +173,47 @@ void CudaBackend::copy_to_host(void* host_dst, const void* src, size_t bytes) {
   check_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
 }
 
+void CudaBackend::copy_to_device_async(void* dst, const void* host_src, size_t bytes) {
+  if (bytes == 0) return;
+  check_cuda(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, stream_), "cudaMemcpyAsync(H2D)");
+}
+
+void CudaBackend::zero(void* dst, size_t bytes) {
+  if (bytes) check_cuda(cudaMemsetAsync(dst, 0, bytes, stream_), "cudaMemsetAsync");
+}
+
+// Graph capture in the thread-local mode: only this thread's calls are
+// recorded, and a stray synchronising call elsewhere in the process does not
+// invalidate the capture.
+void CudaBackend::capture_begin() {
+  check_cuda(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+}
+
+void* CudaBackend::capture_end() {
+  cudaGraph_t graph = nullptr;
+  check_cuda(cudaStreamEndCapture(stream_, &graph), "cudaStreamEndCapture");
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t err = cudaGraphInstantiate(&exec, graph, 0);
+  (void)cudaGraphDestroy(graph);
+  check_cuda(err, "cudaGraphInstantiate");
+  return exec;
+}
+
+void CudaBackend::graph_launch(void* graph) {
+  check_cuda(cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph), stream_), "cudaGraphLaunch");
+}
+
+void CudaBackend::graph_destroy(void* graph) {
+  if (graph) (void)cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(graph));
+}
+
 void CudaBackend::synchronize() { check_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
 
 core::ExecContext CudaBackend::context() const {
   core::ExecContext ctx;
   ctx.num_threads = 1;
   ctx.stream = stream_;
-  ctx.blas_handle = lt_;
+  ctx.blas_handle = lt_state_.get();  // LtState*, see gemm.h
   ctx.blas_workspace = workspace_;
   ctx.blas_workspace_bytes = workspace_bytes_;
   return ctx;

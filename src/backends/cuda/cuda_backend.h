@@ -12,6 +12,7 @@
 #include <cuda_runtime.h>
 
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 
@@ -19,6 +20,8 @@
 #include "brisk/core/error.h"
 
 namespace brisk::cuda {
+
+struct LtState;  // gemm.h: the cuBLASLt handle, plan cache and precision mode
 
 // Throws core::BackendError naming the call and the CUDA error.
 void check_cuda(cudaError_t err, const char* what);
@@ -68,6 +71,14 @@ class CudaBackend final : public core::Backend {
   void synchronize() override;
   core::ExecContext context() const override;
   core::Allocator& staging_allocator() override { return pinned_; }
+  void copy_to_device_async(void* dst, const void* host_src, size_t bytes) override;
+  void zero(void* dst, size_t bytes) override;
+  std::string description() const override { return description_; }
+  bool supports_graphs() const override { return true; }
+  void capture_begin() override;
+  void* capture_end() override;
+  void graph_launch(void* graph) override;
+  void graph_destroy(void* graph) override;
 
  private:
   void release();
@@ -76,13 +87,28 @@ class CudaBackend final : public core::Backend {
   PinnedHostAllocator pinned_;
   cudaStream_t stream_ = nullptr;
   cublasLtHandle_t lt_ = nullptr;
+  std::unique_ptr<LtState> lt_state_;  // ExecContext::blas_handle points here
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
+  std::string description_;
 };
 
 // Registration entry points of the kernel files, as on the CPU backend.
 void register_elementwise_kernels(core::KernelRegistry& r);
 void register_matmul_kernels(core::KernelRegistry& r);
+void register_activation_kernels(core::KernelRegistry& r);  // gelu, gelu_backward
+void register_memory_ops_kernels(core::KernelRegistry& r);  // cast, fill, copy, accumulate
+void register_shape_ops_kernels(core::KernelRegistry& r);  // reshape, permute, split, concat
+void register_reduce_kernels(core::KernelRegistry& r);  // sum, mean, expand
+void register_layernorm_kernels(core::KernelRegistry& r);  // layernorm, layernorm_backward, add_layernorm
+void register_softmax_kernels(core::KernelRegistry& r);  // softmax, softmax_backward
+void register_cross_entropy_kernels(core::KernelRegistry& r);  // cross_entropy, cross_entropy_backward
+void register_embedding_kernels(core::KernelRegistry& r);  // embedding, embedding_backward
+void register_optim_kernels(core::KernelRegistry& r);  // grad_norm, adamw
+void register_attention_kernels(core::KernelRegistry& r);  // attention, attention_backward
+void register_flash_attention_kernels(core::KernelRegistry& r);  // flash_attention, flash_attention_backward
+void register_linear_gelu_kernels(core::KernelRegistry& r);  // linear_gelu
+void register_fused_classifier_kernels(core::KernelRegistry& r);  // classifier_train
 
 // The execution context of a kernel call; throws if the caller passed none
 // (a CUDA kernel cannot guess its stream or BLAS handle).

@@ -1,0 +1,488 @@
+// LayerNorm on CUDA: layernorm, add_layernorm (s = a + r, then the LayerNorm
+// of s as stored, i.e. rounded to its dtype) and layernorm_backward, in f32
+// and bf16, computing what src/ops/layernorm.cpp and add_layernorm.cpp define.
+//
+// Rows of a transformer are short (C = 768 for GPT-2), so one warp owns a
+// row and keeps it in registers as 16-byte packs: the row is read from memory
+// once, the statistics use the exact two-pass formula (mean, then variance
+// about it) on registers, and warp shuffles do the reductions with no shared
+// memory or block barrier. Rows that do not fit that path (C not a multiple
+// of the pack, misaligned buffers, very wide rows) take a block-per-row
+// kernel that re-reads the row from cache.
+//
+// layernorm_backward overwrites dweight and dbias with sums over all rows.
+// Float atomics would make them depend on scheduling, so each block folds
+// the rows of its warps in a fixed order (every lane always owns the same
+// columns, so a warp accumulates its rows in registers), writes one partial
+// row to the backend's scratch, and a second kernel adds the partials in
+// block order. The block count depends only on the shape: the same inputs
+// give the same bits on every run.
+#include <climits>
+#include <cstdint>
+#include <string>
+
+#include "cuda_util.cuh"
+
+namespace brisk::cuda {
+namespace {
+
+using core::DType;
+using core::KernelCall;
+using core::OpKind;
+
+constexpr int kWarps = 8;  // warps (rows) per block of the warp-per-row kernels
+constexpr int kThreads = kWarps * 32;
+constexpr int kBlockThreads = 256;  // block-per-row fallback
+constexpr int kMaxBackwardBlocks = 256;  // partial rows of dweight/dbias (about one wave on an H100)
+
+// 16 bytes of T: what one vectorised load moves.
+template <class T>
+struct alignas(16) Pack {
+  static constexpr int n = 16 / int(sizeof(T));
+  T e[n];
+};
+
+
+// Packs per lane for the register path (rounded up to an instantiated
+// count), or 0 when the row needs the fallback. The backward holds two f32
+// accumulators per element, so it allows at most 32 elements per lane (C up
+// to 1024) to stay clear of register spills.
+template <class T>
+int packs_per_lane(int64_t C, bool backward) {
+  constexpr int P = Pack<T>::n;
+  if (C <= 0 || C % P != 0 || C > INT_MAX) return 0;
+  const int64_t per = (C / P + 31) / 32;
+  if (backward && per * P > 32) return 0;
+  for (int o : {1, 2, 3, 4, 6, 8})
+    if (per <= o) return o;
+  return 0;
+}
+
+
+// ---- forward -----------------------------------------------------------------------
+
+// One warp per row, the row in registers. kAdd: x is a, `res` is r (row
+// index modulo res_rows), s = narrow(a + r) is stored and normalised.
+template <class T, int NV, bool kAdd>
+__global__ void __launch_bounds__(kThreads)
+    layernorm_warp_kernel(const T* __restrict__ x, const T* __restrict__ res, int64_t res_rows,
+                          const T* __restrict__ w, const T* __restrict__ b, T* __restrict__ s, T* __restrict__ y,
+                          float* __restrict__ mean_out, float* __restrict__ rstd_out, int64_t rows, int C,
+                          float eps) {
+  constexpr int P = Pack<T>::n;
+  const int lane = threadIdx.x & 31;
+  const int64_t row = int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5);
+  if (row >= rows) return;  // whole warps leave together: the shuffles below see full warps
+  const int nvec = C / P;
+  const float inv_c = 1.f / float(C);
+  const Pack<T>* xr = reinterpret_cast<const Pack<T>*>(x + row * C);
+
+  float v[NV][P];
+  float sum = 0.f;
+#pragma unroll
+  for (int k = 0; k < NV; ++k) {
+    const int j = lane + 32 * k;
+    if (j < nvec) {
+      Pack<T> px = xr[j];
+      if constexpr (kAdd) {
+        const Pack<T> pr = reinterpret_cast<const Pack<T>*>(res + (row % res_rows) * C)[j];
+#pragma unroll
+        for (int e = 0; e < P; ++e) px.e[e] = narrow<T>(widen(px.e[e]) + widen(pr.e[e]));
+        reinterpret_cast<Pack<T>*>(s + row * C)[j] = px;
+      }
+#pragma unroll
+      for (int e = 0; e < P; ++e) {
+        v[k][e] = widen(px.e[e]);
+        sum += v[k][e];
+      }
+    } else {
+#pragma unroll
+      for (int e = 0; e < P; ++e) v[k][e] = 0.f;
+    }
+  }
+  const float mean = warp_sum(sum) * inv_c;
+  float var = 0.f;
+#pragma unroll
+  for (int k = 0; k < NV; ++k)
+    if (lane + 32 * k < nvec) {
+#pragma unroll
+      for (int e = 0; e < P; ++e) {
+        const float d = v[k][e] - mean;
+        var += d * d;
+      }
+    }
+  const float rstd = 1.f / sqrtf(warp_sum(var) * inv_c + eps);
+  Pack<T>* yr = reinterpret_cast<Pack<T>*>(y + row * C);
+#pragma unroll
+  for (int k = 0; k < NV; ++k) {
+    const int j = lane + 32 * k;
+    if (j < nvec) {
+      const Pack<T> pw = reinterpret_cast<const Pack<T>*>(w)[j];
+      const Pack<T> pb = reinterpret_cast<const Pack<T>*>(b)[j];
+      Pack<T> out;
+#pragma unroll
+      for (int e = 0; e < P; ++e) out.e[e] = narrow<T>((v[k][e] - mean) * rstd * widen(pw.e[e]) + widen(pb.e[e]));
+      yr[j] = out;
+    }
+  }
+  if (lane == 0) {
+    mean_out[row] = mean;
+    rstd_out[row] = rstd;
+  }
+}
+
+// One block per row, any C and alignment: three passes over the row (the
+// later two from cache). With kAdd each thread re-reads only the elements of
+// s it wrote itself, so no barrier is needed between writing and reading s.
+template <class T, bool kAdd>
+__global__ void __launch_bounds__(kBlockThreads)
+    layernorm_block_kernel(const T* __restrict__ x, const T* __restrict__ res, int64_t res_rows,
+                           const T* __restrict__ w, const T* __restrict__ b, T* s, T* __restrict__ y,
+                           float* __restrict__ mean_out, float* __restrict__ rstd_out, int64_t C, float eps) {
+  __shared__ float scratch[32];
+  const int64_t row = blockIdx.x;
+  const float inv_c = C ? 1.f / float(C) : 0.f;
+  const T* xr = x + row * C;
+  const T* src = xr;
+  float sum = 0.f;
+  if constexpr (kAdd) {
+    const T* rr = res + (row % res_rows) * C;
+    T* sr = s + row * C;
+    for (int64_t i = threadIdx.x; i < C; i += blockDim.x) {
+      const T sv = narrow<T>(widen(xr[i]) + widen(rr[i]));
+      sr[i] = sv;
+      sum += widen(sv);
+    }
+    src = sr;
+  } else {
+    for (int64_t i = threadIdx.x; i < C; i += blockDim.x) sum += widen(xr[i]);
+  }
+  const float mean = block_sum(sum, scratch) * inv_c;
+  float var = 0.f;
+  for (int64_t i = threadIdx.x; i < C; i += blockDim.x) {
+    const float d = widen(src[i]) - mean;
+    var += d * d;
+  }
+  const float rstd = 1.f / sqrtf(block_sum(var, scratch) * inv_c + eps);
+  T* yr = y + row * C;
+  for (int64_t i = threadIdx.x; i < C; i += blockDim.x)
+    yr[i] = narrow<T>((widen(src[i]) - mean) * rstd * widen(w[i]) + widen(b[i]));
+  if (threadIdx.x == 0) {
+    mean_out[row] = mean;
+    rstd_out[row] = rstd;
+  }
+}
+
+template <class T, bool kAdd>
+void launch_forward(const T* x, const T* res, int64_t res_rows, const T* w, const T* b, T* s, T* y, float* mean,
+                    float* rstd, int64_t rows, int64_t C, float eps, cudaStream_t st, const char* what) {
+  if (rows <= 0) return;
+  if (rows > INT_MAX) throw core::ShapeError(std::string(what) + ": too many rows for one launch");
+  bool aligned = aligned16(x) && aligned16(w) && aligned16(b) && aligned16(y);
+  if constexpr (kAdd) aligned = aligned && aligned16(res) && aligned16(s);
+  const int nv = aligned ? packs_per_lane<T>(C, false) : 0;
+  const unsigned blocks = unsigned((rows + kWarps - 1) / kWarps);
+  const int c32 = int(nv ? C : 0);
+#define BRISK_LN_FWD(NV)                                                                                  \
+  case NV:                                                                                                \
+    layernorm_warp_kernel<T, NV, kAdd><<<blocks, kThreads, 0, st>>>(x, res, res_rows, w, b, s, y, mean, rstd, \
+                                                                    rows, c32, eps);                      \
+    break;
+  switch (nv) {
+    BRISK_LN_FWD(1)
+    BRISK_LN_FWD(2)
+    BRISK_LN_FWD(3)
+    BRISK_LN_FWD(4)
+    BRISK_LN_FWD(6)
+    BRISK_LN_FWD(8)
+    default:
+      layernorm_block_kernel<T, kAdd><<<unsigned(rows), kBlockThreads, 0, st>>>(x, res, res_rows, w, b, s, y, mean,
+                                                                                rstd, C, eps);
+  }
+#undef BRISK_LN_FWD
+  check_launch(what);
+}
+
+// Weight and bias are inputs w_in and w_in + 1.
+void check_affine_shape(const char* op, const KernelCall& c, int64_t C, int w_in) {
+  if (c.in(w_in).numel() != C || c.in(w_in + 1).numel() != C)
+    throw core::ShapeError(std::string(op) + ": weight and bias must be (C) with C = the input's last dim");
+}
+
+template <DType D>
+void layernorm_kernel(const KernelCall& c) {
+  using T = device_t<D>;
+  const core::TensorView& x = c.in(0);
+  const int64_t C = x.shape().last(), rows = x.shape().rows();
+  check_affine_shape("layernorm", c, C, 1);
+  launch_forward<T, false>(x.as<const T>(), nullptr, 1, c.in(1).as<const T>(), c.in(2).as<const T>(), nullptr,
+                           c.out(0).as<T>(), c.out(1).as<float>(), c.out(2).as<float>(), rows, C,
+                           c.p<ops::LayerNormParams>().eps, stream_of(c), D == DType::f32 ? "layernorm(f32)" : "layernorm(bf16)");
+}
+
+template <DType D>
+void add_layernorm_kernel(const KernelCall& c) {
+  using T = device_t<D>;
+  const core::TensorView& a = c.in(0);
+  const int64_t C = a.shape().last(), rows = a.shape().rows();
+  check_affine_shape("add_layernorm", c, C, 2);
+  const int64_t r_rows = C > 0 ? c.in(1).numel() / C : 1;
+  if (C > 0 && (r_rows < 1 || c.in(1).numel() % C != 0))
+    throw core::ShapeError("add_layernorm: r must have a's shape or its trailing dims");
+  launch_forward<T, true>(a.as<const T>(), c.in(1).as<const T>(), r_rows, c.in(2).as<const T>(),
+                          c.in(3).as<const T>(), c.out(0).as<T>(), c.out(1).as<T>(), c.out(2).as<float>(),
+                          c.out(3).as<float>(), rows, C, c.p<ops::LayerNormParams>().eps, stream_of(c),
+                          D == DType::f32 ? "add_layernorm(f32)" : "add_layernorm(bf16)");
+}
+
+// ---- backward ----------------------------------------------------------------------
+// dx = rstd * (g*w - mean(g*w) - xhat * mean(g*w*xhat)), xhat = (x - mean) * rstd;
+// dweight = sum over rows of g * xhat, dbias = sum over rows of g.
+
+// One warp per row (rows strided over the grid), dy and x held as packs.
+// Each block writes its dweight/dbias partial to part[block] = (dw[C], db[C]).
+template <class T, int NV>
+__global__ void __launch_bounds__(kThreads)
+    layernorm_backward_warp_kernel(const T* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ w,
+                                   const float* __restrict__ mean, const float* __restrict__ rstd,
+                                   T* __restrict__ dx, float* __restrict__ part, int64_t rows, int C) {
+  extern __shared__ float sacc[];  // 2 * C floats
+  constexpr int P = Pack<T>::n;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int nvec = C / P;
+  const float inv_c = 1.f / float(C);
+  const Pack<T>* wp = reinterpret_cast<const Pack<T>*>(w);
+
+  float dw[NV][P], db[NV][P];
+#pragma unroll
+  for (int k = 0; k < NV; ++k)
+#pragma unroll
+    for (int e = 0; e < P; ++e) dw[k][e] = db[k][e] = 0.f;
+
+  const int64_t stride = int64_t(gridDim.x) * kWarps;
+  for (int64_t row = int64_t(blockIdx.x) * kWarps + warp; row < rows; row += stride) {
+    const float mu = mean[row], rs = rstd[row];
+    const Pack<T>* gr = reinterpret_cast<const Pack<T>*>(dy + row * C);
+    const Pack<T>* xr = reinterpret_cast<const Pack<T>*>(x + row * C);
+    Pack<T> g[NV], xv[NV];
+    float s1 = 0.f, s2 = 0.f;
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+      const int j = lane + 32 * k;
+      if (j < nvec) {
+        g[k] = gr[j];
+        xv[k] = xr[j];
+        const Pack<T> pw = wp[j];
+#pragma unroll
+        for (int e = 0; e < P; ++e) {
+          const float gg = widen(g[k].e[e]), xh = (widen(xv[k].e[e]) - mu) * rs;
+          const float gw = gg * widen(pw.e[e]);
+          s1 += gw;
+          s2 += gw * xh;
+          dw[k][e] += gg * xh;
+          db[k][e] += gg;
+        }
+      }
+    }
+    s1 = warp_sum(s1) * inv_c;
+    s2 = warp_sum(s2) * inv_c;
+    Pack<T>* dr = reinterpret_cast<Pack<T>*>(dx + row * C);
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+      const int j = lane + 32 * k;
+      if (j < nvec) {
+        const Pack<T> pw = wp[j];
+        Pack<T> out;
+#pragma unroll
+        for (int e = 0; e < P; ++e) {
+          const float xh = (widen(xv[k].e[e]) - mu) * rs;
+          out.e[e] = narrow<T>(rs * (widen(g[k].e[e]) * widen(pw.e[e]) - s1 - xh * s2));
+        }
+        dr[j] = out;
+      }
+    }
+  }
+
+  // The block's warps add into shared memory one after another (fixed order);
+  // warp 0 covers every column, so it initialises the sums.
+  for (int wi = 0; wi < kWarps; ++wi) {
+    if (warp == wi) {
+#pragma unroll
+      for (int k = 0; k < NV; ++k) {
+        const int j = lane + 32 * k;
+        if (j < nvec) {
+#pragma unroll
+          for (int e = 0; e < P; ++e) {
+            const int i = j * P + e;
+            sacc[i] = wi == 0 ? dw[k][e] : sacc[i] + dw[k][e];
+            sacc[C + i] = wi == 0 ? db[k][e] : sacc[C + i] + db[k][e];
+          }
+        }
+      }
+    }
+    __syncthreads();
+  }
+  float* pb = part + int64_t(blockIdx.x) * 2 * C;
+  for (int i = threadIdx.x; i < 2 * C; i += blockDim.x) pb[i] = sacc[i];
+}
+
+// dx of one row per block, any C and alignment.
+template <class T>
+__global__ void __launch_bounds__(kBlockThreads)
+    layernorm_backward_block_kernel(const T* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ w,
+                                    const float* __restrict__ mean, const float* __restrict__ rstd,
+                                    T* __restrict__ dx, int64_t C) {
+  __shared__ float scratch[32];
+  const int64_t row = blockIdx.x;
+  const float inv_c = 1.f / float(C);
+  const T* gr = dy + row * C;
+  const T* xr = x + row * C;
+  const float mu = mean[row], rs = rstd[row];
+  float s1 = 0.f, s2 = 0.f;
+  for (int64_t i = threadIdx.x; i < C; i += blockDim.x) {
+    const float gw = widen(gr[i]) * widen(w[i]);
+    s1 += gw;
+    s2 += gw * ((widen(xr[i]) - mu) * rs);
+  }
+  s1 = block_sum(s1, scratch) * inv_c;
+  s2 = block_sum(s2, scratch) * inv_c;
+  T* dr = dx + row * C;
+  for (int64_t i = threadIdx.x; i < C; i += blockDim.x) {
+    const float xh = (widen(xr[i]) - mu) * rs;
+    dr[i] = narrow<T>(rs * (widen(gr[i]) * widen(w[i]) - s1 - xh * s2));
+  }
+}
+
+// dweight/dbias partials for the fallback: thread = column, blockIdx.y = a
+// run of rows walked in order; part[blockIdx.y] = (dw[C], db[C]).
+template <class T>
+__global__ void __launch_bounds__(kBlockThreads)
+    layernorm_backward_columns_kernel(const T* __restrict__ dy, const T* __restrict__ x,
+                                      const float* __restrict__ mean, const float* __restrict__ rstd,
+                                      float* __restrict__ part, int64_t rows, int64_t C, int64_t rows_per_part) {
+  const int64_t col = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (col >= C) return;
+  const int64_t r0 = int64_t(blockIdx.y) * rows_per_part;
+  const int64_t r1 = r0 + rows_per_part < rows ? r0 + rows_per_part : rows;
+  float aw = 0.f, ab = 0.f;
+  for (int64_t r = r0; r < r1; ++r) {
+    const float g = widen(dy[r * C + col]);
+    aw += g * ((widen(x[r * C + col]) - mean[r]) * rstd[r]);
+    ab += g;
+  }
+  float* pb = part + int64_t(blockIdx.y) * 2 * C;
+  pb[col] = aw;
+  pb[C + col] = ab;
+}
+
+// dw[c], db[c] = sums of the partials in partial order. A block covers 32
+// columns with 8 slices of partials (coalesced reads), combined in slice order.
+template <class T>
+__global__ void __launch_bounds__(256)
+    layernorm_backward_finalize_kernel(const float* __restrict__ part, int nparts, int64_t C, T* __restrict__ dw,
+                                       T* __restrict__ db) {
+  __shared__ float sw[8][32], sb[8][32];
+  const int cx = threadIdx.x & 31, sl = threadIdx.x >> 5;
+  const int64_t col = int64_t(blockIdx.x) * 32 + cx;
+  float aw = 0.f, ab = 0.f;
+  if (col < C)
+    for (int p = sl; p < nparts; p += 8) {
+      aw += part[int64_t(p) * 2 * C + col];
+      ab += part[int64_t(p) * 2 * C + C + col];
+    }
+  sw[sl][cx] = aw;
+  sb[sl][cx] = ab;
+  __syncthreads();
+  if (sl == 0 && col < C) {
+    float tw = 0.f, tb = 0.f;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      tw += sw[k][cx];
+      tb += sb[k][cx];
+    }
+    dw[col] = narrow<T>(tw);
+    db[col] = narrow<T>(tb);
+  }
+}
+
+template <DType D>
+void layernorm_backward_kernel(const KernelCall& c) {
+  using T = device_t<D>;
+  const char* what = D == DType::f32 ? "layernorm_backward(f32)" : "layernorm_backward(bf16)";
+  const T* dy = c.in(0).as<const T>();
+  const T* x = c.in(1).as<const T>();
+  const T* w = c.in(2).as<const T>();
+  const float* mean = c.in(3).as<const float>();
+  const float* rstd = c.in(4).as<const float>();
+  T* dx = c.out(0).as<T>();
+  T* dw = c.out(1).as<T>();
+  T* db = c.out(2).as<T>();
+  const int64_t C = c.in(1).shape().last(), rows = c.in(1).shape().rows();
+  if (c.in(0).numel() != c.in(1).numel() || c.in(2).numel() != C || c.in(3).numel() != rows ||
+      c.in(4).numel() != rows)
+    throw core::ShapeError("layernorm_backward: expects dy and x of one shape, weight (C), mean and rstd (rows)");
+  if (C <= 0) return;
+  if (rows > INT_MAX) throw core::ShapeError("layernorm_backward: too many rows for one launch");
+  const core::ExecContext& ctx = context_of(c);
+  const cudaStream_t st = stream_of(c);
+  float* part = static_cast<float*>(ctx.blas_workspace);
+  const int64_t part_rows_fit = int64_t(ctx.blas_workspace_bytes / (2 * size_t(C) * sizeof(float)));
+
+  int nparts = 0;
+  if (rows > 0) {
+    if (!part || part_rows_fit < 1)
+      throw core::BackendError(std::string(what) + ": C = " + std::to_string(C) +
+                               " is too wide for the backend's scratch");
+    const bool aligned = aligned16(dy) && aligned16(x) && aligned16(w) && aligned16(dx);
+    const int nv = aligned ? packs_per_lane<T>(C, true) : 0;
+    if (nv) {
+      nparts = int(std::min<int64_t>({(rows + kWarps - 1) / kWarps, kMaxBackwardBlocks, part_rows_fit}));
+      const size_t smem = 2 * size_t(C) * sizeof(float);
+      const int c32 = int(C);
+#define BRISK_LN_BWD(NV)                                                                              \
+  case NV:                                                                                            \
+    if constexpr (NV * Pack<T>::n <= 32)                                                              \
+      layernorm_backward_warp_kernel<T, NV><<<unsigned(nparts), kThreads, smem, st>>>(dy, x, w, mean, \
+                                                                                      rstd, dx, part, \
+                                                                                      rows, c32);     \
+    break;
+      switch (nv) {
+        BRISK_LN_BWD(1)
+        BRISK_LN_BWD(2)
+        BRISK_LN_BWD(3)
+        BRISK_LN_BWD(4)
+        BRISK_LN_BWD(6)
+        BRISK_LN_BWD(8)
+        default: break;
+      }
+#undef BRISK_LN_BWD
+      check_launch(what);
+    } else {
+      layernorm_backward_block_kernel<T><<<unsigned(rows), kBlockThreads, 0, st>>>(dy, x, w, mean, rstd, dx, C);
+      check_launch(what);
+      const int64_t want = std::min<int64_t>({rows, kMaxBackwardBlocks, part_rows_fit});
+      const int64_t rows_per_part = (rows + want - 1) / want;
+      nparts = int((rows + rows_per_part - 1) / rows_per_part);
+      const dim3 grid(unsigned((C + kBlockThreads - 1) / kBlockThreads), unsigned(nparts));
+      layernorm_backward_columns_kernel<T><<<grid, kBlockThreads, 0, st>>>(dy, x, mean, rstd, part, rows, C,
+                                                                           rows_per_part);
+      check_launch(what);
+    }
+  }
+  // No rows: nparts = 0 and the sums come out zero, as the reference's.
+  layernorm_backward_finalize_kernel<T><<<unsigned((C + 31) / 32), 256, 0, st>>>(part, nparts, C, dw, db);
+  check_launch(what);
+}
+
+}  // namespace
+
+void register_layernorm_kernels(core::KernelRegistry& r) {
+  r.add(OpKind::layernorm, DType::f32, layernorm_kernel<DType::f32>);
+  r.add(OpKind::layernorm, DType::bf16, layernorm_kernel<DType::bf16>);
+  r.add(OpKind::layernorm_backward, DType::f32, layernorm_backward_kernel<DType::f32>);
+  r.add(OpKind::layernorm_backward, DType::bf16, layernorm_backward_kernel<DType::bf16>);
+  r.add(OpKind::add_layernorm, DType::f32, add_layernorm_kernel<DType::f32>);
+  r.add(OpKind::add_layernorm, DType::bf16, add_layernorm_kernel<DType::bf16>);
+}
+
+}  // namespace brisk::cuda
