@@ -79,6 +79,8 @@ double GptConfig::flops_per_token(int64_t seq) const {
 
 Gpt::Gpt(const GptConfig& config, core::Backend& backend) : config_(config), backend_(backend) {
   config_.validate();
+  // Weights, gradients and optimizer state live where the backend computes.
+  params_.set_backend(&backend);
   // Build a tiny program once so the store knows every parameter.
   auto probe = build(Mode::eval, 1, 1);
   params_.adopt(probe->graph);
@@ -312,17 +314,37 @@ GptProgram& Gpt::program(bool train, int64_t batch, int64_t seq) {
   return get(train ? Mode::train : Mode::eval, batch, seq);
 }
 
+namespace {
+// On a device the embedding and loss kernels cannot throw, so ids are checked
+// here, on the host, before they travel (the CPU kernels check them too).
+void check_ids(const int32_t* ids, size_t n, int64_t vocab, const char* what, bool allow_ignore = false) {
+  for (size_t i = 0; i < n; ++i)
+    if ((ids[i] < 0 || ids[i] >= vocab) && !(allow_ignore && ids[i] == ops::CrossEntropyParams{}.ignore_index))
+      throw core::ShapeError(std::string(what) + " id " + std::to_string(ids[i]) + " at position " +
+                             std::to_string(i) + " is out of range [0, " + std::to_string(vocab) + ")");
+}
+}  // namespace
+
 void Gpt::feed(GptProgram& p, const int32_t* x, const int32_t* y) {
+  if (!backend_.device().is_host()) {
+    check_ids(x, size_t(p.batch * p.seq), config_.vocab_size, "token");
+    if (y) check_ids(y, size_t(p.batch * p.seq), config_.vocab_size, "target", true);
+  }
+  // Ordered before the step's kernels without waiting: the loss read-back
+  // at the end of the step synchronises, before the loader reuses x and y.
   const size_t n = size_t(p.batch * p.seq);
-  p.executor->write(p.ids, x, n * 4);
-  if (y && p.targets != core::kNoValue) p.executor->write(p.targets, y, n * 4);
+  p.executor->write_async(p.ids, x, n * 4);
+  if (y && p.targets != core::kNoValue) p.executor->write_async(p.targets, y, n * 4);
 }
 
 double Gpt::train_micro_step(const int32_t* x, const int32_t* y, int64_t B, int64_t T, double loss_scale) {
   GptProgram& p = get(Mode::train, B, T);
   feed(p, x, y);
   const float seed = float(loss_scale);
-  p.executor->write(p.loss_scale, &seed, 4);
+  if (seed != p.last_loss_scale) {  // a synchronous copy, only when it changes
+    p.executor->write(p.loss_scale, &seed, 4);
+    p.last_loss_scale = seed;
+  }
   p.executor->run();
   return p.executor->read_scalar(p.loss);
 }
@@ -338,7 +360,10 @@ const float* Gpt::logits(const int32_t* x, int64_t B, int64_t T) {
   GptProgram& p = get(Mode::logits, B, T);
   feed(p, x, nullptr);
   p.executor->run();
-  return static_cast<const float*>(p.executor->data(p.logits));
+  if (backend_.device().is_host()) return static_cast<const float*>(p.executor->data(p.logits));
+  host_logits_.resize(size_t(p.executor->view(p.logits).numel()));
+  p.executor->read(p.logits, host_logits_.data(), host_logits_.size() * sizeof(float));
+  return host_logits_.data();
 }
 
 void Gpt::init_weights(uint64_t seed) {
@@ -349,11 +374,15 @@ void Gpt::init_weights(uint64_t seed) {
     const bool is_bias = name.size() >= 5 && name.compare(name.size() - 5, 5, ".bias") == 0;
     const bool is_ln = name.find(".ln_") != std::string::npos || name.rfind("ln_f", 0) == 0;
     const bool is_residual = name.find("c_proj.weight") != std::string::npos;
-    if (is_bias) e.value.fill(0.0);
-    else if (is_ln) e.value.fill(1.0);
-    else
-      e.value.copy_from(core::Tensor::randn(e.value.shape(), e.value.dtype(), seed * 1000003ull + k, 0.f,
-                                            is_residual ? residual_std : 0.02f));
+    core::Tensor init;
+    if (is_bias || is_ln) {
+      init = core::Tensor::empty(e.value.shape(), e.value.dtype());
+      init.fill(is_bias ? 0.0 : 1.0);
+    } else {
+      init = core::Tensor::randn(e.value.shape(), e.value.dtype(), seed * 1000003ull + k, 0.f,
+                                 is_residual ? residual_std : 0.02f);
+    }
+    params_.upload(e.value, init);
   }
 }
 

@@ -47,6 +47,25 @@ double peak_fp32_gflops(int threads, double seconds) {
   return peak.get(fma_loop, threads, seconds);
 }
 
+double gpu_peak_gflops(const std::string& name, bool bf16) {
+  struct Card {
+    const char* a;
+    const char* b;  // both substrings must appear ("" matches anything)
+    double bf16_tflops, fp32_tflops;
+  };
+  // Dense (no sparsity) figures from NVIDIA's datasheets; the most specific first.
+  static const Card cards[] = {
+      {"H100", "PCIe", 756.0, 51.2}, {"H100", "NVL", 835.0, 60.0}, {"H100", "", 989.4, 66.9},
+      {"H200", "", 989.4, 66.9},     {"H800", "", 989.4, 66.9},    {"GH200", "", 989.4, 66.9},
+      {"A100", "", 312.0, 19.5},     {"A10G", "", 70.0, 31.2},     {"L40S", "", 362.0, 91.6},
+      {"L4", "", 121.0, 30.3},
+  };
+  for (const Card& c : cards)
+    if (name.find(c.a) != std::string::npos && name.find(c.b) != std::string::npos)
+      return (bf16 ? c.bf16_tflops : c.fp32_tflops) * 1e3;
+  return 0.0;
+}
+
 double peak_bf16_gflops(int threads, double seconds) {
   if (!have_bf16_peak()) return 0.0;
   static CachedPeak peak;

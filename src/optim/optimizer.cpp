@@ -13,7 +13,8 @@ AdamW::AdamW(const AdamWConfig& config, core::ParameterStore& params, core::Back
   ops::register_ops();  // the step runs ops directly, maybe before any graph was built
   for (auto& [name, e] : params_.entries()) {
     if (e.state.empty())
-      e.state = {core::Tensor::zeros(e.value.shape(), core::DType::f32), core::Tensor::zeros(e.value.shape(), core::DType::f32)};
+      e.state = {params_.make_zeros(e.value.shape(), core::DType::f32),
+                 params_.make_zeros(e.value.shape(), core::DType::f32)};
     grads_.push_back(e.grad.as_view());
     step_inputs_.insert(step_inputs_.end(),
                         {e.value.as_view(), e.grad.as_view(), e.state[0].as_view(), e.state[1].as_view()});
@@ -21,10 +22,15 @@ AdamW::AdamW(const AdamWConfig& config, core::ParameterStore& params, core::Back
   }
 }
 
+// On a device the norm lands in a device scalar and is read back: the one
+// synchronisation of a step besides the loss (clipping needs the value).
 double AdamW::grad_norm() {
-  float norm = 0.f;
-  const core::TensorView out{&norm, core::TensorMeta{core::Shape{}, core::DType::f32}};
+  if (!norm_.defined()) norm_ = params_.make_zeros(core::Shape{}, core::DType::f32);
+  const core::TensorView out = norm_.as_view();
   core::run_op(backend_, core::OpKind::grad_norm, grads_, std::span<const core::TensorView>(&out, 1));
+  float norm = 0.f;
+  if (params_.on_device()) backend_.copy_to_host(&norm, norm_.data(), sizeof norm);
+  else norm = *norm_.data_as<float>();
   return norm;
 }
 

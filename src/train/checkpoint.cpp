@@ -63,16 +63,19 @@ std::string save_checkpoint(const std::string& out_dir, const models::Gpt& model
   // Weights in HF GPT-2 layout; transposed copies live until the save returns.
   std::vector<core::NamedTensor> weights, moments;
   std::vector<core::Tensor> keep_alive;
-  for (const auto& [pname, e] : model.params().entries()) {
-    if (is_hf_conv1d_weight(pname)) {
-      keep_alive.push_back(transposed(e.value));
-      weights.push_back({pname, keep_alive.back().as_view()});
-    } else {
-      weights.push_back({pname, e.value.as_view()});
-    }
+  // (Host copies first where the store lives on a device: download() is the
+  // tensor itself on the host.)
+  const core::ParameterStore& store = model.params();
+  keep_alive.reserve(3 * store.entries().size());  // views below point into it
+  for (const auto& [pname, e] : store.entries()) {
+    const core::Tensor value = store.download(e.value);
+    keep_alive.push_back(is_hf_conv1d_weight(pname) ? transposed(value) : value);
+    weights.push_back({pname, keep_alive.back().as_view()});
     if (optimizer && e.state.size() == 2) {
-      moments.push_back({pname + ".exp_avg", e.state[0].as_view()});
-      moments.push_back({pname + ".exp_avg_sq", e.state[1].as_view()});
+      for (int k = 0; k < 2; ++k) {
+        keep_alive.push_back(store.download(e.state[size_t(k)]));
+        moments.push_back({pname + (k == 0 ? ".exp_avg" : ".exp_avg_sq"), keep_alive.back().as_view()});
+      }
     }
   }
   core::save_safetensors((tmp_dir / "model.safetensors").string(), weights, {{"format", "pt"}});
@@ -157,7 +160,7 @@ void load_checkpoint(const std::string& ckpt_dir, models::Gpt& model, optim::Ada
     core::Tensor t = is_hf_conv1d_weight(pname) ? transposed(it->second) : it->second;
     if (!(t.meta() == e.value.meta()))
       throw IoError(wpath + ": tensor '" + pname + "' is " + t.meta().str() + ", expected " + e.value.meta().str());
-    e.value.copy_from(t);
+    model.params().upload(e.value, t);
   }
   if (!optimizer) return;
   const std::string opath = (fs::path(ckpt_dir) / "optimizer.safetensors").string();
@@ -167,7 +170,10 @@ void load_checkpoint(const std::string& ckpt_dir, models::Gpt& model, optim::Ada
       const std::string key = pname + (k == 0 ? ".exp_avg" : ".exp_avg_sq");
       auto it = moments.tensors.find(key);
       if (it == moments.tensors.end()) throw IoError(opath + ": missing tensor '" + key + "'");
-      e.state.at(size_t(k)).copy_from(it->second);
+      if (!(it->second.meta() == e.state.at(size_t(k)).meta()))
+        throw IoError(opath + ": tensor '" + key + "' is " + it->second.meta().str() + ", expected " +
+                      e.state.at(size_t(k)).meta().str());
+      model.params().upload(e.state.at(size_t(k)), it->second);
     }
   }
   TrainState st;

@@ -22,7 +22,7 @@ const std::map<std::string, std::vector<std::string>> kKnownKeys = {
                "fuse_bias_gelu", "fuse_residual_layernorm"}},
     {"data", {"dir"}},
     {"train", {"batch", "seq", "grad_accum", "steps", "lr", "min_lr_ratio", "warmup", "schedule", "weight_decay",
-               "grad_clip", "beta1", "beta2", "eps", "seed", "threads", "eval_every", "eval_batches", "log_every",
+               "grad_clip", "beta1", "beta2", "eps", "seed", "threads", "device", "eval_every", "eval_batches", "log_every",
                "loader_workers", "precision", "precision_fallback", "loss_scaling", "loss_scale_init",
                "loss_scale_growth_interval", "recompute", "fused_adamw"}},
     {"checkpoint", {"dir", "every", "keep"}},
@@ -134,11 +134,21 @@ core::DType compute_dtype(Precision p) {
   return core::DType::f32;
 }
 
-PrecisionChoice resolve_precision(Precision requested, bool fallback) {
+PrecisionChoice resolve_precision(Precision requested, bool fallback, const std::string& device) {
   // bf16 is fast where cpu_features() found bf16 dot products; fp16 has no
   // fast CPU path yet (it would need avx512_fp16 kernels), so it is emulated.
   PrecisionChoice c;
   c.requested = requested;
+  if (device == "cuda") {
+    c.effective = requested;
+    if (requested == Precision::fp32) {
+      c.reason = "products through cuBLASLt in fp32 (TF32 only with BRISK_CUDA_TF32=1)";
+    } else {
+      c.path = std::string(precision_name(requested)) + "-tensor-cores";
+      c.reason = "products on the GPU's tensor cores through cuBLASLt, fp32 accumulation";
+    }
+    return c;
+  }
   if (requested == Precision::fp32) {
     c.reason = std::string("products through ") + cpu::f32_gemm_name(cpu::cpu_features().f32_gemm) + " (" +
                cpu::cpu_features().f32_reason + ")";
@@ -223,6 +233,9 @@ TrainConfig load_train_config(const std::string& path, const std::vector<std::st
   r.get("train", "eps", c.adamw.eps);
   r.get("train", "seed", c.seed);
   r.get("train", "threads", c.threads);
+  r.get("train", "device", c.device);
+  if (c.device != "cpu" && c.device != "cuda")
+    throw ConfigError("config: train.device: unknown value '" + c.device + "' (allowed: cpu, cuda)");
   r.get("train", "loader_workers", c.loader_workers);
   r.get("train", "eval_every", c.eval_every);
   r.get("train", "eval_batches", c.eval_batches);
@@ -281,7 +294,7 @@ std::string to_toml(const TrainConfig& c) {
     << "\"\nweight_decay = " << c.adamw.weight_decay << "\ngrad_clip = " << c.adamw.grad_clip
     << "\nfused_adamw = " << (c.adamw.fused ? "true" : "false")
     << "\nbeta1 = " << c.adamw.beta1 << "\nbeta2 = " << c.adamw.beta2 << "\neps = " << c.adamw.eps
-    << "\nseed = " << c.seed << "\nthreads = " << c.threads << "\nloader_workers = " << c.loader_workers
+    << "\nseed = " << c.seed << "\ndevice = \"" << c.device << "\"\nthreads = " << c.threads << "\nloader_workers = " << c.loader_workers
     << "\nprecision = \"" << precision_name(c.precision) << "\""
     << "\nprecision_fallback = " << (c.precision_fallback ? "true" : "false")
     << "\nrecompute = \"" << c.model.recompute << "\"";

@@ -28,6 +28,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "brisk/core/backend_loader.h"
 #include "brisk/core/error.h"
 #include "brisk/core/safetensors.h"
 #include "brisk/cpu/cpu_backend.h"
@@ -146,6 +147,16 @@ void trim_metrics(const std::string& path, int64_t last_step) {
   core::write_file_atomic(path, kept);
 }
 
+// train.device: the CPU backend, or the CUDA one (loaded at run time); no
+// usable GPU is a configuration error that says why, never a quiet CPU run.
+std::unique_ptr<core::Backend> make_backend(const TrainConfig& cfg) {
+  if (cfg.device == "cpu") return std::make_unique<cpu::CpuBackend>(cfg.threads);
+  std::string why;
+  std::unique_ptr<core::Backend> b = core::load_cuda_backend(&why);
+  if (!b) throw core::ConfigError("train.device = \"cuda\" but the CUDA backend is unavailable: " + why);
+  return b;
+}
+
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -157,7 +168,9 @@ double median(std::vector<double> v) {
 TrainResult train(const TrainConfig& cfg, const TrainOptions& options) {
   namespace fs = std::filesystem;
   const bool show = !options.quiet;
-  cpu::CpuBackend backend(cfg.threads);
+  std::unique_ptr<core::Backend> backend_owner = make_backend(cfg);
+  core::Backend& backend = *backend_owner;
+  const bool on_gpu = !backend.device().is_host();
   data::TokenDataset train_data(cfg.data_dir, "train");
   data::TokenDataset val_data(cfg.data_dir, "val");
   if (train_data.vocab_size() > cfg.model.vocab_size)
@@ -165,7 +178,7 @@ TrainResult train(const TrainConfig& cfg, const TrainOptions& options) {
                             " but model.vocab_size is " + std::to_string(cfg.model.vocab_size));
 
   // The model computes in the effective precision (fp32 master weights either way).
-  const PrecisionChoice precision = resolve_precision(cfg.precision, cfg.precision_fallback);
+  const PrecisionChoice precision = resolve_precision(cfg.precision, cfg.precision_fallback, cfg.device);
   models::GptConfig model_config = cfg.model;
   model_config.compute = compute_dtype(precision.effective);
   models::Gpt model(model_config, backend);
@@ -215,21 +228,30 @@ TrainResult train(const TrainConfig& cfg, const TrainOptions& options) {
   trim_metrics(metrics_path, state.step);
   std::ofstream metrics_log(metrics_path, std::ios::app);
 
-  // MFU against the peak of the precision the products run in (WORKLOADS.md).
-  const bool bf16_peak = precision.path == "bf16-native" && monitor::peak_bf16_gflops(backend.num_threads()) > 0;
-  const double peak =
-      (bf16_peak ? monitor::peak_bf16_gflops(backend.num_threads()) : monitor::peak_fp32_gflops(backend.num_threads())) *
-      1e9;
+  // MFU against the peak of the precision the products run in (WORKLOADS.md):
+  // measured on a CPU, the card's datasheet figure on a GPU (0 if unknown:
+  // no MFU then, rather than a made-up one).
+  const int threads = on_gpu ? 0 : static_cast<cpu::CpuBackend&>(backend).num_threads();
+  bool bf16_peak = false;
+  double peak = 0;
+  if (on_gpu) {
+    bf16_peak = precision.effective != Precision::fp32;
+    peak = monitor::gpu_peak_gflops(backend.description(), bf16_peak) * 1e9;
+  } else {
+    bf16_peak = precision.path == "bf16-native" && monitor::peak_bf16_gflops(threads) > 0;
+    peak = (bf16_peak ? monitor::peak_bf16_gflops(threads) : monitor::peak_fp32_gflops(threads)) * 1e9;
+  }
   const double flops_per_token = cfg.model.flops_per_token(cfg.seq);
   const int64_t tokens_per_step = cfg.batch * cfg.seq * cfg.grad_accum;
   if (show) {
     std::fprintf(stderr,
                  "brisk train: %lld params | %lld layers, %lld embd, %lld heads, vocab %lld | batch %lld x seq %lld x "
-                 "accum %lld | %d threads | peak %.0f GFLOP/s %s\n",
+                 "accum %lld | %s | peak %.0f GFLOP/s %s\n",
                  (long long)cfg.model.num_params(), (long long)cfg.model.n_layer, (long long)cfg.model.n_embd,
                  (long long)cfg.model.n_head, (long long)cfg.model.vocab_size, (long long)cfg.batch,
-                 (long long)cfg.seq, (long long)cfg.grad_accum, backend.num_threads(), peak / 1e9,
-                 bf16_peak ? "bf16" : "fp32");
+                 (long long)cfg.seq, (long long)cfg.grad_accum,
+                 on_gpu ? ("cuda: " + backend.description()).c_str() : (std::to_string(threads) + " threads").c_str(),
+                 peak / 1e9, bf16_peak ? "bf16" : "fp32");
     if (!precision.warning.empty()) std::fprintf(stderr, "%s\n", precision.warning.c_str());
     if (!precision.note.empty()) std::fprintf(stderr, "%s\n", precision.note.c_str());
     if (scaler)
@@ -304,7 +326,7 @@ TrainResult train(const TrainConfig& cfg, const TrainOptions& options) {
     m.grad_norm = st.grad_norm;
     m.ms_per_step = dt * 1e3;
     m.tokens_per_s = double(tokens_per_step) / dt;
-    m.mfu = m.tokens_per_s * flops_per_token / peak;
+    m.mfu = peak > 0 ? m.tokens_per_s * flops_per_token / peak : 0.0;
     result.losses.push_back(loss);
     if (result.losses.size() == 1) result.first_loss = loss;
     result.last_loss = loss;

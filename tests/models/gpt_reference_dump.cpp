@@ -23,10 +23,12 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "brisk/core/backend_loader.h"
 #include "brisk/core/error.h"
 #include "brisk/core/safetensors.h"
 #include "brisk/cpu/cpu_backend.h"
@@ -60,9 +62,21 @@ core::Tensor i32_tensor(const std::vector<int32_t>& v, core::Shape shape) {
   return t;
 }
 
-int run(const std::string& out_dir) {
+// "cpu", or "cuda": the same dump computed on the GPU (weights, gradients and
+// optimizer state in GPU memory), checked against the same PyTorch numbers.
+std::unique_ptr<core::Backend> make_backend(const std::string& device) {
+  if (device == "cpu") return std::make_unique<cpu::CpuBackend>(2);
+  std::string why;
+  auto b = core::load_cuda_backend(&why);
+  if (!b) throw core::Error("--device cuda: the CUDA backend is unavailable: " + why);
+  std::printf("brisk_gpt_dump: on %s\n", b->description().c_str());
+  return b;
+}
+
+int run(const std::string& out_dir, const std::string& device) {
   models::GptConfig cfg{97, 2, 48, 4, 32};
-  cpu::CpuBackend backend(2);
+  std::unique_ptr<core::Backend> backend_owner = make_backend(device);
+  core::Backend& backend = *backend_owner;
   models::Gpt model(cfg, backend);
   model.init_weights(kSeed);
   fs::create_directories(out_dir);
@@ -92,7 +106,7 @@ int run(const std::string& out_dir) {
   std::vector<core::NamedTensor> tensors = {
       {"x", keep_alive[0].as_view()}, {"y", keep_alive[1].as_view()}, {"logits", logits.as_view()}};
   for (const auto& [name, e] : model.params().entries()) {
-    keep_alive.push_back(e.grad.clone());  // the training loop below reuses the grads
+    keep_alive.push_back(model.params().download(e.grad).clone());  // the loop below reuses the grads
     tensors.push_back({"grad." + name, keep_alive.back().as_view()});
   }
   core::save_safetensors((fs::path(out_dir) / "tensors.safetensors").string(), tensors);
@@ -122,7 +136,12 @@ int run(const std::string& out_dir) {
 
   // The weights after the 10 steps, brisk layout.
   std::vector<core::NamedTensor> final_weights;
-  for (const auto& [name, e] : model.params().entries()) final_weights.push_back({name, e.value.as_view()});
+  std::vector<core::Tensor> final_host;
+  final_host.reserve(model.params().entries().size());
+  for (const auto& [name, e] : model.params().entries()) {
+    final_host.push_back(model.params().download(e.value));
+    final_weights.push_back({name, final_host.back().as_view()});
+  }
   core::save_safetensors((fs::path(out_dir) / "final.safetensors").string(), final_weights);
 
   nlohmann::json res = {
@@ -145,12 +164,13 @@ int run(const std::string& out_dir) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: %s OUT_DIR\n", argv[0]);
+  const std::string device = argc == 3 ? argv[2] : "cpu";
+  if ((argc != 2 && argc != 3) || (device != "cpu" && device != "cuda")) {
+    std::fprintf(stderr, "usage: %s OUT_DIR [cpu|cuda]\n", argv[0]);
     return 2;
   }
   try {
-    return run(argv[1]);
+    return run(argv[1], device);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "brisk_gpt_dump: %s\n", e.what());
     return 1;

@@ -227,6 +227,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dump", required=True, help="path of the brisk_gpt_dump executable")
     ap.add_argument("--keep", help="write the dump here and keep it (default: a temporary directory)")
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
+                    help="where brisk computes the dump (the PyTorch reference runs on the CPU either way)")
     args = ap.parse_args()
 
     # Two threads like the brisk side. WORKLOADS.md asks the PyTorch peer to use
@@ -242,10 +244,13 @@ def main():
     with tempfile.TemporaryDirectory(prefix="brisk_gpt_check_") as tmp:
         out = args.keep or tmp
         try:
-            r = subprocess.run([args.dump, out], capture_output=True, text=True, timeout=120)
+            r = subprocess.run([args.dump, out, args.device], capture_output=True, text=True, timeout=120)
         except (OSError, subprocess.TimeoutExpired) as e:
             print(f"gpt_torch_check: FAIL: cannot run {args.dump}: {e}", file=sys.stderr)
             return 1
+        if r.returncode != 0 and args.device == "cuda" and "CUDA backend is unavailable" in r.stderr:
+            print(f"gpt_torch_check: SKIP: {r.stderr.strip()}")
+            return 77
         if r.returncode != 0:
             print(f"gpt_torch_check: FAIL: {args.dump} exited with {r.returncode}:\n{r.stdout}{r.stderr}", file=sys.stderr)
             return 1

@@ -8,6 +8,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "brisk/core/backend.h"
 #include "brisk/core/executor.h"
@@ -91,6 +92,7 @@ struct GptProgram {
   core::ValueId ids = core::kNoValue, targets = core::kNoValue, pos = core::kNoValue;
   core::ValueId logits = core::kNoValue, loss = core::kNoValue;  // no logits in fused train programs
   core::ValueId loss_scale = core::kNoValue;  // train programs: the backward seed
+  float last_loss_scale = -1.f;                // the seed last written (written only on change)
   std::unique_ptr<core::Executor> executor;
   int64_t batch = 0, seq = 0;
 };
@@ -134,6 +136,7 @@ class Gpt {
   core::Backend& backend_;
   core::ParameterStore params_;
   core::ShapeCache<GptProgram> train_cache_, eval_cache_, logits_cache_;
+  std::vector<float> host_logits_;  // logits() on a device backend: the host copy
 };
 
 }  // namespace brisk::models

@@ -49,6 +49,7 @@ class AdamW {
   core::Backend& backend_;
   int64_t step_ = 0;
   std::vector<core::TensorView> grads_;  // for grad_norm, built once
+  core::Tensor norm_;                    // grad_norm's output, where the grads live
   // The adamw op's operands for every parameter, built once: (p, g, m, v)
   // in, (p, m, v) out, in the store's order.
   std::vector<core::TensorView> step_inputs_, step_outputs_;

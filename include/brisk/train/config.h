@@ -36,7 +36,9 @@ struct PrecisionChoice {
   std::string path = "fp32";
   std::string reason;   // why that path (CPU flags, oneDNN ISA, overrides)
 };
-PrecisionChoice resolve_precision(Precision requested, bool fallback = true);
+// On device "cuda" bf16 and fp16 always have their fast path (tensor cores
+// through cuBLASLt); the CPU checks its flags.
+PrecisionChoice resolve_precision(Precision requested, bool fallback = true, const std::string& device = "cpu");
 // The graph dtype of a precision: f32, bf16, f16.
 core::DType compute_dtype(Precision p);
 
@@ -51,7 +53,11 @@ struct TrainConfig {
   optim::LrSchedule schedule;        // max_lr, min_lr_ratio, warmup, kind; total_steps = steps
   optim::AdamWConfig adamw;
   uint64_t seed = 1337;
-  int threads = 0;                   // 0: all cores
+  // Where the step runs: "cpu", or "cuda" (GPU 0: weights, gradients,
+  // optimizer state and activations in GPU memory; an error where there is
+  // no usable GPU, never a silent fall back to the CPU).
+  std::string device = "cpu";
+  int threads = 0;                   // 0: all cores (cpu)
   int loader_workers = 2;            // data loader threads; 0: batches built on the training thread
   int64_t eval_every = 100, eval_batches = 8, log_every = 10;
   Precision precision = Precision::fp32;  // requested; see resolve_precision
