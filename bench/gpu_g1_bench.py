@@ -1,0 +1,122 @@
+#!/usr/bin/env python3
+"""G1 on one GPU: brisk against PyTorch's strongest configuration, interleaved.
+
+Each round runs `brisk train` (configs/g1.toml: GPT-2 124M, bf16, flash
+attention, the step captured as a CUDA graph) and bench/torch_gpu_peer.py
+(bf16 autocast, torch.compile, SDPA, fused AdamW) for the same batch, steps
+and data, one after the other, so a slow spell of the machine lands on both.
+Per side: the median step time of the steps after warm-up, per round; the
+headline is the median over rounds with the min-max spread, and the ratio is
+formed within each round. MFU is against the card's dense bf16 peak (brisk's
+start-up line names it, from the GPU's name). Writes JSON with every number.
+
+    python3 bench/gpu_g1_bench.py --brisk build/release/brisk --batch 16 --rounds 3 --out g1.json
+"""
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+
+def run_brisk(args, run_dir):
+    cmd = [args.brisk, "train", "--config", os.path.join(ROOT, "configs", "g1.toml"), "--no-progress",
+           "--set", f"train.batch={args.batch}", "--set", f"train.steps={args.warmup + args.steps}",
+           "--set", f"data.dir={args.data}", "--set", f"checkpoint.dir={run_dir}",
+           "--set", f"checkpoint.every={10 ** 9}"]
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    if r.returncode != 0:
+        return {"engine": "brisk", "error": (r.stderr or r.stdout)[-3000:]}
+    rows = [json.loads(l) for l in open(os.path.join(run_dir, "metrics.jsonl")) if l.strip()]
+    ms = sorted(row["ms_per_step"] for row in rows[args.warmup:])
+    m = re.search(r"peak (\d+) GFLOP/s", r.stderr)
+    head = [l for l in r.stderr.splitlines() if l.startswith(("brisk train:", "precision", "recompute"))]
+    return {"engine": "brisk", "median_ms": ms[len(ms) // 2], "min_ms": ms[0], "max_ms": ms[-1],
+            "losses": [row["loss"] for row in rows], "peak_gflops": float(m.group(1)) if m else 0.0,
+            "startup": head}
+
+
+def run_torch(args):
+    cmd = [args.python, os.path.join(HERE, "torch_gpu_peer.py"), "--data", args.data, "--batch", str(args.batch),
+           "--steps", str(args.steps), "--warmup", str(args.warmup)]
+    if args.no_compile:
+        cmd.append("--no-compile")
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    lines = [l for l in r.stdout.splitlines() if l.startswith("{")]
+    if r.returncode != 0 or not lines:
+        return {"engine": "pytorch", "error": (r.stderr or r.stdout)[-3000:]}
+    return json.loads(lines[-1])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--brisk", default=os.path.join(ROOT, "build", "release", "brisk"))
+    ap.add_argument("--python", default=sys.executable)
+    ap.add_argument("--data", default=os.path.join(ROOT, "data", "kjv-gpt2"))
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--no-peer", action="store_true")
+    ap.add_argument("--no-compile", action="store_true", help="the peer in eager mode")
+    ap.add_argument("--out", help="JSON report path")
+    args = ap.parse_args()
+
+    tokens_per_step = args.batch * 1024
+    V, L, C, T = 50304, 12, 768, 1024
+    n_params = V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C
+    flops_per_token = 6 * n_params + 12 * L * T * C
+    rounds = []
+    for r in range(args.rounds):
+        with tempfile.TemporaryDirectory(prefix="brisk_g1_") as run_dir:
+            b = run_brisk(args, run_dir)
+        t = None if args.no_peer else run_torch(args)
+        rounds.append({"brisk": b, "pytorch": t})
+        print(f"round {r + 1}/{args.rounds}: brisk {b.get('median_ms', b.get('error'))} ms"
+              + ("" if t is None else f", pytorch {t.get('median_ms', t.get('error'))} ms"), file=sys.stderr, flush=True)
+
+    report = {"workload": "G1", "batch": args.batch, "seq": T, "steps": args.steps, "warmup": args.warmup,
+              "rounds": rounds, "flops_per_token": flops_per_token}
+    peak = max((x["brisk"].get("peak_gflops", 0) for x in rounds), default=0) * 1e9
+    for side in ("brisk", "pytorch"):
+        ok = [x[side] for x in rounds if x[side] and "median_ms" in x[side]]
+        if not ok:
+            continue
+        tps = [tokens_per_step / (x["median_ms"] / 1e3) for x in ok]
+        med = statistics.median(tps)
+        report[side] = {"tokens_per_s": med, "tokens_per_s_min": min(tps), "tokens_per_s_max": max(tps),
+                        "ms_per_step": tokens_per_step / med * 1e3,
+                        "mfu": med * flops_per_token / peak if peak else None}
+    ratios = [x["pytorch"]["median_ms"] / x["brisk"]["median_ms"] for x in rounds
+              if x["pytorch"] and "median_ms" in x["pytorch"] and "median_ms" in x["brisk"]]
+    if ratios:
+        report["ratio_brisk_over_pytorch"] = {"median": statistics.median(ratios), "min": min(ratios),
+                                              "max": max(ratios)}
+    print(f"G1 GPT-2 124M, batch {args.batch} x seq {T}, {args.rounds} rounds of {args.steps} steps "
+          f"(after {args.warmup} warm-up); peak {peak / 1e12:.0f} TFLOP/s bf16")
+    for side in ("brisk", "pytorch"):
+        if side in report:
+            s = report[side]
+            mfu = f"{100 * s['mfu']:.1f}%" if s["mfu"] else "-"
+            print(f"  {side:8s} {s['tokens_per_s']:10.0f} tok/s  ({s['tokens_per_s_min']:.0f}-{s['tokens_per_s_max']:.0f})"
+                  f"  {s['ms_per_step']:7.1f} ms/step  MFU {mfu}")
+        else:
+            errs = [x[side].get("error", "") for x in rounds if x[side]]
+            print(f"  {side:8s} failed: {errs[0][-600:] if errs else 'not run'}")
+    if ratios:
+        q = report["ratio_brisk_over_pytorch"]
+        print(f"  brisk / pytorch tokens/s: {q['median']:.2f}x ({q['min']:.2f}-{q['max']:.2f} over rounds)")
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(report, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

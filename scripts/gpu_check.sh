@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Everything brisk checks on a GPU, in one go, results in one folder:
+#   1. the op harness: every case of every op on the CUDA backend against the
+#      CPU reference (brisk_op_tests), and the CUDA backend unit tests;
+#   2. the PyTorch cross-check of the GPT with brisk on the GPU;
+#   3. G1 (GPT-2 124M, bf16) against PyTorch's strongest configuration,
+#      interleaved rounds (bench/gpu_g1_bench.py);
+#   4. a per-op profile of one G1 step on the GPU (brisk train --profile).
+# Binaries come from .gpu/bundle.tar.xz when present (scripts/gpu_pack.sh
+# makes it on a machine with brisk's build dependencies), else this builds
+# into build/gpu (needs those dependencies here).
+#   OUT=results STAGES="ops cross g1 profile" G1_BATCH=16 G1_ROUNDS=3 bash scripts/gpu_check.sh
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-gpu-results}
+STAGES=${STAGES:-"ops cross g1 profile"}
+G1_BATCH=${G1_BATCH:-16}
+G1_ROUNDS=${G1_ROUNDS:-3}
+G1_STEPS=${G1_STEPS:-20}
+mkdir -p "$OUT"
+PY=${PYTHON:-python3}
+
+if [ -f .gpu/bundle.tar.xz ]; then
+  root=/tmp/brisk-gpu
+  rm -rf "$root" && mkdir -p "$root" && tar -C "$root" -xJf .gpu/bundle.tar.xz
+  BIN=$root/bin
+  DATA=$root/data/kjv-gpt2
+  export LD_LIBRARY_PATH="$root/lib:${LD_LIBRARY_PATH:-}"
+else
+  cmake -S . -B build/gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DBRISK_CUDA=ON >"$OUT/build.log" 2>&1 &&
+    cmake --build build/gpu -j "$(nproc)" >>"$OUT/build.log" 2>&1 || { echo "build failed: $OUT/build.log"; exit 1; }
+  BIN=build/gpu
+  mkdir -p "$BIN/bin" && ln -sf ../tests/brisk_op_tests ../tests/brisk_unit_tests ../tests/brisk_gpt_dump ../brisk "$BIN/bin/"
+  cp -f build/gpu/lib/libbrisk_cuda.so "$BIN/bin/" && BIN=$BIN/bin
+  DATA=data/kjv-gpt2
+fi
+# CUDA libraries: the toolkit's, else the ones PyTorch's wheels bring.
+for d in /usr/local/cuda/lib64 $("$PY" -c 'import nvidia, os; print(" ".join(os.path.join(p, q, "lib") for p in nvidia.__path__ for q in os.listdir(p)))' 2>/dev/null); do
+  [ -d "$d" ] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$d"
+done
+export BRISK_CUDA_LIBRARY=$BIN/libbrisk_cuda.so
+
+{ nvidia-smi; nvcc --version; "$PY" -c 'import torch; print("torch", torch.__version__)'; } >"$OUT/machine.txt" 2>&1
+head -20 "$OUT/machine.txt"
+status=0
+for stage in $STAGES; do
+  case $stage in
+    ops)
+      "$BIN/brisk_op_tests" >"$OUT/ops.log" 2>&1 || status=1
+      grep -E "^\[  (PASSED|FAILED) |FAIL|CUDA op cases" "$OUT/ops.log" | head -60
+      grep -E " cuda " "$OUT/ops.log" | head -120 >"$OUT/ops_cuda_table.txt"
+      "$BIN/brisk_unit_tests" --gtest_filter='Cuda*:*Graph*' >"$OUT/unit_cuda.log" 2>&1 || status=1
+      tail -5 "$OUT/unit_cuda.log" ;;
+    cross)
+      "$PY" tests/models/gpt_torch_check.py --dump "$BIN/brisk_gpt_dump" --device cuda >"$OUT/crosscheck.log" 2>&1 || status=1
+      tail -8 "$OUT/crosscheck.log" ;;
+    g1)
+      "$PY" bench/gpu_g1_bench.py --brisk "$BIN/brisk" --data "$DATA" --batch "$G1_BATCH" --rounds "$G1_ROUNDS" \
+        --steps "$G1_STEPS" --out "$OUT/g1.json" >"$OUT/g1.log" 2>&1 || status=1
+      tail -8 "$OUT/g1.log" ;;
+    profile)
+      "$BIN/brisk" train --config configs/g1.toml --no-progress --profile --set train.steps=6 \
+        --set "train.batch=$G1_BATCH" --set "data.dir=$DATA" --set checkpoint.dir=/tmp/brisk-g1-profile \
+        >"$OUT/profile.log" 2>&1 || status=1
+      tail -30 "$OUT/profile.log" ;;
+    *) echo "unknown stage $stage" ;;
+  esac
+done
+exit $status
