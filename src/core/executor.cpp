@@ -138,17 +138,19 @@ void* Executor::data(ValueId v) const { return value_data_.at(size_t(v)); }
 
 TensorView Executor::view(ValueId v) const { return {data(v), graph_.meta(v)}; }
 
-void Executor::write(ValueId v, const void* host, size_t bytes) {
+void Executor::check_write(ValueId v, size_t bytes) const {
   if (bytes != graph_.meta(v).bytes())
     throw Error("executor: writing " + std::to_string(bytes) + " bytes into value '" + graph_.value(v).name +
                 "' of " + graph_.meta(v).str());
+}
+
+void Executor::write(ValueId v, const void* host, size_t bytes) {
+  check_write(v, bytes);
   backend_.copy_to_device(data(v), host, bytes);
 }
 
 void Executor::write_async(ValueId v, const void* host, size_t bytes) {
-  if (bytes != graph_.meta(v).bytes())
-    throw Error("executor: writing " + std::to_string(bytes) + " bytes into value '" + graph_.value(v).name +
-                "' of " + graph_.meta(v).str());
+  check_write(v, bytes);
   backend_.copy_to_device_async(data(v), host, bytes);
 }
 

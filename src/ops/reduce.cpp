@@ -3,6 +3,7 @@
 // Reducing one axis at a time (rather than a general multi-axis reduction) is
 // all the models and the broadcast gradients of add/mul need, and it keeps
 // every kernel a plain (outer, n, inner) loop over contiguous memory.
+#include "brisk/ops/layout.h"
 #include "op_util.h"
 
 namespace brisk::ops {
@@ -12,22 +13,6 @@ namespace {
 
 constexpr int kAll = ReduceParams::kAllAxes;
 
-// The (outer, n, inner) view of `s` around `axis`: the reduced dim is n, the
-// dims before it multiply to outer and those after it to inner.
-struct AxisSplit {
-  int64_t outer = 1, n = 1, inner = 1;
-};
-AxisSplit split_at(const Shape& s, int axis) {
-  AxisSplit a;
-  if (axis == kAll) {
-    a.n = s.numel();
-    return a;
-  }
-  for (int i = 0; i < axis; ++i) a.outer *= s[i];
-  a.n = s[axis];
-  for (int i = axis + 1; i < s.rank(); ++i) a.inner *= s[i];
-  return a;
-}
 
 // Normalizes a reduce axis against `s`, throwing a ShapeError naming the op.
 int checked_axis(std::string_view op, const Shape& s, int axis, std::span<const TensorMeta> in) {

@@ -378,9 +378,10 @@ TEST(CudaOps, Coverage) {
   std::printf("CUDA op cases ran on %s\n", gpu.description().c_str());
   for (int op = 0; op < core::kNumOps; ++op)
     for (int t = 0; t < core::kNumDTypes; ++t)
-      if (cpu.supports(core::OpKind(op), DType(t)))
+      if (cpu.supports(core::OpKind(op), DType(t))) {
         EXPECT_TRUE(gpu.supports(core::OpKind(op), DType(t)))
             << "cuda has no kernel for " << core::op_name(core::OpKind(op)) << " " << core::dtype_name(DType(t));
+      }
 }
 
 // A visible skip where this CPU cannot run the bf16-native kernels.

@@ -83,6 +83,7 @@ class Executor {
   std::vector<std::vector<uint32_t>> value_slots_;
   std::vector<bool> bound_;
   void run_steps();
+  void check_write(ValueId v, size_t bytes) const;  // throws naming the value
   void drop_graph();
   bool profiling_ = false;
   bool graph_capture_ = true;

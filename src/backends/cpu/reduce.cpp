@@ -12,30 +12,17 @@
 
 #include "brisk/core/op.h"
 #include "cpu_util.h"
+#include "brisk/ops/layout.h"
 #include "kernels.h"
 
 namespace brisk::cpu {
 namespace {
 
 using core::KernelCall;
+using ops::AxisSplit;
 using ops::ReduceParams;
+using ops::split_at;
 
-struct AxisSplit {
-  int64_t outer = 1, n = 1, inner = 1;
-};
-
-AxisSplit split_at(const core::Shape& s, int axis) {
-  AxisSplit a;
-  if (axis == ReduceParams::kAllAxes) {
-    a.n = s.numel();
-    return a;
-  }
-  axis = s.normalize_axis(axis);
-  for (int i = 0; i < axis; ++i) a.outer *= s[i];
-  a.n = s[axis];
-  for (int i = axis + 1; i < s.rank(); ++i) a.inner *= s[i];
-  return a;
-}
 
 
 template <class T>

@@ -11,12 +11,15 @@
 
 #include "brisk/core/op.h"
 #include "cpu_util.h"
+#include "brisk/ops/layout.h"
 #include "kernels.h"
 
 namespace brisk::cpu {
 namespace {
 
 using core::KernelCall;
+using ops::PermPlan;
+using ops::plan_permute;
 
 // Byte-block granularity worth a thread for plain copies.
 constexpr int64_t kCopyGrain = 1 << 18;
@@ -27,37 +30,6 @@ void reshape_any(const KernelCall& c) {
   if (c.out(0).data != c.in(0).data) std::memcpy(c.out(0).data, c.in(0).data, c.in(0).meta.bytes());
 }
 
-// The permutation reduced to output axes (size, input stride in elements).
-struct PermPlan {
-  int rank = 0;
-  int64_t size[core::kMaxRank] = {};
-  int64_t stride[core::kMaxRank] = {};
-};
-
-PermPlan plan_permute(const core::Shape& xs, const core::Shape& dims) {
-  const int r = xs.rank();
-  const core::Strides st = core::contiguous_strides(xs);
-  PermPlan p;
-  int last_axis = -2;  // input axis of the previous kept output axis
-  for (int i = 0; i < r; ++i) {
-    const int a = int(dims[i] < 0 ? dims[i] + r : dims[i]);
-    if (xs[a] == 1) continue;
-    // Merge when this axis directly follows the previous one in the input,
-    // skipping size-1 axes in between (they do not move anything).
-    bool adjacent = p.rank > 0 && a > last_axis;
-    for (int b = last_axis + 1; adjacent && b < a; ++b) adjacent = xs[b] == 1;
-    if (adjacent) {
-      p.size[p.rank - 1] *= xs[a];
-      p.stride[p.rank - 1] = st[size_t(a)];
-    } else {
-      p.size[p.rank] = xs[a];
-      p.stride[p.rank] = st[size_t(a)];
-      ++p.rank;
-    }
-    last_axis = a;
-  }
-  return p;
-}
 
 // Input offset (elements) of the first element of output row `row`, rows
 // being all output axes but the last.

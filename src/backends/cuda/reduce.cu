@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <string>
 
+#include "brisk/ops/layout.h"
 #include "cuda_util.cuh"
 
 namespace brisk::cuda {
@@ -31,6 +32,8 @@ namespace {
 
 using core::DType;
 using core::KernelCall;
+using ops::AxisSplit;
+using ops::split_at;
 using core::OpKind;
 using ops::ReduceParams;
 
@@ -42,22 +45,6 @@ constexpr int64_t kMinRowChunk = 4096;   // elements per row chunk
 constexpr int64_t kWarpRowMax = 1024;    // rows up to this long get one warp
 
 
-struct AxisSplit {
-  int64_t outer = 1, n = 1, inner = 1;
-};
-
-AxisSplit split_at(const core::Shape& s, int axis) {
-  AxisSplit a;
-  if (axis == ReduceParams::kAllAxes) {
-    a.n = s.numel();
-    return a;
-  }
-  axis = s.normalize_axis(axis);
-  for (int i = 0; i < axis; ++i) a.outer *= s[i];
-  a.n = s[axis];
-  for (int i = axis + 1; i < s.rank(); ++i) a.inner *= s[i];
-  return a;
-}
 
 template <class Out>
 __device__ __forceinline__ Out narrow_out(float v) { return narrow<Out>(v); }

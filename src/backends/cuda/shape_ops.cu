@@ -24,6 +24,7 @@
 #include <cstring>
 #include <string>
 
+#include "brisk/ops/layout.h"
 #include "cuda_util.cuh"
 
 namespace brisk::cuda {
@@ -31,6 +32,8 @@ namespace {
 
 using core::DType;
 using core::KernelCall;
+using ops::PermPlan;
+using ops::plan_permute;
 using core::OpKind;
 using core::kMaxRank;
 
@@ -147,37 +150,6 @@ void reshape_op(const KernelCall& c) {
 }
 
 // ---- permute -----------------------------------------------------------------------------
-// The permutation reduced to output axes (size, input stride in elements).
-struct PermPlan {
-  int rank = 0;
-  int64_t size[kMaxRank] = {};
-  int64_t stride[kMaxRank] = {};
-};
-
-PermPlan plan_permute(const core::Shape& xs, const core::Shape& dims) {
-  const int r = xs.rank();
-  const core::Strides st = core::contiguous_strides(xs);
-  PermPlan p;
-  int last_axis = -2;  // input axis of the previous kept output axis
-  for (int i = 0; i < r; ++i) {
-    const int a = int(dims[i] < 0 ? dims[i] + r : dims[i]);
-    if (xs[a] == 1) continue;
-    // Merge when this axis directly follows the previous one in the input,
-    // skipping size-1 axes in between (they do not move anything).
-    bool adjacent = p.rank > 0 && a > last_axis;
-    for (int b = last_axis + 1; adjacent && b < a; ++b) adjacent = xs[b] == 1;
-    if (adjacent) {
-      p.size[p.rank - 1] *= xs[a];
-      p.stride[p.rank - 1] = st[size_t(a)];
-    } else {
-      p.size[p.rank] = xs[a];
-      p.stride[p.rank] = st[size_t(a)];
-      ++p.rank;
-    }
-    last_axis = a;
-  }
-  return p;
-}
 
 // n / d for n < 2^31 by a multiply and a shift (Granlund & Montgomery):
 // mul = ceil(2^(31 + l) / d) with l = ceil(log2 d) fits 32 bits and is exact
