@@ -22,7 +22,7 @@ void backward(Graph& g, ValueId loss, const BackwardOptions& options) {
     grad[size_t(loss)] = options.seed;
   } else {
     grad[size_t(loss)] =
-        g.add_node1(OpKind::fill, {}, ops::FillParams{loss_meta.shape, loss_meta.dtype, options.loss_scale});
+        g.add_node1(OpKind::fill, {}, FillParams{loss_meta.shape, loss_meta.dtype, options.loss_scale});
   }
 
   auto add_grad = [&](ValueId v, ValueId dv) {

@@ -12,7 +12,7 @@ namespace brisk::core {
 namespace {
 constexpr std::array<std::string_view, kNumOps> kOpNames = {
 #define BRISK_OP(name) #name,
-#include "brisk/ops/op_list.inc"
+#include "brisk/core/op_list.inc"
 #undef BRISK_OP
 };
 

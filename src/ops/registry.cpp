@@ -7,14 +7,14 @@
 namespace brisk::ops {
 
 #define BRISK_OP(name) core::OpDef name##_def();
-#include "brisk/ops/op_list.inc"
+#include "brisk/core/op_list.inc"
 #undef BRISK_OP
 
 void register_ops() {
   static std::once_flag once;
   std::call_once(once, [] {
 #define BRISK_OP(name) core::set_op_def(name##_def());
-#include "brisk/ops/op_list.inc"
+#include "brisk/core/op_list.inc"
 #undef BRISK_OP
   });
 }

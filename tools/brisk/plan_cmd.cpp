@@ -35,7 +35,7 @@ double matmul_flops(const core::Graph& g) {
     switch (n.op) {
       case OpKind::matmul: {
         const auto& a = g.shape(n.inputs[0]);
-        const bool ta = std::get<ops::MatmulParams>(n.params).trans_a;
+        const bool ta = std::get<core::MatmulParams>(n.params).trans_a;
         f += 2.0 * double(out.numel()) * double(a[a.rank() - (ta ? 2 : 1)]);
         break;
       }

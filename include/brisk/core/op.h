@@ -12,19 +12,19 @@
 #include <vector>
 
 #include "brisk/core/tensor.h"
-#include "brisk/ops/params.h"
+#include "brisk/core/op_params.h"
 
 namespace brisk::core {
 
 enum class OpKind : uint16_t {
 #define BRISK_OP(name) name,
-#include "brisk/ops/op_list.inc"
+#include "brisk/core/op_list.inc"
 #undef BRISK_OP
 };
 
 inline constexpr int kNumOps = 0
 #define BRISK_OP(name) +1
-#include "brisk/ops/op_list.inc"
+#include "brisk/core/op_list.inc"
 #undef BRISK_OP
     ;
 
@@ -34,7 +34,6 @@ class Graph;
 struct Node;
 using ValueId = int32_t;
 inline constexpr ValueId kNoValue = -1;
-using ops::OpParams;
 
 struct ExecContext;
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "brisk/core/graph.h"
+#include "brisk/ops/params.h"
 
 namespace brisk::core {
 struct Pattern;  // brisk/core/passes.h

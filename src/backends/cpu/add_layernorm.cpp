@@ -30,7 +30,7 @@ void add_layernorm_kernel(const KernelCall& c) {
   float* rstd_out = c.out(3).as<float>();
   const int64_t C = c.in(0).shape().last(), rows = c.in(0).shape().rows();
   const int64_t r_rows = c.in(1).numel() / std::max<int64_t>(C, 1);
-  const float eps = c.p<ops::LayerNormParams>().eps;
+  const float eps = c.p<core::LayerNormParams>().eps;
   const float inv_c = C ? 1.f / float(C) : 0.f;
   parallel_for(rows, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(C, 1)), [&](int64_t lo, int64_t hi) {
     for (int64_t r = lo; r < hi; ++r) {

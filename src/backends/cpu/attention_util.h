@@ -16,7 +16,7 @@ struct AttentionDims {
 };
 
 inline AttentionDims attention_dims(const core::KernelCall& c, const core::Shape& qkv) {
-  const auto& p = c.p<ops::AttentionParams>();
+  const auto& p = c.p<core::AttentionParams>();
   const int64_t C = qkv[2] / 3, hd = C / p.n_head;
   const float scale = p.scale != 0.f ? p.scale : float(1.0 / std::sqrt(double(hd)));
   return {qkv[0], qkv[1], C, p.n_head, hd, scale};

@@ -42,7 +42,7 @@ void cross_entropy_kernel(const KernelCall& c) {
   float* loss = c.out(0).as<float>();
   float* lse = c.out(1).as<float>();
   const int64_t n = c.in(0).shape()[0], v = c.in(0).shape()[1];
-  const int ignore = c.p<ops::CrossEntropyParams>().ignore_index;
+  const int ignore = c.p<core::CrossEntropyParams>().ignore_index;
   const int64_t count = check_targets("cross_entropy", t, n, v, ignore);
   parallel_for(n, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(v, 1) / 4), [&](int64_t lo, int64_t hi) {
     for (int64_t r = lo; r < hi; ++r) {
@@ -70,7 +70,7 @@ void cross_entropy_backward_kernel(const KernelCall& c) {
   const float* lse = c.in(2).as<const float>();
   T* dx = c.out(0).as<T>();
   const int64_t n = c.in(0).shape()[0], v = c.in(0).shape()[1];
-  const int ignore = c.p<ops::CrossEntropyParams>().ignore_index;
+  const int ignore = c.p<core::CrossEntropyParams>().ignore_index;
   const int64_t count = check_targets("cross_entropy_backward", t, n, v, ignore);
   const float scale = count ? c.in(3).as<const float>()[0] / float(count) : 0.f;
   parallel_for(n, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(v, 1) / 4), [&](int64_t lo, int64_t hi) {

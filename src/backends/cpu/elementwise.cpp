@@ -39,7 +39,7 @@ void binary_f32(const KernelCall& c) {
 void scale_f32(const KernelCall& c) {
   const float* a = c.in(0).as<float>();
   float* y = c.out(0).as<float>();
-  const float s = c.p<ops::ScaleParams>().scale;
+  const float s = c.p<core::ScaleParams>().scale;
   parallel_for(c.in(0).numel(), kParallelGrain, [&](int64_t lo, int64_t hi) {
 #pragma omp simd
     for (int64_t i = lo; i < hi; ++i) y[i] = a[i] * s;
@@ -89,7 +89,7 @@ void binary_bf16(const KernelCall& c) {
 void scale_bf16(const KernelCall& c) {
   const uint16_t* a = c.in(0).as<uint16_t>();
   uint16_t* y = c.out(0).as<uint16_t>();
-  const float s = c.p<ops::ScaleParams>().scale;
+  const float s = c.p<core::ScaleParams>().scale;
   parallel_for(c.in(0).numel(), kParallelGrain, [&](int64_t lo, int64_t hi) {
 #pragma omp simd
     for (int64_t i = lo; i < hi; ++i) y[i] = core::f32_to_bf16(core::bf16_to_f32(a[i]) * s);

@@ -46,7 +46,7 @@ struct Dims {
 };
 
 Dims matmul_dims(const KernelCall& c) {
-  const auto& p = c.p<ops::MatmulParams>();
+  const auto& p = c.p<core::MatmulParams>();
   const core::Shape &a = c.in(0).shape(), &b = c.in(1).shape();
   const int ra = a.rank();
   Dims d;
@@ -65,7 +65,7 @@ Dims matmul_dims(const KernelCall& c) {
 
 // ---- operands straight into gemm(): f32 always, bf16 on the bf16-native path --------
 void matmul_direct(const KernelCall& c, core::DType t) {
-  const auto& p = c.p<ops::MatmulParams>();
+  const auto& p = c.p<core::MatmulParams>();
   const Dims d = matmul_dims(c);
   if (d.m == 0 || d.n == 0 || d.batch == 0) return;
   const size_t es = core::dtype_size(t);
@@ -193,7 +193,7 @@ void lowp_gemm(GemmCache& cache, const uint16_t* a, bool ta, const float* bf, bo
 
 template <class T>
 void matmul_lowp(const KernelCall& c) {
-  const auto& p = c.p<ops::MatmulParams>();
+  const auto& p = c.p<core::MatmulParams>();
   const Dims d = matmul_dims(c);
   if (d.m == 0 || d.n == 0 || d.batch == 0) return;
   const auto* a = c.in(0).as<const uint16_t>();

@@ -72,7 +72,7 @@ void cast_rows(const KernelCall& c, Fn fn) {
 }
 
 void cast_from_f32(const KernelCall& c) {
-  switch (c.p<ops::CastParams>().to) {
+  switch (c.p<core::CastParams>().to) {
     case DType::bf16: return cast_rows<float, uint16_t>(c, f32_to_bf16_range);
     case DType::f16: return cast_rows<float, uint16_t>(c, f32_to_f16_range);
     default: return cast_generic(c);
@@ -80,12 +80,12 @@ void cast_from_f32(const KernelCall& c) {
 }
 
 void cast_from_bf16(const KernelCall& c) {
-  if (c.p<ops::CastParams>().to == DType::f32) return cast_rows<uint16_t, float>(c, bf16_to_f32_row);
+  if (c.p<core::CastParams>().to == DType::f32) return cast_rows<uint16_t, float>(c, bf16_to_f32_row);
   cast_generic(c);
 }
 
 void cast_from_f16(const KernelCall& c) {
-  if (c.p<ops::CastParams>().to == DType::f32) return cast_rows<uint16_t, float>(c, f16_to_f32_range);
+  if (c.p<core::CastParams>().to == DType::f32) return cast_rows<uint16_t, float>(c, f16_to_f32_range);
   cast_generic(c);
 }
 
@@ -104,7 +104,7 @@ void fill_typed(void* data, int64_t n, const void* element) {
 void fill_any(const KernelCall& c) {
   const core::TensorView& y = c.out(0);
   uint64_t element = 0;  // the value converted once, as the dtype's bytes
-  core::store_from_double(&element, y.dtype(), 0, c.p<ops::FillParams>().value);
+  core::store_from_double(&element, y.dtype(), 0, c.p<core::FillParams>().value);
   switch (core::dtype_size(y.dtype())) {
     case 1: return fill_typed<uint8_t>(y.data, y.numel(), &element);
     case 2: return fill_typed<uint16_t>(y.data, y.numel(), &element);

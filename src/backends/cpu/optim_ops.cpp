@@ -66,7 +66,7 @@ void grad_norm_kernel(const KernelCall& c) {
 // The step's scalar coefficients, shared by every tensor.
 struct AdamWCoefficients {
   float grad_scale, decay, beta1, one_m_beta1, beta2, one_m_beta2, neg_step_size, bc2_sqrt, eps;
-  explicit AdamWCoefficients(const ops::AdamWParams& a)
+  explicit AdamWCoefficients(const core::AdamWParams& a)
       : grad_scale(a.grad_scale),
         decay(float(1.0 - double(a.lr) * double(a.weight_decay))),
         beta1(a.beta1),
@@ -105,7 +105,7 @@ void adamw_range(const AdamWCoefficients& k, bool decay, float* p, const G* g, f
 // them small vectors), and no thread idles on a tiny bias while another
 // finishes a large matrix. Outputs alias the inputs (p, m, v in place).
 void adamw_kernel(const KernelCall& c) {
-  const ops::AdamWParams& a = c.p<ops::AdamWParams>();
+  const core::AdamWParams& a = c.p<core::AdamWParams>();
   const AdamWCoefficients k(a);
   const size_t groups = c.inputs.size() / 4;
   int64_t total = 0;

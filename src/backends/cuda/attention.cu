@@ -37,7 +37,7 @@ struct Dims {
 };
 
 Dims dims_of(const KernelCall& c, const char* op, const core::Shape& qkv) {
-  const auto& p = c.p<ops::AttentionParams>();
+  const auto& p = c.p<core::AttentionParams>();
   if (qkv.rank() != 3 || qkv[2] % 3 != 0 || p.n_head < 1 || (qkv[2] / 3) % p.n_head != 0)
     throw core::ShapeError(std::string(op) + ": qkv must be (B, T, 3C) with C divisible by n_head = " +
                            std::to_string(p.n_head));

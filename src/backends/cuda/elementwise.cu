@@ -135,7 +135,7 @@ void binary_op(const KernelCall& c) {
 template <DType D>
 void scale_op(const KernelCall& c) {
   using T = device_t<D>;
-  launch_scale<T>(c.in(0).as<const T>(), c.out(0).as<T>(), c.p<ops::ScaleParams>().scale, c.in(0).numel(),
+  launch_scale<T>(c.in(0).as<const T>(), c.out(0).as<T>(), c.p<core::ScaleParams>().scale, c.in(0).numel(),
                   stream_of(c));
   check_launch(D == DType::f32 ? "scale(f32)" : "scale(bf16)");
 }

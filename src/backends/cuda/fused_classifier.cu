@@ -182,7 +182,7 @@ void classifier_kernel(const KernelCall& c) {
                            x.shape().str() + ", " + w.shape().str() + ", " + t.shape().str() + ", " +
                            seed.shape().str());
   const int64_t n = x.shape()[0], k = x.shape()[1], v = w.shape()[0];
-  const int32_t ignore = c.p<ops::CrossEntropyParams>().ignore_index;
+  const int32_t ignore = c.p<core::CrossEntropyParams>().ignore_index;
   const int64_t es = int64_t(sizeof(T));
   const core::ExecContext& ctx = context_of(c);
   const cudaStream_t stream = stream_of(c);

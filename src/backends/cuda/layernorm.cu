@@ -217,7 +217,7 @@ void layernorm_kernel(const KernelCall& c) {
   check_affine_shape("layernorm", c, C, 1);
   launch_forward<T, false>(x.as<const T>(), nullptr, 1, c.in(1).as<const T>(), c.in(2).as<const T>(), nullptr,
                            c.out(0).as<T>(), c.out(1).as<float>(), c.out(2).as<float>(), rows, C,
-                           c.p<ops::LayerNormParams>().eps, stream_of(c), D == DType::f32 ? "layernorm(f32)" : "layernorm(bf16)");
+                           c.p<core::LayerNormParams>().eps, stream_of(c), D == DType::f32 ? "layernorm(f32)" : "layernorm(bf16)");
 }
 
 template <DType D>
@@ -231,7 +231,7 @@ void add_layernorm_kernel(const KernelCall& c) {
     throw core::ShapeError("add_layernorm: r must have a's shape or its trailing dims");
   launch_forward<T, true>(a.as<const T>(), c.in(1).as<const T>(), r_rows, c.in(2).as<const T>(),
                           c.in(3).as<const T>(), c.out(0).as<T>(), c.out(1).as<T>(), c.out(2).as<float>(),
-                          c.out(3).as<float>(), rows, C, c.p<ops::LayerNormParams>().eps, stream_of(c),
+                          c.out(3).as<float>(), rows, C, c.p<core::LayerNormParams>().eps, stream_of(c),
                           D == DType::f32 ? "add_layernorm(f32)" : "add_layernorm(bf16)");
 }
 

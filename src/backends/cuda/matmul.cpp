@@ -33,7 +33,7 @@ void check_dims(const core::TensorView& t, int min_rank, const char* op, const c
 // matmul: A (..., M, K) or (..., K, M); B (K, N)/(N, K) shared, or with A's batch dims.
 template <DType kType>
 void matmul_kernel(const KernelCall& c) {
-  const auto& p = c.p<ops::MatmulParams>();
+  const auto& p = c.p<core::MatmulParams>();
   const core::TensorView &a = c.in(0), &b = c.in(1), &y = c.out(0);
   check_dims(a, 2, "matmul", "A");
   check_dims(b, 2, "matmul", "B");

@@ -102,7 +102,7 @@ void launch_cast(const KernelCall& c) {
 template <DType From>
 void cast_op(const KernelCall& c) {
   const core::TensorView &x = c.in(0), &y = c.out(0);
-  const DType to = c.p<ops::CastParams>().to;
+  const DType to = c.p<core::CastParams>().to;
   if (y.dtype() != to || y.numel() != x.numel())
     throw core::ShapeError("cast: output " + y.meta.str() + " does not match input " + x.meta.str() + " cast to " +
                            std::string(core::dtype_name(to)));
@@ -166,7 +166,7 @@ void launch_fill(void* y, int64_t n, const unsigned char* element_bytes, cudaStr
 
 void fill_op(const KernelCall& c) {
   const core::TensorView& y = c.out(0);
-  const auto& fp = c.p<ops::FillParams>();
+  const auto& fp = c.p<core::FillParams>();
   if (y.dtype() != fp.dtype || y.numel() != fp.shape.numel())
     throw core::ShapeError("fill: output " + y.meta.str() + " is not " + core::TensorMeta{fp.shape, fp.dtype}.str());
   const int64_t n = y.numel();

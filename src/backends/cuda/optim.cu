@@ -222,7 +222,7 @@ struct AdamWCoefficients {
 };
 static_assert(sizeof(AdamWBatch) + sizeof(AdamWCoefficients) <= 4000, "kernel parameters are limited to 4 KB");
 
-AdamWCoefficients coefficients(const ops::AdamWParams& a) {
+AdamWCoefficients coefficients(const core::AdamWParams& a) {
   AdamWCoefficients k;
   k.grad_scale = a.grad_scale;
   k.decay = float(1.0 - double(a.lr) * double(a.weight_decay));
@@ -301,7 +301,7 @@ __global__ void __launch_bounds__(kThreads)
 
 void adamw_fn(const KernelCall& c) {
   constexpr const char* what = "adamw";
-  const ops::AdamWParams& params = c.p<ops::AdamWParams>();
+  const core::AdamWParams& params = c.p<core::AdamWParams>();
   const AdamWCoefficients k = coefficients(params);
   const cudaStream_t st = stream_of(c);
   if (c.inputs.size() % 4 != 0 || c.outputs.size() != c.inputs.size() / 4 * 3)
