@@ -1,5 +1,4 @@
-// Data-side benchmarks (issue 5, item 7: the record-store, FASTA and
-// tokenizer parts):
+// Data-side benchmarks (the record store, FASTA and tokenizers):
 //   * LMDB record store: write records/s; read records/s sequentially, in
 //     random order, and through the prefetching reader, also with a consumer
 //     that spends a fixed time per record, to show the read-ahead hiding reads;

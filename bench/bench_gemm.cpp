@@ -1,10 +1,10 @@
 // GEMM benchmark: the matrix products of one GPT-2 training step (workloads
-// W1 and W2 of WORKLOADS.md) through OpenBLAS and oneDNN, fp32 and bf16, next
+// W1 and W2 of docs/workloads.md) through OpenBLAS and oneDNN, fp32 and bf16, next
 // to this machine's measured peak (FMA FLOP/s, bf16 dot products, memory
 // bandwidth).
 //
-// Why it exists: DESIGN.md leaves the CPU matrix-product library open
-// (OpenBLAS or oneDNN) to be decided on the workloads. This program answers
+// Why it exists: the CPU matrix-product library (OpenBLAS or oneDNN) is
+// chosen on the workloads (docs/cpu-paths.md). This program answers
 // that per shape and per step, so it deliberately calls both libraries
 // directly (cblas_sgemm / cblas_sbgemm, dnnl::matmul) and nothing of brisk's
 // own core: the numbers must not move when the engine's code does.

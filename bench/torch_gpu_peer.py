@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The PyTorch peer of the G1 GPU benchmark (bench/gpu_g1_bench.py).
 
-GPT-2 124M (WORKLOADS G1: vocab 50304, 12 layers, 768 wide, 12 heads,
+GPT-2 124M (G1 of docs/workloads.md: vocab 50304, 12 layers, 768 wide, 12 heads,
 sequence 1024) trained on one GPU in PyTorch's strongest configuration for
 this model: bf16 autocast, F.scaled_dot_product_attention (flash kernels),
 torch.compile of the whole model, fused AdamW, TF32 allowed for what stays

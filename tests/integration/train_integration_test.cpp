@@ -1,4 +1,4 @@
-// The training issue's end-to-end promises, checked on a tiny model:
+// The trainer's end-to-end promises, checked on a tiny model:
 // - a run stopped at step k and resumed gives the same losses, bit for bit
 //   (==, not near), as a run that never stopped; whether the stop was a
 //   checkpoint, SIGINT/SIGTERM, or a crash in the middle of a checkpoint write;

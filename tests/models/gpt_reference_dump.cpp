@@ -123,7 +123,7 @@ int run(const std::string& out_dir, const std::string& device) {
   }
   core::save_safetensors((fs::path(out_dir) / "steps.safetensors").string(), step_tensors);
 
-  // Ten AdamW steps at the WORKLOADS.md settings, a constant lr.
+  // Ten AdamW steps at the docs/workloads.md settings, a constant lr.
   optim::AdamWConfig ocfg;  // lr 6e-4, betas (0.9, 0.95), eps 1e-8, wd 0.1, clip 1.0
   optim::AdamW adamw(ocfg, model.params(), backend);
   nlohmann::json steps = nlohmann::json::array();

@@ -231,7 +231,7 @@ def main():
                     help="where brisk computes the dump (the PyTorch reference runs on the CPU either way)")
     args = ap.parse_args()
 
-    # Two threads like the brisk side. WORKLOADS.md asks the PyTorch peer to use
+    # Two threads like the brisk side. docs/workloads.md has the PyTorch peer use
     # OpenBLAS (update-alternatives for libblas.so.3); for a correctness check the
     # BLAS choice does not matter — any correct fp32 BLAS agrees far inside 1e-4 —
     # so it is only reported here, not enforced.

@@ -1,8 +1,8 @@
-// Dynamic loss scaling and the precision choice (issue 4, item 1).
+// Dynamic loss scaling and the precision choice.
 //
 // The scaler's state machine on its own (growth after N clean steps, backoff
-// and skip on overflow, counters, floor and ceiling), then the issue's
-// "done means" test end to end on a real GPT: a forced overflow (a scale so
+// and skip on overflow, counters, floor and ceiling), then the
+// end-to-end check on a real GPT: a forced overflow (a scale so
 // large that the scaled gradients' norm overflows fp32, and separately one
 // gradient poisoned with inf) skips the step -- weights, moments and AdamW's
 // step count unchanged -- and backs the scale off; the next clean step applies
@@ -177,7 +177,7 @@ void backward(models::Gpt& m, float seed) {
   m.train_micro_step(b.x.data(), b.y.data(), kB, kT, seed);
 }
 
-// The issue's test with a real overflow. In fp32 compute this model's
+// The check with a real overflow. In fp32 compute this model's
 // gradients stay below the seed (at most ~seed/4), so no representable scale
 // makes a single element inf; but the largest float as the scale makes the
 // scaled gradients' global norm (1.5x the seed here) overflow, and that norm

@@ -1,4 +1,4 @@
-// Mixed precision training (issue 4, item 1): the bf16/f16 GPT graph
+// Mixed precision training: the bf16/f16 GPT graph
 // (models::GptConfig::compute) against the fp32 one from the same weights.
 //
 // What could go wrong, and the test that would see it:
@@ -333,7 +333,7 @@ TEST(MixedPrecision, Bf16TrainingTracksFp32Over60Steps) {
   EXPECT_NE(r32.losses, r16.losses) << "identical curves: the bf16 graph did not run";
 }
 
-// The issue's fp16 check end to end: a scale of 2^30 overflows the fp16
+// The fp16 check end to end: a scale of 2^30 overflows the fp16
 // gradients; the trainer skips those steps and halves the scale each time,
 // then trains with a finite, falling loss.
 TEST(MixedPrecision, Fp16LossScalingBacksOffAnOverflowAndTrains) {

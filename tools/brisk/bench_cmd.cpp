@@ -1,4 +1,4 @@
-// `brisk bench train`: brisk and the PyTorch peer on a WORKLOADS.md training
+// `brisk bench train`: brisk and the PyTorch peer on a docs/workloads.md training
 // workload in one run, one table, one JSON file (src/bench/train_bench.cpp).
 // Kept out of main.cpp so that the benchmark's many options do not crowd the
 // everyday commands; the hidden --worker flag is how the benchmark starts the
@@ -13,7 +13,7 @@
 namespace brisk::cli {
 
 BenchCommand add_bench_command(CLI::App& parent) {
-  auto* bench = parent.add_subcommand("bench", "Benchmarks against peers (WORKLOADS.md)");
+  auto* bench = parent.add_subcommand("bench", "Benchmarks against peers (docs/workloads.md)");
   bench->require_subcommand(1);
   auto* train = bench->add_subcommand("train", "Train W1 or W2 with brisk and PyTorch side by side; table + JSON");
   auto o = std::make_shared<bench::TrainBenchOptions>();

@@ -1,7 +1,7 @@
 // What this machine can do at most, measured rather than looked up: fp32
 // FMA FLOP/s, bf16 dot-product FLOP/s (avx512_bf16), memory bandwidth, and
 // how busy the machine is. Benchmarks report their results as fractions of
-// these (WORKLOADS.md: "the physical limit of the machine"), so every bench
+// these (docs/workloads.md: "The machine"), so every bench
 // program measures them in its own process with its own thread count; the
 // trainer's MFU uses the same meter (monitor::peak_fp32_gflops). The VM hides the CPU's clock, so a
 // datasheet peak would not be this machine's.

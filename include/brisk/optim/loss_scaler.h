@@ -1,4 +1,4 @@
-// Dynamic loss scaling for fp16 training (issue 4): the loss gradient is
+// Dynamic loss scaling for fp16 training: the loss gradient is
 // seeded with `scale()` so small fp16 gradients do not flush to zero, and the
 // optimizer divides the scale back out (AdamW::step's grad_scale).
 //
