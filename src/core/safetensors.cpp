@@ -1,18 +1,27 @@
 // safetensors reader/writer (safetensors.h). The JSON is small and flat, so
 // nlohmann-json handles it; tensor bytes are copied straight from the file.
+// A file may come from anywhere, so the whole header (dtypes, shapes, byte
+// sizes, offsets, metadata, duplicate names) is validated before any tensor
+// is allocated: a hostile file is an IoError naming the file and the field.
 #include "brisk/core/safetensors.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
 #include <sstream>
 
 #include "brisk/core/error.h"
+#include "brisk/core/json_excerpt.h"
 
 namespace brisk::core {
 
@@ -32,10 +41,123 @@ const char* st_dtype(DType t) {
   return "?";
 }
 
-DType parse_st_dtype(const std::string& s, const std::string& path) {
+using Json = nlohmann::json;
+
+// A header field of a file that may come from anywhere: everything below is
+// checked before a single tensor byte is allocated, and every complaint names
+// the file, the tensor and the field.
+[[noreturn]] void bad_entry(const std::string& path, const std::string& name, const std::string& what) {
+  throw IoError(path + ": tensor '" + name + "': " + what);
+}
+
+// The value of a non-negative JSON integer, or nothing (negative, fractional,
+// not a number). nlohmann stores non-negative integers as unsigned.
+std::optional<uint64_t> as_count(const Json& v) {
+  if (v.is_number_unsigned()) return v.get<uint64_t>();
+  if (v.is_number_integer() && v.get<int64_t>() >= 0) return uint64_t(v.get<int64_t>());
+  return std::nullopt;
+}
+
+DType parse_st_dtype(const Json& v, const std::string& path, const std::string& name) {
+  std::string allowed;
+  for (int i = 0; i < kNumDTypes; ++i) allowed += std::string(i ? ", " : "") + st_dtype(DType(i));
+  if (!v.is_string()) bad_entry(path, name, "'dtype' must be a string (" + allowed + "), got " + json_excerpt(v));
   for (int i = 0; i < kNumDTypes; ++i)
-    if (s == st_dtype(DType(i))) return DType(i);
-  throw IoError(path + ": unsupported safetensors dtype '" + s + "'");
+    if (v.get<std::string>() == st_dtype(DType(i))) return DType(i);
+  bad_entry(path, name, "unsupported dtype '" + v.get<std::string>() + "' (supported: " + allowed + ")");
+}
+
+// One tensor's header entry, checked: dims are non-negative integers whose
+// product times the element size does not overflow, and data_offsets are
+// [begin, end] inside the data section spanning exactly those bytes.
+struct Entry {
+  std::string name;
+  DType dtype = DType::f32;
+  Shape shape;
+  uint64_t begin = 0, end = 0;
+};
+
+Entry parse_entry(const std::string& path, const std::string& name, const Json& j, uint64_t data_bytes) {
+  Entry e;
+  e.name = name;
+  if (!j.is_object())
+    bad_entry(path, name, "entry must be a JSON object {dtype, shape, data_offsets}, got " + json_excerpt(j));
+  for (const char* key : {"dtype", "shape", "data_offsets"})
+    if (!j.contains(key)) bad_entry(path, name, std::string("entry has no '") + key + "'");
+  e.dtype = parse_st_dtype(j["dtype"], path, name);
+
+  const Json& shape = j["shape"];
+  if (!shape.is_array()) bad_entry(path, name, "'shape' must be a list of dimensions, got " + json_excerpt(shape));
+  if (shape.size() > size_t(kMaxRank))
+    bad_entry(path, name, "shape " + json_excerpt(shape) + " has rank " + std::to_string(shape.size()) + "; at most " +
+                              std::to_string(kMaxRank) + " dimensions are supported");
+  uint64_t numel = 1;
+  bool overflow = false;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    const std::optional<uint64_t> d = as_count(shape[i]);
+    if (!d || *d > uint64_t(INT64_MAX))
+      bad_entry(path, name, "shape dimension " + std::to_string(i) + " is " + json_excerpt(shape[i]) +
+                                "; expected a non-negative integer");
+    overflow |= __builtin_mul_overflow(numel, *d, &numel);
+    e.shape.push_back(int64_t(*d));
+  }
+  uint64_t bytes = 0;
+  overflow |= __builtin_mul_overflow(numel, uint64_t(dtype_size(e.dtype)), &bytes);
+  if (overflow || bytes > uint64_t(INT64_MAX))
+    bad_entry(path, name, "shape " + json_excerpt(shape) + " of " + st_dtype(e.dtype) +
+                              " is too large: its byte size overflows 64 bits");
+
+  const Json& offs = j["data_offsets"];
+  const auto b = offs.is_array() && offs.size() == 2 ? as_count(offs[0]) : std::nullopt;
+  const auto en = offs.is_array() && offs.size() == 2 ? as_count(offs[1]) : std::nullopt;
+  if (!b || !en)
+    bad_entry(path, name, "'data_offsets' must be [begin, end], two non-negative integers, got " + json_excerpt(offs));
+  e.begin = *b;
+  e.end = *en;
+  if (e.begin > e.end) bad_entry(path, name, "data_offsets " + json_excerpt(offs) + ": begin is past end");
+  if (e.end > data_bytes)
+    bad_entry(path, name, "data_offsets " + json_excerpt(offs) + " reach past the end of the data section (" +
+                              std::to_string(data_bytes) + " bytes): the file is truncated or damaged");
+  if (e.end - e.begin != bytes)
+    bad_entry(path, name, "data_offsets " + json_excerpt(offs) + " span " + std::to_string(e.end - e.begin) +
+                              " bytes, but " + st_dtype(e.dtype) + " " + json_excerpt(shape) + " is " +
+                              std::to_string(bytes) + " bytes");
+  return e;
+}
+
+// The header as JSON. A repeated key is an error (nlohmann would keep the
+// last one silently, so a second entry could shadow a tensor unnoticed).
+Json parse_header(std::string_view text, const std::string& path) {
+  std::vector<std::set<std::string>> keys;  // the keys seen, per open object
+  const Json::parser_callback_t no_duplicates = [&](int, Json::parse_event_t event, Json& parsed) {
+    if (event == Json::parse_event_t::object_start) keys.emplace_back();
+    if (event == Json::parse_event_t::object_end && !keys.empty()) keys.pop_back();
+    if (event == Json::parse_event_t::key && !keys.empty() && !keys.back().insert(parsed.get<std::string>()).second)
+      throw IoError(path + ": duplicate key '" + parsed.get<std::string>() + "' in the safetensors header");
+    return true;
+  };
+  try {
+    Json header = Json::parse(text, no_duplicates);
+    if (!header.is_object())
+      throw IoError(path + ": the safetensors header must be a JSON object of tensor entries, got " +
+                    json_excerpt(header));
+    return header;
+  } catch (const Json::exception& e) {
+    throw IoError(path + ": bad safetensors header (" + e.what() + ")");
+  }
+}
+
+// __metadata__ maps names to strings (the format says so, and readers such as
+// Hugging Face's reject anything else).
+std::map<std::string, std::string> parse_metadata(const Json& m, const std::string& path) {
+  if (!m.is_object()) throw IoError(path + ": '__metadata__' must be a JSON object of strings, got " + json_excerpt(m));
+  std::map<std::string, std::string> out;
+  for (const auto& [key, value] : m.items()) {
+    if (!value.is_string())
+      throw IoError(path + ": '__metadata__' value '" + key + "' must be a string, got " + json_excerpt(value));
+    out[key] = value.get<std::string>();
+  }
+  return out;
 }
 
 }  // namespace
@@ -62,6 +184,9 @@ void write_file_atomic(const std::string& path, const std::string& bytes) {
 }
 
 std::string read_file(const std::string& path) {
+  // A directory opens like a file and reads as empty: say what it is instead.
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) throw IoError(path + ": is a directory, expected a file");
   std::ifstream f(path, std::ios::binary);
   if (!f) throw IoError(path + ": cannot open (" + std::strerror(errno) + ")");
   std::ostringstream ss;
@@ -92,39 +217,43 @@ void save_safetensors(const std::string& path, const std::vector<NamedTensor>& t
   write_file_atomic(path, out);
 }
 
-SafetensorsFile load_safetensors(const std::string& path) {
-  const std::string bytes = read_file(path);
+SafetensorsFile load_safetensors(const std::string& path) { return parse_safetensors(read_file(path), path); }
+
+SafetensorsFile parse_safetensors(std::string_view bytes, const std::string& path) {
   if (bytes.size() < 8) throw IoError(path + ": truncated safetensors file (no header length)");
   uint64_t n = 0;
   std::memcpy(&n, bytes.data(), 8);
   if (n > bytes.size() - 8) throw IoError(path + ": truncated safetensors file (header says " + std::to_string(n) + " bytes)");
-  nlohmann::json header;
-  try {
-    header = nlohmann::json::parse(bytes.substr(8, n));
-  } catch (const std::exception& e) {
-    throw IoError(path + ": bad safetensors header (" + e.what() + ")");
-  }
-  SafetensorsFile file;
+  const Json header = parse_header(bytes.substr(8, n), path);
   const size_t data_start = 8 + n;
-  for (auto it = header.begin(); it != header.end(); ++it) {
-    if (it.key() == "__metadata__") {
-      for (auto m = it->begin(); m != it->end(); ++m) file.metadata[m.key()] = m->get<std::string>();
+  const uint64_t data_bytes = bytes.size() - data_start;
+
+  // Every entry is checked before any tensor is allocated.
+  SafetensorsFile file;
+  std::vector<Entry> entries;
+  for (const auto& [name, value] : header.items()) {
+    if (name == "__metadata__") {
+      file.metadata = parse_metadata(value, path);
       continue;
     }
-    try {
-      const DType t = parse_st_dtype(it->at("dtype").get<std::string>(), path);
-      const auto shape_v = it->at("shape").get<std::vector<int64_t>>();
-      const auto offs = it->at("data_offsets").get<std::vector<size_t>>();
-      Shape shape(shape_v.begin(), shape_v.end());
-      Tensor tensor = Tensor::empty(shape, t);
-      if (offs.size() != 2 || offs[1] < offs[0] || offs[1] - offs[0] != tensor.bytes() ||
-          data_start + offs[1] > bytes.size())
-        throw IoError(path + ": tensor '" + it.key() + "' has bad or truncated data offsets");
-      std::memcpy(tensor.data(), bytes.data() + data_start + offs[0], tensor.bytes());
-      file.tensors.emplace(it.key(), std::move(tensor));
-    } catch (const nlohmann::json::exception& e) {
-      throw IoError(path + ": bad entry for tensor '" + it.key() + "' (" + e.what() + ")");
-    }
+    entries.push_back(parse_entry(path, name, value, data_bytes));
+  }
+  // Two tensors sharing bytes is a damaged (or crafted) file, not a saving trick brisk uses.
+  std::vector<const Entry*> by_offset;
+  for (const Entry& e : entries)
+    if (e.end > e.begin) by_offset.push_back(&e);
+  std::sort(by_offset.begin(), by_offset.end(), [](const Entry* a, const Entry* b) { return a->begin < b->begin; });
+  for (size_t i = 1; i < by_offset.size(); ++i)
+    if (by_offset[i]->begin < by_offset[i - 1]->end)
+      throw IoError(path + ": tensors '" + by_offset[i - 1]->name + "' and '" + by_offset[i]->name +
+                    "' overlap in the data section (data_offsets [" + std::to_string(by_offset[i - 1]->begin) + ", " +
+                    std::to_string(by_offset[i - 1]->end) + "] and [" + std::to_string(by_offset[i]->begin) + ", " +
+                    std::to_string(by_offset[i]->end) + "])");
+
+  for (const Entry& e : entries) {
+    Tensor tensor = Tensor::empty(e.shape, e.dtype);
+    if (e.end > e.begin) std::memcpy(tensor.data(), bytes.data() + data_start + e.begin, e.end - e.begin);
+    file.tensors.emplace(e.name, std::move(tensor));
   }
   return file;
 }

@@ -191,8 +191,10 @@ void RecordWriter::add(std::span<const int32_t> tokens, int32_t label, std::stri
   h.meta_len = static_cast<uint16_t>(meta.size());
   h.flags = flags;
   std::string v(sizeof h + meta.size() + payload_n, '\0');
-  std::memcpy(v.data() + sizeof h, meta.data(), meta.size());
-  std::memcpy(v.data() + sizeof h + meta.size(), payload, payload_n);
+  // memcpy from a null pointer is undefined even for 0 bytes (an empty
+  // record's payload and an empty meta have none).
+  if (!meta.empty()) std::memcpy(v.data() + sizeof h, meta.data(), meta.size());
+  if (payload_n > 0) std::memcpy(v.data() + sizeof h + meta.size(), payload, payload_n);
   std::memcpy(v.data(), &h, sizeof h);
   h.checksum = XXH3_64bits(v.data() + 8, v.size() - 8);
   std::memcpy(v.data(), &h.checksum, 8);
@@ -402,11 +404,12 @@ RecordReader::RecordReader(RecordReader&&) noexcept = default;
 
 namespace {
 
-// Checks and unpacks one stored value; `what` names the record in errors.
-void decode_value(const RecordStore& s, int64_t index, const MDB_val& v, ZSTD_DCtx*& dctx, std::vector<char>& scratch,
-                  Record& out) {
+// Checks and unpacks one stored value of a store at `path` holding `dt`
+// tokens; `index` names the record in errors.
+void decode_value(const std::string& path, TokenDType dt, int64_t index, const MDB_val& v, ZSTD_DCtx*& dctx,
+                  std::vector<char>& scratch, Record& out) {
   const auto bad = [&](const std::string& why) {
-    return IoError(s.path() + ": record " + std::to_string(index) + " is damaged (" + why +
+    return IoError(path + ": record " + std::to_string(index) + " is damaged (" + why +
                    "): rebuild the store with `brisk data ...`");
   };
   RecordHead h{};
@@ -415,8 +418,16 @@ void decode_value(const RecordStore& s, int64_t index, const MDB_val& v, ZSTD_DC
   std::memcpy(&h, p, sizeof h);
   if (sizeof h + h.meta_len + uint64_t(h.payload_bytes) != v.mv_size) throw bad("sizes do not add up");
   if (XXH3_64bits(p + 8, v.mv_size - 8) != h.checksum) throw bad("checksum mismatch");
-  const TokenDType dt = s.info().dtype;
   const size_t raw_n = size_t(h.n_tokens) * elem_bytes(dt);
+  // The token count decides what is allocated below, so it is checked against
+  // the payload first. A raw payload is exactly the tokens; a zstd one can
+  // expand at most ZSTD_BLOCKSIZE_MAX / 4 times (a block of that size as a
+  // 4-byte RLE block), so a count beyond that is a lie, not a good ratio.
+  constexpr uint64_t kZstdMaxRatio = ZSTD_BLOCKSIZE_MAX / 4;
+  if (!(h.flags & kFlagZstd) && h.payload_bytes != raw_n) throw bad("payload size does not match its token count");
+  if ((h.flags & kFlagZstd) && raw_n > uint64_t(h.payload_bytes) * kZstdMaxRatio)
+    throw bad("its " + std::to_string(h.payload_bytes) + " zstd bytes cannot hold the " + std::to_string(h.n_tokens) +
+              " tokens its head claims");
   out.label = h.label;
   out.meta.assign(p + sizeof h, h.meta_len);
   const char* payload = p + sizeof h + h.meta_len;
@@ -431,18 +442,33 @@ void decode_value(const RecordStore& s, int64_t index, const MDB_val& v, ZSTD_DC
     const size_t z = ZSTD_decompressDCtx(dctx, dst, raw_n, payload, h.payload_bytes);
     if (ZSTD_isError(z) || z != raw_n) throw bad("zstd payload does not decompress to its token count");
     payload = dst;
-  } else if (h.payload_bytes != raw_n) {
-    throw bad("payload size does not match its token count");
   }
   if (dt == TokenDType::U16) {
-    const auto* src = reinterpret_cast<const uint16_t*>(payload);
-    for (size_t i = 0; i < h.n_tokens; ++i) out.tokens[i] = src[i];
-  } else if (payload != reinterpret_cast<const char*>(out.tokens.data())) {
+    // A raw payload follows metadata of any length, so it can start at an odd
+    // address: each token is copied out, never read through a uint16_t*.
+    for (size_t i = 0; i < h.n_tokens; ++i) {
+      uint16_t t;
+      std::memcpy(&t, payload + 2 * i, 2);
+      out.tokens[i] = t;
+    }
+  } else if (raw_n > 0 && payload != reinterpret_cast<const char*>(out.tokens.data())) {
+    // raw_n > 0: an empty record's token vector may have no buffer (data() is
+    // null), and memcpy must not be handed a null pointer even for 0 bytes.
     std::memcpy(out.tokens.data(), payload, raw_n);
   }
 }
 
 }  // namespace
+
+void decode_record(std::string_view value, TokenDType dtype, const std::string& path, int64_t index, Record& out) {
+  struct DCtx {  // freed on every exit path, throws included
+    ZSTD_DCtx* p = nullptr;
+    ~DCtx() { ZSTD_freeDCtx(p); }
+  } dctx;
+  std::vector<char> scratch;
+  const MDB_val v{value.size(), const_cast<char*>(value.data())};
+  decode_value(path, dtype, index, v, dctx.p, scratch, out);
+}
 
 void RecordReader::get(int64_t index, Record& out) {
   if (index < 0 || index >= store_->size())
@@ -454,7 +480,7 @@ void RecordReader::get(int64_t index, Record& out) {
   const int rc = mdb_get(txn_->txn, store_->env_->records, &k, &v);
   if (rc == MDB_NOTFOUND) throw IoError(store_->path() + ": record " + std::to_string(index) + " is missing: damaged");
   if (rc != 0) throw_lmdb(store_->path(), "cannot read record " + std::to_string(index), rc);
-  decode_value(*store_, index, v, txn_->dctx, txn_->scratch, out);
+  decode_value(store_->path(), store_->info().dtype, index, v, txn_->dctx, txn_->scratch, out);
 }
 
 void RecordReader::seek(int64_t index) {
@@ -477,7 +503,7 @@ bool RecordReader::next(Record& out) {
   if (rc == MDB_NOTFOUND) return false;
   if (rc != 0) throw_lmdb(store_->path(), "cannot scan records", rc);
   if (k.mv_size != 8) throw IoError(store_->path() + ": a record key of " + std::to_string(k.mv_size) + " bytes: damaged");
-  decode_value(*store_, int64_t(get_key(k)), v, txn_->dctx, txn_->scratch, out);
+  decode_value(store_->path(), store_->info().dtype, int64_t(get_key(k)), v, txn_->dctx, txn_->scratch, out);
   return true;
 }
 

@@ -24,6 +24,7 @@
 #include <bit>
 #include <cerrno>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -33,6 +34,7 @@
 #include <thread>
 
 #include "brisk/core/error.h"
+#include "brisk/core/json_excerpt.h"
 #include "brisk/data/tokenizer.h"
 
 namespace brisk::data {
@@ -112,6 +114,24 @@ constexpr uint64_t mix64(uint64_t z) {
 // is below n / 2^64, far under anything a training run could notice.
 uint64_t below(uint64_t bits, uint64_t n) {
   return static_cast<uint64_t>((static_cast<unsigned __int128>(bits) * n) >> 64);
+}
+
+// The index of the first token outside [0, vocab), or -1. A shard is checked
+// at open like its checksum: an id past the vocabulary would otherwise reach
+// the embedding table mid-run. Chunks are scanned without branches (the loop
+// vectorizes); only a failing chunk is searched for the position.
+template <class T>
+int64_t first_out_of_vocab(const T* tokens, int64_t n, int64_t vocab) {
+  constexpr int64_t kChunk = 4096;
+  for (int64_t b = 0; b < n; b += kChunk) {
+    const int64_t e = std::min(n, b + kChunk);
+    bool bad = false;
+    for (int64_t i = b; i < e; ++i) bad |= static_cast<uint64_t>(int64_t{tokens[i]}) >= static_cast<uint64_t>(vocab);
+    if (!bad) continue;
+    for (int64_t i = b; i < e; ++i)
+      if (static_cast<uint64_t>(int64_t{tokens[i]}) >= static_cast<uint64_t>(vocab)) return i;
+  }
+  return -1;
 }
 
 }  // namespace
@@ -200,13 +220,29 @@ TokenShard::TokenShard(const std::string& path) : path_(path) {
     fail("bad vocab size " + std::to_string(h.vocab_size) + " for dtype " +
          (h.dtype == kDtypeU16 ? "uint16" : "int32"));
   if (h.count < 0) fail("negative token count " + std::to_string(h.count));
-  const uint64_t expected = sizeof(ShardHeader) + static_cast<uint64_t>(h.count) * bytes_per_token_;
+  // count * bytes_per_token can wrap around (2^62 int32 tokens would "need"
+  // 64 bytes and pass the size check), so the product is checked.
+  const uint64_t payload = file_bytes - sizeof(ShardHeader);
+  uint64_t expected = 0;
+  if (__builtin_mul_overflow(static_cast<uint64_t>(h.count), uint64_t(bytes_per_token_), &expected) ||
+      __builtin_add_overflow(expected, sizeof(ShardHeader), &expected))
+    fail("truncated: the header's token count " + std::to_string(h.count) +
+         " needs more than 2^64 bytes; the file has " + std::to_string(file_bytes));
   if (expected != file_bytes)
     fail("truncated: expected " + std::to_string(expected) + " bytes, found " +
          std::to_string(file_bytes));
   tokens_ = map_ + sizeof(ShardHeader);
-  if (XXH64(tokens_, file_bytes - sizeof(ShardHeader), 0) != h.checksum)
+  if (XXH64(tokens_, payload, 0) != h.checksum)
     fail("checksum mismatch (corrupted)");
+  const int64_t bad = bytes_per_token_ == 2
+                          ? first_out_of_vocab(static_cast<const uint16_t*>(tokens_), h.count, h.vocab_size)
+                          : first_out_of_vocab(static_cast<const int32_t*>(tokens_), h.count, h.vocab_size);
+  if (bad >= 0) {
+    const int32_t id = bytes_per_token_ == 2 ? static_cast<const uint16_t*>(tokens_)[bad]
+                                             : static_cast<const int32_t*>(tokens_)[bad];
+    fail("token " + std::to_string(id) + " at index " + std::to_string(bad) +
+         " is outside the vocabulary [0, " + std::to_string(h.vocab_size) + ") of the header");
+  }
   count_ = h.count;
   vocab_ = h.vocab_size;
   // Windows are drawn at random offsets: read-ahead would mostly fetch pages
@@ -253,11 +289,34 @@ nlohmann::json read_meta(const std::string& dir) {
                   " <inputs>`");
   std::ifstream in(meta);
   if (!in) throw IoError("cannot read " + meta.string());
+  nlohmann::json j;
   try {
-    return nlohmann::json::parse(in);
+    j = nlohmann::json::parse(in);
   } catch (const nlohmann::json::exception& e) {
     throw IoError(meta.string() + " is not valid JSON: " + e.what());
   }
+  if (!j.is_object()) throw IoError(meta.string() + " must be a JSON object, got " + core::json_excerpt(j));
+  return j;
+}
+
+// meta.json's field `key`, checked to be a string / an integer of at least
+// `min`, so that a wrong type names the field.
+const nlohmann::json& meta_field(const nlohmann::json& meta, const std::string& key, const std::string& path) {
+  if (!meta.contains(key)) throw IoError(path + ": field '" + key + "' is missing");
+  return meta[key];
+}
+std::string meta_string(const nlohmann::json& meta, const std::string& key, const std::string& path) {
+  const nlohmann::json& v = meta_field(meta, key, path);
+  if (!v.is_string()) throw IoError(path + ": field '" + key + "' must be a string, got " + core::json_excerpt(v));
+  return v.get<std::string>();
+}
+int64_t meta_integer(const nlohmann::json& meta, const std::string& key, const std::string& path, int64_t min) {
+  const nlohmann::json& v = meta_field(meta, key, path);
+  if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX)) ||
+      v.get<int64_t>() < min)
+    throw IoError(path + ": field '" + key + "' must be an integer >= " + std::to_string(min) + ", got " +
+                  core::json_excerpt(v));
+  return v.get<int64_t>();
 }
 
 // Shard file names of one split, in stream order: by length first, so that
@@ -281,14 +340,10 @@ std::vector<std::string> split_shards(const std::string& dir, const std::string&
 TokenDataset::TokenDataset(const std::string& dir, const std::string& split) {
   const nlohmann::json meta = read_meta(dir);
   const std::string meta_path = (fs::path(dir) / "meta.json").string();
-  int64_t meta_tokens = -1;
-  try {
-    tokenizer_ = meta.at("tokenizer").get<std::string>();
-    vocab_ = meta.at("vocab_size").get<int64_t>();
-    if (meta.contains(split + "_tokens")) meta_tokens = meta.at(split + "_tokens").get<int64_t>();
-  } catch (const nlohmann::json::exception& e) {
-    throw IoError(meta_path + " lacks a field or has a wrong type: " + e.what());
-  }
+  tokenizer_ = meta_string(meta, "tokenizer", meta_path);
+  vocab_ = meta_integer(meta, "vocab_size", meta_path, 1);
+  const int64_t meta_tokens =
+      meta.contains(split + "_tokens") ? meta_integer(meta, split + "_tokens", meta_path, 0) : -1;
 
   for (const std::string& name : split_shards(dir, split)) {
     auto shard = std::make_unique<TokenShard>((fs::path(dir) / name).string());

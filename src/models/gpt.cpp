@@ -7,6 +7,7 @@
 #include "brisk/models/gpt.h"
 
 #include <cmath>
+#include <cstdio>
 #include <string>
 
 #include "brisk/core/autograd.h"
@@ -48,6 +49,30 @@ void GptConfig::validate() const {
   positive(n_embd, "n_embd");
   positive(n_head, "n_head");
   positive(block_size, "block_size");
+  // Bounds far above any real model that keep every size derived from the
+  // config (parameter counts, tensor bytes) clear of int64 overflow: a
+  // hostile config or checkpoint state is rejected here, not in an allocation.
+  auto at_most = [](int64_t v, int64_t limit, const char* key) {
+    if (v > limit)
+      throw ConfigError(std::string("model.") + key + " must be at most " + std::to_string(limit) + ", got " +
+                        std::to_string(v));
+  };
+  constexpr int64_t kMaxDim = int64_t(1) << 24;
+  at_most(vocab_size, int64_t(1) << 31, "vocab_size");  // token ids are int32
+  at_most(n_layer, kMaxDim, "n_layer");
+  at_most(n_embd, kMaxDim, "n_embd");
+  at_most(n_head, kMaxDim, "n_head");
+  at_most(block_size, kMaxDim, "block_size");
+  constexpr int64_t kMaxParams = int64_t(1) << 40;
+  const __int128 C = n_embd, per_layer = 12 * C * C + 13 * C;  // num_params() in 128 bits
+  const __int128 params = vocab_size * C + block_size * C + n_layer * per_layer + 2 * C;
+  if (params > kMaxParams) {
+    char count[32];
+    std::snprintf(count, sizeof count, "%.3g", double(params));
+    throw ConfigError("model (n_layer " + std::to_string(n_layer) + ", n_embd " + std::to_string(n_embd) + ", vocab " +
+                      std::to_string(vocab_size) + ", block " + std::to_string(block_size) + ") has " + count +
+                      " parameters; at most 2^40 are supported");
+  }
   if (n_embd % n_head != 0)
     throw ConfigError("model.n_embd (" + std::to_string(n_embd) + ") must be divisible by model.n_head (" +
                       std::to_string(n_head) + ")");

@@ -2,11 +2,17 @@
 #include "brisk/train/checkpoint.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "brisk/core/error.h"
+#include "brisk/core/json_excerpt.h"
 #include "brisk/core/safetensors.h"
 
 namespace brisk::train {
@@ -46,6 +52,106 @@ std::vector<fs::path> checkpoints_in(const fs::path& dir) {
   }
   std::sort(out.begin(), out.end());
   return out;
+}
+
+using Json = nlohmann::json;
+
+Json parse_state_file(const std::string& path) {
+  Json st;
+  try {
+    st = Json::parse(core::read_file(path));
+  } catch (const Json::exception& e) {
+    throw IoError(path + ": not a valid checkpoint state: not JSON (" + e.what() + ")");
+  }
+  if (!st.is_object())
+    throw IoError(path + ": not a valid checkpoint state: expected a JSON object, got " + core::json_excerpt(st));
+  return st;
+}
+
+// state.json's fields, read with their types and ranges checked, so that a
+// damaged or hand-edited file names the field instead of surfacing as a JSON
+// library error.
+struct StateFields {
+  std::string path;
+
+  [[noreturn]] void fail(const std::string& name, const std::string& what) const {
+    throw IoError(path + ": field '" + name + "' " + what);
+  }
+  // obj[key], where `name` is the field's dotted name ("model.n_layer").
+  const Json& at(const Json& obj, const std::string& name, const std::string& key) const {
+    if (!obj.contains(key)) fail(name, "is missing");
+    return obj[key];
+  }
+  const Json& object(const Json& obj, const std::string& name, const std::string& key) const {
+    const Json& v = at(obj, name, key);
+    if (!v.is_object()) fail(name, "must be a JSON object, got " + core::json_excerpt(v));
+    return v;
+  }
+  int64_t integer(const Json& obj, const std::string& name, const std::string& key) const {
+    const Json& v = at(obj, name, key);
+    if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX)) ||
+        v.get<int64_t>() < 0)
+      fail(name, "must be a non-negative integer, got " + core::json_excerpt(v));
+    return v.get<int64_t>();
+  }
+  uint64_t unsigned_integer(const Json& obj, const std::string& name, const std::string& key) const {
+    const Json& v = at(obj, name, key);
+    if (!v.is_number_unsigned()) fail(name, "must be a non-negative integer, got " + core::json_excerpt(v));
+    return v.get<uint64_t>();
+  }
+  std::string string(const Json& obj, const std::string& name, const std::string& key) const {
+    const Json& v = at(obj, name, key);
+    if (!v.is_string()) fail(name, "must be a string, got " + core::json_excerpt(v));
+    return v.get<std::string>();
+  }
+  double positive_number(const Json& obj, const std::string& name, const std::string& key) const {
+    const Json& v = at(obj, name, key);
+    if (!v.is_number() || !(v.get<double>() > 0) || !std::isfinite(v.get<double>()))
+      fail(name, "must be a positive finite number, got " + core::json_excerpt(v));
+    return v.get<double>();
+  }
+};
+
+// A state.json claiming a bigger model than model.safetensors holds would
+// have the caller allocate that model before the weights are even read. The
+// weights are f32, so the file holds at least 4 bytes per parameter.
+void check_weights_cover(const std::string& ckpt_dir, const models::GptConfig& c, const std::string& state_path) {
+  const fs::path weights = fs::path(ckpt_dir) / "model.safetensors";
+  std::error_code ec;
+  const uintmax_t size = fs::file_size(weights, ec);
+  if (ec) return;  // a missing or unreadable file is reported when the weights are loaded
+  const uint64_t need = uint64_t(c.num_params()) * 4;  // validate() bounds num_params() far below overflow
+  if (size < need)
+    throw IoError(weights.string() + ": truncated or another model's: it holds " + std::to_string(size) +
+                  " bytes, but " + state_path + " describes a model (n_layer " + std::to_string(c.n_layer) +
+                  ", n_embd " + std::to_string(c.n_embd) + ", vocab " + std::to_string(c.vocab_size) + ", block " +
+                  std::to_string(c.block_size) + ") of " + std::to_string(c.num_params()) + " parameters, " +
+                  std::to_string(need) + " bytes in f32");
+}
+
+// The stored tensor of parameter `pname` after checking it against the
+// parameter, before anything is copied or transposed: Hugging Face stores
+// Conv1D weights (in, out), so theirs must be the parameter's shape reversed.
+core::Tensor stored_param(const std::string& path, const std::string& pname, const core::Tensor& stored,
+                          const core::TensorMeta& param) {
+  const bool conv1d = is_hf_conv1d_weight(pname) && param.shape.rank() == 2;
+  core::TensorMeta expect = param;
+  if (conv1d) expect.shape = core::Shape{param.shape[1], param.shape[0]};
+  if (!(stored.meta() == expect))
+    throw IoError(path + ": tensor '" + pname + "' is " + stored.meta().str() + ", expected " + expect.str() +
+                  (conv1d ? " (Conv1D weights are stored in x out)" : ""));
+  return conv1d ? transposed(stored) : stored;
+}
+
+// A tensor no parameter asked for means the file is another model's (or
+// damaged): loading the rest would silently drop it.
+void check_no_extra(const std::string& path, const std::map<std::string, core::Tensor>& tensors,
+                    const std::set<std::string>& expected) {
+  for (const auto& [name, t] : tensors)
+    if (!expected.count(name))
+      throw IoError(path + ": unexpected tensor '" + name + "' (" + std::to_string(tensors.size()) +
+                    " tensors in the file, the model expects " + std::to_string(expected.size()) +
+                    "): a checkpoint of another model?");
 }
 
 }  // namespace
@@ -110,36 +216,45 @@ std::string latest_checkpoint(const std::string& path) {
 
 models::GptConfig read_checkpoint_config(const std::string& ckpt_dir, TrainState* state) {
   const std::string path = (fs::path(ckpt_dir) / "state.json").string();
-  nlohmann::json st;
+  const Json st = parse_state_file(path);
+  const StateFields f{path};
+  const Json& m = f.object(st, "model", "model");
+  models::GptConfig c;
+  c.vocab_size = f.integer(m, "model.vocab_size", "vocab_size");
+  c.n_layer = f.integer(m, "model.n_layer", "n_layer");
+  c.n_embd = f.integer(m, "model.n_embd", "n_embd");
+  c.n_head = f.integer(m, "model.n_head", "n_head");
+  c.block_size = f.integer(m, "model.block_size", "block_size");
+  // Checkpoints from before the field existed were trained with plain attention.
+  c.attention = m.contains("attention") ? f.string(m, "model.attention", "attention") : "plain";
+  // The sizes decide what the caller allocates: check them first.
   try {
-    st = nlohmann::json::parse(core::read_file(path));
-    models::GptConfig c;
-    const auto& m = st.at("model");
-    c.vocab_size = m.at("vocab_size");
-    c.n_layer = m.at("n_layer");
-    c.n_embd = m.at("n_embd");
-    c.n_head = m.at("n_head");
-    c.block_size = m.at("block_size");
-    // Checkpoints from before the field existed were trained with plain attention.
-    c.attention = m.value("attention", std::string("plain"));
-    if (state) {
-      state->step = st.at("step");
-      state->data_position = st.at("data_position");
-      state->seed = st.at("seed");
-      state->tokenizer = st.at("tokenizer");
-      state->loss_scaler.reset();
-      if (st.contains("loss_scaler")) {
-        const auto& j = st.at("loss_scaler");
-        state->loss_scaler = optim::LossScalerState{j.at("scale").get<float>(),    j.at("steps").get<int64_t>(),
-                                                    j.at("skipped").get<int64_t>(), j.at("growths").get<int64_t>(),
-                                                    j.at("backoffs").get<int64_t>(),
-                                                    j.at("clean_streak").get<int64_t>()};
-      }
-    }
-    return c;
-  } catch (const nlohmann::json::exception& e) {
-    throw IoError(path + ": not a valid checkpoint state (" + e.what() + ")");
+    c.validate();
+  } catch (const core::ConfigError& e) {
+    throw IoError(path + ": " + e.what());
   }
+  check_weights_cover(ckpt_dir, c, path);
+  if (state) {
+    state->step = f.integer(st, "step", "step");
+    state->data_position = f.unsigned_integer(st, "data_position", "data_position");
+    state->seed = f.unsigned_integer(st, "seed", "seed");
+    state->tokenizer = f.string(st, "tokenizer", "tokenizer");
+    // The names data::make_tokenizer knows (empty: saved without a dataset,
+    // read as bytes); anything else would fail later without naming this file.
+    if (!state->tokenizer.empty() && state->tokenizer != "bytes" && state->tokenizer != "gpt2")
+      f.fail("tokenizer", "is '" + state->tokenizer + "'; expected 'bytes' or 'gpt2'");
+    state->loss_scaler.reset();
+    if (st.contains("loss_scaler")) {
+      const Json& j = f.object(st, "loss_scaler", "loss_scaler");
+      state->loss_scaler = optim::LossScalerState{float(f.positive_number(j, "loss_scaler.scale", "scale")),
+                                                  f.integer(j, "loss_scaler.steps", "steps"),
+                                                  f.integer(j, "loss_scaler.skipped", "skipped"),
+                                                  f.integer(j, "loss_scaler.growths", "growths"),
+                                                  f.integer(j, "loss_scaler.backoffs", "backoffs"),
+                                                  f.integer(j, "loss_scaler.clean_streak", "clean_streak")};
+    }
+  }
+  return c;
 }
 
 void load_checkpoint(const std::string& ckpt_dir, models::Gpt& model, optim::AdamW* optimizer) {
@@ -154,17 +269,18 @@ void load_checkpoint(const std::string& ckpt_dir, models::Gpt& model, optim::Ada
                             std::to_string(model.config().block_size));
   const std::string wpath = (fs::path(ckpt_dir) / "model.safetensors").string();
   auto file = core::load_safetensors(wpath);
+  std::set<std::string> names;
   for (auto& [pname, e] : model.params().entries()) {
     auto it = file.tensors.find(pname);
     if (it == file.tensors.end()) throw IoError(wpath + ": missing tensor '" + pname + "'");
-    core::Tensor t = is_hf_conv1d_weight(pname) ? transposed(it->second) : it->second;
-    if (!(t.meta() == e.value.meta()))
-      throw IoError(wpath + ": tensor '" + pname + "' is " + t.meta().str() + ", expected " + e.value.meta().str());
-    model.params().upload(e.value, t);
+    model.params().upload(e.value, stored_param(wpath, pname, it->second, e.value.meta()));
+    names.insert(pname);
   }
+  check_no_extra(wpath, file.tensors, names);
   if (!optimizer) return;
   const std::string opath = (fs::path(ckpt_dir) / "optimizer.safetensors").string();
   auto moments = core::load_safetensors(opath);
+  std::set<std::string> keys;
   for (auto& [pname, e] : model.params().entries()) {
     for (int k = 0; k < 2; ++k) {
       const std::string key = pname + (k == 0 ? ".exp_avg" : ".exp_avg_sq");
@@ -174,12 +290,18 @@ void load_checkpoint(const std::string& ckpt_dir, models::Gpt& model, optim::Ada
         throw IoError(opath + ": tensor '" + key + "' is " + it->second.meta().str() + ", expected " +
                       e.state.at(size_t(k)).meta().str());
       model.params().upload(e.state.at(size_t(k)), it->second);
+      keys.insert(key);
     }
   }
+  check_no_extra(opath, moments.tensors, keys);
   TrainState st;
   read_checkpoint_config(ckpt_dir, &st);
-  nlohmann::json sj = nlohmann::json::parse(core::read_file((fs::path(ckpt_dir) / "state.json").string()));
-  optimizer->set_steps_taken(sj.value("optimizer_steps", st.step));
+  const std::string spath = (fs::path(ckpt_dir) / "state.json").string();
+  const Json sj = parse_state_file(spath);
+  // Checkpoints from before the field existed took one AdamW step per step.
+  optimizer->set_steps_taken(sj.contains("optimizer_steps")
+                                 ? StateFields{spath}.integer(sj, "optimizer_steps", "optimizer_steps")
+                                 : st.step);
 }
 
 }  // namespace brisk::train

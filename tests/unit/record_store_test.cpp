@@ -9,7 +9,9 @@
 #include <gtest/gtest.h>
 #include <lmdb.h>
 #include <unistd.h>
+#include <xxhash.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -223,6 +225,36 @@ TEST(RecordStore, DamagedFilesGiveIoError) {
   const std::string tiny = damaged("tiny.lmdb", [](std::fstream&) {});
   fs::resize_file(tiny, 100);
   expect_io_error(tiny, "too small");
+}
+
+// A crafted value with a correct checksum whose head claims 2^32 - 1 tokens:
+// rejected from the sizes alone, before the 16 GiB token buffer it asks for
+// is allocated.
+TEST(RecordStore, HostileTokenCountsAreRejectedBeforeAllocating) {
+  const auto value = [](uint32_t n_tokens, const std::string& payload, uint8_t flags) {
+    std::string v(24, '\0');
+    const uint32_t payload_bytes = uint32_t(payload.size());
+    std::memcpy(v.data() + 12, &n_tokens, 4);
+    std::memcpy(v.data() + 16, &payload_bytes, 4);
+    v[22] = char(flags);  // meta_len (bytes 20-21) stays 0
+    v += payload;
+    const uint64_t sum = XXH3_64bits(v.data() + 8, v.size() - 8);
+    std::memcpy(v.data(), &sum, 8);
+    return v;
+  };
+  const auto expect_damaged = [](const std::string& v, const std::string& fragment) {
+    data::Record r;
+    try {
+      data::decode_record(v, data::TokenDType::I32, "crafted.lmdb", 7, r);
+      ADD_FAILURE() << "no error for " << fragment;
+    } catch (const core::IoError& e) {
+      EXPECT_NE(std::string(e.what()).find("crafted.lmdb: record 7 is damaged"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+    }
+    EXPECT_LE(r.tokens.capacity(), 16u) << "allocated for a count that was never checked";
+  };
+  expect_damaged(value(0xffffffffu, "abcdefgh", 0), "payload size does not match its token count");
+  expect_damaged(value(0xffffffffu, std::string(64, 'z'), 1), "cannot hold");
 }
 
 TEST(RecordStore, ForeignMissingAndMismatchedStores) {

@@ -111,6 +111,11 @@ int cmd_eval(const std::string& checkpoint, const std::string& data_dir, int64_t
              int threads) {
   LoadedModel m = load_model(checkpoint, threads);
   data::TokenDataset val(data_dir, "val");
+  // Ids past the model's vocabulary have no embedding row: say which data and which model.
+  if (val.vocab_size() > m.model->config().vocab_size)
+    throw core::ConfigError("data '" + data_dir + "' has vocab " + std::to_string(val.vocab_size()) + " (tokenizer " +
+                            val.tokenizer() + ") but the checkpoint " + m.dir + " is a model of vocab " +
+                            std::to_string(m.model->config().vocab_size));
   if (seq <= 0) seq = m.model->config().block_size;
   data::WindowSampler sampler(val, batch, seq, 1);
   std::vector<int32_t> x(size_t(batch * seq)), y(x.size());
@@ -210,6 +215,12 @@ int main(int argc, char** argv) {
       return 0;
     }
   } catch (const core::Error& e) {
+    std::fprintf(stderr, "\nbrisk: error: %s\n", e.what());
+    return 2;
+  } catch (const std::filesystem::filesystem_error& e) {
+    // The file system refused an operation on a path the user gave (a
+    // symlink loop, a file where a directory belongs, no permission): the
+    // user's to fix, and the message names the path.
     std::fprintf(stderr, "\nbrisk: error: %s\n", e.what());
     return 2;
   } catch (const std::exception& e) {

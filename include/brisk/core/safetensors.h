@@ -6,6 +6,7 @@
 
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "brisk/core/tensor.h"
@@ -27,6 +28,8 @@ struct SafetensorsFile {
 
 // Throws IoError naming the file and what is wrong (missing, truncated, bad header).
 SafetensorsFile load_safetensors(const std::string& path);
+// The same from the file's bytes in memory; `path` names it in errors.
+SafetensorsFile parse_safetensors(std::string_view bytes, const std::string& path);
 
 // Writes `bytes` to path via path.tmp + fsync + rename.
 void write_file_atomic(const std::string& path, const std::string& bytes);

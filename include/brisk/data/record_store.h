@@ -161,4 +161,10 @@ class PrefetchReader {
   std::unique_ptr<State> s_;
 };
 
+// Checks and unpacks one stored record value (the bytes LMDB holds under a
+// record key) of a store at `path` whose tokens are `dtype`; a damaged value
+// is a core::IoError naming `path` and `index`. Every reader goes through
+// this; it is public so that fuzz/record_decode.cpp can feed it any bytes.
+void decode_record(std::string_view value, TokenDType dtype, const std::string& path, int64_t index, Record& out);
+
 }  // namespace brisk::data

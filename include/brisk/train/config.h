@@ -5,6 +5,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "brisk/models/gpt.h"
@@ -75,6 +76,9 @@ struct TrainConfig {
 
 // Reads `path` (if not empty) and applies overrides of the form "train.steps=100".
 TrainConfig load_train_config(const std::string& path, const std::vector<std::string>& overrides);
+// The same from TOML text in memory; `name` stands for the file in errors.
+TrainConfig parse_train_config(std::string_view text, const std::string& name,
+                               const std::vector<std::string>& overrides = {});
 // The resolved configuration as TOML (written next to checkpoints).
 std::string to_toml(const TrainConfig& c);
 
