@@ -52,8 +52,9 @@ void TokenWindowSource::fill(uint64_t global_index, Batch& out) const {
   // WindowSampler is counter-based: positioned at g*B it draws exactly the
   // windows an uninterrupted sampler would, so reusing it (rather than a
   // copy of its formula) keeps loader batches and checkpoints' data_position
-  // in lockstep by construction. Its one small buffer is per call, so
-  // concurrent fills share nothing but the read-only mapped dataset.
+  // in lockstep by construction. It holds no buffer (constructing
+  // one allocates nothing), so concurrent fills share nothing but the
+  // read-only mapped dataset.
   WindowSampler sampler(data_, batch_, seq_, seed_);
   sampler.set_position(global_index * static_cast<uint64_t>(batch_));
   out.rows = batch_;

@@ -393,7 +393,6 @@ WindowSampler::WindowSampler(const TokenDataset& data, int64_t batch, int64_t se
   if (data.size() < seq + 1)
     throw ConfigError("window sampler: the split holds " + std::to_string(data.size()) +
                       " tokens, fewer than one window of seq + 1 = " + std::to_string(seq + 1));
-  window_.resize(static_cast<size_t>(seq + 1));
 }
 
 void WindowSampler::next(int32_t* x, int32_t* y) {
@@ -406,9 +405,10 @@ void WindowSampler::next(int32_t* x, int32_t* y) {
     const uint64_t bits = mix64(key + (position_ + 1) * 0x9e3779b97f4a7c15ULL);
     const auto start = static_cast<int64_t>(below(bits, starts));
     ++position_;
-    data_.read(start, seq_ + 1, window_.data());
-    std::memcpy(x + b * seq_, window_.data(), static_cast<size_t>(seq_) * 4);
-    std::memcpy(y + b * seq_, window_.data() + 1, static_cast<size_t>(seq_) * 4);
+    // Targets are the inputs shifted by one: two reads straight into the
+    // rows, so drawing a batch needs no buffer of its own.
+    data_.read(start, seq_, x + b * seq_);
+    data_.read(start + 1, seq_, y + b * seq_);
   }
 }
 

@@ -322,8 +322,10 @@ std::unique_ptr<GptProgram> Gpt::build(Mode mode, int64_t B, int64_t T) {
 }
 
 GptProgram& Gpt::get(Mode mode, int64_t B, int64_t T) {
+  LastProgram& last = last_[int(mode)];
+  if (last.program && last.batch == B && last.seq == T) return *last.program;
   auto& cache = mode == Mode::train ? train_cache_ : mode == Mode::eval ? eval_cache_ : logits_cache_;
-  return cache.get(core::ShapeCache<GptProgram>::key_of({Shape{B, T}}), [&] {
+  GptProgram& found = cache.get(core::ShapeCache<GptProgram>::key_of({Shape{B, T}}), [&] {
     auto p = build(mode, B, T);
     params_.adopt(p->graph);
     p->executor = std::make_unique<core::Executor>(p->graph, backend_);
@@ -333,6 +335,8 @@ GptProgram& Gpt::get(Mode mode, int64_t B, int64_t T) {
     p->executor->write(p->pos, pos.data(), pos.size() * 4);
     return p;
   });
+  last = {B, T, &found};  // programs live in the cache until the model goes
+  return found;
 }
 
 GptProgram& Gpt::program(bool train, int64_t batch, int64_t seq) {

@@ -73,7 +73,6 @@ class WindowSampler {
   const TokenDataset& data_;
   int64_t batch_, seq_;
   uint64_t seed_, position_ = 0;
-  std::vector<int32_t> window_;
 };
 
 struct PrepareOptions {

@@ -1,4 +1,4 @@
-// The GPT-2 architecture as WORKLOADS.md defines it: pre-LayerNorm blocks
+// The GPT-2 architecture as docs/workloads.md defines it: pre-LayerNorm blocks
 // (eps 1e-5), tanh-GELU, learned positions, biases on every Linear, a final
 // LayerNorm and an LM head tied to the token embedding. Parameters use the
 // Hugging Face GPT-2 names ("h.0.attn.c_attn.weight", ...); internally every
@@ -136,6 +136,13 @@ class Gpt {
   core::Backend& backend_;
   core::ParameterStore params_;
   core::ShapeCache<GptProgram> train_cache_, eval_cache_, logits_cache_;
+  // The last program of each mode: every micro-step asks for the same one,
+  // and finding it here needs no cache key (which would allocate).
+  struct LastProgram {
+    int64_t batch = 0, seq = 0;
+    GptProgram* program = nullptr;
+  };
+  LastProgram last_[3];
   std::vector<float> host_logits_;  // logits() on a device backend: the host copy
 };
 

@@ -4,9 +4,11 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "brisk/core/backend.h"
 #include "brisk/train/config.h"
 
 namespace brisk::train {
@@ -41,6 +43,35 @@ struct TrainOptions {
   bool profile = false;   // time every op of the train step, print a breakdown
 };
 
+// The backend train.device names: the CPU one, or the CUDA one (loaded at
+// run time). No usable GPU is a ConfigError that says why, never a quiet CPU run.
+std::unique_ptr<core::Backend> make_backend(const TrainConfig& config);
+
+// A training run, one optimizer step at a time. The constructor sets up
+// (data, model, optimizer, loader, run directory) and resumes from the
+// newest checkpoint when options.resume; step() runs one optimizer step and
+// what follows it (progress, metrics row, evaluation and checkpoint when
+// due). In the steady state a step allocates nothing outside evaluation and
+// checkpointing (tests/unit/no_alloc_test.cpp).
+class Trainer {
+ public:
+  Trainer(const TrainConfig& config, core::Backend& backend, const TrainOptions& options);
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  bool done() const;  // every step ran, or a stop signal ended the run
+  void step();
+  TrainResult finish();  // the summary; call once, after the last step
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Runs a whole training (SIGINT/SIGTERM save a checkpoint and stop) on the
+// given backend, or on make_backend(config).
+TrainResult train(const TrainConfig& config, core::Backend& backend, const TrainOptions& options);
 TrainResult train(const TrainConfig& config, const TrainOptions& options);
 
 }  // namespace brisk::train

@@ -23,36 +23,45 @@ using core::KernelCall;
 using core::TensorView;
 
 // ---- grad_norm -----------------------------------------------------------------------
+// Sum of squares of n elements, widened by `load`. Small tensors take a
+// plain loop: an OpenMP region whose if() clause is false still builds (and
+// mallocs) a one-thread team, which would allocate in every step.
+template <class T, class Load>
+double sum_squares_of(const T* x, int64_t n, Load load) {
+  double s = 0.0;
+  if (n <= kParallelGrain) {
+#pragma omp simd reduction(+ : s)
+    for (int64_t i = 0; i < n; ++i) {
+      const double v = load(x[i]);
+      s += v * v;
+    }
+    return s;
+  }
+#pragma omp parallel for simd schedule(static) reduction(+ : s)
+  for (int64_t i = 0; i < n; ++i) {
+    const double v = load(x[i]);
+    s += v * v;
+  }
+  return s;
+}
+
 // Sum of squares of one tensor of any float dtype, over all threads.
 double sum_squares(const TensorView& t) {
   const int64_t n = t.numel();
-  const bool threads = n > kParallelGrain;
-  double s = 0.0;
   switch (t.dtype()) {
-    case DType::f32: {
-      const float* x = t.as<float>();
-#pragma omp parallel for simd schedule(static) reduction(+ : s) if (threads)
-      for (int64_t i = 0; i < n; ++i) s += double(x[i]) * double(x[i]);
-      break;
-    }
-    case DType::bf16: {
-      const uint16_t* x = t.as<uint16_t>();
-#pragma omp parallel for simd schedule(static) reduction(+ : s) if (threads)
-      for (int64_t i = 0; i < n; ++i) {
-        const double v = core::bf16_to_f32(x[i]);
-        s += v * v;
-      }
-      break;
-    }
+    case DType::f32:
+      return sum_squares_of(t.as<float>(), n, [](float v) { return double(v); });
+    case DType::bf16:
+      return sum_squares_of(t.as<uint16_t>(), n, [](uint16_t v) { return double(core::bf16_to_f32(v)); });
     default: {  // f16: rare enough for the scalar conversion
+      double s = 0.0;
       for (int64_t i = 0; i < n; ++i) {
         const double v = core::load_as_double(t.data, t.dtype(), size_t(i));
         s += v * v;
       }
-      break;
+      return s;
     }
   }
-  return s;
 }
 
 void grad_norm_kernel(const KernelCall& c) {

@@ -39,7 +39,12 @@ double long_row_sum(const T* x, int64_t n) {
   constexpr int64_t kBlock = 8192;
   const int64_t blocks = (n + kBlock - 1) / kBlock;
   double acc = 0.0;
-#pragma omp parallel for reduction(+ : acc) schedule(static) if (n > 4 * kParallelGrain)
+  // Not an if() clause: a false one still builds (and mallocs) a one-thread team.
+  if (n <= 4 * kParallelGrain) {
+    for (int64_t b = 0; b < blocks; ++b) acc += row_sum(x + b * kBlock, std::min(kBlock, n - b * kBlock));
+    return acc;
+  }
+#pragma omp parallel for reduction(+ : acc) schedule(static)
   for (int64_t b = 0; b < blocks; ++b) acc += row_sum(x + b * kBlock, std::min(kBlock, n - b * kBlock));
   return acc;
 }

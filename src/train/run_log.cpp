@@ -1,0 +1,123 @@
+#include "run_log.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "brisk/core/error.h"
+#include "brisk/core/safetensors.h"
+
+namespace brisk::train {
+
+void format_duration(double s, char (&out)[32]) {
+  if (s >= 3600) std::snprintf(out, sizeof out, "%dh%02dm", int(s / 3600), int(s / 60) % 60);
+  else if (s >= 60) std::snprintf(out, sizeof out, "%dm%02ds", int(s / 60), int(s) % 60);
+  else std::snprintf(out, sizeof out, "%.0fs", s);
+}
+
+Progress::Progress(bool enabled, bool live, int64_t total, int64_t log_every)
+    : enabled_(enabled), tty_(enabled && live && isatty(STDERR_FILENO)), total_(total), log_every_(log_every) {}
+
+void Progress::step(const StepRow& m, double eta_s) {
+  if (!enabled_) return;
+  char eta[32];
+  format_duration(eta_s, eta);
+  if (tty_) {
+    constexpr int kWidth = 24;
+    char bar[kWidth + 1];
+    const int filled = int(double(kWidth) * double(m.step) / double(total_));
+    for (int i = 0; i < kWidth; ++i) bar[i] = i < filled ? '#' : '.';
+    bar[kWidth] = '\0';
+    std::fprintf(stderr, "\r[%s] step %lld/%lld | loss %.4f | lr %.2e | %.0f tok/s | %.0f ms/step | MFU %.1f%% | ETA %s   ",
+                 bar, (long long)m.step, (long long)total_, m.loss, m.lr, m.tokens_per_s, m.ms_per_step, 100 * m.mfu,
+                 eta);
+    std::fflush(stderr);
+  } else if (m.step % log_every_ == 0 || m.step == total_ || m.step == 1) {
+    std::fprintf(stderr, "step %lld/%lld | loss %.4f | lr %.2e | grad norm %.3f | %.0f tok/s | %.0f ms/step | MFU %.1f%% | ETA %s\n",
+                 (long long)m.step, (long long)total_, m.loss, m.lr, m.grad_norm, m.tokens_per_s, m.ms_per_step,
+                 100 * m.mfu, eta);
+  }
+}
+
+void Progress::line(const std::string& s) {
+  if (!enabled_) return;
+  std::fprintf(stderr, "%s%s\n", tty_ ? "\r\033[K" : "", s.c_str());
+}
+
+void Progress::finish() {
+  if (enabled_ && tty_) std::fprintf(stderr, "\n");
+}
+
+namespace {
+
+// Rows a resumed run keeps: those of steps up to its checkpoint.
+std::string rows_up_to(const std::string& path, int64_t last_step) {
+  std::ifstream in(path);
+  std::string kept, line;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_object() && j.contains("step") && j["step"].is_number_integer() && j["step"].get<int64_t>() <= last_step)
+      kept += line + "\n";
+  }
+  return kept;
+}
+
+// A JSON number, shortest text that reads back as the same double (%.17g
+// always does); JSON has no NaN or infinity, so those are written as null.
+int put_number(char* p, size_t n, const char* key, double v) {
+  if (!std::isfinite(v)) return std::snprintf(p, n, ",\"%s\":null", key);
+  char buf[32];
+  for (int digits = 15; digits <= 17; ++digits) {
+    std::snprintf(buf, sizeof buf, "%.*g", digits, v);
+    if (std::strtod(buf, nullptr) == v) break;
+  }
+  return std::snprintf(p, n, ",\"%s\":%s", key, buf);
+}
+
+}  // namespace
+
+MetricsLog::MetricsLog(const std::string& path, int64_t last_step) : path_(path) {
+  const std::string kept =
+      last_step > 0 && std::filesystem::exists(path) ? rows_up_to(path, last_step) : std::string();
+  core::write_file_atomic(path, kept);
+  file_ = std::fopen(path.c_str(), "ab");
+  if (!file_) throw core::IoError("cannot open " + path + " for appending");
+}
+
+MetricsLog::~MetricsLog() {
+  if (file_) std::fclose(file_);
+}
+
+void MetricsLog::write(const StepRow& r) {
+  char row[1024];
+  size_t n = size_t(std::snprintf(row, sizeof row, "{\"step\":%lld", (long long)r.step));
+  auto number = [&](const char* key, double v) { n += size_t(put_number(row + n, sizeof row - n, key, v)); };
+  number("loss", r.loss);
+  number("lr", r.lr);
+  number("grad_norm", r.grad_norm);
+  number("tokens_per_s", r.tokens_per_s);
+  number("ms_per_step", r.ms_per_step);
+  number("mfu", r.mfu);
+  number("data_wait_ms", r.data_wait_ms);
+  n += size_t(std::snprintf(row + n, sizeof row - n, ",\"precision\":\"%s\",\"precision_path\":\"%s\"", r.precision,
+                            r.precision_path));
+  number("time_s", r.time_s);
+  if (r.scaled) {
+    number("loss_scale", r.loss_scale);
+    n += size_t(std::snprintf(row + n, sizeof row - n, ",\"skipped\":%s", r.skipped ? "true" : "false"));
+  }
+  if (r.has_val_loss) number("val_loss", r.val_loss);
+  n += size_t(std::snprintf(row + n, sizeof row - n, "}\n"));
+  if (n >= sizeof row) throw core::IoError("metrics row longer than its buffer (" + path_ + ")");
+  if (std::fwrite(row, 1, n, file_) != n || std::fflush(file_) != 0)
+    throw core::IoError("cannot write " + path_ + ": " + std::strerror(errno));
+}
+
+}  // namespace brisk::train

@@ -1,0 +1,62 @@
+// What a training run shows and records between steps: the live progress
+// line on stderr and the rows of metrics.jsonl. Both format into fixed
+// buffers, so a step in the steady state allocates nothing (the whole-step
+// no-allocation test runs the trainer with both on).
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+namespace brisk::train {
+
+// One step's numbers, as shown and logged.
+struct StepRow {
+  int64_t step = 0;
+  double loss = 0, lr = 0, grad_norm = 0, tokens_per_s = 0, ms_per_step = 0, mfu = 0;
+  double data_wait_ms = 0, time_s = 0;
+  const char* precision = "";
+  const char* precision_path = "";
+  bool scaled = false;  // loss scaling on: loss_scale and skipped are logged
+  double loss_scale = 0;
+  bool skipped = false;
+  bool has_val_loss = false;
+  double val_loss = 0;
+};
+
+// "12s", "4m05s", "1h02m".
+void format_duration(double seconds, char (&out)[32]);
+
+// A live bar on a terminal (one line redrawn with \r), plain lines every
+// log_every steps otherwise, nothing when disabled.
+class Progress {
+ public:
+  Progress(bool enabled, bool live, int64_t total_steps, int64_t log_every);
+  void step(const StepRow& r, double eta_s);
+  void line(const std::string& s);  // a message above the bar
+  void finish();
+
+ private:
+  bool enabled_, tty_;
+  int64_t total_, log_every_;
+};
+
+// metrics.jsonl: one JSON object per step, appended and flushed as the run
+// goes. It describes the steps the weights in its directory went through:
+// opening it for a resumed run drops the rows logged after the checkpoint
+// (a crash or a stop between checkpoints would otherwise leave those steps
+// twice); a fresh run (last_step 0) starts it anew.
+class MetricsLog {
+ public:
+  MetricsLog(const std::string& path, int64_t last_step);
+  ~MetricsLog();
+  MetricsLog(const MetricsLog&) = delete;
+  MetricsLog& operator=(const MetricsLog&) = delete;
+  void write(const StepRow& r);  // throws IoError when the disk refuses
+
+ private:
+  std::string path_;
+  std::FILE* file_ = nullptr;
+};
+
+}  // namespace brisk::train
