@@ -52,7 +52,6 @@ core::OpDef gelu_def() {
       cases.push_back({"long row", {spec({1031}, t, -6.0, 6.0)}, NoParams{}});
       cases.push_back({"threaded", {spec({70001}, t, -5.0, 5.0)}, NoParams{}});
     }
-    cases.push_back({"f16", {spec({3, 17}, DType::f16, -3.0, 3.0)}, NoParams{}});
     // Far tails: the CPU kernel caps exp's argument there (gelu_math.h).
     cases.push_back({"tails", {spec({257}, DType::f32, -40.0, 40.0)}, NoParams{}});
     return cases;

@@ -1,7 +1,9 @@
 // The op harness. It walks the op registry and, for every test case of every
 // op, (1) runs every built backend's kernel against the op's scalar reference
 // kernel on the same random inputs, and (2) checks the op's backward rule
-// against central finite differences of the reference forward pass. Tests are
+// against central finite differences of the reference forward pass. A test
+// case's kernel dtype is a promise: a backend that runs and has no kernel for
+// it fails the op. Tests are
 // registered per op (OpForward.<op>, OpGradient.<op>) so one op can be run
 // alone with --gtest_filter; a table of results is printed at the end.
 #include <gtest/gtest.h>
@@ -13,6 +15,8 @@
 #include <memory>
 #include <cstdlib>
 #include <random>
+#include <set>
+#include <string_view>
 
 #include "brisk/core/autograd.h"
 #include "brisk/core/backend_loader.h"
@@ -217,11 +221,13 @@ void check_forward(core::OpKind kind) {
     const DType key = case_dtype(def, tc, out_metas);
     const Outputs ref = run_host(reference(), def, tc, inputs);
     for (auto& backend : backends()) {
+      // A test case declares its kernel dtype: the op is meant to run in it,
+      // so every backend that runs must have that kernel. Skipping the case
+      // would leave the (op, dtype) untested there and let a lost kernel
+      // registration pass unnoticed.
       if (!backend->supports(kind, key)) {
-        // Every op must run in f32 on the CPU: the models depend on it. The
-        // GPU covers every (op, dtype) the CPU does (CudaOps.Coverage).
-        EXPECT_FALSE(backend->name() == "cpu" && key == DType::f32)
-            << "cpu backend has no f32 kernel for " << def.name;
+        ADD_FAILURE() << backend->name() << " backend has no " << core::dtype_name(key) << " kernel for "
+                      << def.name << " (test case '" << tc.label << "' declares it)";
         continue;
       }
       const bool device = !backend->device().is_host();
@@ -405,6 +411,24 @@ void print_table() {
   std::printf("(backend 'grad': finite-difference check of the backward rule on the reference backend)\n\n");
 }
 
+// One line: which backends the forward cases ran on, and why one did not.
+void print_backends() {
+  std::string ran;
+  for (const auto& b : backends()) {
+    if (!ran.empty()) ran += ", ";
+    ran += b->description();
+    if (b->name() == "cpu")
+      ran += native_features().bf16 == cpu::Bf16Path::native ? " (bf16: native and emulated)" : " (bf16: emulated only)";
+  }
+  // The loader's reason may list every path it tried, one per line: the
+  // first line here, the rest in CudaOps.Coverage's skip message.
+  const std::string& why = cuda_unavailable();
+  const std::string first = why.substr(0, why.find('\n'));
+  const std::string not_run =
+      why.empty() ? "" : "; cuda not run: " + first + (first.size() < why.size() ? " (see CudaOps.Coverage)" : "");
+  std::printf("op harness backends: ran on %s%s\n", ran.c_str(), not_run.c_str());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -422,5 +446,6 @@ int main(int argc, char** argv) {
   }
   const int rc = RUN_ALL_TESTS();
   print_table();
+  print_backends();
   return rc;
 }

@@ -1,16 +1,24 @@
 // The engine end to end: graph -> autograd -> planner -> executor on the CPU
 // backend. A 2-layer MLP and a GPT block train (their loss falls), their
 // gradients match finite differences, gradient accumulation over micro-batches
-// equals one large batch, and the planner's figures match what is used.
+// equals one large batch, and the planner's figures match what is used. The
+// memory plans of these graphs, and of a real GPT at each recompute level, are
+// checked against buffer lifetimes simulated from the graph alone.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <climits>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <optional>
 
 #include "brisk/core/error.h"
 #include "brisk/core/executor.h"
 #include "brisk/core/graph_cache.h"
+#include "brisk/core/recompute.h"
 #include "brisk/cpu/cpu_backend.h"
+#include "brisk/models/gpt.h"
 #include "test_models.h"
 
 using namespace brisk;
@@ -40,7 +48,7 @@ void make_mlp_batch(int64_t n, int64_t in, int64_t classes, uint64_t seed, Tenso
 void adamw_step(core::ParameterStore& store, core::Backend& backend, int64_t step, float lr) {
   for (auto& [name, e] : store.entries()) {
     if (e.state.empty()) e.state = {Tensor::zeros(e.value.shape(), core::DType::f32), Tensor::zeros(e.value.shape(), core::DType::f32)};
-    ops::AdamWParams p;
+    core::AdamWParams p;
     p.lr = lr;
     p.step = step;
     p.decay_matrices = true;  // the op decays rank >= 2 tensors only
@@ -64,6 +72,209 @@ void block_batch(const BlockConfig& c, uint64_t seed, Tensor& ids, Tensor& targe
   for (int64_t t = 0; t < c.seq; ++t) pos.data_as<int32_t>()[t] = int32_t(t);
 }
 
+// ---- an independent check of a memory plan -------------------------------------------
+// The executor allocates exactly the arena the planner reports and places
+// values where the plan says, so comparing the two proves nothing about the
+// plan. This check recomputes, from the graph alone, when each arena buffer
+// holds data that is still to be read, following the executor's semantics:
+//  - a node reads all its inputs and writes all its outputs while it runs,
+//    so a buffer is busy at every node that reads or writes a value stored
+//    in it; outputs that alias an input (views, in-place ops: OpDef::alias_of)
+//    are stored in that input's buffer, transitively;
+//  - the caller writes inputs before the first node and may write them only
+//    once for many steps (positions), and reads graph outputs after the last
+//    node: an input is busy from before the first node to after the last, an
+//    output from its producer to after the last;
+//  - a node's workspace is busy at that node only;
+//  - parameters, gradients and optimizer state (and their aliases) are bound
+//    from outside and must not be in the arena.
+// Of the plan it reads only where things were put (offsets, workspace sizes,
+// the arena), never its lifetimes (first/last) or alias roots; the one thing
+// it shares with the planner is the alignment unit its report counts in.
+
+// Where a planned step keeps its data, as byte offsets into the arena.
+struct Placement {
+  std::vector<size_t> value_offset;      // per value; SIZE_MAX: not in the arena
+  std::vector<size_t> workspace_offset;  // per node; SIZE_MAX: none
+  std::vector<size_t> workspace_bytes;   // per node
+  size_t arena = 0;
+};
+
+Placement placement_of(const core::MemoryPlan& plan) {
+  return {plan.offset, plan.workspace_offset, plan.workspace_size, plan.report.arena};
+}
+
+// The addresses an executor really gives its kernels. (Its workspace pointers
+// are not visible from outside; those come from its plan.)
+Placement placement_of(const core::Executor& ex) {
+  Placement p = placement_of(ex.plan());
+  p.arena = ex.arena_bytes();
+  const auto arena = reinterpret_cast<uintptr_t>(ex.arena_data());
+  for (size_t v = 0; v < p.value_offset.size(); ++v) {
+    const auto d = reinterpret_cast<uintptr_t>(ex.data(core::ValueId(v)));
+    p.value_offset[v] = arena != 0 && d >= arena && d < arena + p.arena ? size_t(d - arena) : SIZE_MAX;
+  }
+  return p;
+}
+
+struct Simulated {
+  std::vector<std::string> problems;  // empty: the placement is safe
+  size_t peak_live = 0;               // most aligned bytes busy at once, workspaces included
+  size_t peak_activations = 0;        // the same over value buffers only
+  size_t buffers = 0, aliases = 0, workspaces = 0;  // how many were checked
+};
+
+Simulated simulate(const core::Graph& g, const Placement& pl) {
+  const auto& values = g.values();
+  const auto& nodes = g.nodes();
+  const size_t nv = values.size();
+  const int after_last = int(nodes.size());
+  Simulated sim;
+  auto describe = [&](size_t v) {
+    const core::Value& val = values[v];
+    std::string s = val.name.empty() ? "value " + std::to_string(v) : "'" + val.name + "'";
+    if (val.producer >= 0)
+      s += " (" + std::string(core::op_name(nodes[size_t(val.producer)].op)) + " at node " + std::to_string(val.producer) + ")";
+    return s;
+  };
+
+  // The buffer each value is stored in, named by the value that owns it.
+  std::vector<size_t> owner(nv);
+  for (size_t v = 0; v < nv; ++v) owner[v] = v;
+  for (const core::Node& n : nodes) {
+    const core::OpDef& def = core::op_def(n.op);
+    for (size_t o = 0; o < n.outputs.size(); ++o)
+      if (const int a = def.alias_of(o); a >= 0) owner[size_t(n.outputs[o])] = owner[size_t(n.inputs[size_t(a)])];
+  }
+
+  // When each buffer is busy: [begin, end] in node indices, after_last
+  // standing for the caller's side of the step.
+  std::vector<int> begin(nv, INT_MAX), end(nv, -1);
+  auto touch = [&](size_t v, int t) {
+    const size_t o = owner[v];
+    begin[o] = std::min(begin[o], t);
+    end[o] = std::max(end[o], t);
+  };
+  for (size_t v = 0; v < nv; ++v) {
+    if (values[v].role == core::ValueRole::input) touch(v, 0), touch(v, after_last);
+    if (values[v].is_output) touch(v, after_last);
+  }
+  for (int i = 0; i < after_last; ++i) {
+    for (core::ValueId v : nodes[size_t(i)].inputs) touch(size_t(v), i);
+    for (core::ValueId v : nodes[size_t(i)].outputs) touch(size_t(v), i);
+  }
+
+  struct Item {
+    std::string what;
+    size_t offset, bytes;
+    int begin, end;
+    bool workspace;
+  };
+  std::vector<Item> items;
+  auto place = [&](const std::string& what, size_t offset, size_t bytes) {
+    if (offset == SIZE_MAX) return sim.problems.push_back(what + " has no place in the arena"), false;
+    if (offset % core::kAlignment != 0)
+      sim.problems.push_back(what + " at offset " + std::to_string(offset) + " is not " +
+                             std::to_string(core::kAlignment) + "-byte aligned");
+    if (offset + bytes > pl.arena)
+      sim.problems.push_back(what + " ends at byte " + std::to_string(offset + bytes) + ", past the arena's " +
+                             std::to_string(pl.arena));
+    return true;
+  };
+  for (size_t v = 0; v < nv; ++v) {
+    const size_t off = pl.value_offset[v];
+    if (core::role_is_external(values[owner[v]].role)) {
+      if (off != SIZE_MAX)
+        sim.problems.push_back(describe(v) + " is bound from outside but placed in the arena at " + std::to_string(off));
+      continue;
+    }
+    if (!place(describe(v), off, values[v].meta.bytes())) continue;
+    if (owner[v] != v) {
+      if (off != pl.value_offset[owner[v]])
+        sim.problems.push_back(describe(v) + " is stored in " + describe(owner[v]) + "'s buffer at " +
+                               std::to_string(pl.value_offset[owner[v]]) + " but placed at " + std::to_string(off));
+      ++sim.aliases;
+      continue;
+    }
+    items.push_back({describe(v), off, values[v].meta.bytes(), begin[v], end[v], false});
+    ++sim.buffers;
+  }
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const core::OpDef& def = core::op_def(nodes[i].op);
+    std::vector<core::TensorMeta> in;
+    for (core::ValueId v : nodes[i].inputs) in.push_back(g.meta(v));
+    const size_t ws = def.workspace_bytes ? def.workspace_bytes(in, nodes[i].params) : 0;
+    const std::string what = "the workspace of " + std::string(def.name) + " at node " + std::to_string(i);
+    if (pl.workspace_bytes[i] != ws)
+      sim.problems.push_back(what + " has " + std::to_string(pl.workspace_bytes[i]) + " bytes, the op asks for " +
+                             std::to_string(ws));
+    if (ws == 0 || !place(what, pl.workspace_offset[i], ws)) continue;
+    items.push_back({what, pl.workspace_offset[i], ws, int(i), int(i), true});
+    ++sim.workspaces;
+  }
+
+  // (a) Two buffers busy at the same node must not share a byte.
+  for (size_t a = 0; a < items.size(); ++a)
+    for (size_t b = a + 1; b < items.size(); ++b) {
+      const Item &x = items[a], &y = items[b];
+      const bool same_time = x.begin <= y.end && y.begin <= x.end;
+      const bool same_bytes = x.offset < y.offset + y.bytes && y.offset < x.offset + x.bytes;
+      if (same_time && same_bytes)
+        sim.problems.push_back(x.what + " [" + std::to_string(x.offset) + ", " + std::to_string(x.offset + x.bytes) +
+                               ") busy at nodes " + std::to_string(x.begin) + ".." + std::to_string(x.end) + " and " +
+                               y.what + " [" + std::to_string(y.offset) + ", " + std::to_string(y.offset + y.bytes) +
+                               ") busy at nodes " + std::to_string(y.begin) + ".." + std::to_string(y.end) +
+                               " share bytes at node " + std::to_string(std::max(x.begin, y.begin)));
+    }
+
+  // (c) The largest set of buffers busy at once, in the report's unit.
+  for (int t = 0; t <= after_last; ++t) {
+    size_t live = 0, live_act = 0;
+    for (const Item& it : items)
+      if (it.begin <= t && t <= it.end) {
+        live += core::align_up(it.bytes);
+        if (!it.workspace) live_act += core::align_up(it.bytes);
+      }
+    sim.peak_live = std::max(sim.peak_live, live);
+    sim.peak_activations = std::max(sim.peak_activations, live_act);
+  }
+  return sim;
+}
+
+// The plan's placement is safe for `g` and its reported peaks are the
+// simulated ones.
+void expect_safe_plan(const core::Graph& g, const core::MemoryPlan& plan, const Placement& pl, const std::string& what) {
+  SCOPED_TRACE(what);
+  const Simulated sim = simulate(g, pl);
+  for (size_t k = 0; k < std::min<size_t>(sim.problems.size(), 8); ++k) ADD_FAILURE() << sim.problems[k];
+  EXPECT_TRUE(sim.problems.empty()) << sim.problems.size() << " problems in the plan (the first ones above)";
+  EXPECT_EQ(plan.report.live_lower_bound, sim.peak_live) << "the planner's peak is not the simulated one";
+  EXPECT_EQ(plan.report.activations, sim.peak_activations) << "the planner's activation peak is not the simulated one";
+  EXPECT_GE(pl.arena, sim.peak_live);
+  EXPECT_GT(sim.buffers, 0u);
+  std::printf("planner check, %s: %zu nodes, %zu buffers, %zu aliases, %zu workspaces, peak %.3f MiB, arena %.3f MiB\n",
+              what.c_str(), g.nodes().size(), sim.buffers, sim.aliases, sim.workspaces,
+              double(sim.peak_live) / 1048576.0, double(pl.arena) / 1048576.0);
+}
+
+void expect_safe_plan(const core::Graph& g, const std::string& what) {
+  const core::MemoryPlan plan = core::plan_memory(g);
+  expect_safe_plan(g, plan, placement_of(plan), what);
+}
+
+// x (256 x 256) -> 8 GELUs -> a reshape view, the view an output.
+struct GeluChain {
+  core::Graph g;
+  core::ValueId x, h, r;
+  GeluChain() {
+    x = g.input("x", {256, 256}, core::DType::f32);
+    h = x;
+    for (int i = 0; i < 8; ++i) h = ops::gelu(g, h);  // a chain: two intermediates live at a time
+    r = ops::reshape(g, h, {65536});
+    g.mark_output(r);
+  }
+};
+
 }  // namespace
 
 TEST(Graph, ShapeErrorsNameTheOpAndShapes) {
@@ -84,18 +295,120 @@ TEST(Graph, ShapeErrorsNameTheOpAndShapes) {
 }
 
 TEST(Planner, ReusesBuffersAndAliasesViews) {
-  core::Graph g;
-  auto x = g.input("x", {256, 256}, core::DType::f32);
-  core::ValueId h = x;
-  for (int i = 0; i < 8; ++i) h = ops::gelu(g, h);  // a chain: two intermediates live at a time
-  auto r = ops::reshape(g, h, {65536});
-  g.mark_output(r);
-  const core::MemoryPlan plan = core::plan_memory(g);
+  GeluChain c;
+  const core::MemoryPlan plan = core::plan_memory(c.g);
   const size_t one = 256 * 256 * 4;
   // The input stays for the whole step (callers may write it once), plus two.
   EXPECT_EQ(plan.report.arena, 3 * one) << plan.report.str();
   EXPECT_EQ(plan.report.live_lower_bound, 3 * one);
-  EXPECT_EQ(plan.offset[size_t(r)], plan.offset[size_t(h)]) << "a reshape must share its input's buffer";
+  EXPECT_EQ(plan.offset[size_t(c.r)], plan.offset[size_t(c.h)]) << "a reshape must share its input's buffer";
+  expect_safe_plan(c.g, plan, placement_of(plan), "gelu chain");
+}
+
+// The check above must be able to fail: placements that break each property
+// it guards, made by hand from a good plan, are each reported.
+TEST(Planner, IndependentCheckCatchesUnsafePlacements) {
+  GeluChain c;
+  const core::MemoryPlan plan = core::plan_memory(c.g);
+  const Placement good = placement_of(plan);
+  ASSERT_TRUE(simulate(c.g, good).problems.empty());
+  auto reports = [&](const Placement& bad, const std::string& words) {
+    const Simulated sim = simulate(c.g, bad);
+    for (const std::string& p : sim.problems)
+      if (p.find(words) != std::string::npos) return true;
+    return false;
+  };
+  // GELU 2 reads GELU 1's output while it writes its own: one buffer for both.
+  const core::ValueId g1 = c.g.nodes()[1].outputs[0], g2 = c.g.nodes()[2].outputs[0];
+  Placement reused_early = good;
+  reused_early.value_offset[size_t(g2)] = good.value_offset[size_t(g1)];
+  EXPECT_TRUE(reports(reused_early, "share bytes at node 2"));
+  // The input is busy for the whole step, even after its last reader.
+  Placement input_reused = good;
+  input_reused.value_offset[size_t(c.g.nodes()[4].outputs[0])] = good.value_offset[size_t(c.x)];
+  EXPECT_TRUE(reports(input_reused, "share bytes"));
+  // The view lives in its input's buffer.
+  Placement view_moved = good;
+  view_moved.value_offset[size_t(c.r)] = good.value_offset[size_t(c.x)];
+  EXPECT_TRUE(reports(view_moved, "buffer at"));
+  // Every value fits in the arena.
+  Placement small = good;
+  small.arena -= 1;
+  EXPECT_TRUE(reports(small, "past the arena"));
+
+  // A node's workspace is busy while the node reads its inputs.
+  models::Gpt m(models::GptConfig{64, 1, 32, 4, 32, "flash"}, cpu_backend());
+  const core::Graph g = m.train_graph(2, 32);
+  const core::MemoryPlan gplan = core::plan_memory(g);
+  Placement ws_on_input = placement_of(gplan);
+  ASSERT_TRUE(simulate(g, ws_on_input).problems.empty());
+  size_t node = 0;
+  while (node < g.nodes().size() && gplan.workspace_size[node] == 0) ++node;
+  ASSERT_LT(node, g.nodes().size()) << "no node with a workspace";
+  size_t input_offset = SIZE_MAX;
+  for (core::ValueId v : g.nodes()[node].inputs)
+    if (!gplan.is_external(v)) input_offset = gplan.offset[size_t(v)];
+  ASSERT_NE(input_offset, SIZE_MAX);
+  ws_on_input.workspace_offset[node] = input_offset;
+  const Simulated sim = simulate(g, ws_on_input);
+  EXPECT_TRUE(std::any_of(sim.problems.begin(), sim.problems.end(), [&](const std::string& p) {
+    return p.find("the workspace of") != std::string::npos && p.find("share bytes") != std::string::npos;
+  }));
+}
+
+// Every kind of graph the engine runs: the placement is safe and the
+// planner's peak is the simulated one, with views, in-place accumulation into
+// bound gradients, multi-output nodes, workspaces, recomputed clones and
+// mixed-precision casts in them.
+TEST(Planner, PlacementsAgreeWithAnIndependentLivenessSimulation) {
+  {
+    core::Graph g;
+    Built b = build_mlp(g, 64, 16, 32, 4);
+    core::backward(g, b.loss);
+    expect_safe_plan(g, "mlp train");
+  }
+  BlockConfig bc;
+  bc.batch = 2; bc.seq = 16; bc.vocab = 64; bc.embd = 32; bc.heads = 4;
+  core::Graph block;
+  Built b = build_gpt_block(block, bc);
+  core::backward(block, b.loss);
+  expect_safe_plan(block, "gpt block train");
+  core::RecomputePolicy redo_cheap;  // GELU and LayerNorm outputs redone in the backward
+  redo_cheap.selective = [](const core::Graph&, const core::Node& n) -> std::optional<core::RecomputeRecipe> {
+    if (n.op == core::OpKind::gelu || n.op == core::OpKind::layernorm) return core::clone_recipe(n);
+    return std::nullopt;
+  };
+  const core::RecomputeResult redone = core::recompute(block, redo_cheap);
+  ASSERT_FALSE(redone.recomputed.empty());
+  expect_safe_plan(redone.graph, "gpt block train, gelu + layernorm recomputed");
+
+  // The real model, 2 layers, at each recompute level and kernel choice.
+  struct Variant {
+    const char* what;
+    void (*set)(models::GptConfig&);
+  };
+  const Variant variants[] = {
+      {"gpt", [](models::GptConfig&) {}},
+      {"gpt recompute=selective", [](models::GptConfig& c) { c.recompute = "selective"; }},
+      {"gpt recompute=full", [](models::GptConfig& c) { c.recompute = "full"; }},
+      {"gpt flash attention + fused classifier",
+       [](models::GptConfig& c) {
+         c.attention = "flash";
+         c.fused_classifier = true;
+       }},
+      {"gpt fused bias+gelu, residual+layernorm, recompute=selective",
+       [](models::GptConfig& c) {
+         c.fuse_bias_gelu = c.fuse_residual_layernorm = true;
+         c.recompute = "selective";
+       }},
+      {"gpt bf16", [](models::GptConfig& c) { c.compute = core::DType::bf16; }},
+  };
+  for (const Variant& v : variants) {
+    models::GptConfig cfg{64, 2, 32, 4, 32};
+    v.set(cfg);
+    models::Gpt m(cfg, cpu_backend());
+    expect_safe_plan(m.train_graph(2, 32), v.what);
+  }
 }
 
 TEST(Engine, MlpTrainsAndLossFalls) {
@@ -253,7 +566,11 @@ TEST(Engine, GptBlockTrainsAndPlannerMatchesArenaAtTwoBatchSizes) {
     core::Executor ex(g, backend);
     ex.bind(store);
     const core::MemoryReport& rep = ex.plan().report;
+    // The executor takes the planned arena and nothing more...
     EXPECT_EQ(counting.peak_bytes(), rep.arena) << rep.str();
+    // ...and what that arena holds, at the addresses the kernels get, is safe:
+    // checked against lifetimes simulated from the graph, not the plan's.
+    expect_safe_plan(g, ex.plan(), placement_of(ex), "gpt block train, batch " + std::to_string(batch));
     EXPECT_EQ(rep.params, store.param_bytes());
     EXPECT_EQ(rep.grads, store.grad_bytes());
     // Packing quality: the arena is within 5% of the largest live set.

@@ -1,14 +1,20 @@
 // The prefetching loader: batches identical to WindowSampler's stream and the
 // same for 0, 1, 2 and 4 workers; exact resume mid-stream and mid-epoch;
-// disjoint, covering shards across ranks; data wait measured; source errors
+// disjoint, covering shards across ranks; workers filling the ring ahead of
+// the consumer and data wait counted when it must wait (both shown through a
+// source the test gates, with no wall-clock upper bound); source errors
 // surfacing on the consumer's thread; slots taken from the allocator once.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <set>
@@ -243,38 +249,162 @@ class SlowSource final : public BatchSource {
   std::chrono::milliseconds per_batch_;
 };
 
+// A source the test drives. fill(g) records that it started and on which
+// thread, then blocks until the test opens batch g. The test waits for fills
+// to start or finish through the same mutex and condition variable, so every
+// step is ordered by synchronisation, not by how fast a thread happens to
+// run. The one clock is a guard that turns a hang (a fill that never comes)
+// into a failure; it bounds nothing that a slow machine could reach.
+class GatedSource final : public BatchSource {
+ public:
+  struct Fill {
+    uint64_t global = 0;
+    std::thread::id thread;
+    bool finished = false;
+  };
+  static constexpr uint64_t kAll = ~uint64_t{0};
+
+  explicit GatedSource(uint64_t open_below = 0) : open_below_(open_below) {}
+
+  BatchCapacity capacity() const override { return {.rows = 1, .cols = 4}; }
+  void fill(uint64_t g, Batch& out) const override {
+    std::unique_lock<std::mutex> lock(mu_);
+    const size_t me = fills_.size();
+    fills_.push_back({g, std::this_thread::get_id()});
+    cv_.notify_all();
+    cv_.wait(lock, [&] { return g < open_below_; });
+    out.rows = 1;
+    out.cols = 4;
+    for (int i = 0; i < 4; ++i) out.inputs[i] = static_cast<int32_t>(g);
+    fills_[me].finished = true;
+    cv_.notify_all();
+  }
+
+  // Lets the fills of batches below n complete.
+  void open_below(uint64_t n) {
+    std::lock_guard<std::mutex> lock(mu_);
+    open_below_ = std::max(open_below_, n);
+    cv_.notify_all();
+  }
+  // Blocks until pred(fills so far) holds; false if it still does not after
+  // the hang guard.
+  bool await(const std::function<bool(const std::vector<Fill>&)>& pred) const {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, std::chrono::seconds(10), [&] { return pred(fills_); });
+  }
+  std::vector<Fill> fills() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return fills_;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  mutable std::condition_variable cv_;
+  mutable std::vector<Fill> fills_;
+  uint64_t open_below_;
+};
+
+// Opens the gate on the way out. Declared after the Loader it is destroyed
+// first, even after a failed ASSERT, so the Loader's destructor never waits
+// to join a worker blocked in fill.
+struct OpenOnExit {
+  GatedSource& src;
+  ~OpenOnExit() { src.open_below(GatedSource::kAll); }
+};
+
+// Predicates for GatedSource::await.
+auto started(uint64_t g) {
+  return [g](const std::vector<GatedSource::Fill>& fs) {
+    return std::any_of(fs.begin(), fs.end(), [&](const GatedSource::Fill& f) { return f.global == g; });
+  };
+}
+auto finished_below(uint64_t n) {
+  return [n](const std::vector<GatedSource::Fill>& fs) {
+    std::vector<bool> done(n, false);
+    for (const GatedSource::Fill& f : fs)
+      if (f.finished && f.global < n) done[f.global] = true;
+    return std::all_of(done.begin(), done.end(), [](bool d) { return d; });
+  };
+}
+
+// Workers fill batches ahead of the consumer, as far as the ring allows, and
+// next() hands out a batch that is already filled: no fill on the consumer's
+// thread, and no batch filled twice.
+TEST(Loader, WorkersPrefetchAheadOfTheConsumer) {
+  GatedSource src(GatedSource::kAll);
+  Loader l(src, {.workers = 2, .prefetch_factor = 2});
+  const uint64_t n = l.slot_count();  // 5: the consumer's slot and 4 in flight
+  l.start();
+  // Nothing asked for yet: the workers fill one batch per slot on their own.
+  ASSERT_TRUE(src.await(finished_below(n))) << "the workers did not fill batches 0.." << n - 1 << " ahead";
+  const uint64_t taken = 30;
+  for (uint64_t k = 0; k < taken; ++k) {
+    SCOPED_TRACE("batch " + std::to_string(k));
+    const Batch& b = l.next();
+    ASSERT_EQ(b.step, k);
+    EXPECT_EQ(b.inputs[0], int32_t(k));
+    // The consumer holds batch k and has handed back k-1: its slot is free,
+    // so the workers fill up to batch k + n - 1 before it asks again...
+    ASSERT_TRUE(src.await(finished_below(k + n))) << "the workers did not refill the ring";
+    // ...and never further: a worker may not claim a slot the consumer holds.
+    for (const GatedSource::Fill& f : src.fills()) EXPECT_LT(f.global, k + n) << "filled beyond the ring";
+  }
+  // Batches 0 .. taken + n - 2: the ones taken and those prefetched after.
+  std::vector<int> times_filled(taken + n - 1, 0);
+  for (const GatedSource::Fill& f : src.fills()) {
+    EXPECT_NE(f.thread, std::this_thread::get_id()) << "batch " << f.global << " was filled on the consumer's thread";
+    times_filled.at(f.global) += 1;
+  }
+  for (size_t g = 0; g < times_filled.size(); ++g) EXPECT_EQ(times_filled[g], 1) << "batch " << g;
+  EXPECT_EQ(l.stats().batches, taken);
+}
+
+// The consumer waits when its batch is not filled yet, and that wait is what
+// the stats report. Batch 0's fill is held until 50 ms after it began, and
+// it begins inside next() (nothing was started before), so that next()
+// blocks for at least 50 ms: a lower bound set by a sleep, safe under load.
 TEST(Loader, DataWaitIsMeasured) {
   using namespace std::chrono_literals;
-  SlowSource src(20ms);
-  {
-    // The consumer outruns one worker: each batch costs ~ a fill of wait.
-    Loader l(src, {.workers = 1, .prefetch_factor = 2});
-    for (int i = 0; i < 5; ++i) {
+  for (int workers : {0, 1, 2}) {
+    SCOPED_TRACE(std::to_string(workers) + " workers");
+    GatedSource src;
+    Loader l(src, {.workers = workers, .prefetch_factor = 2});
+    OpenOnExit open_on_exit{src};
+    bool fill_began = false;
+    std::thread opener([&] {
+      fill_began = src.await(started(0));
+      std::this_thread::sleep_for(50ms);
+      src.open_below(1);
+    });
+    const Batch& b0 = l.next();
+    opener.join();
+    EXPECT_TRUE(fill_began);
+    EXPECT_EQ(b0.inputs[0], 0);
+    const double first_wait = l.last_wait_seconds();
+    EXPECT_GE(first_wait, 0.050) << "the consumer blocked on an unfilled batch and that was not counted as wait";
+    EXPECT_GE(l.stats().fill_s_total, 0.050);
+
+    const auto consumer = std::this_thread::get_id();
+    if (workers == 0) {
+      // Without workers nothing is prefetched: batch 1 is filled only inside
+      // next(), on the consumer's thread.
+      EXPECT_EQ(src.fills().size(), 1u);
+      src.open_below(GatedSource::kAll);
       l.next();
-      EXPECT_GE(l.last_wait_seconds(), 0.010) << "batch " << i;
-    }
-    EXPECT_GE(l.stats().wait_s_total, 0.05);
-    EXPECT_EQ(l.stats().batches, 5u);
-    EXPECT_GE(l.stats().fill_s_total, 0.09);
-  }
-  {
-    // A consumer slower than the workers waits (almost) only for the first.
-    Loader l(src, {.workers = 2, .prefetch_factor = 2});
-    l.start();
-    std::this_thread::sleep_for(60ms);
-    double later = 0;
-    for (int i = 0; i < 8; ++i) {
+      const auto fills = src.fills();
+      ASSERT_EQ(fills.size(), 2u);
+      for (const GatedSource::Fill& f : fills) EXPECT_EQ(f.thread, consumer);
+    } else {
+      // With workers, batch 1 is filled ahead; next() takes it as it is.
+      src.open_below(GatedSource::kAll);
+      ASSERT_TRUE(src.await(finished_below(2))) << "batch 1 was not filled ahead of the consumer";
       l.next();
-      if (i > 0) later += l.last_wait_seconds();
-      std::this_thread::sleep_for(30ms);
+      for (const GatedSource::Fill& f : src.fills())
+        EXPECT_NE(f.thread, consumer) << "batch " << f.global << " was filled on the consumer's thread";
     }
-    // 7 steps of 30 ms of "compute": generous for a loaded machine.
-    EXPECT_LT(later, 0.5 * 7 * 0.030);
-  }
-  {
-    Loader l(src, {.workers = 0});
-    l.next();
-    EXPECT_GE(l.last_wait_seconds(), 0.015) << "without workers all data time is wait";
+    const LoaderStats s = l.stats();
+    EXPECT_EQ(s.batches, 2u);
+    EXPECT_DOUBLE_EQ(s.wait_s_total, first_wait + l.last_wait_seconds()) << "every next()'s wait is summed";
   }
 }
 
