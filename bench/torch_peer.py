@@ -1,7 +1,7 @@
 #!/usr/bin/python3
-"""The PyTorch peer of `brisk bench train` (WORKLOADS.md, "Peers").
+"""The PyTorch peer of `brisk bench train` (docs/workloads.md, "Peers").
 
-GPT-2 exactly as WORKLOADS.md defines it, trained eagerly in fp32 (or under
+GPT-2 exactly as docs/workloads.md defines it, trained eagerly in fp32 (or under
 torch.autocast bf16 with --bf16) with the same hyperparameters, batch, sequence
 length, data and even the same windows in the same order as brisk: it reads
 brisk's token shards directly and replays brisk's WindowSampler. It times one
@@ -31,7 +31,7 @@ import subprocess
 import sys
 import time
 
-PRESETS = {  # WORKLOADS.md: vocab, layers, embd, heads, seq (= block size), default data
+PRESETS = {  # docs/workloads.md: vocab, layers, embd, heads, seq (= block size), default data
     "W1": dict(vocab=50304, layers=4, embd=256, heads=4, block=256, data="data/kjv-gpt2"),
     "W2": dict(vocab=256, layers=6, embd=384, heads=6, block=256, data="data/kjv-bytes"),
 }
@@ -304,6 +304,18 @@ def build_model(torch, V, L, C, H, block):
 # ---- main --------------------------------------------------------------------------------
 
 
+def current_rss_bytes():
+    """VmRSS of this process, from /proc/self/status (0 where there is none)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--workload", default="W2", help="W1 | W2 (sets the model shape and default data)")
@@ -338,6 +350,9 @@ def main():
     except ImportError as e:
         fail(f"{sys.executable} cannot import torch/numpy ({e}); run the peer with Debian's /usr/bin/python3 "
              "(apt-get install python3-torch)")
+    # Memory is reported as growth over this: the process with torch imported,
+    # before the run builds anything (brisk takes its own the same way).
+    baseline_rss_bytes = current_rss_bytes()
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
 
@@ -428,6 +443,7 @@ def main():
         "optimizer": "torch.optim.AdamW (default implementation), clip_grad_norm_ 1.0",
         "step_ms": step_ms, "losses": losses, "data_hash": data_hash,
         "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "baseline_rss_bytes": baseline_rss_bytes,
     }), flush=True)
 
 

@@ -135,7 +135,7 @@ int run_ablation_bench(const TrainBenchOptions& options) {
   const Row& base = rows.front();
   std::ostringstream md;
   md << "| " << w.id << " (" << w.name << "), " << o.threads << " threads | tokens/s | ms/step | % of fp32 peak | "
-     << "peak RSS MiB | planned MiB | speed-up vs baseline | vs PyTorch | final loss |\n"
+     << "RSS growth MiB | planned MiB | speed-up vs baseline | vs PyTorch | final loss |\n"
      << "|---|---:|---:|---:|---:|---:|---:|---:|---:|\n";
   auto line = [&](const Row& r, bool is_peer) {
     md << "| " << r.name << " | ";

@@ -54,7 +54,7 @@ Workload workload_of(const std::string& id) {
   if (id == "W1" || id == "gpt2-tiny") return {"W1", "gpt2-tiny", "gpt2", "data/kjv-gpt2"};
   if (id == "W2" || id == "char-small") return {"W2", "char-small", "bytes", "data/kjv-bytes"};
   throw core::ConfigError("unknown training workload '" + id +
-                          "' (allowed on CPU: W1 / gpt2-tiny, W2 / char-small; see WORKLOADS.md)");
+                          "' (allowed on CPU: W1 / gpt2-tiny, W2 / char-small; see docs/workloads.md)");
 }
 
 TrainBenchOptions resolve_options(TrainBenchOptions o) {
@@ -127,9 +127,13 @@ Row make_row(const std::string& name, const ChildResult& c, const TrainBenchOpti
   row.gflops = row.tokens_per_s * flops_per_token / 1e9;
   row.pct_peak = 100.0 * row.gflops / peak_gflops;
   // The side's own reading of its peak (VmHWM / ru_maxrss); the kernel's
-  // wait4 figure is the fallback and the same number in practice.
+  // wait4 figure is the fallback and the same number in practice. The
+  // figure compared is the growth over the side's baseline (its process
+  // before the run built anything: PyTorch's import alone is ~230 MiB).
   const double self_rss = row.report.value("peak_rss_bytes", 0.0) / double(1 << 20);
-  row.rss_mib = self_rss > 0 ? self_rss : c.maxrss_mib;
+  row.peak_rss_mib = self_rss > 0 ? self_rss : c.maxrss_mib;
+  row.baseline_rss_mib = row.report.value("baseline_rss_bytes", 0.0) / double(1 << 20);
+  row.rss_mib = row.peak_rss_mib - row.baseline_rss_mib;
   if (!losses.empty()) {
     row.loss_first = losses.front();
     row.loss_last = losses.back();
@@ -146,7 +150,9 @@ json row_json(const Row& r) {
     j["ms_per_step"] = r.ms_per_step;
     j["gflops"] = r.gflops;
     j["pct_fp32_peak"] = r.pct_peak;
-    j["peak_rss_mib"] = r.rss_mib;
+    j["rss_growth_mib"] = r.rss_mib;
+    j["peak_rss_mib"] = r.peak_rss_mib;
+    j["baseline_rss_mib"] = r.baseline_rss_mib;
     j["loss_first"] = r.loss_first;
     j["loss_last"] = r.loss_last;
     j["loss_fell"] = r.loss_last < r.loss_first;
@@ -205,6 +211,9 @@ void apply_variant(const std::string& variant, models::GptConfig& model, optim::
 }
 
 int run_train_worker(const TrainBenchOptions& options) {
+  // Memory is reported as growth over this figure: the process before it
+  // builds anything (the peer takes its own after importing torch).
+  const size_t baseline_rss = monitor::current_rss_bytes();
   const TrainBenchOptions o = resolve_options(options);
   require_data(o);
   const models::GptConfig cfg = models::GptConfig::preset(o.workload);
@@ -216,7 +225,7 @@ int run_train_worker(const TrainBenchOptions& options) {
                             " but workload " + o.workload + " has " + std::to_string(cfg.vocab_size) +
                             " (W1 wants --tokenizer gpt2 data, W2 --tokenizer bytes)");
   models::GptConfig mcfg = cfg;
-  optim::AdamWConfig ac;  // WORKLOADS.md: lr 6e-4, betas (0.9, 0.95), eps 1e-8, wd 0.1, clip 1.0
+  optim::AdamWConfig ac;  // docs/workloads.md: lr 6e-4, betas (0.9, 0.95), eps 1e-8, wd 0.1, clip 1.0
   apply_variant(o.variant, mcfg, ac);
   models::Gpt model(mcfg, backend);
   model.init_weights(o.seed);
@@ -288,6 +297,7 @@ int run_train_worker(const TrainBenchOptions& options) {
               {"peak_fp32_gflops", monitor::peak_fp32_gflops(backend.num_threads(), 0.5)},
               {"peak_bf16_gflops", monitor::peak_bf16_gflops(backend.num_threads(), 0.5)},
               {"peak_rss_bytes", monitor::peak_rss_bytes()},
+              {"baseline_rss_bytes", baseline_rss},
               {"blas", blas}};
   std::printf("%s\n", rep.dump().c_str());
   std::fflush(stdout);
@@ -428,10 +438,11 @@ int run_train_bench(const TrainBenchOptions& options) {
 
   // ---- the table
   std::printf("\n%d round%s, interleaved; tokens/s is the median over rounds of each round's median step (min-max "
-              "over rounds)\n",
+              "over rounds); RSS growth is each process's peak RSS over its own baseline (brisk: before building "
+              "anything; PyTorch: after importing torch), the largest over rounds\n",
               o.rounds, o.rounds == 1 ? "" : "s");
   std::printf("%-13s %10s %15s %9s %8s %10s %13s %18s\n", "", "tokens/s", "min-max", "ms/step", "GFLOP/s",
-              "% peak", "peak RSS MiB", "loss first->last");
+              "% peak", "RSS growth MiB", "loss first->last");
   bool all_ok = true;
   for (size_t i = 0; i < rows.size(); ++i) {
     Row& r = rows[i];
@@ -518,7 +529,7 @@ int run_train_bench(const TrainBenchOptions& options) {
     j["pct_peak_of"] = sides[i].bf16 && peak_bf16 > 0 ? "bf16" : "fp32";
     j["rounds"] = json::array();
     for (const Row& x : runs[i]) j["rounds"].push_back({{"ok", x.ok()}, {"tokens_per_s", x.tokens_per_s},
-                                                        {"ms_per_step", x.ms_per_step}, {"peak_rss_mib", x.rss_mib}});
+                                                        {"ms_per_step", x.ms_per_step}, {"rss_growth_mib", x.rss_mib}});
     out["rows"].push_back(j);
   }
   const fs::path jp(o.json_path);

@@ -28,7 +28,9 @@ struct Row {
   std::string name;
   nlohmann::json report;  // the side's own JSON (empty when it failed)
   std::string error;      // why there are no numbers
-  double tokens_per_s = 0, ms_per_step = 0, gflops = 0, pct_peak = 0, rss_mib = 0;
+  double tokens_per_s = 0, ms_per_step = 0, gflops = 0, pct_peak = 0;
+  double rss_mib = 0;  // peak RSS growth over the process's baseline
+  double peak_rss_mib = 0, baseline_rss_mib = 0;
   double loss_first = 0, loss_last = 0;
   double others_pct = -1;
   bool ok() const { return error.empty(); }

@@ -72,13 +72,20 @@ double peak_bf16_gflops(int threads, double seconds) {
   return peak.get(bf16_loop, threads, seconds);
 }
 
-size_t peak_rss_bytes() {
+namespace {
+// One "Vm...:  N kB" line of /proc/self/status, in bytes (0 if absent).
+size_t status_kib_field(const char* key) {
   std::ifstream f("/proc/self/status");
   std::string line;
+  const size_t n = std::strlen(key);
   while (std::getline(f, line))
-    if (line.rfind("VmHWM:", 0) == 0) return size_t(std::stoull(line.substr(6))) * 1024;
+    if (line.compare(0, n, key) == 0) return size_t(std::stoull(line.substr(n))) * 1024;
   return 0;
 }
+}  // namespace
+
+size_t peak_rss_bytes() { return status_kib_field("VmHWM:"); }
+size_t current_rss_bytes() { return status_kib_field("VmRSS:"); }
 
 std::string cpu_model() {
   std::ifstream f("/proc/cpuinfo");

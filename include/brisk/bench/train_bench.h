@@ -1,7 +1,7 @@
 // The training benchmark: brisk and its PyTorch peer train the same GPT on the
 // same data, one after the other in the same run, and one table compares them
-// (WORKLOADS.md: "every performance claim names a workload, a peer measured in
-// the same run, and the ratio").
+// (docs/workloads.md: every performance figure names a workload, a peer
+// measured in the same run, and the ratio).
 //
 // Each side runs in its own process so that its peak resident memory is its
 // own: the brisk side is this executable started again with a worker flag
@@ -23,13 +23,13 @@ struct TrainBenchOptions {
   int steps = 20;               // timed steps; the median is reported
   int warmup = 3;               // untimed steps before them
   int threads = 2;
-  int64_t batch = 8;            // WORKLOADS.md: micro-batch 8, seq = block size
+  int64_t batch = 8;            // docs/workloads.md: micro-batch 8, seq = block size
   uint64_t seed = 1337;         // weights and data windows
   std::string data_dir;         // default: data/kjv-gpt2 (W1), data/kjv-bytes (W2)
   std::string json_path;        // default: bench/results/train_<workload>.json
   bool peer = true;             // run the PyTorch peer
   bool peer_bf16 = false;       // also bf16 rows: brisk bf16 and the peer under torch.autocast bf16
-  int rounds = 1;               // interleaved rounds of every side; medians and ranges over them
+  int rounds = 3;               // interleaved rounds of every side; medians and ranges over them
   bool fix_blas = false;        // let the peer switch the system BLAS to OpenBLAS
   std::string python = "/usr/bin/python3";  // Debian's, which has python3-torch
   std::string peer_script;      // default: bench/torch_peer.py of this checkout

@@ -19,6 +19,7 @@ double peak_bf16_gflops(int threads, double seconds = 0.2);
 // "H100 PCIe" 756, "H100 NVL" 835, "H200" 989, "A100" 312.
 double gpu_peak_gflops(const std::string& device_name, bool bf16);
 size_t peak_rss_bytes();     // VmHWM of this process
+size_t current_rss_bytes();  // VmRSS of this process: a benchmark's baseline before it builds anything
 std::string cpu_model();     // from /proc/cpuinfo
 // Wall-clock seconds since an arbitrary fixed point (steady clock).
 double now_seconds();
