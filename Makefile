@@ -5,11 +5,15 @@
 #   make test     ... and run the whole test suite
 #   make bench    ... and run the benchmarks (writes JSON under bench/results)
 #   make ablation ... each speed technique alone and all on, beside PyTorch (Markdown + JSON)
+#   make sanitize ... build with clang + ASan + UBSan in build/sanitize and run the
+#                 unit, op, integration and fuzz-replay tests there (docs/testing.md)
+#   make fuzz     ... build the fuzz targets in the clang build (build/sanitize) and run each
+#                 for FUZZ_SECONDS; fails if any found a crash (docs/fuzzing.md)
 BUILD ?= build/release
 JOBS  ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps data datasets configure build test bench ablation demo clean
+.PHONY: all deps data datasets configure build test sanitize bench ablation demo fuzz clean
 
 all: build
 
@@ -50,6 +54,16 @@ bench: build datasets
 ablation: build datasets
 	$(BUILD)/brisk bench train --workload W2 --ablation
 	$(BUILD)/brisk bench train --workload W1 --ablation
+
+# The clang build with ASan + UBSan; it also holds the fuzz targets.
+sanitize: data
+	bash scripts/sanitize.sh
+
+# The same clang build as `make sanitize`; the GPT-2 vocabulary and the corpora
+# from `make data` feed the seeds and the BPE target.
+FUZZ_SECONDS ?= 60
+fuzz: data
+	FUZZ_SECONDS=$(FUZZ_SECONDS) bash scripts/fuzz.sh
 
 clean:
 	rm -rf $(BUILD)

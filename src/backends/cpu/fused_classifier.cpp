@@ -85,7 +85,8 @@ void classifier_train_f32(const KernelCall& c) {
   }
   const float scale = count ? seed / float(count) : 0.f;
 
-  // Workspace: (chunk, V) logits, then N doubles; the chunk height is what
+  // Workspace: N doubles, then (chunk, V) logits (doubles first: they keep
+  // their 8-byte alignment whatever chunk * V is); the chunk height is what
   // the given size allows (the OpDef sizes it by ops::classifier_chunk_rows).
   // Without one (run_op with no scratch) the kernel owns a ~64 MiB chunk.
   const size_t tail = size_t(n) * sizeof(double);
@@ -99,8 +100,8 @@ void classifier_train_f32(const KernelCall& c) {
     owned.resize(size_t(chunk * v) * sizeof(float) + tail);
     base = owned.data();
   }
-  float* logits = reinterpret_cast<float*>(base);
-  double* row_loss = reinterpret_cast<double*>(base + size_t(chunk * v) * sizeof(float));
+  double* row_loss = reinterpret_cast<double*>(base);
+  float* logits = reinterpret_cast<float*>(base + tail);
 
   std::fill(dw, dw + v * k, 0.f);
   if (k == 0) std::fill(dx, dx + n * k, 0.f);
