@@ -42,6 +42,7 @@
 #include "brisk/optim/optimizer.h"
 #include "brisk/train/config.h"
 #include "brisk/train/trainer.h"
+#include "test_corpus.h"
 
 using namespace brisk;
 using core::DType;
@@ -263,44 +264,7 @@ TEST(MixedPrecision, Fp16OverflowReachesTheFp32GradsAndSkipsTheStep) {
 
 // ---- through the trainer --------------------------------------------------------------
 
-// A small byte-level corpus: a few sentences repeated with variations, so a
-// tiny model learns something real in 60 steps. Built once per process in a
-// temp directory that is removed at exit (with the runs' checkpoints).
-struct TempRoot {
-  std::filesystem::path path =
-      std::filesystem::temp_directory_path() / ("brisk_mixed_" + std::to_string(::getpid()));
-  ~TempRoot() {
-    std::error_code ec;
-    std::filesystem::remove_all(path, ec);
-  }
-};
-
-std::string corpus_dir() {
-  static TempRoot temp;
-  static const std::string dir = [] {
-    const auto root = temp.path;
-    std::filesystem::create_directories(root / "text");
-    std::ofstream out(root / "text" / "corpus.txt");
-    const char* words[] = {"the", "lord", "said", "unto", "moses", "and", "aaron", "in", "land", "of",
-                           "egypt", "saying", "this", "month", "shall", "be", "beginning", "months"};
-    std::mt19937 rng(42);
-    for (int line = 0; line < 4000; ++line) {
-      const int n = 5 + int(rng() % 8);
-      for (int w = 0; w < n; ++w) out << (w ? " " : "") << words[(line + w + (rng() % 4 == 0)) % 18];
-      out << ".\n";
-    }
-    out.close();
-    data::PrepareOptions o;
-    o.inputs = {(root / "text").string()};
-    o.out_dir = (root / "data").string();
-    o.val_fraction = 0.05;
-    o.progress = false;
-    o.threads = 1;
-    data::prepare_dataset(o);
-    return root.string();
-  }();
-  return dir;
-}
+std::string corpus_dir() { return testing_util::corpus_dir("mixed"); }
 
 train::TrainConfig tiny_run(const std::string& precision, int64_t steps, const std::string& tag) {
   const std::string root = corpus_dir();

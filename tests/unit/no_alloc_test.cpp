@@ -30,6 +30,7 @@
 #include "brisk/cpu/cpu_features.h"
 #include "brisk/data/shards.h"
 #include "brisk/train/trainer.h"
+#include "test_corpus.h"
 #include "test_models.h"
 
 extern "C" {
@@ -169,46 +170,17 @@ TEST(NoAllocation, SteadyStateTrainingStepAllocatesNoBuffersWithOneDnn) {
 
 // ---- a whole training step, through the trainer --------------------------------------
 
-// A small byte-level corpus prepared into token shards in a temp directory
-// (removed at exit).
-struct Corpus {
-  std::filesystem::path root =
-      std::filesystem::temp_directory_path() / ("brisk_no_alloc_" + std::to_string(::getpid()));
-  Corpus() {
-    std::filesystem::create_directories(root / "text");
-    std::ofstream out(root / "text" / "corpus.txt");
-    std::mt19937 rng(7);
-    const char* words[] = {"in", "the", "beginning", "was", "the", "word", "and", "light", "darkness", "waters"};
-    for (int line = 0; line < 3000; ++line) {
-      for (int w = 0; w < 8; ++w) out << (w ? " " : "") << words[rng() % 10];
-      out << ".\n";
-    }
-    out.close();
-    data::PrepareOptions o;
-    o.inputs = {(root / "text").string()};
-    o.out_dir = (root / "data").string();
-    o.val_fraction = 0.05;
-    o.progress = false;
-    o.threads = 1;
-    data::prepare_dataset(o);
-  }
-  ~Corpus() {
-    std::error_code ec;
-    std::filesystem::remove_all(root, ec);
-  }
-};
-
 // Three optimizer steps to warm up (thread pools, BLAS buffers, the loader's
 // slots, the metrics file), then counts what five further steps allocate.
 SteadyState trainer_steady_state(const std::string& precision) {
-  static Corpus corpus;
+  const std::filesystem::path root = testing_util::corpus_dir("no_alloc");
   static int runs = 0;  // a fresh run directory per call
-  const std::string run = (corpus.root / ("run_" + precision + std::to_string(++runs))).string();
+  const std::string run = (root / ("run_" + precision + std::to_string(++runs))).string();
   const train::TrainConfig cfg = train::load_train_config(
       "", {"model.vocab_size=256", "model.n_layer=2", "model.n_embd=64", "model.n_head=4", "model.block_size=32",
            "train.batch=4", "train.seq=32", "train.grad_accum=2", "train.steps=50", "train.log_every=1",
            "train.eval_every=0", "train.threads=2", "train.loader_workers=2", "train.precision=" + precision,
-           "train.precision_fallback=false", "checkpoint.every=0", "data.dir=" + (corpus.root / "data").string(),
+           "train.precision_fallback=false", "checkpoint.every=0", "data.dir=" + (root / "data").string(),
            "checkpoint.dir=" + run});
   cpu::CpuBackend backend(2);
   // Plain log lines on stderr every step: the logging path is counted too.
@@ -229,22 +201,17 @@ SteadyState trainer_steady_state(const std::string& precision) {
   return {g_allocations.load(), g_largest.load(), finite && r.losses.size() == 8};
 }
 
+// fp16 adds the loss scaler (its state is saved every step) and the casts
+// between the fp32 master weights and the fp16 graph.
 TEST(NoAllocation, WholeTrainerStepAllocatesNothingWithOpenBlas) {
   GemmOverride path("openblas");
-  const SteadyState s = trainer_steady_state("fp32");
-  EXPECT_EQ(s.allocations, 0) << "an optimizer step of the trainer allocated in the steady state (largest "
-                              << s.largest << " bytes)";
-  EXPECT_TRUE(s.loss_finite);
-}
-
-// fp16 adds the loss scaler (its state is checkpointed every step) and the
-// casts between the fp32 master weights and the fp16 graph.
-TEST(NoAllocation, WholeTrainerStepWithLossScalingAllocatesNothingWithOpenBlas) {
-  GemmOverride path("openblas");
-  const SteadyState s = trainer_steady_state("fp16");
-  EXPECT_EQ(s.allocations, 0) << "an fp16 optimizer step of the trainer allocated in the steady state (largest "
-                              << s.largest << " bytes)";
-  EXPECT_TRUE(s.loss_finite);
+  for (const char* precision : {"fp32", "fp16"}) {
+    SCOPED_TRACE(precision);
+    const SteadyState s = trainer_steady_state(precision);
+    EXPECT_EQ(s.allocations, 0) << "an optimizer step of the trainer allocated in the steady state (largest "
+                                << s.largest << " bytes)";
+    EXPECT_TRUE(s.loss_finite);
+  }
 }
 
 // oneDNN's matmul makes a few small bookkeeping objects per call (see the
