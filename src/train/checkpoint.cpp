@@ -1,6 +1,9 @@
 // Checkpoint directories (checkpoint.h).
 #include "brisk/train/checkpoint.h"
 
+#include <fcntl.h>  // AT_FDCWD
+#include <stdio.h>  // renameat2, RENAME_EXCHANGE
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -156,6 +159,30 @@ void check_no_extra(const std::string& path, const std::map<std::string, core::T
 
 }  // namespace
 
+namespace {
+// Puts the finished tmp directory where `final_dir` is. Saving a step that
+// already has a checkpoint (a resumed run stopped at the same step) swaps
+// the two in one atomic rename (RENAME_EXCHANGE), so a crash at any moment
+// leaves a complete checkpoint of that step; only then is the old one
+// removed. Where the file system cannot exchange, the old one moves aside
+// first and is removed last.
+void replace_directory(const fs::path& tmp_dir, const fs::path& final_dir) {
+  if (!fs::exists(final_dir)) {
+    fs::rename(tmp_dir, final_dir);
+    return;
+  }
+  if (::renameat2(AT_FDCWD, tmp_dir.c_str(), AT_FDCWD, final_dir.c_str(), RENAME_EXCHANGE) == 0) {
+    fs::remove_all(tmp_dir);  // now holds the previous checkpoint
+    return;
+  }
+  const fs::path aside = final_dir.parent_path() / (".old_" + final_dir.filename().string());
+  fs::remove_all(aside);
+  fs::rename(final_dir, aside);
+  fs::rename(tmp_dir, final_dir);
+  fs::remove_all(aside);
+}
+}  // namespace
+
 std::string save_checkpoint(const std::string& out_dir, const models::Gpt& model, const optim::AdamW* optimizer,
                             const TrainState& state, int keep) {
   char name[32];
@@ -200,8 +227,7 @@ std::string save_checkpoint(const std::string& out_dir, const models::Gpt& model
   }
   core::write_file_atomic((tmp_dir / "state.json").string(), st.dump(2) + "\n");
 
-  fs::remove_all(final_dir);
-  fs::rename(tmp_dir, final_dir);
+  replace_directory(tmp_dir, final_dir);
 
   auto all = checkpoints_in(out_dir);
   for (size_t i = 0; keep > 0 && i + size_t(keep) < all.size(); ++i) fs::remove_all(all[i]);

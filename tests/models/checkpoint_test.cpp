@@ -132,6 +132,30 @@ TEST(Checkpoint, OptimizerMomentsAndStepSurvive) {
           << name << (k == 0 ? " exp_avg" : " exp_avg_sq");
 }
 
+// A resumed run that stops at the step it resumed from saves that step again:
+// the new checkpoint replaces the old one whole and nothing is left beside
+// it. (That no moment exists without a complete checkpoint of the step is by
+// construction, an atomic exchange of the two directories; a test would have
+// to crash between two system calls to see it.)
+TEST(Checkpoint, SavingAStepAgainReplacesItWhole) {
+  TempDir dir;
+  train::TrainState st;
+  st.step = 3;
+  models::Gpt first(kConfig, backend());
+  first.init_weights(7);
+  train::save_checkpoint(dir.path.string(), first, nullptr, st, 2);
+  models::Gpt second(kConfig, backend());
+  second.init_weights(8);
+  const std::string ckpt = train::save_checkpoint(dir.path.string(), second, nullptr, st, 2);
+
+  models::Gpt loaded(kConfig, backend());
+  train::load_checkpoint(ckpt, loaded, nullptr);
+  expect_same_weights(second, loaded);
+  std::vector<std::string> entries;
+  for (const auto& e : std::filesystem::directory_iterator(dir.path)) entries.push_back(e.path().filename().string());
+  EXPECT_EQ(entries, std::vector<std::string>{"step_0000003"}) << "a temporary or old directory was left behind";
+}
+
 TEST(Checkpoint, AnotherModelSizeIsRejectedNamingBothSizes) {
   TempDir dir;
   models::Gpt a(kConfig, backend());
