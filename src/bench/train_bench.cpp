@@ -441,7 +441,7 @@ int run_train_bench(const TrainBenchOptions& options) {
               "over rounds); RSS growth is each process's peak RSS over its own baseline (brisk: before building "
               "anything; PyTorch: after importing torch), the largest over rounds\n",
               o.rounds, o.rounds == 1 ? "" : "s");
-  std::printf("%-13s %10s %15s %9s %8s %10s %13s %18s\n", "", "tokens/s", "min-max", "ms/step", "GFLOP/s",
+  std::printf("%-13s %10s %15s %9s %8s %10s %15s %18s\n", "", "tokens/s", "min-max", "ms/step", "GFLOP/s",
               "% peak", "RSS growth MiB", "loss first->last");
   bool all_ok = true;
   for (size_t i = 0; i < rows.size(); ++i) {
@@ -459,7 +459,7 @@ int run_train_bench(const TrainBenchOptions& options) {
     all_ok = all_ok && fell;
     char range[40];
     std::snprintf(range, sizeof range, "%.0f-%.0f", spread[i].first, spread[i].second);
-    std::printf("%-13s %10.0f %15s %9.1f %8.1f %5.1f%% %-4s %13.0f %8.3f -> %.3f%s\n", r.name.c_str(), r.tokens_per_s,
+    std::printf("%-13s %10.0f %15s %9.1f %8.1f %5.1f%% %-4s %15.0f %8.3f -> %.3f%s\n", r.name.c_str(), r.tokens_per_s,
                 range, r.ms_per_step, r.gflops, r.pct_peak, sides[i].bf16 && peak_bf16 > 0 ? "bf16" : "fp32",
                 r.rss_mib, r.loss_first, r.loss_last, fell ? "" : "  (did not fall!)");
   }
