@@ -11,7 +11,9 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
 
+#include "brisk/core/error.h"
 #include "brisk/core/op.h"
 #include "cuda_backend.h"
 
@@ -48,6 +50,19 @@ template <class T, int N>
 struct alignas(sizeof(T) * N) Pack {
   T v[N];
 };
+// Warps per block for a one-warp-per-row kernel with `floats` of shared
+// memory per warp (at most 48 KB per block, no opt-in); plain and flash
+// attention's row kernels size their blocks with it.
+inline int rows_warps(int64_t floats, const char* op) {
+  const int64_t per_warp = std::max<int64_t>(floats, 1) * int64_t(sizeof(float));
+  const int64_t w = std::min<int64_t>(4, (48 * 1024) / per_warp);
+  if (w < 1) throw core::ShapeError(std::string(op) + ": head_dim too large for the CUDA kernels");
+  return int(w);
+}
+
+// Blocks of `warps` rows each that cover `rows`.
+inline unsigned blocks_for(int64_t rows, int warps) { return unsigned((rows + warps - 1) / warps); }
+
 inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
 __device__ __forceinline__ float warp_sum(float v) {

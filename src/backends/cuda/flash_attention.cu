@@ -675,17 +675,6 @@ __global__ void bwd_dkdv_rows_kernel(const E* __restrict__ qkv, const E* __restr
   for (int i = lane; i < hd; i += 32) dst[C + i] = narrow<E>(dk[i] * scale), dst[2 * C + i] = narrow<E>(dv[i]);
 }
 
-// Warps per block for a warp-per-row kernel with `floats` of shared memory
-// per warp (at most 48 KB per block, no opt-in).
-int rows_warps(int64_t floats, const char* op) {
-  const int64_t per_warp = floats * int64_t(sizeof(float));
-  const int64_t w = std::min<int64_t>(4, (48 * 1024) / per_warp);
-  if (w < 1) throw core::ShapeError(std::string(op) + ": head_dim too large for the CUDA kernels");
-  return int(w);
-}
-
-unsigned blocks_for(int64_t rows, int warps) { return unsigned((rows + warps - 1) / warps); }
-
 // ---- kernel functions ----------------------------------------------------------------
 
 template <DType DT>
