@@ -14,7 +14,7 @@ using namespace detail;
 namespace {
 
 InputSpec int_spec(Shape s, double lo, double hi) {
-  return InputSpec{TensorMeta{s, DType::i32}, lo, hi, false};
+  return InputSpec{TensorMeta{s, DType::i32}, lo, hi, false, {}};
 }
 
 }  // namespace

@@ -35,11 +35,11 @@ void layernorm_rows_reference(const TensorView& x, const TensorView& w, const Te
 
 // Spec of a random float input in [lo, hi).
 inline InputSpec spec(Shape s, DType t = DType::f32, double lo = -1.0, double hi = 1.0) {
-  return InputSpec{TensorMeta{s, t}, lo, hi, core::dtype_is_float(t)};
+  return InputSpec{TensorMeta{s, t}, lo, hi, core::dtype_is_float(t), {}};
 }
 // Spec of integer ids in [0, n).
 inline InputSpec ids_spec(Shape s, int64_t n) {
-  return InputSpec{TensorMeta{s, DType::i32}, 0.0, double(n), false};
+  return InputSpec{TensorMeta{s, DType::i32}, 0.0, double(n), false, {}};
 }
 inline InputSpec no_grad(InputSpec s) { s.differentiable = false; return s; }
 

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <memory>
 #include <cstdlib>
@@ -57,6 +58,12 @@ std::vector<Tensor> make_inputs(const core::TestCase& tc, uint64_t seed) {
   std::vector<Tensor> xs;
   for (size_t i = 0; i < tc.inputs.size(); ++i) {
     const core::InputSpec& s = tc.inputs[i];
+    if (!s.values.empty()) {
+      Tensor t = Tensor::empty(s.meta.shape, s.meta.dtype);
+      for (size_t e = 0; e < s.values.size(); ++e) core::store_from_double(t.data(), s.meta.dtype, e, s.values[e]);
+      xs.push_back(t);
+      continue;
+    }
     xs.push_back(Tensor::uniform(s.meta.shape, s.meta.dtype, seed * 131 + i, float(s.lo), float(s.hi)));
   }
   return xs;
@@ -207,6 +214,30 @@ void use_bf16_path(cpu::Bf16Path p) {
   cpu::reload_cpu_features();
 }
 
+// ---- the CPU's int8 dot-product paths ------------------------------------------------
+// linear_q8 / linear_q4 run on every int8 path this CPU has (BRISK_INT8
+// steps down from the best one, cpu_features.h); the others are a visible
+// skip in Int8Paths.EveryPathTheCpuHas.
+
+bool is_int8_op(core::OpKind k) { return k == core::OpKind::linear_q8 || k == core::OpKind::linear_q4; }
+
+std::vector<cpu::Int8Dot> int8_paths() {
+  std::vector<cpu::Int8Dot> v;
+  for (int p = int(native_features().int8_best); p <= int(cpu::Int8Dot::scalar); ++p) v.push_back(cpu::Int8Dot(p));
+  return v;
+}
+
+void use_int8_path(cpu::Int8Dot p) {
+  setenv("BRISK_INT8", cpu::int8_dot_name(p), 1);
+  cpu::reload_cpu_features();
+}
+
+// Back to what the machine runs with no override.
+void restore_paths() {
+  unsetenv("BRISK_INT8");
+  use_bf16_path(native_features().bf16);
+}
+
 void check_forward(core::OpKind kind) {
   const core::OpDef& def = core::op_def(kind);
   const auto cases = def.test_cases();
@@ -231,16 +262,22 @@ void check_forward(core::OpKind kind) {
         continue;
       }
       const bool device = !backend->device().is_host();
-      std::vector<std::pair<std::string, cpu::Bf16Path>> paths = {{"", cpu::Bf16Path::native}};
+      // Each CPU path the case can take: (suffix, switch to it); "" = as the machine runs.
+      std::vector<std::pair<std::string, std::function<void()>>> paths = {{"", [] {}}};
       if (key == DType::bf16 && backend->name() == "cpu") {
         paths.clear();
-        if (native_features().bf16 == cpu::Bf16Path::native) paths.push_back({"/bf16-native", cpu::Bf16Path::native});
-        paths.push_back({"/bf16-emulated", cpu::Bf16Path::emulated});
+        if (native_features().bf16 == cpu::Bf16Path::native)
+          paths.push_back({"/bf16-native", [] { use_bf16_path(cpu::Bf16Path::native); }});
+        paths.push_back({"/bf16-emulated", [] { use_bf16_path(cpu::Bf16Path::emulated); }});
       }
-      for (const auto& [suffix, path] : paths) {
-        if (!suffix.empty()) use_bf16_path(path);
+      if (is_int8_op(kind) && backend->name() == "cpu") {
+        paths.clear();
+        for (cpu::Int8Dot p : int8_paths()) paths.push_back({std::string("/") + cpu::int8_dot_name(p), [p] { use_int8_path(p); }});
+      }
+      for (const auto& [suffix, enter] : paths) {
+        if (!suffix.empty()) enter();
         const Outputs got = device ? run_device(*backend, def, tc, inputs) : run_host(*backend, def, tc, inputs);
-        if (!suffix.empty()) use_bf16_path(native_features().bf16);
+        if (!suffix.empty()) restore_paths();
         const std::string where = std::string(backend->name()) + suffix;
         Row& row = results()[{std::string(def.name), std::string(core::dtype_name(key)), where}];
         row.cases++;
@@ -398,6 +435,17 @@ TEST(Bf16Paths, NativeKernelsRunWhereTheCpuHasThem) {
                  << "); bf16 cases ran on the bf16-emulated kernels only";
   std::printf("bf16 cases ran on both paths: bf16-native (%s) and bf16-emulated\n", f.bf16_reason.c_str());
   SUCCEED();
+}
+
+// A visible skip naming the int8 paths this CPU cannot run.
+TEST(Int8Paths, EveryPathTheCpuHas) {
+  std::string ran, missing;
+  for (int p = 0; p <= int(cpu::Int8Dot::scalar); ++p) {
+    std::string& to = p >= int(native_features().int8_best) ? ran : missing;
+    to += std::string(to.empty() ? "" : ", ") + cpu::int8_dot_name(cpu::Int8Dot(p));
+  }
+  std::printf("int8 cases ran on: %s\n", ran.c_str());
+  if (!missing.empty()) GTEST_SKIP() << "int8 paths not run on this CPU (it lacks the instructions): " << missing;
 }
 
 void print_table() {

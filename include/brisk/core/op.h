@@ -59,6 +59,9 @@ struct InputSpec {
   TensorMeta meta;
   double lo = -1.0, hi = 1.0;  // uniform range; integer inputs draw integers in [lo, hi)
   bool differentiable = true;  // include in the finite-difference check
+  // Exact contents instead of a uniform draw (index tables whose entries must
+  // be consistent with each other, e.g. kv_attention's block table).
+  std::vector<double> values;
 };
 
 struct TestCase {

@@ -11,6 +11,9 @@
 //   BRISK_GEMM=openblas    fp32 products through OpenBLAS even where oneDNN's
 //                          AVX-512 kernels are available (BRISK_GEMM=onednn
 //                          forces oneDNN)
+//   BRISK_INT8=avx_vnni|avx2|scalar
+//                          a slower int8 dot-product path than the best the
+//                          CPU has (a faster one than it has is refused)
 #pragma once
 
 #include <string>
@@ -24,6 +27,14 @@ enum class Bf16Path {
 
 enum class F32Gemm { onednn, openblas };
 
+// How the int8 kernels (linear_q8, linear_q4) multiply int8 by int8, best first.
+enum class Int8Dot {
+  avx512_vnni,  // vpdpbusd on 512-bit registers (AVX-512 VNNI)
+  avx_vnni,     // vpdpbusd on 256-bit registers (AVX-VNNI, or AVX-512 VNNI + VL)
+  avx2,         // widening: vpmaddubsw to 16 bits, vpmaddwd to 32 (no VNNI)
+  scalar,       // plain loops (no AVX2)
+};
+
 struct CpuFeatures {
   bool avx512f = false, avx512_bf16 = false, amx_bf16 = false;
   std::string onednn_isa;  // oneDNN's effective ISA, e.g. "avx512_core_bf16"
@@ -31,6 +42,9 @@ struct CpuFeatures {
   std::string bf16_reason;  // why this path, in words
   F32Gemm f32_gemm = F32Gemm::openblas;
   std::string f32_reason;
+  Int8Dot int8 = Int8Dot::scalar;
+  Int8Dot int8_best = Int8Dot::scalar;  // what the CPU has, whatever BRISK_INT8 says
+  std::string int8_reason;
 };
 
 // Read once (thread-safe) from cpuid, oneDNN and the environment.
@@ -39,6 +53,7 @@ const CpuFeatures& cpu_features();
 // "bf16-native" / "bf16-emulated"; "fp32" for the fp32 path.
 const char* bf16_path_name(Bf16Path p);
 const char* f32_gemm_name(F32Gemm g);
+const char* int8_dot_name(Int8Dot d);  // "avx512_vnni", "avx_vnni", "avx2", "scalar"
 
 // Re-reads the environment overrides (tests switch paths within one process).
 // Not thread-safe against running kernels: call between runs.

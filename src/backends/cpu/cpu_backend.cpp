@@ -43,6 +43,8 @@ CpuBackend::CpuBackend(int num_threads)
   register_fused_classifier_kernels(r);
   register_linear_gelu_kernels(r);
   register_add_layernorm_kernels(r);
+  register_quant_linear_kernels(r);
+  register_kv_attention_kernels(r);
 }
 
 void CpuBackend::copy_to_device(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }

@@ -44,6 +44,24 @@ const char* env(const char* name) {
   return v && *v ? v : nullptr;
 }
 
+void detect_int8(CpuFeatures& f) {
+  const bool avx512_vnni = __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw");
+  // AVX-VNNI (CPUID.(7,1):EAX[4]): the VEX-encoded 256-bit vpdpbusd.
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  const bool avx_vnni = __get_cpuid_count(7, 1, &a, &b, &c, &d) && ((a >> 4) & 1);
+  const bool avx2 = __builtin_cpu_supports("avx2");
+  f.int8_best = avx512_vnni ? Int8Dot::avx512_vnni : avx_vnni ? Int8Dot::avx_vnni : avx2 ? Int8Dot::avx2 : Int8Dot::scalar;
+  f.int8 = f.int8_best;
+  f.int8_reason = std::string("CPU has ") + int8_dot_name(f.int8_best);
+  if (const char* forced = env("BRISK_INT8")) {
+    for (Int8Dot p : {Int8Dot::avx512_vnni, Int8Dot::avx_vnni, Int8Dot::avx2, Int8Dot::scalar})
+      if (std::strcmp(forced, int8_dot_name(p)) == 0 && int(p) >= int(f.int8_best)) {
+        f.int8 = p;
+        f.int8_reason = std::string("BRISK_INT8=") + forced;
+      }
+  }
+}
+
 CpuFeatures detect() {
   CpuFeatures f;
   f.avx512f = __builtin_cpu_supports("avx512f");
@@ -84,6 +102,7 @@ CpuFeatures detect() {
     f.f32_gemm = F32Gemm::openblas;
     f.f32_reason = "oneDNN " + f.onednn_isa + " (no AVX-512): OpenBLAS";
   }
+  detect_int8(f);
   return f;
 }
 
@@ -106,5 +125,15 @@ void reload_cpu_features() {
 
 const char* bf16_path_name(Bf16Path p) { return p == Bf16Path::native ? "bf16-native" : "bf16-emulated"; }
 const char* f32_gemm_name(F32Gemm g) { return g == F32Gemm::onednn ? "onednn" : "openblas"; }
+
+const char* int8_dot_name(Int8Dot d) {
+  switch (d) {
+    case Int8Dot::avx512_vnni: return "avx512_vnni";
+    case Int8Dot::avx_vnni: return "avx_vnni";
+    case Int8Dot::avx2: return "avx2";
+    case Int8Dot::scalar: return "scalar";
+  }
+  return "?";
+}
 
 }  // namespace brisk::cpu

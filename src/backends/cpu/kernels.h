@@ -22,5 +22,7 @@ void register_optim_kernels(core::KernelRegistry& r);
 void register_fused_classifier_kernels(core::KernelRegistry& r);
 void register_linear_gelu_kernels(core::KernelRegistry& r);
 void register_add_layernorm_kernels(core::KernelRegistry& r);
+void register_quant_linear_kernels(core::KernelRegistry& r);
+void register_kv_attention_kernels(core::KernelRegistry& r);
 
 }  // namespace brisk::cpu
