@@ -102,8 +102,42 @@ void linear_direct(const KernelCall& c, core::DType t) {
   gemm(gemm_cache_of(c.ctx), g);
 }
 
+// A Linear over a few rows (decoding: one row per sequence) streams the
+// weight once: each thread takes a slice of the output features and dots
+// every row with each weight row while it is in L1. oneDNN's matmul
+// re-packs the weight on each such call (a copy of all of it, ~2x slower at
+// W1's LM head). Every output element is one dot product in a fixed order,
+// so a row's result does not depend on how many rows share the call.
+constexpr int64_t kFewRows = 16;
+
+void linear_few_rows(const KernelCall& c) {
+  const int64_t out = c.in(1).shape()[0], in = c.in(1).shape()[1];
+  const int64_t rows = c.out(0).numel() / std::max<int64_t>(out, 1);
+  const float* x = c.in(0).as<float>();
+  const float* w = c.in(1).as<float>();
+  const float* bias = c.inputs.size() == 3 ? c.in(2).as<float>() : nullptr;
+  float* y = c.out(0).as<float>();
+  parallel_for(out, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(in * rows, 1)), [&](int64_t lo, int64_t hi) {
+    for (int64_t o = lo; o < hi; ++o) {
+      const float* wr = w + o * in;
+      const float b = bias ? bias[o] : 0.f;
+      for (int64_t r = 0; r < rows; ++r) {
+        const float* xr = x + r * in;
+        float s = 0.f;
+#pragma omp simd reduction(+ : s)
+        for (int64_t k = 0; k < in; ++k) s += xr[k] * wr[k];
+        y[r * out + o] = s + b;
+      }
+    }
+  });
+}
+
 void matmul_f32(const KernelCall& c) { matmul_direct(c, core::DType::f32); }
-void linear_f32(const KernelCall& c) { linear_direct(c, core::DType::f32); }
+void linear_f32(const KernelCall& c) {
+  const int64_t out = c.in(1).shape()[0];
+  if (c.out(0).numel() / std::max<int64_t>(out, 1) <= kFewRows) return linear_few_rows(c);
+  linear_direct(c, core::DType::f32);
+}
 
 // ---- bf16 / f16 via f32 ---------------------------------------------------------
 template <class T> struct Lowp;
