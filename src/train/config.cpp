@@ -46,7 +46,7 @@ const std::map<std::string, std::vector<std::string>> kKnownKeys = {
     {"train", {"batch", "seq", "grad_accum", "steps", "lr", "min_lr_ratio", "warmup", "schedule", "weight_decay",
                "grad_clip", "beta1", "beta2", "eps", "seed", "threads", "device", "eval_every", "eval_batches", "log_every",
                "loader_workers", "precision", "precision_fallback", "loss_scaling", "loss_scale_init",
-               "loss_scale_growth_interval", "recompute", "fused_adamw"}},
+               "loss_scale_growth_interval", "recompute", "fused_adamw", "init_from", "keep_mask"}},
     {"checkpoint", {"dir", "every", "keep"}},
 };
 
@@ -349,6 +349,8 @@ TrainConfig config_from_table(toml::table root, const std::vector<std::string>& 
   r.get("train", "loss_scale_init", c.loss_scale_init);
   r.get("train", "loss_scale_growth_interval", c.loss_scale_growth_interval);
   r.get("train", "recompute", c.model.recompute);  // checked (none | selective | full) by validate() below
+  r.get("train", "init_from", c.init_from);
+  r.get("train", "keep_mask", c.keep_mask);
   r.get("checkpoint", "dir", c.out_dir);
   r.get("checkpoint", "every", c.checkpoint_every);
   r.get("checkpoint", "keep", c.keep_checkpoints);
@@ -392,6 +394,9 @@ TrainConfig config_from_table(toml::table root, const std::vector<std::string>& 
   if (!(c.loss_scale_init >= 1) || !std::isfinite(c.loss_scale_init))
     throw ConfigError("config: train.loss_scale_init must be a finite number >= 1");
   positive(c.loss_scale_growth_interval, "train.loss_scale_growth_interval");
+  // The mask is applied by host code to host weights (models::PruneMask).
+  if (c.keep_mask && c.device != "cpu")
+    throw ConfigError("config: train.keep_mask = true is supported with train.device = \"cpu\" only");
   c.adamw.lr = c.schedule.max_lr;
   c.schedule.total_steps = c.steps;
   return c;
@@ -418,7 +423,8 @@ std::string to_toml(const TrainConfig& c) {
     << "\nseed = " << c.seed << "\ndevice = " << toml_string(c.device) << "\nthreads = " << c.threads << "\nloader_workers = " << c.loader_workers
     << "\nprecision = \"" << precision_name(c.precision) << "\""
     << "\nprecision_fallback = " << (c.precision_fallback ? "true" : "false")
-    << "\nrecompute = " << toml_string(c.model.recompute);
+    << "\nrecompute = " << toml_string(c.model.recompute)
+    << "\ninit_from = " << toml_string(c.init_from) << "\nkeep_mask = " << (c.keep_mask ? "true" : "false");
   if (c.loss_scaling) s << "\nloss_scaling = " << (*c.loss_scaling ? "true" : "false");
   s << "\nloss_scale_init = " << c.loss_scale_init << "\nloss_scale_growth_interval = " << c.loss_scale_growth_interval
     << "\neval_every = " << c.eval_every

@@ -31,6 +31,7 @@
 #include "brisk/cpu/cpu_backend.h"
 #include "brisk/data/loader.h"
 #include "brisk/data/shards.h"
+#include "brisk/models/prune.h"
 #include "brisk/monitor/machine.h"
 #include "brisk/optim/loss_scaler.h"
 #include "brisk/train/checkpoint.h"
@@ -145,6 +146,10 @@ struct Trainer::Impl {
   Progress progress;
   std::optional<MetricsLog> metrics;
   core::Executor* train_exec = nullptr;
+  // The checkpoint the weights came from (resume or train.init_from), "" for
+  // random ones; and train.keep_mask's pruned weights, re-zeroed after every update.
+  std::string start_checkpoint;
+  std::optional<models::PruneMask> mask;
 
   // MFU against the peak of the precision the products run in
   // (docs/workloads.md): measured on a CPU, the card's datasheet figure on a
@@ -164,6 +169,8 @@ struct Trainer::Impl {
   Impl(const TrainConfig& c, core::Backend& b, const TrainOptions& o);
   void make_scaler();
   void resume();
+  void init_from_checkpoint();
+  void make_mask();
   void open_run_dir();
   void measure_peak();
   void print_header();
@@ -199,6 +206,8 @@ Trainer::Impl::Impl(const TrainConfig& c, core::Backend& b, const TrainOptions& 
   state.seed = cfg.seed;
   state.tokenizer = train_data.tokenizer();
   if (options.resume) resume();
+  if (start_checkpoint.empty() && !cfg.init_from.empty()) init_from_checkpoint();
+  if (cfg.keep_mask) make_mask();
   open_run_dir();
   measure_peak();
   train_exec = model.program(true, cfg.batch, cfg.seq).executor.get();
@@ -233,6 +242,7 @@ void Trainer::Impl::resume() {
   }
   read_checkpoint_config(ckpt, &state);
   load_checkpoint(ckpt, model, &adamw);
+  start_checkpoint = ckpt;
   // A scaled run continues at the scale it stopped at; a checkpoint
   // without scaler state (an fp32 run, an older file) starts at init.
   if (scaler && state.loss_scaler) scaler->restore(*state.loss_scaler);
@@ -242,6 +252,46 @@ void Trainer::Impl::resume() {
                             std::to_string(cfg.batch) + " (was the batch size changed?)");
   loader.set_position(state.data_position / uint64_t(cfg.batch));
   progress.line("resumed from " + ckpt + " at step " + std::to_string(state.step));
+}
+
+// train.init_from: weights only. The run itself starts over (step 0, zero
+// moments, the data stream from its start), which is what fine-tuning a
+// pruned or otherwise changed model needs.
+void Trainer::Impl::init_from_checkpoint() {
+  const std::string ckpt = latest_checkpoint(cfg.init_from);
+  if (ckpt.empty())
+    throw core::ConfigError("train.init_from: no checkpoint at '" + cfg.init_from +
+                            "' (expected a checkpoint directory with state.json, or a run directory with step_* "
+                            "checkpoints)");
+  TrainState from;
+  read_checkpoint_config(ckpt, &from);
+  // Another tokenizer's ids would mean other things to the embedding.
+  if (!from.tokenizer.empty() && from.tokenizer != state.tokenizer)
+    throw core::ConfigError("train.init_from: " + ckpt + " was trained on tokenizer '" + from.tokenizer +
+                            "' but data '" + cfg.data_dir + "' uses '" + state.tokenizer + "'");
+  try {
+    load_checkpoint(ckpt, model, nullptr);
+  } catch (const core::ConfigError& e) {  // another model shape: say which key brought it
+    throw core::ConfigError(std::string("train.init_from: ") + e.what());
+  }
+  start_checkpoint = ckpt;
+  progress.line("initialized from " + ckpt + " (weights only: step 0, fresh optimizer)");
+}
+
+void Trainer::Impl::make_mask() {
+  if (start_checkpoint.empty())
+    throw core::ConfigError("train.keep_mask = true but the run starts from random weights, which have nothing "
+                            "pruned to keep: set train.init_from to a pruned checkpoint (brisk prune), or --resume "
+                            "a run that has a checkpoint");
+  mask.emplace(models::PruneMask::from_zeros(model.params()));
+  char buf[192];
+  const double share = double(mask->masked()) / double(std::max<int64_t>(1, mask->prunable()));
+  std::snprintf(buf, sizeof buf, "keep_mask: %lld of %lld block weights (%.2f%%) held at 0",
+                (long long)mask->masked(), (long long)mask->prunable(), 100.0 * share);
+  progress.line(buf);
+  if (mask->masked() == 0)
+    progress.line("warning: train.keep_mask: no block weight of " + start_checkpoint +
+                  " is 0, so nothing is held (not a pruned checkpoint?)");
 }
 
 void Trainer::Impl::open_run_dir() {
@@ -321,6 +371,7 @@ void Trainer::Impl::step() {
   } else {
     st = adamw.step(lr);
   }
+  if (mask) mask->apply(model.params());  // the update moved pruned weights: back to 0
   ++state.step;
   state.data_position = loader.position() * uint64_t(cfg.batch);
   if (scaler) state.loss_scaler = scaler->state();

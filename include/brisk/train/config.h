@@ -68,6 +68,15 @@ struct TrainConfig {
   std::optional<bool> loss_scaling;
   float loss_scale_init = 65536.0f;
   int64_t loss_scale_growth_interval = 2000;
+  // Fine-tuning (docs/pruning.md). init_from: a checkpoint or run directory
+  // whose weights start the run instead of random ones (step 0, a fresh
+  // optimizer, the data stream from its start); the model shape must match.
+  // --resume, when checkpoint.dir has a checkpoint, takes precedence.
+  std::string init_from;
+  // Hold the block Linear weights that are exactly 0 in the starting weights
+  // (a pruned model) at 0: re-zeroed, with their AdamW moments, after every
+  // update. Needs weights to start from (init_from or a resumed run); cpu only.
+  bool keep_mask = false;
   // [checkpoint]
   std::string out_dir = "runs/default";
   int64_t checkpoint_every = 100;
