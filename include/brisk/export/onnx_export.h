@@ -1,0 +1,42 @@
+// ONNX export of a brisk GPT (docs/export.md): one self-contained .onnx file,
+// opset 17, input `input_ids` int64 (batch, seq), output `logits` float32
+// (batch, seq, vocab), both axes symbolic; weights are float32 initializers
+// named and laid out as in model.safetensors (Hugging Face GPT-2). The file is
+// written to `<out>.tmp` and renamed, so a failed export never leaves a
+// half-written model behind (an existing file at `out` stays as it was).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "brisk/models/gpt.h"
+
+namespace brisk::exporter {
+
+// What an export wrote.
+struct OnnxExportSummary {
+  std::string checkpoint_dir;  // the checkpoint actually read (newest step_* of a run directory)
+  std::string out_path;
+  models::GptConfig config;
+  int64_t nodes = 0;
+  int64_t initializers = 0;
+  int64_t parameters = 0;  // weights in the file (the tied wte counted once)
+  uint64_t bytes = 0;      // size of the .onnx file
+};
+
+inline constexpr int64_t kOnnxOpset = 17;
+
+// Reads a checkpoint (a checkpoint directory, or a run directory whose newest
+// step_* is used) and writes it as ONNX to out_path. Throws IoError for a
+// missing or damaged checkpoint or a write that fails, ConfigError for an
+// output path that cannot be a file (missing directory, a directory itself)
+// or a model past protobuf's 2 GiB limit; each message names the path.
+OnnxExportSummary export_onnx(const std::string& checkpoint, const std::string& out_path);
+
+// The same from a model in memory; `metadata` goes into the model's
+// metadata_props next to the model shape.
+OnnxExportSummary write_onnx(const models::Gpt& model, const std::string& out_path,
+                             const std::map<std::string, std::string>& metadata = {});
+
+}  // namespace brisk::exporter

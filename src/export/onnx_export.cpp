@@ -1,0 +1,150 @@
+// `brisk export onnx` (onnx_export.h): checkpoint in, one .onnx file out. The
+// model is loaded through models::Gpt and train::load_checkpoint, so the
+// checkpoint gets the same checks as `brisk generate` (every tensor present
+// with its shape); the graph comes from onnx_gpt.cpp; the file is serialized
+// by protobuf straight into `<out>.tmp`, fsync'ed and renamed into place.
+#include "brisk/export/onnx_export.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+
+#include "brisk/core/error.h"
+#include "brisk/cpu/cpu_backend.h"
+#include "brisk/train/checkpoint.h"
+#include "onnx.pb.h"
+#include "onnx_gpt.h"
+
+namespace brisk::exporter {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// Opset 17 came with IR version 8 (ONNX 1.12); runtimes that read opset 17 read it.
+constexpr int64_t kIrVersion = 8;
+
+// Refuses an output path that cannot become a file before any work is done,
+// with a message that says which part of it is wrong.
+void check_output_path(const std::string& out) {
+  if (out.empty()) throw core::ConfigError("--out: empty path; give a file name such as model.onnx");
+  const fs::path p(out);
+  if (fs::is_directory(p))
+    throw core::ConfigError(out + ": is a directory; --out takes a file name such as " + (p / "model.onnx").string());
+  const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
+  if (!fs::exists(dir)) throw core::ConfigError(out + ": directory " + dir.string() + " does not exist");
+  if (!fs::is_directory(dir)) throw core::ConfigError(out + ": " + dir.string() + " is not a directory");
+  if (::access(dir.c_str(), W_OK) != 0)
+    throw core::IoError(out + ": directory " + dir.string() + " is not writable (" + std::strerror(errno) + ")");
+}
+
+std::string errno_text() { return std::strerror(errno); }
+
+// Serializes into path.tmp, fsyncs it, renames it over path, then fsyncs the
+// directory so the rename itself survives a crash. On any failure the
+// temporary file is removed and whatever was at `path` stays.
+void write_model_atomic(const onnx::ModelProto& model, const std::string& path) {
+  const std::string tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw core::IoError(tmp + ": cannot create (" + errno_text() + ")");
+  std::string why;
+  if (!model.SerializeToFileDescriptor(fd)) why = "write failed (" + errno_text() + ")";
+  else if (::fsync(fd) != 0) why = "fsync failed (" + errno_text() + ")";
+  if (::close(fd) != 0 && why.empty()) why = "close failed (" + errno_text() + ")";
+  if (!why.empty()) {
+    ::unlink(tmp.c_str());
+    throw core::IoError(tmp + ": " + why);
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    why = errno_text();
+    ::unlink(tmp.c_str());
+    throw core::IoError(path + ": rename from " + tmp + " failed (" + why + ")");
+  }
+  const fs::path dir = fs::path(path).has_parent_path() ? fs::path(path).parent_path() : fs::path(".");
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+}
+
+}  // namespace
+
+OnnxExportSummary write_onnx(const models::Gpt& model, const std::string& out_path,
+                             const std::map<std::string, std::string>& metadata) {
+  check_output_path(out_path);
+  const models::GptConfig& cfg = model.config();
+
+  onnx::ModelProto proto;
+  proto.set_ir_version(kIrVersion);
+  proto.set_producer_name("brisk");
+  proto.set_doc_string("GPT-2 (pre-LayerNorm, tanh GELU, learned positions, LM head tied to wte): n_layer " +
+                       std::to_string(cfg.n_layer) + ", n_embd " + std::to_string(cfg.n_embd) + ", n_head " +
+                       std::to_string(cfg.n_head) + ", vocab " + std::to_string(cfg.vocab_size) + ", block " +
+                       std::to_string(cfg.block_size));
+  onnx::OperatorSetIdProto* opset = proto.add_opset_import();
+  opset->set_domain("");  // the default ai.onnx domain
+  opset->set_version(kOnnxOpset);
+
+  std::map<std::string, std::string> props = metadata;
+  props["vocab_size"] = std::to_string(cfg.vocab_size);
+  props["n_layer"] = std::to_string(cfg.n_layer);
+  props["n_embd"] = std::to_string(cfg.n_embd);
+  props["n_head"] = std::to_string(cfg.n_head);
+  props["block_size"] = std::to_string(cfg.block_size);
+  for (const auto& [k, v] : props) {
+    onnx::StringStringEntryProto* e = proto.add_metadata_props();
+    e->set_key(k);
+    e->set_value(v);
+  }
+
+  const GptGraphStats stats = build_gpt_graph(model, *proto.mutable_graph());
+
+  // protobuf cannot serialize a message of 2 GiB or more; such a model would
+  // need ONNX's external-data files, which this exporter does not write.
+  const size_t bytes = proto.ByteSizeLong();
+  if (bytes > size_t(INT_MAX))
+    throw core::ConfigError(out_path + ": the model is " + std::to_string(bytes >> 20) +
+                            " MiB, over the 2 GiB protobuf limit of a single .onnx file (external data is not "
+                            "supported)");
+  write_model_atomic(proto, out_path);
+
+  OnnxExportSummary s;
+  s.out_path = out_path;
+  s.config = cfg;
+  s.nodes = stats.nodes;
+  s.initializers = stats.initializers;
+  s.parameters = stats.parameters;
+  s.bytes = bytes;
+  return s;
+}
+
+OnnxExportSummary export_onnx(const std::string& checkpoint, const std::string& out_path) {
+  // The output path first: a typo there should not cost a model load.
+  check_output_path(out_path);
+  if (checkpoint.empty()) throw core::ConfigError("--checkpoint: empty path");
+  const std::string dir = train::latest_checkpoint(checkpoint);
+  if (dir.empty())
+    throw core::IoError(checkpoint + ": no checkpoint found (expected a checkpoint directory holding state.json and "
+                        "model.safetensors, or a run directory with step_* checkpoints)");
+  train::TrainState state;
+  const models::GptConfig cfg = train::read_checkpoint_config(dir, &state);
+  // The weights only pass through host memory: one thread, nothing is run.
+  cpu::CpuBackend backend(1);
+  models::Gpt model(cfg, backend);
+  train::load_checkpoint(dir, model, nullptr);
+
+  std::map<std::string, std::string> meta{{"step", std::to_string(state.step)}};
+  if (!state.tokenizer.empty()) meta["tokenizer"] = state.tokenizer;
+  OnnxExportSummary s = write_onnx(model, out_path, meta);
+  s.checkpoint_dir = dir;
+  return s;
+}
+
+}  // namespace brisk::exporter

@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""Checks a model written by `brisk export onnx` with ONNX's own tools.
+
+    check_onnx.py MODEL --vocab V --embd C --layers L --block N
+
+onnx.checker.check_model(full_check=True) (the IR and every node against
+its opset-17 schema, then strict shape and type inference), then what
+docs/export.md promises about the interface: opset 17 of the default domain
+only, one input `input_ids` int64 (batch, seq) and one output `logits`
+float32 (batch, seq, V) with symbolic batch and seq, the weights as float32
+initializers under their model.safetensors names. Exits 1 with the reason
+on any failure, including a missing python3-onnx.
+"""
+import argparse
+import sys
+
+
+def fail(msg):
+    print(f"check_onnx: FAIL: {msg}", file=sys.stderr)
+    sys.exit(1)
+
+
+try:
+    import onnx
+    from onnx import TensorProto, shape_inference
+except ImportError as e:
+    fail(f"cannot import onnx ({e}): install Debian's python3-onnx "
+         "(apt-get install python3-onnx; scripts/install_deps.sh lists it) and run this with /usr/bin/python3")
+
+
+def dims(value_info):
+    out = []
+    for d in value_info.type.tensor_type.shape.dim:
+        out.append(d.dim_param if d.HasField("dim_param") else d.dim_value if d.HasField("dim_value") else None)
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("model")
+    ap.add_argument("--vocab", type=int, required=True)
+    ap.add_argument("--embd", type=int, required=True)
+    ap.add_argument("--layers", type=int, required=True)
+    ap.add_argument("--block", type=int, required=True)
+    a = ap.parse_args()
+
+    model = onnx.load(a.model)
+    try:
+        onnx.checker.check_model(model, full_check=True)
+        # full_check runs shape inference; strict mode and type checks make any
+        # conflict between declared and inferred types an error here too.
+        shape_inference.infer_shapes(model, check_type=True, strict_mode=True)
+    except Exception as e:  # the checker raises several exception types
+        fail(f"onnx.checker rejected {a.model}: {e}")
+
+    opsets = {(o.domain or "ai.onnx"): o.version for o in model.opset_import}
+    if opsets != {"ai.onnx": 17}:
+        fail(f"opset_import is {opsets}, expected only ai.onnx 17")
+    g = model.graph
+    ops = sorted({n.op_type for n in g.node})
+    if any(n.domain not in ("", "ai.onnx") for n in g.node):
+        fail("a node outside the default domain")
+
+    if [i.name for i in g.input] != ["input_ids"]:
+        fail(f"graph inputs {[i.name for i in g.input]}, expected ['input_ids']")
+    if [o.name for o in g.output] != ["logits"]:
+        fail(f"graph outputs {[o.name for o in g.output]}, expected ['logits']")
+    inp, out = g.input[0], g.output[0]
+    if inp.type.tensor_type.elem_type != TensorProto.INT64:
+        fail("input_ids is not int64")
+    if out.type.tensor_type.elem_type != TensorProto.FLOAT:
+        fail("logits is not float32")
+    di, do = dims(inp), dims(out)
+    if len(di) != 2 or not all(isinstance(d, str) and d for d in di):
+        fail(f"input_ids dims {di}, expected two symbolic ones")
+    if len(do) != 3 or do[:2] != di or do[2] != a.vocab:
+        fail(f"logits dims {do}, expected [{di[0] if di else '?'}, {di[1] if len(di) > 1 else '?'}, {a.vocab}]")
+
+    inits = {t.name: t for t in g.initializer}
+    expect = {"wte.weight": [a.vocab, a.embd], "wpe.weight": [a.block, a.embd],
+              "ln_f.weight": [a.embd], "ln_f.bias": [a.embd]}
+    for layer in range(a.layers):
+        p = f"h.{layer}."
+        expect.update({p + "ln_1.weight": [a.embd], p + "ln_1.bias": [a.embd],
+                       p + "attn.c_attn.weight": [a.embd, 3 * a.embd], p + "attn.c_attn.bias": [3 * a.embd],
+                       p + "attn.c_proj.weight": [a.embd, a.embd], p + "attn.c_proj.bias": [a.embd],
+                       p + "ln_2.weight": [a.embd], p + "ln_2.bias": [a.embd],
+                       p + "mlp.c_fc.weight": [a.embd, 4 * a.embd], p + "mlp.c_fc.bias": [4 * a.embd],
+                       p + "mlp.c_proj.weight": [4 * a.embd, a.embd], p + "mlp.c_proj.bias": [a.embd]})
+    for name, shape in expect.items():
+        t = inits.get(name)
+        if t is None:
+            fail(f"initializer {name} missing")
+        if list(t.dims) != shape or t.data_type != TensorProto.FLOAT:
+            fail(f"initializer {name} is {list(t.dims)} type {t.data_type}, expected {shape} float32")
+        n = 1
+        for d in shape:
+            n *= d
+        if len(t.raw_data) != 4 * n:
+            fail(f"initializer {name} holds {len(t.raw_data)} raw bytes, expected {4 * n}")
+    n_params = sum(len(inits[k].raw_data) // 4 for k in expect)
+
+    print(f"check_onnx: OK {a.model}: ir_version {model.ir_version}, opset 17, {len(g.node)} nodes, "
+          f"{len(inits)} initializers ({n_params} weights), input_ids {di}, logits {do}; ops: {', '.join(ops)}")
+
+
+if __name__ == "__main__":
+    main()

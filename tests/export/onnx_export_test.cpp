@@ -1,0 +1,316 @@
+// `brisk export onnx` end to end. A small GPT (vocab 256, 2 layers, 64 wide,
+// 2 heads, block 64) gets random values in every parameter, biases and
+// LayerNorm weights included (the default init leaves biases at 0 and
+// LayerNorm at 1, where a bias or LayerNorm wiring mistake would not show),
+// is saved with train::save_checkpoint and exported by the real CLI. Then:
+//   - onnx.checker (full_check) and the interface checks of check_onnx.py,
+//     with Debian's python3-onnx;
+//   - ONNX Runtime (npm onnxruntime-node, run_onnx.js) on random ids at
+//     several (batch, seq) shapes, seq = block_size included, against
+//     models::Gpt::logits() on the CPU backend for the same checkpoint and
+//     ids: max |difference| <= 1e-4;
+//   - user errors (missing or damaged checkpoint, unusable output path):
+//     exit code 2, a message naming the path, no file left behind.
+// A missing python3-onnx, node or onnxruntime-node fails the test and says
+// what to install; nothing is skipped.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <random>
+
+#include "../integration/integration_util.h"
+#include "brisk/core/error.h"
+#include "brisk/core/tensor.h"
+#include "brisk/cpu/cpu_backend.h"
+#include "brisk/export/onnx_export.h"
+#include "brisk/models/gpt.h"
+#include "brisk/train/checkpoint.h"
+
+using namespace brisk;
+using itest::CliResult;
+using itest::run_cli;
+using itest::TempDir;
+namespace fs = std::filesystem;
+
+namespace {
+
+const models::GptConfig kConfig{256, 2, 64, 2, 64};  // vocab, n_layer, n_embd, n_head, block_size
+constexpr double kTolerance = 1e-4;
+
+std::string script(const char* name) { return std::string(BRISK_EXPORT_TEST_DIR) + "/" + name; }
+
+std::string npm_modules() {
+  const char* env = std::getenv("BRISK_NPM_MODULES");
+  return env && *env ? env : BRISK_NPM_MODULES;
+}
+
+struct ProgramResult {
+  int exit_code = -1;  // 127: the program could not be started
+  std::string output;  // stdout and stderr together
+};
+
+// Runs argv[0] (looked up in PATH) with a watchdog, capturing its output.
+ProgramResult run_program(const std::vector<std::string>& argv, double timeout_s = 120) {
+  ProgramResult r;
+  int fds[2];
+  if (::pipe(fds) != 0) return r;
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(fds[1], STDOUT_FILENO);
+    ::dup2(fds[1], STDERR_FILENO);
+    ::close(fds[0]);
+    ::close(fds[1]);
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    ::execvp(args[0], args.data());
+    std::fprintf(stderr, "cannot run %s: %s\n", args[0], std::strerror(errno));
+    ::_exit(127);
+  }
+  ::close(fds[1]);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  for (;;) {
+    pollfd p{fds[0], POLLIN, 0};
+    if (std::chrono::steady_clock::now() > deadline) {
+      ::kill(pid, SIGKILL);
+      r.output += "\n[killed after " + std::to_string(timeout_s) + " s]";
+      break;
+    }
+    if (::poll(&p, 1, 200) <= 0) continue;
+    char buf[4096];
+    const ssize_t k = ::read(fds[0], buf, sizeof buf);
+    if (k <= 0) break;
+    r.output.append(buf, size_t(k));
+  }
+  ::close(fds[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+// Every parameter random, in ranges that keep the activations moderate:
+// logits of a few units, attention neither uniform nor one-hot.
+void randomize(models::Gpt& model, uint64_t seed) {
+  for (auto& [name, e] : model.params().entries()) {
+    const bool ln = name.find("ln_") != std::string::npos;
+    const bool bias = name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0;
+    const float mean = ln && !bias ? 1.f : 0.f;
+    const float std = ln && !bias ? 0.2f : bias ? 0.1f : name.rfind("wte", 0) == 0 || name.rfind("wpe", 0) == 0 ? 0.3f : 0.1f;
+    model.params().upload(e.value, core::Tensor::randn(e.value.shape(), core::DType::f32, seed++, mean, std));
+  }
+}
+
+// One checkpoint and its export, made once per test process.
+struct Exported {
+  TempDir dir;
+  std::string run_dir, checkpoint, model;
+  CliResult export_result;
+};
+
+const Exported& exported() {
+  // Destroyed at exit, which removes the directory.
+  static const std::unique_ptr<Exported> e = [] {
+    auto x = std::make_unique<Exported>();
+    x->run_dir = x->dir.file("run");
+    cpu::CpuBackend backend(2);
+    models::Gpt model(kConfig, backend);
+    model.init_weights(11);
+    randomize(model, 1234);
+    train::TrainState st;
+    st.step = 3;
+    st.tokenizer = "bytes";
+    x->checkpoint = train::save_checkpoint(x->run_dir, model, nullptr, st, 0);
+    x->model = x->dir.file("model.onnx");
+    // The run directory, not the step: the CLI must pick the newest checkpoint.
+    x->export_result = run_cli({"export", "onnx", "--checkpoint", x->run_dir, "--out", x->model});
+    return x;
+  }();
+  return *e;
+}
+
+void write_bytes(const std::string& path, const void* data, size_t n) {
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  ASSERT_NE(f, nullptr) << path;
+  ASSERT_EQ(std::fwrite(data, 1, n, f), n) << path;
+  std::fclose(f);
+}
+
+std::vector<float> read_floats(const std::string& path) {
+  const std::string bytes = itest::read_text(path);
+  std::vector<float> v(bytes.size() / sizeof(float));
+  std::memcpy(v.data(), bytes.data(), v.size() * sizeof(float));
+  return v;
+}
+
+}  // namespace
+
+TEST(OnnxExport, CliWritesModelAtomically) {
+  const Exported& e = exported();
+  ASSERT_EQ(e.export_result.exit_code, 0) << e.export_result.out << e.export_result.err;
+  EXPECT_NE(e.export_result.out.find(e.checkpoint), std::string::npos) << "names the checkpoint it read\n"
+                                                                          << e.export_result.out;
+  EXPECT_NE(e.export_result.out.find("opset 17"), std::string::npos) << e.export_result.out;
+  EXPECT_TRUE(fs::is_regular_file(e.model));
+  EXPECT_GT(fs::file_size(e.model), kConfig.num_params() * sizeof(float));
+  EXPECT_FALSE(fs::exists(e.model + ".tmp"));
+}
+
+TEST(OnnxExport, OnnxCheckerAcceptsModel) {
+  const Exported& e = exported();
+  ASSERT_EQ(e.export_result.exit_code, 0) << e.export_result.err;
+  const ProgramResult r = run_program({"/usr/bin/python3", script("check_onnx.py"), e.model, "--vocab",
+                                       std::to_string(kConfig.vocab_size), "--embd", std::to_string(kConfig.n_embd),
+                                       "--layers", std::to_string(kConfig.n_layer), "--block",
+                                       std::to_string(kConfig.block_size)});
+  ASSERT_EQ(r.exit_code, 0) << "check_onnx.py failed (it needs Debian's python3-onnx: apt-get install python3-onnx, "
+                               "or scripts/install_deps.sh):\n"
+                            << r.output;
+  std::printf("%s", r.output.c_str());
+}
+
+// The checker is only worth running if it can say no: a truncated file must fail.
+TEST(OnnxExport, OnnxCheckerRejectsTruncatedModel) {
+  const Exported& e = exported();
+  ASSERT_EQ(e.export_result.exit_code, 0) << e.export_result.err;
+  TempDir dir;
+  const std::string bytes = itest::read_text(e.model);
+  const std::string cut = dir.file("cut.onnx");
+  write_bytes(cut, bytes.data(), bytes.size() / 2);
+  const ProgramResult r = run_program({"/usr/bin/python3", script("check_onnx.py"), cut, "--vocab", "256", "--embd",
+                                       "64", "--layers", "2", "--block", "64"});
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output.find("cannot import onnx"), std::string::npos) << r.output;
+}
+
+TEST(OnnxExport, OnnxRuntimeMatchesBriskLogits) {
+  const Exported& e = exported();
+  ASSERT_EQ(e.export_result.exit_code, 0) << e.export_result.err;
+  const std::string modules = npm_modules();
+  ASSERT_TRUE(fs::exists(fs::path(modules) / "onnxruntime-node" / "package.json"))
+      << "onnxruntime-node is not installed under " << modules
+      << ": run `bash scripts/fetch_data.sh` (it runs npm install onnxruntime-node "
+         "--onnxruntime-node-install-cuda=skip into third_party/npm; `make test` does it), or point "
+         "BRISK_NPM_MODULES at a node_modules that has it";
+
+  // brisk's side: the checkpoint loaded as `brisk generate` loads it.
+  cpu::CpuBackend backend(2);
+  models::Gpt model(train::read_checkpoint_config(e.checkpoint), backend);
+  train::load_checkpoint(e.checkpoint, model, nullptr);
+
+  struct Case {
+    int64_t batch, seq;
+  };
+  const std::vector<Case> cases{{2, 17}, {3, kConfig.block_size}, {1, 1}};
+  TempDir dir;
+  std::mt19937_64 rng(99);
+  std::vector<std::string> argv{"node", script("run_onnx.js"), modules, e.model};
+  std::vector<std::vector<int32_t>> ids(cases.size());
+  for (size_t c = 0; c < cases.size(); ++c) {
+    const int64_t n = cases[c].batch * cases[c].seq;
+    std::uniform_int_distribution<int32_t> tok(0, int32_t(kConfig.vocab_size - 1));
+    ids[c].resize(size_t(n));
+    for (auto& t : ids[c]) t = tok(rng);
+    ids[c].front() = 0;  // both ends of the vocabulary
+    ids[c].back() = int32_t(kConfig.vocab_size - 1);
+    const std::vector<int64_t> wide(ids[c].begin(), ids[c].end());
+    const std::string in = dir.file("ids" + std::to_string(c) + ".bin");
+    write_bytes(in, wide.data(), wide.size() * sizeof(int64_t));
+    argv.insert(argv.end(), {std::to_string(cases[c].batch), std::to_string(cases[c].seq), in,
+                             dir.file("logits" + std::to_string(c) + ".bin")});
+  }
+  const ProgramResult r = run_program(argv);
+  ASSERT_NE(r.exit_code, 127) << "could not start `node`: install Node.js and npm (Debian: apt-get install nodejs "
+                                 "npm), then run scripts/fetch_data.sh\n"
+                              << r.output;
+  ASSERT_EQ(r.exit_code, 0) << "run_onnx.js failed:\n" << r.output;
+
+  for (size_t c = 0; c < cases.size(); ++c) {
+    const int64_t B = cases[c].batch, T = cases[c].seq, V = kConfig.vocab_size;
+    const std::vector<float> ort = read_floats(dir.file("logits" + std::to_string(c) + ".bin"));
+    ASSERT_EQ(int64_t(ort.size()), B * T * V) << "case " << B << "x" << T;
+    const float* ref = model.logits(ids[c].data(), B, T);  // (B*T, V)
+    double max_diff = 0, max_abs = 0;
+    for (int64_t i = 0; i < B * T * V; ++i) {
+      max_diff = std::max(max_diff, std::fabs(double(ort[size_t(i)]) - double(ref[i])));
+      max_abs = std::max(max_abs, std::fabs(double(ref[i])));
+    }
+    std::printf("batch %lld seq %lld: max |onnxruntime - brisk| = %.3g (max |logit| %.3g)\n", (long long)B,
+                (long long)T, max_diff, max_abs);
+    // Logits of a few units: a 1e-4 bound is tight enough to catch any wiring mistake.
+    EXPECT_GT(max_abs, 1.0) << "logits too small for the comparison to mean much";
+    EXPECT_LE(max_diff, kTolerance) << "case batch " << B << " seq " << T;
+  }
+}
+
+TEST(OnnxExport, MissingCheckpointIsUserError) {
+  TempDir dir;
+  const std::string out = dir.file("m.onnx");
+  const CliResult r = run_cli({"export", "onnx", "--checkpoint", dir.file("no_such_run"), "--out", out});
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find(dir.file("no_such_run")), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("no checkpoint found"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(out));
+  EXPECT_FALSE(fs::exists(out + ".tmp"));
+}
+
+TEST(OnnxExport, DamagedCheckpointKeepsExistingOutput) {
+  const Exported& e = exported();
+  TempDir dir;
+  const fs::path ckpt = dir.path() / "step_0000003";
+  fs::copy(e.checkpoint, ckpt);
+  const std::string weights = (ckpt / "model.safetensors").string();
+  fs::resize_file(weights, fs::file_size(weights) / 2);
+  const std::string out = dir.file("m.onnx");
+  itest::write_text(out, "previous model");
+  const CliResult r = run_cli({"export", "onnx", "--checkpoint", ckpt.string(), "--out", out});
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("model.safetensors"), std::string::npos) << r.err;
+  EXPECT_EQ(itest::read_text(out), "previous model");
+  EXPECT_FALSE(fs::exists(out + ".tmp"));
+}
+
+TEST(OnnxExport, UnusableOutputPathIsUserError) {
+  const Exported& e = exported();
+  TempDir dir;
+  struct Bad {
+    std::string out, says;
+  };
+  const std::vector<Bad> bad{
+      {dir.file("no_such_dir") + "/m.onnx", "does not exist"},
+      {dir.path().string(), "is a directory"},
+      {"/proc/brisk_export_test.onnx", "/proc/brisk_export_test.onnx"},  // not creatable, even for root
+  };
+  for (const Bad& b : bad) {
+    const CliResult r = run_cli({"export", "onnx", "--checkpoint", e.run_dir, "--out", b.out});
+    EXPECT_EQ(r.exit_code, 2) << b.out << "\n" << r.out << r.err;
+    EXPECT_NE(r.err.find(b.says), std::string::npos) << b.out << "\n" << r.err;
+    EXPECT_EQ(r.err.find("internal error"), std::string::npos) << r.err;
+  }
+}
+
+TEST(OnnxExport, BadCommandLineIsUserError) {
+  EXPECT_EQ(run_cli({"export"}).exit_code, 2);
+  EXPECT_EQ(run_cli({"export", "onnx", "--out", "m.onnx"}).exit_code, 2);  // no --checkpoint
+  EXPECT_EQ(run_cli({"export", "onnx", "--checkpoint", "c"}).exit_code, 2);  // no --out
+}
+
+// The library API throws typed errors, and a second export replaces the file.
+TEST(OnnxExport, LibraryErrorsAreTypedAndReexportReplaces) {
+  const Exported& e = exported();
+  TempDir dir;
+  EXPECT_THROW(exporter::export_onnx(dir.file("nothing"), dir.file("m.onnx")), core::IoError);
+  EXPECT_THROW(exporter::export_onnx(e.run_dir, dir.path().string()), core::ConfigError);
+  const std::string out = dir.file("m.onnx");
+  itest::write_text(out, "old");
+  const exporter::OnnxExportSummary s = exporter::export_onnx(e.checkpoint, out);
+  EXPECT_EQ(s.checkpoint_dir, e.checkpoint);
+  EXPECT_EQ(s.parameters, kConfig.num_params());
+  EXPECT_EQ(s.bytes, fs::file_size(out));
+  EXPECT_EQ(itest::read_text(out), itest::read_text(e.model)) << "same checkpoint, same bytes";
+  EXPECT_FALSE(fs::exists(out + ".tmp"));
+}
