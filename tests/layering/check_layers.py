@@ -2,7 +2,7 @@
 """Fails when a layer includes a header of a layer above it.
 
 The layers (docs/architecture.md) link only downwards:
-    core <- ops <- backends (cpu, cuda) <- data, monitor, models, optim <- train <- bench, CLI
+    core <- ops <- backends (cpu, cuda) <- data, monitor, models, optim <- train <- infer, export <- bench, CLI
 Each source or header directory may include brisk headers only from the
 layers listed for it below. Prints every offending line and exits 1.
 """
@@ -22,7 +22,9 @@ ALLOWED = {
     "models": {"core", "ops", "models"},
     "optim": {"core", "ops", "optim"},
     "train": BELOW_TRAIN | {"train"},
-    "bench": BELOW_TRAIN | {"train", "bench"},
+    "bench": BELOW_TRAIN | {"train", "infer", "bench"},
+    "infer": BELOW_TRAIN | {"train", "infer"},
+    "export": BELOW_TRAIN | {"train", "export"},
 }
 # Where each layer's files live.
 DIRS = {
@@ -36,6 +38,8 @@ DIRS = {
     "optim": ["include/brisk/optim", "src/optim"],
     "train": ["include/brisk/train", "src/train"],
     "bench": ["include/brisk/bench", "src/bench"],
+    "infer": ["include/brisk/infer", "src/infer"],
+    "export": ["include/brisk/export", "src/export"],
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s+"brisk/([a-z_]+)/([^"]+)"')
 SUFFIXES = {".h", ".hpp", ".cpp", ".cu", ".cuh", ".inc"}

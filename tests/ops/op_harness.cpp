@@ -419,9 +419,12 @@ TEST(CudaOps, Coverage) {
   const core::Backend& cpu = *backends()[0];
   const core::Backend& gpu = *backends()[1];
   std::printf("CUDA op cases ran on %s\n", gpu.description().c_str());
+  // The inference engine (src/infer/) runs on the CPU only so far: its ops
+  // have no CUDA kernels yet (docs/inference.md).
+  const std::set<core::OpKind> cpu_only = {core::OpKind::linear_q8, core::OpKind::linear_q4, core::OpKind::kv_attention};
   for (int op = 0; op < core::kNumOps; ++op)
     for (int t = 0; t < core::kNumDTypes; ++t)
-      if (cpu.supports(core::OpKind(op), DType(t))) {
+      if (cpu.supports(core::OpKind(op), DType(t)) && !cpu_only.count(core::OpKind(op))) {
         EXPECT_TRUE(gpu.supports(core::OpKind(op), DType(t)))
             << "cuda has no kernel for " << core::op_name(core::OpKind(op)) << " " << core::dtype_name(DType(t));
       }

@@ -7,6 +7,7 @@
 
 #include <memory>
 
+#include "brisk/bench/generate_bench.h"
 #include "brisk/bench/precision_bench.h"
 #include "brisk/bench/train_bench.h"
 
@@ -64,10 +65,28 @@ BenchCommand add_bench_command(CLI::App& parent) {
   precision->add_option("--config", po->config, "Training config (default configs/<workload>.toml)");
   precision->add_option("--json", po->json_path, "Report path (default bench/results/precision_<W>_<precision>.json)");
 
+  // `brisk bench generate`: KV-cache decoding against PyTorch (generate_bench.h).
+  auto* gen = bench->add_subcommand("generate", "Decode I1 with brisk (fp32/int8/int4) and PyTorch; table + JSON");
+  auto go = std::make_shared<bench::GenerateBenchOptions>();
+  gen->add_option("--workload", go->workload, "I1")->check(CLI::IsMember({"I1"}))->capture_default_str();
+  gen->add_option("--checkpoint", go->checkpoint, "W1 weights (default: newest in runs/w1, else random W1 weights)");
+  gen->add_option("--data", go->data_dir, "Tokens for the prompt and perplexity (default data/kjv-gpt2)");
+  gen->add_option("--prompt-tokens", go->prompt_tokens, "Prompt length")->capture_default_str();
+  gen->add_option("--new", go->new_tokens, "New tokens per sequence")->capture_default_str();
+  gen->add_option("--batch", go->batch, "Sequences of the batched rows")->capture_default_str();
+  gen->add_option("--rounds", go->rounds, "Interleaved rounds; medians and ranges over them")->capture_default_str();
+  gen->add_option("--threads", go->threads, "CPU threads for each side")->capture_default_str();
+  gen->add_flag("--no-peer", [go](int64_t) { go->peer = false; }, "Run brisk only");
+  gen->add_flag("--quality", go->quality, "Also validation perplexity and top-1 agreement of fp32/int8/int4/int4+AWQ");
+  gen->add_option("--quality-windows", go->quality_windows, "Validation windows for --quality")->capture_default_str();
+  gen->add_option("--python", go->python, "Python with torch for the peer")->capture_default_str();
+  gen->add_option("--json", go->json_path, "Report path (default bench/results/generate_I1.json)");
+
   BenchCommand cmd;
   cmd.app = bench;
-  cmd.run = [train, o, worker, precision, po]() -> int {
+  cmd.run = [train, o, worker, precision, po, gen, go]() -> int {
     if (*precision) return bench::run_precision_bench(*po);
+    if (*gen) return bench::run_generate_bench(*go);
     if (!*train) return 2;
     if (*worker) return bench::run_train_worker(*o);
     return o->ablation ? bench::run_ablation_bench(*o) : bench::run_train_bench(*o);

@@ -12,12 +12,14 @@
 #include "brisk/cpu/cpu_backend.h"
 #include "brisk/data/shards.h"
 #include "brisk/data/tokenizer.h"
-#include "brisk/models/generate.h"
 #include "brisk/monitor/machine.h"
 #include "brisk/train/checkpoint.h"
 #include "brisk/train/trainer.h"
 #include "bench_cmd.h"
 #include "plan_cmd.h"
+#include "export_cmd.h"
+#include "infer_cmds.h"
+#include "prune_cmd.h"
 #include "data_cmds.h"
 
 using namespace brisk;
@@ -71,42 +73,6 @@ LoadedModel load_model(const std::string& checkpoint, int threads) {
   return m;
 }
 
-int cmd_generate(const std::string& checkpoint, const std::string& prompt, models::SampleOptions so,
-                 const std::string& vocab_dir, int threads) {
-  models::validate(so);
-  LoadedModel m = load_model(checkpoint, threads);
-  auto tok = data::make_tokenizer(m.state.tokenizer.empty() ? "bytes" : m.state.tokenizer, vocab_dir);
-  std::vector<int32_t> ids = tok->encode(prompt);
-  for (int32_t id : ids)
-    if (id >= m.model->config().vocab_size)
-      throw core::Error("the prompt encodes to token " + std::to_string(id) + ", outside this model's vocabulary of " +
-                        std::to_string(m.model->config().vocab_size));
-  std::fputs(prompt.c_str(), stdout);
-  std::fflush(stdout);
-  // Bytes can split a UTF-8 character across tokens: print as they complete.
-  std::vector<int32_t> pending;
-  const double t0 = monitor::now_seconds();
-  int64_t produced = 0;
-  models::generate(*m.model, ids, so, [&](int32_t id) {
-    ++produced;
-    pending.push_back(id);
-    const std::string text = tok->decode(pending);
-    const unsigned char last = text.empty() ? 0 : static_cast<unsigned char>(text.back());
-    if (last < 0x80 || pending.size() >= 4) {
-      std::fputs(text.c_str(), stdout);
-      std::fflush(stdout);
-      pending.clear();
-    }
-    return true;
-  });
-  if (!pending.empty()) std::fputs(tok->decode(pending).c_str(), stdout);
-  const double dt = monitor::now_seconds() - t0;
-  std::fprintf(stderr, "\n[%lld tokens in %.2f s: %.1f tokens/s, checkpoint %s]\n", (long long)produced, dt,
-               double(produced) / dt, m.dir.c_str());
-  std::printf("\n");
-  return 0;
-}
-
 int cmd_eval(const std::string& checkpoint, const std::string& data_dir, int64_t batches, int64_t batch, int64_t seq,
              int threads) {
   LoadedModel m = load_model(checkpoint, threads);
@@ -147,20 +113,10 @@ int main(int argc, char** argv) {
   train_cmd->add_flag("--no-progress", no_progress, "Plain log lines instead of a live bar");
   train_cmd->add_flag("--profile", profile, "Time every op and print where the step goes");
 
-  // ---- generate
-  auto* gen_cmd = app.add_subcommand("generate", "Sample text from a checkpoint");
-  std::string checkpoint, prompt, vocab_dir;
-  models::SampleOptions so;
+  // ---- generate, quantize (infer_cmds.cpp)
+  const cli::InferCommands infer_cmds = cli::add_infer_commands(app);
+  std::string checkpoint;
   int threads = 0;
-  gen_cmd->add_option("--checkpoint", checkpoint, "Checkpoint directory, or a run directory (newest is used)")->required();
-  gen_cmd->add_option("--prompt", prompt, "Text to continue")->required();
-  gen_cmd->add_option("--max-new", so.max_new_tokens, "Tokens to generate")->capture_default_str();
-  gen_cmd->add_option("--temperature", so.temperature, "0 = greedy")->capture_default_str();
-  gen_cmd->add_option("--top-k", so.top_k, "Keep the k most likely tokens (0 = all)")->capture_default_str();
-  gen_cmd->add_option("--top-p", so.top_p, "Nucleus sampling mass")->capture_default_str();
-  gen_cmd->add_option("--seed", so.seed, "Sampling seed")->capture_default_str();
-  gen_cmd->add_option("--vocab-dir", vocab_dir, "GPT-2 vocabulary directory (gpt2 models)");
-  gen_cmd->add_option("--threads", threads, "CPU threads (0 = all cores)");
 
   // ---- eval
   auto* eval_cmd = app.add_subcommand("eval", "Validation loss of a checkpoint");
@@ -192,6 +148,8 @@ int main(int argc, char** argv) {
 
   // ---- plan (plan_cmd.cpp)
   const cli::PlanCommand plan_cmd = cli::add_plan_command(app);
+  const cli::ExportCommand export_cmd = cli::add_export_command(app);  // export onnx (export_cmd.cpp)
+  const cli::PruneCommand prune_cmd = cli::add_prune_command(app);  // prune_cmd.cpp
 
   // A bad command line is a user error like any other: exit code 2 (CLI11's
   // own codes run from 100 up), but --help still exits 0.
@@ -202,10 +160,12 @@ int main(int argc, char** argv) {
   }
   try {
     if (*train_cmd) return cmd_train(config_path, sets, resume, no_progress, profile);
-    if (*gen_cmd) return cmd_generate(checkpoint, prompt, so, vocab_dir, threads);
+    if (infer_cmds.parsed()) return infer_cmds.run();
     if (*eval_cmd) return cmd_eval(checkpoint, data_dir, eval_batches, eval_batch, eval_seq, threads);
     if (*bench_cmd.app) return bench_cmd.run();
     if (*plan_cmd.app) return plan_cmd.run();
+    if (*export_cmd.app) return export_cmd.run();
+    if (*prune_cmd.app) return prune_cmd.run();
     if (record_cmds.parsed()) return record_cmds.run();
     if (*prep_cmd) {
       const data::PrepareSummary s = data::prepare_dataset(po);

@@ -1,0 +1,64 @@
+// Choosing the next token from a row of logits: the penalties, then
+// temperature, top-k, top-p and min-p filtering, then a draw; greedy at
+// temperature 0. Each sequence has its own seed and each draw is a function
+// of (seed, token index) only, so a sequence samples the same text whatever
+// else shares the batch.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace brisk::infer {
+
+struct SamplingParams {
+  int64_t max_tokens = 128;
+  float temperature = 1.0f;       // 0: greedy
+  int top_k = 0;                  // 0: off
+  float top_p = 1.0f;             // 1: off
+  float min_p = 0.0f;             // 0: off; keeps tokens with p >= min_p * p(top token)
+  float repetition_penalty = 1.0f;  // 1: off; > 1 discourages tokens already in the context (CTRL / HF style)
+  float frequency_penalty = 0.0f;   // subtracts count * this from a generated token's logit (OpenAI style)
+  float presence_penalty = 0.0f;    // subtracts this once from every token generated so far
+  uint64_t seed = 0;
+  std::vector<int32_t> stop_tokens;   // end the sequence after producing one of these
+  std::vector<std::string> stop;      // end the sequence when its text contains one of these
+  int logprobs = -1;                  // -1: none; n >= 0: the chosen token's log-probability and the n most likely
+};
+
+// Throws ConfigError naming the first bad field (e.g. "top_p must be in (0, 1]").
+void validate(const SamplingParams& p, int64_t vocab);
+
+struct TokenChoice {
+  int32_t token = 0;
+  float logprob = 0.f;                             // of the chosen token, under the unfiltered softmax of the
+                                                   // penalized logits (0 when logprobs were not asked for)
+  std::vector<std::pair<int32_t, float>> top;      // the n most likely (token, logprob), best first
+};
+
+// Per-sequence state the penalties need: how often each token was generated,
+// and which tokens the context holds (prompt and output).
+class SequenceHistory {
+ public:
+  explicit SequenceHistory(int64_t vocab = 0) : counts_(size_t(vocab), 0), seen_(size_t(vocab), 0) {}
+  void add_prompt(const std::vector<int32_t>& ids);
+  void add_generated(int32_t id);
+  const std::vector<int32_t>& generated_ids() const { return generated_; }
+  int32_t count(int32_t id) const { return counts_[size_t(id)]; }
+  bool seen(int32_t id) const { return seen_[size_t(id)] != 0; }
+  const std::vector<int32_t>& distinct() const { return distinct_; }  // every token in the context, once
+
+ private:
+  std::vector<int32_t> counts_;     // generated occurrences
+  std::vector<uint8_t> seen_;       // in the prompt or generated
+  std::vector<int32_t> distinct_;   // tokens with seen_ set, in the order first seen
+  std::vector<int32_t> generated_;
+};
+
+// Picks the token for draw number `index` of a sequence. `logits` (vocab) is
+// modified (penalties, temperature); `scratch` is reused between calls to
+// avoid allocating.
+TokenChoice sample(float* logits, int64_t vocab, const SamplingParams& p, const SequenceHistory& history,
+                   uint64_t index, std::vector<int32_t>& scratch);
+
+}  // namespace brisk::infer

@@ -1,0 +1,307 @@
+// The decoding benchmark (generate_bench.h).
+//
+// How it measures:
+// - brisk runs in this process, each row on a fresh Engine; the peer runs as
+//   a child process per round. Rows are interleaved: every round runs every
+//   row once, and the table shows the median over rounds with the range.
+// - Decode speed is (new tokens - 1) / the time after the first token, on
+//   both sides: the first token comes out of the prefill pass and is timed
+//   with it. Batch rows decode the same prompt `batch` times at once and
+//   count every sequence's tokens.
+// - Memory: the weights and the key/value pool brisk allocates, and the
+//   peer's RSS growth over its own baseline (torch imported).
+#include "brisk/bench/generate_bench.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "brisk/core/error.h"
+#include "brisk/cpu/cpu_backend.h"
+#include "brisk/cpu/cpu_features.h"
+#include "brisk/data/shards.h"
+#include "brisk/infer/engine.h"
+#include "brisk/models/generate.h"
+#include "brisk/monitor/machine.h"
+#include "brisk/train/checkpoint.h"
+#include "bench_util.h"
+
+namespace brisk::bench {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+struct Run {
+  double prefill_ms = 0, decode_ms = 0;
+  std::vector<int32_t> tokens;  // the first sequence's
+};
+
+// One greedy generation of `batch` copies of the prompt.
+Run run_engine(const infer::Model& model, const std::vector<int32_t>& prompt, int64_t new_tokens, int64_t batch,
+               int threads) {
+  infer::EngineOptions eo;
+  eo.max_seqs = int(batch);
+  eo.threads = threads;
+  eo.max_step_tokens = std::max<int64_t>(512, batch * int64_t(prompt.size()));
+  infer::Engine engine(model, eo);
+  infer::SamplingParams sp;
+  sp.temperature = 0;
+  sp.max_tokens = new_tokens;
+  std::vector<int64_t> ids;
+  for (int64_t b = 0; b < batch; ++b) ids.push_back(engine.add(prompt, sp));
+  Run r;
+  const double t0 = now();
+  double t1 = 0;
+  bool first = true;
+  while (!engine.idle()) {
+    for (const infer::TokenEvent& e : engine.step())
+      if (e.seq == ids[0]) r.tokens.push_back(e.choice.token);
+    if (first) t1 = now(), first = false;
+  }
+  const double t2 = now();
+  r.prefill_ms = (t1 - t0) * 1e3;
+  r.decode_ms = (t2 - t1) * 1e3;
+  return r;
+}
+
+struct Row {
+  std::string name, engine, format;
+  int64_t batch = 1;
+  std::vector<double> prefill_ms, decode_tok_s;
+  std::vector<int32_t> tokens;
+  double memory_mib = 0;
+  std::string error;
+};
+
+std::string range(const std::vector<double>& v, const char* fmt) {
+  if (v.empty()) return "-";
+  char buf[128];
+  const auto [lo, hi] = std::minmax_element(v.begin(), v.end());
+  char m[32], a[32], b[32];
+  std::snprintf(m, sizeof m, fmt, median(v));
+  std::snprintf(a, sizeof a, fmt, *lo);
+  std::snprintf(b, sizeof b, fmt, *hi);
+  std::snprintf(buf, sizeof buf, "%s [%s-%s]", m, a, b);
+  return buf;
+}
+
+std::vector<int32_t> read_tokens(const std::string& dir, const char* split, int64_t begin, int64_t n) {
+  data::TokenDataset d(dir, split);
+  if (d.size() < begin + n) throw core::IoError(dir + ": the " + split + " split has only " + std::to_string(d.size()) + " tokens");
+  std::vector<int32_t> out(static_cast<size_t>(n));
+  d.read(begin, n, out.data());
+  return out;
+}
+
+}  // namespace
+
+int run_generate_bench(const GenerateBenchOptions& o) {
+  if (o.workload != "I1") throw core::ConfigError("unknown inference workload '" + o.workload + "' (allowed: I1)");
+  if (o.rounds < 1 || o.new_tokens < 2 || o.prompt_tokens < 1 || o.batch < 1)
+    throw core::ConfigError("rounds, batch and prompt tokens must be >= 1 and new tokens >= 2");
+  cpu::set_num_threads(o.threads);
+  const fs::path root = repo_root();
+  const std::string data_dir = o.data_dir.empty() ? (root / "data" / "kjv-gpt2").string() : o.data_dir;
+  std::string ckpt = o.checkpoint.empty() ? train::latest_checkpoint((root / "runs" / "w1").string()) : o.checkpoint;
+  std::string weights_note = "trained checkpoint " + ckpt;
+  if (ckpt.empty()) {  // speed does not depend on what the weights learned
+    const fs::path dir = root / "bench" / "results" / "i1_random_w1";
+    cpu::CpuBackend be(o.threads);
+    models::Gpt gpt(models::GptConfig::preset("W1"), be);
+    gpt.init_weights(1337);
+    train::TrainState st;
+    st.tokenizer = "gpt2";
+    ckpt = train::save_checkpoint(dir.string(), gpt, nullptr, st, 1);
+    weights_note = "random W1 weights (no runs/w1 checkpoint; speed only) " + ckpt;
+  }
+  const infer::Model fp32 = infer::load_model(ckpt);
+  const std::vector<int32_t> prompt = read_tokens(data_dir, "val", 0, o.prompt_tokens);
+  if (fp32.config.vocab_size != 50304 || fp32.config.n_layer != 4 || fp32.config.n_embd != 256)
+    std::fprintf(stderr, "bench generate: note: %s is not the W1 shape\n", ckpt.c_str());
+  std::fprintf(stderr, "bench generate I1: %s; prompt %lld tokens, %lld new, %d threads, int8 path %s\n",
+               weights_note.c_str(), (long long)o.prompt_tokens, (long long)o.new_tokens, o.threads,
+               cpu::int8_dot_name(cpu::cpu_features().int8));
+  std::fprintf(stderr, "  quantizing int8 and int4 ...\n");
+  const infer::Model int8 = infer::quantize(fp32, infer::Scheme::int8);
+  const infer::Model int4 = infer::quantize(fp32, infer::Scheme::int4);
+
+  struct Side {
+    Row row;
+    const infer::Model* model = nullptr;
+  };
+  std::vector<Side> sides;
+  for (const infer::Model* m : {&fp32, &int8, &int4})
+    for (int64_t b : {int64_t(1), o.batch}) {
+      Side s;
+      s.model = m;
+      s.row.engine = "brisk";
+      s.row.format = infer::scheme_name(m->scheme);
+      s.row.batch = b;
+      s.row.name = "brisk " + s.row.format + " b" + std::to_string(b);
+      sides.push_back(s);
+    }
+  std::vector<Row> peers;
+  for (int64_t b : {int64_t(1), o.batch}) {
+    Row r;
+    r.engine = "pytorch";
+    r.format = "fp32";
+    r.batch = b;
+    r.name = "pytorch fp32 b" + std::to_string(b);
+    peers.push_back(r);
+  }
+  std::string prompt_csv;
+  for (int32_t t : prompt) prompt_csv += (prompt_csv.empty() ? "" : ",") + std::to_string(t);
+  const std::string peer_script = (root / "bench" / "torch_generate_peer.py").string();
+
+  for (int round = 0; round < o.rounds; ++round) {
+    std::fprintf(stderr, "  round %d/%d\n", round + 1, o.rounds);
+    for (Side& s : sides) {
+      const Run r = run_engine(*s.model, prompt, o.new_tokens, s.row.batch, o.threads);
+      s.row.prefill_ms.push_back(r.prefill_ms);
+      s.row.decode_tok_s.push_back(double(s.row.batch * (o.new_tokens - 1)) / (r.decode_ms / 1e3));
+      s.row.tokens = r.tokens;
+      s.row.memory_mib = double(s.model->weight_bytes()) / (1 << 20);
+    }
+    if (!o.peer) continue;
+    for (Row& p : peers) {
+      const ChildResult c = run_child({o.python, peer_script, "--checkpoint", ckpt, "--prompt", prompt_csv, "--new",
+                                       std::to_string(o.new_tokens), "--batch", std::to_string(p.batch), "--rounds", "1",
+                                       "--threads", std::to_string(o.threads)});
+      const auto rep = report_of(c.out);
+      if (c.exit_code != 0 || !rep || !rep->contains("runs")) {
+        p.error = rep && rep->contains("error") ? (*rep)["error"].get<std::string>() : "peer failed (exit " + std::to_string(c.exit_code) + ")";
+        continue;
+      }
+      const json& run = (*rep)["runs"][0];
+      p.prefill_ms.push_back(run["prefill_ms"].get<double>());
+      p.decode_tok_s.push_back(double(p.batch * (o.new_tokens - 1)) / (run["decode_ms"].get<double>() / 1e3));
+      p.tokens = run["tokens"].get<std::vector<int32_t>>();
+      p.memory_mib = double((*rep)["peak_rss_bytes"].get<int64_t>() - (*rep)["baseline_rss_bytes"].get<int64_t>()) / (1 << 20);
+    }
+  }
+
+  // Greedy fp32 output against the recompute path (the whole window per token).
+  std::vector<int32_t> recompute;
+  {
+    cpu::CpuBackend be(o.threads);
+    train::TrainState st;
+    models::Gpt gpt(train::read_checkpoint_config(ckpt, &st), be);
+    train::load_checkpoint(ckpt, gpt, nullptr);
+    models::SampleOptions so;
+    so.temperature = 0;
+    so.max_new_tokens = o.new_tokens;
+    const auto all = models::generate(gpt, prompt, so);
+    recompute.assign(all.begin() + std::ptrdiff_t(prompt.size()), all.end());
+  }
+  const std::vector<int32_t>& ours = sides[0].row.tokens;
+  const bool same_as_recompute = ours == recompute;
+  const bool same_as_peer = o.peer && !peers[0].tokens.empty() && ours == peers[0].tokens;
+
+  std::vector<Row> rows;
+  for (const Side& s : sides) rows.push_back(s.row);
+  if (o.peer) rows.insert(rows.end(), peers.begin(), peers.end());
+  const double peer_b1 = o.peer && !peers[0].decode_tok_s.empty() ? median(peers[0].decode_tok_s) : 0;
+  const double fp32_b1 = median(sides[0].row.decode_tok_s);
+  std::printf("\n== bench generate I1: %lld-token prompt, %lld new tokens, greedy, %d threads, %d rounds ==\n",
+              (long long)o.prompt_tokens, (long long)o.new_tokens, o.threads, o.rounds);
+  std::printf("%-20s %26s %24s %9s %10s %10s\n", "row", "decode tok/s [range]", "prefill ms [range]", "x peer b1",
+              "x own b1", "MiB");
+  json jrows = json::array();
+  for (const Row& r : rows) {
+    if (!r.error.empty()) {
+      std::printf("%-20s error: %s\n", r.name.c_str(), r.error.c_str());
+      jrows.push_back({{"row", r.name}, {"error", r.error}});
+      continue;
+    }
+    const double tps = median(r.decode_tok_s);
+    double own_b1 = 0;
+    for (const Row& q : rows)
+      if (q.engine == r.engine && q.format == r.format && q.batch == 1 && !q.decode_tok_s.empty()) own_b1 = median(q.decode_tok_s);
+    std::printf("%-20s %26s %24s %9s %10s %10.1f\n", r.name.c_str(), range(r.decode_tok_s, "%.0f").c_str(),
+                range(r.prefill_ms, "%.2f").c_str(), peer_b1 > 0 ? (std::to_string(tps / peer_b1).substr(0, 5) + "x").c_str() : "-",
+                (std::to_string(tps / own_b1).substr(0, 5) + "x").c_str(), r.memory_mib);
+    jrows.push_back({{"row", r.name}, {"engine", r.engine}, {"format", r.format}, {"batch", r.batch},
+                     {"decode_tokens_per_s", r.decode_tok_s}, {"prefill_ms", r.prefill_ms},
+                     {"median_decode_tokens_per_s", tps}, {"vs_peer_batch1", peer_b1 > 0 ? tps / peer_b1 : 0},
+                     {"vs_own_batch1", tps / own_b1},
+                     {r.engine == "brisk" ? "weights_mib" : "rss_growth_mib", r.memory_mib}});
+  }
+  std::printf("(memory: brisk rows = weight bytes; the KV pool is allocated per engine. pytorch rows = RSS growth over "
+              "its baseline)\n");
+  std::printf("greedy fp32 tokens: %s the recompute path (%zu tokens)%s\n", same_as_recompute ? "identical to" : "DIFFER from",
+              recompute.size(),
+              o.peer ? (same_as_peer ? "; identical to pytorch" : "; differ from pytorch") : "");
+  (void)fp32_b1;
+
+  json quality = nullptr;
+  if (o.quality) {
+    std::fprintf(stderr, "  quality: %lld validation windows ...\n", (long long)o.quality_windows);
+    const int64_t w = fp32.config.block_size;
+    data::TokenDataset val(data_dir, "val");
+    const int64_t windows = std::min<int64_t>(o.quality_windows, val.size() / w);
+    const std::vector<int32_t> calib = read_tokens(data_dir, "train", 0, 8 * w);
+    const infer::Model int4_awq = infer::quantize(fp32, infer::Scheme::int4, calib);
+    struct Q {
+      std::string name;
+      const infer::Model* m;
+      double nll = 0;
+      int64_t n = 0, agree = 0;
+    };
+    std::vector<Q> qs = {{"fp32", &fp32}, {"int8", &int8}, {"int4", &int4}, {"int4+awq", &int4_awq}};
+    std::vector<std::vector<int32_t>> fp32_top;
+    for (Q& q : qs) {
+      infer::EngineOptions eo;
+      eo.max_seqs = 16;
+      eo.max_step_tokens = w;
+      eo.threads = o.threads;
+      infer::Engine e(*q.m, eo);
+      for (int64_t i = 0; i < windows; ++i) {
+        std::vector<int32_t> ids(static_cast<size_t>(w));
+        val.read(i * w, w, ids.data());
+        const infer::ScoreResult s = e.score(ids);
+        q.nll += s.nll_sum;
+        q.n += s.count;
+        if (&q == &qs[0]) fp32_top.push_back(s.argmax);
+        for (size_t j = 0; j < s.argmax.size(); ++j) q.agree += s.argmax[j] == fp32_top[size_t(i)][j];
+      }
+    }
+    std::printf("\n== quality: KJV validation, %lld windows of %lld tokens ==\n", (long long)windows, (long long)w);
+    std::printf("%-10s %12s %10s %16s\n", "weights", "perplexity", "vs fp32", "top-1 = fp32");
+    quality = json::array();
+    const double base = std::exp(qs[0].nll / double(qs[0].n));
+    for (const Q& q : qs) {
+      const double ppl = std::exp(q.nll / double(q.n));
+      std::printf("%-10s %12.3f %+9.2f%% %15.2f%%\n", q.name.c_str(), ppl, 100 * (ppl / base - 1),
+                  100.0 * double(q.agree) / double(q.n));
+      quality.push_back({{"weights", q.name}, {"perplexity", ppl}, {"vs_fp32", ppl / base - 1},
+                         {"top1_agreement", double(q.agree) / double(q.n)}, {"positions", q.n}});
+    }
+    std::printf("int4+awq: %s\n", int4_awq.quant_note.c_str());
+  }
+
+  const std::string path =
+      o.json_path.empty() ? (root / "bench" / "results" / "generate_I1.json").string() : o.json_path;
+  fs::create_directories(fs::path(path).parent_path());
+  const json report = {{"workload", "I1"},          {"weights", weights_note},
+                       {"prompt_tokens", o.prompt_tokens}, {"new_tokens", o.new_tokens},
+                       {"threads", o.threads},      {"rounds", o.rounds},
+                       {"cpu", monitor::cpu_model()}, {"int8_path", cpu::int8_dot_name(cpu::cpu_features().int8)},
+                       {"rows", jrows},             {"greedy_identical_to_recompute", same_as_recompute},
+                       {"greedy_identical_to_peer", same_as_peer}, {"quality", quality},
+                       {"date", now_iso()}};
+  const std::string tmp = path + ".tmp";
+  std::ofstream(tmp) << report.dump(2) << "\n";
+  fs::rename(tmp, path);
+  std::printf("report: %s\n", shown(path).c_str());
+  return same_as_recompute ? 0 : 1;
+}
+
+}  // namespace brisk::bench

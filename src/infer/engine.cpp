@@ -1,0 +1,447 @@
+// The engine (engine.h): the key/value block pool, the step scheduler and
+// the forward pass over (sequence, position) rows.
+#include "brisk/infer/engine.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+
+#include "brisk/core/error.h"
+#include "brisk/core/op.h"
+#include "brisk/cpu/cpu_backend.h"
+#include "brisk/data/tokenizer.h"
+#include "brisk/ops/ops.h"
+
+namespace brisk::infer {
+
+using core::DType;
+using core::OpKind;
+using core::Shape;
+using core::Tensor;
+using core::TensorMeta;
+using core::TensorView;
+
+const char* finish_name(Finish f) {
+  switch (f) {
+    case Finish::none: return "";
+    case Finish::length: return "length";
+    case Finish::stop: return "stop";
+    case Finish::cancelled: return "cancelled";
+  }
+  return "?";
+}
+
+namespace {
+
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+TensorView view(const void* p, Shape s, DType t = DType::f32) {
+  return TensorView{const_cast<void*>(p), TensorMeta{std::move(s), t}};
+}
+
+// Keys and values of every layer in blocks of `block` positions; a block
+// table row per sequence slot.
+class KvPool {
+ public:
+  KvPool(const models::GptConfig& c, const EngineOptions& o) : block_(o.kv_block) {
+    const int64_t per_block = 2 * c.n_layer * block_ * c.n_embd * int64_t(sizeof(float));
+    blocks_per_seq_ = (c.block_size + block_ - 1) / block_;
+    const int64_t want = o.kv_mb > 0 ? (o.kv_mb << 20) / per_block : blocks_per_seq_ * o.max_seqs;
+    if (want < 1)
+      throw core::ConfigError("--kv-mb " + std::to_string(o.kv_mb) + " holds no block of " + std::to_string(block_) +
+                              " positions (" + std::to_string(per_block) + " bytes each)");
+    blocks_ = want;
+    for (int64_t l = 0; l < c.n_layer; ++l) {
+      k_.push_back(Tensor::empty(Shape{blocks_, block_, c.n_embd}, DType::f32));
+      v_.push_back(Tensor::empty(Shape{blocks_, block_, c.n_embd}, DType::f32));
+    }
+    table_ = Tensor::empty(Shape{o.max_seqs, blocks_per_seq_}, DType::i32);
+    std::fill_n(table_.data_as<int32_t>(), table_.numel(), 0);
+    held_.assign(size_t(o.max_seqs), 0);
+    for (int64_t b = blocks_ - 1; b >= 0; --b) free_.push_back(int32_t(b));
+  }
+  int64_t bytes() const { return int64_t(k_.size()) * 2 * blocks_ * block_ * k_[0].shape()[2] * int64_t(sizeof(float)); }
+  int64_t free_blocks() const { return int64_t(free_.size()); }
+  int64_t blocks_for(int64_t positions) const { return (positions + block_ - 1) / block_; }
+  // Gives slot `s` enough blocks for `positions`; false (nothing taken) if the pool is short.
+  bool reserve(int s, int64_t positions) {
+    const int64_t need = blocks_for(positions);
+    if (need > free_blocks()) return false;
+    int32_t* row = table_.data_as<int32_t>() + s * blocks_per_seq_;
+    for (int64_t i = 0; i < need; ++i) {
+      row[i] = free_.back();
+      free_.pop_back();
+    }
+    held_[size_t(s)] = need;
+    return true;
+  }
+  void release(int s) {
+    int32_t* row = table_.data_as<int32_t>() + s * blocks_per_seq_;
+    for (int64_t i = 0; i < held_[size_t(s)]; ++i) free_.push_back(row[i]);
+    held_[size_t(s)] = 0;
+  }
+  const Tensor& k(int64_t l) const { return k_[size_t(l)]; }
+  const Tensor& v(int64_t l) const { return v_[size_t(l)]; }
+  const Tensor& table() const { return table_; }
+
+ private:
+  int64_t block_, blocks_ = 0, blocks_per_seq_ = 0;
+  std::vector<Tensor> k_, v_;
+  Tensor table_;
+  std::vector<int32_t> free_;
+  std::vector<int64_t> held_;
+};
+
+struct Seq {
+  int64_t id = 0;
+  int slot = 0;
+  std::vector<int32_t> prompt;
+  SamplingParams params;
+  SequenceHistory history;
+  int64_t fed = 0;       // positions in the cache
+  int32_t next = -1;     // sampled, not yet fed
+  int64_t generated = 0;
+  int64_t reserved = 0;  // positions the slot's blocks cover
+  bool cancelled = false;
+  std::string text;      // generated text so far (stop strings)
+};
+
+}  // namespace
+
+struct Engine::Impl {
+  Model model;
+  EngineOptions opt;
+  const data::Tokenizer* tokenizer;
+  cpu::CpuBackend backend;
+  KvPool pool;
+  std::vector<std::unique_ptr<Seq>> seqs;  // active, in admission order
+  std::vector<int> free_slots;
+  int64_t next_id = 0;
+  EngineStats stats;
+  ActivationObserver observer;
+
+  // Buffers for max_step_tokens rows.
+  int64_t max_rows;
+  std::vector<float> x, a, qkv, att, t, h, h2;
+  std::vector<float> mean;  // LayerNorm's mean and rstd outputs (unused by inference), 2 per row
+  std::vector<int32_t> rows;              // (slot, position) per row
+  std::vector<float> gathered, normed, logits, stat;
+  std::vector<unsigned char> workspace;
+  std::vector<int32_t> scratch;
+
+  Impl(Model m, const EngineOptions& o, const data::Tokenizer* tok)
+      : model(std::move(m)), opt(o), tokenizer(tok), backend(o.threads), pool(model.config, o) {
+    const int64_t c = model.config.n_embd;
+    max_rows = opt.max_step_tokens;
+    for (auto* b : {&x, &a, &att, &t}) b->resize(size_t(max_rows * c));
+    qkv.resize(size_t(max_rows * 3 * c));
+    h.resize(size_t(max_rows * 4 * c));
+    h2.resize(h.size());
+    mean.resize(size_t(2 * max_rows));
+    rows.resize(size_t(max_rows * 2));
+    gathered.resize(size_t(opt.max_seqs * c));
+    normed.resize(gathered.size());
+    stat.resize(size_t(2 * opt.max_seqs));
+    logits.resize(size_t(opt.max_seqs * model.config.vocab_size));
+    for (int s = opt.max_seqs - 1; s >= 0; --s) free_slots.push_back(s);
+  }
+
+  void run(OpKind op, std::initializer_list<TensorView> in, std::initializer_list<TensorView> out,
+           const core::OpParams& params = {}) {
+    const core::OpDef& def = core::op_def(op);
+    size_t ws = 0;
+    if (def.workspace_bytes) {
+      std::vector<TensorMeta> metas;
+      for (const TensorView& v : in) metas.push_back(v.meta);
+      ws = def.workspace_bytes(metas, params);
+      if (ws > workspace.size()) workspace.resize(ws);
+    }
+    core::run_op(backend, op, std::span<const TensorView>(in.begin(), in.size()),
+                 std::span<const TensorView>(out.begin(), out.size()), params, workspace.data(), ws);
+  }
+
+  void linear(const QLinear& l, const float* in, int64_t n, float* out) {
+    const TensorView xv = view(in, Shape{n, l.in}), yv = view(out, Shape{n, l.out});
+    if (l.scheme == Scheme::f32) {
+      if (l.bias.defined()) run(OpKind::linear, {xv, l.w.as_view(), l.bias.as_view()}, {yv});
+      else run(OpKind::linear, {xv, l.w.as_view()}, {yv});
+      return;
+    }
+    const OpKind op = l.scheme == Scheme::int8 ? OpKind::linear_q8 : OpKind::linear_q4;
+    if (l.bias.defined()) run(op, {xv, l.w.as_view(), l.scale.as_view(), l.bias.as_view()}, {yv});
+    else run(op, {xv, l.w.as_view(), l.scale.as_view()}, {yv});
+  }
+
+  void layernorm(const float* in, int64_t n, const Tensor& w, const Tensor& b, float* out, float* stats) {
+    const int64_t c = model.config.n_embd;
+    run(OpKind::layernorm, {view(in, Shape{n, c}), w.as_view(), b.as_view()},
+        {view(out, Shape{n, c}), view(stats, Shape{n}), view(stats + n, Shape{n})}, core::LayerNormParams{1e-5f});
+  }
+
+  void observe(int64_t layer, int which, const float* p, int64_t n, int64_t width) {
+    if (observer) observer(layer, which, p, n, width);
+  }
+
+  // The blocks over rows [0, n) (embeddings already in x); the final hidden
+  // states stay in x.
+  void forward(int64_t n) {
+    const models::GptConfig& cfg = model.config;
+    const int64_t c = cfg.n_embd;
+    const TensorView rows_v = view(rows.data(), Shape{n, 2}, DType::i32);
+    for (int64_t l = 0; l < cfg.n_layer; ++l) {
+      const Layer& L = model.layers[size_t(l)];
+      const TensorView xv = view(x.data(), Shape{n, c});
+      layernorm(x.data(), n, L.ln1_w, L.ln1_b, a.data(), mean.data());
+      observe(l, 0, a.data(), n, c);
+      linear(L.qkv, a.data(), n, qkv.data());
+      run(OpKind::kv_attention,
+          {view(qkv.data(), Shape{n, 3 * c}), pool.k(l).as_view(), pool.v(l).as_view(), rows_v, pool.table().as_view()},
+          {view(att.data(), Shape{n, c}), pool.k(l).as_view(), pool.v(l).as_view()},
+          core::AttentionParams{int(cfg.n_head), 0.f});
+      observe(l, 1, att.data(), n, c);
+      linear(L.proj, att.data(), n, t.data());
+      run(OpKind::add, {xv, view(t.data(), Shape{n, c})}, {xv});
+      layernorm(x.data(), n, L.ln2_w, L.ln2_b, a.data(), mean.data());
+      observe(l, 2, a.data(), n, c);
+      linear(L.fc, a.data(), n, h.data());
+      run(OpKind::gelu, {view(h.data(), Shape{n, 4 * c})}, {view(h2.data(), Shape{n, 4 * c})});
+      observe(l, 3, h2.data(), n, 4 * c);
+      linear(L.fc_proj, h2.data(), n, t.data());
+      run(OpKind::add, {xv, view(t.data(), Shape{n, c})}, {xv});
+    }
+  }
+
+  // Final LayerNorm and LM head of the listed rows of x into `out` (k, vocab).
+  void head(const std::vector<int64_t>& which, float* gather, float* norm, float* out) {
+    const int64_t c = model.config.n_embd, k = int64_t(which.size());
+    for (int64_t i = 0; i < k; ++i) std::memcpy(gather + i * c, x.data() + which[size_t(i)] * c, size_t(c) * sizeof(float));
+    layernorm(gather, k, model.lnf_w, model.lnf_b, norm, stat.data());  // k <= max_seqs rows
+    linear(model.head, norm, k, out);
+  }
+
+  int64_t add(const std::vector<int32_t>& prompt, const SamplingParams& p) {
+    const models::GptConfig& cfg = model.config;
+    validate(p, cfg.vocab_size);
+    if (prompt.empty()) throw core::ConfigError("the prompt is empty: give at least one token");
+    for (size_t i = 0; i < prompt.size(); ++i)
+      if (prompt[i] < 0 || prompt[i] >= cfg.vocab_size)
+        throw core::ConfigError("prompt token " + std::to_string(prompt[i]) + " at position " + std::to_string(i) +
+                                " is outside the model's vocabulary [0, " + std::to_string(cfg.vocab_size) + ")");
+    if (int64_t(prompt.size()) >= cfg.block_size)
+      throw core::ConfigError("the prompt has " + std::to_string(prompt.size()) + " tokens; this model's context is " +
+                              std::to_string(cfg.block_size) + " tokens, so a prompt may have at most " +
+                              std::to_string(cfg.block_size - 1));
+    if (free_slots.empty()) return -1;
+    // Every position this sequence can reach: the prompt, then max_tokens
+    // new tokens (the last one is sampled but never fed), within the context.
+    const int64_t reach = std::min<int64_t>(cfg.block_size, int64_t(prompt.size()) + std::max<int64_t>(p.max_tokens, 1));
+    const int slot = free_slots.back();
+    if (!pool.reserve(slot, reach)) return -1;
+    free_slots.pop_back();
+    auto s = std::make_unique<Seq>();
+    s->id = next_id++;
+    s->slot = slot;
+    s->prompt = prompt;
+    s->params = p;
+    s->history = SequenceHistory(cfg.vocab_size);
+    s->history.add_prompt(prompt);
+    s->reserved = reach;
+    seqs.push_back(std::move(s));
+    return seqs.back()->id;
+  }
+
+  void finish(size_t i) {
+    pool.release(seqs[i]->slot);
+    free_slots.push_back(seqs[i]->slot);
+    seqs.erase(seqs.begin() + std::ptrdiff_t(i));
+  }
+
+  // Appends the token's text and reports the first stop string now in it.
+  std::string stop_string_hit(Seq& s, int32_t token) {
+    if (s.params.stop.empty() || !tokenizer) return {};
+    const size_t before = s.text.size();
+    s.text += tokenizer->decode(std::span<const int32_t>(&token, 1));
+    for (const std::string& stop : s.params.stop) {
+      const size_t from = before >= stop.size() ? before - stop.size() + 1 : 0;
+      if (s.text.find(stop, from) != std::string::npos) return stop;
+    }
+    return {};
+  }
+
+  std::vector<TokenEvent> step() {
+    std::vector<TokenEvent> events;
+    for (size_t i = 0; i < seqs.size();) {
+      if (seqs[i]->cancelled) {
+        TokenEvent e;
+        e.seq = seqs[i]->id;
+        e.choice.token = -1;
+        e.finish = Finish::cancelled;
+        events.push_back(e);
+        finish(i);
+      } else {
+        ++i;
+      }
+    }
+    if (seqs.empty()) return events;
+    const double t0 = now();
+    const int64_t c = model.config.n_embd;
+    // Rows: every decoding sequence's token first, then prompt chunks.
+    int64_t n = 0, prompt_rows = 0;
+    std::vector<int64_t> sample_rows;
+    std::vector<Seq*> samplers;
+    auto put = [&](Seq& s, int32_t token) {
+      model.embed(token, s.fed, x.data() + n * c);
+      rows[size_t(2 * n)] = s.slot;
+      rows[size_t(2 * n + 1)] = int32_t(s.fed);
+      ++s.fed;
+      ++n;
+    };
+    for (auto& s : seqs)
+      if (s->next >= 0 && n < max_rows) {
+        put(*s, s->next);
+        s->next = -1;
+        sample_rows.push_back(n - 1);
+        samplers.push_back(s.get());
+      }
+    for (auto& s : seqs) {
+      const int64_t left = int64_t(s->prompt.size()) - s->fed;
+      if (left <= 0 || s->next >= 0) continue;
+      const int64_t take = std::min(left, max_rows - n);
+      if (take <= 0) break;
+      for (int64_t i = 0; i < take; ++i) put(*s, s->prompt[size_t(s->fed)]);
+      prompt_rows += take;
+      if (take == left) {
+        sample_rows.push_back(n - 1);
+        samplers.push_back(s.get());
+      }
+    }
+    forward(n);
+    head(sample_rows, gathered.data(), normed.data(), logits.data());
+    const int64_t vocab = model.config.vocab_size;
+    for (size_t i = 0; i < samplers.size(); ++i) {
+      Seq& s = *samplers[i];
+      TokenEvent e;
+      e.seq = s.id;
+      e.choice = sample(logits.data() + int64_t(i) * vocab, vocab, s.params, s.history, uint64_t(s.generated), scratch);
+      const int32_t tok = e.choice.token;
+      s.history.add_generated(tok);
+      ++s.generated;
+      if (std::find(s.params.stop_tokens.begin(), s.params.stop_tokens.end(), tok) != s.params.stop_tokens.end()) {
+        e.finish = Finish::stop;
+      } else if (std::string hit = stop_string_hit(s, tok); !hit.empty()) {
+        e.finish = Finish::stop;
+        e.stop_matched = hit;
+      } else if (s.generated >= s.params.max_tokens) {
+        e.finish = Finish::length;
+      } else if (s.fed >= model.config.block_size) {
+        e.finish = Finish::length;  // no position left to feed this token at
+        e.context_full = true;
+      } else {
+        s.next = tok;
+      }
+      events.push_back(std::move(e));
+    }
+    for (size_t i = 0; i < seqs.size();) {
+      Seq& s = *seqs[i];
+      const bool done = s.next < 0 && s.fed >= int64_t(s.prompt.size()) &&
+                        std::any_of(events.begin(), events.end(), [&](const TokenEvent& e) {
+                          return e.seq == s.id && e.finish != Finish::none;
+                        });
+      if (done) finish(i);
+      else ++i;
+    }
+    const double dt = now() - t0;
+    ++stats.steps;
+    stats.prefill_tokens += prompt_rows;
+    if (prompt_rows > 0) {
+      stats.prefill_seconds += dt;
+    } else {
+      stats.decode_seconds += dt;
+      stats.decode_tokens += int64_t(samplers.size());
+    }
+    return events;
+  }
+};
+
+Engine::Engine(Model model, const EngineOptions& options, const data::Tokenizer* tokenizer) {
+  ops::register_ops();
+  if (options.max_seqs < 1) throw core::ConfigError("max_seqs must be at least 1");
+  if (options.max_step_tokens < options.max_seqs)
+    throw core::ConfigError("max_step_tokens must be at least max_seqs (" + std::to_string(options.max_seqs) + ")");
+  if (options.kv_block < 1) throw core::ConfigError("kv_block must be at least 1");
+  if (options.kv_mb < 0) throw core::ConfigError("--kv-mb must not be negative");
+  if (model.scheme == Scheme::int4 && model.config.n_embd % 32 != 0)
+    throw core::ConfigError("int4 needs n_embd to be a multiple of 32");
+  impl_ = std::make_unique<Impl>(std::move(model), options, tokenizer);
+}
+
+Engine::~Engine() = default;
+const Model& Engine::model() const { return impl_->model; }
+const EngineOptions& Engine::options() const { return impl_->opt; }
+int64_t Engine::add(const std::vector<int32_t>& prompt, const SamplingParams& params) { return impl_->add(prompt, params); }
+void Engine::cancel(int64_t id) {
+  for (auto& s : impl_->seqs)
+    if (s->id == id) s->cancelled = true;
+}
+std::vector<TokenEvent> Engine::step() { return impl_->step(); }
+bool Engine::idle() const { return impl_->seqs.empty(); }
+int Engine::active() const { return int(impl_->seqs.size()); }
+int64_t Engine::kv_bytes() const { return impl_->pool.bytes(); }
+int64_t Engine::kv_blocks_free() const { return impl_->pool.free_blocks(); }
+const EngineStats& Engine::stats() const { return impl_->stats; }
+void Engine::reset_stats() { impl_->stats = {}; }
+void Engine::set_observer(ActivationObserver obs) { impl_->observer = std::move(obs); }
+
+ScoreResult Engine::score(const std::vector<int32_t>& ids) {
+  Impl& m = *impl_;
+  if (!idle()) throw core::Error("Engine::score needs an idle engine");
+  const models::GptConfig& cfg = m.model.config;
+  if (ids.size() < 2 || int64_t(ids.size()) > cfg.block_size)
+    throw core::ConfigError("score takes 2 to " + std::to_string(cfg.block_size) + " tokens, got " +
+                            std::to_string(ids.size()));
+  for (int32_t id : ids)
+    if (id < 0 || id >= cfg.vocab_size) throw core::ConfigError("token " + std::to_string(id) + " outside the vocabulary");
+  const int slot = m.free_slots.back();
+  if (!m.pool.reserve(slot, int64_t(ids.size()))) throw core::Error("Engine::score: the key/value pool is too small");
+  ScoreResult r;
+  const int64_t c = cfg.n_embd, vocab = cfg.vocab_size;
+  std::vector<float> gather, norm, out;
+  // Chunks of at most max_seqs rows through the head (its buffers' size).
+  int64_t fed = 0;
+  while (fed < int64_t(ids.size()) - 1) {
+    const int64_t n = std::min<int64_t>(m.max_rows, int64_t(ids.size()) - 1 - fed);
+    for (int64_t i = 0; i < n; ++i) {
+      m.model.embed(ids[size_t(fed + i)], fed + i, m.x.data() + i * c);
+      m.rows[size_t(2 * i)] = slot;
+      m.rows[size_t(2 * i + 1)] = int32_t(fed + i);
+    }
+    m.forward(n);
+    for (int64_t i0 = 0; i0 < n; i0 += m.opt.max_seqs) {
+      const int64_t k = std::min<int64_t>(m.opt.max_seqs, n - i0);
+      std::vector<int64_t> which;
+      for (int64_t i = 0; i < k; ++i) which.push_back(i0 + i);
+      gather.resize(size_t(k * c));
+      norm.resize(size_t(k * c));
+      out.resize(size_t(k * vocab));
+      m.head(which, gather.data(), norm.data(), out.data());
+      for (int64_t i = 0; i < k; ++i) {
+        const float* row = out.data() + i * vocab;
+        const float top = *std::max_element(row, row + vocab);
+        double s = 0;
+        for (int64_t j = 0; j < vocab; ++j) s += std::exp(double(row[j]) - top);
+        const int32_t target = ids[size_t(fed + i0 + i + 1)];
+        r.nll_sum += top + std::log(s) - row[target];
+        r.argmax.push_back(int32_t(std::max_element(row, row + vocab) - row));
+        ++r.count;
+      }
+    }
+    fed += n;
+  }
+  m.pool.release(slot);
+  return r;
+}
+
+}  // namespace brisk::infer

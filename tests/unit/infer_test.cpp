@@ -1,0 +1,403 @@
+// The inference engine (src/infer/): KV-cache decoding against the
+// recompute path and Gpt::logits, batching and seeds, quantization error
+// and file round trips, the sampler's filters, and the errors bad input gets.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <numeric>
+#include <set>
+
+#include "brisk/core/error.h"
+#include "brisk/core/safetensors.h"
+#include "brisk/cpu/cpu_backend.h"
+#include "brisk/data/tokenizer.h"
+#include "brisk/infer/engine.h"
+#include "brisk/models/generate.h"
+#include "brisk/train/checkpoint.h"
+
+namespace brisk {
+namespace {
+
+namespace fs = std::filesystem;
+
+models::GptConfig small_config() {
+  models::GptConfig c;
+  c.vocab_size = 256;
+  c.n_layer = 2;
+  c.n_embd = 64;
+  c.n_head = 2;
+  c.block_size = 64;
+  return c;
+}
+
+// A random small GPT saved as a brisk checkpoint (once per process).
+const std::string& checkpoint() {
+  static const std::string dir = [] {
+    const fs::path root = fs::temp_directory_path() / ("brisk_infer_test_" + std::to_string(::getpid()));
+    fs::remove_all(root);
+    cpu::CpuBackend be(2);
+    models::Gpt gpt(small_config(), be);
+    gpt.init_weights(7);
+    // Larger weights than init so the logits are far from uniform and greedy
+    // choices are well separated.
+    for (auto& [name, e] : gpt.params().entries()) {
+      (void)name;
+      float* p = e.value.data_as<float>();
+      for (int64_t i = 0; i < e.value.numel(); ++i) p[i] *= 4.f;
+    }
+    train::TrainState st;
+    st.tokenizer = "bytes";
+    return train::save_checkpoint(root.string(), gpt, nullptr, st, 1);
+  }();
+  return dir;
+}
+
+std::vector<int32_t> prompt_of(int n, int salt = 0) {
+  std::vector<int32_t> p;
+  for (int i = 0; i < n; ++i) p.push_back(int32_t((i * 37 + salt * 11 + 5) % 256));
+  return p;
+}
+
+infer::EngineOptions opts(int seqs = 4) {
+  infer::EngineOptions o;
+  o.max_seqs = seqs;
+  o.threads = 2;
+  o.max_step_tokens = 64;
+  return o;
+}
+
+// Every token of every sequence, by id, until the engine is idle.
+std::map<int64_t, std::vector<int32_t>> drain(infer::Engine& e) {
+  std::map<int64_t, std::vector<int32_t>> out;
+  while (!e.idle())
+    for (const auto& ev : e.step())
+      if (ev.choice.token >= 0) out[ev.seq].push_back(ev.choice.token);
+  return out;
+}
+
+TEST(InferEngine, GreedyMatchesTheRecomputePath) {
+  cpu::CpuBackend be(2);
+  models::Gpt gpt(small_config(), be);
+  train::load_checkpoint(checkpoint(), gpt, nullptr);
+  models::SampleOptions so;
+  so.temperature = 0;
+  so.max_new_tokens = 40;
+  const std::vector<int32_t> prompt = prompt_of(9);
+  const auto all = models::generate(gpt, prompt, so);
+  const std::vector<int32_t> want(all.begin() + 9, all.end());
+
+  infer::Engine e(infer::load_model(checkpoint()), opts());
+  infer::SamplingParams sp;
+  sp.temperature = 0;
+  sp.max_tokens = 40;
+  const int64_t id = e.add(prompt, sp);
+  EXPECT_EQ(drain(e)[id], want);
+}
+
+TEST(InferEngine, ScoreMatchesGptLogits) {
+  cpu::CpuBackend be(2);
+  models::Gpt gpt(small_config(), be);
+  train::load_checkpoint(checkpoint(), gpt, nullptr);
+  const std::vector<int32_t> ids = prompt_of(33, 3);
+  const float* logits = gpt.logits(ids.data(), 1, int64_t(ids.size()));
+  double nll = 0;
+  std::vector<int32_t> top;
+  for (size_t i = 0; i + 1 < ids.size(); ++i) {
+    const float* row = logits + i * 256;
+    const float m = *std::max_element(row, row + 256);
+    double s = 0;
+    for (int j = 0; j < 256; ++j) s += std::exp(double(row[j]) - m);
+    nll += m + std::log(s) - row[ids[i + 1]];
+    top.push_back(int32_t(std::max_element(row, row + 256) - row));
+  }
+  infer::EngineOptions o = opts();
+  o.max_step_tokens = 8;  // the window goes through in chunks of 8 rows
+  infer::Engine e(infer::load_model(checkpoint()), o);
+  const infer::ScoreResult r = e.score(ids);
+  EXPECT_EQ(r.count, 32);
+  EXPECT_NEAR(r.nll_sum, nll, 1e-3 * std::abs(nll));
+  EXPECT_EQ(r.argmax, top);
+}
+
+// A sequence samples the same tokens alone, with others, and when it joins
+// a batch that is already decoding (continuous batching).
+TEST(InferEngine, SeededSamplingIgnoresBatchComposition) {
+  for (infer::Scheme scheme : {infer::Scheme::f32, infer::Scheme::int8}) {
+    SCOPED_TRACE(infer::scheme_name(scheme));
+    infer::Model m = infer::load_model(checkpoint());
+    if (scheme != infer::Scheme::f32) m = infer::quantize(m, scheme);
+    infer::SamplingParams sp;
+    sp.temperature = 0.9f;
+    sp.top_k = 50;
+    sp.max_tokens = 30;
+    sp.seed = 42;
+    infer::Engine alone(m, opts());
+    const int64_t a = alone.add(prompt_of(7), sp);
+    const std::vector<int32_t> want = drain(alone)[a];
+    ASSERT_EQ(want.size(), 30u);
+
+    infer::Engine crowd(m, opts());
+    infer::SamplingParams other = sp;
+    other.seed = 7;
+    crowd.add(prompt_of(12, 1), other);
+    crowd.add(prompt_of(3, 2), other);
+    for (int i = 0; i < 5; ++i) crowd.step();  // the others are decoding when ours joins
+    const int64_t b = crowd.add(prompt_of(7), sp);
+    EXPECT_EQ(drain(crowd)[b], want);
+  }
+}
+
+TEST(InferEngine, DifferentSeedsDiffer) {
+  infer::Engine e(infer::load_model(checkpoint()), opts());
+  infer::SamplingParams sp;
+  sp.temperature = 1.0f;
+  sp.max_tokens = 30;
+  sp.seed = 1;
+  const int64_t a = e.add(prompt_of(5), sp);
+  sp.seed = 2;
+  const int64_t b = e.add(prompt_of(5), sp);
+  auto out = drain(e);
+  EXPECT_NE(out[a], out[b]);
+}
+
+TEST(InferEngine, StopsAtContextMaxTokensStopTokenAndStopString) {
+  auto tok = data::make_byte_tokenizer();
+  infer::Engine e(infer::load_model(checkpoint()), opts(), tok.get());
+  infer::SamplingParams sp;
+  sp.temperature = 0;
+  sp.max_tokens = 1000;
+  const int64_t id = e.add(prompt_of(60), sp);  // 4 positions left in a context of 64
+  std::vector<infer::TokenEvent> last;
+  int64_t n = 0;
+  while (!e.idle())
+    for (auto& ev : e.step()) {
+      ++n;
+      last = {ev};
+    }
+  EXPECT_EQ(n, 5);  // tokens at positions 60..63 are fed; the 5th is sampled from position 63
+  EXPECT_EQ(last[0].seq, id);
+  EXPECT_EQ(last[0].finish, infer::Finish::length);
+  EXPECT_TRUE(last[0].context_full);
+
+  // The greedy continuation, then the same with its 6th token as a stop token / its text as a stop string.
+  sp.max_tokens = 12;
+  const int64_t g = e.add(prompt_of(4), sp);
+  const std::vector<int32_t> free_run = drain(e)[g];
+  ASSERT_EQ(free_run.size(), 12u);
+  infer::SamplingParams st = sp;
+  st.stop_tokens = {free_run[5]};
+  const size_t first = size_t(std::find(free_run.begin(), free_run.end(), free_run[5]) - free_run.begin());
+  const int64_t s1 = e.add(prompt_of(4), st);
+  EXPECT_EQ(drain(e)[s1].size(), first + 1);
+  infer::SamplingParams ss = sp;
+  ss.stop = {tok->decode(std::vector<int32_t>{free_run[6], free_run[7]})};
+  const int64_t s2 = e.add(prompt_of(4), ss);
+  infer::TokenEvent end;
+  std::vector<int32_t> got;
+  while (!e.idle())
+    for (auto& ev : e.step())
+      if (ev.seq == s2) got.push_back(ev.choice.token), end = ev;
+  EXPECT_EQ(end.finish, infer::Finish::stop);
+  EXPECT_EQ(end.stop_matched, ss.stop[0]);
+  EXPECT_LE(got.size(), 8u);
+}
+
+TEST(InferEngine, PoolLimitsAdmissionAndFreesBlocks) {
+  infer::EngineOptions o = opts(4);
+  o.kv_block = 16;
+  // One block holds 2 layers x (k, v) x 16 positions x 64 floats = 16 KiB: 1 MiB is 64 blocks.
+  o.kv_mb = 1;
+  infer::Engine e(infer::load_model(checkpoint()), o);
+  EXPECT_EQ(e.kv_blocks_free(), 64);
+  infer::SamplingParams sp;
+  sp.temperature = 0;
+  sp.max_tokens = 40;  // 8 + 40 positions: 3 blocks
+  for (int i = 0; i < 4; ++i) EXPECT_GE(e.add(prompt_of(8, i), sp), 0);
+  EXPECT_EQ(e.add(prompt_of(8), sp), -1);  // no free slot
+  EXPECT_EQ(e.kv_blocks_free(), 64 - 4 * 3);
+  drain(e);
+  EXPECT_EQ(e.kv_blocks_free(), 64);
+
+  infer::EngineOptions tiny = opts(4);
+  tiny.kv_mb = 0;
+  tiny.max_seqs = 1;
+  infer::Engine t(infer::load_model(checkpoint()), tiny);  // one full context: 4 blocks
+  EXPECT_GE(t.add(prompt_of(8), sp), 0);
+}
+
+TEST(InferEngine, BadInputIsAClearError) {
+  infer::Engine e(infer::load_model(checkpoint()), opts());
+  infer::SamplingParams sp;
+  EXPECT_THROW(e.add(prompt_of(64), sp), core::ConfigError);  // no room left in the context
+  EXPECT_THROW(e.add({}, sp), core::ConfigError);
+  EXPECT_THROW(e.add({1, 256}, sp), core::ConfigError);
+  sp.top_p = 0;
+  EXPECT_THROW(e.add({1}, sp), core::ConfigError);
+  sp = {};
+  sp.stop_tokens = {999};
+  EXPECT_THROW(e.add({1}, sp), core::ConfigError);
+  try {
+    e.add(prompt_of(70), {});
+    FAIL();
+  } catch (const core::ConfigError& err) {
+    EXPECT_NE(std::string(err.what()).find("context is 64"), std::string::npos) << err.what();
+  }
+  EXPECT_THROW(infer::parse_scheme("int3"), core::ConfigError);
+  EXPECT_THROW(infer::load_model("/nonexistent/model"), core::IoError);
+}
+
+// Quantized logits stay close to fp32 ones; int4 further than int8; both
+// survive a save / load round trip bit for bit.
+TEST(InferQuantize, ErrorIsSmallAndFilesRoundTrip) {
+  const infer::Model fp = infer::load_model(checkpoint());
+  const std::vector<int32_t> ids = prompt_of(40, 9);
+  auto nll = [&](const infer::Model& m) {
+    infer::Engine e(m, opts());
+    return e.score(ids);
+  };
+  const infer::ScoreResult base = nll(fp);
+  double prev = 0;
+  for (infer::Scheme s : {infer::Scheme::int8, infer::Scheme::int4}) {
+    SCOPED_TRACE(infer::scheme_name(s));
+    const infer::Model q = infer::quantize(fp, s);
+    EXPECT_LT(q.weight_bytes(), fp.weight_bytes() / (s == infer::Scheme::int8 ? 3 : 5));
+    const infer::ScoreResult r = nll(q);
+    const double rel = std::abs(r.nll_sum - base.nll_sum) / base.nll_sum;
+    EXPECT_LT(rel, s == infer::Scheme::int8 ? 0.01 : 0.08);
+    EXPECT_GT(rel, prev);  // int4 loses more than int8
+    prev = rel;
+    int agree = 0;
+    for (size_t i = 0; i < r.argmax.size(); ++i) agree += r.argmax[i] == base.argmax[i];
+    EXPECT_GE(agree, int(r.argmax.size()) * (s == infer::Scheme::int8 ? 9 : 5) / 10);  // a random 64-wide model; W1: 99.5% and 96.9% (docs/inference.md)
+
+    const std::string path = (fs::path(checkpoint()).parent_path() / (std::string("q_") + infer::scheme_name(s) + ".safetensors")).string();
+    infer::save_quantized(q, path);
+    const infer::Model back = infer::load_model(path);
+    EXPECT_EQ(back.scheme, s);
+    EXPECT_EQ(nll(back).nll_sum, r.nll_sum);
+    EXPECT_THROW(infer::quantize(back, infer::Scheme::int8), core::ConfigError);  // already quantized
+  }
+}
+
+TEST(InferQuantize, AwqCalibrationKeepsTheFunctionAndHelpsInt4) {
+  const infer::Model fp = infer::load_model(checkpoint());
+  std::vector<int32_t> calib;
+  for (int i = 0; i < 256; ++i) calib.push_back(int32_t((i * 91 + 17) % 256));
+  const infer::Model plain = infer::quantize(fp, infer::Scheme::int4);
+  const infer::Model awq = infer::quantize(fp, infer::Scheme::int4, calib);
+  EXPECT_NE(awq.quant_note.find("AWQ"), std::string::npos);
+  const std::vector<int32_t> ids = prompt_of(48, 4);
+  auto nll = [&](const infer::Model& m) {
+    infer::Engine e(m, opts());
+    return e.score(ids).nll_sum;
+  };
+  const double base = nll(fp);
+  // Scaling chosen on calibration activations never makes a layer's own
+  // error worse there; on other text it should at least not hurt much.
+  EXPECT_LT(std::abs(nll(awq) - base), std::abs(nll(plain) - base) * 1.5 + 1e-3 * base);
+}
+
+// A Hugging Face GPT-2 file: "transformer." names, Conv1D weights, config.json.
+TEST(InferLoad, HuggingFaceSafetensorsLoadLikeTheCheckpoint) {
+  const fs::path dir = fs::path(checkpoint()).parent_path() / "hf";
+  fs::create_directories(dir);
+  core::SafetensorsFile f = core::load_safetensors((fs::path(checkpoint()) / "model.safetensors").string());
+  std::vector<core::NamedTensor> named;
+  for (auto& [name, t] : f.tensors) named.push_back({"transformer." + name, t.as_view()});
+  core::save_safetensors((dir / "model.safetensors").string(), named);
+  std::ofstream(dir / "config.json") << R"({"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 2,
+                                           "n_positions": 64, "vocab_size": 256})";
+  const infer::Model hf = infer::load_model(dir.string());
+  EXPECT_EQ(hf.tokenizer, "gpt2");
+  infer::Engine a(hf, opts()), b(infer::load_model(checkpoint()), opts());
+  const std::vector<int32_t> ids = prompt_of(20);
+  EXPECT_EQ(a.score(ids).nll_sum, b.score(ids).nll_sum);
+
+  // Another architecture's file is refused by name.
+  const fs::path other = dir / "llama.safetensors";
+  core::Tensor w = core::Tensor::zeros(core::Shape{4, 4}, core::DType::f32);
+  core::save_safetensors(other.string(), {{"model.layers.0.self_attn.q_proj.weight", w.as_view()}});
+  try {
+    infer::load_model(other.string());
+    FAIL();
+  } catch (const core::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("not a GPT-2 model"), std::string::npos) << e.what();
+  }
+}
+
+// ---- the sampler -------------------------------------------------------------------
+
+std::vector<float> ramp(int n) {  // logit i = i / 4: token n-1 most likely
+  std::vector<float> l(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) l[size_t(i)] = float(i) / 4.f;
+  return l;
+}
+
+TEST(Sampler, FiltersKeepOnlyWhatTheyShould) {
+  infer::SequenceHistory h(100);
+  std::vector<int32_t> scratch;
+  infer::SamplingParams p;
+  p.temperature = 1;
+  p.top_k = 3;
+  std::set<int32_t> seen;
+  for (uint64_t i = 0; i < 300; ++i) {
+    auto l = ramp(100);
+    seen.insert(infer::sample(l.data(), 100, p, h, i, scratch).token);
+  }
+  EXPECT_EQ(seen, (std::set<int32_t>{97, 98, 99}));
+
+  p = {};
+  p.temperature = 1;
+  p.min_p = 0.5f;  // keeps p >= 0.5 p_top: logits within log 2 = 0.69 of the top: 97, 98, 99
+  seen.clear();
+  for (uint64_t i = 0; i < 300; ++i) {
+    auto l = ramp(100);
+    seen.insert(infer::sample(l.data(), 100, p, h, i, scratch).token);
+  }
+  EXPECT_EQ(seen, (std::set<int32_t>{97, 98, 99}));
+
+  p = {};
+  p.temperature = 1;
+  p.top_p = 0.3f;  // the top token alone has ~0.22 of the mass, two have ~0.39
+  seen.clear();
+  for (uint64_t i = 0; i < 300; ++i) {
+    auto l = ramp(100);
+    seen.insert(infer::sample(l.data(), 100, p, h, i, scratch).token);
+  }
+  EXPECT_EQ(seen, (std::set<int32_t>{98, 99}));
+}
+
+TEST(Sampler, PenaltiesAndLogprobs) {
+  std::vector<int32_t> scratch;
+  infer::SequenceHistory h(10);
+  h.add_generated(9);
+  h.add_generated(9);
+  infer::SamplingParams p;
+  p.temperature = 0;
+  p.frequency_penalty = 0.2f;  // 9: 2.25 - 0.4 < 8: 2.0? no: 1.85 < 2.0
+  auto l = ramp(10);
+  EXPECT_EQ(infer::sample(l.data(), 10, p, h, 0, scratch).token, 8);
+  p = {};
+  p.temperature = 0;
+  p.repetition_penalty = 1.5f;  // 9: 2.25 / 1.5 = 1.5 < 8's 2.0
+  l = ramp(10);
+  EXPECT_EQ(infer::sample(l.data(), 10, p, h, 0, scratch).token, 8);
+  p = {};
+  p.temperature = 0;
+  p.logprobs = 3;
+  l = ramp(10);
+  const infer::TokenChoice c = infer::sample(l.data(), 10, p, h, 0, scratch);
+  ASSERT_EQ(c.top.size(), 3u);
+  EXPECT_EQ(c.top[0].first, 9);
+  EXPECT_FLOAT_EQ(c.top[0].second, c.logprob);
+  double total = 0;
+  for (int i = 0; i < 10; ++i) total += std::exp(double(i) / 4 - 2.25 + double(c.logprob));
+  EXPECT_NEAR(total, 1.0, 1e-5);
+  EXPECT_NEAR(c.top[0].second - c.top[1].second, 0.25, 1e-5);
+}
+
+}  // namespace
+}  // namespace brisk
