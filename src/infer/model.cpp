@@ -5,6 +5,7 @@
 #include "brisk/infer/model.h"
 
 #include <cstring>
+#include <functional>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -141,6 +142,28 @@ Tensor linear_weight(const Tensors& t, const std::string& name, int64_t out, int
   return y;
 }
 
+// Positions, the final LayerNorm and every block: the same names in all
+// formats; `linear` reads one Linear ("h.0.attn.c_attn", out, in).
+void read_common(const Tensors& t, Model& m, const std::function<QLinear(const std::string&, int64_t, int64_t)>& linear) {
+  const int64_t c = m.config.n_embd;
+  m.wpe = f32_of(t, "wpe.weight", Shape{m.config.block_size, c});
+  m.lnf_w = f32_of(t, "ln_f.weight", Shape{c});
+  m.lnf_b = f32_of(t, "ln_f.bias", Shape{c});
+  for (int64_t i = 0; i < m.config.n_layer; ++i) {
+    const std::string p = "h." + std::to_string(i) + ".";
+    Layer y;
+    y.ln1_w = f32_of(t, p + "ln_1.weight", Shape{c});
+    y.ln1_b = f32_of(t, p + "ln_1.bias", Shape{c});
+    y.ln2_w = f32_of(t, p + "ln_2.weight", Shape{c});
+    y.ln2_b = f32_of(t, p + "ln_2.bias", Shape{c});
+    y.qkv = linear(p + "attn.c_attn", 3 * c, c);
+    y.proj = linear(p + "attn.c_proj", c, c);
+    y.fc = linear(p + "mlp.c_fc", 4 * c, c);
+    y.fc_proj = linear(p + "mlp.c_proj", c, 4 * c);
+    m.layers.push_back(std::move(y));
+  }
+}
+
 Model fp32_from_tensors(const Tensors& t, models::GptConfig config, const std::string& tokenizer) {
   const int64_t c = config.n_embd, v = config.vocab_size, l = config.n_layer;
   Model m;
@@ -148,25 +171,9 @@ Model fp32_from_tensors(const Tensors& t, models::GptConfig config, const std::s
   m.tokenizer = tokenizer;
   m.source = t.path;
   m.head = QLinear{Scheme::f32, v, c, f32_of(t, "wte.weight", Shape{v, c}), {}, {}};
-  m.wpe = f32_of(t, "wpe.weight", Shape{config.block_size, c});
-  m.lnf_w = f32_of(t, "ln_f.weight", Shape{c});
-  m.lnf_b = f32_of(t, "ln_f.bias", Shape{c});
-  auto lin = [&](const std::string& p, int64_t out, int64_t in) {
+  read_common(t, m, [&](const std::string& p, int64_t out, int64_t in) {
     return QLinear{Scheme::f32, out, in, linear_weight(t, p + ".weight", out, in), {}, f32_of(t, p + ".bias", Shape{out})};
-  };
-  for (int64_t i = 0; i < l; ++i) {
-    const std::string p = "h." + std::to_string(i) + ".";
-    Layer y;
-    y.ln1_w = f32_of(t, p + "ln_1.weight", Shape{c});
-    y.ln1_b = f32_of(t, p + "ln_1.bias", Shape{c});
-    y.ln2_w = f32_of(t, p + "ln_2.weight", Shape{c});
-    y.ln2_b = f32_of(t, p + "ln_2.bias", Shape{c});
-    y.qkv = lin(p + "attn.c_attn", 3 * c, c);
-    y.proj = lin(p + "attn.c_proj", c, c);
-    y.fc = lin(p + "mlp.c_fc", 4 * c, c);
-    y.fc_proj = lin(p + "mlp.c_proj", c, 4 * c);
-    m.layers.push_back(std::move(y));
-  }
+  });
   if (t.has("h." + std::to_string(l) + ".ln_1.weight"))
     throw IoError(t.path + ": has more layers than its config's n_layer " + std::to_string(l));
   return m;
@@ -263,22 +270,9 @@ Model load_quantized(const std::string& path, const core::SafetensorsFile& f) {
   if (m.scheme == Scheme::int4 && c % 32 != 0)
     throw IoError(path + ": int4 needs n_embd to be a multiple of 32, got " + std::to_string(c));
   m.head = read_qlinear(t, "wte", m.scheme, m.config.vocab_size, c, false);
-  m.wpe = f32_of(t, "wpe.weight", Shape{m.config.block_size, c});
-  m.lnf_w = f32_of(t, "ln_f.weight", Shape{c});
-  m.lnf_b = f32_of(t, "ln_f.bias", Shape{c});
-  for (int64_t i = 0; i < m.config.n_layer; ++i) {
-    const std::string p = "h." + std::to_string(i) + ".";
-    Layer y;
-    y.ln1_w = f32_of(t, p + "ln_1.weight", Shape{c});
-    y.ln1_b = f32_of(t, p + "ln_1.bias", Shape{c});
-    y.ln2_w = f32_of(t, p + "ln_2.weight", Shape{c});
-    y.ln2_b = f32_of(t, p + "ln_2.bias", Shape{c});
-    y.qkv = read_qlinear(t, p + "attn.c_attn", m.scheme, 3 * c, c, true);
-    y.proj = read_qlinear(t, p + "attn.c_proj", m.scheme, c, c, true);
-    y.fc = read_qlinear(t, p + "mlp.c_fc", m.scheme, 4 * c, c, true);
-    y.fc_proj = read_qlinear(t, p + "mlp.c_proj", m.scheme, c, 4 * c, true);
-    m.layers.push_back(std::move(y));
-  }
+  read_common(t, m, [&](const std::string& p, int64_t out, int64_t in) {
+    return read_qlinear(t, p, m.scheme, out, in, true);
+  });
   return m;
 }
 
