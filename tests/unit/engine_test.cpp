@@ -19,6 +19,7 @@
 #include "brisk/core/recompute.h"
 #include "brisk/cpu/cpu_backend.h"
 #include "brisk/models/gpt.h"
+#include "brisk/ops/ops.h"
 #include "test_models.h"
 
 using namespace brisk;
@@ -621,4 +622,30 @@ TEST(GraphCache, BuildsOncePerShape) {
   EXPECT_EQ(builds, 2);
   EXPECT_EQ(cache.hits(), 2u);
   EXPECT_EQ(cache.misses(), 2u);
+}
+
+// Backends made and dropped one after another (an inference engine per
+// request, per test) each run oneDNN products correctly: a new backend's
+// matrix-product cache can sit at a freed one's address, and a thread's
+// oneDNN stream must not be taken for the old one's.
+TEST(CpuBackendLifetime, SuccessiveBackendsRunProducts) {
+  ops::register_ops();
+  const int64_t m = 32, k = 64, n = 48;  // past the few-rows path: oneDNN's matmul on AVX-512 machines
+  core::Tensor x = core::Tensor::uniform(core::Shape{m, k}, core::DType::f32, 1, -1, 1);
+  core::Tensor w = core::Tensor::uniform(core::Shape{n, k}, core::DType::f32, 2, -1, 1);
+  std::vector<float> want(size_t(m * n));
+  for (int64_t r = 0; r < m; ++r)
+    for (int64_t o = 0; o < n; ++o) {
+      double s = 0;
+      for (int64_t i = 0; i < k; ++i) s += double(x.data_as<float>()[r * k + i]) * w.data_as<float>()[o * k + i];
+      want[size_t(r * n + o)] = float(s);
+    }
+  for (int round = 0; round < 20; ++round) {
+    cpu::CpuBackend be(2);
+    core::Tensor y = core::Tensor::empty(core::Shape{m, n}, core::DType::f32);
+    const core::TensorView in[] = {x.as_view(), w.as_view()};
+    const core::TensorView out[] = {y.as_view()};
+    ASSERT_NO_THROW(core::run_op(be, core::OpKind::linear, in, out)) << "round " << round;
+    for (int64_t i = 0; i < m * n; ++i) ASSERT_NEAR(y.data_as<float>()[i], want[size_t(i)], 1e-4) << "round " << round;
+  }
 }

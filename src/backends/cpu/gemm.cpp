@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstring>
 #include <dnnl.hpp>
 #include <mutex>
@@ -105,7 +106,7 @@ void sgemm_openblas(const Gemm& product) {
 
 class GemmCache {
  public:
-  GemmCache() : engine_(dnnl::engine::kind::cpu, 0) {}
+  GemmCache() : engine_(dnnl::engine::kind::cpu, 0), id_(next_id_++) {}
 
   struct Entry {
     dnnl::matmul prim;
@@ -125,6 +126,9 @@ class GemmCache {
   }
 
   dnnl::engine& engine() { return engine_; }
+  // Unique per cache for the process's life: a new cache can be allocated at
+  // a freed one's address, so the address cannot say whose stream a thread holds.
+  uint64_t id() const { return id_; }
   int64_t created() const { return created_; }
 
  private:
@@ -158,6 +162,8 @@ class GemmCache {
   std::shared_mutex mutex_;
   std::unordered_map<Key, Entry, KeyHash> map_;
   int64_t created_ = 0;
+  uint64_t id_;
+  static inline std::atomic<uint64_t> next_id_{1};
 };
 
 namespace {
@@ -174,10 +180,10 @@ void gemm_onednn(GemmCache& cache, const Gemm& g) {
   const bool nested = omp_in_parallel();
   const GemmCache::Entry& e = cache.get(g, nested);
   thread_local dnnl::stream stream;
-  thread_local const dnnl::engine* stream_engine = nullptr;
-  if (stream_engine != &cache.engine()) {
+  thread_local uint64_t stream_cache = 0;  // GemmCache::id() the stream was made for
+  if (stream_cache != cache.id()) {
     stream = dnnl::stream(cache.engine());
-    stream_engine = &cache.engine();
+    stream_cache = cache.id();
   }
   thread_local std::vector<char> scratch_buf;  // grows to the largest need, then stays
   if (scratch_buf.size() < e.scratch.get_size()) scratch_buf.resize(e.scratch.get_size());
