@@ -209,7 +209,6 @@ int run_generate_bench(const GenerateBenchOptions& o) {
   for (const Side& s : sides) rows.push_back(s.row);
   if (o.peer) rows.insert(rows.end(), peers.begin(), peers.end());
   const double peer_b1 = o.peer && !peers[0].decode_tok_s.empty() ? median(peers[0].decode_tok_s) : 0;
-  const double fp32_b1 = median(sides[0].row.decode_tok_s);
   std::printf("\n== bench generate I1: %lld-token prompt, %lld new tokens, greedy, %d threads, %d rounds ==\n",
               (long long)o.prompt_tokens, (long long)o.new_tokens, o.threads, o.rounds);
   std::printf("%-20s %26s %24s %9s %10s %10s\n", "row", "decode tok/s [range]", "prefill ms [range]", "x peer b1",
@@ -239,7 +238,6 @@ int run_generate_bench(const GenerateBenchOptions& o) {
   std::printf("greedy fp32 tokens: %s the recompute path (%zu tokens)%s\n", same_as_recompute ? "identical to" : "DIFFER from",
               recompute.size(),
               o.peer ? (same_as_peer ? "; identical to pytorch" : "; differ from pytorch") : "");
-  (void)fp32_b1;
 
   json quality = nullptr;
   if (o.quality) {

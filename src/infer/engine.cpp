@@ -106,6 +106,7 @@ struct Seq {
   int64_t generated = 0;
   int64_t reserved = 0;  // positions the slot's blocks cover
   bool cancelled = false;
+  bool done = false;     // finished this step: leaves before the next
   std::string text;      // generated text so far (stop strings)
 };
 
@@ -130,7 +131,7 @@ struct Engine::Impl {
   std::vector<int32_t> rows;              // (slot, position) per row
   std::vector<float> gathered, normed, logits, stat;
   std::vector<unsigned char> workspace;
-  std::vector<int32_t> scratch;
+  SamplerScratch scratch;
 
   Impl(Model m, const EngineOptions& o, const data::Tokenizer* tok)
       : model(std::move(m)), opt(o), tokenizer(tok), backend(o.threads), pool(model.config, o) {
@@ -154,9 +155,10 @@ struct Engine::Impl {
     const core::OpDef& def = core::op_def(op);
     size_t ws = 0;
     if (def.workspace_bytes) {
-      std::vector<TensorMeta> metas;
-      for (const TensorView& v : in) metas.push_back(v.meta);
-      ws = def.workspace_bytes(metas, params);
+      TensorMeta metas[8];  // no op here takes more than 5 inputs; a stack array keeps steps allocation-free
+      size_t k = 0;
+      for (const TensorView& v : in) metas[k++] = v.meta;
+      ws = def.workspace_bytes(std::span<const TensorMeta>(metas, k), params);
       if (ws > workspace.size()) workspace.resize(ws);
     }
     core::run_op(backend, op, std::span<const TensorView>(in.begin(), in.size()),
@@ -342,15 +344,11 @@ struct Engine::Impl {
       } else {
         s.next = tok;
       }
+      s.done = e.finish != Finish::none;
       events.push_back(std::move(e));
     }
     for (size_t i = 0; i < seqs.size();) {
-      Seq& s = *seqs[i];
-      const bool done = s.next < 0 && s.fed >= int64_t(s.prompt.size()) &&
-                        std::any_of(events.begin(), events.end(), [&](const TokenEvent& e) {
-                          return e.seq == s.id && e.finish != Finish::none;
-                        });
-      if (done) finish(i);
+      if (seqs[i]->done) finish(i);
       else ++i;
     }
     const double dt = now() - t0;

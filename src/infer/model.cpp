@@ -11,8 +11,8 @@
 
 #include "brisk/core/error.h"
 #include "brisk/core/safetensors.h"
-#include "brisk/cpu/cpu_backend.h"
 #include "brisk/ops/quant.h"
+#include "brisk/ops/reference_backend.h"
 #include "brisk/train/checkpoint.h"
 
 namespace brisk::infer {
@@ -106,14 +106,10 @@ struct Tensors {
   bool has(const std::string& name) const { return by_name.count(name) > 0; }
 };
 
-Tensors read_tensors(const std::string& path) {
-  core::SafetensorsFile f = core::load_safetensors(path);
+Tensors tensors_of(const std::map<std::string, Tensor>& tensors, const std::string& path) {
   Tensors t;
   t.path = path;
-  for (auto& [name, tensor] : f.tensors) {
-    std::string n = name.rfind("transformer.", 0) == 0 ? name.substr(12) : name;
-    t.by_name[n] = tensor;
-  }
+  for (auto& [name, tensor] : tensors) t.by_name[name.rfind("transformer.", 0) == 0 ? name.substr(12) : name] = tensor;
   return t;
 }
 
@@ -164,7 +160,11 @@ void read_common(const Tensors& t, Model& m, const std::function<QLinear(const s
   }
 }
 
-Model fp32_from_tensors(const Tensors& t, models::GptConfig config, const std::string& tokenizer) {
+// Linear weights are Conv1D (in, out) in Hugging Face files, (out, in) in
+// brisk's parameter store.
+enum class WeightLayout { conv1d, out_in };
+
+Model fp32_from_tensors(const Tensors& t, models::GptConfig config, const std::string& tokenizer, WeightLayout layout) {
   const int64_t c = config.n_embd, v = config.vocab_size, l = config.n_layer;
   Model m;
   m.config = config;
@@ -172,7 +172,9 @@ Model fp32_from_tensors(const Tensors& t, models::GptConfig config, const std::s
   m.source = t.path;
   m.head = QLinear{Scheme::f32, v, c, f32_of(t, "wte.weight", Shape{v, c}), {}, {}};
   read_common(t, m, [&](const std::string& p, int64_t out, int64_t in) {
-    return QLinear{Scheme::f32, out, in, linear_weight(t, p + ".weight", out, in), {}, f32_of(t, p + ".bias", Shape{out})};
+    Tensor w = layout == WeightLayout::conv1d ? linear_weight(t, p + ".weight", out, in)
+                                               : f32_of(t, p + ".weight", Shape{out, in});
+    return QLinear{Scheme::f32, out, in, std::move(w), {}, f32_of(t, p + ".bias", Shape{out})};
   });
   if (t.has("h." + std::to_string(l) + ".ln_1.weight"))
     throw IoError(t.path + ": has more layers than its config's n_layer " + std::to_string(l));
@@ -278,30 +280,22 @@ Model load_quantized(const std::string& path, const core::SafetensorsFile& f) {
 
 // A brisk checkpoint goes through the trainer's own loader, which checks
 // every tensor's name, dtype and shape (and refuses extras); the weights are
-// then taken from the parameter store, already (out, in).
+// then taken from the parameter store as they are, (out, in).
 Model from_checkpoint(const std::string& ckpt) {
   train::TrainState state;
   models::GptConfig config = train::read_checkpoint_config(ckpt, &state);
   config.compute = core::DType::f32;
   config.attention = "plain";
-  cpu::CpuBackend backend(1);
+  // The reference backend only holds the parameters here; a CpuBackend would
+  // also reset the process's thread count under any engine already running.
+  ops::ReferenceBackend backend;
   models::Gpt gpt(config, backend);
   train::load_checkpoint(ckpt, gpt, nullptr);
   Tensors t;
   t.path = ckpt;
-  for (auto& [name, e] : gpt.params().entries()) {
-    // Back to the file layout fp32_from_tensors reads (Conv1D (in, out)): one transpose each way keeps one reader.
-    if (train::is_hf_conv1d_weight(name) && e.value.shape().rank() == 2) {
-      const int64_t out = e.value.shape()[0], in = e.value.shape()[1];
-      Tensor y = Tensor::empty(Shape{in, out}, DType::f32);
-      for (int64_t o = 0; o < out; ++o)
-        for (int64_t i = 0; i < in; ++i) y.data_as<float>()[i * out + o] = e.value.data_as<float>()[o * in + i];
-      t.by_name[name] = y;
-    } else {
-      t.by_name[name] = e.value;
-    }
-  }
-  Model m = fp32_from_tensors(t, config, state.tokenizer.empty() ? "bytes" : state.tokenizer);
+  // Copies: the store's memory goes with the model when this returns.
+  for (auto& [name, e] : gpt.params().entries()) t.by_name[name] = e.value.clone();
+  Model m = fp32_from_tensors(t, config, state.tokenizer.empty() ? "bytes" : state.tokenizer, WeightLayout::out_in);
   m.source = ckpt;
   return m;
 }
@@ -317,8 +311,8 @@ Model load_model(const std::string& path) {
     const fs::path weights = fs::path(path) / "model.safetensors";
     if (!fs::exists(weights))
       throw IoError(path + ": neither a brisk checkpoint (state.json) nor a model directory (model.safetensors)");
-    const Tensors t = read_tensors(weights.string());
-    return fp32_from_tensors(t, hf_config((fs::path(path) / "config.json").string(), t), "gpt2");
+    const Tensors t = tensors_of(core::load_safetensors(weights.string()).tensors, weights.string());
+    return fp32_from_tensors(t, hf_config((fs::path(path) / "config.json").string(), t), "gpt2", WeightLayout::conv1d);
   }
   core::SafetensorsFile f;
   try {
@@ -328,10 +322,9 @@ Model load_model(const std::string& path) {
                   " is a file, and not a safetensors model file either (" + e.what() + ")");
   }
   if (f.metadata.count("brisk.scheme")) return load_quantized(path, f);
-  Tensors t;
-  t.path = path;
-  for (auto& [name, tensor] : f.tensors) t.by_name[name.rfind("transformer.", 0) == 0 ? name.substr(12) : name] = tensor;
-  return fp32_from_tensors(t, hf_config((fs::path(path).parent_path() / "config.json").string(), t), "gpt2");
+  const Tensors t = tensors_of(f.tensors, path);
+  return fp32_from_tensors(t, hf_config((fs::path(path).parent_path() / "config.json").string(), t), "gpt2",
+                           WeightLayout::conv1d);
 }
 
 }  // namespace brisk::infer

@@ -87,7 +87,9 @@ void fill_logprobs(const float* logits, int64_t vocab, int n, TokenChoice& c, st
 }  // namespace
 
 TokenChoice sample(float* logits, int64_t vocab, const SamplingParams& p, const SequenceHistory& history,
-                   uint64_t index, std::vector<int32_t>& scratch) {
+                   uint64_t index, SamplerScratch& work) {
+  std::vector<int32_t>& scratch = work.ids;
+  std::vector<double>& prob = work.prob;
   apply_penalties(logits, p, history);
   TokenChoice c;
   if (p.temperature == 0.f) {
@@ -112,7 +114,7 @@ TokenChoice sample(float* logits, int64_t vocab, const SamplingParams& p, const 
   }
   std::sort(scratch.begin(), scratch.end(), better);
   // Probabilities of the candidates (relative to the top one).
-  std::vector<double> prob(scratch.size());
+  prob.resize(scratch.size());
   double total = 0;
   for (size_t i = 0; i < scratch.size(); ++i) total += prob[i] = std::exp(double(logits[scratch[i]] - top) * inv_t);
   size_t keep = scratch.size();

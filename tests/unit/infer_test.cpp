@@ -336,42 +336,37 @@ std::vector<float> ramp(int n) {  // logit i = i / 4: token n-1 most likely
   return l;
 }
 
-TEST(Sampler, FiltersKeepOnlyWhatTheyShould) {
+// The tokens 300 seeded draws from ramp(100) produce under `p`.
+std::set<int32_t> drawn(const infer::SamplingParams& p) {
   infer::SequenceHistory h(100);
-  std::vector<int32_t> scratch;
-  infer::SamplingParams p;
-  p.temperature = 1;
-  p.top_k = 3;
+  infer::SamplerScratch scratch;
   std::set<int32_t> seen;
   for (uint64_t i = 0; i < 300; ++i) {
     auto l = ramp(100);
     seen.insert(infer::sample(l.data(), 100, p, h, i, scratch).token);
   }
-  EXPECT_EQ(seen, (std::set<int32_t>{97, 98, 99}));
+  return seen;
+}
+
+TEST(Sampler, FiltersKeepOnlyWhatTheyShould) {
+  infer::SamplingParams p;
+  p.temperature = 1;
+  p.top_k = 3;
+  EXPECT_EQ(drawn(p), (std::set<int32_t>{97, 98, 99}));
 
   p = {};
   p.temperature = 1;
   p.min_p = 0.5f;  // keeps p >= 0.5 p_top: logits within log 2 = 0.69 of the top: 97, 98, 99
-  seen.clear();
-  for (uint64_t i = 0; i < 300; ++i) {
-    auto l = ramp(100);
-    seen.insert(infer::sample(l.data(), 100, p, h, i, scratch).token);
-  }
-  EXPECT_EQ(seen, (std::set<int32_t>{97, 98, 99}));
+  EXPECT_EQ(drawn(p), (std::set<int32_t>{97, 98, 99}));
 
   p = {};
   p.temperature = 1;
   p.top_p = 0.3f;  // the top token alone has ~0.22 of the mass, two have ~0.39
-  seen.clear();
-  for (uint64_t i = 0; i < 300; ++i) {
-    auto l = ramp(100);
-    seen.insert(infer::sample(l.data(), 100, p, h, i, scratch).token);
-  }
-  EXPECT_EQ(seen, (std::set<int32_t>{98, 99}));
+  EXPECT_EQ(drawn(p), (std::set<int32_t>{98, 99}));
 }
 
 TEST(Sampler, PenaltiesAndLogprobs) {
-  std::vector<int32_t> scratch;
+  infer::SamplerScratch scratch;
   infer::SequenceHistory h(10);
   h.add_generated(9);
   h.add_generated(9);

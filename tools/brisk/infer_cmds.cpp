@@ -124,9 +124,11 @@ int run_generate(const GenerateArgs& a) {
   while (!engine.idle()) {
     for (const infer::TokenEvent& e : engine.step()) {
       const size_t i = size_t(std::find(ids.begin(), ids.end(), e.seq) - ids.begin());
-      if (e.choice.token >= 0 && e.finish != infer::Finish::stop) outputs[i].push_back(e.choice.token);
-      else if (e.finish == infer::Finish::stop && !e.stop_matched.empty()) outputs[i].push_back(e.choice.token);
-      if (stream && e.choice.token >= 0 && e.stop_matched.empty() && e.finish != infer::Finish::stop) printer.add(e.choice.token);
+      // A stop token is left out of the text; a token that completes a stop
+      // string is kept in the batch output (cut at the string) but not streamed.
+      const bool stop_token = e.finish == infer::Finish::stop && e.stop_matched.empty();
+      if (e.choice.token >= 0 && !stop_token) outputs[i].push_back(e.choice.token);
+      if (stream && e.choice.token >= 0 && e.finish != infer::Finish::stop) printer.add(e.choice.token);
       if (e.finish != infer::Finish::none) {
         stops[i] = e.stop_matched;
         reasons[i] = e.context_full ? "length (the model's context is full)" : infer::finish_name(e.finish);

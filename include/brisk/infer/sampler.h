@@ -55,10 +55,16 @@ class SequenceHistory {
   std::vector<int32_t> generated_;
 };
 
+// Candidate ids and their probabilities: kept by the caller between calls so
+// that sampling does not allocate once they have grown.
+struct SamplerScratch {
+  std::vector<int32_t> ids;
+  std::vector<double> prob;
+};
+
 // Picks the token for draw number `index` of a sequence. `logits` (vocab) is
-// modified (penalties, temperature); `scratch` is reused between calls to
-// avoid allocating.
+// modified (penalties, temperature).
 TokenChoice sample(float* logits, int64_t vocab, const SamplingParams& p, const SequenceHistory& history,
-                   uint64_t index, std::vector<int32_t>& scratch);
+                   uint64_t index, SamplerScratch& scratch);
 
 }  // namespace brisk::infer

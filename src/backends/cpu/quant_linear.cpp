@@ -99,7 +99,7 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void dot_q8_avx512(const 
     sums[r] = _mm512_reduce_add_epi32(acc[r]) - 128 * ws + tail_offset_q8(xs + r * stride, w, full, k);
 }
 
-__attribute__((target("avx2,avxvnni"))) int32_t hsum256(__m256i v) {
+__attribute__((target("avx2"))) int32_t hsum256(__m256i v) {
   __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
   s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
   s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
@@ -122,13 +122,6 @@ __attribute__((target("avx2,avxvnni"))) void dot_q8_avxvnni(const uint8_t* xs, i
   for (int r = 0; r < nr; ++r) sums[r] = hsum256(acc[r]) - 128 * ws + tail_offset_q8(xs + r * stride, w, full, k);
 }
 
-__attribute__((target("avx2"))) int32_t hsum256_avx2(__m256i v) {
-  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
-  return _mm_cvtsi128_si32(s);
-}
-
 __attribute__((target("avx2"))) void dot_q8_avx2(const uint8_t* xs, int64_t stride, int nr, const int8_t* w,
                                                  int64_t k, int32_t* sums) {
   const int64_t full = k / 32 * 32;
@@ -147,7 +140,7 @@ __attribute__((target("avx2"))) void dot_q8_avx2(const uint8_t* xs, int64_t stri
     int32_t tail = 0;
     const int8_t* x = reinterpret_cast<const int8_t*>(xs + r * stride);
     for (int64_t i = full; i < k; ++i) tail += int32_t(x[i]) * w[i];
-    sums[r] = hsum256_avx2(acc[r]) + tail;
+    sums[r] = hsum256(acc[r]) + tail;
   }
 }
 
