@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <random>
 
@@ -65,6 +66,18 @@ void apply_penalties(float* logits, const SamplingParams& p, const SequenceHisto
       if (const int32_t n = h.count(t); n > 0) logits[t] -= float(n) * p.frequency_penalty + p.presence_penalty;
 }
 
+// The first index of the largest logit. A vectorised max, then a search for
+// it: std::max_element's compare-and-track chain is ~4x slower over a 50k
+// vocabulary, which showed in batched greedy decoding. (NaN logits are not
+// expected; with one, the result is some index rather than the NaN's.)
+int32_t argmax(const float* logits, int64_t vocab) {
+  float top = -std::numeric_limits<float>::infinity();
+#pragma omp simd reduction(max : top)
+  for (int64_t i = 0; i < vocab; ++i) top = std::max(top, logits[i]);
+  const float* at = std::find(logits, logits + vocab, top);
+  return int32_t(at == logits + vocab ? 0 : at - logits);
+}
+
 // log(sum(exp(logits))) over the whole vocabulary.
 double log_sum_exp(const float* logits, int64_t vocab) {
   const float top = *std::max_element(logits, logits + vocab);
@@ -93,7 +106,7 @@ TokenChoice sample(float* logits, int64_t vocab, const SamplingParams& p, const 
   apply_penalties(logits, p, history);
   TokenChoice c;
   if (p.temperature == 0.f) {
-    c.token = int32_t(std::max_element(logits, logits + vocab) - logits);  // the first of equal maxima
+    c.token = argmax(logits, vocab);
     if (p.logprobs >= 0) fill_logprobs(logits, vocab, p.logprobs, c, scratch);
     return c;
   }

@@ -216,6 +216,10 @@ std::vector<TestCase> linear_cases() {
   }
   cases.push_back({"1d x", {spec({13}), spec({7, 13}), spec({7})}, NoParams{}});
   cases.push_back({"wide", {spec({2, 3, 64}), spec({96, 64}), spec({96})}, NoParams{}});
+  // Decoding shapes: 16 rows (the CPU's few-row kernel, tails in every
+  // direction) and 40 rows (the gemm).
+  cases.push_back({"16 rows", {spec({16, 100}), spec({37, 100}), spec({37})}, NoParams{}});
+  cases.push_back({"40 rows", {spec({40, 70}), spec({29, 70}), spec({29})}, NoParams{}});
   // fp16 mixed precision's Linear (the CPU kernel widens with F16C, sgemm, narrows).
   cases.push_back({"3d bias f16", {spec({3, 7, 33}, DType::f16), spec({13, 33}, DType::f16), spec({13}, DType::f16)},
                    NoParams{}});

@@ -235,6 +235,7 @@ void use_int8_path(cpu::Int8Dot p) {
 // Back to what the machine runs with no override.
 void restore_paths() {
   unsetenv("BRISK_INT8");
+  unsetenv("BRISK_FEW_ROWS");
   use_bf16_path(native_features().bf16);
 }
 
@@ -274,6 +275,13 @@ void check_forward(core::OpKind kind) {
         paths.clear();
         for (cpu::Int8Dot p : int8_paths()) paths.push_back({std::string("/") + cpu::int8_dot_name(p), [p] { use_int8_path(p); }});
       }
+      // f32 Linear over <= 16 rows has an AVX-512 kernel and a portable one.
+      if (kind == core::OpKind::linear && key == DType::f32 && backend->name() == "cpu" &&
+          native_features().few_rows_avx512)
+        paths.push_back({"/few-rows-portable", [] {
+                           setenv("BRISK_FEW_ROWS", "portable", 1);
+                           cpu::reload_cpu_features();
+                         }});
       for (const auto& [suffix, enter] : paths) {
         if (!suffix.empty()) enter();
         const Outputs got = device ? run_device(*backend, def, tc, inputs) : run_host(*backend, def, tc, inputs);

@@ -45,6 +45,10 @@ struct CpuFeatures {
   Int8Dot int8 = Int8Dot::scalar;
   Int8Dot int8_best = Int8Dot::scalar;  // what the CPU has, whatever BRISK_INT8 says
   std::string int8_reason;
+  // f32 Linear over <= 16 rows (decoding): 4x4 AVX-512 tiles where the CPU
+  // has AVX-512, a compiler-vectorised loop otherwise or under
+  // BRISK_FEW_ROWS=portable (tests run both).
+  bool few_rows_avx512 = false;
 };
 
 // Read once (thread-safe) from cpuid, oneDNN and the environment.

@@ -45,7 +45,8 @@ const char* env(const char* name) {
 }
 
 void detect_int8(CpuFeatures& f) {
-  const bool avx512_vnni = __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw");
+  const bool avx512_vnni = __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw") &&
+                           __builtin_cpu_supports("avx512vl");
   // AVX-VNNI (CPUID.(7,1):EAX[4]): the VEX-encoded 256-bit vpdpbusd.
   unsigned a = 0, b = 0, c = 0, d = 0;
   const bool avx_vnni = __get_cpuid_count(7, 1, &a, &b, &c, &d) && ((a >> 4) & 1);
@@ -103,6 +104,8 @@ CpuFeatures detect() {
     f.f32_reason = "oneDNN " + f.onednn_isa + " (no AVX-512): OpenBLAS";
   }
   detect_int8(f);
+  const char* rows = env("BRISK_FEW_ROWS");
+  f.few_rows_avx512 = f.avx512f && __builtin_cpu_supports("avx512vl") && !(rows && std::strcmp(rows, "portable") == 0);
   return f;
 }
 

@@ -15,11 +15,22 @@
 // chunks (scratch from the op's workspace), run the f32 gemm, and narrow the
 // result: f32 accumulation, bounded scratch. OpenBLAS's sbgemm is no help:
 // Debian's build has none.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
 #include <vector>
 
+// GCC 12 reports the deliberately undefined upper halves inside its own
+// AVX-512 intrinsics as uninitialized.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
 #include "brisk/core/op.h"
+#include "brisk/cpu/cpu_features.h"
 #include "cpu_util.h"
 #include "gemm.h"
+#include "hsum16.h"
 #include "kernels.h"
 
 namespace brisk::cpu {
@@ -103,32 +114,108 @@ void linear_direct(const KernelCall& c, core::DType t) {
 }
 
 // A Linear over a few rows (decoding: one row per sequence) streams the
-// weight once: each thread takes a slice of the output features and dots
-// every row with each weight row while it is in L1. oneDNN's matmul
-// re-packs the weight on each such call (a copy of all of it, ~2x slower at
-// W1's LM head). Every output element is one dot product in a fixed order,
-// so a row's result does not depend on how many rows share the call.
+// weight once. oneDNN's matmul re-packs the whole weight on each such call
+// (~2x slower at W1's LM head), so these rows take a kernel of their own:
+// each thread takes a slice of the output features in blocks of 4, and a
+// block's 4 weight rows stay in L1 while every group of 4 activation rows
+// is dotted with them: 16 accumulators, summed at the end by hsum16_ps.
+// Every output element is one dot product in a fixed order whatever the
+// tile around it, so a row's result does not depend on how many rows share
+// the call (the same prompt decodes the same alone or in a batch).
 constexpr int64_t kFewRows = 16;
+constexpr int kTile = 4;
+
+struct FewRows {
+  const float *x, *w, *bias;
+  float* y;
+  int64_t rows, out, in;
+};
+
+// The kTile x kTile dot products of rows x[0..nr) and weight rows w[0..no),
+// lane r * kTile + o of the result (each row's outputs side by side). Missing rows repeat the first one (their
+// sums are dropped), so the loop has no branches.
+template <int kRows>
+__attribute__((target("avx512f"))) __m512 tile_dots_avx512(const float* x, const float* w, int no, int64_t k) {
+  const float* xr[kTile];
+  const float* wr[kTile];
+  for (int i = 0; i < kTile; ++i) xr[i] = x + (i < kRows ? i : 0) * k, wr[i] = w + (i < no ? i : 0) * k;
+  __m512 acc[kTile * kTile];
+  // Unrolled before GCC's scalar replacement runs, so the accumulators live
+  // in registers (otherwise they are stored to the stack on every step).
+#pragma GCC unroll 16
+  for (auto& a : acc) a = _mm512_setzero_ps();
+  for (int64_t i = 0; i < k; i += 16) {  // the last step masks the tail
+    const __mmask16 m = k - i >= 16 ? __mmask16(0xffff) : __mmask16((1u << (k - i)) - 1);
+    __m512 wv[kTile];
+#pragma GCC unroll 4
+    for (int o = 0; o < kTile; ++o) {
+      wv[o] = _mm512_maskz_loadu_ps(m, wr[o] + i);
+      _mm_prefetch(reinterpret_cast<const char*>(wr[o] + i + kTile * k), _MM_HINT_T0);  // the next block's line
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < kRows; ++r) {
+      const __m512 xv = _mm512_maskz_loadu_ps(m, xr[r] + i);
+#pragma GCC unroll 4
+      for (int o = 0; o < kTile; ++o) acc[r * kTile + o] = _mm512_fmadd_ps(xv, wv[o], acc[r * kTile + o]);
+    }
+  }
+  return hsum16_ps(acc[0], acc[1], acc[2], acc[3], acc[4], acc[5], acc[6], acc[7], acc[8], acc[9], acc[10], acc[11],
+                   acc[12], acc[13], acc[14], acc[15]);
+}
+
+__attribute__((target("avx512f,avx512vl"))) void few_rows_avx512(const FewRows& p, int64_t o0, int64_t o1) {
+  alignas(64) float dots[kTile * kTile];
+  for (int64_t o = o0; o < o1; o += kTile) {
+    const int no = int(std::min<int64_t>(kTile, o1 - o));
+    const float* w = p.w + o * p.in;
+    // The block's 4 biases in every 128-bit chunk (one chunk per row).
+    const __m512 bias = p.bias ? _mm512_broadcast_f32x4(_mm_maskz_loadu_ps(__mmask8((1u << no) - 1), p.bias + o))
+                               : _mm512_setzero_ps();
+    for (int64_t r0 = 0; r0 < p.rows; r0 += kTile) {
+      const int nr = int(std::min<int64_t>(kTile, p.rows - r0));
+      const float* x = p.x + r0 * p.in;
+      __m512 s;
+      switch (nr) {
+        case 1: s = tile_dots_avx512<1>(x, w, no, p.in); break;
+        case 2: s = tile_dots_avx512<2>(x, w, no, p.in); break;
+        case 3: s = tile_dots_avx512<3>(x, w, no, p.in); break;
+        default: s = tile_dots_avx512<4>(x, w, no, p.in); break;
+      }
+      _mm512_store_ps(dots, _mm512_add_ps(s, bias));
+      for (int r = 0; r < nr; ++r) std::memcpy(p.y + (r0 + r) * p.out + o, dots + r * kTile, size_t(no) * sizeof(float));
+    }
+  }
+}
+
+// Without AVX-512: one dot product per output, vectorised by the compiler.
+void few_rows_portable(const FewRows& p, int64_t o0, int64_t o1) {
+  for (int64_t o = o0; o < o1; ++o) {
+    const float* wr = p.w + o * p.in;
+    const float b = p.bias ? p.bias[o] : 0.f;
+    for (int64_t r = 0; r < p.rows; ++r) {
+      const float* xr = p.x + r * p.in;
+      float s = 0.f;
+#pragma omp simd reduction(+ : s)
+      for (int64_t k = 0; k < p.in; ++k) s += xr[k] * wr[k];
+      p.y[r * p.out + o] = s + b;
+    }
+  }
+}
 
 void linear_few_rows(const KernelCall& c) {
-  const int64_t out = c.in(1).shape()[0], in = c.in(1).shape()[1];
-  const int64_t rows = c.out(0).numel() / std::max<int64_t>(out, 1);
-  const float* x = c.in(0).as<float>();
-  const float* w = c.in(1).as<float>();
-  const float* bias = c.inputs.size() == 3 ? c.in(2).as<float>() : nullptr;
-  float* y = c.out(0).as<float>();
-  parallel_for(out, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(in * rows, 1)), [&](int64_t lo, int64_t hi) {
-    for (int64_t o = lo; o < hi; ++o) {
-      const float* wr = w + o * in;
-      const float b = bias ? bias[o] : 0.f;
-      for (int64_t r = 0; r < rows; ++r) {
-        const float* xr = x + r * in;
-        float s = 0.f;
-#pragma omp simd reduction(+ : s)
-        for (int64_t k = 0; k < in; ++k) s += xr[k] * wr[k];
-        y[r * out + o] = s + b;
-      }
-    }
+  FewRows p;
+  p.out = c.in(1).shape()[0], p.in = c.in(1).shape()[1];
+  p.rows = c.out(0).numel() / std::max<int64_t>(p.out, 1);
+  p.x = c.in(0).as<float>(), p.w = c.in(1).as<float>();
+  p.bias = c.inputs.size() == 3 ? c.in(2).as<float>() : nullptr;
+  p.y = c.out(0).as<float>();
+  const bool avx512 = cpu_features().few_rows_avx512;
+  const int64_t blocks = (p.out + kTile - 1) / kTile;
+  const int64_t grain = std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(p.in * p.rows * kTile, 1));
+  parallel_for(blocks, grain, [&](int64_t lo, int64_t hi) {
+    const int64_t o0 = lo * kTile, o1 = std::min(p.out, hi * kTile);
+    if (avx512) few_rows_avx512(p, o0, o1);
+    else few_rows_portable(p, o0, o1);
   });
 }
 

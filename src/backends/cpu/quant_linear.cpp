@@ -18,10 +18,13 @@
 //
 // Every path gives the same int32 sums, so the results differ only in the
 // order of the final float scaling. Output features are split across
-// threads; each thread runs every activation row against its weight rows in
-// blocks of 4 rows, so a weight row is read from memory once per call.
+// threads; each thread runs every activation row against its weight rows, so
+// a weight row is read from memory once per call: on avx512_vnni in 4x4
+// tiles of (weight rows x activation rows), elsewhere one weight row against
+// blocks of 4 activation rows.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 
 // GCC 12 reports the deliberately undefined upper halves inside its own
@@ -32,6 +35,7 @@
 #include "brisk/cpu/cpu_features.h"
 #include "brisk/ops/quant.h"
 #include "cpu_util.h"
+#include "hsum16.h"
 #include "kernels.h"
 
 namespace brisk::cpu {
@@ -83,22 +87,6 @@ __attribute__((optimize("no-tree-vectorize"))) int32_t tail_offset_q8(const uint
   return acc;
 }
 
-__attribute__((target("avx512f,avx512bw,avx512vnni"))) void dot_q8_avx512(const uint8_t* xs, int64_t stride, int nr,
-                                                                            const int8_t* w, int64_t k, int32_t* sums) {
-  const int64_t full = k / 64 * 64;
-  const __m512i ones = _mm512_set1_epi8(1);
-  __m512i acc[kRowBlock], wsum = _mm512_setzero_si512();
-  for (int r = 0; r < kRowBlock; ++r) acc[r] = _mm512_setzero_si512();
-  for (int64_t i = 0; i < full; i += 64) {
-    const __m512i wv = _mm512_loadu_si512(w + i);
-    wsum = _mm512_dpbusd_epi32(wsum, ones, wv);
-    for (int r = 0; r < nr; ++r) acc[r] = _mm512_dpbusd_epi32(acc[r], _mm512_loadu_si512(xs + r * stride + i), wv);
-  }
-  const int32_t ws = _mm512_reduce_add_epi32(wsum);
-  for (int r = 0; r < nr; ++r)
-    sums[r] = _mm512_reduce_add_epi32(acc[r]) - 128 * ws + tail_offset_q8(xs + r * stride, w, full, k);
-}
-
 __attribute__((target("avx2"))) int32_t hsum256(__m256i v) {
   __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
   s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
@@ -146,12 +134,106 @@ __attribute__((target("avx2"))) void dot_q8_avx2(const uint8_t* xs, int64_t stri
 
 DotQ8 dot_q8_for(Int8Dot path) {
   switch (path) {
-    case Int8Dot::avx512_vnni: return dot_q8_avx512;
+    case Int8Dot::avx512_vnni:  // q8_tiles_avx512 instead
     case Int8Dot::avx_vnni: return dot_q8_avxvnni;
     case Int8Dot::avx2: return dot_q8_avx2;
     case Int8Dot::scalar: return dot_q8_scalar;
   }
   return dot_q8_scalar;
+}
+
+// ---- avx512_vnni: 4x4 tiles ----
+// Like the f32 few-row kernel (matmul.cpp): a block of 4 weight rows stays
+// in L1 while each group of 4 activation rows is dotted with it, 16
+// accumulators summed at the end by hsum16_epi32. Masked loads take the
+// tail (zero bytes add nothing to either sum), so k needs no multiple of 64.
+
+__attribute__((target("avx512f,avx512bw"))) inline __mmask64 tail_mask64(int64_t left) {
+  return left >= 64 ? ~__mmask64(0) : (__mmask64(1) << left) - 1;
+}
+
+// sum(w[0..k)) for one weight row (the -128 correction of the x + 128 codes).
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) int32_t row_sum_q8(const int8_t* w, int64_t k) {
+  const __m512i ones = _mm512_set1_epi8(1);
+  __m512i acc = _mm512_setzero_si512();
+  for (int64_t i = 0; i < k; i += 64) acc = _mm512_dpbusd_epi32(acc, ones, _mm512_maskz_loadu_epi8(tail_mask64(k - i), w + i));
+  return _mm512_reduce_add_epi32(acc);
+}
+
+// Lane r * kRowBlock + o: dot(x + 128 codes of row r, weight row o); rows
+// past kRows / no repeat the first (their sums are dropped).
+template <int kRows>
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) __m512i tile_q8_avx512(const uint8_t* xs, int64_t stride,
+                                                                               const int8_t* w, int no, int64_t k) {
+  const uint8_t* xr[kRowBlock];
+  const int8_t* wr[kRowBlock];
+  for (int i = 0; i < kRowBlock; ++i) xr[i] = xs + (i < kRows ? i : 0) * stride, wr[i] = w + (i < no ? i : 0) * k;
+  __m512i acc[kRowBlock * kRowBlock];
+  // Unrolled before GCC's scalar replacement runs, so the accumulators live
+  // in registers (otherwise they are stored to the stack on every step).
+#pragma GCC unroll 16
+  for (auto& a : acc) a = _mm512_setzero_si512();
+  for (int64_t i = 0; i < k; i += 64) {
+    const __mmask64 m = tail_mask64(k - i);
+    __m512i wv[kRowBlock];
+#pragma GCC unroll 4
+    for (int o = 0; o < kRowBlock; ++o) {
+      wv[o] = _mm512_maskz_loadu_epi8(m, wr[o] + i);
+      _mm_prefetch(reinterpret_cast<const char*>(wr[o] + i + kRowBlock * k), _MM_HINT_T0);  // the next block's line
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < kRows; ++r) {
+      const __m512i xv = _mm512_maskz_loadu_epi8(m, xr[r] + i);
+#pragma GCC unroll 4
+      for (int o = 0; o < kRowBlock; ++o) acc[r * kRowBlock + o] = _mm512_dpbusd_epi32(acc[r * kRowBlock + o], xv, wv[o]);
+    }
+  }
+  return hsum16_epi32(acc[0], acc[1], acc[2], acc[3], acc[4], acc[5], acc[6], acc[7], acc[8], acc[9], acc[10],
+                      acc[11], acc[12], acc[13], acc[14], acc[15]);
+}
+
+struct Q8Call {
+  const uint8_t* codes;  // activation rows, x + 128, `padded` bytes apart
+  const float* scales;   // per activation row
+  const int8_t* w;
+  const float *wscale, *bias;
+  float* y;
+  Dims d;
+};
+
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) void q8_tiles_avx512(const Q8Call& q, int64_t o0,
+                                                                                       int64_t o1) {
+  const Dims& d = q.d;
+  alignas(64) float out[kRowBlock * kRowBlock];
+  // Lane r * 4 + o takes row r's scale: lanes / 4.
+  const __m512i row_of_lane = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+  for (int64_t o = o0; o < o1; o += kRowBlock) {
+    const int no = int(std::min<int64_t>(kRowBlock, o1 - o));
+    const __mmask8 om = __mmask8((1u << no) - 1);
+    const int8_t* w = q.w + o * d.k;
+    alignas(16) int32_t wsum[kRowBlock] = {0, 0, 0, 0};
+    for (int j = 0; j < no; ++j) wsum[j] = row_sum_q8(w + j * d.k, d.k);
+    // Per lane r * 4 + o: the weight row's -128 correction, scale and bias.
+    const __m512i corr = _mm512_broadcast_i32x4(_mm_slli_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(wsum)), 7));
+    const __m512 wscale = _mm512_broadcast_f32x4(_mm_maskz_loadu_ps(om, q.wscale + o));
+    const __m512 bias = q.bias ? _mm512_broadcast_f32x4(_mm_maskz_loadu_ps(om, q.bias + o)) : _mm512_setzero_ps();
+    for (int64_t r0 = 0; r0 < d.rows; r0 += kRowBlock) {
+      const int nr = int(std::min<int64_t>(kRowBlock, d.rows - r0));
+      const uint8_t* x = q.codes + r0 * d.padded;
+      __m512i s;
+      switch (nr) {
+        case 1: s = tile_q8_avx512<1>(x, d.padded, w, no, d.k); break;
+        case 2: s = tile_q8_avx512<2>(x, d.padded, w, no, d.k); break;
+        case 3: s = tile_q8_avx512<3>(x, d.padded, w, no, d.k); break;
+        default: s = tile_q8_avx512<4>(x, d.padded, w, no, d.k); break;
+      }
+      const __m512 xscale = _mm512_permutexvar_ps(
+          row_of_lane, _mm512_castps128_ps512(_mm_maskz_loadu_ps(__mmask8((1u << nr) - 1), q.scales + r0)));
+      const __m512 dots = _mm512_cvtepi32_ps(_mm512_sub_epi32(s, corr));
+      _mm512_store_ps(out, _mm512_fmadd_ps(dots, _mm512_mul_ps(xscale, wscale), bias));
+      for (int r = 0; r < nr; ++r) std::memcpy(q.y + (r0 + r) * d.n + o, out + r * kRowBlock, size_t(no) * sizeof(float));
+    }
+  }
 }
 
 void linear_q8_f32(const KernelCall& c) {
@@ -165,13 +247,22 @@ void linear_q8_f32(const KernelCall& c) {
     for (int64_t r = b; r < e; ++r)
       scales[r] = quantize_row_q8(x + r * d.k, d.k, reinterpret_cast<int8_t*>(codes + r * d.padded), offset);
   });
-  const DotQ8 dot = dot_q8_for(path);
   const int8_t* w = c.in(1).as<int8_t>();
   const float* wscale = c.in(2).as<float>();
   const float* bias = c.inputs.size() == 4 ? c.in(3).as<float>() : nullptr;
   float* y = c.out(0).as<float>();
   // Split the output features; enough work per thread to wake the team.
-  parallel_for(d.n, std::max<int64_t>(1, 32768 / std::max<int64_t>(d.k * d.rows, 1)), [&](int64_t nb, int64_t ne) {
+  const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(d.k * d.rows, 1));
+  if (path == Int8Dot::avx512_vnni) {
+    const Q8Call q{codes, scales, w, wscale, bias, y, d};
+    const int64_t blocks = (d.n + kRowBlock - 1) / kRowBlock;
+    parallel_for(blocks, std::max<int64_t>(1, grain / kRowBlock), [&](int64_t b, int64_t e) {
+      q8_tiles_avx512(q, b * kRowBlock, std::min(d.n, e * kRowBlock));
+    });
+    return;
+  }
+  const DotQ8 dot = dot_q8_for(path);
+  parallel_for(d.n, grain, [&](int64_t nb, int64_t ne) {
     int32_t sums[kRowBlock];
     for (int64_t o = nb; o < ne; ++o) {
       const float bo = bias ? bias[o] : 0.f;
