@@ -2,7 +2,7 @@
 """Fails when a layer includes a header of a layer above it.
 
 The layers (docs/architecture.md) link only downwards:
-    core <- ops <- backends (cpu, cuda) <- data, monitor, models, optim <- train <- infer, export <- bench, CLI
+    core <- ops <- backends (cpu, cuda) <- data, monitor, models, optim <- train <- infer, export <- bench, serve <- CLI
 Each source or header directory may include brisk headers only from the
 layers listed for it below. Prints every offending line and exits 1.
 """
@@ -25,6 +25,7 @@ ALLOWED = {
     "bench": BELOW_TRAIN | {"train", "infer", "bench"},
     "infer": BELOW_TRAIN | {"train", "infer"},
     "export": BELOW_TRAIN | {"train", "export"},
+    "serve": BELOW_TRAIN | {"train", "infer", "serve"},
 }
 # Where each layer's files live.
 DIRS = {
@@ -40,6 +41,7 @@ DIRS = {
     "bench": ["include/brisk/bench", "src/bench"],
     "infer": ["include/brisk/infer", "src/infer"],
     "export": ["include/brisk/export", "src/export"],
+    "serve": ["include/brisk/serve", "src/serve"],
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s+"brisk/([a-z_]+)/([^"]+)"')
 SUFFIXES = {".h", ".hpp", ".cpp", ".cu", ".cuh", ".inc"}

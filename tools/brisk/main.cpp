@@ -20,6 +20,7 @@
 #include "export_cmd.h"
 #include "infer_cmds.h"
 #include "prune_cmd.h"
+#include "serve_cmd.h"
 #include "data_cmds.h"
 
 using namespace brisk;
@@ -150,6 +151,7 @@ int main(int argc, char** argv) {
   const cli::PlanCommand plan_cmd = cli::add_plan_command(app);
   const cli::ExportCommand export_cmd = cli::add_export_command(app);  // export onnx (export_cmd.cpp)
   const cli::PruneCommand prune_cmd = cli::add_prune_command(app);  // prune_cmd.cpp
+  const cli::ServeCommand serve_cmd = cli::add_serve_command(app);  // serve_cmd.cpp
 
   // A bad command line is a user error like any other: exit code 2 (CLI11's
   // own codes run from 100 up), but --help still exits 0.
@@ -166,6 +168,7 @@ int main(int argc, char** argv) {
     if (*plan_cmd.app) return plan_cmd.run();
     if (*export_cmd.app) return export_cmd.run();
     if (*prune_cmd.app) return prune_cmd.run();
+    if (*serve_cmd.app) return serve_cmd.run();
     if (record_cmds.parsed()) return record_cmds.run();
     if (*prep_cmd) {
       const data::PrepareSummary s = data::prepare_dataset(po);

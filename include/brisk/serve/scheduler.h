@@ -1,0 +1,95 @@
+// The scheduler between the HTTP threads and the inference engine.
+//
+// The engine is not thread-safe, so one thread owns it: between two engine
+// steps it admits queued requests (in arrival order, while the engine has a
+// free slot and cache blocks), cancels the ones whose client has gone, runs
+// step() and hands every TokenEvent to the Channel of its request. HTTP
+// threads only touch the bounded queue (submit) and their own Channel.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "brisk/infer/engine.h"
+
+namespace brisk::serve {
+
+// The events of one request, from the scheduler thread to the HTTP thread
+// that answers it. Closed after the event that finishes the sequence, or
+// with an error when the request could not run to its end.
+class Channel {
+ public:
+  // Blocks until there are events or the channel is closed; moves the
+  // pending events into `out`. False once closed with nothing left.
+  bool next(std::vector<infer::TokenEvent>& out);
+  // The reason it was closed without a finishing event (empty otherwise),
+  // and the HTTP status that fits it: 400 the request cannot run, 500 the
+  // engine failed, 503 the server is stopping (499: the client went away,
+  // so nobody reads it).
+  std::string error() const;
+  int error_status() const;
+
+ private:
+  friend class Scheduler;
+  void push(const infer::TokenEvent& e);
+  void fail(int status, const std::string& message);
+
+  mutable std::mutex m_;
+  std::condition_variable cv_;
+  std::vector<infer::TokenEvent> events_;
+  bool closed_ = false;
+  std::string error_;
+  int error_status_ = 0;
+  std::atomic<bool> cancel_{false};  // set by the HTTP side when its client left
+};
+
+class Scheduler {
+ public:
+  // `engine` must outlive the scheduler and is used only by its thread from
+  // now on. At most `max_queue` requests wait for admission at once.
+  Scheduler(infer::Engine& engine, int max_queue);
+  ~Scheduler();
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // Queues a request; nullptr when the queue is full (the caller answers 429).
+  // The parameters should already be validated: an engine refusal closes the
+  // channel with its message.
+  std::shared_ptr<Channel> submit(std::vector<int32_t> prompt, const infer::SamplingParams& params);
+  // The client is gone: drop the request if queued, cancel it if running.
+  void cancel(const std::shared_ptr<Channel>& ch);
+  // Closes every open channel with an error and joins the thread. Idempotent.
+  void stop();
+  size_t queued() const;
+
+ private:
+  struct Pending {
+    std::vector<int32_t> prompt;
+    infer::SamplingParams params;
+    std::shared_ptr<Channel> ch;
+  };
+  void run();
+  void admit();
+  void cancel_running();
+
+  infer::Engine& engine_;
+  const size_t max_queue_;
+  mutable std::mutex m_;
+  std::condition_variable cv_;
+  std::deque<Pending> queue_;
+  bool stopping_ = false;
+  bool wake_ = false;  // a cancel arrived
+  // Running sequences by engine id; touched only by the scheduler thread.
+  std::unordered_map<int64_t, std::shared_ptr<Channel>> running_;
+  std::thread thread_;
+};
+
+}  // namespace brisk::serve

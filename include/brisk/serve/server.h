@@ -1,0 +1,47 @@
+// The HTTP front of `brisk serve`: OpenAI-compatible routes on cpp-httplib,
+// each request answered by its own HTTP thread, which hands the work to the
+// Scheduler and waits on its Channel (docs/serving.md).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "brisk/serve/completions.h"
+#include "brisk/serve/scheduler.h"
+
+namespace brisk::data {
+class Tokenizer;
+}
+
+namespace brisk::serve {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8080;             // 0: any free port (bind() says which)
+  int64_t max_body = 1 << 20;  // bytes; larger bodies get 413
+  int http_threads = 0;        // 0: enough for every slot and queued request
+};
+
+class Server {
+ public:
+  Server(Scheduler& scheduler, const data::Tokenizer& tok, ModelInfo model, ServerOptions options);
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Binds the socket; returns the port. Throws core::IoError when it cannot.
+  int bind();
+  // Serves until stop(); call after bind().
+  void listen();
+  // Safe from any thread; listen() returns soon after.
+  void stop();
+  // Blocks until listen() is accepting connections.
+  void wait_until_ready();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace brisk::serve

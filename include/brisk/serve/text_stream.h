@@ -1,0 +1,46 @@
+// Turns a sequence's tokens into the text a client may see, piece by piece.
+//
+// Two things are held back until the next token decides them: a tail that
+// could be the start of a stop string (a stop string never reaches the
+// client, streamed or not) and a tail that could be the start of a UTF-8
+// character. Every piece is valid UTF-8: a byte that cannot start or
+// continue a character becomes U+FFFD. The pieces joined equal the text of
+// the whole sequence cut at its stop string, so a streamed completion and a
+// non-streamed one of the same tokens are the same text.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace brisk::data {
+class Tokenizer;
+}
+
+namespace brisk::serve {
+
+// `bytes` with every ill-formed byte replaced by U+FFFD.
+std::string valid_utf8(const std::string& bytes);
+
+class TextStream {
+ public:
+  TextStream(const data::Tokenizer& tok, std::vector<std::string> stop);
+  // Adds a token of the output; returns the text that is now safe to send.
+  std::string add(int32_t token);
+  // The sequence ended on a stop string: the rest of the text up to it.
+  std::string finish_at_stop();
+  // The sequence ended otherwise: everything still held back.
+  std::string finish();
+  // Bytes of raw text before the token added last (logprobs' text_offset).
+  size_t offset_of_last() const { return last_offset_; }
+
+ private:
+  std::string emit(size_t end);
+  const data::Tokenizer& tok_;
+  std::vector<std::string> stop_;
+  std::string raw_;   // decoded bytes of the tokens so far
+  size_t sent_ = 0;   // raw_[0, sent_) has been handed out
+  size_t last_offset_ = 0;
+};
+
+}  // namespace brisk::serve

@@ -1,0 +1,105 @@
+// Incremental detokenization with stop-string hold-back; see
+// brisk/serve/text_stream.h.
+#include "brisk/serve/text_stream.h"
+
+#include <algorithm>
+
+#include "brisk/data/tokenizer.h"
+
+namespace brisk::serve {
+
+namespace {
+
+// Length of the well-formed UTF-8 character at s[i..n), 0 when the bytes
+// there are ill-formed, -1 when they are a well-formed but cut-off start.
+int char_length(const unsigned char* s, size_t i, size_t n) {
+  const unsigned char c = s[i];
+  if (c < 0x80) return 1;
+  int len;
+  unsigned char lo = 0x80, hi = 0xBF;  // allowed range of the second byte
+  if (c >= 0xC2 && c <= 0xDF) len = 2;
+  else if (c == 0xE0) len = 3, lo = 0xA0;
+  else if (c >= 0xE1 && c <= 0xEC) len = 3;
+  else if (c == 0xED) len = 3, hi = 0x9F;  // no surrogates
+  else if (c >= 0xEE && c <= 0xEF) len = 3;
+  else if (c == 0xF0) len = 4, lo = 0x90;
+  else if (c >= 0xF1 && c <= 0xF3) len = 4;
+  else if (c == 0xF4) len = 4, hi = 0x8F;  // nothing past U+10FFFF
+  else return 0;
+  for (int k = 1; k < len; ++k) {
+    if (i + size_t(k) >= n) return -1;
+    const unsigned char b = s[i + size_t(k)];
+    if (k == 1 ? (b < lo || b > hi) : (b < 0x80 || b > 0xBF)) return 0;
+  }
+  return len;
+}
+
+// Where a character cut off by the end of s[0, n) starts (n when none is).
+size_t complete_prefix(const std::string& s, size_t from, size_t n) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  size_t i = from;
+  while (i < n) {
+    const int len = char_length(p, i, n);
+    if (len < 0) return i;
+    i += len == 0 ? 1 : size_t(len);
+  }
+  return n;
+}
+
+}  // namespace
+
+std::string valid_utf8(const std::string& bytes) {
+  const auto* p = reinterpret_cast<const unsigned char*>(bytes.data());
+  std::string out;
+  out.reserve(bytes.size());
+  for (size_t i = 0; i < bytes.size();) {
+    const int len = char_length(p, i, bytes.size());
+    if (len <= 0) {
+      out += "\xEF\xBF\xBD";
+      ++i;
+    } else {
+      out.append(bytes, i, size_t(len));
+      i += size_t(len);
+    }
+  }
+  return out;
+}
+
+TextStream::TextStream(const data::Tokenizer& tok, std::vector<std::string> stop) : tok_(tok), stop_(std::move(stop)) {}
+
+std::string TextStream::emit(size_t end) {
+  end = std::max(end, sent_);
+  std::string piece = valid_utf8(raw_.substr(sent_, end - sent_));
+  sent_ = end;
+  return piece;
+}
+
+std::string TextStream::add(int32_t token) {
+  last_offset_ = raw_.size();
+  raw_ += tok_.decode(std::span<const int32_t>(&token, 1));
+  // Hold back the longest tail that is a proper prefix of a stop string.
+  size_t safe = raw_.size();
+  for (const std::string& s : stop_) {
+    const size_t longest = std::min(s.size() - 1, raw_.size() - sent_);
+    for (size_t len = longest; len > 0; --len)
+      if (raw_.compare(raw_.size() - len, len, s, 0, len) == 0) {
+        safe = std::min(safe, raw_.size() - len);
+        break;
+      }
+  }
+  // A stop string that is now complete ends the text before it.
+  for (const std::string& s : stop_)
+    if (size_t at = raw_.find(s, sent_); at != std::string::npos) safe = std::min(safe, at);
+  return emit(complete_prefix(raw_, sent_, safe));
+}
+
+std::string TextStream::finish_at_stop() {
+  size_t cut = raw_.size();
+  for (const std::string& s : stop_)
+    if (size_t at = raw_.find(s, sent_); at != std::string::npos) cut = std::min(cut, at);
+  return emit(cut);
+}
+
+std::string TextStream::finish() { return emit(raw_.size()); }
+
+}  // namespace brisk::serve

@@ -1,0 +1,133 @@
+// `brisk serve` as a child process: it prints its listening line, answers
+// over HTTP, and stops cleanly (exit code 0) on SIGTERM and SIGINT, also
+// with a streamed request in flight.
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <thread>
+
+#include "brisk/cpu/cpu_backend.h"
+#include "brisk/models/gpt.h"
+#include "brisk/train/checkpoint.h"
+#include "integration_util.h"
+
+namespace brisk::itest {
+namespace {
+
+using nlohmann::json;
+
+std::string tiny_checkpoint(const TempDir& dir) {
+  models::GptConfig c;
+  c.vocab_size = 256;
+  c.n_layer = 2;
+  c.n_embd = 32;
+  c.n_head = 2;
+  c.block_size = 64;
+  cpu::CpuBackend be(1);
+  models::Gpt gpt(c, be);
+  gpt.init_weights(3);
+  train::TrainState st;
+  st.tokenizer = "bytes";
+  return train::save_checkpoint(dir.file("run"), gpt, nullptr, st, 1);
+}
+
+// A running `brisk serve --port 0`: its pid and the port from its first line.
+struct ServeChild {
+  pid_t pid = -1;
+  int port = 0;
+  std::string first_line;
+  int out_fd = -1;
+
+  explicit ServeChild(const std::vector<std::string>& args) {
+    int out_pipe[2];
+    if (::pipe(out_pipe) != 0) return;
+    pid = ::fork();
+    if (pid == 0) {
+      ::dup2(out_pipe[1], STDOUT_FILENO);
+      ::close(out_pipe[0]);
+      ::close(out_pipe[1]);
+      sigset_t none;
+      sigemptyset(&none);
+      sigprocmask(SIG_SETMASK, &none, nullptr);
+      std::vector<char*> argv{const_cast<char*>(cli_path()), const_cast<char*>("serve")};
+      for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+      argv.push_back(nullptr);
+      ::execv(cli_path(), argv.data());
+      ::_exit(127);
+    }
+    ::close(out_pipe[1]);
+    out_fd = out_pipe[0];
+    // The listening line, within 60 s.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (first_line.find('\n') == std::string::npos && std::chrono::steady_clock::now() < deadline) {
+      pollfd p{out_fd, POLLIN, 0};
+      if (::poll(&p, 1, 200) <= 0) continue;
+      char buf[512];
+      const ssize_t k = ::read(out_fd, buf, sizeof buf);
+      if (k <= 0) break;
+      first_line.append(buf, size_t(k));
+    }
+    const size_t at = first_line.find("http://127.0.0.1:");
+    if (at != std::string::npos) port = std::atoi(first_line.c_str() + at + 17);
+  }
+  // Sends `sig` and waits (at most 30 s) for the exit code; -1 if it did not exit.
+  int stop(int sig) {
+    ::kill(pid, sig);
+    for (int i = 0; i < 300; ++i) {
+      int status = 0;
+      if (::waitpid(pid, &status, WNOHANG) == pid) {
+        pid = -1;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return -1;
+  }
+  ~ServeChild() {
+    if (pid > 0) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+    }
+    if (out_fd >= 0) ::close(out_fd);
+  }
+};
+
+TEST(ServeCli, ListensAnswersAndStopsOnSignals) {
+  TempDir dir;
+  const std::string ckpt = tiny_checkpoint(dir);
+  for (int sig : {SIGTERM, SIGINT}) {
+    ServeChild s({"--model", ckpt, "--model-name", "tiny", "--port", "0", "--threads", "1", "--slots", "2"});
+    ASSERT_GT(s.port, 0) << "no listening line: " << s.first_line;
+    EXPECT_NE(s.first_line.find("tiny"), std::string::npos) << s.first_line;
+    httplib::Client c("127.0.0.1", s.port);
+    auto h = c.Get("/health");
+    ASSERT_TRUE(h);
+    EXPECT_EQ(h->status, 200);
+    auto r = c.Post("/v1/completions", json{{"model", "tiny"}, {"prompt", "Hi"}, {"max_tokens", 4}}.dump(),
+                    "application/json");
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    EXPECT_EQ(json::parse(r->body)["usage"]["completion_tokens"], 4);
+    // A stream still open when the signal comes must not keep the server up.
+    std::thread client([port = s.port] {
+      httplib::Client sc("127.0.0.1", port);
+      sc.Post("/v1/completions", json{{"prompt", "Hi"}, {"max_tokens", 60}, {"stream", true}}.dump(),
+              "application/json");
+    });
+    EXPECT_EQ(s.stop(sig), 0) << "signal " << sig;
+    client.join();
+  }
+}
+
+TEST(ServeCli, BadFlagsAndModelsAreClearErrors) {
+  TempDir dir;
+  const CliResult missing = run_cli({"serve", "--model", dir.file("nowhere")});
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_NE(missing.err.find("nowhere"), std::string::npos) << missing.err;
+  const CliResult slots = run_cli({"serve", "--model", tiny_checkpoint(dir), "--slots", "0"});
+  EXPECT_EQ(slots.exit_code, 2);
+  EXPECT_NE(slots.err.find("--slots"), std::string::npos) << slots.err;
+}
+
+}  // namespace
+}  // namespace brisk::itest

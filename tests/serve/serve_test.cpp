@@ -1,0 +1,479 @@
+// `brisk serve` in-process (src/serve/): a small random GPT with the byte
+// tokenizer behind a real HTTP server on a free port, driven by
+// httplib::Client. Checks the OpenAI shapes, streaming against
+// non-streaming text, stop strings, batching independence and the errors.
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <unistd.h>
+
+#include <ctime>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <thread>
+
+#include "brisk/cpu/cpu_backend.h"
+#include "brisk/data/tokenizer.h"
+#include "brisk/infer/engine.h"
+#include "brisk/serve/server.h"
+#include "brisk/train/checkpoint.h"
+
+namespace brisk {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+constexpr int64_t kContext = 64;
+
+// Where this process keeps its checkpoint; removed when the process ends.
+const fs::path& temp_root() {
+  static const struct Root {
+    fs::path path = fs::temp_directory_path() / ("brisk_serve_test_" + std::to_string(::getpid()));
+    ~Root() {
+      std::error_code ec;
+      fs::remove_all(path, ec);
+    }
+  } root;
+  return root.path;
+}
+
+// A random small GPT saved as a brisk checkpoint (once per process).
+const std::string& checkpoint() {
+  static const std::string dir = [] {
+    const fs::path& root = temp_root();
+    fs::remove_all(root);
+    models::GptConfig c;
+    c.vocab_size = 256;
+    c.n_layer = 2;
+    c.n_embd = 64;
+    c.n_head = 2;
+    c.block_size = kContext;
+    cpu::CpuBackend be(2);
+    models::Gpt gpt(c, be);
+    gpt.init_weights(11);
+    // Larger weights than init: logits far from uniform, greedy choices well separated.
+    for (auto& [name, e] : gpt.params().entries()) {
+      (void)name;
+      float* p = e.value.data_as<float>();
+      for (int64_t i = 0; i < e.value.numel(); ++i) p[i] *= 4.f;
+    }
+    train::TrainState st;
+    st.tokenizer = "bytes";
+    return train::save_checkpoint(root.string(), gpt, nullptr, st, 1);
+  }();
+  return dir;
+}
+
+// Engine, scheduler and server on a free port, served from a thread.
+struct Running {
+  std::unique_ptr<data::Tokenizer> tok = data::make_byte_tokenizer();
+  std::unique_ptr<infer::Engine> engine;
+  std::unique_ptr<serve::Scheduler> scheduler;
+  std::unique_ptr<serve::Server> server;
+  std::thread thread;
+  int port = 0;
+
+  Running(int slots, int max_queue, int64_t max_body) {
+    infer::EngineOptions eo;
+    eo.max_seqs = slots;
+    eo.threads = 2;
+    eo.max_step_tokens = 64;
+    engine = std::make_unique<infer::Engine>(infer::load_model(checkpoint()), eo, tok.get());
+    scheduler = std::make_unique<serve::Scheduler>(*engine, max_queue);
+    serve::ServerOptions so;
+    so.port = 0;
+    so.max_body = max_body;
+    so.http_threads = slots + max_queue + 4;
+    server = std::make_unique<serve::Server>(*scheduler, *tok, serve::ModelInfo{"tiny", 256, kContext}, so);
+    port = server->bind();
+    thread = std::thread([this] { server->listen(); });
+    server->wait_until_ready();
+  }
+  ~Running() {
+    scheduler->stop();
+    server->stop();
+    thread.join();
+  }
+};
+
+class ServeTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { srv = new Running(4, 16, 4096); }
+  static void TearDownTestSuite() {
+    delete srv;
+    srv = nullptr;
+  }
+  static httplib::Client client() {
+    httplib::Client c("127.0.0.1", srv->port);
+    c.set_read_timeout(60, 0);
+    return c;
+  }
+  static httplib::Result post(const std::string& path, const json& body) {
+    return client().Post(path.c_str(), body.dump(), "application/json");
+  }
+  static Running* srv;
+};
+Running* ServeTest::srv = nullptr;
+
+// The data of every "data: " event of an SSE body, in order.
+std::vector<std::string> sse_events(const std::string& body) {
+  std::vector<std::string> out;
+  size_t at = 0;
+  while (at < body.size()) {
+    const size_t end = body.find("\n\n", at);
+    EXPECT_NE(end, std::string::npos) << "an event without its blank line: " << body.substr(at);
+    if (end == std::string::npos) break;
+    const std::string ev = body.substr(at, end - at);
+    EXPECT_EQ(ev.rfind("data: ", 0), 0u) << ev;
+    out.push_back(ev.substr(6));
+    at = end + 2;
+  }
+  return out;
+}
+
+struct Streamed {
+  std::string text, finish_reason, id;
+  json usage;
+};
+
+// Runs a streamed completion and checks the stream's shape on the way.
+Streamed stream(int port, json body, bool include_usage = true) {
+  body["stream"] = true;
+  if (include_usage) body["stream_options"] = {{"include_usage", true}};
+  httplib::Client c("127.0.0.1", port);
+  c.set_read_timeout(60, 0);
+  auto r = c.Post("/v1/completions", body.dump(), "application/json");
+  Streamed s;
+  EXPECT_TRUE(r);
+  if (!r) return s;
+  EXPECT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(r->get_header_value("Content-Type").rfind("text/event-stream", 0), 0u);
+  const std::vector<std::string> events = sse_events(r->body);
+  EXPECT_GE(events.size(), 2u);
+  if (events.size() < 2) return s;
+  EXPECT_EQ(events.back(), "[DONE]");
+  int64_t created = -1;
+  for (size_t i = 0; i + 1 < events.size(); ++i) {
+    const json ch = json::parse(events[i]);
+    if (s.id.empty()) s.id = ch.at("id");
+    EXPECT_EQ(ch.at("id"), s.id);
+    if (created < 0) created = ch.at("created");
+    EXPECT_EQ(ch.at("created"), created);
+    EXPECT_EQ(ch.at("object"), "text_completion");
+    EXPECT_EQ(ch.at("model"), "tiny");
+    if (ch.at("choices").empty()) {  // the usage chunk: last before [DONE]
+      EXPECT_TRUE(include_usage);
+      EXPECT_EQ(i + 2, events.size());
+      s.usage = ch.at("usage");
+      continue;
+    }
+    EXPECT_TRUE(s.finish_reason.empty()) << "a content chunk after the finishing one";
+    const json& c0 = ch.at("choices").at(0);
+    s.text += c0.at("text").get<std::string>();
+    if (!c0.at("finish_reason").is_null()) s.finish_reason = c0.at("finish_reason");
+  }
+  EXPECT_FALSE(s.finish_reason.empty());
+  EXPECT_EQ(s.id.rfind("cmpl-", 0), 0u);
+  if (include_usage) {
+    EXPECT_FALSE(s.usage.is_null());
+  }
+  return s;
+}
+
+TEST_F(ServeTest, HealthAndModels) {
+  auto h = client().Get("/health");
+  ASSERT_TRUE(h);
+  EXPECT_EQ(h->status, 200);
+  EXPECT_EQ(json::parse(h->body), json({{"status", "ok"}}));
+  auto m = client().Get("/v1/models");
+  ASSERT_TRUE(m);
+  ASSERT_EQ(m->status, 200);
+  const json j = json::parse(m->body);
+  EXPECT_EQ(j.at("object"), "list");
+  ASSERT_EQ(j.at("data").size(), 1u);
+  EXPECT_EQ(j["data"][0].at("id"), "tiny");
+  EXPECT_EQ(j["data"][0].at("object"), "model");
+}
+
+TEST_F(ServeTest, CompletionShapeAndUsage) {
+  auto r = post("/v1/completions", {{"model", "tiny"}, {"prompt", "Hello"}, {"max_tokens", 7}, {"temperature", 0}});
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(r->get_header_value("Content-Type"), "application/json");
+  const json j = json::parse(r->body);
+  EXPECT_EQ(j.at("id").get<std::string>().rfind("cmpl-", 0), 0u);
+  EXPECT_EQ(j.at("object"), "text_completion");
+  EXPECT_TRUE(j.at("created").is_number_integer());
+  EXPECT_NEAR(j["created"].get<double>(), double(std::time(nullptr)), 60);
+  EXPECT_EQ(j.at("model"), "tiny");
+  ASSERT_EQ(j.at("choices").size(), 1u);
+  const json& c = j["choices"][0];
+  EXPECT_EQ(c.at("index"), 0);
+  EXPECT_TRUE(c.at("text").is_string());
+  EXPECT_TRUE(c.at("logprobs").is_null());
+  EXPECT_EQ(c.at("finish_reason"), "length");
+  EXPECT_EQ(j.at("usage"), json({{"prompt_tokens", 5}, {"completion_tokens", 7}, {"total_tokens", 12}}));
+  // Token ids as the prompt: the same prompt, the same greedy text.
+  auto r2 = post("/v1/completions", {{"prompt", {72, 101, 108, 108, 111}}, {"max_tokens", 7}, {"temperature", 0}});
+  ASSERT_TRUE(r2);
+  ASSERT_EQ(r2->status, 200) << r2->body;
+  EXPECT_EQ(json::parse(r2->body)["choices"][0]["text"], c["text"]);
+}
+
+TEST_F(ServeTest, Logprobs) {
+  auto r = post("/v1/completions", {{"prompt", "Hi"}, {"max_tokens", 5}, {"temperature", 0}, {"logprobs", 3}});
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const json lp = json::parse(r->body)["choices"][0].at("logprobs");
+  ASSERT_EQ(lp.at("tokens").size(), 5u);
+  ASSERT_EQ(lp.at("token_logprobs").size(), 5u);
+  ASSERT_EQ(lp.at("top_logprobs").size(), 5u);
+  for (size_t i = 0; i < 5; ++i) {
+    EXPECT_LE(lp["token_logprobs"][i].get<double>(), 0.0);
+    EXPECT_GE(lp["top_logprobs"][i].size(), 1u);  // tokens of the same text share a key
+    EXPECT_LE(lp["top_logprobs"][i].size(), 3u);
+    EXPECT_EQ(lp["text_offset"][i], i);  // one byte per token
+  }
+}
+
+TEST_F(ServeTest, StreamMatchesNonStreamGreedyAndSeeded) {
+  for (const json& sampling : {json{{"temperature", 0}}, json{{"temperature", 1.0}, {"seed", 1234}}}) {
+    json body = {{"prompt", "The quick"}, {"max_tokens", 24}};
+    body.update(sampling);
+    auto r = post("/v1/completions", body);
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    const json j = json::parse(r->body);
+    const Streamed s = stream(srv->port, body);
+    EXPECT_EQ(s.text, j["choices"][0]["text"].get<std::string>()) << sampling;
+    EXPECT_EQ(s.finish_reason, "length");
+    EXPECT_EQ(s.usage, j["usage"]);
+    EXPECT_NE(s.id, j["id"]);  // every completion its own id
+  }
+  // Without include_usage there is no usage chunk.
+  const Streamed s = stream(srv->port, {{"prompt", "abc"}, {"max_tokens", 3}, {"temperature", 0}}, false);
+  EXPECT_TRUE(s.usage.is_null());
+}
+
+// Streamed logprobs, chunk by chunk, are the non-streamed ones.
+TEST_F(ServeTest, StreamedLogprobsMatch) {
+  json body = {{"prompt", "Hi"}, {"max_tokens", 6}, {"temperature", 0.7}, {"seed", 9}, {"logprobs", 2}};
+  auto r = post("/v1/completions", body);
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const json whole = json::parse(r->body)["choices"][0]["logprobs"];
+  body["stream"] = true;
+  auto s = post("/v1/completions", body);
+  ASSERT_TRUE(s);
+  ASSERT_EQ(s->status, 200);
+  json joined = {{"tokens", json::array()}, {"token_logprobs", json::array()}, {"top_logprobs", json::array()},
+                 {"text_offset", json::array()}};
+  for (const std::string& ev : sse_events(s->body)) {
+    if (ev == "[DONE]") break;
+    const json lp = json::parse(ev)["choices"][0]["logprobs"];
+    ASSERT_FALSE(lp.is_null()) << ev;
+    for (auto& [k, v] : lp.items())
+      for (const json& x : v) joined[k].push_back(x);
+  }
+  EXPECT_EQ(joined, whole);
+}
+
+TEST_F(ServeTest, SeedsChangeSampledText) {
+  std::set<std::string> texts;
+  for (int seed : {1, 2, 3}) {
+    auto r = post("/v1/completions", {{"prompt", "x"}, {"max_tokens", 20}, {"temperature", 1.0}, {"seed", seed}});
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200);
+    texts.insert(json::parse(r->body)["choices"][0]["text"].get<std::string>());
+  }
+  EXPECT_GT(texts.size(), 1u);
+}
+
+TEST_F(ServeTest, StopStringNeverAppears) {
+  // Find an ASCII pair (or one ASCII character) in a greedy completion
+  // after its first character, and use it as the stop string.
+  std::string prompt, text, stop;
+  for (const char* p : {"And God said", "Once upon", "1 2 3", "zz", "The end"}) {
+    auto r = post("/v1/completions", {{"prompt", p}, {"max_tokens", 40}, {"temperature", 0}});
+    ASSERT_TRUE(r);
+    text = json::parse(r->body)["choices"][0]["text"];
+    for (size_t len : {2, 1}) {
+      for (size_t i = 1; i + len <= text.size() && stop.empty(); ++i) {
+        bool ascii = true;
+        for (size_t k = 0; k < len; ++k) ascii = ascii && static_cast<unsigned char>(text[i + k]) < 0x80;
+        if (ascii) stop = text.substr(i, len);
+      }
+      if (!stop.empty()) break;
+    }
+    if (!stop.empty()) {
+      prompt = p;
+      break;
+    }
+  }
+  ASSERT_FALSE(stop.empty()) << "no ASCII text in any greedy completion";
+  const std::string expected = text.substr(0, text.find(stop));
+  const json body = {{"prompt", prompt}, {"max_tokens", 40}, {"temperature", 0}, {"stop", {"\x01never", stop}}};
+  auto r = post("/v1/completions", body);
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const json j = json::parse(r->body);
+  const std::string got = j["choices"][0]["text"];
+  EXPECT_EQ(got, expected) << "stop " << json(stop);
+  EXPECT_EQ(got.find(stop), std::string::npos);
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
+  const Streamed s = stream(srv->port, body);
+  EXPECT_EQ(s.text, expected);
+  EXPECT_EQ(s.finish_reason, "stop");
+}
+
+TEST_F(ServeTest, ConcurrentRequestsMatchEachAlone) {
+  const std::vector<std::string> prompts = {"alpha", "beta beta", "g", "delta delta delta", "eps", "zeta!"};
+  auto body = [](const std::string& p) { return json{{"prompt", p}, {"max_tokens", 20}, {"temperature", 0}}; };
+  std::vector<std::string> alone;
+  for (const std::string& p : prompts) {
+    auto r = post("/v1/completions", body(p));
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200);
+    alone.push_back(json::parse(r->body)["choices"][0]["text"]);
+  }
+  std::vector<std::string> together(prompts.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < prompts.size(); ++i)
+    threads.emplace_back([&, i] {
+      // Half streamed, half not: both go through the same batch.
+      if (i % 2) {
+        together[i] = stream(srv->port, body(prompts[i])).text;
+      } else {
+        auto r = post("/v1/completions", body(prompts[i]));
+        if (r && r->status == 200) together[i] = json::parse(r->body)["choices"][0]["text"];
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(together[i], alone[i]) << prompts[i];
+}
+
+// A client that hangs up mid-stream: its request is cancelled (the write
+// fails) and the server goes on answering others with the same text.
+TEST_F(ServeTest, ClientHangingUpMidStream) {
+  const json body = {{"prompt", "a"}, {"max_tokens", 60}, {"temperature", 0}};
+  auto before = post("/v1/completions", body);
+  ASSERT_TRUE(before);
+  ASSERT_EQ(before->status, 200);
+  for (int round = 0; round < 3; ++round) {
+    httplib::Client c("127.0.0.1", srv->port);
+    httplib::Request req;
+    req.method = "POST";
+    req.path = "/v1/completions";
+    json sb = body;
+    sb["stream"] = true;
+    req.body = sb.dump();
+    req.set_header("Content-Type", "application/json");
+    size_t received = 0;
+    req.content_receiver = [&](const char*, size_t n, uint64_t, uint64_t) {
+      received += n;
+      return false;  // hang up after the first piece
+    };
+    auto r = c.send(req);
+    EXPECT_FALSE(r);  // the client cancelled it
+    EXPECT_GT(received, 0u);
+  }
+  auto after = post("/v1/completions", body);
+  ASSERT_TRUE(after);
+  ASSERT_EQ(after->status, 200);
+  EXPECT_EQ(json::parse(after->body)["choices"][0]["text"], json::parse(before->body)["choices"][0]["text"]);
+}
+
+void expect_error(const httplib::Result& r, int status, const std::string& param,
+                  const std::vector<std::string>& words) {
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, status) << r->body;
+  const json j = json::parse(r->body);
+  const json& e = j.at("error");
+  const std::string msg = e.at("message");
+  for (const std::string& w : words) EXPECT_NE(msg.find(w), std::string::npos) << msg << " lacks " << w;
+  EXPECT_TRUE(e.at("type").is_string());
+  EXPECT_TRUE(e.at("code").is_null());
+  if (param.empty())
+    EXPECT_TRUE(e.at("param").is_null()) << e;
+  else
+    EXPECT_EQ(e.at("param"), param);
+}
+
+TEST_F(ServeTest, Errors) {
+  // Context: 10 prompt tokens + 60 > 64.
+  expect_error(post("/v1/completions", {{"prompt", "0123456789"}, {"max_tokens", 60}}), 400, "max_tokens",
+               {"64", "70", "10", "60"});
+  expect_error(post("/v1/completions", {{"prompt", "x"}, {"max_tokens", INT64_MAX}}), 400, "max_tokens", {"64"});
+  expect_error(client().Post("/v1/completions", "{\"prompt\": \"x\",", "application/json"), 400, "", {"JSON"});
+  expect_error(post("/v1/completions", {{"prompt", "x"}, {"temperature", "hot"}}), 400, "temperature", {"temperature"});
+  expect_error(post("/v1/completions", {{"prompt", "x"}, {"max_tokens", 1.5}}), 400, "max_tokens", {"max_tokens"});
+  expect_error(post("/v1/completions", {{"prompt", "x"}, {"stop", 3}}), 400, "stop", {"stop"});
+  expect_error(post("/v1/completions", {{"prompt", {1, 999}}}), 400, "prompt", {"999"});
+  expect_error(post("/v1/completions", {{"max_tokens", 3}}), 400, "prompt", {"prompt"});
+  expect_error(post("/v1/completions", {{"prompt", "x"}, {"n", 2}}), 400, "n", {"n must be 1"});
+  expect_error(post("/v1/completions", {{"prompt", "x"}, {"top_p", 0}}), 400, "top_p", {"top_p"});
+  expect_error(post("/v1/completions", {{"prompt", "x"}, {"top_k", int64_t(1) << 40}}), 400, "top_k", {"top_k"});
+  expect_error(post("/v1/completions", {{"prompt", "x"}, {"logprobs", 21}}), 400, "logprobs", {"logprobs"});
+  expect_error(post("/v1/completions", {{"prompt", "x"}, {"stream", "yes"}}), 400, "stream", {"stream"});
+  expect_error(post("/v1/completions", {{"prompt", {"a", "b"}}}), 400, "prompt", {"one prompt"});
+  expect_error(post("/v1/completions", {{"prompt", "x"}, {"model", "other"}}), 404, "model", {"other"});
+  expect_error(client().Post("/v1/completions", std::string(8192, ' '), "application/json"), 413, "", {"body"});
+  expect_error(client().Get("/nope"), 404, "", {"/nope"});
+  // The server still answers after all of that.
+  auto r = post("/v1/completions", {{"prompt", "x"}, {"max_tokens", 2}});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+}
+
+TEST_F(ServeTest, TokenizeRoundTrip) {
+  auto t = post("/tokenize", {{"prompt", "hello, world"}});
+  ASSERT_TRUE(t);
+  ASSERT_EQ(t->status, 200) << t->body;
+  const json tj = json::parse(t->body);
+  EXPECT_EQ(tj.at("count"), 12);
+  EXPECT_EQ(tj.at("tokens").size(), 12u);
+  EXPECT_EQ(tj["tokens"][0], int('h'));
+  auto d = post("/detokenize", {{"tokens", tj["tokens"]}});
+  ASSERT_TRUE(d);
+  ASSERT_EQ(d->status, 200) << d->body;
+  EXPECT_EQ(json::parse(d->body).at("prompt"), "hello, world");
+  expect_error(post("/detokenize", {{"tokens", {1, 300}}}), 400, "tokens", {"300"});
+  expect_error(post("/tokenize", {{"prompt", 5}}), 400, "prompt", {"prompt"});
+}
+
+TEST(ServeQueue, FullQueueGets429WithRetryAfter) {
+  Running full(1, 0, 4096);  // no request may wait
+  httplib::Client c("127.0.0.1", full.port);
+  auto r = c.Post("/v1/completions", json{{"prompt", "x"}}.dump(), "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 429) << r->body;
+  EXPECT_FALSE(r->get_header_value("Retry-After").empty());
+  EXPECT_EQ(json::parse(r->body)["error"]["type"], "rate_limit_exceeded");
+}
+
+TEST(TextStream, HoldsBackStopPrefixesAndSplitCharacters) {
+  auto tok = data::make_byte_tokenizer();
+  serve::TextStream ts(*tok, {"END"});
+  std::string out;
+  for (char c : std::string("abEN")) out += ts.add(static_cast<unsigned char>(c));
+  EXPECT_EQ(out, "ab");  // "EN" may be the start of "END"
+  out += ts.add('X');
+  EXPECT_EQ(out, "abENX");
+  out += ts.add('E');
+  out += ts.add('N');
+  out += ts.add('D');
+  out += ts.finish_at_stop();
+  EXPECT_EQ(out, "abENX");
+  // A two-byte character split over two tokens comes out whole; a stray
+  // continuation byte becomes U+FFFD.
+  serve::TextStream u(*tok, {});
+  EXPECT_EQ(u.add(0xC3), "");
+  EXPECT_EQ(u.add(0xA9), "\xC3\xA9");
+  EXPECT_EQ(u.add(0x80), "\xEF\xBF\xBD");
+  EXPECT_EQ(u.add(0xE2), "");
+  EXPECT_EQ(u.finish(), "\xEF\xBF\xBD");
+}
+
+}  // namespace
+}  // namespace brisk

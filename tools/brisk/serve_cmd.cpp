@@ -1,0 +1,110 @@
+// `brisk serve`: the OpenAI-compatible HTTP server (src/serve/, docs/serving.md).
+#include "serve_cmd.h"
+
+#include <pthread.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <thread>
+
+#include "brisk/core/error.h"
+#include "brisk/data/tokenizer.h"
+#include "brisk/infer/engine.h"
+#include "brisk/serve/server.h"
+
+namespace brisk::cli {
+
+namespace {
+
+struct ServeArgs {
+  std::string model, model_name, vocab_dir, host = "127.0.0.1";
+  int port = 8080, slots = 8, max_queue = 64, threads = 0;
+  int64_t max_body = 1 << 20, kv_mb = 0;
+};
+
+// The name clients put in "model": the checkpoint's directory or file name.
+std::string default_name(const std::string& path) {
+  std::filesystem::path p(path);
+  if (p.filename().empty()) p = p.parent_path();
+  return p.filename().string();
+}
+
+int run_serve(const ServeArgs& a) {
+  if (a.slots < 1) throw core::ConfigError("--slots must be at least 1");
+  if (a.max_queue < 0) throw core::ConfigError("--max-queue must not be negative");
+  if (a.max_body < 1) throw core::ConfigError("--max-body must be at least 1 byte");
+  if (a.port < 0 || a.port > 65535) throw core::ConfigError("--port must be in [0, 65535]");
+  // SIGINT and SIGTERM are taken by one thread (sigwait) rather than a
+  // handler, so stopping may lock and join. Blocked before any thread starts
+  // (the engine's included), so every thread inherits the mask.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);  // a client that hangs up is a failed write, not the end of the server
+
+  infer::Model model = infer::load_model(a.model);
+  auto tok = data::make_tokenizer(model.tokenizer, a.vocab_dir);
+  serve::ModelInfo info{a.model_name.empty() ? default_name(a.model) : a.model_name, model.config.vocab_size,
+                        model.config.block_size};
+  infer::EngineOptions eo;
+  eo.max_seqs = a.slots;
+  eo.threads = a.threads;
+  eo.kv_mb = a.kv_mb;
+  eo.max_step_tokens = std::max<int64_t>(512, a.slots);
+  infer::Engine engine(std::move(model), eo, tok.get());
+  serve::Scheduler scheduler(engine, a.max_queue);
+  serve::ServerOptions so;
+  so.host = a.host;
+  so.port = a.port;
+  so.max_body = a.max_body;
+  so.http_threads = a.slots + a.max_queue + 4;  // every running and queued request holds an HTTP thread
+  serve::Server server(scheduler, *tok, info, so);
+  const int port = server.bind();
+
+  std::thread waiter([&] {
+    int sig = 0;
+    sigwait(&stop_signals, &sig);
+    scheduler.stop();  // ends every open request, so no HTTP thread stays blocked
+    server.stop();
+  });
+  std::printf("brisk serve: %s on http://%s:%d (%s %s, context %lld, %d slots, queue %d, KV pool %.1f MiB)\n",
+              info.name.c_str(), a.host.c_str(), port, infer::scheme_name(engine.model().scheme),
+              engine.model().source.c_str(), (long long)info.context, a.slots, a.max_queue,
+              double(engine.kv_bytes()) / (1 << 20));
+  std::fflush(stdout);
+  server.listen();
+  pthread_kill(waiter.native_handle(), SIGTERM);  // listen() may also end on its own; the waiter must not outlive us
+  waiter.join();
+  std::fprintf(stderr, "brisk serve: stopped\n");
+  return 0;
+}
+
+}  // namespace
+
+ServeCommand add_serve_command(CLI::App& app) {
+  auto a = std::make_shared<ServeArgs>();
+  auto* s = app.add_subcommand("serve", "Serve a model over an OpenAI-compatible HTTP API (/v1/completions)");
+  s->add_option("--model", a->model,
+                "brisk checkpoint or run directory, a quantized .safetensors, or Hugging Face GPT-2 safetensors")
+      ->required();
+  s->add_option("--model-name", a->model_name, "Name in /v1/models and the \"model\" field (default: the file name)");
+  s->add_option("--host", a->host, "Address to listen on")->capture_default_str();
+  s->add_option("--port", a->port, "Port (0 = any free port)")->capture_default_str();
+  s->add_option("--slots", a->slots, "Sequences decoding at once")->capture_default_str();
+  s->add_option("--max-queue", a->max_queue, "Requests waiting for a slot before 429")->capture_default_str();
+  s->add_option("--max-body", a->max_body, "Largest request body in bytes (larger: 413)")->capture_default_str();
+  s->add_option("--threads", a->threads, "CPU threads for the engine (0 = all cores)");
+  s->add_option("--kv-mb", a->kv_mb, "Key/value pool in MiB (0 = full context for every slot)");
+  s->add_option("--vocab-dir", a->vocab_dir, "GPT-2 vocabulary directory (gpt2 models)");
+  ServeCommand c;
+  c.app = s;
+  c.run = [a] { return run_serve(*a); };
+  return c;
+}
+
+}  // namespace brisk::cli
