@@ -2,10 +2,17 @@
 #include "brisk/serve/scheduler.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "brisk/core/error.h"
 
 namespace brisk::serve {
+
+namespace {
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+}  // namespace
 
 bool Channel::next(std::vector<infer::TokenEvent>& out) {
   std::unique_lock lk(m_);
@@ -47,12 +54,17 @@ void Channel::fail(int status, const std::string& message) {
 }
 
 Scheduler::Scheduler(infer::Engine& engine, int max_queue)
-    : engine_(engine), max_queue_(size_t(std::max(0, max_queue))), thread_([this] { run(); }) {}
+    : engine_(engine), max_queue_(size_t(std::max(0, max_queue))), thread_([this] { run(); }) {
+  // Read only by /metrics; the thread above writes only the atomics.
+  metrics_.slots_total = engine.options().max_seqs;
+  metrics_.kv_blocks_total = engine.kv_blocks_free();  // the engine is idle: every block is free
+}
 
 Scheduler::~Scheduler() { stop(); }
 
 std::shared_ptr<Channel> Scheduler::submit(std::vector<int32_t> prompt, const infer::SamplingParams& params) {
   auto ch = std::make_shared<Channel>();
+  ch->submitted_ = now_seconds();  // read by the scheduler thread after the queue's lock hands it over
   {
     std::lock_guard lk(m_);
     if (stopping_) {
@@ -115,6 +127,7 @@ void Scheduler::admit() {
     }
     if (id >= 0) {
       running_[id] = p.ch;
+      metrics_.prompt_tokens += p.prompt.size();
       continue;
     }
     if (engine_.idle()) {
@@ -133,6 +146,29 @@ void Scheduler::cancel_running() {
     if (ch->cancel_) engine_.cancel(id);
 }
 
+// Hands one event to its request and times it (first token, gap since the last).
+void Scheduler::deliver(const infer::TokenEvent& e, Channel& ch, double now) {
+  if (e.finish == infer::Finish::cancelled) {
+    ch.fail(499, "cancelled");
+    return;
+  }
+  ch.push(e);
+  ++metrics_.generation_tokens;
+  if (!ch.got_token_) metrics_.time_to_first_token.observe(now - ch.submitted_);
+  else metrics_.inter_token_latency.observe(now - ch.last_token_);
+  ch.got_token_ = true;
+  ch.last_token_ = now;
+  if (e.finish != infer::Finish::none) metrics_.request_latency.observe(now - ch.submitted_);
+}
+
+// The gauges /metrics shows, after every step (only this thread may ask the engine).
+void Scheduler::publish() {
+  running_count_ = int64_t(running_.size());
+  metrics_.slots_busy = int64_t(running_.size());
+  metrics_.kv_blocks_free = engine_.kv_blocks_free();
+  metrics_.queue_length = int64_t(queued());
+}
+
 void Scheduler::run() {
   for (;;) {
     {
@@ -143,6 +179,7 @@ void Scheduler::run() {
     }
     cancel_running();
     admit();
+    publish();
     if (engine_.idle()) continue;
     std::vector<infer::TokenEvent> events;
     try {
@@ -155,20 +192,22 @@ void Scheduler::run() {
         engine_.cancel(id);
       }
       running_.clear();
+      publish();
       continue;
     }
+    const double now = now_seconds();
     for (const infer::TokenEvent& e : events) {
       auto it = running_.find(e.seq);
       if (it == running_.end()) continue;
-      if (e.finish == infer::Finish::cancelled)
-        it->second->fail(499, "cancelled");
-      else
-        it->second->push(e);
+      deliver(e, *it->second, now);
       if (e.finish != infer::Finish::none) running_.erase(it);
     }
+    ++metrics_.engine_steps;
+    publish();
   }
   for (auto& [id, ch] : running_) ch->fail(503, "the server is shutting down");
   running_.clear();
+  running_count_ = 0;
   std::lock_guard lk(m_);
   for (Pending& p : queue_) p.ch->fail(503, "the server is shutting down");
   queue_.clear();

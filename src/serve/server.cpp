@@ -3,6 +3,7 @@
 
 #include <httplib.h>
 
+#include <atomic>
 #include <chrono>
 #include <ctime>
 #include <mutex>
@@ -30,19 +31,6 @@ bool write_event(httplib::DataSink& sink, const std::string& data) {
   return sink.write(event.data(), event.size());
 }
 
-// Why a request ended without its finishing event, as an API error.
-ApiError channel_error(const Channel& ch) {
-  const int status = ch.error_status();
-  return status == 400 ? ApiError(400, ch.error()) : ApiError(status, ch.error(), "", "server_error");
-}
-
-// What a stream's content provider keeps between its calls.
-struct StreamState {
-  std::shared_ptr<Channel> ch;
-  CompletionBuilder builder;
-  bool include_usage;
-};
-
 }  // namespace
 
 struct Server::Impl {
@@ -54,9 +42,11 @@ struct Server::Impl {
   httplib::Server http;
   std::mutex id_mutex;
   std::mt19937_64 id_rng{std::random_device{}()};
+  Metrics& metrics;
+  std::atomic<int64_t> open{0};  // generation requests not yet answered in full
 
   Impl(Scheduler& s, const data::Tokenizer& t, ModelInfo m, ServerOptions o)
-      : scheduler(s), tok(t), model(std::move(m)), options(std::move(o)) {
+      : scheduler(s), tok(t), model(std::move(m)), options(std::move(o)), metrics(s.metrics()) {
     const size_t threads = size_t(options.http_threads > 0 ? options.http_threads : 16);
     http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
     http.set_payload_max_length(size_t(options.max_body));
@@ -71,8 +61,28 @@ struct Server::Impl {
       send_error(res, ApiError(res.status, msg));
       return httplib::Server::HandlerResponse::Handled;
     }));
-    http.Get("/health", [](const httplib::Request&, httplib::Response& res) {
-      send_json(res, 200, {{"status", "ok"}});
+    // --api-key: every route but /health (load balancers probe it without a key).
+    if (!options.api_key.empty())
+      http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+        if (req.path == "/health" || req.get_header_value("Authorization") == "Bearer " + options.api_key)
+          return httplib::Server::HandlerResponse::Unhandled;
+        res.set_header("WWW-Authenticate", "Bearer");
+        send_error(res, ApiError(401, req.has_header("Authorization") ? "the API key is not valid"
+                                                                       : "an API key is required: send "
+                                                                         "\"Authorization: Bearer <key>\"",
+                                 "", "invalid_request_error"));
+        return httplib::Server::HandlerResponse::Handled;
+      });
+    // Every answered request, by path and status (after its response is sent).
+    http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+      metrics.count_request(req.path, res.status);
+    });
+    http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+      if (metrics.draining) send_json(res, 503, {{"status", "draining"}});
+      else send_json(res, 200, {{"status", "ok"}});
+    });
+    http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+      res.set_content(metrics.render(), "text/plain; version=0.0.4; charset=utf-8");
     });
     http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
       send_json(res, 200,
@@ -106,7 +116,10 @@ struct Server::Impl {
       send_json(res, 200, {{"prompt", valid_utf8(tok.decode(ids))}});
     }); });
     http.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
-      guarded(res, [&] { completion(req, res); });
+      guarded(res, [&] { generate(req, res, Api::completions); });
+    });
+    http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
+      guarded(res, [&] { generate(req, res, Api::chat); });
     });
   }
 
@@ -131,49 +144,46 @@ struct Server::Impl {
     return buf;
   }
 
-  void completion(const httplib::Request& req, httplib::Response& res) {
-    const CompletionRequest cr = parse_completion(req.body, model, tok);
-    std::shared_ptr<Channel> ch = scheduler.submit(cr.prompt, cr.params);
-    if (!ch) {
-      res.set_header("Retry-After", "1");
-      throw ApiError(429, "the server is busy: its queue of waiting requests is full; retry later", "",
-                     "rate_limit_exceeded");
+  // Counts a generation request as open until its response is complete
+  // (for a stream: until httplib releases its content provider).
+  std::shared_ptr<void> open_request() {
+    ++open;
+    return std::shared_ptr<void>(nullptr, [this](void*) { --open; });
+  }
+
+  void refuse_if_draining() {
+    if (metrics.draining) throw ApiError(503, "the server is shutting down", "", "server_error");
+  }
+
+  // Answers a request of either route with any number of choices, streamed
+  // or not, through a Generation (one engine sequence per choice).
+  void generate(const httplib::Request& req, httplib::Response& res, Api api) {
+    const std::shared_ptr<void> held = open_request();
+    refuse_if_draining();
+    const Request r = api == Api::chat ? parse_chat(req.body, model, tok) : parse_completions(req.body, model, tok);
+    const std::string id = (api == Api::chat ? "chat" : "") + next_id();
+    std::shared_ptr<Generation> gen;
+    try {
+      gen = std::make_shared<Generation>(scheduler, tok, r, id, std::time(nullptr), model.name);
+    } catch (const ApiError& e) {
+      if (e.status == 429) res.set_header("Retry-After", "1");
+      throw;
     }
-    CompletionBuilder builder(tok, cr, next_id(), std::time(nullptr), model.name);
-    if (!cr.stream) {
-      std::vector<infer::TokenEvent> events;
-      while (ch->next(events))
-        for (const infer::TokenEvent& e : events) builder.add(e);
-      if (!builder.finished()) throw channel_error(*ch);
-      send_json(res, 200, builder.response());
+    if (!r.stream) {
+      send_json(res, 200, gen->response());
       return;
     }
-    auto st = std::make_shared<StreamState>(StreamState{ch, std::move(builder), cr.include_usage});
     res.set_header("Cache-Control", "no-cache");
-    Scheduler* sched = &scheduler;
     res.set_chunked_content_provider(
         "text/event-stream",
-        [st](size_t, httplib::DataSink& sink) {
-          std::vector<infer::TokenEvent> events;
-          const bool more = st->ch->next(events);
-          for (const infer::TokenEvent& e : events) {
-            const json chunk = st->builder.add(e);
-            // A failed write means the client is gone: the releaser cancels.
-            if (!chunk.is_null() && !write_event(sink, dump(chunk))) return false;
-          }
-          if (!more || st->builder.finished()) {
-            if (!st->builder.finished() &&
-                !write_event(sink, dump(error_json(channel_error(*st->ch)))))
-              return false;
-            if (st->builder.finished() && st->include_usage && !write_event(sink, dump(st->builder.usage_chunk())))
-              return false;
-            if (!write_event(sink, "[DONE]")) return false;
-            sink.done();
-          }
+        [gen, held](size_t, httplib::DataSink& sink) {
+          // A failed write means the client is gone: the releaser cancels.
+          if (!gen->pump([&](const std::string& data) { return write_event(sink, data); })) return false;
+          if (gen->done()) sink.done();
           return true;
         },
-        [st, sched](bool success) {
-          if (!success) sched->cancel(st->ch);
+        [gen](bool success) {
+          if (!success) gen->cancel();
         });
   }
 };
@@ -199,6 +209,10 @@ int Server::bind() {
 void Server::listen() { impl_->http.listen_after_bind(); }
 
 void Server::stop() { impl_->http.stop(); }
+
+void Server::start_draining() { impl_->metrics.draining = true; }
+
+int64_t Server::open_requests() const { return impl_->open.load(); }
 
 void Server::wait_until_ready() {
   while (!impl_->http.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));

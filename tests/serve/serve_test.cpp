@@ -6,7 +6,9 @@
 #include <httplib.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <ctime>
+#include <map>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -85,7 +87,9 @@ struct Running {
     so.port = 0;
     so.max_body = max_body;
     so.http_threads = slots + max_queue + 4;
-    server = std::make_unique<serve::Server>(*scheduler, *tok, serve::ModelInfo{"tiny", 256, kContext}, so);
+    // As many choices per request as the queue can hold (at least one).
+    const serve::ModelInfo info{"tiny", 256, kContext, std::max(1, max_queue)};
+    server = std::make_unique<serve::Server>(*scheduler, *tok, info, so);
     port = server->bind();
     thread = std::thread([this] { server->listen(); });
     server->wait_until_ready();
@@ -411,12 +415,12 @@ TEST_F(ServeTest, Errors) {
   expect_error(post("/v1/completions", {{"prompt", "x"}, {"stop", 3}}), 400, "stop", {"stop"});
   expect_error(post("/v1/completions", {{"prompt", {1, 999}}}), 400, "prompt", {"999"});
   expect_error(post("/v1/completions", {{"max_tokens", 3}}), 400, "prompt", {"prompt"});
-  expect_error(post("/v1/completions", {{"prompt", "x"}, {"n", 2}}), 400, "n", {"n must be 1"});
+  expect_error(post("/v1/completions", {{"prompt", "x"}, {"n", 17}}), 400, "n", {"17"});  // over the queue of 16
   expect_error(post("/v1/completions", {{"prompt", "x"}, {"top_p", 0}}), 400, "top_p", {"top_p"});
   expect_error(post("/v1/completions", {{"prompt", "x"}, {"top_k", int64_t(1) << 40}}), 400, "top_k", {"top_k"});
   expect_error(post("/v1/completions", {{"prompt", "x"}, {"logprobs", 21}}), 400, "logprobs", {"logprobs"});
   expect_error(post("/v1/completions", {{"prompt", "x"}, {"stream", "yes"}}), 400, "stream", {"stream"});
-  expect_error(post("/v1/completions", {{"prompt", {"a", "b"}}}), 400, "prompt", {"one prompt"});
+  expect_error(post("/v1/completions", {{"prompt", {"a", "b"}}, {"n", 9}}), 400, "n", {"9"});  // 2 x 9 > 16
   expect_error(post("/v1/completions", {{"prompt", "x"}, {"model", "other"}}), 404, "model", {"other"});
   expect_error(client().Post("/v1/completions", std::string(8192, ' '), "application/json"), 413, "", {"body"});
   expect_error(client().Get("/nope"), 404, "", {"/nope"});
@@ -473,6 +477,354 @@ TEST(TextStream, HoldsBackStopPrefixesAndSplitCharacters) {
   EXPECT_EQ(u.add(0x80), "\xEF\xBF\xBD");
   EXPECT_EQ(u.add(0xE2), "");
   EXPECT_EQ(u.finish(), "\xEF\xBF\xBD");
+}
+
+// ---- /v1/chat/completions, n > 1 and lists of prompts ----
+
+json chat_body(const std::string& user, json extra = json::object()) {
+  json body = {{"messages", {{{"role", "system"}, {"content", "Be brief."}}, {{"role", "user"}, {"content", user}}}}};
+  body.update(extra);
+  return body;
+}
+
+// What the template renders chat_body(user) to (docs/serving.md).
+std::string rendered(const std::string& user) { return "System: Be brief.\nUser: " + user + "\nAssistant:"; }
+
+struct ChatStreamed {
+  std::map<int64_t, std::string> content;  // by choice index
+  std::map<int64_t, std::string> finish_reason;
+  std::vector<int64_t> order;  // the index of every content chunk, in order
+  json usage;
+  std::string id;
+};
+
+// Runs a streamed chat completion and checks the stream's shape on the way:
+// one id and created, the role before any content of its choice, no chunk of
+// a choice after its finishing one, the usage chunk last, then [DONE].
+ChatStreamed chat_stream(int port, json body) {
+  body["stream"] = true;
+  body["stream_options"] = {{"include_usage", true}};
+  httplib::Client c("127.0.0.1", port);
+  c.set_read_timeout(60, 0);
+  auto r = c.Post("/v1/chat/completions", body.dump(), "application/json");
+  ChatStreamed s;
+  EXPECT_TRUE(r);
+  if (!r) return s;
+  EXPECT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(r->get_header_value("Content-Type").rfind("text/event-stream", 0), 0u);
+  const std::vector<std::string> events = sse_events(r->body);
+  EXPECT_GE(events.size(), 3u);
+  if (events.size() < 3) return s;
+  EXPECT_EQ(events.back(), "[DONE]");
+  int64_t created = -1;
+  std::set<int64_t> has_role;
+  for (size_t i = 0; i + 1 < events.size(); ++i) {
+    const json ch = json::parse(events[i]);
+    if (s.id.empty()) s.id = ch.at("id");
+    EXPECT_EQ(ch.at("id"), s.id);
+    if (created < 0) created = ch.at("created");
+    EXPECT_EQ(ch.at("created"), created);
+    EXPECT_EQ(ch.at("object"), "chat.completion.chunk");
+    if (ch.at("choices").empty()) {
+      EXPECT_EQ(i + 2, events.size()) << "the usage chunk is not the last";
+      s.usage = ch.at("usage");
+      continue;
+    }
+    EXPECT_EQ(ch["choices"].size(), 1u);
+    const json& c0 = ch["choices"][0];
+    const int64_t index = c0.at("index");
+    const json& delta = c0.at("delta");
+    EXPECT_FALSE(s.finish_reason.count(index)) << "a chunk after choice " << index << " finished";
+    if (delta.contains("role")) {
+      EXPECT_EQ(delta["role"], "assistant");
+      EXPECT_EQ(delta.at("content"), "");
+      EXPECT_TRUE(has_role.insert(index).second) << "two role chunks for choice " << index;
+      continue;
+    }
+    EXPECT_TRUE(has_role.count(index)) << "content of choice " << index << " before its role";
+    if (delta.contains("content")) {
+      s.content[index] += delta["content"].get<std::string>();
+      s.order.push_back(index);
+    }
+    if (!c0.at("finish_reason").is_null()) s.finish_reason[index] = c0["finish_reason"];
+  }
+  EXPECT_EQ(s.id.rfind("chatcmpl-", 0), 0u);
+  EXPECT_EQ(s.finish_reason.size(), has_role.size()) << "a choice without its finishing chunk";
+  return s;
+}
+
+TEST_F(ServeTest, ChatShapeUsageAndTemplate) {
+  auto r = post("/v1/chat/completions", chat_body("Hello", {{"model", "tiny"}, {"max_tokens", 7}, {"temperature", 0}}));
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const json j = json::parse(r->body);
+  EXPECT_EQ(j.at("id").get<std::string>().rfind("chatcmpl-", 0), 0u);
+  EXPECT_EQ(j.at("object"), "chat.completion");
+  EXPECT_NEAR(j.at("created").get<double>(), double(std::time(nullptr)), 60);
+  EXPECT_EQ(j.at("model"), "tiny");
+  ASSERT_EQ(j.at("choices").size(), 1u);
+  const json& c = j["choices"][0];
+  EXPECT_EQ(c.at("index"), 0);
+  EXPECT_EQ(c.at("message").at("role"), "assistant");
+  EXPECT_TRUE(c["message"].at("content").is_string());
+  EXPECT_TRUE(c.at("logprobs").is_null());
+  // The prompt is the rendered template (one byte, one token).
+  const int64_t prompt_tokens = int64_t(rendered("Hello").size());
+  const json& u = j.at("usage");
+  EXPECT_EQ(u.at("prompt_tokens"), prompt_tokens);
+  EXPECT_GE(u.at("completion_tokens").get<int64_t>(), 1);
+  EXPECT_LE(u.at("completion_tokens").get<int64_t>(), 7);
+  EXPECT_EQ(u.at("total_tokens"), prompt_tokens + u["completion_tokens"].get<int64_t>());
+  // The same as completing the rendered text with the template's stop string.
+  auto plain = post("/v1/completions",
+                    {{"prompt", rendered("Hello")}, {"max_tokens", 7}, {"temperature", 0}, {"stop", "\nUser:"}});
+  ASSERT_TRUE(plain);
+  ASSERT_EQ(plain->status, 200) << plain->body;
+  const json pj = json::parse(plain->body);
+  EXPECT_EQ(c["message"]["content"], pj["choices"][0]["text"]);
+  EXPECT_EQ(c["finish_reason"], pj["choices"][0]["finish_reason"]);
+  EXPECT_EQ(u, pj["usage"]);
+  // max_completion_tokens is the same limit under OpenAI's newer name.
+  auto alias = post("/v1/chat/completions", chat_body("Hello", {{"max_completion_tokens", 7}, {"temperature", 0}}));
+  ASSERT_TRUE(alias);
+  ASSERT_EQ(alias->status, 200) << alias->body;
+  EXPECT_EQ(json::parse(alias->body)["choices"][0]["message"], c["message"]);
+}
+
+TEST_F(ServeTest, ChatStreamMatchesNonStream) {
+  const json body = chat_body("Tell me", {{"max_tokens", 20}, {"temperature", 1.0}, {"seed", 77}});
+  auto r = post("/v1/chat/completions", body);
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const json j = json::parse(r->body);
+  const ChatStreamed s = chat_stream(srv->port, body);
+  ASSERT_EQ(s.content.size(), 1u);
+  EXPECT_EQ(s.content.at(0), j["choices"][0]["message"]["content"].get<std::string>());
+  EXPECT_EQ(s.finish_reason.at(0), j["choices"][0]["finish_reason"]);
+  EXPECT_EQ(s.usage, j["usage"]);
+  EXPECT_NE(s.id, j["id"]);
+}
+
+TEST_F(ServeTest, ChatLogprobs) {
+  auto r = post("/v1/chat/completions",
+                chat_body("Hi", {{"max_tokens", 5}, {"temperature", 0}, {"logprobs", true}, {"top_logprobs", 2}}));
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const json j = json::parse(r->body);
+  const json& content = j["choices"][0].at("logprobs").at("content");
+  EXPECT_EQ(int64_t(content.size()), j["usage"]["completion_tokens"].get<int64_t>());
+  std::string joined;
+  for (const json& e : content) {
+    EXPECT_LE(e.at("logprob").get<double>(), 0.0);
+    ASSERT_EQ(e.at("bytes").size(), 1u);  // one byte per token
+    joined += char(e["bytes"][0].get<int>());
+    EXPECT_GE(e.at("top_logprobs").size(), 1u);
+    EXPECT_LE(e["top_logprobs"].size(), 2u);
+    EXPECT_GE(e["top_logprobs"][0].at("logprob").get<double>(), e["logprob"].get<double>() - 1e-5);  // greedy
+  }
+  // The tokens' bytes are the content (and the stop string, if one ended it);
+  // bytes that are no UTF-8 character show as U+FFFD in the content.
+  EXPECT_EQ(serve::valid_utf8(joined).rfind(j["choices"][0]["message"]["content"].get<std::string>(), 0), 0u);
+}
+
+// The template's stop string ends the answer where a base model would go
+// on to write the user's next turn. Fed through the builder as the engine
+// reports such a sequence (the tiny random model never writes it).
+TEST(ChatTemplate, DefaultStopEndsBeforeTheNextUserTurn) {
+  auto tok = data::make_byte_tokenizer();
+  const serve::ModelInfo info{"tiny", 256, kContext};
+  const serve::Request r = serve::parse_chat(chat_body("Hi", {{"stop", "###"}}).dump(), info, *tok);
+  ASSERT_EQ(r.choices.size(), 1u);
+  const std::vector<std::string>& stop = r.choices[0].params.stop;
+  EXPECT_EQ(stop, (std::vector<std::string>{"###", "\nUser:"}));
+  EXPECT_EQ(tok->decode(r.choices[0].prompt), rendered("Hi"));
+  EXPECT_EQ(r.prompt_tokens, int64_t(rendered("Hi").size()));
+  EXPECT_EQ(r.choices[0].params.max_tokens, kContext - int64_t(rendered("Hi").size()));  // the rest of the context
+  serve::CompletionBuilder b(*tok, r.choices[0], "chatcmpl-x", 0, "tiny", serve::Api::chat);
+  const std::string out = " Sure.\nUser: and now";
+  std::string streamed;
+  for (size_t i = 0; i < out.size(); ++i) {
+    infer::TokenEvent e;
+    e.choice.token = static_cast<unsigned char>(out[i]);
+    if (out.compare(0, i + 1, " Sure.\nUser:") == 0 && i + 1 == std::string(" Sure.\nUser:").size()) {
+      e.finish = infer::Finish::stop;
+      e.stop_matched = "\nUser:";
+    }
+    const json chunk = b.add(e);
+    if (!chunk.is_null()) {
+      const json& delta = chunk["choices"][0]["delta"];
+      if (delta.contains("content")) streamed += delta["content"].get<std::string>();
+    }
+    if (b.finished()) break;
+  }
+  const json c = b.choice();
+  EXPECT_EQ(c["message"]["content"], " Sure.");
+  EXPECT_EQ(c["finish_reason"], "stop");
+  EXPECT_EQ(streamed, " Sure.");
+  EXPECT_EQ(serve::render_chat({{"system", "S"}, {"user", "U"}, {"assistant", "A"}, {"user", "V"}}),
+            "System: S\nUser: U\nAssistant: A\nUser: V\nAssistant:");
+}
+
+TEST_F(ServeTest, ChatErrorsNameTheField) {
+  expect_error(post("/v1/chat/completions", {{"max_tokens", 3}}), 400, "messages", {"messages"});
+  expect_error(post("/v1/chat/completions", {{"messages", json::array()}}), 400, "messages", {"messages"});
+  expect_error(post("/v1/chat/completions", {{"messages", "hi"}}), 400, "messages", {"messages"});
+  expect_error(post("/v1/chat/completions", {{"messages", {{{"role", "tool"}, {"content", "x"}}}}}), 400, "messages",
+               {"messages[0].role", "tool"});
+  expect_error(post("/v1/chat/completions", {{"messages", {{{"role", "user"}, {"content", "x"}}, {{"role", "user"}}}}}),
+               400, "messages", {"messages[1].content"});
+  expect_error(post("/v1/chat/completions", {{"messages", {{{"role", "user"}, {"content", 5}}}}}), 400, "messages",
+               {"content"});
+  expect_error(post("/v1/chat/completions", {{"messages", {"just text"}}}), 400, "messages", {"messages[0]"});
+  expect_error(post("/v1/chat/completions", chat_body("x", {{"top_logprobs", 2}})), 400, "top_logprobs",
+               {"logprobs"});
+  expect_error(post("/v1/chat/completions", chat_body("x", {{"logprobs", true}, {"top_logprobs", 21}})), 400,
+               "top_logprobs", {"20"});
+  expect_error(post("/v1/chat/completions", chat_body("x", {{"max_tokens", 60}})), 400, "max_tokens", {"64"});
+  expect_error(post("/v1/chat/completions", chat_body("x", {{"temperature", -1}})), 400, "temperature",
+               {"temperature"});
+  expect_error(post("/v1/chat/completions", chat_body("x", {{"model", "other"}})), 404, "model", {"other"});
+  expect_error(post("/v1/chat/completions", chat_body("x", {{"n", 0}})), 400, "n", {"n"});
+  // 16 sequences may wait in this server's queue: 17 choices never could.
+  expect_error(post("/v1/chat/completions", chat_body("x", {{"n", 17}})), 400, "n", {"16", "queue"});
+  auto r = post("/v1/chat/completions", chat_body("x", {{"max_tokens", 2}}));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+}
+
+TEST_F(ServeTest, ChatNChoices) {
+  const json body = chat_body("Pick", {{"max_tokens", 20}, {"temperature", 1.0}, {"seed", 500}, {"n", 3}});
+  auto r = post("/v1/chat/completions", body);
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const json j = json::parse(r->body);
+  ASSERT_EQ(j.at("choices").size(), 3u);
+  std::set<std::string> distinct;
+  int64_t completion_tokens = 0;
+  for (int64_t i = 0; i < 3; ++i) {
+    const json& c = j["choices"][size_t(i)];
+    EXPECT_EQ(c.at("index"), i);
+    distinct.insert(c["message"]["content"].get<std::string>());
+    // Choice i samples with seed + i: a single request with that seed gets it.
+    json one = body;
+    one["n"] = 1;
+    one["seed"] = 500 + i;
+    auto r1 = post("/v1/chat/completions", one);
+    ASSERT_TRUE(r1);
+    ASSERT_EQ(r1->status, 200) << r1->body;
+    const json j1 = json::parse(r1->body);
+    EXPECT_EQ(j1["choices"][0]["message"], c["message"]) << "choice " << i;
+    completion_tokens += j1["usage"]["completion_tokens"].get<int64_t>();
+  }
+  EXPECT_EQ(distinct.size(), 3u);
+  // The prompt is counted once, the completions of every choice.
+  EXPECT_EQ(j["usage"]["prompt_tokens"], int64_t(rendered("Pick").size()));
+  EXPECT_EQ(j["usage"]["completion_tokens"], completion_tokens);
+  // Greedy choices are all the same.
+  auto g = post("/v1/chat/completions", chat_body("Pick", {{"max_tokens", 12}, {"temperature", 0}, {"n", 3}}));
+  ASSERT_TRUE(g);
+  ASSERT_EQ(g->status, 200) << g->body;
+  const json gj = json::parse(g->body);
+  ASSERT_EQ(gj["choices"].size(), 3u);
+  for (size_t i = 1; i < 3; ++i) EXPECT_EQ(gj["choices"][i]["message"], gj["choices"][0]["message"]);
+}
+
+TEST_F(ServeTest, ChatStreamWithNInterleaves) {
+  // Both sequences decode in the same steps, so their chunks alternate
+  // rather than one choice's all coming first. A stream lasts a few
+  // milliseconds, and on a loaded machine a reader thread can start after
+  // it is over; so several streams are tried, and one must interleave.
+  bool interleaved = false;
+  for (int seed = 31; seed < 36 && !interleaved; ++seed) {
+    const json body = chat_body("Go", {{"max_tokens", 24}, {"temperature", 1.0}, {"seed", seed}, {"n", 2}});
+    auto r = post("/v1/chat/completions", body);
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    const json j = json::parse(r->body);
+    const ChatStreamed s = chat_stream(srv->port, body);
+    ASSERT_EQ(s.content.size(), 2u);
+    for (int64_t i = 0; i < 2; ++i) {
+      EXPECT_EQ(s.content.at(i), j["choices"][size_t(i)]["message"]["content"].get<std::string>());
+      EXPECT_EQ(s.finish_reason.at(i), j["choices"][size_t(i)]["finish_reason"]);
+    }
+    EXPECT_EQ(s.usage, j["usage"]);
+    const auto first1 = std::find(s.order.begin(), s.order.end(), 1);
+    const auto last0 = std::find(s.order.rbegin(), s.order.rend(), 0);
+    ASSERT_NE(first1, s.order.end());
+    ASSERT_NE(last0, s.order.rend());
+    interleaved = first1 - s.order.begin() < s.order.rend() - last0 - 1;
+  }
+  EXPECT_TRUE(interleaved) << "in no stream did a chunk of choice 1 come before choice 0 ended";
+}
+
+// /v1/completions' reading of n and prompt lists, run as the server runs a
+// request (serve::Generation on the server's scheduler).
+TEST_F(ServeTest, CompletionPromptListTimesN) {
+  const serve::ModelInfo info{"tiny", 256, kContext, 16};
+  const json body = {{"prompt", {"ab", "xyz"}}, {"n", 2}, {"max_tokens", 10}, {"temperature", 1.0}, {"seed", 8}};
+  const serve::Request req = serve::parse_completions(body.dump(), info, *srv->tok);
+  ASSERT_EQ(req.choices.size(), 4u);
+  EXPECT_EQ(req.prompt_tokens, 5);
+  json whole;
+  {
+    serve::Generation g(*srv->scheduler, *srv->tok, req, "cmpl-t", 1, "tiny");
+    whole = g.response();
+  }
+  ASSERT_EQ(whole.at("choices").size(), 4u);
+  int64_t completion_tokens = 0;
+  for (size_t k = 0; k < 4; ++k) {
+    const json& c = whole["choices"][k];
+    EXPECT_EQ(c.at("index"), int64_t(k));
+    // index = prompt * n + i, sampled with seed + i.
+    auto one = post("/v1/completions", {{"prompt", k < 2 ? "ab" : "xyz"},
+                                        {"max_tokens", 10},
+                                        {"temperature", 1.0},
+                                        {"seed", 8 + int(k % 2)}});
+    ASSERT_TRUE(one);
+    ASSERT_EQ(one->status, 200) << one->body;
+    const json oj = json::parse(one->body);
+    EXPECT_EQ(c["text"], oj["choices"][0]["text"]) << "choice " << k;
+    completion_tokens += oj["usage"]["completion_tokens"].get<int64_t>();
+  }
+  EXPECT_NE(whole["choices"][0]["text"], whole["choices"][1]["text"]);
+  EXPECT_EQ(whole["usage"], json({{"prompt_tokens", 5},
+                                  {"completion_tokens", completion_tokens},
+                                  {"total_tokens", 5 + completion_tokens}}));
+  // Streamed: the same texts by index, interleaved, then usage and [DONE].
+  serve::Request sreq = req;
+  sreq.stream = true;
+  sreq.include_usage = true;
+  std::vector<std::string> events;
+  {
+    serve::Generation g(*srv->scheduler, *srv->tok, sreq, "cmpl-s", 1, "tiny");
+    while (!g.done())
+      ASSERT_TRUE(g.pump([&](const std::string& d) {
+        events.push_back(d);
+        return true;
+      }));
+  }
+  ASSERT_GE(events.size(), 2u);
+  EXPECT_EQ(events.back(), "[DONE]");
+  std::map<int64_t, std::string> texts;
+  for (size_t i = 0; i + 2 < events.size(); ++i) {
+    const json ch = json::parse(events[i]);
+    EXPECT_EQ(ch.at("object"), "text_completion");
+    texts[ch["choices"][0]["index"].get<int64_t>()] += ch["choices"][0]["text"].get<std::string>();
+  }
+  ASSERT_EQ(texts.size(), 4u);
+  for (size_t k = 0; k < 4; ++k) EXPECT_EQ(texts[int64_t(k)], whole["choices"][k]["text"]);
+  EXPECT_EQ(json::parse(events[events.size() - 2]).at("usage"), whole["usage"]);
+  // Lists of token-id lists are prompts too; more choices than the queue holds are refused.
+  const serve::Request ids = serve::parse_completions(json{{"prompt", {{97, 98}, {120}}}}.dump(), info, *srv->tok);
+  ASSERT_EQ(ids.choices.size(), 2u);
+  EXPECT_EQ(ids.choices[1].prompt, std::vector<int32_t>{120});
+  try {
+    serve::parse_completions(json{{"prompt", {"a", "b"}}, {"n", 9}}.dump(), info, *srv->tok);
+    ADD_FAILURE() << "18 choices accepted with room for 16";
+  } catch (const serve::ApiError& e) {
+    EXPECT_EQ(e.status, 400);
+    EXPECT_EQ(e.param, "n");
+  }
 }
 
 }  // namespace

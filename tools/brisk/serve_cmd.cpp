@@ -5,6 +5,8 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -23,6 +25,8 @@ struct ServeArgs {
   std::string model, model_name, vocab_dir, host = "127.0.0.1";
   int port = 8080, slots = 8, max_queue = 64, threads = 0;
   int64_t max_body = 1 << 20, kv_mb = 0;
+  std::string api_key;
+  double drain_timeout = 30;
 };
 
 // The name clients put in "model": the checkpoint's directory or file name.
@@ -37,6 +41,7 @@ int run_serve(const ServeArgs& a) {
   if (a.max_queue < 0) throw core::ConfigError("--max-queue must not be negative");
   if (a.max_body < 1) throw core::ConfigError("--max-body must be at least 1 byte");
   if (a.port < 0 || a.port > 65535) throw core::ConfigError("--port must be in [0, 65535]");
+  if (!(a.drain_timeout >= 0)) throw core::ConfigError("--drain-timeout must not be negative");
   // SIGINT and SIGTERM are taken by one thread (sigwait) rather than a
   // handler, so stopping may lock and join. Blocked before any thread starts
   // (the engine's included), so every thread inherits the mask.
@@ -51,6 +56,7 @@ int run_serve(const ServeArgs& a) {
   auto tok = data::make_tokenizer(model.tokenizer, a.vocab_dir);
   serve::ModelInfo info{a.model_name.empty() ? default_name(a.model) : a.model_name, model.config.vocab_size,
                         model.config.block_size};
+  info.max_choices = std::max(1, a.max_queue);  // a request's choices all wait in the queue at first
   infer::EngineOptions eo;
   eo.max_seqs = a.slots;
   eo.threads = a.threads;
@@ -63,12 +69,27 @@ int run_serve(const ServeArgs& a) {
   so.port = a.port;
   so.max_body = a.max_body;
   so.http_threads = a.slots + a.max_queue + 4;  // every running and queued request holds an HTTP thread
+  so.api_key = a.api_key;
   serve::Server server(scheduler, *tok, info, so);
   const int port = server.bind();
 
+  // A stop signal drains: new requests get 503 (and /health 503, so a load
+  // balancer moves on) while running ones finish, for up to --drain-timeout
+  // seconds; what is left then ends with an error, and the server exits.
+  std::atomic<bool> listening{true};
   std::thread waiter([&] {
     int sig = 0;
     sigwait(&stop_signals, &sig);
+    if (listening) {
+      server.start_draining();
+      std::fprintf(stderr, "brisk serve: %s, draining %lld open requests (up to %.0f s)\n",
+                   sig == SIGINT ? "SIGINT" : "SIGTERM", (long long)server.open_requests(), a.drain_timeout);
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(a.drain_timeout);
+      while (server.open_requests() > 0 && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      if (server.open_requests() > 0)
+        std::fprintf(stderr, "brisk serve: drain timeout, ending %lld requests\n", (long long)server.open_requests());
+    }
     scheduler.stop();  // ends every open request, so no HTTP thread stays blocked
     server.stop();
   });
@@ -78,6 +99,7 @@ int run_serve(const ServeArgs& a) {
               double(engine.kv_bytes()) / (1 << 20));
   std::fflush(stdout);
   server.listen();
+  listening = false;  // (only when listen() ended on its own: the waiter then just stops)
   pthread_kill(waiter.native_handle(), SIGTERM);  // listen() may also end on its own; the waiter must not outlive us
   waiter.join();
   std::fprintf(stderr, "brisk serve: stopped\n");
@@ -101,6 +123,12 @@ ServeCommand add_serve_command(CLI::App& app) {
   s->add_option("--threads", a->threads, "CPU threads for the engine (0 = all cores)");
   s->add_option("--kv-mb", a->kv_mb, "Key/value pool in MiB (0 = full context for every slot)");
   s->add_option("--vocab-dir", a->vocab_dir, "GPT-2 vocabulary directory (gpt2 models)");
+  s->add_option("--api-key", a->api_key,
+                "Require \"Authorization: Bearer KEY\" on every route but /health (default: $BRISK_API_KEY)")
+      ->envname("BRISK_API_KEY");
+  s->add_option("--drain-timeout", a->drain_timeout,
+                "Seconds running requests may take to finish after SIGTERM/SIGINT")
+      ->capture_default_str();
   ServeCommand c;
   c.app = s;
   c.run = [a] { return run_serve(*a); };

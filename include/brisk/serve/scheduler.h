@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "brisk/infer/engine.h"
+#include "brisk/serve/metrics.h"
 
 namespace brisk::serve {
 
@@ -49,6 +50,9 @@ class Channel {
   std::string error_;
   int error_status_ = 0;
   std::atomic<bool> cancel_{false};  // set by the HTTP side when its client left
+  // Set and read by the scheduler thread only (latency metrics).
+  double submitted_ = 0, last_token_ = 0;
+  bool got_token_ = false;
 };
 
 class Scheduler {
@@ -69,6 +73,8 @@ class Scheduler {
   // Closes every open channel with an error and joins the thread. Idempotent.
   void stop();
   size_t queued() const;
+  int64_t running() const { return running_count_.load(); }  // sequences in the engine
+  Metrics& metrics() { return metrics_; }
 
  private:
   struct Pending {
@@ -79,6 +85,8 @@ class Scheduler {
   void run();
   void admit();
   void cancel_running();
+  void deliver(const infer::TokenEvent& e, Channel& ch, double now);
+  void publish();
 
   infer::Engine& engine_;
   const size_t max_queue_;
@@ -89,6 +97,8 @@ class Scheduler {
   bool wake_ = false;  // a cancel arrived
   // Running sequences by engine id; touched only by the scheduler thread.
   std::unordered_map<int64_t, std::shared_ptr<Channel>> running_;
+  std::atomic<int64_t> running_count_{0};
+  Metrics metrics_;
   std::thread thread_;
 };
 

@@ -21,6 +21,7 @@ struct ServerOptions {
   int port = 8080;             // 0: any free port (bind() says which)
   int64_t max_body = 1 << 20;  // bytes; larger bodies get 413
   int http_threads = 0;        // 0: enough for every slot and queued request
+  std::string api_key;         // non-empty: every route but /health needs "Authorization: Bearer <key>"
 };
 
 class Server {
@@ -38,6 +39,11 @@ class Server {
   void stop();
   // Blocks until listen() is accepting connections.
   void wait_until_ready();
+  // Graceful stop, first half: new generation requests get 503 and /health
+  // says 503 (a load balancer takes the replica out), running ones go on.
+  void start_draining();
+  // Generation requests whose response is not finished yet.
+  int64_t open_requests() const;
 
  private:
   struct Impl;

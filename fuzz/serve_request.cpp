@@ -1,0 +1,66 @@
+// Fuzz target: the request parsers of `brisk serve` (src/serve/completions.cpp,
+// chat.cpp, fields.cpp) on a tiny byte-tokenizer model (context 64, vocab
+// 256). Input: a request body, read by the /v1/completions parser (single-
+// and multi-choice) and the /v1/chat/completions parser.
+//
+// A body is either refused with an ApiError (a 4xx status and a message) or
+// becomes sequences the engine accepts as they are: prompt ids in the
+// vocabulary, prompt + max_tokens within the context, sampling parameters
+// that pass infer::validate, and no more choices than the server allows.
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "brisk/core/error.h"
+#include "brisk/data/tokenizer.h"
+#include "brisk/serve/completions.h"
+#include "fuzz_util.h"
+
+namespace {
+
+using namespace brisk;
+
+const serve::ModelInfo kModel{"tiny", 256, 64, 8};
+
+void check_sequence(const serve::CompletionRequest& c) {
+  FUZZ_CHECK(!c.prompt.empty());
+  for (int32_t id : c.prompt) FUZZ_CHECK(id >= 0 && id < kModel.vocab);
+  FUZZ_CHECK(c.params.max_tokens >= 1);
+  FUZZ_CHECK(int64_t(c.prompt.size()) + c.params.max_tokens <= kModel.context);
+  infer::validate(c.params, kModel.vocab);  // a ConfigError escaping is a finding
+}
+
+void check_request(const serve::Request& r) {
+  FUZZ_CHECK(!r.choices.empty() && int64_t(r.choices.size()) <= kModel.max_choices);
+  FUZZ_CHECK(r.prompt_tokens >= 1);
+  for (const serve::CompletionRequest& c : r.choices) check_sequence(c);
+  if (r.api == serve::Api::chat) {
+    FUZZ_CHECK(r.choices[0].params.stop.back() == serve::kChatStop);
+    FUZZ_CHECK(r.prompt_tokens == int64_t(r.choices[0].prompt.size()));
+  }
+}
+
+void check_refusal(const serve::ApiError& e) {
+  FUZZ_CHECK(e.status >= 400 && e.status < 500);
+  FUZZ_CHECK(std::string(e.what()).size() > 0);
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  static const std::unique_ptr<data::Tokenizer> tok = data::make_byte_tokenizer();
+  const std::string body(fuzz::as_text(data, size));
+  try {
+    check_request(serve::parse_completions(body, kModel, *tok));
+  } catch (const serve::ApiError& e) {
+    check_refusal(e);
+  }
+  try {
+    const serve::Request r = serve::parse_chat(body, kModel, *tok);
+    FUZZ_CHECK(r.api == serve::Api::chat);
+    check_request(r);
+  } catch (const serve::ApiError& e) {
+    check_refusal(e);
+  }
+  return 0;
+}

@@ -1,0 +1,68 @@
+// What every OpenAI route of `brisk serve` shares: the served model's
+// limits, the error a refused request gets, and a parsed request of either
+// /v1/completions or /v1/chat/completions as the engine sequences it becomes
+// (docs/serving.md).
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "brisk/infer/engine.h"
+
+namespace brisk::serve {
+
+// What the API knows of the served model and the server's limits.
+struct ModelInfo {
+  std::string name;
+  int64_t vocab = 0;    // token ids a prompt may hold
+  int64_t context = 0;  // prompt + completion tokens at most
+  // Sequences one request may ask for (n times the prompts). Set it to the
+  // scheduler's queue capacity: a request whose choices could never all
+  // wait in the queue is refused (400) rather than left to fail (429) forever.
+  int64_t max_choices = 128;
+};
+
+// A request the server refuses, as an OpenAI error object.
+class ApiError : public std::runtime_error {
+ public:
+  ApiError(int status, const std::string& message, std::string param = "", std::string type = "invalid_request_error")
+      : std::runtime_error(message), status(status), param(std::move(param)), type(std::move(type)) {}
+  int status;
+  std::string param, type;
+};
+
+// {"error":{"message","type","param","code":null}}; param null when empty.
+nlohmann::json error_json(const ApiError& e);
+// A request body that must be a JSON object; 400 otherwise.
+nlohmann::json parse_body(const std::string& body);
+// JSON text for the wire: invalid UTF-8 (never expected) is replaced, not thrown.
+std::string dump(const nlohmann::json& j);
+
+// The route a request came through: its answers have that route's shapes.
+enum class Api { completions, chat };
+
+// One engine sequence.
+struct CompletionRequest {
+  std::vector<int32_t> prompt;
+  infer::SamplingParams params;
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+};
+
+// A whole request: one sequence per choice, in the order of the choices'
+// `index` (prompt p, choice i of n at p * n + i, as OpenAI numbers them).
+struct Request {
+  Api api = Api::completions;
+  std::vector<CompletionRequest> choices;
+  // Every prompt counted once, however many choices it has: OpenAI's usage
+  // (the engine still prefills it once per choice).
+  int64_t prompt_tokens = 0;
+  bool stream = false;
+  bool include_usage = false;
+};
+
+}  // namespace brisk::serve

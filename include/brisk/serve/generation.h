@@ -1,0 +1,69 @@
+// Running one request: every choice is its own engine sequence, submitted to
+// the Scheduler; their events become one answer (non-streamed) or one
+// stream whose chunks of different choices interleave as the engine
+// produces them. Knows nothing of HTTP: a stream is written through a
+// callback, so the server (or a test) decides where the bytes go.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "brisk/serve/api.h"
+#include "brisk/serve/choice_builder.h"
+
+namespace brisk::data {
+class Tokenizer;
+}
+
+namespace brisk::serve {
+
+class Scheduler;
+class Channel;
+
+class Generation {
+ public:
+  // Submits every choice. Throws ApiError 429 (with none of them left
+  // queued) when the scheduler's queue cannot take them all now.
+  Generation(Scheduler& scheduler, const data::Tokenizer& tok, const Request& req, const std::string& id,
+             int64_t created, const std::string& model);
+  // Cancels the choices still running and waits for its reader threads.
+  ~Generation();
+  Generation(const Generation&) = delete;
+  Generation& operator=(const Generation&) = delete;
+
+  // Non-streamed: waits for every choice and returns the answer; throws the
+  // first failed choice's error as an ApiError.
+  nlohmann::json response();
+
+  // Streamed: waits for new events and writes the chunks they make, one
+  // `data` payload per call of `write` (the role chunks first, a failed
+  // choice's error, the usage chunk when asked, then "[DONE]"). False when
+  // a write failed (the client is gone: call cancel()).
+  bool pump(const std::function<bool(const std::string&)>& write);
+  // The stream has written its "[DONE]".
+  bool done() const { return done_; }
+  // Drops the choices still queued or running.
+  void cancel();
+
+ private:
+  struct Inbox;
+  nlohmann::json usage() const;
+  Scheduler& scheduler_;
+  const bool include_usage_;
+  const int64_t prompt_tokens_;
+  std::vector<std::shared_ptr<Channel>> channels_;
+  std::vector<CompletionBuilder> builders_;
+  // Streams only: one thread per choice moves its channel's events here,
+  // so that one wait sees whichever choice moves first.
+  std::shared_ptr<Inbox> inbox_;
+  std::vector<std::thread> readers_;
+  bool started_ = false, done_ = false;
+};
+
+}  // namespace brisk::serve

@@ -1,0 +1,143 @@
+// One choice's answer in OpenAI's shapes; see brisk/serve/choice_builder.h.
+#include "brisk/serve/choice_builder.h"
+
+#include "brisk/data/tokenizer.h"
+
+namespace brisk::serve {
+
+using nlohmann::json;
+
+CompletionBuilder::CompletionBuilder(const data::Tokenizer& tok, const CompletionRequest& req, std::string id,
+                                     int64_t created, std::string model, Api api, int64_t index)
+    : tok_(tok),
+      text_(tok, req.params.stop),
+      id_(std::move(id)),
+      model_(std::move(model)),
+      created_(created),
+      api_(api),
+      index_(index),
+      logprobs_(req.params.logprobs),
+      prompt_tokens_(int64_t(req.prompt.size())) {}
+
+json CompletionBuilder::envelope(bool chunk) const {
+  const char* object = api_ == Api::completions ? "text_completion"
+                       : chunk                  ? "chat.completion.chunk"
+                                                : "chat.completion";
+  return {{"id", id_}, {"object", object}, {"created", created_}, {"model", model_}};
+}
+
+json CompletionBuilder::first_chunk() const {
+  if (api_ != Api::chat) return nullptr;
+  json c = envelope(true);
+  c["choices"] = json::array({{{"index", index_},
+                               {"delta", {{"role", "assistant"}, {"content", ""}}},
+                               {"logprobs", nullptr},
+                               {"finish_reason", nullptr}}});
+  return c;
+}
+
+// Records the token's logprobs for the whole response and returns them as
+// one chunk carries them. A token that is only part of a UTF-8 character
+// shows as U+FFFD; the chat route's `bytes` keep its real bytes.
+json CompletionBuilder::logprobs_of(const infer::TokenChoice& c) {
+  auto raw = [&](int32_t id) { return tok_.decode(std::span<const int32_t>(&id, 1)); };
+  if (api_ == Api::chat) {
+    auto entry = [&](int32_t id, float logprob) {
+      const std::string b = raw(id);
+      json bytes = json::array();
+      for (unsigned char ch : b) bytes.push_back(int(ch));
+      return json{{"token", valid_utf8(b)}, {"logprob", logprob}, {"bytes", bytes}};
+    };
+    json e = entry(c.token, c.logprob);
+    e["top_logprobs"] = json::array();
+    for (const auto& [id, v] : c.top) e["top_logprobs"].push_back(entry(id, v));
+    lp_tokens_.push_back(e);
+    return {{"content", json::array({e})}};
+  }
+  json top = json::object();
+  for (const auto& [id, v] : c.top) top[valid_utf8(raw(id))] = v;
+  const std::string s = valid_utf8(raw(c.token));
+  const size_t offset = text_.offset_of_last();
+  lp_tokens_.push_back(s);
+  lp_values_.push_back(c.logprob);
+  lp_top_.push_back(top);
+  lp_offsets_.push_back(offset);
+  return {{"tokens", json::array({s})},
+          {"token_logprobs", json::array({c.logprob})},
+          {"top_logprobs", json::array({top})},
+          {"text_offset", json::array({offset})}};
+}
+
+json CompletionBuilder::chunk(const std::string& piece, const json& lp) const {
+  const json finish = finished() ? json(finish_reason_) : json(nullptr);
+  json c = envelope(true);
+  if (api_ == Api::chat) {
+    // The last chunk of a choice may carry no text: its delta is then empty.
+    const json delta = piece.empty() && lp.is_null() ? json::object() : json{{"content", piece}};
+    c["choices"] = json::array({{{"index", index_}, {"delta", delta}, {"logprobs", lp}, {"finish_reason", finish}}});
+  } else {
+    c["choices"] = json::array({{{"index", index_}, {"text", piece}, {"logprobs", lp}, {"finish_reason", finish}}});
+  }
+  return c;
+}
+
+json CompletionBuilder::add(const infer::TokenEvent& e) {
+  if (e.choice.token < 0) return nullptr;
+  ++completion_tokens_;
+  std::string piece;
+  json lp = nullptr;
+  // A stop token ends the sequence without being part of its text.
+  const bool stop_token = e.finish == infer::Finish::stop && e.stop_matched.empty();
+  if (!stop_token) {
+    piece = text_.add(e.choice.token);
+    if (logprobs_ >= 0) lp = logprobs_of(e.choice);
+  }
+  if (e.finish == infer::Finish::stop) {
+    piece += e.stop_matched.empty() ? text_.finish() : text_.finish_at_stop();
+    finish_reason_ = "stop";
+  } else if (e.finish == infer::Finish::length) {
+    piece += text_.finish();
+    finish_reason_ = "length";
+  }
+  all_text_ += piece;
+  if (piece.empty() && lp.is_null() && finish_reason_.empty()) return nullptr;
+  return chunk(piece, lp);
+}
+
+json CompletionBuilder::choice() const {
+  json lp = nullptr;
+  if (logprobs_ >= 0 && api_ == Api::chat) lp = {{"content", lp_tokens_}};
+  if (logprobs_ >= 0 && api_ == Api::completions)
+    lp = {{"tokens", lp_tokens_},
+          {"token_logprobs", lp_values_},
+          {"top_logprobs", lp_top_},
+          {"text_offset", lp_offsets_}};
+  if (api_ == Api::chat)
+    return {{"index", index_},
+            {"message", {{"role", "assistant"}, {"content", all_text_}}},
+            {"logprobs", lp},
+            {"finish_reason", finish_reason_}};
+  return {{"index", index_}, {"text", all_text_}, {"logprobs", lp}, {"finish_reason", finish_reason_}};
+}
+
+json CompletionBuilder::usage() const {
+  return {{"prompt_tokens", prompt_tokens_},
+          {"completion_tokens", completion_tokens_},
+          {"total_tokens", prompt_tokens_ + completion_tokens_}};
+}
+
+json CompletionBuilder::usage_chunk() const {
+  json c = envelope(true);
+  c["choices"] = json::array();
+  c["usage"] = usage();
+  return c;
+}
+
+json CompletionBuilder::response() const {
+  json r = envelope(false);
+  r["choices"] = json::array({choice()});
+  r["usage"] = usage();
+  return r;
+}
+
+}  // namespace brisk::serve

@@ -1,0 +1,150 @@
+// The fields both OpenAI routes share; see fields.h.
+#include "fields.h"
+
+#include <random>
+
+#include "brisk/core/error.h"
+
+namespace brisk::serve::fields {
+
+using nlohmann::json;
+
+const json* field(const json& body, const char* name) {
+  auto it = body.find(name);
+  return it == body.end() || it->is_null() ? nullptr : &*it;
+}
+
+float number(const json& body, const char* name, float def) {
+  const json* v = field(body, name);
+  if (!v) return def;
+  if (!v->is_number()) throw ApiError(400, std::string(name) + " must be a number", name);
+  return v->get<float>();
+}
+
+int64_t integer(const json& body, const char* name, int64_t def) {
+  const json* v = field(body, name);
+  if (!v) return def;
+  if (!v->is_number_integer()) throw ApiError(400, std::string(name) + " must be an integer", name);
+  return v->get<int64_t>();
+}
+
+int small_integer(const json& body, const char* name, int def) {
+  const int64_t v = integer(body, name, def);
+  if (v < INT32_MIN || v > INT32_MAX) throw ApiError(400, std::string(name) + " is out of range", name);
+  return int(v);
+}
+
+bool boolean(const json& body, const char* name, bool def) {
+  const json* v = field(body, name);
+  if (!v) return def;
+  if (!v->is_boolean()) throw ApiError(400, std::string(name) + " must be a boolean", name);
+  return v->get<bool>();
+}
+
+void check_model_and_user(const json& body, const ModelInfo& model) {
+  if (const json* m = field(body, "model")) {
+    if (!m->is_string()) throw ApiError(400, "model must be a string", "model");
+    if (m->get<std::string>() != model.name)
+      throw ApiError(404, "The model `" + m->get<std::string>() + "` does not exist; this server serves `" +
+                              model.name + "`", "model");
+  }
+  if (const json* u = field(body, "user"); u && !u->is_string()) throw ApiError(400, "user must be a string", "user");
+}
+
+namespace {
+
+std::vector<std::string> read_stop(const json& body) {
+  const json* v = field(body, "stop");
+  if (!v) return {};
+  std::vector<std::string> stop;
+  if (v->is_string()) {
+    stop.push_back(v->get<std::string>());
+  } else if (v->is_array()) {
+    for (const json& s : *v) {
+      if (!s.is_string()) throw ApiError(400, "stop must be a string or a list of strings", "stop");
+      stop.push_back(s.get<std::string>());
+    }
+  } else {
+    throw ApiError(400, "stop must be a string or a list of strings", "stop");
+  }
+  for (const std::string& s : stop)
+    if (s.empty()) throw ApiError(400, "stop strings must not be empty", "stop");
+  return stop;
+}
+
+}  // namespace
+
+void read_sampling(const json& body, infer::SamplingParams& sp) {
+  sp.temperature = number(body, "temperature", 1.0f);
+  sp.top_p = number(body, "top_p", 1.0f);
+  sp.top_k = small_integer(body, "top_k", 0);
+  sp.min_p = number(body, "min_p", 0.0f);
+  sp.presence_penalty = number(body, "presence_penalty", 0.0f);
+  sp.frequency_penalty = number(body, "frequency_penalty", 0.0f);
+  sp.repetition_penalty = number(body, "repetition_penalty", 1.0f);
+  if (field(body, "seed")) {
+    sp.seed = uint64_t(integer(body, "seed", 0));
+  } else {
+    std::random_device rd;
+    sp.seed = uint64_t(rd()) << 32 | rd();
+  }
+  sp.stop = read_stop(body);
+}
+
+void read_stream(const json& body, Request& r) {
+  r.stream = boolean(body, "stream", false);
+  if (const json* so = field(body, "stream_options")) {
+    if (!so->is_object()) throw ApiError(400, "stream_options must be an object", "stream_options");
+    r.include_usage = boolean(*so, "include_usage", false);
+  }
+}
+
+int64_t read_n(const json& body, size_t prompts, const ModelInfo& model) {
+  const int64_t n = integer(body, "n", 1);
+  if (n < 1) throw ApiError(400, "n must be at least 1", "n");
+  // Compared as a quotient: n may be near the int64 limit.
+  if (n > model.max_choices / int64_t(prompts))
+    throw ApiError(400, "n (" + std::to_string(n) + ") times the number of prompts (" + std::to_string(prompts) +
+                            ") is more than the " + std::to_string(model.max_choices) +
+                            " sequences one request may ask for (the server's queue capacity)", "n");
+  return n;
+}
+
+void validate(const infer::SamplingParams& sp, const ModelInfo& model) {
+  try {
+    infer::validate(sp, model.vocab);
+  } catch (const core::ConfigError& e) {
+    const std::string msg = e.what();
+    throw ApiError(400, msg, msg.substr(0, msg.find(' ')));
+  }
+}
+
+void check_context(size_t prompt, int64_t max_tokens, const ModelInfo& model, const std::string& param) {
+  // Compared as a difference: max_tokens may be near the int64 limit.
+  if (max_tokens <= model.context - int64_t(prompt)) return;
+  const uint64_t want = uint64_t(prompt) + uint64_t(max_tokens);
+  throw ApiError(400, "This model's maximum context length is " + std::to_string(model.context) +
+                          " tokens, however you requested " + std::to_string(want) + " tokens (" +
+                          std::to_string(prompt) + " in your prompt; " + std::to_string(max_tokens) +
+                          " for the completion). Please reduce your prompt or completion length.",
+                 param);
+}
+
+void fan_out(const std::vector<std::vector<int32_t>>& prompts, int64_t n, const infer::SamplingParams& sp, Request& r) {
+  r.choices.clear();
+  r.prompt_tokens = 0;
+  for (const std::vector<int32_t>& p : prompts) {
+    r.prompt_tokens += int64_t(p.size());
+    for (int64_t i = 0; i < n; ++i) {
+      CompletionRequest c;
+      c.prompt = p;
+      c.params = sp;
+      c.params.seed = sp.seed + uint64_t(i);
+      c.stream = r.stream;
+      c.include_usage = r.include_usage;
+      r.choices.push_back(std::move(c));
+    }
+  }
+}
+
+}  // namespace brisk::serve::fields

@@ -1,0 +1,41 @@
+// Reading the fields that /v1/completions and /v1/chat/completions share,
+// so both routes accept and refuse them alike. A field that is absent or
+// null keeps its default; one of the wrong type is a 400 naming it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "brisk/serve/api.h"
+
+namespace brisk::serve::fields {
+
+const nlohmann::json* field(const nlohmann::json& body, const char* name);
+float number(const nlohmann::json& body, const char* name, float def);
+int64_t integer(const nlohmann::json& body, const char* name, int64_t def);
+// An integer that must fit an int (the engine's field type).
+int small_integer(const nlohmann::json& body, const char* name, int def);
+bool boolean(const nlohmann::json& body, const char* name, bool def);
+
+// `model`, when given, must be the served name (404 otherwise); `user` a string.
+void check_model_and_user(const nlohmann::json& body, const ModelInfo& model);
+// temperature, top_p, top_k, min_p, the penalties, seed (random when
+// absent) and stop; not max_tokens, logprobs (the routes differ) or n.
+void read_sampling(const nlohmann::json& body, infer::SamplingParams& sp);
+// stream and stream_options.include_usage.
+void read_stream(const nlohmann::json& body, Request& r);
+// n: at least 1, and n * prompts within model.max_choices.
+int64_t read_n(const nlohmann::json& body, size_t prompts, const ModelInfo& model);
+// The engine's own checks (infer::validate), as a 400 naming the field.
+void validate(const infer::SamplingParams& sp, const ModelInfo& model);
+// prompt + max_tokens must fit the context; `param` is the field to blame.
+void check_context(size_t prompt, int64_t max_tokens, const ModelInfo& model, const std::string& param);
+// n choices of every prompt into r.choices; with a seed s, choice i of a
+// prompt samples with seed s + i, so the choices differ but a request
+// repeated gets the same ones.
+void fan_out(const std::vector<std::vector<int32_t>>& prompts, int64_t n, const infer::SamplingParams& sp, Request& r);
+
+}  // namespace brisk::serve::fields

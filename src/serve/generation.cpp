@@ -1,0 +1,140 @@
+// One request's sequences through the scheduler; see brisk/serve/generation.h.
+#include "brisk/serve/generation.h"
+
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <utility>
+
+#include "brisk/serve/scheduler.h"
+
+namespace brisk::serve {
+
+using nlohmann::json;
+
+namespace {
+
+// Why a choice ended without its finishing event, as an API error.
+ApiError channel_error(const Channel& ch) {
+  const int status = ch.error_status();
+  return status == 400 ? ApiError(400, ch.error()) : ApiError(status, ch.error(), "", "server_error");
+}
+
+}  // namespace
+
+// Events of every choice, in the order they arrived; `closed` marks the
+// end of a choice's channel.
+struct Generation::Inbox {
+  struct Item {
+    size_t choice;
+    std::vector<infer::TokenEvent> events;
+    bool closed;
+  };
+  std::mutex m;
+  std::condition_variable cv;
+  std::deque<Item> items;
+
+  void put(Item item) {
+    {
+      std::lock_guard lk(m);
+      items.push_back(std::move(item));
+    }
+    cv.notify_one();
+  }
+  std::deque<Item> take() {
+    std::unique_lock lk(m);
+    cv.wait(lk, [&] { return !items.empty(); });
+    return std::exchange(items, {});
+  }
+};
+
+Generation::Generation(Scheduler& scheduler, const data::Tokenizer& tok, const Request& req, const std::string& id,
+                       int64_t created, const std::string& model)
+    : scheduler_(scheduler), include_usage_(req.include_usage), prompt_tokens_(req.prompt_tokens) {
+  builders_.reserve(req.choices.size());
+  for (size_t i = 0; i < req.choices.size(); ++i) {
+    const CompletionRequest& c = req.choices[i];
+    std::shared_ptr<Channel> ch = scheduler_.submit(c.prompt, c.params);
+    if (!ch) {
+      for (const auto& submitted : channels_) scheduler_.cancel(submitted);
+      throw ApiError(429, "the server is busy: its queue of waiting requests is full; retry later", "",
+                     "rate_limit_exceeded");
+    }
+    channels_.push_back(std::move(ch));
+    builders_.emplace_back(tok, c, id, created, model, req.api, int64_t(i));
+  }
+  if (!req.stream) return;
+  inbox_ = std::make_shared<Inbox>();
+  for (size_t i = 0; i < channels_.size(); ++i)
+    readers_.emplace_back([ch = channels_[i], inbox = inbox_, i] {
+      std::vector<infer::TokenEvent> events;
+      while (ch->next(events)) inbox->put({i, std::move(events), false});
+      inbox->put({i, {}, true});
+    });
+}
+
+Generation::~Generation() {
+  cancel();
+  // A reader ends when its channel closes: at once for a finished choice,
+  // at the scheduler's next step for a cancelled one.
+  for (std::thread& t : readers_) t.join();
+}
+
+void Generation::cancel() {
+  for (size_t i = 0; i < channels_.size(); ++i)
+    if (!builders_[i].finished()) scheduler_.cancel(channels_[i]);
+}
+
+json Generation::usage() const {
+  int64_t completion = 0;
+  for (const CompletionBuilder& b : builders_) completion += b.completion_tokens();
+  return {{"prompt_tokens", prompt_tokens_},
+          {"completion_tokens", completion},
+          {"total_tokens", prompt_tokens_ + completion}};
+}
+
+json Generation::response() {
+  std::vector<infer::TokenEvent> events;
+  for (size_t i = 0; i < channels_.size(); ++i) {
+    while (channels_[i]->next(events))
+      for (const infer::TokenEvent& e : events) builders_[i].add(e);
+    if (!builders_[i].finished()) throw channel_error(*channels_[i]);
+  }
+  json r = builders_.front().envelope(false);
+  r["choices"] = json::array();
+  for (const CompletionBuilder& b : builders_) r["choices"].push_back(b.choice());
+  r["usage"] = usage();
+  return r;
+}
+
+bool Generation::pump(const std::function<bool(const std::string&)>& write) {
+  if (done_) return true;
+  if (!started_) {
+    started_ = true;
+    for (const CompletionBuilder& b : builders_)
+      if (const json c = b.first_chunk(); !c.is_null() && !write(dump(c))) return false;
+  }
+  for (Inbox::Item& item : inbox_->take()) {
+    CompletionBuilder& b = builders_[item.choice];
+    for (const infer::TokenEvent& e : item.events)
+      if (const json c = b.add(e); !c.is_null() && !write(dump(c))) return false;
+    if (item.closed && !b.finished()) {
+      // One choice failed: the stream ends with its error, the others are dropped.
+      done_ = true;
+      cancel();
+      return write(dump(error_json(channel_error(*channels_[item.choice])))) && write("[DONE]");
+    }
+  }
+  for (const CompletionBuilder& b : builders_)
+    if (!b.finished()) return true;
+  done_ = true;
+  if (include_usage_) {
+    json u = builders_.front().envelope(true);
+    u["choices"] = json::array();
+    u["usage"] = usage();
+    if (!write(dump(u))) return false;
+  }
+  return write("[DONE]");
+}
+
+}  // namespace brisk::serve

@@ -1,0 +1,227 @@
+// `brisk serve` operations (src/serve/): /metrics, --api-key and draining,
+// in-process on a free port with a small random GPT and the byte tokenizer.
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <sstream>
+#include <thread>
+
+#include "brisk/cpu/cpu_backend.h"
+#include "brisk/data/tokenizer.h"
+#include "brisk/infer/engine.h"
+#include "brisk/serve/server.h"
+#include "brisk/train/checkpoint.h"
+
+namespace brisk {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+// Random GPTs saved once per process under one directory, removed at exit:
+// "tiny" (fast) and "slow" (4 x 256 wide, 512 context: a long generation
+// takes long enough to still be running when a test acts on it).
+const std::string& checkpoint(bool slow) {
+  static const struct Dirs {
+    fs::path root = fs::temp_directory_path() / ("brisk_serve_ops_test_" + std::to_string(::getpid()));
+    std::string tiny, slow;
+    static std::string save(const fs::path& dir, int64_t layers, int64_t width, int64_t context) {
+      models::GptConfig c;
+      c.vocab_size = 256;
+      c.n_layer = layers;
+      c.n_embd = width;
+      c.n_head = 2;
+      c.block_size = context;
+      cpu::CpuBackend be(1);
+      models::Gpt gpt(c, be);
+      gpt.init_weights(5);
+      train::TrainState st;
+      st.tokenizer = "bytes";
+      return train::save_checkpoint(dir.string(), gpt, nullptr, st, 1);
+    }
+    Dirs() : tiny(save(root / "tiny", 1, 32, 64)), slow(save(root / "slow", 4, 256, 512)) {}
+    ~Dirs() {
+      std::error_code ec;
+      fs::remove_all(root, ec);
+    }
+  } dirs;
+  return slow ? dirs.slow : dirs.tiny;
+}
+
+struct Served {
+  std::unique_ptr<data::Tokenizer> tok = data::make_byte_tokenizer();
+  std::unique_ptr<infer::Engine> engine;
+  std::unique_ptr<serve::Scheduler> scheduler;
+  std::unique_ptr<serve::Server> server;
+  std::thread thread;
+  int port = 0;
+
+  explicit Served(const std::string& api_key = "", bool slow = false) {
+    infer::EngineOptions eo;
+    eo.max_seqs = 4;
+    eo.threads = 1;
+    eo.max_step_tokens = 64;
+    engine = std::make_unique<infer::Engine>(infer::load_model(checkpoint(slow)), eo, tok.get());
+    scheduler = std::make_unique<serve::Scheduler>(*engine, 8);
+    serve::ServerOptions so;
+    so.port = 0;
+    so.http_threads = 16;
+    so.api_key = api_key;
+    server = std::make_unique<serve::Server>(*scheduler, *tok,
+                                             serve::ModelInfo{"tiny", 256, engine->model().config.block_size}, so);
+    port = server->bind();
+    thread = std::thread([this] { server->listen(); });
+    server->wait_until_ready();
+  }
+  ~Served() {
+    scheduler->stop();
+    server->stop();
+    thread.join();
+  }
+  httplib::Client client() const {
+    httplib::Client c("127.0.0.1", port);
+    c.set_read_timeout(60, 0);
+    return c;
+  }
+};
+
+const char* kJson = "application/json";
+
+// Prometheus text -> {series with labels: value}.
+std::map<std::string, double> parse_metrics(const std::string& text) {
+  std::map<std::string, double> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    const size_t sp = line.rfind(' ');
+    out[line.substr(0, sp)] = std::stod(line.substr(sp + 1));
+  }
+  return out;
+}
+
+TEST(ServeMetrics, CountRequestsTokensAndLatencies) {
+  Served s;
+  auto c = s.client();
+  int64_t completion_tokens = 0;
+  for (bool stream : {false, true}) {
+    const json body = {{"prompt", "In the beginning"}, {"max_tokens", 6}, {"temperature", 0}, {"stream", stream}};
+    auto r = c.Post("/v1/completions", body.dump(), kJson);
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    if (!stream) completion_tokens += json::parse(r->body)["usage"]["completion_tokens"].get<int64_t>();
+    else completion_tokens += 6;  // max_tokens, no stop string: every token is generated
+  }
+  ASSERT_EQ(c.Get("/no/such/route")->status, 404);
+
+  // A request is counted after its response is sent, which can be a moment
+  // after the client has read the end of it...
+  std::map<std::string, double> m;
+  for (int tries = 0; tries < 500; ++tries) {
+    auto r = c.Get("/metrics");
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200);
+    EXPECT_NE(r->get_header_value("Content-Type").find("text/plain"), std::string::npos);
+    m = parse_metrics(r->body);
+    // ... and the gauges are published after the step that ended the last one.
+    if (m["brisk_requests_total{path=\"/v1/completions\",status=\"200\"}"] >= 2 &&
+        m["brisk_requests_total{path=\"other\",status=\"404\"}"] >= 1 && m["brisk_slots_busy"] == 0 &&
+        m["brisk_kv_blocks_used"] == 0)
+      break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(m.at("brisk_requests_total{path=\"/v1/completions\",status=\"200\"}"), 2);
+  EXPECT_EQ(m.at("brisk_requests_total{path=\"other\",status=\"404\"}"), 1);  // unknown paths share one label
+  EXPECT_EQ(m.at("brisk_generation_tokens_total"), double(completion_tokens));
+  EXPECT_EQ(m.at("brisk_prompt_tokens_total"), 2.0 * 16);  // "In the beginning": 16 bytes, twice
+  EXPECT_EQ(m.at("brisk_time_to_first_token_seconds_count"), 2);
+  EXPECT_EQ(m.at("brisk_inter_token_latency_seconds_count"), double(completion_tokens - 2));
+  EXPECT_EQ(m.at("brisk_request_duration_seconds_count"), 2);
+  EXPECT_GT(m.at("brisk_time_to_first_token_seconds_sum"), 0);
+  EXPECT_EQ(m.at("brisk_slots_total"), 4);
+  EXPECT_EQ(m.at("brisk_slots_busy"), 0);
+  EXPECT_EQ(m.at("brisk_kv_blocks_used"), 0);  // both finished: their blocks are back
+  EXPECT_GT(m.at("brisk_kv_blocks_total"), 0);
+  EXPECT_EQ(m.at("brisk_draining"), 0);
+  // Buckets are cumulative and end at the count.
+  double last = 0;
+  const std::regex bucket("brisk_inter_token_latency_seconds_bucket\\{le=\"([^\"]+)\"\\}");
+  int buckets = 0;
+  for (const auto& [series, v] : m)
+    if (std::regex_match(series, bucket)) ++buckets;
+  EXPECT_GE(buckets, 5);
+  for (const char* le : {"0.001", "0.01", "0.1", "1", "+Inf"}) {
+    const double v = m.at(std::string("brisk_inter_token_latency_seconds_bucket{le=\"") + le + "\"}");
+    EXPECT_GE(v, last) << le;
+    last = v;
+  }
+  EXPECT_EQ(last, m.at("brisk_inter_token_latency_seconds_count"));
+}
+
+TEST(ServeApiKey, EveryRouteButHealthNeedsTheKey) {
+  Served s("sekret");
+  auto c = s.client();
+  EXPECT_EQ(c.Get("/health")->status, 200);  // load balancers probe without a key
+  auto r = c.Get("/v1/models");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 401);
+  EXPECT_EQ(r->get_header_value("WWW-Authenticate"), "Bearer");
+  const json e = json::parse(r->body);
+  EXPECT_NE(e["error"]["message"].get<std::string>().find("API key"), std::string::npos);
+  EXPECT_EQ(c.Get("/v1/models", {{"Authorization", "Bearer wrong"}})->status, 401);
+  EXPECT_EQ(c.Get("/metrics")->status, 401);
+  const json body = {{"prompt", "x"}, {"max_tokens", 2}};
+  EXPECT_EQ(c.Post("/v1/completions", body.dump(), kJson)->status, 401);
+  EXPECT_EQ(c.Get("/v1/models", {{"Authorization", "Bearer sekret"}})->status, 200);
+  EXPECT_EQ(c.Post("/v1/completions", {{"Authorization", "Bearer sekret"}}, body.dump(), kJson)->status, 200);
+}
+
+TEST(ServeDrain, RunningStreamsFinishNewRequestsGet503) {
+  Served s("", /*slow=*/true);
+  // A stream that is running when draining starts: it must end normally.
+  std::atomic<bool> first_chunk{false};
+  std::string streamed;
+  std::thread reader([&] {
+    auto c = s.client();
+    const json body = {{"prompt", "And"}, {"max_tokens", 400}, {"temperature", 0}, {"stream", true}};
+    httplib::Request req;
+    req.method = "POST";
+    req.path = "/v1/completions";
+    req.body = body.dump();
+    req.set_header("Content-Type", kJson);
+    req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+      streamed.append(data, n);
+      first_chunk = true;
+      return true;
+    };
+    auto r = c.send(req);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200);
+  });
+  while (!first_chunk) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  s.server->start_draining();
+  EXPECT_EQ(s.server->open_requests(), 1);  // 400 tokens of the slow model: still running
+
+  auto c = s.client();
+  EXPECT_EQ(c.Get("/health")->status, 503);
+  auto r = c.Post("/v1/completions", json{{"prompt", "x"}, {"max_tokens", 2}}.dump(), kJson);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 503);
+  EXPECT_EQ(json::parse(r->body)["error"]["type"], "server_error");
+
+  reader.join();
+  EXPECT_NE(streamed.find("data: [DONE]"), std::string::npos);
+  EXPECT_NE(streamed.find("\"finish_reason\":\"length\""), std::string::npos);
+  // The stream counts as open until httplib releases it, just after its last write.
+  for (int i = 0; i < 1000 && s.server->open_requests() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  EXPECT_EQ(s.server->open_requests(), 0);
+}
+
+}  // namespace
+}  // namespace brisk
