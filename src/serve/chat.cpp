@@ -97,7 +97,7 @@ Request parse_chat(const std::string& body, const ModelInfo& model, const data::
                               " tokens (with the chat template). Please reduce the length of the messages.",
                      "messages");
   }
-  read_sampling(j, sp);
+  const bool seeded = read_sampling(j, sp);
   if (std::find(sp.stop.begin(), sp.stop.end(), kChatStop) == sp.stop.end()) sp.stop.push_back(kChatStop);
   const bool logprobs = boolean(j, "logprobs", false);
   const int top = small_integer(j, "top_logprobs", 0);
@@ -109,6 +109,7 @@ Request parse_chat(const std::string& body, const ModelInfo& model, const data::
   fields::validate(sp, model);
   check_context(prompt.size(), sp.max_tokens, model, max_name);
   fan_out({prompt}, n, sp, r);
+  r.deterministic = seeded || sp.temperature == 0.f;
   return r;
 }
 

@@ -90,13 +90,14 @@ Request parse(const json& j, const ModelInfo& model, const data::Tokenizer& tok,
   infer::SamplingParams sp;
   sp.max_tokens = integer(j, "max_tokens", 16);
   if (sp.max_tokens < 1) throw ApiError(400, "max_tokens must be at least 1", "max_tokens");
-  read_sampling(j, sp);
+  const bool seeded = read_sampling(j, sp);
   sp.logprobs = small_integer(j, "logprobs", -1);
   if (field(j, "logprobs") && sp.logprobs < 0) throw ApiError(400, "logprobs must be >= 0", "logprobs");
   read_stream(j, r);
   fields::validate(sp, model);
   for (const std::vector<int32_t>& p : prompts) check_context(p.size(), sp.max_tokens, model, "max_tokens");
   fan_out(prompts, n, sp, r);
+  r.deterministic = seeded || sp.temperature == 0.f;
   return r;
 }
 

@@ -74,7 +74,7 @@ std::vector<std::string> read_stop(const json& body) {
 
 }  // namespace
 
-void read_sampling(const json& body, infer::SamplingParams& sp) {
+bool read_sampling(const json& body, infer::SamplingParams& sp) {
   sp.temperature = number(body, "temperature", 1.0f);
   sp.top_p = number(body, "top_p", 1.0f);
   sp.top_k = small_integer(body, "top_k", 0);
@@ -82,13 +82,15 @@ void read_sampling(const json& body, infer::SamplingParams& sp) {
   sp.presence_penalty = number(body, "presence_penalty", 0.0f);
   sp.frequency_penalty = number(body, "frequency_penalty", 0.0f);
   sp.repetition_penalty = number(body, "repetition_penalty", 1.0f);
-  if (field(body, "seed")) {
+  const bool seeded = field(body, "seed") != nullptr;
+  if (seeded) {
     sp.seed = uint64_t(integer(body, "seed", 0));
   } else {
     std::random_device rd;
     sp.seed = uint64_t(rd()) << 32 | rd();
   }
   sp.stop = read_stop(body);
+  return seeded;
 }
 
 void read_stream(const json& body, Request& r) {

@@ -24,7 +24,8 @@ bool boolean(const nlohmann::json& body, const char* name, bool def);
 void check_model_and_user(const nlohmann::json& body, const ModelInfo& model);
 // temperature, top_p, top_k, min_p, the penalties, seed (random when
 // absent) and stop; not max_tokens, logprobs (the routes differ) or n.
-void read_sampling(const nlohmann::json& body, infer::SamplingParams& sp);
+// True when the body gave the seed.
+bool read_sampling(const nlohmann::json& body, infer::SamplingParams& sp);
 // stream and stream_options.include_usage.
 void read_stream(const nlohmann::json& body, Request& r);
 // n: at least 1, and n * prompts within model.max_choices.

@@ -4,6 +4,7 @@
 #include <condition_variable>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <utility>
 
 #include "brisk/serve/scheduler.h"
@@ -49,12 +50,19 @@ struct Generation::Inbox {
 };
 
 Generation::Generation(Scheduler& scheduler, const data::Tokenizer& tok, const Request& req, const std::string& id,
-                       int64_t created, const std::string& model)
+                       int64_t created, const std::string& model, ResponseCache* cache)
     : scheduler_(scheduler), include_usage_(req.include_usage), prompt_tokens_(req.prompt_tokens) {
   builders_.reserve(req.choices.size());
+  std::optional<ChoiceEvents> cached;
+  if (cache && cache->enabled()) {
+    cache_key_ = ResponseCache::key_of(req, model);
+    if (!cache_key_.empty()) cached = cache->get(cache_key_);
+    if (!cached) cache_ = cache, recorded_.resize(req.choices.size());
+  }
+  from_cache_ = cached.has_value();
   for (size_t i = 0; i < req.choices.size(); ++i) {
     const CompletionRequest& c = req.choices[i];
-    std::shared_ptr<Channel> ch = scheduler_.submit(c.prompt, c.params);
+    std::shared_ptr<Channel> ch = cached ? Channel::replay((*cached)[i]) : scheduler_.submit(c.prompt, c.params);
     if (!ch) {
       for (const auto& submitted : channels_) scheduler_.cancel(submitted);
       throw ApiError(429, "the server is busy: its queue of waiting requests is full; retry later", "",
@@ -85,6 +93,20 @@ void Generation::cancel() {
     if (!builders_[i].finished()) scheduler_.cancel(channels_[i]);
 }
 
+void Generation::record(size_t choice, const std::vector<infer::TokenEvent>& events) {
+  if (cache_) recorded_[choice].insert(recorded_[choice].end(), events.begin(), events.end());
+}
+
+// Every choice finished (none failed or was cancelled): the events are the
+// whole answer, worth keeping.
+void Generation::store_if_complete() {
+  if (!cache_) return;
+  for (const CompletionBuilder& b : builders_)
+    if (!b.finished()) return;
+  cache_->put(cache_key_, std::move(recorded_));
+  cache_ = nullptr;
+}
+
 json Generation::usage() const {
   int64_t completion = 0;
   for (const CompletionBuilder& b : builders_) completion += b.completion_tokens();
@@ -96,10 +118,13 @@ json Generation::usage() const {
 json Generation::response() {
   std::vector<infer::TokenEvent> events;
   for (size_t i = 0; i < channels_.size(); ++i) {
-    while (channels_[i]->next(events))
+    while (channels_[i]->next(events)) {
+      record(i, events);
       for (const infer::TokenEvent& e : events) builders_[i].add(e);
+    }
     if (!builders_[i].finished()) throw channel_error(*channels_[i]);
   }
+  store_if_complete();
   json r = builders_.front().envelope(false);
   r["choices"] = json::array();
   for (const CompletionBuilder& b : builders_) r["choices"].push_back(b.choice());
@@ -116,6 +141,7 @@ bool Generation::pump(const std::function<bool(const std::string&)>& write) {
   }
   for (Inbox::Item& item : inbox_->take()) {
     CompletionBuilder& b = builders_[item.choice];
+    record(item.choice, item.events);
     for (const infer::TokenEvent& e : item.events)
       if (const json c = b.add(e); !c.is_null() && !write(dump(c))) return false;
     if (item.closed && !b.finished()) {
@@ -128,6 +154,7 @@ bool Generation::pump(const std::function<bool(const std::string&)>& write) {
   for (const CompletionBuilder& b : builders_)
     if (!b.finished()) return true;
   done_ = true;
+  store_if_complete();
   if (include_usage_) {
     json u = builders_.front().envelope(true);
     u["choices"] = json::array();

@@ -93,6 +93,18 @@ std::string Metrics::render() const {
   line(out, "brisk_generation_tokens_total %" PRIu64, generation_tokens.load());
   header(out, "brisk_engine_steps_total", "counter", "Engine steps (one forward over every running sequence).");
   line(out, "brisk_engine_steps_total %" PRIu64, engine_steps.load());
+  header(out, "brisk_response_cache_hits_total", "counter", "Deterministic requests answered from the response cache.");
+  line(out, "brisk_response_cache_hits_total %" PRIu64, response_cache_hits.load());
+  header(out, "brisk_response_cache_misses_total", "counter", "Deterministic requests the response cache did not hold.");
+  line(out, "brisk_response_cache_misses_total %" PRIu64, response_cache_misses.load());
+  header(out, "brisk_response_cache_evictions_total", "counter", "Entries dropped to stay within the byte budget.");
+  line(out, "brisk_response_cache_evictions_total %" PRIu64, response_cache_evictions.load());
+  header(out, "brisk_response_cache_bytes", "gauge", "Bytes held by the response cache.");
+  line(out, "brisk_response_cache_bytes %" PRId64, response_cache_bytes.load());
+  header(out, "brisk_response_cache_budget_bytes", "gauge", "The response cache's byte budget (--response-cache-mb).");
+  line(out, "brisk_response_cache_budget_bytes %" PRId64, response_cache_budget);
+  header(out, "brisk_response_cache_entries", "gauge", "Responses held by the response cache.");
+  line(out, "brisk_response_cache_entries %" PRId64, response_cache_entries.load());
   header(out, "brisk_draining", "gauge", "1 after SIGTERM/SIGINT: new requests get 503 while running ones finish.");
   line(out, "brisk_draining %d", draining.load() ? 1 : 0);
   header(out, "brisk_time_to_first_token_seconds", "histogram",

@@ -32,6 +32,13 @@ int Channel::error_status() const {
   return error_status_;
 }
 
+std::shared_ptr<Channel> Channel::replay(std::vector<infer::TokenEvent> events) {
+  auto ch = std::make_shared<Channel>();
+  ch->events_ = std::move(events);
+  ch->closed_ = true;
+  return ch;
+}
+
 void Channel::push(const infer::TokenEvent& e) {
   {
     std::lock_guard lk(m_);

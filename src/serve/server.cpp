@@ -12,6 +12,7 @@
 
 #include "brisk/core/error.h"
 #include "brisk/data/tokenizer.h"
+#include "brisk/serve/response_cache.h"
 
 namespace brisk::serve {
 
@@ -44,9 +45,11 @@ struct Server::Impl {
   std::mt19937_64 id_rng{std::random_device{}()};
   Metrics& metrics;
   std::atomic<int64_t> open{0};  // generation requests not yet answered in full
+  ResponseCache cache;
 
   Impl(Scheduler& s, const data::Tokenizer& t, ModelInfo m, ServerOptions o)
-      : scheduler(s), tok(t), model(std::move(m)), options(std::move(o)), metrics(s.metrics()) {
+      : scheduler(s), tok(t), model(std::move(m)), options(std::move(o)), metrics(s.metrics()),
+        cache(options.response_cache_bytes, metrics) {
     const size_t threads = size_t(options.http_threads > 0 ? options.http_threads : 16);
     http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
     http.set_payload_max_length(size_t(options.max_body));
@@ -164,7 +167,7 @@ struct Server::Impl {
     const std::string id = (api == Api::chat ? "chat" : "") + next_id();
     std::shared_ptr<Generation> gen;
     try {
-      gen = std::make_shared<Generation>(scheduler, tok, r, id, std::time(nullptr), model.name);
+      gen = std::make_shared<Generation>(scheduler, tok, r, id, std::time(nullptr), model.name, &cache);
     } catch (const ApiError& e) {
       if (e.status == 429) res.set_header("Retry-After", "1");
       throw;

@@ -63,7 +63,7 @@ struct Served {
   std::thread thread;
   int port = 0;
 
-  explicit Served(const std::string& api_key = "", bool slow = false) {
+  explicit Served(const std::string& api_key = "", bool slow = false, int64_t response_cache_bytes = 0) {
     infer::EngineOptions eo;
     eo.max_seqs = 4;
     eo.threads = 1;
@@ -74,6 +74,7 @@ struct Served {
     so.port = 0;
     so.http_threads = 16;
     so.api_key = api_key;
+    so.response_cache_bytes = response_cache_bytes;
     server = std::make_unique<serve::Server>(*scheduler, *tok,
                                              serve::ModelInfo{"tiny", 256, engine->model().config.block_size}, so);
     port = server->bind();
@@ -221,6 +222,88 @@ TEST(ServeDrain, RunningStreamsFinishNewRequestsGet503) {
   // The stream counts as open until httplib releases it, just after its last write.
   for (int i = 0; i < 1000 && s.server->open_requests() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(2));
   EXPECT_EQ(s.server->open_requests(), 0);
+}
+
+std::map<std::string, double> metrics_of(httplib::Client& c) {
+  auto r = c.Get("/metrics");
+  EXPECT_TRUE(r && r->status == 200);
+  return r ? parse_metrics(r->body) : std::map<std::string, double>{};
+}
+
+TEST(ServeResponseCache, DeterministicRequestsAreAnsweredFromTheCache) {
+  Served s("", false, 1 << 20);
+  auto c = s.client();
+  const json greedy = {{"prompt", "In the beginning"}, {"max_tokens", 8}, {"temperature", 0}};
+  auto first = c.Post("/v1/completions", greedy.dump(), kJson);
+  ASSERT_TRUE(first);
+  ASSERT_EQ(first->status, 200);
+  const json a = json::parse(first->body);
+  auto m = metrics_of(c);
+  EXPECT_EQ(m["brisk_response_cache_misses_total"], 1);
+  EXPECT_EQ(m["brisk_response_cache_hits_total"], 0);
+  EXPECT_EQ(m["brisk_response_cache_entries"], 1);
+  EXPECT_GT(m["brisk_response_cache_bytes"], 0);
+  const double generated = m["brisk_generation_tokens_total"];
+
+  // Again: the same text and usage, a fresh id, and the model did not run.
+  const json b = json::parse(c.Post("/v1/completions", greedy.dump(), kJson)->body);
+  EXPECT_EQ(b["choices"][0]["text"], a["choices"][0]["text"]);
+  EXPECT_EQ(b["usage"], a["usage"]);
+  EXPECT_NE(b["id"], a["id"]);
+  m = metrics_of(c);
+  EXPECT_EQ(m["brisk_response_cache_hits_total"], 1);
+  EXPECT_EQ(m["brisk_generation_tokens_total"], generated);
+
+  // Streamed, the cached events give the same text.
+  json streamed = greedy;
+  streamed["stream"] = true;
+  auto r = c.Post("/v1/completions", streamed.dump(), kJson);
+  ASSERT_TRUE(r);
+  std::string text;
+  std::istringstream in(r->body);
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("data: {", 0) == 0) text += json::parse(line.substr(6))["choices"][0]["text"].get<std::string>();
+  EXPECT_EQ(text, a["choices"][0]["text"]);
+  EXPECT_NE(r->body.find("data: [DONE]"), std::string::npos);
+  EXPECT_EQ(metrics_of(c)["brisk_response_cache_hits_total"], 2);
+
+  // Seeded sampling is deterministic too; unseeded sampling never touches the cache.
+  const json seeded = {{"prompt", "And God"}, {"max_tokens", 8}, {"temperature", 1}, {"seed", 7}};
+  const json s1 = json::parse(c.Post("/v1/completions", seeded.dump(), kJson)->body);
+  const json s2 = json::parse(c.Post("/v1/completions", seeded.dump(), kJson)->body);
+  EXPECT_EQ(s1["choices"][0]["text"], s2["choices"][0]["text"]);
+  m = metrics_of(c);
+  EXPECT_EQ(m["brisk_response_cache_hits_total"], 3);
+  EXPECT_EQ(m["brisk_response_cache_misses_total"], 2);
+  const json unseeded = {{"prompt", "And God"}, {"max_tokens", 8}, {"temperature", 1}};
+  for (int i = 0; i < 2; ++i) ASSERT_EQ(c.Post("/v1/completions", unseeded.dump(), kJson)->status, 200);
+  m = metrics_of(c);
+  EXPECT_EQ(m["brisk_response_cache_hits_total"], 3);
+  EXPECT_EQ(m["brisk_response_cache_misses_total"], 2);
+  EXPECT_EQ(m["brisk_response_cache_entries"], 2);
+}
+
+TEST(ServeResponseCache, LeastRecentlyUsedLeaveWithinTheBudget) {
+  const int64_t budget = 6000;
+  Served s("", false, budget);
+  auto c = s.client();
+  auto ask = [&](int i) {
+    const json body = {{"prompt", "prompt " + std::to_string(i)}, {"max_tokens", 8}, {"temperature", 0}};
+    auto r = c.Post("/v1/completions", body.dump(), kJson);
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200);
+  };
+  for (int i = 0; i < 12; ++i) ask(i);
+  auto m = metrics_of(c);
+  EXPECT_GT(m["brisk_response_cache_evictions_total"], 0);
+  EXPECT_LE(m["brisk_response_cache_bytes"], double(budget));
+  EXPECT_GE(m["brisk_response_cache_entries"], 1);
+  EXPECT_EQ(m["brisk_response_cache_entries"] + m["brisk_response_cache_evictions_total"], 12);
+  // The newest is still there, the oldest is not.
+  ask(11);
+  EXPECT_EQ(metrics_of(c)["brisk_response_cache_hits_total"], 1);
+  ask(0);
+  EXPECT_EQ(metrics_of(c)["brisk_response_cache_hits_total"], 1);
 }
 
 }  // namespace

@@ -27,6 +27,7 @@ struct ServeArgs {
   int64_t max_body = 1 << 20, kv_mb = 0;
   std::string api_key;
   double drain_timeout = 30;
+  int64_t response_cache_mb = 0;
 };
 
 // The name clients put in "model": the checkpoint's directory or file name.
@@ -42,6 +43,7 @@ int run_serve(const ServeArgs& a) {
   if (a.max_body < 1) throw core::ConfigError("--max-body must be at least 1 byte");
   if (a.port < 0 || a.port > 65535) throw core::ConfigError("--port must be in [0, 65535]");
   if (!(a.drain_timeout >= 0)) throw core::ConfigError("--drain-timeout must not be negative");
+  if (a.response_cache_mb < 0) throw core::ConfigError("--response-cache-mb must not be negative");
   // SIGINT and SIGTERM are taken by one thread (sigwait) rather than a
   // handler, so stopping may lock and join. Blocked before any thread starts
   // (the engine's included), so every thread inherits the mask.
@@ -70,6 +72,7 @@ int run_serve(const ServeArgs& a) {
   so.max_body = a.max_body;
   so.http_threads = a.slots + a.max_queue + 4;  // every running and queued request holds an HTTP thread
   so.api_key = a.api_key;
+  so.response_cache_bytes = a.response_cache_mb << 20;
   serve::Server server(scheduler, *tok, info, so);
   const int port = server.bind();
 
@@ -126,6 +129,10 @@ ServeCommand add_serve_command(CLI::App& app) {
   s->add_option("--api-key", a->api_key,
                 "Require \"Authorization: Bearer KEY\" on every route but /health (default: $BRISK_API_KEY)")
       ->envname("BRISK_API_KEY");
+  s->add_option("--response-cache-mb", a->response_cache_mb,
+                "Keep answers of deterministic requests (greedy or seeded) up to this many MiB, least recently used "
+                "out first (0 = off)")
+      ->capture_default_str();
   s->add_option("--drain-timeout", a->drain_timeout,
                 "Seconds running requests may take to finish after SIGTERM/SIGINT")
       ->capture_default_str();

@@ -63,6 +63,9 @@ struct Request {
   int64_t prompt_tokens = 0;
   bool stream = false;
   bool include_usage = false;
+  // The same request gives the same answer: greedy, or a seed was given.
+  // Only such requests may be answered from the response cache.
+  bool deterministic = false;
 };
 
 }  // namespace brisk::serve

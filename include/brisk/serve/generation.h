@@ -16,6 +16,7 @@
 
 #include "brisk/serve/api.h"
 #include "brisk/serve/choice_builder.h"
+#include "brisk/serve/response_cache.h"
 
 namespace brisk::data {
 class Tokenizer;
@@ -29,9 +30,11 @@ class Channel;
 class Generation {
  public:
   // Submits every choice. Throws ApiError 429 (with none of them left
-  // queued) when the scheduler's queue cannot take them all now.
+  // queued) when the scheduler's queue cannot take them all now. With a
+  // `cache`, a deterministic request it holds is replayed from it instead,
+  // and one that runs to its end without an error is stored in it.
   Generation(Scheduler& scheduler, const data::Tokenizer& tok, const Request& req, const std::string& id,
-             int64_t created, const std::string& model);
+             int64_t created, const std::string& model, ResponseCache* cache = nullptr);
   // Cancels the choices still running and waits for its reader threads.
   ~Generation();
   Generation(const Generation&) = delete;
@@ -48,12 +51,15 @@ class Generation {
   bool pump(const std::function<bool(const std::string&)>& write);
   // The stream has written its "[DONE]".
   bool done() const { return done_; }
+  bool from_cache() const { return from_cache_; }
   // Drops the choices still queued or running.
   void cancel();
 
  private:
   struct Inbox;
   nlohmann::json usage() const;
+  void record(size_t choice, const std::vector<infer::TokenEvent>& events);
+  void store_if_complete();
   Scheduler& scheduler_;
   const bool include_usage_;
   const int64_t prompt_tokens_;
@@ -64,6 +70,11 @@ class Generation {
   std::shared_ptr<Inbox> inbox_;
   std::vector<std::thread> readers_;
   bool started_ = false, done_ = false;
+  // The response cache: where to store this request's events, and them.
+  ResponseCache* cache_ = nullptr;
+  std::string cache_key_;
+  bool from_cache_ = false;
+  ChoiceEvents recorded_;
 };
 
 }  // namespace brisk::serve

@@ -45,6 +45,10 @@ class Metrics {
   int64_t slots_total = 0, kv_blocks_total = 0;  // set once at start
   std::atomic<uint64_t> prompt_tokens{0}, generation_tokens{0}, engine_steps{0};
   std::atomic<bool> draining{false};
+  // The response cache (response_cache.h).
+  std::atomic<uint64_t> response_cache_hits{0}, response_cache_misses{0}, response_cache_evictions{0};
+  std::atomic<int64_t> response_cache_bytes{0}, response_cache_entries{0};
+  int64_t response_cache_budget = 0;  // set once at start
   Histogram time_to_first_token, inter_token_latency, request_latency;
 
   // The whole exposition (text format 0.0.4).

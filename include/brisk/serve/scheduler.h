@@ -37,6 +37,9 @@ class Channel {
   // so nobody reads it).
   std::string error() const;
   int error_status() const;
+  // A channel that already holds a finished sequence's events and is closed
+  // (a response cache hit replays through it).
+  static std::shared_ptr<Channel> replay(std::vector<infer::TokenEvent> events);
 
  private:
   friend class Scheduler;

@@ -22,6 +22,7 @@ struct ServerOptions {
   int64_t max_body = 1 << 20;  // bytes; larger bodies get 413
   int http_threads = 0;        // 0: enough for every slot and queued request
   std::string api_key;         // non-empty: every route but /health needs "Authorization: Bearer <key>"
+  int64_t response_cache_bytes = 0;  // 0: no response cache (response_cache.h)
 };
 
 class Server {
