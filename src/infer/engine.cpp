@@ -9,6 +9,8 @@
 #include <exception>
 #include <cmath>
 #include <cstring>
+#include <list>
+#include <unordered_map>
 
 #include "brisk/core/error.h"
 #include "brisk/core/op.h"
@@ -47,6 +49,16 @@ TensorView view(const void* p, Shape s, DType t = DType::f32) {
 
 // Keys and values of every layer in blocks of `block` positions; a block
 // table row per sequence slot.
+//
+// Prefix cache: a block that holds `block` prompt tokens, all written, is
+// registered under the hash of every token up to its end (a chain: the
+// previous block's hash and its own tokens). A later prompt with the same
+// first tokens takes those blocks instead of computing them again: blocks
+// are shared (a reference count), never written by the sharer (only whole
+// blocks before the prompt's last token are shared, and a sequence writes
+// only from its first unshared position on). When no sequence holds a
+// registered block it stays cached, reusable, until a new block is needed
+// and no free one is left: then the least recently released goes.
 class KvPool {
  public:
   KvPool(const models::GptConfig& c, const EngineOptions& o) : block_(o.kv_block) {
@@ -64,26 +76,82 @@ class KvPool {
     table_ = Tensor::empty(Shape{o.max_seqs, blocks_per_seq_}, DType::i32);
     std::fill_n(table_.data_as<int32_t>(), table_.numel(), 0);
     held_.assign(size_t(o.max_seqs), 0);
+    info_.resize(size_t(blocks_));
     for (int64_t b = blocks_ - 1; b >= 0; --b) free_.push_back(int32_t(b));
   }
   int64_t bytes() const { return int64_t(k_.size()) * 2 * blocks_ * block_ * k_[0].shape()[2] * int64_t(sizeof(float)); }
-  int64_t free_blocks() const { return int64_t(free_.size()); }
+  // Blocks a new sequence can get: free ones and cached ones nobody holds.
+  int64_t free_blocks() const { return int64_t(free_.size() + released_.size()); }
+  int64_t cached_blocks() const { return int64_t(by_hash_.size()); }
   int64_t blocks_for(int64_t positions) const { return (positions + block_ - 1) / block_; }
-  // Gives slot `s` enough blocks for `positions`; false (nothing taken) if the pool is short.
-  bool reserve(int s, int64_t positions) {
-    const int64_t need = blocks_for(positions);
-    if (need > free_blocks()) return false;
-    int32_t* row = table_.data_as<int32_t>() + s * blocks_per_seq_;
-    for (int64_t i = 0; i < need; ++i) {
-      row[i] = free_.back();
-      free_.pop_back();
+
+  struct Reserved {
+    int64_t cached = -1;  // prompt positions already in the cache; -1: the pool is short, nothing taken
+    int64_t blocks = 0;   // of them, whole blocks (registered already)
+    uint64_t hash = 0;    // chain hash after those blocks
+  };
+  // Gives slot `s` enough blocks for `positions`, sharing the cached blocks
+  // that hold the prompt's first tokens when `share`.
+  Reserved reserve(int s, const std::vector<int32_t>& prompt, int64_t positions, bool share) {
+    Reserved r;
+    std::vector<int32_t> shared;
+    uint64_t h = kSeed;
+    const int64_t shareable = share ? (int64_t(prompt.size()) - 1) / block_ : 0;  // the last token is always fed
+    for (int64_t j = 0; j < shareable; ++j) {
+      const int32_t* tokens = prompt.data() + j * block_;
+      const uint64_t next = chain(h, tokens);
+      auto it = by_hash_.find(next);
+      if (it == by_hash_.end()) break;
+      const Block& b = info_[size_t(it->second)];
+      if (b.parent != h || !std::equal(tokens, tokens + block_, b.tokens.begin())) break;  // a hash collision
+      shared.push_back(it->second);
+      h = next;
     }
-    held_[size_t(s)] = need;
-    return true;
+    int64_t idle_shared = 0;  // shared blocks that no sequence holds now (counted in free_blocks)
+    for (int32_t b : shared) idle_shared += info_[size_t(b)].refs == 0;
+    const int64_t need = blocks_for(positions) - int64_t(shared.size());
+    if (need > free_blocks() - idle_shared) return r;
+    int32_t* row = table_.data_as<int32_t>() + s * blocks_per_seq_;
+    int64_t i = 0;
+    for (int32_t b : shared) {
+      Block& blk = info_[size_t(b)];
+      if (blk.refs++ == 0) released_.erase(blk.where);
+      row[i++] = b;
+    }
+    for (int64_t k = 0; k < need; ++k) row[i++] = take_block();
+    held_[size_t(s)] = i;
+    r.blocks = int64_t(shared.size());
+    r.cached = r.blocks * block_;
+    r.hash = h;
+    return r;
+  }
+  // Registers slot `s`'s blocks that hold only prompt tokens and are all
+  // written (the first `filled` positions), from block `registered` on.
+  void register_prompt(int s, const std::vector<int32_t>& prompt, int64_t filled, int64_t& registered, uint64_t& hash) {
+    const int32_t* row = table_.data_as<int32_t>() + s * blocks_per_seq_;
+    const int64_t limit = std::min<int64_t>(filled, int64_t(prompt.size())) / block_;
+    for (; registered < limit; ++registered) {
+      const int32_t* tokens = prompt.data() + registered * block_;
+      const uint64_t next = chain(hash, tokens);
+      Block& b = info_[size_t(row[registered])];
+      if (!b.cached && !by_hash_.count(next)) {  // the same prefix may be cached already by another sequence
+        b.cached = true;
+        b.hash = next;
+        b.parent = hash;
+        b.tokens.assign(tokens, tokens + block_);
+        by_hash_[next] = row[registered];
+      }
+      hash = next;
+    }
   }
   void release(int s) {
     int32_t* row = table_.data_as<int32_t>() + s * blocks_per_seq_;
-    for (int64_t i = 0; i < held_[size_t(s)]; ++i) free_.push_back(row[i]);
+    for (int64_t i = 0; i < held_[size_t(s)]; ++i) {
+      Block& b = info_[size_t(row[i])];
+      if (--b.refs > 0) continue;
+      if (b.cached) b.where = released_.insert(released_.end(), row[i]);
+      else free_.push_back(row[i]);
+    }
     held_[size_t(s)] = 0;
   }
   const Tensor& k(int64_t l) const { return k_[size_t(l)]; }
@@ -91,10 +159,48 @@ class KvPool {
   const Tensor& table() const { return table_; }
 
  private:
+  struct Block {
+    int32_t refs = 0;
+    bool cached = false;
+    uint64_t hash = 0, parent = 0;              // when cached: its chain hash and the one before it
+    std::vector<int32_t> tokens;                // when cached: its tokens (checked on a hash match)
+    std::list<int32_t>::iterator where;         // in released_ while cached and held by nobody
+  };
+  static constexpr uint64_t kSeed = 0x9e3779b97f4a7c15ull;
+  uint64_t chain(uint64_t h, const int32_t* tokens) const {
+    for (int64_t i = 0; i < block_; ++i) {  // splitmix64 steps over (hash, token)
+      uint64_t z = h ^ (uint64_t(uint32_t(tokens[i])) + kSeed + (h << 6) + (h >> 2));
+      z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+      z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+      h = z ^ (z >> 31);
+    }
+    return h;
+  }
+  // A free block, else the least recently released cached one (forgotten).
+  int32_t take_block() {
+    int32_t b;
+    if (!free_.empty()) {
+      b = free_.back();
+      free_.pop_back();
+    } else {
+      b = released_.front();
+      released_.pop_front();
+      by_hash_.erase(info_[size_t(b)].hash);
+    }
+    Block& blk = info_[size_t(b)];
+    blk.refs = 1;
+    blk.cached = false;
+    blk.tokens.clear();
+    return b;
+  }
+
   int64_t block_, blocks_ = 0, blocks_per_seq_ = 0;
   std::vector<Tensor> k_, v_;
   Tensor table_;
-  std::vector<int32_t> free_;
+  std::vector<int32_t> free_;       // never written, or not cached
+  std::list<int32_t> released_;     // cached, held by nobody; least recently released first
+  std::vector<Block> info_;
+  std::unordered_map<uint64_t, int32_t> by_hash_;
   std::vector<int64_t> held_;
 };
 
@@ -108,6 +214,9 @@ struct Seq {
   int32_t next = -1;     // sampled, not yet fed
   int64_t generated = 0;
   int64_t reserved = 0;  // positions the slot's blocks cover
+  int64_t cached = 0;    // prompt positions taken from the prefix cache
+  int64_t registered = 0;  // prompt blocks registered in the prefix cache (or taken from it)
+  uint64_t chain = 0;      // the prefix cache's chain hash after those blocks
   bool cancelled = false;
   bool done = false;     // finished this step: leaves before the next
   std::string text;      // generated text so far (stop strings)
@@ -245,7 +354,8 @@ struct Engine::Impl {
     // new tokens (the last one is sampled but never fed), within the context.
     const int64_t reach = std::min<int64_t>(cfg.block_size, int64_t(prompt.size()) + std::max<int64_t>(p.max_tokens, 1));
     const int slot = free_slots.back();
-    if (!pool.reserve(slot, reach)) return -1;
+    const KvPool::Reserved got = pool.reserve(slot, prompt, reach, opt.prefix_cache);
+    if (got.cached < 0) return -1;
     free_slots.pop_back();
     auto s = std::make_unique<Seq>();
     s->id = next_id++;
@@ -255,6 +365,10 @@ struct Engine::Impl {
     s->history = SequenceHistory(cfg.vocab_size);
     s->history.add_prompt(prompt);
     s->reserved = reach;
+    s->fed = s->cached = got.cached;
+    s->registered = got.blocks;
+    s->chain = got.hash;
+    stats.cached_prompt_tokens += got.cached;
     seqs.push_back(std::move(s));
     return seqs.back()->id;
   }
@@ -355,6 +469,10 @@ struct Engine::Impl {
       }
     }
     forward(n);
+    if (opt.prefix_cache)  // the prompt blocks this step completed become shareable
+      for (auto& s : seqs)
+        if ((s->registered + 1) * opt.kv_block <= int64_t(s->prompt.size()))
+          pool.register_prompt(s->slot, s->prompt, s->fed, s->registered, s->chain);
     head(sample_rows, gathered.data(), normed.data(), logits.data());
     sample_all(samplers);
     for (size_t i = 0; i < samplers.size(); ++i) {
@@ -362,6 +480,7 @@ struct Engine::Impl {
       TokenEvent e;
       e.seq = s.id;
       e.choice = std::move(choices[i]);
+      if (s.generated == 0) e.cached_prompt_tokens = s.cached;
       const int32_t tok = e.choice.token;
       s.history.add_generated(tok);
       ++s.generated;
@@ -423,6 +542,7 @@ bool Engine::idle() const { return impl_->seqs.empty(); }
 int Engine::active() const { return int(impl_->seqs.size()); }
 int64_t Engine::kv_bytes() const { return impl_->pool.bytes(); }
 int64_t Engine::kv_blocks_free() const { return impl_->pool.free_blocks(); }
+int64_t Engine::kv_blocks_cached() const { return impl_->pool.cached_blocks(); }
 const EngineStats& Engine::stats() const { return impl_->stats; }
 void Engine::reset_stats() { impl_->stats = {}; }
 void Engine::set_observer(ActivationObserver obs) { impl_->observer = std::move(obs); }
@@ -437,7 +557,9 @@ ScoreResult Engine::score(const std::vector<int32_t>& ids) {
   for (int32_t id : ids)
     if (id < 0 || id >= cfg.vocab_size) throw core::ConfigError("token " + std::to_string(id) + " outside the vocabulary");
   const int slot = m.free_slots.back();
-  if (!m.pool.reserve(slot, int64_t(ids.size()))) throw core::Error("Engine::score: the key/value pool is too small");
+  // Not shared with the prefix cache (nor registered in it): scoring computes every position itself.
+  if (m.pool.reserve(slot, ids, int64_t(ids.size()), false).cached < 0)
+    throw core::Error("Engine::score: the key/value pool is too small");
   ScoreResult r;
   const int64_t c = cfg.n_embd, vocab = cfg.vocab_size;
   std::vector<float> gather, norm, out;

@@ -83,6 +83,7 @@ json CompletionBuilder::chunk(const std::string& piece, const json& lp) const {
 
 json CompletionBuilder::add(const infer::TokenEvent& e) {
   if (e.choice.token < 0) return nullptr;
+  if (completion_tokens_ == 0) cached_tokens_ = e.cached_prompt_tokens;
   ++completion_tokens_;
   std::string piece;
   json lp = nullptr;
@@ -123,7 +124,8 @@ json CompletionBuilder::choice() const {
 json CompletionBuilder::usage() const {
   return {{"prompt_tokens", prompt_tokens_},
           {"completion_tokens", completion_tokens_},
-          {"total_tokens", prompt_tokens_ + completion_tokens_}};
+          {"total_tokens", prompt_tokens_ + completion_tokens_},
+          {"prompt_tokens_details", {{"cached_tokens", cached_tokens_}}}};
 }
 
 json CompletionBuilder::usage_chunk() const {

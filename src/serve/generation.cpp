@@ -70,6 +70,7 @@ Generation::Generation(Scheduler& scheduler, const data::Tokenizer& tok, const R
     }
     channels_.push_back(std::move(ch));
     builders_.emplace_back(tok, c, id, created, model, req.api, int64_t(i));
+    first_of_prompt_.push_back(i == 0 || c.prompt != req.choices[i - 1].prompt);
   }
   if (!req.stream) return;
   inbox_ = std::make_shared<Inbox>();
@@ -108,11 +109,15 @@ void Generation::store_if_complete() {
 }
 
 json Generation::usage() const {
-  int64_t completion = 0;
-  for (const CompletionBuilder& b : builders_) completion += b.completion_tokens();
+  int64_t completion = 0, cached = 0;
+  for (size_t i = 0; i < builders_.size(); ++i) {
+    completion += builders_[i].completion_tokens();
+    if (first_of_prompt_[i]) cached += builders_[i].cached_tokens();
+  }
   return {{"prompt_tokens", prompt_tokens_},
           {"completion_tokens", completion},
-          {"total_tokens", prompt_tokens_ + completion}};
+          {"total_tokens", prompt_tokens_ + completion},
+          {"prompt_tokens_details", {{"cached_tokens", cached}}}};
 }
 
 json Generation::response() {

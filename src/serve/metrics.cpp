@@ -83,12 +83,18 @@ std::string Metrics::render() const {
   line(out, "brisk_slots_busy %" PRId64, slots_busy.load());
   header(out, "brisk_slots_total", "gauge", "Sequences the engine decodes at once (--slots).");
   line(out, "brisk_slots_total %" PRId64, slots_total);
-  header(out, "brisk_kv_blocks_used", "gauge", "Key/value cache blocks held by running sequences.");
+  header(out, "brisk_kv_blocks_used", "gauge",
+         "Key/value cache blocks held by running sequences (cached prefixes nobody holds count as free).");
   line(out, "brisk_kv_blocks_used %" PRId64, kv_blocks_total - kv_blocks_free.load());
   header(out, "brisk_kv_blocks_total", "gauge", "Key/value cache blocks in the pool.");
   line(out, "brisk_kv_blocks_total %" PRId64, kv_blocks_total);
   header(out, "brisk_prompt_tokens_total", "counter", "Prompt tokens of admitted requests.");
   line(out, "brisk_prompt_tokens_total %" PRIu64, prompt_tokens.load());
+  header(out, "brisk_prefix_cache_hit_tokens_total", "counter",
+         "Prompt tokens taken from the prefix cache (not computed again); over brisk_prompt_tokens_total: the hit ratio.");
+  line(out, "brisk_prefix_cache_hit_tokens_total %" PRIu64, prefix_cached_tokens.load());
+  header(out, "brisk_kv_blocks_cached", "gauge", "Key/value cache blocks holding a registered prompt prefix.");
+  line(out, "brisk_kv_blocks_cached %" PRId64, kv_blocks_cached.load());
   header(out, "brisk_generation_tokens_total", "counter", "Tokens generated.");
   line(out, "brisk_generation_tokens_total %" PRIu64, generation_tokens.load());
   header(out, "brisk_engine_steps_total", "counter", "Engine steps (one forward over every running sequence).");

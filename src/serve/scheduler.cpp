@@ -161,6 +161,7 @@ void Scheduler::deliver(const infer::TokenEvent& e, Channel& ch, double now) {
   }
   ch.push(e);
   ++metrics_.generation_tokens;
+  metrics_.prefix_cached_tokens += uint64_t(e.cached_prompt_tokens);  // non-zero on a sequence's first event only
   if (!ch.got_token_) metrics_.time_to_first_token.observe(now - ch.submitted_);
   else metrics_.inter_token_latency.observe(now - ch.last_token_);
   ch.got_token_ = true;
@@ -173,6 +174,7 @@ void Scheduler::publish() {
   running_count_ = int64_t(running_.size());
   metrics_.slots_busy = int64_t(running_.size());
   metrics_.kv_blocks_free = engine_.kv_blocks_free();
+  metrics_.kv_blocks_cached = engine_.kv_blocks_cached();
   metrics_.queue_length = int64_t(queued());
 }
 

@@ -306,5 +306,22 @@ TEST(ServeResponseCache, LeastRecentlyUsedLeaveWithinTheBudget) {
   EXPECT_EQ(metrics_of(c)["brisk_response_cache_hits_total"], 1);
 }
 
+TEST(ServePrefixCache, RepeatedPromptReportsCachedTokensAndKeepsTheText) {
+  Served s;
+  auto c = s.client();
+  const std::string prompt(40, 'a');  // 40 tokens: 2 whole blocks of 16 before the last token
+  const json body = {{"prompt", prompt + "b"}, {"max_tokens", 6}, {"temperature", 0}};
+  const json first = json::parse(c.Post("/v1/completions", body.dump(), kJson)->body);
+  EXPECT_EQ(first["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+  const json second = json::parse(c.Post("/v1/completions", body.dump(), kJson)->body);
+  EXPECT_EQ(second["usage"]["prompt_tokens_details"]["cached_tokens"], 32);
+  EXPECT_EQ(second["usage"]["prompt_tokens"], 41);
+  EXPECT_EQ(second["choices"][0]["text"], first["choices"][0]["text"]);
+  const auto m = metrics_of(c);
+  EXPECT_EQ(m.at("brisk_prefix_cache_hit_tokens_total"), 32);
+  EXPECT_EQ(m.at("brisk_prompt_tokens_total"), 82);
+  EXPECT_GE(m.at("brisk_kv_blocks_cached"), 2);
+}
+
 }  // namespace
 }  // namespace brisk

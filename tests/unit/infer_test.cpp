@@ -228,6 +228,79 @@ TEST(InferEngine, PoolLimitsAdmissionAndFreesBlocks) {
   EXPECT_GE(t.add(prompt_of(8), sp), 0);
 }
 
+// A prompt that starts like an earlier one takes that one's whole blocks
+// from the prefix cache, and decodes exactly what it decodes without it.
+TEST(InferEngine, PrefixCacheSharesWholePromptBlocksAndChangesNothing) {
+  infer::EngineOptions on = opts(4), off = opts(4);
+  on.kv_block = off.kv_block = 16;
+  off.prefix_cache = false;
+  infer::Engine cached(infer::load_model(checkpoint()), on), plain(infer::load_model(checkpoint()), off);
+  infer::SamplingParams sp;
+  sp.temperature = 0;
+  sp.max_tokens = 12;
+  const std::vector<int32_t> a = prompt_of(40, 1);
+  std::vector<int32_t> same_start = a;  // the first 35 tokens of a, then others
+  same_start.resize(35);
+  for (int i = 0; i < 5; ++i) same_start.push_back(int32_t(200 + i));
+  std::vector<int32_t> other_first = a;
+  other_first[0] = (a[0] + 1) % 256;
+  auto run = [&](infer::Engine& e, const std::vector<int32_t>& p) {
+    const int64_t before = e.stats().cached_prompt_tokens;
+    const int64_t id = e.add(p, sp);
+    EXPECT_GE(id, 0);
+    std::vector<int32_t> tokens = drain(e)[id];
+    return std::make_pair(tokens, e.stats().cached_prompt_tokens - before);
+  };
+  const auto first = run(cached, a);
+  EXPECT_EQ(first.second, 0);                // nothing cached yet
+  EXPECT_EQ(cached.kv_blocks_cached(), 2);   // a's two whole prompt blocks (tokens 0..31)
+  const auto again = run(cached, a);
+  EXPECT_EQ(again.second, 32);               // (40 - 1) / 16 = 2 blocks: the last prompt token is always fed
+  EXPECT_EQ(again.first, first.first);
+  const auto partial = run(cached, same_start);
+  EXPECT_EQ(partial.second, 32);             // 35 shared tokens: 2 whole blocks
+  const auto none = run(cached, other_first);
+  EXPECT_EQ(none.second, 0);                 // the chain differs from its first token on
+  EXPECT_EQ(run(plain, a).first, first.first);
+  EXPECT_EQ(run(plain, same_start).first, partial.first);
+  EXPECT_EQ(run(plain, other_first).first, none.first);
+  EXPECT_EQ(plain.stats().cached_prompt_tokens, 0);
+  EXPECT_EQ(plain.kv_blocks_cached(), 0);
+
+  // Shared while both run: two sequences hold the same two blocks.
+  const int64_t free_before = cached.kv_blocks_free();
+  const int64_t x = cached.add(a, sp), y = cached.add(a, sp);
+  ASSERT_GE(x, 0);
+  ASSERT_GE(y, 0);
+  // Each needs (40 + 12) / 16 -> 4 blocks: 2 new ones each, and the 2
+  // shared ones once (idle cached blocks count as free until taken).
+  EXPECT_EQ(cached.kv_blocks_free(), free_before - 2 * 2 - 2);
+  auto both = drain(cached);
+  EXPECT_EQ(both[x], first.first);
+  EXPECT_EQ(both[y], first.first);
+  EXPECT_EQ(cached.kv_blocks_free(), free_before);
+}
+
+// Cached blocks nobody holds are reused when free ones run out (least
+// recently released first), so the cache never refuses a sequence.
+TEST(InferEngine, PrefixCacheGivesWayWhenThePoolIsShort) {
+  infer::EngineOptions o = opts(1);
+  o.kv_block = 16;
+  o.kv_mb = 0;  // one full context: 4 blocks
+  infer::Engine e(infer::load_model(checkpoint()), o);
+  infer::SamplingParams sp;
+  sp.temperature = 0;
+  sp.max_tokens = 20;
+  for (int salt = 0; salt < 6; ++salt) {  // 6 different 40-token prompts, 4 blocks each
+    const int64_t id = e.add(prompt_of(40, salt + 10), sp);
+    ASSERT_GE(id, 0) << salt;
+    drain(e);
+    EXPECT_LE(e.kv_blocks_cached(), 4);
+    EXPECT_EQ(e.kv_blocks_free(), 4);
+  }
+  EXPECT_EQ(e.stats().cached_prompt_tokens, 0);
+}
+
 TEST(InferEngine, BadInputIsAClearError) {
   infer::Engine e(infer::load_model(checkpoint()), opts());
   infer::SamplingParams sp;

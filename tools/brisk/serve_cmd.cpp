@@ -28,6 +28,7 @@ struct ServeArgs {
   std::string api_key;
   double drain_timeout = 30;
   int64_t response_cache_mb = 0;
+  bool no_prefix_cache = false;
 };
 
 // The name clients put in "model": the checkpoint's directory or file name.
@@ -63,6 +64,7 @@ int run_serve(const ServeArgs& a) {
   eo.max_seqs = a.slots;
   eo.threads = a.threads;
   eo.kv_mb = a.kv_mb;
+  eo.prefix_cache = !a.no_prefix_cache;
   eo.max_step_tokens = std::max<int64_t>(512, a.slots);
   infer::Engine engine(std::move(model), eo, tok.get());
   serve::Scheduler scheduler(engine, a.max_queue);
@@ -129,6 +131,8 @@ ServeCommand add_serve_command(CLI::App& app) {
   s->add_option("--api-key", a->api_key,
                 "Require \"Authorization: Bearer KEY\" on every route but /health (default: $BRISK_API_KEY)")
       ->envname("BRISK_API_KEY");
+  s->add_flag("--no-prefix-cache", a->no_prefix_cache,
+              "Do not share the key/value blocks of prompt prefixes seen before");
   s->add_option("--response-cache-mb", a->response_cache_mb,
                 "Keep answers of deterministic requests (greedy or seeded) up to this many MiB, least recently used "
                 "out first (0 = off)")

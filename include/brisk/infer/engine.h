@@ -46,6 +46,9 @@ struct EngineOptions {
   int64_t kv_mb = 0;              // key/value pool; 0: enough for max_seqs full contexts
   int64_t kv_block = 16;          // positions per block
   int threads = 0;                // CPU threads; 0: one per core
+  // Share the key/value blocks of prompt prefixes seen before (engine.cpp,
+  // KvPool): a prompt that starts like an earlier one skips computing them.
+  bool prefix_cache = true;
 };
 
 enum class Finish { none, length, stop, cancelled };
@@ -57,6 +60,7 @@ struct TokenEvent {
   Finish finish = Finish::none;
   bool context_full = false;  // finish == length because the context is full, not max_tokens
   std::string stop_matched;   // the stop string that ended it
+  int64_t cached_prompt_tokens = 0;  // on a sequence's first event: its prompt positions taken from the prefix cache
 };
 
 // Called with the rows a Linear reads (what AWQ calibration needs).
@@ -66,6 +70,7 @@ using ActivationObserver = std::function<void(int64_t layer, int which, const fl
 
 struct EngineStats {
   int64_t prefill_tokens = 0, decode_tokens = 0, steps = 0;
+  int64_t cached_prompt_tokens = 0;  // prompt positions taken from the prefix cache (not in prefill_tokens)
   double prefill_seconds = 0, decode_seconds = 0;  // steps with / without prompt rows
 };
 
@@ -97,7 +102,8 @@ class Engine {
   bool idle() const;           // no active sequence
   int active() const;
   int64_t kv_bytes() const;    // the pool, allocated up front
-  int64_t kv_blocks_free() const;
+  int64_t kv_blocks_free() const;    // free, or cached and held by no sequence
+  int64_t kv_blocks_cached() const;  // holding a registered prompt prefix
   const EngineStats& stats() const;
   void reset_stats();
 

@@ -31,6 +31,8 @@ class CompletionBuilder {
   nlohmann::json add(const infer::TokenEvent& e);
   bool finished() const { return !finish_reason_.empty(); }
   int64_t completion_tokens() const { return completion_tokens_; }
+  // Prompt positions the engine took from its prefix cache (known at the first event).
+  int64_t cached_tokens() const { return cached_tokens_; }
   // id, object, created, model: of a stream chunk or of the whole response.
   nlohmann::json envelope(bool chunk) const;
   // This choice in the non-streamed response, after its finishing event.
@@ -51,7 +53,7 @@ class CompletionBuilder {
   Api api_;
   int64_t index_;
   int logprobs_;
-  int64_t prompt_tokens_, completion_tokens_ = 0;
+  int64_t prompt_tokens_, completion_tokens_ = 0, cached_tokens_ = 0;
   std::string all_text_, finish_reason_;
   // The whole response's logprobs: the completions route's four lists, or
   // the chat route's list of token entries (in lp_tokens_).

@@ -65,6 +65,7 @@ class Generation {
   const int64_t prompt_tokens_;
   std::vector<std::shared_ptr<Channel>> channels_;
   std::vector<CompletionBuilder> builders_;
+  std::vector<bool> first_of_prompt_;  // usage counts each prompt once, at its first choice
   // Streams only: one thread per choice moves its channel's events here,
   // so that one wait sees whichever choice moves first.
   std::shared_ptr<Inbox> inbox_;

@@ -44,6 +44,8 @@ class Metrics {
   std::atomic<int64_t> queue_length{0}, slots_busy{0}, kv_blocks_free{0};
   int64_t slots_total = 0, kv_blocks_total = 0;  // set once at start
   std::atomic<uint64_t> prompt_tokens{0}, generation_tokens{0}, engine_steps{0};
+  std::atomic<uint64_t> prefix_cached_tokens{0};  // prompt tokens taken from the engine's prefix cache
+  std::atomic<int64_t> kv_blocks_cached{0};
   std::atomic<bool> draining{false};
   // The response cache (response_cache.h).
   std::atomic<uint64_t> response_cache_hits{0}, response_cache_misses{0}, response_cache_evictions{0};
