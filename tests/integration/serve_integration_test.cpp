@@ -6,9 +6,7 @@
 
 #include <thread>
 
-#include "brisk/cpu/cpu_backend.h"
-#include "brisk/models/gpt.h"
-#include "brisk/train/checkpoint.h"
+#include "../common/tiny_gpt.h"
 #include "integration_util.h"
 
 namespace brisk::itest {
@@ -16,20 +14,7 @@ namespace {
 
 using nlohmann::json;
 
-std::string tiny_checkpoint(const TempDir& dir) {
-  models::GptConfig c;
-  c.vocab_size = 256;
-  c.n_layer = 2;
-  c.n_embd = 32;
-  c.n_head = 2;
-  c.block_size = 64;
-  cpu::CpuBackend be(1);
-  models::Gpt gpt(c, be);
-  gpt.init_weights(3);
-  train::TrainState st;
-  st.tokenizer = "bytes";
-  return train::save_checkpoint(dir.file("run"), gpt, nullptr, st, 1);
-}
+std::string tiny_checkpoint(const TempDir& dir) { return testing::save_tiny_gpt(dir.file("run")); }
 
 // A running `brisk serve --port 0`: its pid and the port from its first line.
 struct ServeChild {

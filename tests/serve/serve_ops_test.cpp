@@ -13,11 +13,10 @@
 #include <sstream>
 #include <thread>
 
-#include "brisk/cpu/cpu_backend.h"
 #include "brisk/data/tokenizer.h"
 #include "brisk/infer/engine.h"
 #include "brisk/serve/server.h"
-#include "brisk/train/checkpoint.h"
+#include "../common/tiny_gpt.h"
 
 namespace brisk {
 namespace {
@@ -33,18 +32,9 @@ const std::string& checkpoint(bool slow) {
     fs::path root = fs::temp_directory_path() / ("brisk_serve_ops_test_" + std::to_string(::getpid()));
     std::string tiny, slow;
     static std::string save(const fs::path& dir, int64_t layers, int64_t width, int64_t context) {
-      models::GptConfig c;
-      c.vocab_size = 256;
-      c.n_layer = layers;
-      c.n_embd = width;
-      c.n_head = 2;
-      c.block_size = context;
-      cpu::CpuBackend be(1);
-      models::Gpt gpt(c, be);
-      gpt.init_weights(5);
-      train::TrainState st;
-      st.tokenizer = "bytes";
-      return train::save_checkpoint(dir.string(), gpt, nullptr, st, 1);
+      testing::TinyGpt t;
+      t.layers = layers, t.width = width, t.context = context, t.seed = 5;
+      return testing::save_tiny_gpt(dir.string(), t);
     }
     Dirs() : tiny(save(root / "tiny", 1, 32, 64)), slow(save(root / "slow", 4, 256, 512)) {}
     ~Dirs() {

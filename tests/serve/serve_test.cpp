@@ -14,11 +14,10 @@
 #include <set>
 #include <thread>
 
-#include "brisk/cpu/cpu_backend.h"
 #include "brisk/data/tokenizer.h"
 #include "brisk/infer/engine.h"
 #include "brisk/serve/server.h"
-#include "brisk/train/checkpoint.h"
+#include "../common/tiny_gpt.h"
 
 namespace brisk {
 namespace {
@@ -52,24 +51,12 @@ const std::string& checkpoint() {
   static const std::string dir = [] {
     const fs::path& root = temp_root();
     fs::remove_all(root);
-    models::GptConfig c;
-    c.vocab_size = 256;
-    c.n_layer = 2;
-    c.n_embd = 64;
-    c.n_head = 2;
-    c.block_size = kContext;
-    cpu::CpuBackend be(2);
-    models::Gpt gpt(c, be);
-    gpt.init_weights(11);
-    // Larger weights than init: logits far from uniform, greedy choices well separated.
-    for (auto& [name, e] : gpt.params().entries()) {
-      (void)name;
-      float* p = e.value.data_as<float>();
-      for (int64_t i = 0; i < e.value.numel(); ++i) p[i] *= 4.f;
-    }
-    train::TrainState st;
-    st.tokenizer = "bytes";
-    return train::save_checkpoint(root.string(), gpt, nullptr, st, 1);
+    testing::TinyGpt t;
+    t.width = 64;
+    t.context = kContext;
+    t.seed = 11;
+    t.scale = 4.f;  // logits far from uniform: greedy choices well separated
+    return testing::save_tiny_gpt(root.string(), t);
   }();
   return dir;
 }

@@ -17,6 +17,7 @@
 #include "brisk/infer/engine.h"
 #include "brisk/models/generate.h"
 #include "brisk/train/checkpoint.h"
+#include "../common/tiny_gpt.h"
 
 namespace brisk {
 namespace {
@@ -38,19 +39,12 @@ const std::string& checkpoint() {
   static const std::string dir = [] {
     const fs::path root = fs::temp_directory_path() / ("brisk_infer_test_" + std::to_string(::getpid()));
     fs::remove_all(root);
-    cpu::CpuBackend be(2);
-    models::Gpt gpt(small_config(), be);
-    gpt.init_weights(7);
-    // Larger weights than init so the logits are far from uniform and greedy
-    // choices are well separated.
-    for (auto& [name, e] : gpt.params().entries()) {
-      (void)name;
-      float* p = e.value.data_as<float>();
-      for (int64_t i = 0; i < e.value.numel(); ++i) p[i] *= 4.f;
-    }
-    train::TrainState st;
-    st.tokenizer = "bytes";
-    return train::save_checkpoint(root.string(), gpt, nullptr, st, 1);
+    const models::GptConfig c = small_config();
+    testing::TinyGpt t;
+    t.layers = c.n_layer, t.width = c.n_embd, t.heads = c.n_head, t.context = c.block_size, t.vocab = c.vocab_size;
+    t.seed = 7;
+    t.scale = 4.f;  // logits far from uniform: greedy choices well separated
+    return testing::save_tiny_gpt(root.string(), t);
   }();
   return dir;
 }
