@@ -9,6 +9,7 @@
 
 #include "brisk/bench/generate_bench.h"
 #include "brisk/bench/precision_bench.h"
+#include "brisk/bench/serve_bench.h"
 #include "brisk/bench/train_bench.h"
 
 namespace brisk::cli {
@@ -82,11 +83,32 @@ BenchCommand add_bench_command(CLI::App& parent) {
   gen->add_option("--python", go->python, "Python with torch for the peer")->capture_default_str();
   gen->add_option("--json", go->json_path, "Report path (default bench/results/generate_I1.json)");
 
+  // `brisk bench serve`: a load generator against this binary's `brisk serve` (serve_bench.h).
+  auto* srv = bench->add_subcommand("serve", "Streaming load (I2, I3) through `brisk serve`; latency table + JSON");
+  auto so = std::make_shared<bench::ServeBenchOptions>();
+  srv->add_option("--workload", so->workload, "I2 (16 streams) | I3 (64 streams)")
+      ->check(CLI::IsMember({"I2", "I3"}))
+      ->capture_default_str();
+  srv->add_option("--checkpoint", so->checkpoint, "Model to serve (default: newest in runs/w1, else random W1 weights)");
+  srv->add_option("--data", so->data_dir, "Tokens for the prompts (default data/kjv-gpt2, validation split)");
+  srv->add_option("--concurrency", so->concurrency, "Streams in flight (default: 16 for I2, 64 for I3)");
+  srv->add_option("--requests", so->requests, "Requests in all (default: 2 x concurrency; unbounded with --duration-s)");
+  srv->add_option("--prompt-tokens", so->prompt_tokens, "Prompt length in tokens")->capture_default_str();
+  srv->add_option("--new", so->new_tokens, "New tokens per request")->capture_default_str();
+  srv->add_option("--slots", so->slots, "Server --slots (default: the concurrency, at most 64)");
+  srv->add_option("--threads", so->threads, "Server engine threads")->capture_default_str();
+  srv->add_option("--single-requests", so->single_requests, "Requests of the single-stream baseline")
+      ->capture_default_str();
+  srv->add_option("--duration-s", so->duration_s, "Stop starting requests after this many seconds");
+  srv->add_option("--rss-every-s", so->rss_every_s, "Server RSS sampling period during the load")->capture_default_str();
+  srv->add_option("--json", so->json_path, "Report path (default bench/results/serve_<workload>.json)");
+
   BenchCommand cmd;
   cmd.app = bench;
-  cmd.run = [train, o, worker, precision, po, gen, go]() -> int {
+  cmd.run = [train, o, worker, precision, po, gen, go, srv, so]() -> int {
     if (*precision) return bench::run_precision_bench(*po);
     if (*gen) return bench::run_generate_bench(*go);
+    if (*srv) return bench::run_serve_bench(*so);
     if (!*train) return 2;
     if (*worker) return bench::run_train_worker(*o);
     return o->ablation ? bench::run_ablation_bench(*o) : bench::run_train_bench(*o);

@@ -1,0 +1,332 @@
+// The serving load generator (serve_bench.h).
+//
+// How it measures:
+// - The server is this binary's own `brisk serve`, a child process, so the
+//   numbers include everything a client pays: HTTP, JSON, SSE framing, the
+//   scheduler's hand-offs. The load generator runs on the same machine and
+//   its CPU time is reported beside the server's.
+// - Single stream: one request at a time (after an untimed one that opens
+//   the connection and touches the server's buffers); its output tokens/s
+//   is completion tokens / end-to-end time.
+// - Load: N client threads, each with its own keep-alive connection, send
+//   requests back to back until R have been sent (or the duration is over);
+//   aggregate output tokens/s is every successful request's tokens / the
+//   wall time from the first request to the last answer.
+// - Latencies are per request, client side: TTFT to the first content
+//   chunk, ITL between content chunks (pooled over requests), TPOT =
+//   (e2e - TTFT) / (tokens - 1), e2e to [DONE]. Percentiles interpolate
+//   between the closest ranks.
+#include "brisk/bench/serve_bench.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <condition_variable>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "bench_util.h"
+#include "brisk/core/error.h"
+#include "brisk/cpu/cpu_backend.h"
+#include "brisk/data/shards.h"
+#include "brisk/models/gpt.h"
+#include "brisk/monitor/machine.h"
+#include "brisk/train/checkpoint.h"
+#include "serve_load.h"
+
+namespace brisk::bench {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+struct Pct {
+  double p50 = 0, p90 = 0, p99 = 0;
+};
+
+double percentile(const std::vector<double>& sorted, double q) {
+  if (sorted.empty()) return 0;
+  const double pos = q * double(sorted.size() - 1);
+  const size_t lo = size_t(pos);
+  const size_t hi = std::min(lo + 1, sorted.size() - 1);
+  return sorted[lo] + (pos - double(lo)) * (sorted[hi] - sorted[lo]);
+}
+
+Pct percentiles_ms(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return {1e3 * percentile(v, 0.5), 1e3 * percentile(v, 0.9), 1e3 * percentile(v, 0.99)};
+}
+
+json to_json(const Pct& p) { return {{"p50", p.p50}, {"p90", p.p90}, {"p99", p.p99}}; }
+
+// The default weights: the newest runs/w1 checkpoint, else random W1
+// weights (serving speed does not depend on what the weights learned).
+std::string default_checkpoint(const fs::path& root, int threads, std::string* note) {
+  std::string ckpt = train::latest_checkpoint((root / "runs" / "w1").string());
+  *note = "trained checkpoint " + ckpt;
+  if (!ckpt.empty()) return ckpt;
+  cpu::CpuBackend be(threads);
+  models::Gpt gpt(models::GptConfig::preset("W1"), be);
+  gpt.init_weights(1337);
+  train::TrainState st;
+  st.tokenizer = "gpt2";
+  ckpt = train::save_checkpoint((root / "bench" / "results" / "serve_random_w1").string(), gpt, nullptr, st, 1);
+  *note = "random W1 weights (no runs/w1 checkpoint; speed only) " + ckpt;
+  return ckpt;
+}
+
+// Consecutive windows of the validation split, as token ids, so every
+// prompt has exactly `len` tokens whatever the text.
+std::vector<std::vector<int32_t>> read_prompts(const std::string& dir, int64_t len, int64_t count) {
+  data::TokenDataset d(dir, "val");
+  count = std::min(count, d.size() / len);
+  if (count < 1) throw core::IoError(dir + ": the val split has fewer than " + std::to_string(len) + " tokens");
+  std::vector<std::vector<int32_t>> out(static_cast<size_t>(count), std::vector<int32_t>(static_cast<size_t>(len)));
+  for (int64_t i = 0; i < count; ++i) d.read(i * len, len, out[size_t(i)].data());
+  return out;
+}
+
+// Samples the server's RSS every `every_s` from the start of the load and
+// once at `mark_s` (the "after the first minute" point), until stopped.
+class RssSampler {
+ public:
+  RssSampler(const ServerProcess& server, double every_s, double mark_s)
+      : server_(server), every_(every_s), mark_(mark_s), t0_(steady_now()), thread_([this] { loop(); }) {}
+  ~RssSampler() { stop(); }
+  void stop() {
+    {
+      std::lock_guard lk(m_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+  json series;          // [[seconds, MiB], ...]
+  double at_mark = -1;  // -1: the load ended before the mark
+
+ private:
+  void loop() {
+    double next = every_ > 0 ? every_ : 1e300;
+    bool marked = false;
+    std::unique_lock lk(m_);
+    for (;;) {
+      const double wake = marked ? next : std::min(next, mark_);
+      cv_.wait_for(lk, std::chrono::duration<double>(std::max(0.0, wake - (steady_now() - t0_))),
+                   [&] { return stop_; });
+      if (stop_) return;
+      const double t = steady_now() - t0_;
+      if (!marked && t >= mark_) at_mark = server_.rss_mib(), marked = true;
+      if (t >= next) series.push_back({t, server_.rss_mib()}), next += every_;
+    }
+  }
+  const ServerProcess& server_;
+  const double every_, mark_, t0_;
+  std::mutex m_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+std::string fmt(double v, const char* f = "%.1f") {
+  if (v < 0) return "-";
+  char b[32];
+  std::snprintf(b, sizeof b, f, v);
+  return b;
+}
+
+}  // namespace
+
+int run_serve_bench(const ServeBenchOptions& in) {
+  ServeBenchOptions o = in;
+  if (o.workload != "I2" && o.workload != "I3")
+    throw core::ConfigError("unknown serving workload '" + o.workload + "' (allowed: I2, I3)");
+  if (o.concurrency == 0) o.concurrency = o.workload == "I2" ? 16 : 64;
+  if (o.slots == 0) o.slots = std::min(o.concurrency, 64);
+  if (o.requests == 0 && o.duration_s <= 0) o.requests = 2 * int64_t(o.concurrency);
+  if (o.concurrency < 1 || o.slots < 1 || o.requests < 0 || o.prompt_tokens < 1 || o.new_tokens < 2 ||
+      o.threads < 0 || o.single_requests < 1)
+    throw core::ConfigError("concurrency, slots, prompt tokens and single requests must be >= 1, new tokens >= 2");
+  const fs::path root = repo_root();
+  const std::string data_dir = o.data_dir.empty() ? (root / "data" / "kjv-gpt2").string() : o.data_dir;
+  std::string weights_note = "checkpoint " + o.checkpoint;
+  const std::string ckpt = o.checkpoint.empty() ? default_checkpoint(root, std::max(1, o.threads), &weights_note)
+                                                : o.checkpoint;
+  const int64_t max_requests = o.requests > 0 ? o.requests : 1 << 30;
+  const auto prompts = read_prompts(data_dir, o.prompt_tokens, std::min<int64_t>(max_requests, 4096));
+  std::fprintf(stderr, "bench serve %s: %s; %d concurrent, %lld-token prompts, %lld new tokens, %d slots, %d threads\n",
+               o.workload.c_str(), weights_note.c_str(), o.concurrency, (long long)o.prompt_tokens,
+               (long long)o.new_tokens, o.slots, o.threads);
+
+  ServerProcess server(self_exe(),
+                       {"--model", ckpt, "--port", "0", "--slots", std::to_string(o.slots), "--max-queue",
+                        std::to_string(std::max(o.concurrency, 1)), "--threads", std::to_string(o.threads)},
+                       300);
+  std::fprintf(stderr, "  %s\n", server.start_line().c_str());
+  const double rss_start = server.rss_mib();
+
+  // Single stream.
+  std::vector<StreamResult> single;
+  {
+    StreamClient c(server.port());
+    const StreamResult warm = c.complete(prompts[0], o.new_tokens);
+    if (!warm.error.empty()) throw core::Error("the first request failed: " + warm.error);
+    for (int i = 0; i < o.single_requests; ++i)
+      single.push_back(c.complete(prompts[size_t(i + 1) % prompts.size()], o.new_tokens));
+  }
+  double single_tokens = 0, single_time = 0;
+  std::vector<double> single_ttft, single_itl, single_tpot;
+  for (const StreamResult& r : single) {
+    if (!r.error.empty()) throw core::Error("a single-stream request failed: " + r.error);
+    single_tokens += double(r.tokens);
+    single_time += r.e2e_s;
+    single_ttft.push_back(r.ttft_s);
+    single_itl.insert(single_itl.end(), r.gaps_s.begin(), r.gaps_s.end());
+    single_tpot.push_back((r.e2e_s - r.ttft_s) / double(r.tokens - 1));
+  }
+  const double single_tok_s = single_tokens / single_time;
+  const double single_decode_tok_s = 1.0 / median(single_tpot);
+  const Pct s_ttft = percentiles_ms(single_ttft), s_itl = percentiles_ms(single_itl),
+            s_tpot = percentiles_ms(single_tpot);
+  std::fprintf(stderr, "  single stream: %.0f output tok/s; load: %d streams ...\n", single_tok_s, o.concurrency);
+
+  // Load.
+  const double mark_s = o.duration_s > 0 ? 0.1 * o.duration_s : 60.0;
+  std::atomic<int64_t> next{0};
+  std::vector<std::vector<StreamResult>> per_thread(size_t(o.concurrency));
+  const auto [busy0, total0] = machine_ticks();
+  const double server_ticks0 = server.cpu_ticks(), own_ticks0 = own_cpu_ticks();
+  RssSampler rss(server, o.rss_every_s, mark_s);
+  const double t0 = steady_now();
+  {
+    std::vector<std::thread> threads;
+    for (int k = 0; k < o.concurrency; ++k)
+      threads.emplace_back([&, k] {
+        StreamClient c(server.port());
+        for (;;) {
+          const int64_t i = next++;
+          if (i >= max_requests || (o.duration_s > 0 && steady_now() - t0 >= o.duration_s)) break;
+          per_thread[size_t(k)].push_back(c.complete(prompts[size_t(i) % prompts.size()], o.new_tokens));
+        }
+      });
+    for (std::thread& t : threads) t.join();
+  }
+  const double wall = steady_now() - t0;
+  rss.stop();
+  const double rss_end = server.rss_mib();
+  const auto [busy1, total1] = machine_ticks();
+  const double server_ticks = server.cpu_ticks() - server_ticks0, own_ticks = own_cpu_ticks() - own_ticks0;
+  std::string exit_how;
+  const int exit_code = server.stop(60, &exit_how);
+
+  // Summary.
+  std::vector<double> ttft, itl, tpot, e2e;
+  int64_t ok = 0, errors = 0, tokens = 0, chunks = 0;
+  json error_examples = json::array();
+  for (const auto& v : per_thread)
+    for (const StreamResult& r : v) {
+      if (!r.error.empty()) {
+        ++errors;
+        if (error_examples.size() < 5) error_examples.push_back(r.error);
+        continue;
+      }
+      ++ok;
+      tokens += r.tokens;
+      chunks += r.chunks;
+      ttft.push_back(r.ttft_s);
+      e2e.push_back(r.e2e_s);
+      tpot.push_back((r.e2e_s - r.ttft_s) / double(r.tokens - 1));
+      itl.insert(itl.end(), r.gaps_s.begin(), r.gaps_s.end());
+    }
+  const Pct p_ttft = percentiles_ms(ttft), p_itl = percentiles_ms(itl), p_tpot = percentiles_ms(tpot),
+            p_e2e = percentiles_ms(e2e);
+  const double agg_tok_s = double(tokens) / wall, req_s = double(ok) / wall;
+  const double span = total1 - total0;
+  auto share = [&](double t) { return span > 0 ? 100.0 * t / span : -1.0; };
+  const double server_pct = share(server_ticks), own_pct = share(own_ticks);
+  const double others_pct = span > 0 ? std::max(0.0, share(busy1 - busy0 - server_ticks - own_ticks)) : -1;
+  auto growth = [](double from, double to) { return from > 0 && to > 0 ? 100.0 * (to / from - 1) : 0.0; };
+
+  std::printf("\n== bench serve %s: %d concurrent streams, %lld-token prompts, %lld new tokens, greedy, "
+              "%d slots, %d engine threads ==\n",
+              o.workload.c_str(), o.concurrency, (long long)o.prompt_tokens, (long long)o.new_tokens, o.slots,
+              o.threads);
+  std::printf("server: %s\n", server.start_line().c_str());
+  std::printf("single stream (%d requests): %.0f output tok/s (decode %.0f tok/s = 1 / median TPOT); "
+              "p50 TTFT %.2f ms, ITL %.2f ms, TPOT %.2f ms\n",
+              o.single_requests, single_tok_s, single_decode_tok_s, s_ttft.p50, s_itl.p50, s_tpot.p50);
+  std::printf("%-22s %10s %10s %10s\n", "latency (ms)", "p50", "p90", "p99");
+  const std::pair<const char*, const Pct*> rows[] = {
+      {"TTFT", &p_ttft}, {"inter-token (ITL)", &p_itl}, {"TPOT", &p_tpot}, {"end-to-end", &p_e2e}};
+  for (const auto& [name, p] : rows) std::printf("%-22s %10.2f %10.2f %10.2f\n", name, p->p50, p->p90, p->p99);
+  std::printf("requests: %lld ok, %lld errors in %.2f s: %.2f req/s, %.0f output tok/s = %.2fx single stream\n",
+              (long long)ok, (long long)errors, wall, req_s, agg_tok_s, agg_tok_s / single_tok_s);
+  for (const auto& e : error_examples) std::printf("  error: %s\n", e.get<std::string>().c_str());
+  std::printf("content chunks %lld for %lld tokens\n", (long long)chunks, (long long)tokens);
+  std::printf("server RSS MiB: start %s, after %g s %s, end %s (%+.1f%% over start%s)\n", fmt(rss_start).c_str(),
+              mark_s, fmt(rss.at_mark).c_str(), fmt(rss_end).c_str(), growth(rss_start, rss_end),
+              rss.at_mark > 0 ? (", " + fmt(growth(rss.at_mark, rss_end), "%+.1f") + "% over the mark").c_str() : "");
+  std::printf("CPU during the load (share of the machine): server %s%%, load generator %s%%, others %s%%\n",
+              fmt(server_pct).c_str(), fmt(own_pct).c_str(), fmt(others_pct).c_str());
+  std::printf("server on SIGTERM: %s\n", exit_how.c_str());
+
+  const std::string path = o.json_path.empty()
+                               ? (root / "bench" / "results" / ("serve_" + o.workload + ".json")).string()
+                               : o.json_path;
+  if (fs::path(path).has_parent_path()) fs::create_directories(fs::path(path).parent_path());
+  const json report = {
+      {"workload", o.workload},
+      {"weights", weights_note},
+      {"concurrency", o.concurrency},
+      {"slots", o.slots},
+      {"threads", o.threads},
+      {"prompt_tokens", o.prompt_tokens},
+      {"new_tokens", o.new_tokens},
+      {"requests_target", o.requests > 0 ? json(o.requests) : json(nullptr)},  // null: until the duration ends
+      {"duration_s", o.duration_s},
+      {"server", server.start_line()},
+      {"single_stream",
+       {{"requests", o.single_requests},
+        {"output_tokens_per_s", single_tok_s},
+        {"decode_tokens_per_s", single_decode_tok_s},
+        {"ttft_ms", to_json(s_ttft)},
+        {"itl_ms", to_json(s_itl)},
+        {"tpot_ms", to_json(s_tpot)}}},
+      {"completed", ok},
+      {"errors", errors},
+      {"error_examples", error_examples},
+      {"wall_s", wall},
+      {"requests_per_s", req_s},
+      {"output_tokens", tokens},
+      {"content_chunks", chunks},
+      {"output_tokens_per_s", agg_tok_s},
+      {"vs_single_stream", agg_tok_s / single_tok_s},
+      {"ttft_ms", to_json(p_ttft)},
+      {"itl_ms", to_json(p_itl)},
+      {"tpot_ms", to_json(p_tpot)},
+      {"e2e_ms", to_json(p_e2e)},
+      {"rss_mib",
+       {{"start", rss_start},
+        {"mark_s", mark_s},
+        {"at_mark", rss.at_mark > 0 ? json(rss.at_mark) : json(nullptr)},
+        {"end", rss_end},
+        {"growth_pct_over_start", growth(rss_start, rss_end)},
+        {"growth_pct_over_mark", rss.at_mark > 0 ? json(growth(rss.at_mark, rss_end)) : json(nullptr)},
+        {"series", rss.series}}},
+      {"cpu_pct", {{"server", server_pct}, {"load_generator", own_pct}, {"others", others_pct}}},
+      {"server_exit_code", exit_code},
+      {"server_exit", exit_how},
+      {"cpu", monitor::cpu_model()},
+      {"date", now_iso()}};
+  const std::string tmp = path + ".tmp";
+  std::ofstream(tmp) << report.dump(2) << "\n";
+  fs::rename(tmp, path);
+  std::printf("report: %s\n", shown(path).c_str());
+  return errors == 0 && exit_code == 0 && ok > 0 ? 0 : 1;
+}
+
+}  // namespace brisk::bench
