@@ -313,5 +313,36 @@ TEST(ServePrefixCache, RepeatedPromptReportsCachedTokensAndKeepsTheText) {
   EXPECT_GE(m.at("brisk_kv_blocks_cached"), 2);
 }
 
+// A client that hangs up mid-stream frees its slot within a few engine
+// steps: the server sees the hang-up at its next failed write (the first
+// write after the close can still succeed), cancels, and the scheduler
+// drops the sequence at its next step.
+TEST(ServeDisconnect, AHungUpStreamFreesItsSlotWithinAFewSteps) {
+  Served s("", /*slow=*/true);
+  auto c = s.client();
+  const json body = {{"prompt", "And"}, {"max_tokens", 400}, {"temperature", 0}, {"stream", true}};
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/v1/completions";
+  req.body = body.dump();
+  req.set_header("Content-Type", kJson);
+  int chunks = 0;
+  req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) { return ++chunks < 3; };  // then hang up
+  c.send(req);
+  const double steps_at_close = metrics_of(c).at("brisk_engine_steps_total");
+  std::map<std::string, double> m;
+  for (int i = 0; i < 500; ++i) {
+    m = metrics_of(c);
+    if (m.at("brisk_slots_busy") == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  EXPECT_EQ(m.at("brisk_slots_busy"), 0);
+  EXPECT_LE(m.at("brisk_engine_steps_total") - steps_at_close, 8);
+  std::printf("slot free %.0f engine steps after the client hung up, %.0f tokens generated\n",
+              m.at("brisk_engine_steps_total") - steps_at_close, m.at("brisk_generation_tokens_total"));
+  EXPECT_LT(m.at("brisk_generation_tokens_total"), 400);  // the sequence did not run to its end
+  EXPECT_EQ(m.at("brisk_kv_blocks_used"), 0);
+}
+
 }  // namespace
 }  // namespace brisk
