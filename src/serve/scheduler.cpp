@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 
 #include "brisk/core/error.h"
 
@@ -60,8 +61,11 @@ void Channel::fail(int status, const std::string& message) {
   cv_.notify_all();
 }
 
-Scheduler::Scheduler(infer::Engine& engine, int max_queue)
-    : engine_(engine), max_queue_(size_t(std::max(0, max_queue))), thread_([this] { run(); }) {
+Scheduler::Scheduler(infer::Engine& engine, int max_queue, double request_timeout_s)
+    : engine_(engine),
+      max_queue_(size_t(std::max(0, max_queue))),
+      timeout_s_(std::max(0.0, request_timeout_s)),
+      thread_([this] { run(); }) {
   // Read only by /metrics; the thread above writes only the atomics.
   metrics_.slots_total = engine.options().max_seqs;
   metrics_.kv_blocks_total = engine.kv_blocks_free();  // the engine is idle: every block is free
@@ -125,6 +129,10 @@ void Scheduler::admit() {
       p.ch->fail(499, "cancelled");
       continue;
     }
+    if (expired(*p.ch, now_seconds())) {
+      p.ch->fail(504, timeout_message());
+      continue;
+    }
     int64_t id = -1;
     try {
       id = engine_.add(p.prompt, p.params);
@@ -148,15 +156,27 @@ void Scheduler::admit() {
   }
 }
 
+// Sequences whose client left or whose time is up leave at the next step.
 void Scheduler::cancel_running() {
-  for (auto& [id, ch] : running_)
-    if (ch->cancel_) engine_.cancel(id);
+  const double now = now_seconds();
+  for (auto& [id, ch] : running_) {
+    if (!ch->timed_out_ && expired(*ch, now)) ch->timed_out_ = true;
+    if (ch->cancel_ || ch->timed_out_) engine_.cancel(id);
+  }
+}
+
+std::string Scheduler::timeout_message() const {
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "the request took longer than the server's limit of %g s (--request-timeout)",
+                timeout_s_);
+  return buf;
 }
 
 // Hands one event to its request and times it (first token, gap since the last).
 void Scheduler::deliver(const infer::TokenEvent& e, Channel& ch, double now) {
   if (e.finish == infer::Finish::cancelled) {
-    ch.fail(499, "cancelled");
+    if (ch.timed_out_) ch.fail(504, timeout_message());
+    else ch.fail(499, "cancelled");
     return;
   }
   ch.push(e);

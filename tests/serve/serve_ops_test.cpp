@@ -53,13 +53,14 @@ struct Served {
   std::thread thread;
   int port = 0;
 
-  explicit Served(const std::string& api_key = "", bool slow = false, int64_t response_cache_bytes = 0) {
+  explicit Served(const std::string& api_key = "", bool slow = false, int64_t response_cache_bytes = 0,
+                  double request_timeout_s = 0) {
     infer::EngineOptions eo;
     eo.max_seqs = 4;
     eo.threads = 1;
     eo.max_step_tokens = 64;
     engine = std::make_unique<infer::Engine>(infer::load_model(checkpoint(slow)), eo, tok.get());
-    scheduler = std::make_unique<serve::Scheduler>(*engine, 8);
+    scheduler = std::make_unique<serve::Scheduler>(*engine, 8, request_timeout_s);
     serve::ServerOptions so;
     so.port = 0;
     so.http_threads = 16;
@@ -342,6 +343,26 @@ TEST(ServeDisconnect, AHungUpStreamFreesItsSlotWithinAFewSteps) {
               m.at("brisk_engine_steps_total") - steps_at_close, m.at("brisk_generation_tokens_total"));
   EXPECT_LT(m.at("brisk_generation_tokens_total"), 400);  // the sequence did not run to its end
   EXPECT_EQ(m.at("brisk_kv_blocks_used"), 0);
+}
+
+TEST(ServeTimeout, ARequestOverTheLimitEndsWith504) {
+  Served s("", /*slow=*/true, 0, /*request_timeout_s=*/0.05);
+  auto c = s.client();
+  const json body = {{"prompt", "And"}, {"max_tokens", 400}, {"temperature", 0}};
+  auto r = c.Post("/v1/completions", body.dump(), kJson);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 504);
+  const json e = json::parse(r->body);
+  EXPECT_NE(e["error"]["message"].get<std::string>().find("--request-timeout"), std::string::npos);
+  json streamed = body;
+  streamed["stream"] = true;
+  auto st = c.Post("/v1/completions", streamed.dump(), kJson);
+  ASSERT_TRUE(st);
+  EXPECT_EQ(st->status, 200);  // the stream had started: the error comes as an event
+  EXPECT_NE(st->body.find("--request-timeout"), std::string::npos);
+  EXPECT_NE(st->body.find("data: [DONE]"), std::string::npos);
+  EXPECT_EQ(metrics_of(c).at("brisk_slots_busy"), 0);
+  EXPECT_EQ(c.Get("/v1/models")->status, 200);  // the server goes on
 }
 
 }  // namespace

@@ -29,6 +29,7 @@ struct ServeArgs {
   double drain_timeout = 30;
   int64_t response_cache_mb = 0;
   bool no_prefix_cache = false;
+  double request_timeout = 600;
 };
 
 // The name clients put in "model": the checkpoint's directory or file name.
@@ -44,6 +45,7 @@ int run_serve(const ServeArgs& a) {
   if (a.max_body < 1) throw core::ConfigError("--max-body must be at least 1 byte");
   if (a.port < 0 || a.port > 65535) throw core::ConfigError("--port must be in [0, 65535]");
   if (!(a.drain_timeout >= 0)) throw core::ConfigError("--drain-timeout must not be negative");
+  if (!(a.request_timeout >= 0)) throw core::ConfigError("--request-timeout must not be negative");
   if (a.response_cache_mb < 0) throw core::ConfigError("--response-cache-mb must not be negative");
   // SIGINT and SIGTERM are taken by one thread (sigwait) rather than a
   // handler, so stopping may lock and join. Blocked before any thread starts
@@ -67,7 +69,7 @@ int run_serve(const ServeArgs& a) {
   eo.prefix_cache = !a.no_prefix_cache;
   eo.max_step_tokens = std::max<int64_t>(512, a.slots);
   infer::Engine engine(std::move(model), eo, tok.get());
-  serve::Scheduler scheduler(engine, a.max_queue);
+  serve::Scheduler scheduler(engine, a.max_queue, a.request_timeout);
   serve::ServerOptions so;
   so.host = a.host;
   so.port = a.port;
@@ -131,6 +133,9 @@ ServeCommand add_serve_command(CLI::App& app) {
   s->add_option("--api-key", a->api_key,
                 "Require \"Authorization: Bearer KEY\" on every route but /health (default: $BRISK_API_KEY)")
       ->envname("BRISK_API_KEY");
+  s->add_option("--request-timeout", a->request_timeout,
+                "Seconds a request may wait and run before it is dropped with 504 (0 = no limit)")
+      ->capture_default_str();
   s->add_flag("--no-prefix-cache", a->no_prefix_cache,
               "Do not share the key/value blocks of prompt prefixes seen before");
   s->add_option("--response-cache-mb", a->response_cache_mb,

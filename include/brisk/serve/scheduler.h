@@ -55,14 +55,16 @@ class Channel {
   std::atomic<bool> cancel_{false};  // set by the HTTP side when its client left
   // Set and read by the scheduler thread only (latency metrics).
   double submitted_ = 0, last_token_ = 0;
-  bool got_token_ = false;
+  bool got_token_ = false, timed_out_ = false;
 };
 
 class Scheduler {
  public:
   // `engine` must outlive the scheduler and is used only by its thread from
   // now on. At most `max_queue` requests wait for admission at once.
-  Scheduler(infer::Engine& engine, int max_queue);
+  // A request still queued or running `request_timeout_s` seconds after it
+  // was submitted is dropped and its channel closed with 504 (0: no limit).
+  Scheduler(infer::Engine& engine, int max_queue, double request_timeout_s = 0);
   ~Scheduler();
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
@@ -88,11 +90,14 @@ class Scheduler {
   void run();
   void admit();
   void cancel_running();
+  std::string timeout_message() const;
+  bool expired(const Channel& ch, double now) const { return timeout_s_ > 0 && now - ch.submitted_ > timeout_s_; }
   void deliver(const infer::TokenEvent& e, Channel& ch, double now);
   void publish();
 
   infer::Engine& engine_;
   const size_t max_queue_;
+  const double timeout_s_;
   mutable std::mutex m_;
   std::condition_variable cv_;
   std::deque<Pending> queue_;
