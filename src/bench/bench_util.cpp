@@ -22,8 +22,6 @@ namespace brisk::bench {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-namespace {
-
 // The machine's CPU time so far, busy and total, in clock ticks (/proc/stat's
 // first line). In a VM or container it counts everyone's work, which is the
 // point: other tenants on our two cores are the main source of noise.
@@ -35,8 +33,6 @@ std::pair<double, double> machine_cpu_ticks() {
   const double busy = user + nice + sys + irq + softirq + steal;
   return {busy, busy + idle + iowait};
 }
-
-}  // namespace
 
 double median(std::vector<double> v) {
   if (v.empty()) return 0;

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace brisk::bench {
@@ -21,6 +22,9 @@ std::filesystem::path repo_root();
 // A path relative to the working directory when it lies below it.
 std::string shown(const std::filesystem::path& p);
 std::string now_iso();  // UTC, e.g. 2026-11-21T12:00:00Z
+// The machine's CPU time so far, busy and total, in clock ticks (/proc/stat);
+// in a VM it counts every tenant's work.
+std::pair<double, double> machine_cpu_ticks();
 
 struct ChildResult {
   int exit_code = -1;     // -1: did not exit normally

@@ -198,7 +198,7 @@ int run_serve_bench(const ServeBenchOptions& in) {
   const double mark_s = o.duration_s > 0 ? 0.1 * o.duration_s : 60.0;
   std::atomic<int64_t> next{0};
   std::vector<std::vector<StreamResult>> per_thread(size_t(o.concurrency));
-  const auto [busy0, total0] = machine_ticks();
+  const auto [busy0, total0] = machine_cpu_ticks();
   const double server_ticks0 = server.cpu_ticks(), own_ticks0 = own_cpu_ticks();
   RssSampler rss(server, o.rss_every_s, mark_s);
   const double t0 = steady_now();
@@ -218,7 +218,7 @@ int run_serve_bench(const ServeBenchOptions& in) {
   const double wall = steady_now() - t0;
   rss.stop();
   const double rss_end = server.rss_mib();
-  const auto [busy1, total1] = machine_ticks();
+  const auto [busy1, total1] = machine_cpu_ticks();
   const double server_ticks = server.cpu_ticks() - server_ticks0, own_ticks = own_cpu_ticks() - own_ticks0;
   std::string exit_how;
   const int exit_code = server.stop(60, &exit_how);

@@ -49,15 +49,6 @@ double ticks_of(const std::string& stat_path) {
 
 }  // namespace
 
-std::pair<double, double> machine_ticks() {
-  std::ifstream f("/proc/stat");
-  std::string cpu;
-  double user = 0, nice = 0, sys = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0;
-  f >> cpu >> user >> nice >> sys >> idle >> iowait >> irq >> softirq >> steal;
-  const double busy = user + nice + sys + irq + softirq + steal;
-  return {busy, busy + idle + iowait};
-}
-
 double own_cpu_ticks() { return ticks_of("/proc/self/stat"); }
 
 ServerProcess::ServerProcess(const std::string& exe, const std::vector<std::string>& args, double timeout_s) {

@@ -69,8 +69,6 @@ class StreamClient {
   std::unique_ptr<httplib::Client> http_;
 };
 
-// The whole machine's CPU time, busy and total, in clock ticks (/proc/stat).
-std::pair<double, double> machine_ticks();
 double own_cpu_ticks();  // this process's user + system time, clock ticks
 
 }  // namespace brisk::bench

@@ -26,6 +26,12 @@ void header(std::string& out, const char* name, const char* type, const char* he
   line(out, "# TYPE %s %s", name, type);
 }
 
+// One unlabelled series: its HELP and TYPE lines, then its value.
+void series(std::string& out, const char* name, const char* type, const char* help, int64_t value) {
+  header(out, name, type, help);
+  line(out, "%s %" PRId64, name, value);
+}
+
 // Seconds: 5 ms .. 30 s, roughly doubling (TTFT and whole requests).
 std::vector<double> latency_bounds() { return {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}; }
 // Seconds: 1 ms .. 1 s (the gap between two tokens of one stream).
@@ -77,42 +83,38 @@ std::string Metrics::render() const {
     for (const auto& [key, n] : requests_)
       line(out, "brisk_requests_total{path=\"%s\",status=\"%d\"} %" PRIu64, key.first.c_str(), key.second, n);
   }
-  header(out, "brisk_queue_length", "gauge", "Requests waiting for a slot.");
-  line(out, "brisk_queue_length %" PRId64, queue_length.load());
-  header(out, "brisk_slots_busy", "gauge", "Sequences decoding now.");
-  line(out, "brisk_slots_busy %" PRId64, slots_busy.load());
-  header(out, "brisk_slots_total", "gauge", "Sequences the engine decodes at once (--slots).");
-  line(out, "brisk_slots_total %" PRId64, slots_total);
-  header(out, "brisk_kv_blocks_used", "gauge",
-         "Key/value cache blocks held by running sequences (cached prefixes nobody holds count as free).");
-  line(out, "brisk_kv_blocks_used %" PRId64, kv_blocks_total - kv_blocks_free.load());
-  header(out, "brisk_kv_blocks_total", "gauge", "Key/value cache blocks in the pool.");
-  line(out, "brisk_kv_blocks_total %" PRId64, kv_blocks_total);
-  header(out, "brisk_prompt_tokens_total", "counter", "Prompt tokens of admitted requests.");
-  line(out, "brisk_prompt_tokens_total %" PRIu64, prompt_tokens.load());
-  header(out, "brisk_prefix_cache_hit_tokens_total", "counter",
-         "Prompt tokens taken from the prefix cache (not computed again); over brisk_prompt_tokens_total: the hit ratio.");
-  line(out, "brisk_prefix_cache_hit_tokens_total %" PRIu64, prefix_cached_tokens.load());
-  header(out, "brisk_kv_blocks_cached", "gauge", "Key/value cache blocks holding a registered prompt prefix.");
-  line(out, "brisk_kv_blocks_cached %" PRId64, kv_blocks_cached.load());
-  header(out, "brisk_generation_tokens_total", "counter", "Tokens generated.");
-  line(out, "brisk_generation_tokens_total %" PRIu64, generation_tokens.load());
-  header(out, "brisk_engine_steps_total", "counter", "Engine steps (one forward over every running sequence).");
-  line(out, "brisk_engine_steps_total %" PRIu64, engine_steps.load());
-  header(out, "brisk_response_cache_hits_total", "counter", "Deterministic requests answered from the response cache.");
-  line(out, "brisk_response_cache_hits_total %" PRIu64, response_cache_hits.load());
-  header(out, "brisk_response_cache_misses_total", "counter", "Deterministic requests the response cache did not hold.");
-  line(out, "brisk_response_cache_misses_total %" PRIu64, response_cache_misses.load());
-  header(out, "brisk_response_cache_evictions_total", "counter", "Entries dropped to stay within the byte budget.");
-  line(out, "brisk_response_cache_evictions_total %" PRIu64, response_cache_evictions.load());
-  header(out, "brisk_response_cache_bytes", "gauge", "Bytes held by the response cache.");
-  line(out, "brisk_response_cache_bytes %" PRId64, response_cache_bytes.load());
-  header(out, "brisk_response_cache_budget_bytes", "gauge", "The response cache's byte budget (--response-cache-mb).");
-  line(out, "brisk_response_cache_budget_bytes %" PRId64, response_cache_budget);
-  header(out, "brisk_response_cache_entries", "gauge", "Responses held by the response cache.");
-  line(out, "brisk_response_cache_entries %" PRId64, response_cache_entries.load());
-  header(out, "brisk_draining", "gauge", "1 after SIGTERM/SIGINT: new requests get 503 while running ones finish.");
-  line(out, "brisk_draining %d", draining.load() ? 1 : 0);
+  series(out, "brisk_queue_length", "gauge", "Requests waiting for a slot.", int64_t(queue_length.load()));
+  series(out, "brisk_slots_busy", "gauge", "Sequences decoding now.", int64_t(slots_busy.load()));
+  series(out, "brisk_slots_total", "gauge", "Sequences the engine decodes at once (--slots).", int64_t(slots_total));
+  series(out, "brisk_kv_blocks_used", "gauge",
+         "Key/value cache blocks held by running sequences (cached prefixes nobody holds count as free).",
+         int64_t(kv_blocks_total - kv_blocks_free.load()));
+  series(out, "brisk_kv_blocks_total", "gauge", "Key/value cache blocks in the pool.", int64_t(kv_blocks_total));
+  series(out, "brisk_prompt_tokens_total", "counter",
+         "Prompt tokens of admitted requests.", int64_t(prompt_tokens.load()));
+  series(out, "brisk_prefix_cache_hit_tokens_total", "counter",
+         "Prompt tokens taken from the prefix cache (not computed again); "
+         "over brisk_prompt_tokens_total: the hit ratio.",
+         int64_t(prefix_cached_tokens.load()));
+  series(out, "brisk_kv_blocks_cached", "gauge",
+         "Key/value cache blocks holding a registered prompt prefix.", int64_t(kv_blocks_cached.load()));
+  series(out, "brisk_generation_tokens_total", "counter", "Tokens generated.", int64_t(generation_tokens.load()));
+  series(out, "brisk_engine_steps_total", "counter",
+         "Engine steps (one forward over every running sequence).", int64_t(engine_steps.load()));
+  series(out, "brisk_response_cache_hits_total", "counter",
+         "Deterministic requests answered from the response cache.", int64_t(response_cache_hits.load()));
+  series(out, "brisk_response_cache_misses_total", "counter",
+         "Deterministic requests the response cache did not hold.", int64_t(response_cache_misses.load()));
+  series(out, "brisk_response_cache_evictions_total", "counter",
+         "Entries dropped to stay within the byte budget.", int64_t(response_cache_evictions.load()));
+  series(out, "brisk_response_cache_bytes", "gauge",
+         "Bytes held by the response cache.", int64_t(response_cache_bytes.load()));
+  series(out, "brisk_response_cache_budget_bytes", "gauge",
+         "The response cache's byte budget (--response-cache-mb).", int64_t(response_cache_budget));
+  series(out, "brisk_response_cache_entries", "gauge",
+         "Responses held by the response cache.", int64_t(response_cache_entries.load()));
+  series(out, "brisk_draining", "gauge",
+         "1 after SIGTERM/SIGINT: new requests get 503 while running ones finish.", int64_t(draining.load() ? 1 : 0));
   header(out, "brisk_time_to_first_token_seconds", "histogram",
          "From a request's arrival in the queue to its first token.");
   time_to_first_token.render(out, "brisk_time_to_first_token_seconds");

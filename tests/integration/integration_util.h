@@ -147,6 +147,22 @@ inline CliResult run_cli(const std::vector<std::string>& args, const CliHooks& h
 
 // A few kilobytes of varied English-like text: enough windows for batches of
 // 4 x 32 tokens in both splits.
+// Reads a running child's output from `fd` into `out` until it holds
+// `marker` (true), the child closes it, or `timeout_s` passes (false): how a
+// test waits for a server's "listening" or "ready" line.
+inline bool read_until(int fd, const std::string& marker, std::string& out, double timeout_s = 60) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  while (out.find(marker) == std::string::npos && std::chrono::steady_clock::now() < deadline) {
+    pollfd pf{fd, POLLIN, 0};
+    if (::poll(&pf, 1, 200) <= 0) continue;
+    char buf[512];
+    const ssize_t k = ::read(fd, buf, sizeof buf);
+    if (k <= 0) break;
+    out.append(buf, size_t(k));
+  }
+  return out.find(marker) != std::string::npos;
+}
+
 inline std::string tiny_corpus() {
   const char* words[] = {"the", "king", "spake", "unto", "his", "servants", "and", "said", "behold", "a", "light",
                          "came", "over", "water", "land", "of", "river", "stone", "bread", "they", "went", "forth"};

@@ -84,17 +84,7 @@ struct Replicas {
     }
     ::close(p[1]);
     fd = p[0];
-    // Lines up to "ready:", within 60 s.
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    while (out.find("ready: ") == std::string::npos && std::chrono::steady_clock::now() < deadline) {
-      pollfd pf{fd, POLLIN, 0};
-      if (::poll(&pf, 1, 200) <= 0) continue;
-      char buf[512];
-      const ssize_t k = ::read(fd, buf, sizeof buf);
-      if (k <= 0) break;
-      out.append(buf, size_t(k));
-    }
-    ready = out.find("ready: ") != std::string::npos;
+    ready = read_until(fd, "ready: ", out);  // lines up to "ready:", within 60 s
     std::smatch m;
     const std::regex replica_re(R"(replica \d+: pid (\d+))"), haproxy_re(R"(haproxy: pid (\d+))");
     for (auto it = std::sregex_iterator(out.begin(), out.end(), replica_re); it != std::sregex_iterator(); ++it)

@@ -42,16 +42,7 @@ struct ServeChild {
     }
     ::close(out_pipe[1]);
     out_fd = out_pipe[0];
-    // The listening line, within 60 s.
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    while (first_line.find('\n') == std::string::npos && std::chrono::steady_clock::now() < deadline) {
-      pollfd p{out_fd, POLLIN, 0};
-      if (::poll(&p, 1, 200) <= 0) continue;
-      char buf[512];
-      const ssize_t k = ::read(out_fd, buf, sizeof buf);
-      if (k <= 0) break;
-      first_line.append(buf, size_t(k));
-    }
+    read_until(out_fd, "\n", first_line);  // the listening line, within 60 s
     const size_t at = first_line.find("http://127.0.0.1:");
     if (at != std::string::npos) port = std::atoi(first_line.c_str() + at + 17);
   }

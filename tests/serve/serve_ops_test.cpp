@@ -98,6 +98,18 @@ std::map<std::string, double> parse_metrics(const std::string& text) {
   return out;
 }
 
+// A streamed /v1/completions request whose body bytes go to `receive` as
+// they arrive (returning false hangs up).
+httplib::Request stream_request(const json& body, httplib::ContentReceiverWithProgress receive) {
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/v1/completions";
+  req.body = body.dump();
+  req.set_header("Content-Type", kJson);
+  req.content_receiver = std::move(receive);
+  return req;
+}
+
 TEST(ServeMetrics, CountRequestsTokensAndLatencies) {
   Served s;
   auto c = s.client();
@@ -182,16 +194,11 @@ TEST(ServeDrain, RunningStreamsFinishNewRequestsGet503) {
   std::thread reader([&] {
     auto c = s.client();
     const json body = {{"prompt", "And"}, {"max_tokens", 400}, {"temperature", 0}, {"stream", true}};
-    httplib::Request req;
-    req.method = "POST";
-    req.path = "/v1/completions";
-    req.body = body.dump();
-    req.set_header("Content-Type", kJson);
-    req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+    httplib::Request req = stream_request(body, [&](const char* data, size_t n, uint64_t, uint64_t) {
       streamed.append(data, n);
       first_chunk = true;
       return true;
-    };
+    });
     auto r = c.send(req);
     ASSERT_TRUE(r);
     EXPECT_EQ(r->status, 200);
@@ -322,13 +329,9 @@ TEST(ServeDisconnect, AHungUpStreamFreesItsSlotWithinAFewSteps) {
   Served s("", /*slow=*/true);
   auto c = s.client();
   const json body = {{"prompt", "And"}, {"max_tokens", 400}, {"temperature", 0}, {"stream", true}};
-  httplib::Request req;
-  req.method = "POST";
-  req.path = "/v1/completions";
-  req.body = body.dump();
-  req.set_header("Content-Type", kJson);
   int chunks = 0;
-  req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) { return ++chunks < 3; };  // then hang up
+  httplib::Request req =
+      stream_request(body, [&](const char*, size_t, uint64_t, uint64_t) { return ++chunks < 3; });  // then hang up
   c.send(req);
   const double steps_at_close = metrics_of(c).at("brisk_engine_steps_total");
   std::map<std::string, double> m;

@@ -130,6 +130,36 @@ std::vector<std::string> sse_events(const std::string& body) {
   return out;
 }
 
+// POSTs a streamed request and returns its chunks (without the final
+// [DONE]), having checked what every stream shares: 200, text/event-stream,
+// [DONE] last, one id and one created throughout, the object type.
+std::vector<json> stream_chunks(int port, const std::string& path, const json& body, const std::string& object,
+                                std::string& id) {
+  httplib::Client c("127.0.0.1", port);
+  c.set_read_timeout(60, 0);
+  auto r = c.Post(path, body.dump(), "application/json");
+  EXPECT_TRUE(r);
+  if (!r) return {};
+  EXPECT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(r->get_header_value("Content-Type").rfind("text/event-stream", 0), 0u);
+  const std::vector<std::string> events = sse_events(r->body);
+  EXPECT_GE(events.size(), 2u);
+  if (events.size() < 2) return {};
+  EXPECT_EQ(events.back(), "[DONE]");
+  std::vector<json> chunks;
+  int64_t created = -1;
+  for (size_t i = 0; i + 1 < events.size(); ++i) {
+    json ch = json::parse(events[i]);
+    if (id.empty()) id = ch.at("id");
+    EXPECT_EQ(ch.at("id"), id);
+    if (created < 0) created = ch.at("created");
+    EXPECT_EQ(ch.at("created"), created);
+    EXPECT_EQ(ch.at("object"), object);
+    chunks.push_back(std::move(ch));
+  }
+  return chunks;
+}
+
 struct Streamed {
   std::string text, finish_reason, id;
   json usage;
@@ -139,30 +169,15 @@ struct Streamed {
 Streamed stream(int port, json body, bool include_usage = true) {
   body["stream"] = true;
   if (include_usage) body["stream_options"] = {{"include_usage", true}};
-  httplib::Client c("127.0.0.1", port);
-  c.set_read_timeout(60, 0);
-  auto r = c.Post("/v1/completions", body.dump(), "application/json");
   Streamed s;
-  EXPECT_TRUE(r);
-  if (!r) return s;
-  EXPECT_EQ(r->status, 200) << r->body;
-  EXPECT_EQ(r->get_header_value("Content-Type").rfind("text/event-stream", 0), 0u);
-  const std::vector<std::string> events = sse_events(r->body);
-  EXPECT_GE(events.size(), 2u);
-  if (events.size() < 2) return s;
-  EXPECT_EQ(events.back(), "[DONE]");
-  int64_t created = -1;
-  for (size_t i = 0; i + 1 < events.size(); ++i) {
-    const json ch = json::parse(events[i]);
-    if (s.id.empty()) s.id = ch.at("id");
-    EXPECT_EQ(ch.at("id"), s.id);
-    if (created < 0) created = ch.at("created");
-    EXPECT_EQ(ch.at("created"), created);
-    EXPECT_EQ(ch.at("object"), "text_completion");
+  const std::vector<json> chunks = stream_chunks(port, "/v1/completions", body, "text_completion", s.id);
+  if (chunks.empty()) return s;
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const json& ch = chunks[i];
     EXPECT_EQ(ch.at("model"), "tiny");
     if (ch.at("choices").empty()) {  // the usage chunk: last before [DONE]
       EXPECT_TRUE(include_usage);
-      EXPECT_EQ(i + 2, events.size());
+      EXPECT_EQ(i + 1, chunks.size());
       s.usage = ch.at("usage");
       continue;
     }
@@ -501,29 +516,14 @@ struct ChatStreamed {
 ChatStreamed chat_stream(int port, json body) {
   body["stream"] = true;
   body["stream_options"] = {{"include_usage", true}};
-  httplib::Client c("127.0.0.1", port);
-  c.set_read_timeout(60, 0);
-  auto r = c.Post("/v1/chat/completions", body.dump(), "application/json");
   ChatStreamed s;
-  EXPECT_TRUE(r);
-  if (!r) return s;
-  EXPECT_EQ(r->status, 200) << r->body;
-  EXPECT_EQ(r->get_header_value("Content-Type").rfind("text/event-stream", 0), 0u);
-  const std::vector<std::string> events = sse_events(r->body);
-  EXPECT_GE(events.size(), 3u);
-  if (events.size() < 3) return s;
-  EXPECT_EQ(events.back(), "[DONE]");
-  int64_t created = -1;
+  const std::vector<json> chunks = stream_chunks(port, "/v1/chat/completions", body, "chat.completion.chunk", s.id);
+  EXPECT_GE(chunks.size(), 2u);  // a role chunk at least, and the usage chunk
   std::set<int64_t> has_role;
-  for (size_t i = 0; i + 1 < events.size(); ++i) {
-    const json ch = json::parse(events[i]);
-    if (s.id.empty()) s.id = ch.at("id");
-    EXPECT_EQ(ch.at("id"), s.id);
-    if (created < 0) created = ch.at("created");
-    EXPECT_EQ(ch.at("created"), created);
-    EXPECT_EQ(ch.at("object"), "chat.completion.chunk");
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const json& ch = chunks[i];
     if (ch.at("choices").empty()) {
-      EXPECT_EQ(i + 2, events.size()) << "the usage chunk is not the last";
+      EXPECT_EQ(i + 1, chunks.size()) << "the usage chunk is not the last";
       s.usage = ch.at("usage");
       continue;
     }
