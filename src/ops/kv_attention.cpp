@@ -93,7 +93,7 @@ void kv_attention_reference(const KernelCall& call) {
 // Two sequences in scattered blocks of 4 positions: one continues a prefill
 // (rows 5..7 after cached 0..4), one decodes at position 9; random cache
 // contents stand for the earlier tokens. Then a single long row, and a
-// prefill from position 0 of 16 rows with 2 heads of 32.
+// prefill from position 0 of 16 rows with 2 heads of 32, and GPT-2's heads of 64.
 std::vector<TestCase> kv_attention_cases() {
   auto ints = [](Shape s, std::vector<double> v) {
     return InputSpec{TensorMeta{s, DType::i32}, 0, 0, false, std::move(v)};
@@ -113,6 +113,12 @@ std::vector<TestCase> kv_attention_cases() {
                    {no_grad(spec({16, 192}, DType::f32, -2, 2)), no_grad(spec({4, 16, 64})), no_grad(spec({4, 16, 64})),
                     ints({16, 2}, std::move(prefill_rows)), ints({1, 2}, {2, 0})},
                    core::AttentionParams{2, 0.2f}});
+  // GPT-2's head size: three sequences decoding at once, at the end of a
+  // block, at the start of one, and mid-block after several whole blocks.
+  cases.push_back({"3 decodes, 4 heads of 64, blocks of 16",
+                   {no_grad(spec({3, 768}, DType::f32, -2, 2)), no_grad(spec({12, 16, 256})), no_grad(spec({12, 16, 256})),
+                    ints({3, 2}, {0, 40, 1, 15, 2, 16}), ints({3, 4}, {7, 2, 9, 0, 4, 1, 3, 5, 11, 6, 8, 10})},
+                   core::AttentionParams{4, 0.f}});
   return cases;
 }
 

@@ -275,9 +275,9 @@ void check_forward(core::OpKind kind) {
         paths.clear();
         for (cpu::Int8Dot p : int8_paths()) paths.push_back({std::string("/") + cpu::int8_dot_name(p), [p] { use_int8_path(p); }});
       }
-      // f32 Linear over <= 16 rows has an AVX-512 kernel and a portable one.
-      if (kind == core::OpKind::linear && key == DType::f32 && backend->name() == "cpu" &&
-          native_features().few_rows_avx512)
+      // f32 Linear over <= 16 rows and kv_attention have an AVX-512 kernel and a portable one.
+      if ((kind == core::OpKind::linear || kind == core::OpKind::kv_attention) && key == DType::f32 &&
+          backend->name() == "cpu" && native_features().few_rows_avx512)
         paths.push_back({"/few-rows-portable", [] {
                            setenv("BRISK_FEW_ROWS", "portable", 1);
                            cpu::reload_cpu_features();

@@ -45,9 +45,9 @@ struct CpuFeatures {
   Int8Dot int8 = Int8Dot::scalar;
   Int8Dot int8_best = Int8Dot::scalar;  // what the CPU has, whatever BRISK_INT8 says
   std::string int8_reason;
-  // f32 Linear over <= 16 rows (decoding): 4x4 AVX-512 tiles where the CPU
-  // has AVX-512, a compiler-vectorised loop otherwise or under
-  // BRISK_FEW_ROWS=portable (tests run both).
+  // Decoding's f32 kernels, Linear over <= 16 rows (4x4 tiles) and
+  // kv_attention: AVX-512 where the CPU has it, compiler-vectorised loops
+  // otherwise or under BRISK_FEW_ROWS=portable (tests run both).
   bool few_rows_avx512 = false;
 };
 

@@ -1,21 +1,32 @@
 // CPU kernel of kv_attention (src/ops/kv_attention.cpp says what it computes).
 //
 // First every row's key and value are copied into its cache slot (all of
-// them, so that rows of one prefill see each other), then the (row, head)
-// pairs are split across threads: scores against the row's past in one pass
-// (a dot product of head_dim floats per position, vectorised), a softmax over
-// them (the vectorised fast_exp: libm's expf one position at a time was a
-// fifth of a batched decoding step), and the weighted sum of values,
-// normalised once at the end. Decoding has one row per sequence and
-// a few hundred positions: the work is small next to the Linear layers, and
-// the whole past of one head is read once per row.
+// them, so that rows of one prefill see each other), then tasks of (row,
+// some of its heads) are split across threads: scores against the row's past,
+// a softmax over them, and the weighted sum of values, normalised once at the
+// end. Each (row, head) is computed by one thread in a fixed order whatever
+// else is in the call, so a row's output does not depend on the batch.
+//
+// Batched decoding reads every sequence's whole past each step (16 sequences
+// of W1 at 120 positions: 16 MB per step, evicted from cache by the LM head's
+// weights in between), so the AVX-512 path is shaped by memory: a task walks
+// each cache block front to back for all its heads, and computes 16 scores
+// with one transpose-sum. The portable path (no AVX-512, head_dim not a
+// multiple of 16, or BRISK_FEW_ROWS=portable) is the plain loop.
+// GCC 12 reports its own _mm512_undefined_ps() inside the shuffle and
+// reduce intrinsics as maybe-uninitialised once they are inlined here.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
 
 #include "brisk/core/error.h"
+#include "brisk/cpu/cpu_features.h"
 #include "cpu_util.h"
+#include "hsum16.h"
 #include "kernels.h"
 #include "vec_math.h"
 
@@ -23,6 +34,161 @@ namespace brisk::cpu {
 namespace {
 
 using core::KernelCall;
+
+// Heads of one row per task at most (the AVX-512 path keeps per-head maxima and sums on the stack).
+constexpr int64_t kMaxHeadsPerTask = 32;
+
+// What every (row, heads) task reads and writes.
+struct Attend {
+  const float* qkv;
+  const float *kc, *vc;
+  float* y;
+  const int32_t *rows, *table;
+  float* scores;  // (row, head) -> `context` floats
+  int64_t c, t, heads, d, max_blocks, context;
+  float scale;
+};
+
+// Row r's heads h0..h1 one at a time: dot products vectorised by the
+// compiler, a softmax with the vectorised fast_exp (libm's expf one
+// position at a time was a fifth of a batched decoding step), the weighted
+// sum of values normalised once at the end.
+void attend_portable(const Attend& a, int64_t r, int64_t h0, int64_t h1) {
+  const int64_t seq = a.rows[2 * r], pos = a.rows[2 * r + 1], c = a.c, t = a.t, d = a.d;
+  const int32_t* blocks_of = a.table + seq * a.max_blocks;
+  for (int64_t h = h0; h < h1; ++h) {
+    const float* q = a.qkv + r * 3 * c + h * d;
+    float* s = a.scores + (r * a.heads + h) * a.context;
+    // Positions block by block: one table lookup per block, not a division per position.
+    float top = -INFINITY;
+    for (int64_t j0 = 0; j0 <= pos; j0 += t) {
+      const float* k = a.kc + int64_t(blocks_of[j0 / t]) * t * c + h * d;
+      for (int64_t j = j0; j <= std::min(pos, j0 + t - 1); ++j, k += c) {
+        float dot = 0.f;
+#pragma omp simd reduction(+ : dot)
+        for (int64_t i = 0; i < d; ++i) dot += q[i] * k[i];
+        s[j] = dot * a.scale;
+        top = std::max(top, s[j]);
+      }
+    }
+    float total = 0.f;
+#pragma omp simd reduction(+ : total)
+    for (int64_t j = 0; j <= pos; ++j) total += s[j] = fast_exp(s[j] - top);
+    float* out = a.y + r * c + h * d;
+    std::fill(out, out + d, 0.f);
+    for (int64_t j0 = 0; j0 <= pos; j0 += t) {
+      const float* v = a.vc + int64_t(blocks_of[j0 / t]) * t * c + h * d;
+      for (int64_t j = j0; j <= std::min(pos, j0 + t - 1); ++j, v += c) {
+        const float pj = s[j];
+#pragma omp simd
+        for (int64_t i = 0; i < d; ++i) out[i] += pj * v[i];
+      }
+    }
+    const float inv = 1.f / total;
+#pragma omp simd
+    for (int64_t i = 0; i < d; ++i) out[i] *= inv;
+  }
+}
+
+// Keys of positions past the end of a sequence's last block are read as this
+// (their scores are dropped): no branch in the 16-position loop.
+alignas(64) constexpr float kZeroKey[128] = {};
+
+// Asks for the task's heads of a block's first `positions` rows: the next
+// block is somewhere else in the pool, where the hardware prefetcher cannot
+// follow.
+inline void prefetch_block(const float* block, int64_t positions, const Attend& a, int64_t h0, int64_t h1) {
+  for (int64_t i = 0; i < positions; ++i)
+    for (int64_t f = h0 * a.d; f < h1 * a.d; f += 16) _mm_prefetch(reinterpret_cast<const char*>(block + i * a.c + f), _MM_HINT_T0);
+}
+
+// The same with AVX-512, head_dim = 16 x D. Scores come 16 positions at a
+// time: 16 dot products of D vectors each, then one transpose-sum (hsum16)
+// instead of 16 horizontal sums. Every head of the task walks one block
+// before the next block is touched, so a block's t x C keys (then values)
+// stream through once, front to back. Values: two accumulator sets (even and
+// odd positions) so the FMA latency is hidden.
+template <int D>
+__attribute__((target("avx512f"))) void attend_avx512(const Attend& a, int64_t r, int64_t h0, int64_t h1) {
+  const int64_t seq = a.rows[2 * r], pos = a.rows[2 * r + 1], c = a.c, t = a.t, d = a.d;
+  const int32_t* blocks_of = a.table + seq * a.max_blocks;
+  const __m512 scale = _mm512_set1_ps(a.scale);
+  float* out = a.y + r * c;
+  float top[kMaxHeadsPerTask], total[kMaxHeadsPerTask];
+  for (int64_t h = h0; h < h1; ++h) top[h - h0] = -INFINITY;
+  for (int64_t j0 = 0; j0 <= pos; j0 += t) {
+    const float* kb = a.kc + int64_t(blocks_of[j0 / t]) * t * c;
+    const int64_t in_block = std::min(t, pos - j0 + 1);
+    if (j0 + t <= pos) prefetch_block(a.kc + int64_t(blocks_of[j0 / t + 1]) * t * c, std::min(t, pos - j0 - t + 1), a, h0, h1);
+    for (int64_t h = h0; h < h1; ++h) {
+      __m512 q[D];
+#pragma GCC unroll 8
+      for (int v = 0; v < D; ++v) q[v] = _mm512_loadu_ps(a.qkv + r * 3 * c + h * d + 16 * v);
+      float* s = a.scores + (r * a.heads + h) * a.context + j0;
+      for (int64_t i0 = 0; i0 < in_block; i0 += 16) {
+        const int64_t m = std::min<int64_t>(16, in_block - i0);
+        // Position i0 + i's dot product (an array of 16 accumulators would
+        // live in memory and trips GCC's uninitialised-use analysis).
+        const auto dot = [&](int i) __attribute__((always_inline)) {
+          const float* k = i < m ? kb + (i0 + i) * c + h * d : kZeroKey;
+          __m512 acc = _mm512_mul_ps(q[0], _mm512_loadu_ps(k));
+#pragma GCC unroll 8
+          for (int v = 1; v < D; ++v) acc = _mm512_fmadd_ps(q[v], _mm512_loadu_ps(k + 16 * v), acc);
+          return acc;
+        };
+        const __m512 sv = _mm512_mul_ps(hsum16_ps(dot(0), dot(1), dot(2), dot(3), dot(4), dot(5), dot(6), dot(7), dot(8),
+                                                  dot(9), dot(10), dot(11), dot(12), dot(13), dot(14), dot(15)),
+                                        scale);
+        const __mmask16 mask = __mmask16((1u << m) - 1);
+        _mm512_mask_storeu_ps(s + i0, mask, sv);
+        top[h - h0] = std::max(top[h - h0], _mm512_mask_reduce_max_ps(mask, sv));
+      }
+    }
+  }
+  for (int64_t h = h0; h < h1; ++h) {
+    float* s = a.scores + (r * a.heads + h) * a.context;
+    float sum = 0.f;
+    const float mx = top[h - h0];
+#pragma omp simd reduction(+ : sum)
+    for (int64_t j = 0; j <= pos; ++j) sum += s[j] = fast_exp(s[j] - mx);
+    total[h - h0] = sum;
+    std::fill(out + h * d, out + (h + 1) * d, 0.f);
+  }
+  for (int64_t j0 = 0; j0 <= pos; j0 += t) {
+    const float* vb = a.vc + int64_t(blocks_of[j0 / t]) * t * c;
+    const int64_t in_block = std::min(t, pos - j0 + 1);
+    if (j0 + t <= pos) prefetch_block(a.vc + int64_t(blocks_of[j0 / t + 1]) * t * c, std::min(t, pos - j0 - t + 1), a, h0, h1);
+    for (int64_t h = h0; h < h1; ++h) {
+      const float* p = a.scores + (r * a.heads + h) * a.context + j0;
+      __m512 even[D], odd[D];
+#pragma GCC unroll 8
+      for (int v = 0; v < D; ++v) even[v] = _mm512_loadu_ps(out + h * d + 16 * v), odd[v] = _mm512_setzero_ps();
+      int64_t i = 0;
+      for (; i + 1 < in_block; i += 2) {
+        const float* v0 = vb + i * c + h * d;
+        const __m512 p0 = _mm512_set1_ps(p[i]), p1 = _mm512_set1_ps(p[i + 1]);
+#pragma GCC unroll 8
+        for (int v = 0; v < D; ++v) {
+          even[v] = _mm512_fmadd_ps(p0, _mm512_loadu_ps(v0 + 16 * v), even[v]);
+          odd[v] = _mm512_fmadd_ps(p1, _mm512_loadu_ps(v0 + c + 16 * v), odd[v]);
+        }
+      }
+      if (i < in_block) {
+        const float* v0 = vb + i * c + h * d;
+        const __m512 p0 = _mm512_set1_ps(p[i]);
+#pragma GCC unroll 8
+        for (int v = 0; v < D; ++v) even[v] = _mm512_fmadd_ps(p0, _mm512_loadu_ps(v0 + 16 * v), even[v]);
+      }
+#pragma GCC unroll 8
+      for (int v = 0; v < D; ++v) _mm512_storeu_ps(out + h * d + 16 * v, _mm512_add_ps(even[v], odd[v]));
+    }
+  }
+  for (int64_t h = h0; h < h1; ++h) {
+    const __m512 inv = _mm512_set1_ps(1.f / total[h - h0]);
+#pragma GCC unroll 8
+    for (int v = 0; v < D; ++v) _mm512_storeu_ps(out + h * d + 16 * v, _mm512_mul_ps(inv, _mm512_loadu_ps(out + h * d + 16 * v)));
+  }
+}
 
 void kv_attention_f32(const KernelCall& call) {
   const auto& p = call.p<core::AttentionParams>();
@@ -58,42 +224,36 @@ void kv_attention_f32(const KernelCall& call) {
     std::memcpy(vc + at, qkv + r * 3 * c + 2 * c, size_t(c) * sizeof(float));
   }
 
-  float* scores_all = static_cast<float*>(call.workspace);
-  parallel_for(n * heads, 1, [&](int64_t b, int64_t e) {
+  Attend a{qkv, kc, vc, y, rows, table, static_cast<float*>(call.workspace), c, t, heads, d, max_blocks, context, scale};
+  // Tasks of a row's heads h0..h1: all of a row's heads in one task read each
+  // block of the cache front to back (t x C floats, contiguous); a decode of
+  // one sequence still needs its heads split to keep every thread busy.
+  int64_t per_task = std::min<int64_t>(heads, kMaxHeadsPerTask);
+  while (heads % per_task != 0) --per_task;
+  while (per_task > 1 && n * (heads / per_task) < 2 * omp_get_max_threads()) {
+    int64_t next = per_task - 1;
+    while (heads % next != 0) --next;
+    per_task = next;
+  }
+  const int64_t groups = heads / per_task;
+  const bool avx512 = cpu_features().few_rows_avx512 && d % 16 == 0 && d <= 128;
+  parallel_for(n * groups, 1, [&](int64_t b, int64_t e) {
     for (int64_t task = b; task < e; ++task) {
-      const int64_t r = task / heads, h = task % heads;
-      const int64_t seq = rows[2 * r], pos = rows[2 * r + 1];
-      const int32_t* blocks_of = table + seq * max_blocks;
-      const float* q = qkv + r * 3 * c + h * d;
-      float* s = scores_all + task * context;
-      // Positions block by block: one table lookup per block, not a division per position.
-      float top = -INFINITY;
-      for (int64_t j0 = 0; j0 <= pos; j0 += t) {
-        const float* k = kc + int64_t(blocks_of[j0 / t]) * t * c + h * d;
-        for (int64_t j = j0; j <= std::min(pos, j0 + t - 1); ++j, k += c) {
-          float dot = 0.f;
-#pragma omp simd reduction(+ : dot)
-          for (int64_t i = 0; i < d; ++i) dot += q[i] * k[i];
-          s[j] = dot * scale;
-          top = std::max(top, s[j]);
-        }
+      const int64_t r = task / groups, h0 = task % groups * per_task;
+      if (!avx512) {
+        attend_portable(a, r, h0, h0 + per_task);
+        continue;
       }
-      float total = 0.f;
-#pragma omp simd reduction(+ : total)
-      for (int64_t j = 0; j <= pos; ++j) total += s[j] = fast_exp(s[j] - top);
-      float* out = y + r * c + h * d;
-      std::fill(out, out + d, 0.f);
-      for (int64_t j0 = 0; j0 <= pos; j0 += t) {
-        const float* v = vc + int64_t(blocks_of[j0 / t]) * t * c + h * d;
-        for (int64_t j = j0; j <= std::min(pos, j0 + t - 1); ++j, v += c) {
-          const float pj = s[j];
-#pragma omp simd
-          for (int64_t i = 0; i < d; ++i) out[i] += pj * v[i];
-        }
+      switch (d / 16) {
+        case 1: attend_avx512<1>(a, r, h0, h0 + per_task); break;
+        case 2: attend_avx512<2>(a, r, h0, h0 + per_task); break;
+        case 3: attend_avx512<3>(a, r, h0, h0 + per_task); break;
+        case 4: attend_avx512<4>(a, r, h0, h0 + per_task); break;
+        case 5: attend_avx512<5>(a, r, h0, h0 + per_task); break;
+        case 6: attend_avx512<6>(a, r, h0, h0 + per_task); break;
+        case 7: attend_avx512<7>(a, r, h0, h0 + per_task); break;
+        default: attend_avx512<8>(a, r, h0, h0 + per_task); break;
       }
-      const float inv = 1.f / total;
-#pragma omp simd
-      for (int64_t i = 0; i < d; ++i) out[i] *= inv;
     }
   });
 }
