@@ -35,21 +35,32 @@ bool write_event(httplib::DataSink& sink, const std::string& data) {
 }  // namespace
 
 struct Server::Impl {
-  Scheduler& scheduler;
-  const data::Tokenizer& tok;
+  // Set once by attach(), before `ready` turns true; handlers read them only
+  // after seeing `ready` (or from routes that need no model).
+  Scheduler* scheduler = nullptr;
+  const data::Tokenizer* tok = nullptr;
+  Metrics* metrics = nullptr;
+  std::unique_ptr<ResponseCache> cache;
   ModelInfo model;
+  std::atomic<bool> ready{false};
   ServerOptions options;
   int64_t started = std::time(nullptr);
   httplib::Server http;
   std::mutex id_mutex;
   std::mt19937_64 id_rng{std::random_device{}()};
-  Metrics& metrics;
   std::atomic<int64_t> open{0};  // generation requests not yet answered in full
-  ResponseCache cache;
 
-  Impl(Scheduler& s, const data::Tokenizer& t, ModelInfo m, ServerOptions o)
-      : scheduler(s), tok(t), model(std::move(m)), options(std::move(o)), metrics(s.metrics()),
-        cache(options.response_cache_bytes, metrics) {
+  void attach(Scheduler& s, const data::Tokenizer& t, ModelInfo m) {
+    if (ready) throw core::Error("Server::attach: a model is attached already");
+    scheduler = &s;
+    tok = &t;
+    metrics = &s.metrics();
+    model = std::move(m);
+    cache = std::make_unique<ResponseCache>(options.response_cache_bytes, *metrics);
+    ready = true;
+  }
+
+  explicit Impl(ServerOptions o) : options(std::move(o)) {
     const size_t threads = size_t(options.http_threads > 0 ? options.http_threads : 16);
     http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
     http.set_payload_max_length(size_t(options.max_body));
@@ -68,28 +79,39 @@ struct Server::Impl {
       send_error(res, ApiError(res.status, msg));
       return httplib::Server::HandlerResponse::Handled;
     }));
-    // --api-key: every route but /health (load balancers probe it without a key).
-    if (!options.api_key.empty())
-      http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-        if (req.path == "/health" || req.get_header_value("Authorization") == "Bearer " + options.api_key)
-          return httplib::Server::HandlerResponse::Unhandled;
-        res.set_header("WWW-Authenticate", "Bearer");
-        send_error(res, ApiError(401, req.has_header("Authorization") ? "the API key is not valid"
-                                                                       : "an API key is required: send "
-                                                                         "\"Authorization: Bearer <key>\"",
-                                 "", "invalid_request_error"));
+    // While the model loads, every route answers 503 (a load balancer's
+    // health check keeps the replica out of rotation until it can serve);
+    // after that --api-key guards every route but /health (load balancers
+    // probe it without a key).
+    http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+      if (!ready) {
+        res.set_header("Retry-After", "1");
+        if (req.path == "/health") send_json(res, 503, {{"status", "loading"}});
+        else send_error(res, ApiError(503, "the model is still loading", "", "server_error"));
         return httplib::Server::HandlerResponse::Handled;
-      });
-    // Every answered request, by path and status (after its response is sent).
+      }
+      if (options.api_key.empty() || req.path == "/health" ||
+          req.get_header_value("Authorization") == "Bearer " + options.api_key)
+        return httplib::Server::HandlerResponse::Unhandled;
+    // --api-key: every route but /health (load balancers probe it without a key).
+      res.set_header("WWW-Authenticate", "Bearer");
+      send_error(res, ApiError(401, req.has_header("Authorization") ? "the API key is not valid"
+                                                                     : "an API key is required: send "
+                                                                       "\"Authorization: Bearer <key>\"",
+                               "", "invalid_request_error"));
+      return httplib::Server::HandlerResponse::Handled;
+    });
+    // Every answered request, by path and status (after its response is
+    // sent); those answered while loading have no metrics to go to.
     http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
-      metrics.count_request(req.path, res.status);
+      if (ready) metrics->count_request(req.path, res.status);
     });
     http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-      if (metrics.draining) send_json(res, 503, {{"status", "draining"}});
+      if (metrics->draining) send_json(res, 503, {{"status", "draining"}});
       else send_json(res, 200, {{"status", "ok"}});
     });
     http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-      res.set_content(metrics.render(), "text/plain; version=0.0.4; charset=utf-8");
+      res.set_content(metrics->render(), "text/plain; version=0.0.4; charset=utf-8");
     });
     http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
       send_json(res, 200,
@@ -104,7 +126,7 @@ struct Server::Impl {
       const json j = parse_body(req.body);
       auto it = j.find("prompt");
       if (it == j.end() || !it->is_string()) throw ApiError(400, "prompt must be a string", "prompt");
-      const std::vector<int32_t> ids = tok.encode(it->get<std::string>());
+      const std::vector<int32_t> ids = tok->encode(it->get<std::string>());
       send_json(res, 200, {{"tokens", ids}, {"count", ids.size()}});
     }); });
     http.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) { guarded(res, [&] {
@@ -115,12 +137,12 @@ struct Server::Impl {
       for (const json& t : *it) {
         if (!t.is_number_integer()) throw ApiError(400, "tokens must be a list of token ids", "tokens");
         const int64_t id = t.get<int64_t>();
-        if (id < 0 || id >= tok.vocab_size())
+        if (id < 0 || id >= tok->vocab_size())
           throw ApiError(400, "token " + std::to_string(id) + " is outside the vocabulary [0, " +
-                                  std::to_string(tok.vocab_size()) + ")", "tokens");
+                                  std::to_string(tok->vocab_size()) + ")", "tokens");
         ids.push_back(int32_t(id));
       }
-      send_json(res, 200, {{"prompt", valid_utf8(tok.decode(ids))}});
+      send_json(res, 200, {{"prompt", valid_utf8(tok->decode(ids))}});
     }); });
     http.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
       guarded(res, [&] { generate(req, res, Api::completions); });
@@ -159,7 +181,7 @@ struct Server::Impl {
   }
 
   void refuse_if_draining() {
-    if (metrics.draining) throw ApiError(503, "the server is shutting down", "", "server_error");
+    if (metrics->draining) throw ApiError(503, "the server is shutting down", "", "server_error");
   }
 
   // Answers a request of either route with any number of choices, streamed
@@ -167,11 +189,11 @@ struct Server::Impl {
   void generate(const httplib::Request& req, httplib::Response& res, Api api) {
     const std::shared_ptr<void> held = open_request();
     refuse_if_draining();
-    const Request r = api == Api::chat ? parse_chat(req.body, model, tok) : parse_completions(req.body, model, tok);
+    const Request r = api == Api::chat ? parse_chat(req.body, model, *tok) : parse_completions(req.body, model, *tok);
     const std::string id = (api == Api::chat ? "chat" : "") + next_id();
     std::shared_ptr<Generation> gen;
     try {
-      gen = std::make_shared<Generation>(scheduler, tok, r, id, std::time(nullptr), model.name, &cache);
+      gen = std::make_shared<Generation>(*scheduler, *tok, r, id, std::time(nullptr), model.name, cache.get());
     } catch (const ApiError& e) {
       if (e.status == 429) res.set_header("Retry-After", "1");
       throw;
@@ -195,8 +217,16 @@ struct Server::Impl {
   }
 };
 
+Server::Server(ServerOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
+
 Server::Server(Scheduler& scheduler, const data::Tokenizer& tok, ModelInfo model, ServerOptions options)
-    : impl_(std::make_unique<Impl>(scheduler, tok, std::move(model), std::move(options))) {}
+    : Server(std::move(options)) {
+  attach(scheduler, tok, std::move(model));
+}
+
+void Server::attach(Scheduler& scheduler, const data::Tokenizer& tok, ModelInfo model) {
+  impl_->attach(scheduler, tok, std::move(model));
+}
 
 Server::~Server() = default;
 
@@ -217,7 +247,9 @@ void Server::listen() { impl_->http.listen_after_bind(); }
 
 void Server::stop() { impl_->http.stop(); }
 
-void Server::start_draining() { impl_->metrics.draining = true; }
+void Server::start_draining() {
+  if (impl_->ready) impl_->metrics->draining = true;
+}
 
 int64_t Server::open_requests() const { return impl_->open.load(); }
 

@@ -4,6 +4,10 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #include <thread>
 
 #include "../common/tiny_gpt.h"
@@ -23,11 +27,15 @@ struct ServeChild {
   std::string first_line;
   int out_fd = -1;
 
-  explicit ServeChild(const std::vector<std::string>& args) {
+  // `load_delay_ms` > 0: the child sleeps that long before loading its model
+  // (BRISK_SERVE_LOAD_DELAY_MS), and this returns without waiting for the
+  // listening line (read it with wait_ready()).
+  explicit ServeChild(const std::vector<std::string>& args, int load_delay_ms = 0) {
     int out_pipe[2];
     if (::pipe(out_pipe) != 0) return;
     pid = ::fork();
     if (pid == 0) {
+      if (load_delay_ms > 0) ::setenv("BRISK_SERVE_LOAD_DELAY_MS", std::to_string(load_delay_ms).c_str(), 1);
       ::dup2(out_pipe[1], STDOUT_FILENO);
       ::close(out_pipe[0]);
       ::close(out_pipe[1]);
@@ -42,7 +50,11 @@ struct ServeChild {
     }
     ::close(out_pipe[1]);
     out_fd = out_pipe[0];
-    read_until(out_fd, "\n", first_line);  // the listening line, within 60 s
+    if (load_delay_ms == 0) wait_ready();
+  }
+  // Reads the listening line, printed once the model is loaded (within 60 s).
+  void wait_ready() {
+    read_until(out_fd, "\n", first_line);
     const size_t at = first_line.find("http://127.0.0.1:");
     if (at != std::string::npos) port = std::atoi(first_line.c_str() + at + 17);
   }
@@ -93,6 +105,64 @@ TEST(ServeCli, ListensAnswersAndStopsOnSignals) {
     EXPECT_EQ(s.stop(sig), 0) << "signal " << sig;
     client.join();
   }
+}
+
+// A port nobody listens on now (the kernel's pick for a socket just closed).
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  int port = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0)
+    port = ntohs(a.sin_port);
+  ::close(fd);
+  return port;
+}
+
+// The server listens while its model loads: /health and the API say 503
+// (so a load balancer keeps it out of rotation), then 200 once it is ready.
+// A stop signal while loading ends the process at once, exit code 0.
+TEST(ServeCli, HealthSays503WhileTheModelLoads) {
+  TempDir dir;
+  const std::string ckpt = tiny_checkpoint(dir);
+  const int port = free_port();
+  ASSERT_GT(port, 0);
+  const std::vector<std::string> args = {"--model", ckpt, "--port", std::to_string(port), "--threads", "1"};
+  {
+    ServeChild s(args, /*load_delay_ms=*/3000);
+    httplib::Client c("127.0.0.1", port);
+    auto h = c.Get("/health");
+    for (int i = 0; i < 200 && !h; ++i) {  // until it listens (well before the 3 s delay ends)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      h = c.Get("/health");
+    }
+    ASSERT_TRUE(h) << "not listening during the load";
+    EXPECT_EQ(h->status, 503);
+    EXPECT_EQ(json::parse(h->body)["status"], "loading");
+    auto r = c.Post("/v1/completions", json{{"prompt", "Hi"}, {"max_tokens", 2}}.dump(), "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 503);
+    EXPECT_NE(json::parse(r->body)["error"]["message"].get<std::string>().find("loading"), std::string::npos) << r->body;
+    s.wait_ready();
+    ASSERT_EQ(s.port, port) << s.first_line;
+    h = c.Get("/health");
+    ASSERT_TRUE(h);
+    EXPECT_EQ(h->status, 200);
+    r = c.Post("/v1/completions", json{{"prompt", "Hi"}, {"max_tokens", 2}}.dump(), "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200) << r->body;
+    EXPECT_EQ(s.stop(SIGTERM), 0);
+  }
+  ServeChild loading(args, /*load_delay_ms=*/20000);
+  httplib::Client c("127.0.0.1", port);
+  for (int i = 0; i < 200 && !c.Get("/health"); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(loading.stop(SIGTERM), 0);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0)
+      << "a stop signal while loading waited for the load";
 }
 
 TEST(ServeCli, BadFlagsAndModelsAreClearErrors) {

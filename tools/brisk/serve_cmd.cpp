@@ -57,6 +57,68 @@ int run_serve(const ServeArgs& a) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   signal(SIGPIPE, SIG_IGN);  // a client that hangs up is a failed write, not the end of the server
 
+  // Listening before the model loads: /health answers 503 until it can
+  // serve, so a load balancer (or a client polling /health) waits for it
+  // rather than seeing connections refused.
+  serve::ServerOptions so;
+  so.host = a.host;
+  so.port = a.port;
+  so.max_body = a.max_body;
+  so.http_threads = a.slots + a.max_queue + 4;  // every running and queued request holds an HTTP thread
+  so.api_key = a.api_key;
+  so.response_cache_bytes = a.response_cache_mb << 20;
+  serve::Server server(so);
+  const int port = server.bind();
+  std::thread listener([&] { server.listen(); });
+  std::fprintf(stderr, "brisk serve: loading %s (http://%s:%d/health says 503 until it is ready)\n", a.model.c_str(),
+               a.host.c_str(), port);
+
+  // A stop signal drains: new requests get 503 (and /health 503, so a load
+  // balancer moves on) while running ones finish, for up to --drain-timeout
+  // seconds; what is left then ends with an error, and the server exits.
+  // While the model loads there is nothing to drain: the process exits.
+  std::atomic<serve::Scheduler*> attached{nullptr};
+  std::atomic<bool> serving{true};
+  std::thread waiter([&] {
+    int sig = 0;
+    sigwait(&stop_signals, &sig);
+    if (!serving) return;  // woken by the Joiner below: the server has stopped already
+    const char* name = sig == SIGINT ? "SIGINT" : "SIGTERM";
+    serve::Scheduler* scheduler = attached.load();
+    if (!scheduler) {
+      std::fprintf(stderr, "brisk serve: %s while loading the model, stopped\n", name);
+      std::fflush(stderr);
+      std::_Exit(0);
+    }
+    server.start_draining();
+    std::fprintf(stderr, "brisk serve: %s, draining %lld open requests (up to %.0f s)\n", name,
+                 (long long)server.open_requests(), a.drain_timeout);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(a.drain_timeout);
+    while (server.open_requests() > 0 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (server.open_requests() > 0)
+      std::fprintf(stderr, "brisk serve: drain timeout, ending %lld requests\n", (long long)server.open_requests());
+    scheduler->stop();  // ends every open request, so no HTTP thread stays blocked
+    server.stop();
+  });
+  // Stops and joins both threads however this function ends (a model that
+  // fails to load throws out of it). Declared before the engine and the
+  // scheduler, so it runs after they are gone only once nothing uses them.
+  struct Joiner {
+    std::thread &listener, &waiter;
+    std::atomic<bool>& serving;
+    serve::Server& server;
+    ~Joiner() {
+      serving = false;
+      server.stop();
+      if (listener.joinable()) listener.join();
+      pthread_kill(waiter.native_handle(), SIGTERM);  // wakes the waiter if it still waits; it then returns
+      waiter.join();
+    }
+  } joiner{listener, waiter, serving, server};
+
+  if (const char* delay = std::getenv("BRISK_SERVE_LOAD_DELAY_MS"))  // tests: a model that takes a while to load
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(delay)));
   infer::Model model = infer::load_model(a.model);
   auto tok = data::make_tokenizer(model.tokenizer, a.vocab_dir);
   serve::ModelInfo info{a.model_name.empty() ? default_name(a.model) : a.model_name, model.config.vocab_size,
@@ -70,45 +132,14 @@ int run_serve(const ServeArgs& a) {
   eo.max_step_tokens = std::max<int64_t>(512, a.slots);
   infer::Engine engine(std::move(model), eo, tok.get());
   serve::Scheduler scheduler(engine, a.max_queue, a.request_timeout);
-  serve::ServerOptions so;
-  so.host = a.host;
-  so.port = a.port;
-  so.max_body = a.max_body;
-  so.http_threads = a.slots + a.max_queue + 4;  // every running and queued request holds an HTTP thread
-  so.api_key = a.api_key;
-  so.response_cache_bytes = a.response_cache_mb << 20;
-  serve::Server server(scheduler, *tok, info, so);
-  const int port = server.bind();
-
-  // A stop signal drains: new requests get 503 (and /health 503, so a load
-  // balancer moves on) while running ones finish, for up to --drain-timeout
-  // seconds; what is left then ends with an error, and the server exits.
-  std::atomic<bool> listening{true};
-  std::thread waiter([&] {
-    int sig = 0;
-    sigwait(&stop_signals, &sig);
-    if (listening) {
-      server.start_draining();
-      std::fprintf(stderr, "brisk serve: %s, draining %lld open requests (up to %.0f s)\n",
-                   sig == SIGINT ? "SIGINT" : "SIGTERM", (long long)server.open_requests(), a.drain_timeout);
-      const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(a.drain_timeout);
-      while (server.open_requests() > 0 && std::chrono::steady_clock::now() < deadline)
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      if (server.open_requests() > 0)
-        std::fprintf(stderr, "brisk serve: drain timeout, ending %lld requests\n", (long long)server.open_requests());
-    }
-    scheduler.stop();  // ends every open request, so no HTTP thread stays blocked
-    server.stop();
-  });
+  server.attach(scheduler, *tok, info);
+  attached = &scheduler;
   std::printf("brisk serve: %s on http://%s:%d (%s %s, context %lld, %d slots, queue %d, KV pool %.1f MiB)\n",
               info.name.c_str(), a.host.c_str(), port, infer::scheme_name(engine.model().scheme),
               engine.model().source.c_str(), (long long)info.context, a.slots, a.max_queue,
               double(engine.kv_bytes()) / (1 << 20));
   std::fflush(stdout);
-  server.listen();
-  listening = false;  // (only when listen() ended on its own: the waiter then just stops)
-  pthread_kill(waiter.native_handle(), SIGTERM);  // listen() may also end on its own; the waiter must not outlive us
-  waiter.join();
+  listener.join();  // returns after the waiter's server.stop()
   std::fprintf(stderr, "brisk serve: stopped\n");
   return 0;
 }

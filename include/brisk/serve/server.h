@@ -27,11 +27,17 @@ struct ServerOptions {
 
 class Server {
  public:
+  // A server with no model yet: it can bind and listen while the model
+  // loads, answering /health (and every other route) with 503 until attach().
+  explicit Server(ServerOptions options);
+  // Both steps at once (the model is already loaded).
   Server(Scheduler& scheduler, const data::Tokenizer& tok, ModelInfo model, ServerOptions options);
   ~Server();
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
 
+  // The model is loaded: generation routes open and /health says 200. Once.
+  void attach(Scheduler& scheduler, const data::Tokenizer& tok, ModelInfo model);
   // Binds the socket; returns the port. Throws core::IoError when it cannot.
   int bind();
   // Serves until stop(); call after bind().
