@@ -5,11 +5,17 @@
 //   numbers include everything a client pays: HTTP, JSON, SSE framing, the
 //   scheduler's hand-offs. The load generator runs on the same machine and
 //   its CPU time is reported beside the server's.
-// - Single stream: one request at a time (after an untimed one that opens
-//   the connection and touches the server's buffers); its output tokens/s
-//   is completion tokens / end-to-end time.
+// - Rounds (--rounds, default 3; 1 with --duration-s): each runs the single
+//   stream, then the load, so the machine's drift hits both alike; the
+//   headline is the median over rounds of each throughput and of the
+//   per-round ratio, with the range beside it. Latency percentiles pool
+//   every round's requests.
+// - Single stream: one request at a time (after one untimed request that
+//   opens the connection and touches the server's buffers); its output
+//   tokens/s is completion tokens / end-to-end time.
 // - Load: N client threads, each with its own keep-alive connection, send
-//   requests back to back until R have been sent (or the duration is over);
+//   requests back to back until R have been sent in the round (or the
+//   duration is over);
 //   aggregate output tokens/s is every successful request's tokens / the
 //   wall time from the first request to the last answer.
 // - Latencies are per request, client side: TTFT to the first content
@@ -149,8 +155,8 @@ int run_serve_bench(const ServeBenchOptions& in) {
   if (o.slots == 0) o.slots = std::min(o.concurrency, 64);
   if (o.requests == 0 && o.duration_s <= 0) o.requests = 2 * int64_t(o.concurrency);
   if (o.concurrency < 1 || o.slots < 1 || o.requests < 0 || o.prompt_tokens < 1 || o.new_tokens < 2 ||
-      o.threads < 0 || o.single_requests < 1)
-    throw core::ConfigError("concurrency, slots, prompt tokens and single requests must be >= 1, new tokens >= 2");
+      o.threads < 0 || o.single_requests < 1 || o.rounds < 1)
+    throw core::ConfigError("concurrency, slots, prompt tokens, single requests and rounds must be >= 1, new tokens >= 2");
   const fs::path root = repo_root();
   const std::string data_dir = o.data_dir.empty() ? (root / "data" / "kjv-gpt2").string() : o.data_dir;
   std::string weights_note = "checkpoint " + o.checkpoint;
@@ -169,61 +175,85 @@ int run_serve_bench(const ServeBenchOptions& in) {
   std::fprintf(stderr, "  %s\n", server.start_line().c_str());
   const double rss_start = server.rss_mib();
 
-  // Single stream.
+  // Rounds: a single-stream phase, then the load, again and again, so that
+  // the machine's drift hits both alike; the ratio is taken per round.
+  const int rounds = o.duration_s > 0 ? 1 : o.rounds;
+  const double mark_s = o.duration_s > 0 ? 0.1 * o.duration_s : 60.0;
   std::vector<StreamResult> single;
+  std::vector<std::vector<StreamResult>> per_thread(size_t(o.concurrency));
+  std::vector<double> single_round_tok_s, load_round_tok_s, round_ratio;
+  double wall = 0, server_ticks = 0, own_ticks = 0, busy = 0, span_ticks = 0;
+  RssSampler rss(server, o.rss_every_s, mark_s);
   {
     StreamClient c(server.port());
     const StreamResult warm = c.complete(prompts[0], o.new_tokens);
     if (!warm.error.empty()) throw core::Error("the first request failed: " + warm.error);
-    for (int i = 0; i < o.single_requests; ++i)
-      single.push_back(c.complete(prompts[size_t(i + 1) % prompts.size()], o.new_tokens));
   }
-  double single_tokens = 0, single_time = 0;
-  std::vector<double> single_ttft, single_itl, single_tpot;
-  for (const StreamResult& r : single) {
-    if (!r.error.empty()) throw core::Error("a single-stream request failed: " + r.error);
-    single_tokens += double(r.tokens);
-    single_time += r.e2e_s;
-    single_ttft.push_back(r.ttft_s);
-    single_itl.insert(single_itl.end(), r.gaps_s.begin(), r.gaps_s.end());
-    single_tpot.push_back((r.e2e_s - r.ttft_s) / double(r.tokens - 1));
+  for (int round = 0; round < rounds; ++round) {
+    double round_tokens = 0, round_time = 0;
+    {
+      StreamClient c(server.port());
+      for (int i = 0; i < o.single_requests; ++i) {
+        single.push_back(c.complete(prompts[size_t(round * o.single_requests + i + 1) % prompts.size()], o.new_tokens));
+        const StreamResult& r = single.back();
+        if (!r.error.empty()) throw core::Error("a single-stream request failed: " + r.error);
+        round_tokens += double(r.tokens);
+        round_time += r.e2e_s;
+      }
+    }
+    single_round_tok_s.push_back(round_tokens / round_time);
+    std::fprintf(stderr, "  round %d/%d: single stream %.0f output tok/s; load: %d streams ...\n", round + 1, rounds,
+                 single_round_tok_s.back(), o.concurrency);
+    std::atomic<int64_t> next{0};
+    std::vector<std::vector<StreamResult>> got(size_t(o.concurrency));
+    const auto [busy0, total0] = machine_cpu_ticks();
+    const double server_ticks0 = server.cpu_ticks(), own_ticks0 = own_cpu_ticks();
+    const double t0 = steady_now();
+    {
+      std::vector<std::thread> threads;
+      for (int k = 0; k < o.concurrency; ++k)
+        threads.emplace_back([&, k] {
+          StreamClient c(server.port());
+          for (;;) {
+            const int64_t i = next++;
+            if (i >= max_requests || (o.duration_s > 0 && steady_now() - t0 >= o.duration_s)) break;
+            got[size_t(k)].push_back(c.complete(prompts[size_t(i) % prompts.size()], o.new_tokens));
+          }
+        });
+      for (std::thread& t : threads) t.join();
+    }
+    const double round_wall = steady_now() - t0;
+    const auto [busy1, total1] = machine_cpu_ticks();
+    server_ticks += server.cpu_ticks() - server_ticks0;
+    own_ticks += own_cpu_ticks() - own_ticks0;
+    busy += busy1 - busy0;
+    span_ticks += total1 - total0;
+    wall += round_wall;
+    int64_t round_out = 0;
+    for (size_t k = 0; k < got.size(); ++k)
+      for (StreamResult& r : got[k]) {
+        if (r.error.empty()) round_out += r.tokens;
+        per_thread[k].push_back(std::move(r));
+      }
+    load_round_tok_s.push_back(double(round_out) / round_wall);
+    round_ratio.push_back(load_round_tok_s.back() / single_round_tok_s.back());
   }
-  const double single_tok_s = single_tokens / single_time;
-  const double single_decode_tok_s = 1.0 / median(single_tpot);
-  const Pct s_ttft = percentiles_ms(single_ttft), s_itl = percentiles_ms(single_itl),
-            s_tpot = percentiles_ms(single_tpot);
-  std::fprintf(stderr, "  single stream: %.0f output tok/s; load: %d streams ...\n", single_tok_s, o.concurrency);
-
-  // Load.
-  const double mark_s = o.duration_s > 0 ? 0.1 * o.duration_s : 60.0;
-  std::atomic<int64_t> next{0};
-  std::vector<std::vector<StreamResult>> per_thread(size_t(o.concurrency));
-  const auto [busy0, total0] = machine_cpu_ticks();
-  const double server_ticks0 = server.cpu_ticks(), own_ticks0 = own_cpu_ticks();
-  RssSampler rss(server, o.rss_every_s, mark_s);
-  const double t0 = steady_now();
-  {
-    std::vector<std::thread> threads;
-    for (int k = 0; k < o.concurrency; ++k)
-      threads.emplace_back([&, k] {
-        StreamClient c(server.port());
-        for (;;) {
-          const int64_t i = next++;
-          if (i >= max_requests || (o.duration_s > 0 && steady_now() - t0 >= o.duration_s)) break;
-          per_thread[size_t(k)].push_back(c.complete(prompts[size_t(i) % prompts.size()], o.new_tokens));
-        }
-      });
-    for (std::thread& t : threads) t.join();
-  }
-  const double wall = steady_now() - t0;
   rss.stop();
   const double rss_end = server.rss_mib();
-  const auto [busy1, total1] = machine_cpu_ticks();
-  const double server_ticks = server.cpu_ticks() - server_ticks0, own_ticks = own_cpu_ticks() - own_ticks0;
   std::string exit_how;
   const int exit_code = server.stop(60, &exit_how);
 
   // Summary.
+  std::vector<double> single_ttft, single_itl, single_tpot;
+  for (const StreamResult& r : single) {
+    single_ttft.push_back(r.ttft_s);
+    single_itl.insert(single_itl.end(), r.gaps_s.begin(), r.gaps_s.end());
+    single_tpot.push_back((r.e2e_s - r.ttft_s) / double(r.tokens - 1));
+  }
+  const double single_tok_s = median(single_round_tok_s);
+  const double single_decode_tok_s = 1.0 / median(single_tpot);
+  const Pct s_ttft = percentiles_ms(single_ttft), s_itl = percentiles_ms(single_itl),
+            s_tpot = percentiles_ms(single_tpot);
   std::vector<double> ttft, itl, tpot, e2e;
   int64_t ok = 0, errors = 0, tokens = 0, chunks = 0;
   json error_examples = json::array();
@@ -244,11 +274,17 @@ int run_serve_bench(const ServeBenchOptions& in) {
     }
   const Pct p_ttft = percentiles_ms(ttft), p_itl = percentiles_ms(itl), p_tpot = percentiles_ms(tpot),
             p_e2e = percentiles_ms(e2e);
-  const double agg_tok_s = double(tokens) / wall, req_s = double(ok) / wall;
-  const double span = total1 - total0;
-  auto share = [&](double t) { return span > 0 ? 100.0 * t / span : -1.0; };
+  const double agg_tok_s = median(load_round_tok_s), req_s = double(ok) / wall, ratio = median(round_ratio);
+  auto share = [&](double t) { return span_ticks > 0 ? 100.0 * t / span_ticks : -1.0; };
   const double server_pct = share(server_ticks), own_pct = share(own_ticks);
-  const double others_pct = span > 0 ? std::max(0.0, share(busy1 - busy0 - server_ticks - own_ticks)) : -1;
+  const double others_pct = span_ticks > 0 ? std::max(0.0, share(busy - server_ticks - own_ticks)) : -1;
+  auto spread = [](const std::vector<double>& v, const char* f) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, f, *std::min_element(v.begin(), v.end()));
+    std::string out = std::string("[") + buf + "-";
+    std::snprintf(buf, sizeof buf, f, *std::max_element(v.begin(), v.end()));
+    return out + buf + "]";
+  };
   auto growth = [](double from, double to) { return from > 0 && to > 0 ? 100.0 * (to / from - 1) : 0.0; };
 
   std::printf("\n== bench serve %s: %d concurrent streams, %lld-token prompts, %lld new tokens, greedy, "
@@ -256,15 +292,18 @@ int run_serve_bench(const ServeBenchOptions& in) {
               o.workload.c_str(), o.concurrency, (long long)o.prompt_tokens, (long long)o.new_tokens, o.slots,
               o.threads);
   std::printf("server: %s\n", server.start_line().c_str());
-  std::printf("single stream (%d requests): %.0f output tok/s (decode %.0f tok/s = 1 / median TPOT); "
+  std::printf("single stream (%d requests per round): %.0f %s output tok/s (decode %.0f tok/s = 1 / median TPOT); "
               "p50 TTFT %.2f ms, ITL %.2f ms, TPOT %.2f ms\n",
-              o.single_requests, single_tok_s, single_decode_tok_s, s_ttft.p50, s_itl.p50, s_tpot.p50);
+              o.single_requests, single_tok_s, spread(single_round_tok_s, "%.0f").c_str(), single_decode_tok_s,
+              s_ttft.p50, s_itl.p50, s_tpot.p50);
   std::printf("%-22s %10s %10s %10s\n", "latency (ms)", "p50", "p90", "p99");
   const std::pair<const char*, const Pct*> rows[] = {
       {"TTFT", &p_ttft}, {"inter-token (ITL)", &p_itl}, {"TPOT", &p_tpot}, {"end-to-end", &p_e2e}};
   for (const auto& [name, p] : rows) std::printf("%-22s %10.2f %10.2f %10.2f\n", name, p->p50, p->p90, p->p99);
-  std::printf("requests: %lld ok, %lld errors in %.2f s: %.2f req/s, %.0f output tok/s = %.2fx single stream\n",
-              (long long)ok, (long long)errors, wall, req_s, agg_tok_s, agg_tok_s / single_tok_s);
+  std::printf("requests: %lld ok, %lld errors in %.2f s over %d rounds: %.2f req/s, %.0f %s output tok/s = %.2fx %s "
+              "single stream (medians [min-max] over rounds; the ratio per round)\n",
+              (long long)ok, (long long)errors, wall, rounds, req_s, agg_tok_s, spread(load_round_tok_s, "%.0f").c_str(),
+              ratio, spread(round_ratio, "%.2f").c_str());
   for (const auto& e : error_examples) std::printf("  error: %s\n", e.get<std::string>().c_str());
   std::printf("content chunks %lld for %lld tokens\n", (long long)chunks, (long long)tokens);
   std::printf("server RSS MiB: start %s, after %g s %s, end %s (%+.1f%% over start%s)\n", fmt(rss_start).c_str(),
@@ -289,8 +328,10 @@ int run_serve_bench(const ServeBenchOptions& in) {
       {"requests_target", o.requests > 0 ? json(o.requests) : json(nullptr)},  // null: until the duration ends
       {"duration_s", o.duration_s},
       {"server", server.start_line()},
+      {"rounds", rounds},
       {"single_stream",
-       {{"requests", o.single_requests},
+       {{"requests", o.single_requests * rounds},
+        {"round_output_tokens_per_s", single_round_tok_s},
         {"output_tokens_per_s", single_tok_s},
         {"decode_tokens_per_s", single_decode_tok_s},
         {"ttft_ms", to_json(s_ttft)},
@@ -304,7 +345,9 @@ int run_serve_bench(const ServeBenchOptions& in) {
       {"output_tokens", tokens},
       {"content_chunks", chunks},
       {"output_tokens_per_s", agg_tok_s},
-      {"vs_single_stream", agg_tok_s / single_tok_s},
+      {"round_output_tokens_per_s", load_round_tok_s},
+      {"vs_single_stream", ratio},
+      {"round_vs_single_stream", round_ratio},
       {"ttft_ms", to_json(p_ttft)},
       {"itl_ms", to_json(p_itl)},
       {"tpot_ms", to_json(p_tpot)},

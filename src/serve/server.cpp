@@ -2,6 +2,7 @@
 #include "brisk/serve/server.h"
 
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include <atomic>
 #include <chrono>
@@ -19,6 +20,8 @@ namespace brisk::serve {
 using nlohmann::json;
 
 namespace {
+
+constexpr int kListenBacklog = 1024;  // connections waiting to be accepted (nginx uses 511)
 
 void send_json(httplib::Response& res, int status, const json& body) {
   res.status = status;
@@ -49,6 +52,7 @@ struct Server::Impl {
   std::mutex id_mutex;
   std::mt19937_64 id_rng{std::random_device{}()};
   std::atomic<int64_t> open{0};  // generation requests not yet answered in full
+  int listen_socket = -1;        // the socket bind() made (see set_socket_options below)
 
   void attach(Scheduler& s, const data::Tokenizer& t, ModelInfo m) {
     if (ready) throw core::Error("Server::attach: a model is attached already");
@@ -68,6 +72,17 @@ struct Server::Impl {
     // the kernel held such writes back and a lone request's first token
     // arrived ~45 ms late.
     http.set_tcp_nodelay(true);
+    // The library listens with a backlog of 5: when 16 clients connected at
+    // once, SYNs past the fifth were dropped and those clients waited for
+    // TCP's 1 s retransmission (TTFT p99 ~1 s). bind() raises the backlog on
+    // the socket remembered here.
+    http.set_socket_options([this](int sock) {
+      httplib::default_socket_options(sock);
+      listen_socket = sock;
+    });
+    // Keep a client's connection for many requests (the library's default
+    // closes it after 5, and a pooled OpenAI client then reconnects).
+    http.set_keep_alive_max_count(10000);
     // Fills in an OpenAI error body for the statuses httplib answers by
     // itself (404 for an unknown path, 413 for a body over --max-body).
     using HandlerWithResponse = httplib::Server::HandlerWithResponse;
@@ -240,6 +255,9 @@ int Server::bind() {
     throw core::IoError("cannot listen on " + o.host + ":" + std::to_string(port) +
                         " (in use, or not an address here)");
   }
+  // Linux takes a second listen() on a listening socket as a new backlog
+  // (capped by net.core.somaxconn).
+  if (impl_->listen_socket >= 0) ::listen(impl_->listen_socket, kListenBacklog);
   return port;
 }
 

@@ -30,14 +30,20 @@ TEST(BenchServeCli, I2ShapeOnATinyModelReportsConsistentNumbers) {
   hooks.timeout_s = 180;
   const CliResult r = run_cli({"bench", "serve", "--workload", "I2", "--checkpoint", tiny_checkpoint(dir), "--data",
                                data, "--concurrency", "4", "--requests", "8", "--new", "16", "--threads", "1",
-                               "--json", report},
+                               "--rounds", "2", "--json", report},
                               hooks);
   ASSERT_FALSE(r.timed_out) << r.out << r.err;
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   const json j = json::parse(read_text(report));
-  EXPECT_EQ(j["completed"], 8) << j.dump(2);
+  EXPECT_EQ(j["rounds"], 2);
+  EXPECT_EQ(j["completed"], 2 * 8) << j.dump(2);  // --requests per round
   EXPECT_EQ(j["errors"], 0) << j.dump(2);
-  EXPECT_EQ(j["output_tokens"], 8 * 16);
+  EXPECT_EQ(j["output_tokens"], 2 * 8 * 16);
+  EXPECT_EQ(j["single_stream"]["requests"], 2 * 3);
+  ASSERT_EQ(j["round_vs_single_stream"].size(), 2u);
+  // The headline ratio is the median of the per-round ones (of 2: their mean).
+  const double r0 = j["round_vs_single_stream"][0], r1 = j["round_vs_single_stream"][1];
+  EXPECT_DOUBLE_EQ(j["vs_single_stream"].get<double>(), 0.5 * (r0 + r1));
   EXPECT_EQ(j["server_exit_code"], 0) << j["server_exit"];
   for (const char* metric : {"ttft_ms", "itl_ms", "tpot_ms", "e2e_ms"}) {
     const json& p = j[metric];

@@ -92,12 +92,14 @@ BenchCommand add_bench_command(CLI::App& parent) {
   srv->add_option("--checkpoint", so->checkpoint, "Model to serve (default: newest in runs/w1, else random W1 weights)");
   srv->add_option("--data", so->data_dir, "Tokens for the prompts (default data/kjv-gpt2, validation split)");
   srv->add_option("--concurrency", so->concurrency, "Streams in flight (default: 16 for I2, 64 for I3)");
-  srv->add_option("--requests", so->requests, "Requests in all (default: 2 x concurrency; unbounded with --duration-s)");
+  srv->add_option("--requests", so->requests, "Requests per round (default: 2 x concurrency; unbounded with --duration-s)");
   srv->add_option("--prompt-tokens", so->prompt_tokens, "Prompt length in tokens")->capture_default_str();
   srv->add_option("--new", so->new_tokens, "New tokens per request")->capture_default_str();
   srv->add_option("--slots", so->slots, "Server --slots (default: the concurrency, at most 64)");
   srv->add_option("--threads", so->threads, "Server engine threads")->capture_default_str();
-  srv->add_option("--single-requests", so->single_requests, "Requests of the single-stream baseline")
+  srv->add_option("--rounds", so->rounds, "Rounds of single stream then load; medians and ranges over them")
+      ->capture_default_str();
+  srv->add_option("--single-requests", so->single_requests, "Requests of the single-stream baseline per round")
       ->capture_default_str();
   srv->add_option("--duration-s", so->duration_s, "Stop starting requests after this many seconds");
   srv->add_option("--rss-every-s", so->rss_every_s, "Server RSS sampling period during the load")->capture_default_str();

@@ -17,12 +17,13 @@ struct ServeBenchOptions {
   std::string checkpoint;       // default runs/w1 (newest); random W1 weights when absent
   std::string data_dir;         // prompt tokens (default data/kjv-gpt2)
   int concurrency = 0;          // 0: the workload's
-  int64_t requests = 0;         // 0: 2 x concurrency (unbounded with --duration-s)
+  int64_t requests = 0;         // per round; 0: 2 x concurrency (unbounded with --duration-s)
   int64_t prompt_tokens = 32;
   int64_t new_tokens = 128;
   int slots = 0;                // 0: the concurrency, at most 64
   int threads = 2;              // the server engine's CPU threads
-  int single_requests = 3;      // the single-stream baseline (after one untimed request)
+  int single_requests = 3;      // the single-stream baseline per round (after one untimed request)
+  int rounds = 3;               // single stream then load, this many times (1 with duration_s)
   double duration_s = 0;        // > 0: stop starting requests after this long
   double rss_every_s = 10;      // server RSS sampling period during the load
   std::string json_path;        // default bench/results/serve_<workload>.json
