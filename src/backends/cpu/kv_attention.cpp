@@ -129,7 +129,7 @@ __attribute__((target("avx512f"))) void attend_avx512(const Attend& a, int64_t r
         const int64_t m = std::min<int64_t>(16, in_block - i0);
         // Position i0 + i's dot product (an array of 16 accumulators would
         // live in memory and trips GCC's uninitialised-use analysis).
-        const auto dot = [&](int i) __attribute__((always_inline)) {
+        const auto dot = [&](int i) __attribute__((always_inline, target("avx512f"))) {
           const float* k = i < m ? kb + (i0 + i) * c + h * d : kZeroKey;
           __m512 acc = _mm512_mul_ps(q[0], _mm512_loadu_ps(k));
 #pragma GCC unroll 8
