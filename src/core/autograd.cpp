@@ -31,13 +31,13 @@ void backward(Graph& g, ValueId loss, const BackwardOptions& options) {
     slot = slot == kNoValue ? dv : g.add_node1(OpKind::add, {slot, dv});
   };
 
-  for (size_t i = forward_nodes; i-- > 0;) {
+  auto backward_node = [&](size_t i) {
     const Node node = g.nodes()[i];  // a copy: the rule below appends nodes
     const OpDef& def = op_def(node.op);
-    if (!def.backward) continue;
+    if (!def.backward) return;
     bool any_input_needs = false;
     for (ValueId v : node.inputs) any_input_needs = any_input_needs || g.value(v).requires_grad;
-    if (!any_input_needs) continue;
+    if (!any_input_needs) return;
 
     std::vector<ValueId> out_grads;
     bool any_out_grad = false;
@@ -46,7 +46,7 @@ void backward(Graph& g, ValueId loss, const BackwardOptions& options) {
       out_grads.push_back(dv);
       any_out_grad = any_out_grad || dv != kNoValue;
     }
-    if (!any_out_grad) continue;
+    if (!any_out_grad) return;
 
     const std::vector<ValueId> in_grads = def.backward(g, node, out_grads);
     if (in_grads.size() != node.inputs.size())
@@ -61,19 +61,44 @@ void backward(Graph& g, ValueId loss, const BackwardOptions& options) {
                          g.meta(x).str());
       add_grad(x, in_grads[j]);
     }
+  };
+
+  // A parameter's gradient is complete once the backward of its first use
+  // (in forward order) has run: its accumulate goes right there, not after
+  // the whole backward. The planner then frees each partial gradient
+  // sooner, and data parallelism can send a finished gradient while the
+  // rest of backward runs (dist/data_parallel.h).
+  std::vector<std::vector<ValueId>> params_first_used_at(forward_nodes);
+  {
+    std::vector<bool> seen(g.num_values(), false);
+    for (size_t i = 0; i < forward_nodes; ++i)
+      for (ValueId v : g.nodes()[i].inputs)
+        if (g.value(v).role == ValueRole::param && !seen[size_t(v)]) {
+          seen[size_t(v)] = true;
+          params_first_used_at[i].push_back(v);
+        }
+  }
+  auto accumulate_param = [&](ValueId p) {
+    const ValueId dv = size_t(p) < grad.size() ? grad[size_t(p)] : kNoValue;
+    if (dv == kNoValue) return;
+    const Value& val = g.value(p);
+    const ValueId ext = g.external("grad:" + val.name, val.meta.shape, val.meta.dtype, ValueRole::grad);
+    g.mark_output(g.add_node1(OpKind::accumulate, {ext, dv}));
+    g.set_grad_of(p, ext);
+  };
+
+  for (size_t i = forward_nodes; i-- > 0;) {
+    backward_node(i);
+    for (ValueId p : params_first_used_at[i]) accumulate_param(p);
   }
 
-  // Parameters: accumulate into their external grad buffers. Inputs: expose.
+  // Inputs created with requires_grad: expose their gradients.
   const size_t n_values = g.num_values();
   for (size_t v = 0; v < n_values && v < grad.size(); ++v) {
     const Value& val = g.value(ValueId(v));
     const ValueId dv = grad[v];
     if (dv == kNoValue) continue;
-    if (val.role == ValueRole::param) {
-      const ValueId ext = g.external("grad:" + val.name, val.meta.shape, val.meta.dtype, ValueRole::grad);
-      g.mark_output(g.add_node1(OpKind::accumulate, {ext, dv}));
-      g.set_grad_of(ValueId(v), ext);
-    } else if (val.role == ValueRole::input && val.requires_grad) {
+    if (val.role == ValueRole::input && val.requires_grad) {
       g.mark_output(dv);
       g.set_grad_of(ValueId(v), dv);
     }

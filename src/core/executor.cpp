@@ -84,11 +84,26 @@ void Executor::bind(const ParameterStore& store) {
   }
 }
 
+void Executor::set_node_hooks(const std::vector<size_t>& nodes, std::function<void(size_t)> hook) {
+  hook_index_.assign(steps_.size(), -1);
+  for (size_t k = 0; k < nodes.size(); ++k) {
+    if (nodes[k] >= steps_.size())
+      throw Error("executor: node hook after node " + std::to_string(nodes[k]) + " of " + std::to_string(steps_.size()));
+    hook_index_[nodes[k]] = int32_t(k);
+  }
+  hook_ = std::move(hook);
+}
+
+void Executor::arm_node_hooks(bool on) {
+  if (on && !hook_) throw Error("executor: arm_node_hooks without set_node_hooks");
+  hooks_armed_ = on;
+}
+
 void Executor::run() {
   for (size_t v = 0; v < bound_.size(); ++v)
     if (plan_.root[v] == ValueId(v) && plan_.is_external(ValueId(v)) && !bound_[v] && !value_slots_[v].empty())
       throw Error("executor: external value '" + graph_.value(ValueId(v)).name + "' was never bound");
-  const bool use_graph = graph_capture_ && !profiling_ && backend_.supports_graphs();
+  const bool use_graph = graph_capture_ && !profiling_ && !hooks_armed_ && backend_.supports_graphs();
   if (use_graph && step_graph_) {
     backend_.graph_launch(step_graph_);
     return;
@@ -113,7 +128,9 @@ void Executor::run() {
 }
 
 void Executor::run_steps() {
-  for (const Step& s : steps_) {
+  const bool hooks = hooks_armed_;
+  for (size_t i = 0; i < steps_.size(); ++i) {
+    const Step& s = steps_[i];
     KernelCall call;
     call.params = s.params;
     call.inputs = std::span<const TensorView>(views_.data() + s.in_begin, s.in_count);
@@ -123,14 +140,15 @@ void Executor::run_steps() {
     call.ctx = &ctx_;
     if (!profiling_) {
       s.fn(call);
-      continue;
+    } else {
+      const auto t0 = std::chrono::steady_clock::now();
+      s.fn(call);
+      backend_.synchronize();
+      OpTime& t = op_times_[size_t(s.op)];
+      t.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      ++t.calls;
     }
-    const auto t0 = std::chrono::steady_clock::now();
-    s.fn(call);
-    backend_.synchronize();
-    OpTime& t = op_times_[size_t(s.op)];
-    t.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    ++t.calls;
+    if (hooks && hook_index_[i] >= 0) hook_(size_t(hook_index_[i]));
   }
 }
 

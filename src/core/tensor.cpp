@@ -82,6 +82,18 @@ Tensor Tensor::view(const Shape& shape) const {
   return t;
 }
 
+Tensor Tensor::slice(int64_t offset, const Shape& shape) const {
+  if (!is_contiguous()) throw ShapeError("slice: tensor " + meta_.str() + " is not contiguous");
+  if (offset < 0 || offset + shape.numel() > numel())
+    throw ShapeError("slice: elements [" + std::to_string(offset) + ", " + std::to_string(offset + shape.numel()) +
+                     ") are outside " + meta_.str());
+  Tensor t = *this;
+  t.offset_ = offset_ + size_t(offset) * dtype_size(meta_.dtype);
+  t.meta_.shape = shape;
+  t.strides_ = contiguous_strides(shape);
+  return t;
+}
+
 void Tensor::fill(double value) {
   const int64_t n = numel();
   if (dtype() == DType::f32) {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <array>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -58,6 +59,13 @@ class Executor {
   const std::array<OpTime, kNumOps>& op_times() const { return op_times_; }
   void reset_op_times() { op_times_ = {}; }
 
+  // Host code between kernels: hook(k) runs right after node nodes[k] (data
+  // parallelism starts a gradient bucket's all-reduce there while backward
+  // goes on). Hooks run only while armed; an armed step is never recorded
+  // as a CUDA graph (the hook is host code), an unarmed one may be.
+  void set_node_hooks(const std::vector<size_t>& nodes, std::function<void(size_t)> hook);
+  void arm_node_hooks(bool on);
+
   // The planned arena itself (tests look at which bytes kernels touched).
   void* arena_data() const { return arena_; }
   size_t arena_bytes() const { return plan_.report.arena; }
@@ -90,6 +98,9 @@ class Executor {
   int64_t runs_ = 0;
   void* step_graph_ = nullptr;  // the backend's recorded step, or null
   std::array<OpTime, kNumOps> op_times_{};
+  std::vector<int32_t> hook_index_;  // per step: the hook's k, or -1
+  std::function<void(size_t)> hook_;
+  bool hooks_armed_ = false;
 };
 
 }  // namespace brisk::core

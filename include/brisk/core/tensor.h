@@ -68,6 +68,10 @@ class Tensor {
 
   // Same bytes, new shape (must have the same element count; contiguous only).
   Tensor view(const Shape& shape) const;
+  // Elements [offset, offset + shape.numel()) of this contiguous tensor as a
+  // tensor of `shape` sharing its storage (parameters and gradients laid out
+  // in one flat buffer for data parallelism).
+  Tensor slice(int64_t offset, const Shape& shape) const;
   // Element i (row-major, contiguous) as double; for tests and tools.
   double item(int64_t i = 0) const { return load_as_double(data(), dtype(), size_t(i)); }
   void fill(double value);
