@@ -12,6 +12,7 @@ packages=(
   nlohmann-json3-dev libcli11-dev libfmt-dev libpcre2-dev libxxhash-dev libtomlplusplus-dev
   liblmdb-dev libzstd-dev
   libcpp-httplib-dev  # `brisk serve` (docs/serving.md)
+  openmpi-bin libopenmpi-dev  # training over several processes: mpirun, MPI (docs/distributed.md)
   haproxy  # deploy/replicas.sh: several `brisk serve` replicas behind a load balancer (deploy/README.md)
   libprotobuf-dev protobuf-compiler libonnx-dev  # `brisk export onnx`: protoc compiles ONNX's onnx.proto
   python3-onnx  # tests/export/check_onnx.py: onnx.checker (run with /usr/bin/python3)

@@ -25,13 +25,51 @@ AdamW::AdamW(const AdamWConfig& config, core::ParameterStore& params, core::Back
 // On a device the norm lands in a device scalar and is read back: the one
 // synchronisation of a step besides the loss (clipping needs the value).
 double AdamW::grad_norm() {
+  if (grads_.empty()) return sum_over_ranks_ ? std::sqrt(sum_over_ranks_(0.0)) : 0.0;  // a shard of padding only
   if (!norm_.defined()) norm_ = params_.make_zeros(core::Shape{}, core::DType::f32);
   const core::TensorView out = norm_.as_view();
   core::run_op(backend_, core::OpKind::grad_norm, grads_, std::span<const core::TensorView>(&out, 1));
   float norm = 0.f;
   if (params_.on_device()) backend_.copy_to_host(&norm, norm_.data(), sizeof norm);
   else norm = *norm_.data_as<float>();
+  if (sum_over_ranks_) return std::sqrt(sum_over_ranks_(double(norm) * double(norm)));
   return norm;
+}
+
+void AdamW::shard(const std::vector<Piece>& pieces, std::function<double(double)> sum_over_ranks) {
+  int64_t total = 0;
+  for (const Piece& p : pieces) total += p.count;
+  shard_m_ = params_.make_zeros(core::Shape{std::max<int64_t>(total, 1)}, core::DType::f32);
+  shard_v_ = params_.make_zeros(core::Shape{std::max<int64_t>(total, 1)}, core::DType::f32);
+  grads_.clear();
+  step_inputs_.clear();
+  step_outputs_.clear();
+  int64_t at = 0;
+  for (const Piece& p : pieces) {
+    core::ParameterStore::Entry& e = params_.at(p.name);
+    if (p.offset < 0 || p.count <= 0 || p.offset + p.count > e.value.numel())
+      throw core::Error("AdamW::shard: piece [" + std::to_string(p.offset) + ", +" + std::to_string(p.count) +
+                        ") is outside parameter '" + p.name + "' of " + e.value.meta().str());
+    // A piece of a matrix keeps rank 2, so the op still decays it (decay is by rank).
+    const core::Shape shape = e.value.shape().rank() >= 2 ? core::Shape{1, p.count} : core::Shape{p.count};
+    const core::Tensor value = e.value.slice(p.offset, shape), grad = e.grad.slice(p.offset, shape);
+    const core::Tensor m = shard_m_.slice(at, shape), v = shard_v_.slice(at, shape);
+    // Moments so far (a resumed run): the store's full ones, piece by piece.
+    if (e.state.size() == 2) {
+      const core::TensorView src_m = e.state[0].slice(p.offset, shape).as_view(), dst_m = m.as_view();
+      const core::TensorView src_v = e.state[1].slice(p.offset, shape).as_view(), dst_v = v.as_view();
+      core::run_op(backend_, core::OpKind::copy, std::span<const core::TensorView>(&src_m, 1),
+                   std::span<const core::TensorView>(&dst_m, 1));
+      core::run_op(backend_, core::OpKind::copy, std::span<const core::TensorView>(&src_v, 1),
+                   std::span<const core::TensorView>(&dst_v, 1));
+    }
+    grads_.push_back(grad.as_view());
+    step_inputs_.insert(step_inputs_.end(), {value.as_view(), grad.as_view(), m.as_view(), v.as_view()});
+    step_outputs_.insert(step_outputs_.end(), {value.as_view(), m.as_view(), v.as_view()});
+    at += p.count;
+  }
+  for (auto& [name, e] : params_.entries()) e.state.clear();  // the full moments are no longer this process's
+  sum_over_ranks_ = std::move(sum_over_ranks);
 }
 
 StepStats AdamW::step(float lr, float grad_scale) { return step(lr, grad_scale, grad_norm()); }
@@ -50,6 +88,7 @@ StepStats AdamW::step(float lr, float grad_scale, double scaled_grad_norm) {
   p.step = step_;
   p.grad_scale = float(s.clip_scale / grad_scale);
   p.decay_matrices = true;
+  if (step_inputs_.empty()) return s;
   if (config_.fused) {
     core::run_op(backend_, core::OpKind::adamw, step_inputs_, step_outputs_, p);
   } else {

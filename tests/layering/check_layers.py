@@ -2,7 +2,7 @@
 """Fails when a layer includes a header of a layer above it.
 
 The layers (docs/architecture.md) link only downwards:
-    core <- ops <- backends (cpu, cuda) <- data, monitor, models, optim <- train <- infer, export <- bench, serve <- CLI
+    core <- ops <- backends (cpu, cuda) <- data, monitor, models, optim <- dist <- train <- infer, export <- bench, serve <- CLI
 Each source or header directory may include brisk headers only from the
 layers listed for it below. Prints every offending line and exits 1.
 """
@@ -11,7 +11,7 @@ import re
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-BELOW_TRAIN = {"core", "ops", "cpu", "data", "models", "monitor", "optim"}
+BELOW_TRAIN = {"core", "ops", "cpu", "data", "models", "monitor", "optim", "dist"}
 ALLOWED = {
     "core": {"core"},
     "ops": {"core", "ops"},
@@ -21,6 +21,7 @@ ALLOWED = {
     "monitor": {"core", "monitor"},
     "models": {"core", "ops", "models"},
     "optim": {"core", "ops", "optim"},
+    "dist": {"core", "ops", "optim", "dist"},
     "train": BELOW_TRAIN | {"train"},
     "bench": BELOW_TRAIN | {"train", "infer", "bench"},
     "infer": BELOW_TRAIN | {"train", "infer"},
@@ -37,6 +38,7 @@ DIRS = {
     "monitor": ["include/brisk/monitor", "src/monitor"],
     "models": ["include/brisk/models", "src/models"],
     "optim": ["include/brisk/optim", "src/optim"],
+    "dist": ["include/brisk/dist", "src/dist"],
     "train": ["include/brisk/train", "src/train"],
     "bench": ["include/brisk/bench", "src/bench"],
     "infer": ["include/brisk/infer", "src/infer"],

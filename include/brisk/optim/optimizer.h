@@ -6,6 +6,7 @@
 // (matrices and embeddings), never to biases or LayerNorm parameters.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,20 @@ class AdamW {
   // when the caller has computed it already (the loss scaler's finite check).
   StepStats step(float lr, float grad_scale, double scaled_grad_norm);
   double grad_norm();
+  // ZeRO-1 (dist/data_parallel.h): this process updates only `pieces` of
+  // the parameters, with moments of its own for them, taken over from the
+  // store's per-parameter moments (which are then released). The grad
+  // norm's sum of squares over the pieces is completed across processes by
+  // sum_over_ranks.
+  struct Piece {
+    std::string name;            // the parameter
+    int64_t offset = 0, count = 0;  // elements of it
+  };
+  void shard(const std::vector<Piece>& pieces, std::function<double(double)> sum_over_ranks);
+  bool sharded() const { return bool(sum_over_ranks_); }
+  // The sharded moments: piece k's elements follow piece k-1's.
+  const core::Tensor& shard_exp_avg() const { return shard_m_; }
+  const core::Tensor& shard_exp_avg_sq() const { return shard_v_; }
   int64_t steps_taken() const { return step_; }
   void set_steps_taken(int64_t s) { step_ = s; }
   const AdamWConfig& config() const { return config_; }
@@ -53,6 +68,8 @@ class AdamW {
   // The adamw op's operands for every parameter, built once: (p, g, m, v)
   // in, (p, m, v) out, in the store's order.
   std::vector<core::TensorView> step_inputs_, step_outputs_;
+  core::Tensor shard_m_, shard_v_;
+  std::function<double(double)> sum_over_ranks_;
 };
 
 enum class Schedule { constant, linear, cosine };

@@ -1,0 +1,247 @@
+// Data parallelism: flat gradient buckets, the backward hook, ZeRO-1
+// (data_parallel.h).
+#include "brisk/dist/data_parallel.h"
+
+#include <algorithm>
+#include <map>
+
+#include "brisk/core/error.h"
+
+namespace brisk::dist {
+
+namespace {
+
+constexpr int64_t kAlign = 16;  // floats: 64 bytes, a cache line and an AVX-512 register
+
+int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+void copy(core::Backend& backend, const core::Tensor& src, const core::Tensor& dst) {
+  const core::TensorView in = src.as_view(), out = dst.as_view();
+  core::run_op(backend, core::OpKind::copy, std::span<const core::TensorView>(&in, 1),
+               std::span<const core::TensorView>(&out, 1));
+}
+
+}  // namespace
+
+FlatLayout FlatLayout::make(const std::vector<std::pair<std::string, int64_t>>& order, int64_t bucket_floats,
+                            int world) {
+  FlatLayout l;
+  const int64_t chunk_align = kAlign * std::max(1, world);
+  int64_t at = 0;
+  Bucket open;
+  open.offset = 0;
+  auto close = [&] {
+    if (open.params.empty()) return;
+    open.numel = round_up(at - open.offset, chunk_align);
+    at = open.offset + open.numel;
+    l.buckets.push_back(open);
+    open = Bucket{};
+    open.offset = at;
+  };
+  for (const auto& [name, numel] : order) {
+    Param p{name, at, numel, int(l.buckets.size())};
+    open.params.push_back(int(l.params.size()));
+    l.params.push_back(p);
+    at = round_up(at + numel, kAlign);
+    if (at - open.offset >= bucket_floats) close();
+  }
+  close();
+  l.total = at;
+  return l;
+}
+
+std::vector<optim::AdamW::Piece> FlatLayout::shard_pieces(int rank, int world) const {
+  std::vector<optim::AdamW::Piece> pieces;
+  for (const Bucket& b : buckets) {
+    const int64_t chunk = b.numel / world, lo = b.offset + chunk * rank, hi = lo + chunk;
+    for (int pi : b.params) {
+      const Param& p = params[size_t(pi)];
+      const int64_t from = std::max(lo, p.offset), to = std::min(hi, p.offset + p.numel);
+      if (from < to) pieces.push_back({p.name, from - p.offset, to - from});
+    }
+  }
+  return pieces;
+}
+
+std::vector<std::string> gradient_order(const core::Graph& g) {
+  std::vector<std::string> names;
+  for (const core::Node& n : g.nodes()) {
+    if (n.op != core::OpKind::accumulate || n.inputs.empty()) continue;
+    const std::string& ext = g.value(n.inputs[0]).name;
+    if (ext.rfind("grad:", 0) == 0) names.push_back(ext.substr(5));
+  }
+  return names;
+}
+
+DataParallel::DataParallel(core::Communicator& comm, const DistConfig& config, core::ParameterStore& params,
+                           core::Backend& backend, const core::Graph& train_graph)
+    : comm_(comm), config_(config), params_(params), backend_(backend) {
+  if (config_.zero != 0 && config_.zero != 1)
+    throw core::ConfigError("dist.zero must be 0 or 1, got " + std::to_string(config_.zero));
+  std::vector<std::pair<std::string, int64_t>> order;
+  std::map<std::string, bool> placed;
+  for (const std::string& name : gradient_order(train_graph)) {
+    if (placed[name]) continue;
+    placed[name] = true;
+    order.emplace_back(name, params_.at(name).value.numel());
+  }
+  for (const auto& [name, e] : params_.entries())  // parameters without a gradient go last
+    if (!placed[name]) order.emplace_back(name, e.value.numel());
+  const int64_t bucket_floats = std::max<int64_t>(kAlign, int64_t(config_.bucket_mb * 1024 * 1024 / 4));
+  layout_ = FlatLayout::make(order, bucket_floats, world());
+
+  flat_values_ = params_.make_zeros(core::Shape{layout_.total}, core::DType::f32);
+  flat_grads_ = params_.make_zeros(core::Shape{layout_.total}, core::DType::f32);
+  for (const FlatLayout::Param& p : layout_.params) {
+    core::ParameterStore::Entry& e = params_.at(p.name);
+    if (e.value.dtype() != core::DType::f32)
+      throw core::Error("data parallel: parameter '" + p.name + "' is " + e.value.meta().str() + ", not f32");
+    const core::Tensor value = flat_values_.slice(p.offset, e.value.shape());
+    copy(backend_, e.value, value);
+    e.value = value;
+    e.grad = flat_grads_.slice(p.offset, e.value.shape());
+  }
+  thread_ = std::make_unique<CommThread>(rank(), config_.timeout_s);
+}
+
+DataParallel::~DataParallel() = default;
+
+void DataParallel::attach(core::Executor& exec) {
+  std::map<std::string, int> index;
+  for (size_t i = 0; i < layout_.params.size(); ++i) index[layout_.params[i].name] = int(i);
+  std::vector<size_t> nodes;
+  node_params_.clear();
+  const core::Graph& g = exec.graph();
+  for (size_t i = 0; i < g.nodes().size(); ++i) {
+    const core::Node& n = g.nodes()[i];
+    if (n.op != core::OpKind::accumulate || n.inputs.empty()) continue;
+    const std::string& ext = g.value(n.inputs[0]).name;
+    if (ext.rfind("grad:", 0) != 0) continue;
+    auto it = index.find(ext.substr(5));
+    if (it == index.end()) throw core::Error("data parallel: the train graph has a gradient for unknown '" + ext + "'");
+    nodes.push_back(i);
+    node_params_.push_back({it->second});
+  }
+  bucket_left_.assign(layout_.buckets.size(), 0);
+  exec.set_node_hooks(nodes, [this](size_t k) { after_node(k); });
+  exec_ = &exec;
+}
+
+void DataParallel::arm(bool last_micro_step) {
+  armed_ = last_micro_step;
+  if (armed_)
+    for (size_t b = 0; b < layout_.buckets.size(); ++b) bucket_left_[b] = int(layout_.buckets[b].params.size());
+  exec_->arm_node_hooks(armed_);
+}
+
+void DataParallel::after_node(size_t k) {
+  for (int p : node_params_[k]) {
+    const int b = layout_.params[size_t(p)].bucket;
+    if (--bucket_left_[size_t(b)] == 0) bucket_ready(b);
+  }
+}
+
+void DataParallel::bucket_ready(int b) {
+  // Kernels on a GPU are queued, not done: the gradients must have landed
+  // before another thread hands them to the communicator.
+  if (!backend_.device().is_host()) backend_.synchronize();
+  const FlatLayout::Bucket& bucket = layout_.buckets[size_t(b)];
+  float* data = flat_grads_.data_as<float>() + bucket.offset;
+  const size_t n = size_t(bucket.numel);
+  if (config_.zero == 0)
+    thread_->submit([this, data, n] { comm_.allreduce_sum(data, n); }, "the all-reduce of a gradient bucket");
+  else
+    thread_->submit([this, data, n] { comm_.reduce_scatter_sum(data, n / size_t(world())); },
+                    "the reduce-scatter of a gradient bucket");
+}
+
+void DataParallel::finish_gradients(int64_t step) {
+  thread_->set_step(step);
+  thread_->wait();
+  for (size_t b = 0; b < bucket_left_.size(); ++b)
+    if (armed_ && bucket_left_[b] != 0)
+      throw core::Error("data parallel: gradient bucket " + std::to_string(b) + " still waits for " +
+                        std::to_string(bucket_left_[b]) + " gradients after backward");
+  armed_ = false;
+  exec_->arm_node_hooks(false);
+}
+
+void DataParallel::shard_optimizer(optim::AdamW& adamw) {
+  if (config_.zero != 1) return;
+  adamw.shard(layout_.shard_pieces(rank(), world()), [this](double x) { return sum(x); });
+  sharded_ = true;
+}
+
+void DataParallel::gather_weights() {
+  if (!sharded_) return;
+  if (!backend_.device().is_host()) backend_.synchronize();
+  for (const FlatLayout::Bucket& b : layout_.buckets) {
+    float* data = flat_values_.data_as<float>() + b.offset;
+    const size_t chunk = size_t(b.numel / world());
+    thread_->submit([this, data, chunk] { comm_.allgather(data, chunk); }, "the all-gather of updated weights");
+  }
+  thread_->wait();
+}
+
+void DataParallel::gather_moments(const optim::AdamW& adamw) {
+  if (!sharded_) return;
+  full_m_ = params_.make_zeros(core::Shape{layout_.total}, core::DType::f32);
+  full_v_ = params_.make_zeros(core::Shape{layout_.total}, core::DType::f32);
+  std::map<std::string, int64_t> offset;
+  for (const FlatLayout::Param& p : layout_.params) offset[p.name] = p.offset;
+  int64_t at = 0;
+  for (const optim::AdamW::Piece& piece : layout_.shard_pieces(rank(), world())) {
+    const int64_t flat = offset[piece.name] + piece.offset;
+    copy(backend_, adamw.shard_exp_avg().slice(at, {piece.count}), full_m_.slice(flat, {piece.count}));
+    copy(backend_, adamw.shard_exp_avg_sq().slice(at, {piece.count}), full_v_.slice(flat, {piece.count}));
+    at += piece.count;
+  }
+  if (!backend_.device().is_host()) backend_.synchronize();
+  for (const FlatLayout::Bucket& b : layout_.buckets) {
+    const size_t chunk = size_t(b.numel / world());
+    float* m = full_m_.data_as<float>() + b.offset;
+    float* v = full_v_.data_as<float>() + b.offset;
+    thread_->submit([this, m, chunk] { comm_.allgather(m, chunk); }, "the all-gather of AdamW moments");
+    thread_->submit([this, v, chunk] { comm_.allgather(v, chunk); }, "the all-gather of AdamW moments");
+  }
+  thread_->wait();
+  for (const FlatLayout::Param& p : layout_.params) {
+    core::ParameterStore::Entry& e = params_.at(p.name);
+    e.state = {full_m_.slice(p.offset, e.value.shape()), full_v_.slice(p.offset, e.value.shape())};
+  }
+}
+
+void DataParallel::release_moments() {
+  if (!sharded_) return;
+  for (auto& [name, e] : params_.entries()) e.state.clear();
+  full_m_ = core::Tensor();
+  full_v_ = core::Tensor();
+}
+
+void DataParallel::broadcast_weights() {
+  if (!backend_.device().is_host()) return;  // device weights: every rank initialised or loaded the same ones
+  float* data = flat_values_.data_as<float>();
+  const size_t bytes = size_t(layout_.total) * sizeof(float);
+  thread_->run([this, data, bytes] { comm_.broadcast_host(data, bytes, 0); }, "the broadcast of rank 0's weights");
+}
+
+double DataParallel::sum(double v) {
+  sum(&v, 1);
+  return v;
+}
+
+void DataParallel::sum(double* v, size_t n) {
+  thread_->run([this, v, n] { comm_.allreduce_host(v, n, core::Communicator::Reduce::sum); }, "a sum over ranks");
+}
+
+double DataParallel::max(double v) {
+  thread_->run([this, &v] { comm_.allreduce_host(&v, 1, core::Communicator::Reduce::max); }, "a max over ranks");
+  return v;
+}
+
+double DataParallel::wire_bytes_per_step() const {
+  const double w = world();
+  return 2.0 * (w - 1) / w * double(layout_.total) * sizeof(float);
+}
+
+}  // namespace brisk::dist
