@@ -48,6 +48,7 @@ const std::map<std::string, std::vector<std::string>> kKnownKeys = {
                "loader_workers", "precision", "precision_fallback", "loss_scaling", "loss_scale_init",
                "loss_scale_growth_interval", "recompute", "fused_adamw", "init_from", "keep_mask"}},
     {"checkpoint", {"dir", "every", "keep"}},
+    {"dist", {"bucket_mb", "zero", "timeout_s", "backend"}},
 };
 
 // `v` as a TOML basic string: quoted, with quotes, backslashes and control
@@ -354,6 +355,10 @@ TrainConfig config_from_table(toml::table root, const std::vector<std::string>& 
   r.get("checkpoint", "dir", c.out_dir);
   r.get("checkpoint", "every", c.checkpoint_every);
   r.get("checkpoint", "keep", c.keep_checkpoints);
+  r.get("dist", "bucket_mb", c.dist.bucket_mb);
+  r.get("dist", "zero", c.dist.zero);
+  r.get("dist", "timeout_s", c.dist.timeout_s);
+  r.get("dist", "backend", c.dist.backend);
 
   c.model.validate();
   auto positive = [](int64_t v, const char* key) {
@@ -397,6 +402,16 @@ TrainConfig config_from_table(toml::table root, const std::vector<std::string>& 
   // The mask is applied by host code to host weights (models::PruneMask).
   if (c.keep_mask && c.device != "cpu")
     throw ConfigError("config: train.keep_mask = true is supported with train.device = \"cpu\" only");
+  if (!(c.dist.bucket_mb > 0) || !std::isfinite(c.dist.bucket_mb))
+    throw ConfigError("config: dist.bucket_mb must be a positive number of MiB");
+  if (c.dist.zero != 0 && c.dist.zero != 1)
+    throw ConfigError("config: dist.zero must be 0 or 1, got " + std::to_string(c.dist.zero));
+  if (!(c.dist.timeout_s > 0) || !std::isfinite(c.dist.timeout_s))
+    throw ConfigError("config: dist.timeout_s must be a positive number of seconds");
+  if (c.dist.backend != "auto" && c.dist.backend != "mpi" && c.dist.backend != "nccl")
+    throw ConfigError("config: dist.backend: unknown value '" + c.dist.backend + "' (allowed: auto, mpi, nccl)");
+  if (c.keep_mask && c.dist.zero == 1)
+    throw ConfigError("config: train.keep_mask = true needs every rank to hold all AdamW moments: use dist.zero = 0");
   c.adamw.lr = c.schedule.max_lr;
   c.schedule.total_steps = c.steps;
   return c;
@@ -430,6 +445,8 @@ std::string to_toml(const TrainConfig& c) {
     << "\neval_every = " << c.eval_every
     << "\neval_batches = " << c.eval_batches << "\nlog_every = " << c.log_every << "\n\n[checkpoint]\ndir = "
     << toml_string(c.out_dir) << "\nevery = " << c.checkpoint_every << "\nkeep = " << c.keep_checkpoints << "\n";
+  s << "\n[dist]\nbucket_mb = " << c.dist.bucket_mb << "\nzero = " << c.dist.zero << "\ntimeout_s = " << c.dist.timeout_s
+    << "\nbackend = " << toml_string(c.dist.backend) << "\n";
   return s.str();
 }
 

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -39,9 +40,13 @@ void Progress::step(const StepRow& m, double eta_s) {
                  eta);
     std::fflush(stderr);
   } else if (m.step % log_every_ == 0 || m.step == total_ || m.step == 1) {
-    std::fprintf(stderr, "step %lld/%lld | loss %.4f | lr %.2e | grad norm %.3f | %.0f tok/s | %.0f ms/step | MFU %.1f%% | ETA %s\n",
+    char comm[96] = "";
+    if (m.world > 1)
+      std::snprintf(comm, sizeof comm, " | %d ranks, comm %.1f ms (%.0f%% hidden)", m.world, m.comm_ms,
+                    m.comm_ms > 0 ? 100 * std::max(0.0, m.comm_ms - m.comm_exposed_ms) / m.comm_ms : 0.0);
+    std::fprintf(stderr, "step %lld/%lld | loss %.4f | lr %.2e | grad norm %.3f | %.0f tok/s | %.0f ms/step | MFU %.1f%%%s | ETA %s\n",
                  (long long)m.step, (long long)total_, m.loss, m.lr, m.grad_norm, m.tokens_per_s, m.ms_per_step,
-                 100 * m.mfu, eta);
+                 100 * m.mfu, comm, eta);
   }
 }
 
@@ -114,6 +119,12 @@ void MetricsLog::write(const StepRow& r) {
     n += size_t(std::snprintf(row + n, sizeof row - n, ",\"skipped\":%s", r.skipped ? "true" : "false"));
   }
   if (r.has_val_loss) number("val_loss", r.val_loss);
+  if (r.world > 1) {
+    n += size_t(std::snprintf(row + n, sizeof row - n, ",\"world\":%d", r.world));
+    number("comm_ms", r.comm_ms);
+    number("comm_exposed_ms", r.comm_exposed_ms);
+    number("comm_hidden_ms", std::max(0.0, r.comm_ms - r.comm_exposed_ms));
+  }
   n += size_t(std::snprintf(row + n, sizeof row - n, "}\n"));
   if (n >= sizeof row) throw core::IoError("metrics row longer than its buffer (" + path_ + ")");
   if (std::fwrite(row, 1, n, file_) != n || std::fflush(file_) != 0)

@@ -22,6 +22,10 @@ struct StepRow {
   bool skipped = false;
   bool has_val_loss = false;
   double val_loss = 0;
+  // Several processes: their number, and this step's gradient communication
+  // (ms in collectives, ms the step waited for them; the rest was hidden).
+  int world = 1;
+  double comm_ms = 0, comm_exposed_ms = 0;
 };
 
 // "12s", "4m05s", "1h02m".

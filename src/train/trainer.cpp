@@ -24,6 +24,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <optional>
+#include <sstream>
+#include <thread>
 
 #include "brisk/core/backend_loader.h"
 #include "brisk/core/error.h"
@@ -31,6 +33,8 @@
 #include "brisk/cpu/cpu_backend.h"
 #include "brisk/data/loader.h"
 #include "brisk/data/shards.h"
+#include "brisk/dist/data_parallel.h"
+#include "brisk/dist/launch.h"
 #include "brisk/models/prune.h"
 #include "brisk/monitor/machine.h"
 #include "brisk/optim/loss_scaler.h"
@@ -117,12 +121,54 @@ void check_vocab(const data::TokenDataset& train_data, const TrainConfig& cfg) {
                             " but model.vocab_size is " + std::to_string(cfg.model.vocab_size));
 }
 
+// Each rank computes train.batch / world of the global batch.
+int64_t local_batch(const TrainConfig& c, const TrainOptions& o) {
+  if (!o.comm) return c.batch;
+  const int w = o.comm->size();
+  if (c.batch % w != 0)
+    throw core::ConfigError("train.batch = " + std::to_string(c.batch) + " is the global batch and must divide evenly over " +
+                            std::to_string(w) + " ranks");
+  return c.batch / w;
+}
+
+// Every rank must train the same model on the same settings: rank 0's
+// resolved config travels to all, and a rank whose own differs names the
+// first differing line before every rank stops.
+void check_same_config(dist::DataParallel& dp, core::Communicator& comm, const TrainConfig& cfg, int64_t num_params) {
+  const std::string mine = to_toml(cfg) + "# parameters = " + std::to_string(num_params) + "\n";
+  std::string theirs = mine;
+  uint64_t len = mine.size();
+  dp.comm_thread().run([&] { comm.broadcast_host(&len, sizeof len, 0); }, "the start-up config check");
+  theirs.resize(size_t(len));
+  dp.comm_thread().run([&] { comm.broadcast_host(theirs.data(), theirs.size(), 0); }, "the start-up config check");
+  std::string diff;
+  if (theirs != mine) {
+    std::istringstream a(mine), b(theirs);
+    std::string la, lb, section;
+    while (true) {
+      const bool ga = bool(std::getline(a, la)), gb = bool(std::getline(b, lb));
+      if (!ga && !gb) break;
+      if (ga && !la.empty() && la[0] == '[') section = la.substr(1, la.size() - 2) + ".";
+      if (la != lb || ga != gb) {
+        diff = "rank " + std::to_string(comm.rank()) + " has '" + section + (ga ? la : "(nothing)") + "' where rank 0 has '" +
+               section + (gb ? lb : "(nothing)") + "'";
+        break;
+      }
+    }
+  }
+  if (dp.max(diff.empty() ? 0.0 : 1.0) > 0) {
+    if (!diff.empty()) std::fprintf(stderr, "brisk: %s\n", diff.c_str());
+    throw core::ConfigError("the ranks of this run do not have the same config and model" +
+                            (diff.empty() ? std::string(" (another rank printed the difference)") : ": " + diff));
+  }
+}
+
 }  // namespace
 
-std::unique_ptr<core::Backend> make_backend(const TrainConfig& cfg) {
+std::unique_ptr<core::Backend> make_backend(const TrainConfig& cfg, int device_index) {
   if (cfg.device == "cpu") return std::make_unique<cpu::CpuBackend>(cfg.threads);
   std::string why;
-  std::unique_ptr<core::Backend> b = core::load_cuda_backend(&why);
+  std::unique_ptr<core::Backend> b = core::load_cuda_backend(&why, device_index);
   if (!b) throw core::ConfigError("train.device = \"cuda\" but the CUDA backend is unavailable: " + why);
   return b;
 }
@@ -135,6 +181,10 @@ struct Trainer::Impl {
   data::TokenDataset train_data, val_data;
   const PrecisionChoice precision;
   models::Gpt model;
+  // Several processes (options.comm): the flat gradient buckets and their
+  // collectives. Made before AdamW, which then sees the flat weights.
+  const int64_t batch_local;  // this rank's share of train.batch
+  std::unique_ptr<dist::DataParallel> dp;
   optim::AdamW adamw;
   std::optional<optim::LossScaler> scaler;
   // Training batches come from the prefetching loader: batch i is windows
@@ -165,6 +215,7 @@ struct Trainer::Impl {
   std::vector<int32_t> eval_x, eval_y;
   double run_start = 0;
   bool stopped = false;
+  bool stop_agreed = false;  // a stop signal reached some rank (all agree at the same step)
 
   Impl(const TrainConfig& c, core::Backend& b, const TrainOptions& o);
   void make_scaler();
@@ -194,13 +245,24 @@ Trainer::Impl::Impl(const TrainConfig& c, core::Backend& b, const TrainOptions& 
         mc.compute = compute_dtype(precision.effective);
         return mc;
       }(), b),
+      batch_local(local_batch(c, o)),
+      dp(o.comm ? std::make_unique<dist::DataParallel>(*o.comm, c.dist, model.params(), b,
+                                                        model.train_graph(batch_local, c.seq))
+                : nullptr),
       adamw(c.adamw, model.params(), b),
-      train_source(train_data, c.batch, c.seq, c.seed),
-      loader(train_source, {.workers = c.loader_workers, .prefetch_factor = 2}, b.staging_allocator()),
-      progress(!o.quiet, o.progress, c.steps, c.log_every) {
+      // Rank r of w reads global batches r, r + w, ... of the window stream
+      // cut in batches of train.batch / w: together, at every step, exactly
+      // the windows one process would read with train.batch.
+      train_source(train_data, batch_local, c.seq, c.seed),
+      loader(train_source,
+             {.workers = c.loader_workers, .prefetch_factor = 2, .rank = o.comm ? o.comm->rank() : 0,
+              .world_size = o.comm ? o.comm->size() : 1},
+             b.staging_allocator()),
+      progress(!o.quiet && (!o.comm || o.comm->rank() == 0), o.progress, c.steps, c.log_every) {
   if (on_gpu != (cfg.device == "cuda"))
     throw core::ConfigError(std::string("train.device = \"") + cfg.device + "\" but the trainer was given the " +
                             std::string(backend.name()) + " backend");
+  if (dp) check_same_config(*dp, *options.comm, cfg, model.config().num_params());
   model.init_weights(cfg.seed);
   make_scaler();
   state.seed = cfg.seed;
@@ -208,11 +270,26 @@ Trainer::Impl::Impl(const TrainConfig& c, core::Backend& b, const TrainOptions& 
   if (options.resume) resume();
   if (start_checkpoint.empty() && !cfg.init_from.empty()) init_from_checkpoint();
   if (cfg.keep_mask) make_mask();
-  open_run_dir();
+  if (!dp || dp->rank() == 0) open_run_dir();
   measure_peak();
-  train_exec = model.program(true, cfg.batch, cfg.seq).executor.get();
+  train_exec = model.program(true, batch_local, cfg.seq).executor.get();
   train_exec->set_profiling(options.profile);
-  if (!options.quiet) print_header();
+  if (dp) {
+    // Every rank resumes from the same checkpoint: one that finds none (a
+    // checkpoint.dir not shared between hosts) would start over alone.
+    const double s = double(state.step);
+    if (dp->max(s) != -dp->max(-s))
+      throw core::ConfigError("rank " + std::to_string(dp->rank()) + " is at step " + std::to_string(state.step) +
+                              " after --resume but another rank is not: checkpoint.dir ('" + cfg.out_dir +
+                              "') must hold the same checkpoints for every rank (a shared filesystem, or a copy on "
+                              "each host)");
+    dp->broadcast_weights();  // the same start everywhere, whatever each rank read
+    dp->attach(*train_exec);
+    dp->shard_optimizer(adamw);  // dist.zero = 1: this rank's moments only (after a resume loaded them all)
+    result.rank = dp->rank();
+    result.world = dp->world();
+  }
+  if (!options.quiet && (!dp || dp->rank() == 0)) print_header();
 
   result.precision = precision_name(precision.effective);
   result.precision_warning = precision.warning;
@@ -250,6 +327,7 @@ void Trainer::Impl::resume() {
     throw core::ConfigError("checkpoint " + ckpt + " stopped after " + std::to_string(state.data_position) +
                             " training windows, not a whole number of batches of train.batch = " +
                             std::to_string(cfg.batch) + " (was the batch size changed?)");
+  // Every step reads one global batch: batch_local windows on each rank.
   loader.set_position(state.data_position / uint64_t(cfg.batch));
   progress.line("resumed from " + ckpt + " at step " + std::to_string(state.step));
 }
@@ -310,6 +388,7 @@ void Trainer::Impl::measure_peak() {
     bf16_peak = precision.path == "bf16-native" && monitor::peak_bf16_gflops(threads) > 0;
     peak = (bf16_peak ? monitor::peak_bf16_gflops(threads) : monitor::peak_fp32_gflops(threads)) * 1e9;
   }
+  if (dp) peak *= dp->world();  // MFU of the whole job, every rank on the same kind of machine
   flops_per_token = cfg.model.flops_per_token(cfg.seq);
   tokens_per_step = cfg.batch * cfg.seq * cfg.grad_accum;
 }
@@ -333,9 +412,16 @@ void Trainer::Impl::print_header() {
   else
     std::fprintf(stderr, "precision %s (%s: %s)\n", precision_name(precision.effective), precision.path.c_str(),
                  precision.reason.c_str());
-  core::MemoryReport full = model.program(true, cfg.batch, cfg.seq).executor->plan().report;
-  full.optimizer_state = model.params().state_bytes();
-  std::fprintf(stderr, "recompute %s | %s", cfg.model.recompute.c_str(), full.str().c_str());
+  core::MemoryReport full = model.program(true, batch_local, cfg.seq).executor->plan().report;
+  full.optimizer_state = adamw.sharded() ? adamw.shard_exp_avg().bytes() + adamw.shard_exp_avg_sq().bytes()
+                                         : model.params().state_bytes();
+  if (dp)
+    std::fprintf(stderr,
+                 "data parallel: %d ranks (%s) x batch %lld | %zu gradient buckets of <= %g MiB | ZeRO-%d | %.1f MiB over "
+                 "the wire per rank per step\n",
+                 dp->world(), options.comm->name().c_str(), (long long)batch_local, dp->layout().buckets.size(),
+                 cfg.dist.bucket_mb, cfg.dist.zero, dp->wire_bytes_per_step() / (1 << 20));
+  std::fprintf(stderr, "recompute %s | %s%s", cfg.model.recompute.c_str(), dp ? "per rank: " : "", full.str().c_str());
 }
 
 double Trainer::Impl::evaluate() {
@@ -355,12 +441,19 @@ void Trainer::Impl::step() {
   model.params().zero_grads();
   double loss = 0, data_wait = 0;
   const float loss_scale = scaler ? scaler->scale() : 1.0f;
+  // The seed averages over micro-steps and ranks at once: the all-reduced
+  // sum of the gradients is then their mean.
+  const double world = dp ? double(dp->world()) : 1.0;
+  if (dp) dp->reset_times();
   for (int64_t micro = 0; micro < cfg.grad_accum; ++micro) {
     const data::Batch& b = loader.next();
     data_wait += loader.last_wait_seconds();
-    loss += model.train_micro_step(b.inputs, b.targets, cfg.batch, cfg.seq, double(loss_scale) / double(cfg.grad_accum));
+    if (dp) dp->arm(micro == cfg.grad_accum - 1);  // the last micro-step's backward sends the buckets
+    loss += model.train_micro_step(b.inputs, b.targets, batch_local, cfg.seq,
+                                   double(loss_scale) / (double(cfg.grad_accum) * world));
   }
   loss /= double(cfg.grad_accum);
+  if (dp) dp->finish_gradients(state.step + 1);
   const float lr = cfg.schedule.at(state.step);
   optim::StepStats st;
   bool skipped = false;
@@ -371,9 +464,24 @@ void Trainer::Impl::step() {
   } else {
     st = adamw.step(lr);
   }
+  if (dp) dp->gather_weights();  // ZeRO-1: each rank updated its chunks
   if (mask) mask->apply(model.params());  // the update moved pruned weights: back to 0
+  double comm_ms = 0, exposed_ms = 0;
+  if (dp) {
+    comm_ms = dp->comm_seconds() * 1e3;
+    exposed_ms = dp->exposed_seconds() * 1e3;
+    result.comm_s += comm_ms / 1e3;
+    result.comm_exposed_s += exposed_ms / 1e3;
+    // The step's loss is the mean over ranks; a stop signal on any rank stops all at this step.
+    double v[2] = {loss, g_stop_signal != 0 ? 1.0 : 0.0};
+    dp->sum(v, 2);
+    loss = v[0] / world;
+    stop_agreed = v[1] > 0;
+  } else {
+    stop_agreed = g_stop_signal != 0;
+  }
   ++state.step;
-  state.data_position = loader.position() * uint64_t(cfg.batch);
+  state.data_position = loader.position() * uint64_t(batch_local) * uint64_t(world);
   if (scaler) state.loss_scaler = scaler->state();
   const double dt = monitor::now_seconds() - t0;
   step_times.push_back(dt);
@@ -398,6 +506,9 @@ void Trainer::Impl::step() {
   row.scaled = scaler.has_value();
   row.loss_scale = loss_scale;
   row.skipped = skipped;
+  row.world = int(world);
+  row.comm_ms = comm_ms;
+  row.comm_exposed_ms = exposed_ms;
   if (skipped) {
     char buf[160];
     std::snprintf(buf, sizeof buf, "step %lld: gradients overflowed at loss scale %g: update skipped, scale now %g",
@@ -411,7 +522,10 @@ void Trainer::Impl::step() {
 // then a checkpoint when due or when a stop signal arrived.
 void Trainer::Impl::after_step(StepRow row) {
   progress.step(row, double(cfg.steps - state.step) * recent.median());
-  if (cfg.eval_every > 0 && (state.step % cfg.eval_every == 0 || state.step == cfg.steps)) {
+  const bool rank0 = !dp || dp->rank() == 0;
+  // Rank 0 evaluates on the whole validation batch; the others go on and
+  // wait for it at the next step's first collective.
+  if (rank0 && cfg.eval_every > 0 && (state.step % cfg.eval_every == 0 || state.step == cfg.steps)) {
     result.last_val_loss = evaluate();
     row.has_val_loss = true;
     row.val_loss = result.last_val_loss;
@@ -420,14 +534,18 @@ void Trainer::Impl::after_step(StepRow row) {
     progress.line(buf);
   }
   row.time_s = monitor::now_seconds() - run_start;
-  metrics->write(row);
+  if (metrics) metrics->write(row);
 
-  const bool stop = g_stop_signal != 0;
-  if (stop || state.step == cfg.steps || (cfg.checkpoint_every > 0 && state.step % cfg.checkpoint_every == 0))
-    result.last_checkpoint = save_checkpoint(cfg.out_dir, model, &adamw, state, cfg.keep_checkpoints);
+  const bool stop = stop_agreed;
+  if (stop || state.step == cfg.steps || (cfg.checkpoint_every > 0 && state.step % cfg.checkpoint_every == 0)) {
+    // One ordinary checkpoint, written by rank 0; ZeRO-1 gathers the moments for it first.
+    if (dp) dp->gather_moments(adamw);
+    if (rank0) result.last_checkpoint = save_checkpoint(cfg.out_dir, model, &adamw, state, cfg.keep_checkpoints);
+    if (dp) dp->release_moments();
+  }
   if (stop) {
-    progress.line(std::string("stopped by ") + (g_stop_signal == SIGINT ? "SIGINT" : "SIGTERM") +
-                  ": checkpoint saved to " + result.last_checkpoint);
+    const char* by = g_stop_signal == SIGINT ? "SIGINT" : g_stop_signal == SIGTERM ? "SIGTERM" : "a stop signal on another rank";
+    progress.line(std::string("stopped by ") + by + ": checkpoint saved to " + result.last_checkpoint);
     result.interrupted = true;
     stopped = true;
   }
@@ -465,9 +583,39 @@ TrainResult train(const TrainConfig& cfg, core::Backend& backend, const TrainOpt
   return trainer.finish();
 }
 
-TrainResult train(const TrainConfig& cfg, const TrainOptions& options) {
-  std::unique_ptr<core::Backend> backend = make_backend(cfg);
-  return train(cfg, *backend, options);
+TrainResult train(const TrainConfig& config, const TrainOptions& options) {
+  TrainConfig cfg = config;
+  TrainOptions opt = options;
+  // Started by mpirun / srun with more than one rank: connect, and share
+  // this machine's cores between the ranks on it unless train.threads says.
+  // GPU ranks: NCCL for the gradients, bootstrapped over (and keeping its
+  // host collectives on) MPI, which must outlive it: declared first.
+  std::unique_ptr<core::Communicator> mpi, nccl;
+  const dist::Launch launch = dist::detect_launch();
+  int device_index = 0;
+  if (!opt.comm && launch.launched && launch.size > 1) {
+    mpi = dist::connect_mpi();
+    opt.comm = mpi.get();
+    const bool use_nccl = cfg.dist.backend == "nccl" || (cfg.dist.backend == "auto" && cfg.device == "cuda");
+    if (use_nccl && cfg.device != "cuda")
+      throw core::ConfigError("dist.backend = \"nccl\" needs train.device = \"cuda\" (NCCL works on GPU memory)");
+    if (cfg.device == "cuda") device_index = launch.local_rank;  // one GPU per rank on each machine
+    if (use_nccl) {
+      std::string why;
+      nccl = core::load_nccl_communicator(*mpi, device_index, &why);
+      if (!nccl) throw core::ConfigError("dist.backend: NCCL is unavailable: " + why);
+      opt.comm = nccl.get();
+    } else if (cfg.device == "cuda") {
+      throw core::ConfigError("train.device = \"cuda\" over several processes needs dist.backend = \"nccl\" (or "
+                              "\"auto\"): MPI here works on host memory");
+    }
+    if (cfg.threads == 0 && cfg.device == "cpu") {
+      const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
+      cfg.threads = std::max(1, cores / std::max(1, launch.local_size));
+    }
+  }
+  std::unique_ptr<core::Backend> backend = make_backend(cfg, device_index);
+  return train(cfg, *backend, opt);
 }
 
 }  // namespace brisk::train

@@ -78,9 +78,10 @@ struct CliHooks {
   double timeout_s = 90;
 };
 
-// Runs `brisk <args>` and waits for it. stdout and stderr are read through
+// Runs `program <args>` and waits for it. stdout and stderr are read through
 // pipes with poll() so neither can fill up and block the child.
-inline CliResult run_cli(const std::vector<std::string>& args, const CliHooks& hooks = {}) {
+inline CliResult run_program(const std::string& program, const std::vector<std::string>& args,
+                             const CliHooks& hooks = {}) {
   CliResult r;
   int out_pipe[2], err_pipe[2];
   if (::pipe(out_pipe) != 0 || ::pipe(err_pipe) != 0) return r;
@@ -96,10 +97,10 @@ inline CliResult run_cli(const std::vector<std::string>& args, const CliHooks& h
     ::signal(SIGINT, SIG_DFL);
     ::signal(SIGTERM, SIG_DFL);
     if (hooks.in_child) hooks.in_child();
-    std::vector<char*> argv{const_cast<char*>(cli_path())};
+    std::vector<char*> argv{const_cast<char*>(program.c_str())};
     for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
-    ::execv(cli_path(), argv.data());
+    ::execv(program.c_str(), argv.data());
     ::_exit(127);
   }
   ::close(out_pipe[1]);
@@ -145,8 +146,11 @@ inline CliResult run_cli(const std::vector<std::string>& args, const CliHooks& h
   return r;
 }
 
-// A few kilobytes of varied English-like text: enough windows for batches of
-// 4 x 32 tokens in both splits.
+// Runs `brisk <args>`.
+inline CliResult run_cli(const std::vector<std::string>& args, const CliHooks& hooks = {}) {
+  return run_program(cli_path(), args, hooks);
+}
+
 // Reads a running child's output from `fd` into `out` until it holds
 // `marker` (true), the child closes it, or `timeout_s` passes (false): how a
 // test waits for a server's "listening" or "ready" line.
@@ -163,6 +167,8 @@ inline bool read_until(int fd, const std::string& marker, std::string& out, doub
   return out.find(marker) != std::string::npos;
 }
 
+// A few kilobytes of varied English-like text: enough windows for batches of
+// 4 x 32 tokens in both splits.
 inline std::string tiny_corpus() {
   const char* words[] = {"the", "king", "spake", "unto", "his", "servants", "and", "said", "behold", "a", "light",
                          "came", "over", "water", "land", "of", "river", "stone", "bread", "they", "went", "forth"};

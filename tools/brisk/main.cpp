@@ -4,6 +4,7 @@
 // naming the problem and exit code 2, never a crash.
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -37,6 +38,7 @@ int cmd_train(const std::string& config_path, const std::vector<std::string>& se
   const double t0 = monitor::now_seconds();
   const train::TrainResult r = train::train(cfg, opt);
   const double dt = monitor::now_seconds() - t0;
+  if (r.rank != 0) return 0;  // several processes: rank 0 speaks for the run
   std::printf("\n== training summary ==\n");
   std::printf("steps          %lld%s\n", (long long)r.steps_done, r.interrupted ? " (interrupted)" : "");
   if (!r.losses.empty()) std::printf("loss           %.4f -> %.4f (this run's first and last step)\n", r.first_loss, r.last_loss);
@@ -48,6 +50,12 @@ int cmd_train(const std::string& config_path, const std::vector<std::string>& se
   if (r.steps_done > 0 && r.step_time_s > 0)
     std::printf("data wait      %.1f ms/step on average, %.2f%% of step time\n",
                 1e3 * r.data_wait_s / double(r.losses.size()), 100 * r.data_wait_s / r.step_time_s);
+  if (r.world > 1 && r.step_time_s > 0)
+    std::printf("ranks          %d; gradient communication %.1f ms/step, %.0f%% of it hidden behind backward, %.1f%% of "
+                "step time exposed\n",
+                r.world, 1e3 * r.comm_s / double(std::max<size_t>(1, r.losses.size())),
+                r.comm_s > 0 ? 100 * std::max(0.0, r.comm_s - r.comm_exposed_s) / r.comm_s : 0.0,
+                100 * r.comm_exposed_s / r.step_time_s);
   std::printf("wall time      %.1f s, peak RSS %.0f MiB\n", dt, double(monitor::peak_rss_bytes()) / (1 << 20));
   std::printf("checkpoint     %s\n", r.last_checkpoint.c_str());
   std::printf("metrics        %s/metrics.jsonl\n", cfg.out_dir.c_str());

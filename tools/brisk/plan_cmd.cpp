@@ -9,12 +9,15 @@
 // run that would not fit is known before it starts.
 #include "plan_cmd.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <string>
 
 #include "brisk/core/planner.h"
+#include "brisk/core/error.h"
 #include "brisk/cpu/cpu_backend.h"
+#include "brisk/dist/data_parallel.h"
 #include "brisk/models/gpt.h"
 #include "brisk/optim/optimizer.h"
 #include "brisk/train/config.h"
@@ -70,14 +73,36 @@ struct Row {
   double flops = 0;
 };
 
-int run_plan(const std::string& path, const std::vector<std::string>& sets) {
-  const train::TrainConfig cfg = train::load_train_config(path, sets);
+// AdamW moment bytes of the rank with the largest shard under ZeRO-1 over
+// `ranks` ranks: the trainer's flat layout, cut the trainer's way.
+size_t zero1_state_bytes(const core::ParameterStore& params, const core::Graph& train_graph, double bucket_mb,
+                         int ranks) {
+  std::vector<std::pair<std::string, int64_t>> order;
+  for (const std::string& name : dist::gradient_order(train_graph)) order.emplace_back(name, params.at(name).value.numel());
+  const dist::FlatLayout layout = dist::FlatLayout::make(order, int64_t(bucket_mb * 1024 * 1024 / 4), ranks);
+  int64_t most = 0;
+  for (int r = 0; r < ranks; ++r) {
+    int64_t n = 0;
+    for (const auto& piece : layout.shard_pieces(r, ranks)) n += piece.count;
+    most = std::max(most, n);
+  }
+  return size_t(most) * 2 * sizeof(float);
+}
+
+int run_plan(const std::string& path, const std::vector<std::string>& sets, int ranks) {
+  train::TrainConfig cfg = train::load_train_config(path, sets);
+  if (ranks < 1) throw core::ConfigError("brisk plan: --ranks must be at least 1");
+  if (cfg.batch % ranks != 0)
+    throw core::ConfigError("brisk plan: train.batch = " + std::to_string(cfg.batch) + " (the global batch) does not divide over " +
+                            std::to_string(ranks) + " ranks");
+  const int64_t global_batch = cfg.batch;
+  cfg.batch /= ranks;  // what each rank's step holds
   const train::PrecisionChoice precision = train::resolve_precision(cfg.precision, cfg.precision_fallback);
   if (!precision.warning.empty()) std::fprintf(stderr, "%s\n", precision.warning.c_str());
   cpu::CpuBackend backend(cfg.threads);
 
   std::vector<Row> rows;
-  size_t state_bytes = 0;
+  size_t state_bytes = 0, zero1_bytes = 0;
   for (const char* level : {"none", "selective", "full"}) {
     models::GptConfig mc = cfg.model;  // as the trainer builds it
     mc.compute = train::compute_dtype(precision.effective);
@@ -87,9 +112,10 @@ int run_plan(const std::string& path, const std::vector<std::string>& sets) {
     if (rows.empty()) {  // AdamW's moments, as the trainer allocates them (same for every level)
       optim::AdamW adamw(cfg.adamw, model.params(), backend);
       state_bytes = model.params().state_bytes();
+      zero1_bytes = zero1_state_bytes(model.params(), g, cfg.dist.bucket_mb, ranks);
     }
     Row r{level, core::plan_memory(g).report, matmul_flops(g)};
-    r.mem.optimizer_state = state_bytes;
+    r.mem.optimizer_state = ranks > 1 && cfg.dist.zero == 1 ? zero1_bytes : state_bytes;
     rows.push_back(r);
   }
 
@@ -97,6 +123,11 @@ int run_plan(const std::string& path, const std::vector<std::string>& sets) {
   std::printf("brisk plan: %s | %lld params | batch %lld x seq %lld (x accum %lld, same memory) | precision %s\n",
               path.empty() ? "(defaults)" : path.c_str(), (long long)cfg.model.num_params(), (long long)cfg.batch,
               (long long)cfg.seq, (long long)cfg.grad_accum, train::precision_name(precision.effective));
+  if (ranks > 1)
+    std::printf("per rank of %d: batch %lld of the global %lld | ZeRO-%d (optimizer state %.1f MiB with dist.zero = 0, "
+                "%.1f MiB with dist.zero = 1)\n",
+                ranks, (long long)cfg.batch, (long long)global_batch, cfg.dist.zero, double(state_bytes) / (1 << 20),
+                double(zero1_bytes) / (1 << 20));
   std::printf("memory of one train step in MiB, planned (nothing allocated or run); train.recompute picks the row\n\n");
   std::printf("%-10s %10s %12s %9s %9s %10s %10s %8s %13s %9s\n", "recompute", "arena", "activations", "params",
               "grads", "optimizer", "total", "vs none", "GFLOP/step", "recompute");
@@ -121,11 +152,15 @@ PlanCommand add_plan_command(CLI::App& parent) {
       parent.add_subcommand("plan", "Memory each recompute level needs for a training config, before running");
   auto path = std::make_shared<std::string>();
   auto sets = std::make_shared<std::vector<std::string>>();
+  auto ranks = std::make_shared<int>(1);
   plan->add_option("config,-c,--config", *path, "TOML config (see configs/)")->check(CLI::ExistingFile)->required();
   plan->add_option("--set", *sets, "Override a key, e.g. --set train.batch=16 (repeatable)");
+  plan->add_option("--ranks", *ranks,
+                   "Memory per rank of a data-parallel run over this many processes (train.batch is the global "
+                   "batch; dist.zero = 1 shards the optimizer state)");
   PlanCommand cmd;
   cmd.app = plan;
-  cmd.run = [path, sets]() { return run_plan(*path, *sets); };
+  cmd.run = [path, sets, ranks]() { return run_plan(*path, *sets, *ranks); };
   return cmd;
 }
 

@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "brisk/dist/dist_config.h"
 #include "brisk/models/gpt.h"
 #include "brisk/optim/optimizer.h"
 
@@ -77,6 +78,9 @@ struct TrainConfig {
   // (a pruned model) at 0: re-zeroed, with their AdamW moments, after every
   // update. Needs weights to start from (init_from or a resumed run); cpu only.
   bool keep_mask = false;
+  // [dist]: several processes (mpirun / srun); train.batch is the global
+  // batch, each of N ranks computes train.batch / N of it.
+  dist::DistConfig dist;
   // [checkpoint]
   std::string out_dir = "runs/default";
   int64_t checkpoint_every = 100;

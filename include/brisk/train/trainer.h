@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "brisk/core/backend.h"
+#include "brisk/core/communicator.h"
 #include "brisk/train/config.h"
 
 namespace brisk::train {
@@ -34,6 +35,11 @@ struct TrainResult {
   std::string precision_path = "fp32";  // fp32 | bf16-native | bf16-emulated | fp16-emulated
   int64_t skipped_steps = 0;       // steps skipped by the loss scaler (overflow)
   double loss_scale = 0;           // the loss scaler's final scale; 0 when loss scaling was off
+  // Several processes (docs/distributed.md): this one's rank, their number,
+  // and the run's gradient communication: seconds in collectives and seconds
+  // the steps waited for them (the rest was hidden behind backward).
+  int rank = 0, world = 1;
+  double comm_s = 0, comm_exposed_s = 0;
 };
 
 struct TrainOptions {
@@ -41,11 +47,16 @@ struct TrainOptions {
   bool progress = true;   // live bar on a terminal; false: plain log lines
   bool quiet = false;     // no output at all (tests)
   bool profile = false;   // time every op of the train step, print a breakdown
+  // Data parallelism: the communicator of the ranks of this run (mpirun),
+  // nullptr for one process. train(config, options) connects one itself
+  // when an MPI launcher started the process.
+  core::Communicator* comm = nullptr;
 };
 
 // The backend train.device names: the CPU one, or the CUDA one (loaded at
 // run time). No usable GPU is a ConfigError that says why, never a quiet CPU run.
-std::unique_ptr<core::Backend> make_backend(const TrainConfig& config);
+// device_index: the GPU (one per rank of a data-parallel run).
+std::unique_ptr<core::Backend> make_backend(const TrainConfig& config, int device_index = 0);
 
 // A training run, one optimizer step at a time. The constructor sets up
 // (data, model, optimizer, loader, run directory) and resumes from the
