@@ -95,7 +95,7 @@ void CommThread::timed_out(const std::string& what) {
   std::fprintf(stderr,
                "brisk: rank %d: %s at step %lld got no answer from the other ranks for %.0f s (dist.timeout_s): a rank "
                "died, hangs or cannot be reached; stopping this rank\n",
-               rank_, what, (long long)step_, timeout_s_);
+               rank_, what.c_str(), (long long)step_, timeout_s_);
   std::fflush(stderr);
   std::_Exit(3);
 }

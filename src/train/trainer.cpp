@@ -135,7 +135,12 @@ int64_t local_batch(const TrainConfig& c, const TrainOptions& o) {
 // resolved config travels to all, and a rank whose own differs names the
 // first differing line before every rank stops.
 void check_same_config(dist::DataParallel& dp, core::Communicator& comm, const TrainConfig& cfg, int64_t num_params) {
-  const std::string mine = to_toml(cfg) + "# parameters = " + std::to_string(num_params) + "\n";
+  // Threads may differ: each machine gives its ranks its own core count.
+  std::string mine;
+  std::istringstream all(to_toml(cfg));
+  for (std::string line; std::getline(all, line);)
+    if (line.rfind("threads = ", 0) != 0) mine += line + "\n";
+  mine += "# parameters = " + std::to_string(num_params) + "\n";
   std::string theirs = mine;
   uint64_t len = mine.size();
   dp.comm_thread().run([&] { comm.broadcast_host(&len, sizeof len, 0); }, "the start-up config check");

@@ -1,0 +1,152 @@
+// The pieces of data parallelism that need no second process: the flat
+// gradient layout and its ZeRO-1 shards, the order backward finishes
+// gradients in, and the communication thread's clocks and timeout.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <map>
+#include <thread>
+
+#include "brisk/cpu/cpu_backend.h"
+#include "brisk/dist/comm_thread.h"
+#include "brisk/dist/data_parallel.h"
+#include "brisk/models/gpt.h"
+
+namespace brisk::dist {
+namespace {
+
+std::vector<std::pair<std::string, int64_t>> sizes(std::initializer_list<int64_t> n) {
+  std::vector<std::pair<std::string, int64_t>> out;
+  int i = 0;
+  for (int64_t x : n) out.emplace_back("p" + std::to_string(i++), x);
+  return out;
+}
+
+TEST(FlatLayout, AlignedOffsetsAndEvenlyCutBuckets) {
+  for (int world : {1, 2, 3, 8}) {
+    const FlatLayout l = FlatLayout::make(sizes({1000, 7, 1, 4096, 333, 50000, 5}), 2000, world);
+    int64_t end = 0;
+    for (size_t i = 0; i < l.params.size(); ++i) {
+      const auto& p = l.params[i];
+      EXPECT_EQ(p.offset % 16, 0) << p.name;
+      EXPECT_GE(p.offset, end) << "parameters must not overlap";
+      end = p.offset + p.numel;
+      const auto& b = l.buckets[size_t(p.bucket)];
+      EXPECT_GE(p.offset, b.offset);
+      EXPECT_LE(p.offset + p.numel, b.offset + b.numel) << p.name << " leaves its bucket";
+    }
+    int64_t at = 0;
+    for (const auto& b : l.buckets) {
+      EXPECT_EQ(b.offset, at) << "buckets are contiguous";
+      EXPECT_EQ(b.numel % (16 * world), 0) << "equal 64-byte aligned chunks";
+      at += b.numel;
+    }
+    EXPECT_EQ(at, l.total);
+    EXPECT_GT(l.buckets.size(), 2u) << "2000-float buckets over ~56k floats";
+  }
+}
+
+// Every element of every parameter belongs to exactly one rank's shard.
+TEST(FlatLayout, ShardsCoverEveryElementOnce) {
+  const auto order = sizes({1000, 7, 1, 4096, 333, 50000, 5, 17});
+  for (int world : {1, 2, 3, 4, 8}) {
+    const FlatLayout l = FlatLayout::make(order, 3000, world);
+    std::map<std::string, std::vector<int>> owner;
+    for (const auto& [name, n] : order) owner[name].assign(size_t(n), 0);
+    int64_t largest = 0, smallest = INT64_MAX;
+    for (int r = 0; r < world; ++r) {
+      int64_t mine = 0;
+      for (const auto& piece : l.shard_pieces(r, world)) {
+        ASSERT_GT(piece.count, 0);
+        for (int64_t i = piece.offset; i < piece.offset + piece.count; ++i) ++owner[piece.name][size_t(i)];
+        mine += piece.count;
+      }
+      largest = std::max(largest, mine);
+      smallest = std::min(smallest, mine);
+    }
+    for (const auto& [name, counts] : owner)
+      for (size_t i = 0; i < counts.size(); ++i) ASSERT_EQ(counts[i], 1) << name << "[" << i << "], world " << world;
+    // Shards are near equal: at most a chunk's padding apart per bucket.
+    EXPECT_LE(largest - smallest, int64_t(l.buckets.size()) * 16 * world + 16 * int64_t(order.size())) << world;
+  }
+}
+
+// Backward finishes the last layer's gradients first and the embeddings'
+// last, and each accumulate sits right after its gradient's backward, not
+// at the end of the graph: what lets buckets leave during backward.
+TEST(GradientOrder, LastLayerFirstAndAccumulatesSpreadThroughBackward) {
+  cpu::CpuBackend backend(1);
+  models::GptConfig c;
+  c.vocab_size = 64;
+  c.n_layer = 3;
+  c.n_embd = 32;
+  c.n_head = 2;
+  c.block_size = 16;
+  models::Gpt model(c, backend);
+  const core::Graph g = model.train_graph(2, 16);
+  const std::vector<std::string> order = gradient_order(g);
+  ASSERT_EQ(order.size(), model.params().entries().size());
+  auto index = [&](const std::string& s) {
+    for (size_t i = 0; i < order.size(); ++i)
+      if (order[i].find(s) != std::string::npos) return int(i);
+    return -1;
+  };
+  EXPECT_LT(index("h.2."), index("h.0.")) << "layer 2's gradients come before layer 0's";
+  EXPECT_EQ(order.back().find("wte") != std::string::npos || order.back().find("wpe") != std::string::npos, true)
+      << order.back();
+  // The first accumulate runs well before the last node of the graph.
+  size_t first = 0;
+  for (size_t i = 0; i < g.nodes().size(); ++i)
+    if (g.nodes()[i].op == core::OpKind::accumulate) {
+      first = i;
+      break;
+    }
+  EXPECT_LT(first, g.nodes().size() - g.nodes().size() / 4) << "accumulates are not all at the end";
+}
+
+double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+TEST(CommThread, ClocksSplitHiddenFromExposedTime) {
+  CommThread t(0, 30);
+  // A 60 ms collective while the caller computes for 120 ms: all hidden.
+  t.submit([] { std::this_thread::sleep_for(std::chrono::milliseconds(60)); }, "hidden");
+  std::this_thread::sleep_for(std::chrono::milliseconds(120));
+  t.wait();
+  EXPECT_GE(t.busy_seconds(), 0.055);
+  EXPECT_LT(t.waited_seconds(), 0.03);
+  t.reset_times();
+  // The same collective waited for at once: all exposed.
+  t.run([] { std::this_thread::sleep_for(std::chrono::milliseconds(60)); }, "exposed");
+  EXPECT_GE(t.waited_seconds(), 0.055);
+  EXPECT_GE(t.busy_seconds(), 0.055);
+}
+
+TEST(CommThread, JobsRunInOrderAndErrorsReachTheWaiter) {
+  CommThread t(0, 30);
+  std::vector<int> seen;
+  for (int i = 0; i < 5; ++i) t.submit([&seen, i] { seen.push_back(i); }, "append");
+  t.wait();
+  EXPECT_EQ(seen, (std::vector<int>{0, 1, 2, 3, 4}));
+  t.submit([] { throw std::runtime_error("peer gone"); }, "failing");
+  EXPECT_THROW(t.wait(), std::runtime_error);
+  t.run([] {}, "after an error the thread still works");
+}
+
+TEST(CommThreadDeathTest, AHungCollectiveEndsTheProcessWithAMessage) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        CommThread t(1, 0.2);
+        t.set_step(7);
+        t.submit([] { std::this_thread::sleep_for(std::chrono::seconds(5)); }, "the all-reduce of a gradient bucket");
+        const double t0 = now();
+        t.wait();
+        std::fprintf(stderr, "waited %.1f s without timing out\n", now() - t0);
+        std::exit(0);
+      },
+      ::testing::ExitedWithCode(3),
+      "rank 1: the all-reduce of a gradient bucket at step 7 got no answer from the other ranks for 0 s");
+}
+
+}  // namespace
+}  // namespace brisk::dist
