@@ -7,6 +7,7 @@
 
 #include <memory>
 
+#include "brisk/bench/dist_bench.h"
 #include "brisk/bench/generate_bench.h"
 #include "brisk/bench/precision_bench.h"
 #include "brisk/bench/serve_bench.h"
@@ -105,10 +106,32 @@ BenchCommand add_bench_command(CLI::App& parent) {
   srv->add_option("--rss-every-s", so->rss_every_s, "Server RSS sampling period during the load")->capture_default_str();
   srv->add_option("--json", so->json_path, "Report path (default bench/results/serve_<workload>.json)");
 
+  // `brisk bench dist`: one process against N under mpirun on the same global batch (dist_bench.h).
+  auto* dist = bench->add_subcommand(
+      "dist", "Train on 1 process and on --np processes (mpirun), same global batch, same cores; table + JSON");
+  auto dso = std::make_shared<bench::DistBenchOptions>();
+  dist->add_option("--workload", dso->workload, "W1 | W2 (configs/w1.toml, configs/w2.toml)")
+      ->check(CLI::IsMember({"W1", "W2", "gpt2-tiny", "char-small"}))
+      ->capture_default_str();
+  dist->add_option("--rounds", dso->rounds, "Interleaved rounds (A B, B A, ...); medians and ranges over them")
+      ->capture_default_str();
+  dist->add_option("--steps", dso->steps, "Training steps of each run")->capture_default_str();
+  dist->add_option("--warmup-steps", dso->warmup_steps, "First steps of each run not counted")->capture_default_str();
+  dist->add_option("--np", dso->np, "Processes of the data-parallel run")->capture_default_str();
+  dist->add_option("--threads", dso->threads, "Threads in all: the single process has them, each of --np has threads/np")
+      ->capture_default_str();
+  dist->add_option("--zero", dso->zero, "dist.zero of the data-parallel run (1: ZeRO-1)")
+      ->check(CLI::IsMember({0, 1}))
+      ->capture_default_str();
+  dist->add_option("--config", dso->config, "Training config (default configs/<workload>.toml)");
+  dist->add_option("--mpirun", dso->mpirun, "Open MPI's mpirun")->capture_default_str();
+  dist->add_option("--json", dso->json_path, "Report path (default bench/results/dist_<workload>.json)");
+
   BenchCommand cmd;
   cmd.app = bench;
-  cmd.run = [train, o, worker, precision, po, gen, go, srv, so]() -> int {
+  cmd.run = [train, o, worker, precision, po, gen, go, srv, so, dist, dso]() -> int {
     if (*precision) return bench::run_precision_bench(*po);
+    if (*dist) return bench::run_dist_bench(*dso);
     if (*gen) return bench::run_generate_bench(*go);
     if (*srv) return bench::run_serve_bench(*so);
     if (!*train) return 2;
