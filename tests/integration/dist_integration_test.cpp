@@ -111,6 +111,25 @@ pid_t rank_pid(pid_t mpirun, int rank) {
   return found;
 }
 
+double seconds_now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Hooks that send `sig` to rank 1 once rank 0 reports step 3; *pid gets
+// rank 1's pid (-1 if it was not found) and *when the moment.
+CliHooks signal_rank1_at_step3(int sig, pid_t* pid, double* when = nullptr, double timeout_s = 60) {
+  *pid = -1;
+  CliHooks hooks;
+  hooks.timeout_s = timeout_s;
+  hooks.on_err_line = [=](const std::string& line, pid_t mpirun) {
+    if (*pid >= 0 || line.rfind("step 3/", 0) != 0) return;
+    *pid = rank_pid(mpirun, 1);
+    if (*pid > 0) ::kill(*pid, sig);
+    if (when) *when = seconds_now();
+  };
+  return hooks;
+}
+
 std::map<std::string, std::vector<float>> tensors_of(const std::string& file) {
   std::map<std::string, std::vector<float>> out;
   const auto f = core::load_safetensors(file);
@@ -224,18 +243,10 @@ TEST(Dist, KilledRankEndsTheJob) {
   DistRun run;
   const std::string cfg = run.config("killed", 100000, 0);
   pid_t killed = -1;
-  CliHooks hooks;
-  hooks.timeout_s = 60;
   double killed_at = 0;
-  hooks.on_err_line = [&](const std::string& line, pid_t mpirun) {
-    if (killed < 0 && line.rfind("step 3/", 0) == 0) {
-      killed = rank_pid(mpirun, 1);
-      if (killed > 0) ::kill(killed, SIGKILL);
-      killed_at = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-    }
-  };
+  const CliHooks hooks = signal_rank1_at_step3(SIGKILL, &killed, &killed_at);
   const CliResult r = train(2, cfg, {}, hooks);
-  const double ended = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  const double ended = seconds_now();
   ASSERT_GT(killed, 0) << "rank 1 not found among mpirun's children\n" << r.err;
   EXPECT_FALSE(r.timed_out) << r.err;
   EXPECT_NE(r.exit_code, 0) << r.err;
@@ -251,14 +262,7 @@ TEST(Dist, HungRankTimesOutWithAMessage) {
   DistRun run;
   const std::string cfg = run.config("hung", 100000, 0);
   pid_t stopped = -1;
-  CliHooks hooks;
-  hooks.timeout_s = 60;
-  hooks.on_err_line = [&](const std::string& line, pid_t mpirun) {
-    if (stopped < 0 && line.rfind("step 3/", 0) == 0) {
-      stopped = rank_pid(mpirun, 1);
-      if (stopped > 0) ::kill(stopped, SIGSTOP);
-    }
-  };
+  const CliHooks hooks = signal_rank1_at_step3(SIGSTOP, &stopped);
   const CliResult r = train(2, cfg, {"--set", "dist.timeout_s=4"}, hooks);
   if (stopped > 0) ::kill(stopped, SIGKILL);
   ASSERT_GT(stopped, 0) << r.err;
@@ -295,13 +299,7 @@ TEST(Dist, StopSignalOnOneRankGivesOneConsistentCheckpoint) {
   DistRun run;
   const std::string cfg = run.config("stop", 1000, 0, "zero = 1\n");
   pid_t signalled = -1;
-  CliHooks hooks;
-  hooks.on_err_line = [&](const std::string& line, pid_t mpirun) {
-    if (signalled < 0 && line.rfind("step 3/", 0) == 0) {
-      signalled = rank_pid(mpirun, 1);
-      if (signalled > 0) ::kill(signalled, SIGTERM);
-    }
-  };
+  const CliHooks hooks = signal_rank1_at_step3(SIGTERM, &signalled, nullptr, 180);
   const CliResult r = train(2, cfg, {}, hooks);
   ASSERT_GT(signalled, 0) << r.err;
   ASSERT_EQ(r.exit_code, 0) << r.err;
