@@ -299,6 +299,8 @@ def config_seeds(c):
         c.add("config_load", name, text)
         c.add("config_load", name + "-overrides",
               text + b"\0train.steps=10\0data.dir=data/kjv-gpt2\0train.precision=\"bf16\"")
+        c.add("config_load", name + "-dist",
+              text + b"\n[dist]\nbucket_mb = 0.5\nzero = 1\ntimeout_s = 30\nbackend = \"mpi\"\n\0dist.zero=0")
 
 
 def bpe_seeds(c):
