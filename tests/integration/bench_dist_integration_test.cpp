@@ -21,6 +21,8 @@ TEST(BenchDist, TwoRoundsOfOneAndTwoProcesses) {
   const std::string config = dir.file("tiny.toml");
   write_text(config, tiny_config_toml(data, dir.file("unused_out"), 100, 50));
   const std::string report = dir.file("results/dist.json");  // the directory does not exist yet
+  // The bench starts mpirun itself: its ranks inherit this (see asan_options_for_mpi_ranks).
+  if (const std::string asan = asan_options_for_mpi_ranks(); !asan.empty()) ::setenv("ASAN_OPTIONS", asan.c_str(), 1);
   CliHooks hooks;
   hooks.timeout_s = 120;
   const CliResult r = run_cli({"bench", "dist", "--config", config, "--rounds", "2", "--steps", "6", "--warmup-steps",

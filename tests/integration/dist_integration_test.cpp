@@ -29,8 +29,11 @@ bool have_mpirun() { return ::access(kMpirun, X_OK) == 0; }
 std::vector<std::string> mpirun_args(int np) {
   ::setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
   ::setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
-  return {"-np", std::to_string(np), "--oversubscribe", "--bind-to", "none", "--mca", "btl", "self,vader",
-          "--mca", "btl_vader_single_copy_mechanism", "none"};
+  std::vector<std::string> args{"-np", std::to_string(np), "--oversubscribe", "--bind-to", "none", "--mca", "btl",
+                                "self,vader", "--mca", "btl_vader_single_copy_mechanism", "none"};
+  if (const std::string asan = asan_options_for_mpi_ranks(); !asan.empty())
+    args.insert(args.end(), {"-x", "ASAN_OPTIONS=" + asan});
+  return args;
 }
 
 struct DistRun {

@@ -3,14 +3,20 @@
 // gradients in, and the communication thread's clocks and timeout.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
+#include <cstring>
+#include <filesystem>
 #include <map>
 #include <thread>
 
+#include "brisk/core/safetensors.h"
 #include "brisk/cpu/cpu_backend.h"
 #include "brisk/dist/comm_thread.h"
 #include "brisk/dist/data_parallel.h"
 #include "brisk/models/gpt.h"
+#include "brisk/train/trainer.h"
+#include "test_corpus.h"
 
 namespace brisk::dist {
 namespace {
@@ -146,6 +152,68 @@ TEST(CommThreadDeathTest, AHungCollectiveEndsTheProcessWithAMessage) {
       },
       ::testing::ExitedWithCode(3),
       "rank 1: the all-reduce of a gradient bucket at step 7 got no answer from the other ranks for 0 s");
+}
+
+// ---- the trainer's data-parallel path in one process -------------------------------
+// A communicator of one rank: every collective is the identity. The trainer
+// then runs its whole data-parallel path (flat buffers, bucket hooks, the
+// communication thread, ZeRO-1 shards and their gathering for checkpoints)
+// in this process, where the sanitizers see all of it, and must give the
+// numbers of a run without it bit for bit.
+class OneRank final : public core::Communicator {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  std::string name() const override { return "one-rank"; }
+  void allreduce_sum(float*, size_t) override { ++calls; }
+  void reduce_scatter_sum(float*, size_t) override { ++calls; }
+  void allgather(float*, size_t) override { ++calls; }
+  void broadcast_host(void*, size_t, int) override {}
+  void allreduce_host(double*, size_t, Reduce) override {}
+  void barrier() override {}
+  std::atomic<int> calls{0};
+};
+
+train::TrainResult run_tiny(const std::string& dir, core::Communicator* comm, int zero) {
+  const std::filesystem::path root = testing_util::corpus_dir("dist");
+  const train::TrainConfig cfg = train::load_train_config(
+      "", {"model.vocab_size=256", "model.n_layer=2", "model.n_embd=32", "model.n_head=2", "model.block_size=32",
+           "train.batch=4", "train.seq=32", "train.grad_accum=2", "train.steps=6", "train.eval_every=0",
+           "train.threads=1", "checkpoint.every=6", "dist.bucket_mb=0.01", "dist.zero=" + std::to_string(zero),
+           "data.dir=" + (root / "data").string(), "checkpoint.dir=" + (root / dir).string()});
+  cpu::CpuBackend backend(1);
+  train::TrainOptions o;
+  o.quiet = true;
+  o.comm = comm;
+  return train::train(cfg, backend, o);
+}
+
+void expect_same_files(const std::string& a, const std::string& b) {
+  const auto fa = core::load_safetensors(a), fb = core::load_safetensors(b);
+  ASSERT_EQ(fa.tensors.size(), fb.tensors.size());
+  for (const auto& [name, t] : fa.tensors) {
+    const auto& u = fb.tensors.at(name);
+    ASSERT_EQ(t.bytes(), u.bytes()) << name;
+    EXPECT_EQ(std::memcmp(t.data(), u.data(), t.bytes()), 0) << name << " differs between " << a << " and " << b;
+  }
+}
+
+TEST(DataParallelOneRank, MatchesTheSingleProcessRunBitForBit) {
+  const train::TrainResult plain = run_tiny("plain", nullptr, 0);
+  for (int zero : {0, 1}) {
+    OneRank comm;
+    const std::string dir = "one_rank_zero" + std::to_string(zero);
+    const train::TrainResult r = run_tiny(dir, &comm, zero);
+    ASSERT_EQ(r.losses.size(), plain.losses.size());
+    for (size_t i = 0; i < r.losses.size(); ++i) EXPECT_EQ(r.losses[i], plain.losses[i]) << "ZeRO-" << zero << " step " << i;
+    EXPECT_EQ(r.world, 1);
+    // 8 buckets of 0.01 MiB, once per step (the last micro-step only), plus
+    // ZeRO-1's weight all-gathers and, at the checkpoint, its moments'.
+    EXPECT_GT(comm.calls.load(), 6 * 2) << "the buckets went through the communicator";
+    const std::filesystem::path root = testing_util::corpus_dir("dist");
+    for (const char* f : {"model.safetensors", "optimizer.safetensors"})
+      expect_same_files((root / dir / "step_0000006" / f).string(), (root / "plain" / "step_0000006" / f).string());
+  }
 }
 
 }  // namespace
