@@ -8,9 +8,10 @@
 
 namespace brisk::optim {
 
-AdamW::AdamW(const AdamWConfig& config, core::ParameterStore& params, core::Backend& backend)
-    : config_(config), params_(params), backend_(backend) {
+AdamW::AdamW(const AdamWConfig& config, core::ParameterStore& params, core::Backend& backend, bool allocate_state)
+    : config_(config), params_(params), backend_(backend), awaiting_shard_(!allocate_state) {
   ops::register_ops();  // the step runs ops directly, maybe before any graph was built
+  if (awaiting_shard_) return;  // shard() builds the operands
   for (auto& [name, e] : params_.entries()) {
     if (e.state.empty())
       e.state = {params_.make_zeros(e.value.shape(), core::DType::f32),
@@ -22,9 +23,17 @@ AdamW::AdamW(const AdamWConfig& config, core::ParameterStore& params, core::Back
   }
 }
 
+void AdamW::allocate_full_state() {
+  for (auto& [name, e] : params_.entries())
+    if (e.state.empty())
+      e.state = {params_.make_zeros(e.value.shape(), core::DType::f32),
+                 params_.make_zeros(e.value.shape(), core::DType::f32)};
+}
+
 // On a device the norm lands in a device scalar and is read back: the one
 // synchronisation of a step besides the loss (clipping needs the value).
 double AdamW::grad_norm() {
+  if (awaiting_shard_) throw core::Error("AdamW: built without state for ZeRO-1, but shard() was never called");
   if (grads_.empty()) return sum_over_ranks_ ? std::sqrt(sum_over_ranks_(0.0)) : 0.0;  // a shard of padding only
   if (!norm_.defined()) norm_ = params_.make_zeros(core::Shape{}, core::DType::f32);
   const core::TensorView out = norm_.as_view();
@@ -70,6 +79,7 @@ void AdamW::shard(const std::vector<Piece>& pieces, std::function<double(double)
   }
   for (auto& [name, e] : params_.entries()) e.state.clear();  // the full moments are no longer this process's
   sum_over_ranks_ = std::move(sum_over_ranks);
+  awaiting_shard_ = false;
 }
 
 StepStats AdamW::step(float lr, float grad_scale) { return step(lr, grad_scale, grad_norm()); }

@@ -254,7 +254,9 @@ Trainer::Impl::Impl(const TrainConfig& c, core::Backend& b, const TrainOptions& 
       dp(o.comm ? std::make_unique<dist::DataParallel>(*o.comm, c.dist, model.params(), b,
                                                         model.train_graph(batch_local, c.seq))
                 : nullptr),
-      adamw(c.adamw, model.params(), b),
+      // ZeRO-1 over several ranks: no full moments for a fresh run (a resume
+      // loads them whole, then each rank keeps its part).
+      adamw(c.adamw, model.params(), b, /*allocate_state=*/!(o.comm && c.dist.zero == 1)),
       // Rank r of w reads global batches r, r + w, ... of the window stream
       // cut in batches of train.batch / w: together, at every step, exactly
       // the windows one process would read with train.batch.
@@ -323,6 +325,7 @@ void Trainer::Impl::resume() {
     return;
   }
   read_checkpoint_config(ckpt, &state);
+  adamw.allocate_full_state();  // ZeRO-1: transient, until shard() keeps this rank's part
   load_checkpoint(ckpt, model, &adamw);
   start_checkpoint = ckpt;
   // A scaled run continues at the scale it stopped at; a checkpoint

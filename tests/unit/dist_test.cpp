@@ -10,6 +10,7 @@
 #include <map>
 #include <thread>
 
+#include "brisk/core/error.h"
 #include "brisk/core/safetensors.h"
 #include "brisk/cpu/cpu_backend.h"
 #include "brisk/dist/comm_thread.h"
@@ -108,6 +109,32 @@ TEST(GradientOrder, LastLayerFirstAndAccumulatesSpreadThroughBackward) {
       break;
     }
   EXPECT_LT(first, g.nodes().size() - g.nodes().size() / 4) << "accumulates are not all at the end";
+}
+
+// ZeRO-1 from a fresh start never makes the full moments: AdamW built
+// without state holds none until shard(), which makes only the pieces'.
+TEST(ShardedAdamW, NoFullMomentsAndOnlyThePiecesStateAfterShard) {
+  cpu::CpuBackend backend(1);
+  models::GptConfig c;
+  c.vocab_size = 64;
+  c.n_layer = 2;
+  c.n_embd = 32;
+  c.n_head = 2;
+  c.block_size = 16;
+  models::Gpt model(c, backend);
+  optim::AdamW adamw({}, model.params(), backend, /*allocate_state=*/false);
+  EXPECT_EQ(model.params().state_bytes(), 0u);
+  EXPECT_THROW(adamw.grad_norm(), core::Error) << "stepping before shard() must not pass silently";
+  std::vector<std::pair<std::string, int64_t>> order;
+  for (const auto& [name, e] : model.params().entries()) order.emplace_back(name, e.value.numel());
+  const FlatLayout l = FlatLayout::make(order, 1 << 12, 4);
+  const auto pieces = l.shard_pieces(1, 4);
+  int64_t mine = 0;
+  for (const auto& p : pieces) mine += p.count;
+  adamw.shard(pieces, [](double x) { return x; });
+  EXPECT_EQ(model.params().state_bytes(), 0u);
+  EXPECT_EQ(adamw.shard_exp_avg().numel(), mine);
+  EXPECT_LT(mine, model.params().num_params() / 3) << "a quarter of the elements, plus padding";
 }
 
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }

@@ -33,7 +33,12 @@ struct StepStats {
 
 class AdamW {
  public:
-  AdamW(const AdamWConfig& config, core::ParameterStore& params, core::Backend& backend);
+  // allocate_state = false: ZeRO-1 will shard() it before the first step, so
+  // the full per-parameter moments are never made for a fresh run.
+  AdamW(const AdamWConfig& config, core::ParameterStore& params, core::Backend& backend, bool allocate_state = true);
+  // The store's per-parameter moments (zero), for a resume to load into
+  // before shard() takes this process's part of them.
+  void allocate_full_state();
   // One update with learning rate `lr`; grad_scale divides out a loss scale.
   StepStats step(float lr, float grad_scale = 1.0f);
   // The same, reusing grad_norm() of the current (still scaled) gradients
@@ -70,6 +75,7 @@ class AdamW {
   std::vector<core::TensorView> step_inputs_, step_outputs_;
   core::Tensor shard_m_, shard_v_;
   std::function<double(double)> sum_over_ranks_;
+  bool awaiting_shard_ = false;
 };
 
 enum class Schedule { constant, linear, cosine };
