@@ -78,6 +78,18 @@ void expect_losses_close(const std::vector<MetricRow>& a, const std::vector<Metr
   }
 }
 
+// (step, val_loss) of the rows that have one.
+std::vector<std::pair<int64_t, double>> val_losses(const std::string& out_dir) {
+  std::vector<std::pair<int64_t, double>> out;
+  std::ifstream in(fs::path(out_dir) / "metrics.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty()) continue;
+    const auto j = nlohmann::json::parse(line);
+    if (j.contains("val_loss")) out.emplace_back(j.at("step").get<int64_t>(), j.at("val_loss").get<double>());
+  }
+  return out;
+}
+
 std::vector<MetricRow> rows_after(const std::vector<MetricRow>& rows, int64_t step) {
   std::vector<MetricRow> out;
   for (const MetricRow& r : rows)
@@ -177,6 +189,14 @@ TEST(Dist, TwoRanksMatchOneRankOnTheSameGlobalBatch) {
   EXPECT_NE(two.err.find("comm "), std::string::npos) << "progress lines report communication: " << two.err;
   expect_losses_close(read_metrics(run.out_dir("two")), read_metrics(run.out_dir("one")), 1e-5, "2 ranks vs 1");
   EXPECT_EQ(read_metrics(run.out_dir("one")).size(), 10u);
+  // Validation: each rank evaluates its half of every validation batch.
+  const auto v1 = val_losses(run.out_dir("one")), v2 = val_losses(run.out_dir("two"));
+  ASSERT_EQ(v1.size(), 3u) << "eval_every = 4 over 10 steps: steps 4, 8, 10";
+  ASSERT_EQ(v2.size(), v1.size());
+  for (size_t i = 0; i < v1.size(); ++i) {
+    EXPECT_EQ(v2[i].first, v1[i].first);
+    EXPECT_NEAR(v2[i].second, v1[i].second, 1e-5 * v1[i].second) << "val loss at step " << v1[i].first;
+  }
   // One checkpoint, written once (rank 0), with the weights and moments of
   // one process's. Two half-batch gradients summed round differently from
   // one whole-batch gradient, and AdamW turns a near-zero gradient's
