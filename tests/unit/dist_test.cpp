@@ -78,18 +78,22 @@ TEST(FlatLayout, ShardsCoverEveryElementOnce) {
   }
 }
 
+models::GptConfig small_gpt(int64_t layers) {
+  models::GptConfig c;
+  c.vocab_size = 64;
+  c.n_layer = layers;
+  c.n_embd = 32;
+  c.n_head = 2;
+  c.block_size = 16;
+  return c;
+}
+
 // Backward finishes the last layer's gradients first and the embeddings'
 // last, and each accumulate sits right after its gradient's backward, not
 // at the end of the graph: what lets buckets leave during backward.
 TEST(GradientOrder, LastLayerFirstAndAccumulatesSpreadThroughBackward) {
   cpu::CpuBackend backend(1);
-  models::GptConfig c;
-  c.vocab_size = 64;
-  c.n_layer = 3;
-  c.n_embd = 32;
-  c.n_head = 2;
-  c.block_size = 16;
-  models::Gpt model(c, backend);
+  models::Gpt model(small_gpt(3), backend);
   const core::Graph g = model.train_graph(2, 16);
   const std::vector<std::string> order = gradient_order(g);
   ASSERT_EQ(order.size(), model.params().entries().size());
@@ -115,13 +119,7 @@ TEST(GradientOrder, LastLayerFirstAndAccumulatesSpreadThroughBackward) {
 // without state holds none until shard(), which makes only the pieces'.
 TEST(ShardedAdamW, NoFullMomentsAndOnlyThePiecesStateAfterShard) {
   cpu::CpuBackend backend(1);
-  models::GptConfig c;
-  c.vocab_size = 64;
-  c.n_layer = 2;
-  c.n_embd = 32;
-  c.n_head = 2;
-  c.block_size = 16;
-  models::Gpt model(c, backend);
+  models::Gpt model(small_gpt(2), backend);
   optim::AdamW adamw({}, model.params(), backend, /*allocate_state=*/false);
   EXPECT_EQ(model.params().state_bytes(), 0u);
   EXPECT_THROW(adamw.grad_norm(), core::Error) << "stepping before shard() must not pass silently";
