@@ -15,7 +15,9 @@
 // multiple of 16, or BRISK_FEW_ROWS=portable) is the plain loop.
 // GCC 12 reports its own _mm512_undefined_ps() inside the shuffle and
 // reduce intrinsics as maybe-uninitialised once they are inlined here.
+#ifndef __clang__  // a GCC-only warning; clang would warn about the unknown group
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 
 #include <algorithm>
