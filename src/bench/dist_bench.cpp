@@ -57,16 +57,6 @@ using nlohmann::json;
 
 namespace {
 
-// A TOML string for --set (a path may hold spaces, quotes or backslashes).
-std::string toml_quoted(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += c;
-  }
-  return out + "\"";
-}
-
 // The mpirun to use: a path as given, or a bare name looked up on PATH.
 std::string find_mpirun(const std::string& given) {
   auto usable = [](const std::string& p) { return ::access(p.c_str(), X_OK) == 0 && !fs::is_directory(p); };
@@ -357,8 +347,8 @@ int run_dist_bench(const DistBenchOptions& options) {
       argv.insert(argv.end(), {exe, "train", "--config", o.config, "--no-progress", "--set",
                                "train.steps=" + std::to_string(o.steps), "--set",
                                "train.threads=" + std::to_string(s.threads_each), "--set",
-                               "checkpoint.dir=" + toml_quoted(dir.string()), "--set", "checkpoint.every=0", "--set",
-                               "train.eval_every=0", "--set", "data.dir=" + toml_quoted(data_dir)});
+                               "checkpoint.dir=" + train::toml_string(dir.string()), "--set", "checkpoint.every=0", "--set",
+                               "train.eval_every=0", "--set", "data.dir=" + train::toml_string(data_dir)});
       if (s.processes > 1) argv.insert(argv.end(), {"--set", "dist.zero=" + std::to_string(o.zero)});
       const std::string what = s.name + " (round " + std::to_string(r + 1) + ")";
       std::fprintf(stderr, "round %d/%d: %s ... ", r + 1, o.rounds, s.name.c_str());

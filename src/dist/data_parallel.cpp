@@ -50,6 +50,20 @@ FlatLayout FlatLayout::make(const std::vector<std::pair<std::string, int64_t>>& 
   return l;
 }
 
+FlatLayout FlatLayout::for_graph(const core::ParameterStore& params, const core::Graph& train_graph, double bucket_mb,
+                                 int world) {
+  std::vector<std::pair<std::string, int64_t>> order;
+  std::map<std::string, bool> placed;
+  for (const std::string& name : gradient_order(train_graph)) {
+    if (placed[name]) continue;
+    placed[name] = true;
+    order.emplace_back(name, params.at(name).value.numel());
+  }
+  for (const auto& [name, e] : params.entries())  // parameters without a gradient go last
+    if (!placed[name]) order.emplace_back(name, e.value.numel());
+  return make(order, std::max<int64_t>(kAlign, int64_t(bucket_mb * 1024 * 1024 / 4)), world);
+}
+
 std::vector<optim::AdamW::Piece> FlatLayout::shard_pieces(int rank, int world) const {
   std::vector<optim::AdamW::Piece> pieces;
   for (const Bucket& b : buckets) {
@@ -78,17 +92,7 @@ DataParallel::DataParallel(core::Communicator& comm, const DistConfig& config, c
     : comm_(comm), config_(config), params_(params), backend_(backend) {
   if (config_.zero != 0 && config_.zero != 1)
     throw core::ConfigError("dist.zero must be 0 or 1, got " + std::to_string(config_.zero));
-  std::vector<std::pair<std::string, int64_t>> order;
-  std::map<std::string, bool> placed;
-  for (const std::string& name : gradient_order(train_graph)) {
-    if (placed[name]) continue;
-    placed[name] = true;
-    order.emplace_back(name, params_.at(name).value.numel());
-  }
-  for (const auto& [name, e] : params_.entries())  // parameters without a gradient go last
-    if (!placed[name]) order.emplace_back(name, e.value.numel());
-  const int64_t bucket_floats = std::max<int64_t>(kAlign, int64_t(config_.bucket_mb * 1024 * 1024 / 4));
-  layout_ = FlatLayout::make(order, bucket_floats, world());
+  layout_ = FlatLayout::for_graph(params_, train_graph, config_.bucket_mb, world());
 
   flat_values_ = params_.make_zeros(core::Shape{layout_.total}, core::DType::f32);
   flat_grads_ = params_.make_zeros(core::Shape{layout_.total}, core::DType::f32);

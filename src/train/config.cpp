@@ -51,26 +51,6 @@ const std::map<std::string, std::vector<std::string>> kKnownKeys = {
     {"dist", {"bucket_mb", "zero", "timeout_s", "backend"}},
 };
 
-// `v` as a TOML basic string: quoted, with quotes, backslashes and control
-// characters escaped, so that any path a config holds (a quote in a directory
-// name, a Windows path) is written back as TOML that loads to the same value.
-std::string toml_string(const std::string& v) {
-  std::string out = "\"";
-  for (const char ch : v) {
-    const auto u = static_cast<unsigned char>(ch);
-    if (ch == '"' || ch == '\\') {
-      out += '\\';
-      out += ch;
-    } else if (u < 0x20 || u == 0x7f) {
-      char esc[8];
-      std::snprintf(esc, sizeof esc, "\\u%04X", u);
-      out += esc;
-    } else {
-      out += ch;
-    }
-  }
-  return out + "\"";
-}
 
 std::string join(const std::vector<std::string>& v) {
   std::string s;
@@ -418,6 +398,27 @@ TrainConfig config_from_table(toml::table root, const std::vector<std::string>& 
 }
 
 }  // namespace
+
+// `v` as a TOML basic string: quoted, with quotes, backslashes and control
+// characters escaped, so that any path a config holds (a quote in a directory
+// name, a Windows path) is written back as TOML that loads to the same value.
+std::string toml_string(const std::string& v) {
+  std::string out = "\"";
+  for (const char ch : v) {
+    const auto u = static_cast<unsigned char>(ch);
+    if (ch == '"' || ch == '\\') {
+      out += '\\';
+      out += ch;
+    } else if (u < 0x20 || u == 0x7f) {
+      char esc[8];
+      std::snprintf(esc, sizeof esc, "\\u%04X", u);
+      out += esc;
+    } else {
+      out += ch;
+    }
+  }
+  return out + "\"";
+}
 
 std::string to_toml(const TrainConfig& c) {
   std::ostringstream s;

@@ -77,9 +77,7 @@ struct Row {
 // `ranks` ranks: the trainer's flat layout, cut the trainer's way.
 size_t zero1_state_bytes(const core::ParameterStore& params, const core::Graph& train_graph, double bucket_mb,
                          int ranks) {
-  std::vector<std::pair<std::string, int64_t>> order;
-  for (const std::string& name : dist::gradient_order(train_graph)) order.emplace_back(name, params.at(name).value.numel());
-  const dist::FlatLayout layout = dist::FlatLayout::make(order, int64_t(bucket_mb * 1024 * 1024 / 4), ranks);
+  const dist::FlatLayout layout = dist::FlatLayout::for_graph(params, train_graph, bucket_mb, ranks);
   int64_t most = 0;
   for (int r = 0; r < ranks; ++r) {
     int64_t n = 0;

@@ -47,6 +47,10 @@ struct FlatLayout {
   int64_t total = 0;
   // `order`: parameter names, first-finished gradient first, with sizes.
   static FlatLayout make(const std::vector<std::pair<std::string, int64_t>>& order, int64_t bucket_floats, int world);
+  // The layout the trainer uses for `params` and the train graph's gradient
+  // order (parameters without a gradient last), buckets of bucket_mb MiB.
+  static FlatLayout for_graph(const core::ParameterStore& params, const core::Graph& train_graph, double bucket_mb,
+                              int world);
   // The pieces of the parameters inside chunk `rank` of every bucket.
   std::vector<optim::AdamW::Piece> shard_pieces(int rank, int world) const;
 };

@@ -94,5 +94,7 @@ TrainConfig parse_train_config(std::string_view text, const std::string& name,
                                const std::vector<std::string>& overrides = {});
 // The resolved configuration as TOML (written next to checkpoints).
 std::string to_toml(const TrainConfig& c);
+// `v` as a TOML basic string, quoted and escaped (also for --set values).
+std::string toml_string(const std::string& v);
 
 }  // namespace brisk::train
