@@ -1,11 +1,15 @@
 // Host-side index geometry that an op's reference kernel and every backend's
 // kernels agree on: the (outer, n, inner) view of a tensor around a reduce
-// axis, and a permutation reduced to the fewest strided output axes. One
-// definition, so the CPU, CUDA and reference kernels cannot drift apart.
+// axis, a permutation reduced to the fewest strided output axes, and the
+// valid prefix of each sequence of a right-padded batch. One definition, so
+// the CPU, CUDA and reference kernels cannot drift apart.
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <string_view>
 
+#include "brisk/core/error.h"
 #include "brisk/core/shape.h"
 #include "brisk/ops/params.h"
 
@@ -62,6 +66,19 @@ inline PermPlan plan_permute(const core::Shape& xs, const core::Shape& dims) {
     last_axis = a;
   }
   return p;
+}
+
+// Right-padded batches (masked_attention, masked_mean): row b of a (B, T, ...)
+// tensor is real at positions [0, lengths[b]) and padding after. A length
+// outside [1, T] would read past the sequence or average over nothing, and it
+// comes from user data (a batcher), so every kernel checks all of them on the
+// host before it starts and throws ShapeError naming the op, the row and the value.
+inline void check_lengths(std::string_view op, const int32_t* lengths, int64_t B, int64_t T) {
+  for (int64_t b = 0; b < B; ++b)
+    if (lengths[b] < 1 || lengths[b] > T)
+      throw core::ShapeError(std::string(op) + ": lengths[" + std::to_string(b) + "] = " + std::to_string(lengths[b]) +
+                             " is outside [1, T = " + std::to_string(T) + "]: batch row " + std::to_string(b) +
+                             " needs at least one real position and at most T");
 }
 
 }  // namespace brisk::ops

@@ -42,6 +42,15 @@ ValueId attention(Graph& g, ValueId qkv, int n_head);
 // softmax, saves only the rows' log-sum-exp (B, n_head, T) for the backward.
 ValueId flash_attention(Graph& g, ValueId qkv, int n_head);
 
+// ---- encoder over right-padded batches (masked_attention.cpp, masked_flash_attention.cpp, masked_mean.cpp)
+// lengths (B) i32: sequence b is real at positions [0, lengths[b]) and padded
+// after; every length must lie in [1, T] (kernels throw ShapeError otherwise).
+// qkv (B, T, 3C), lengths (B) i32 -> (B, T, C); bidirectional, keys >= lengths[b] masked.
+ValueId masked_attention(Graph& g, ValueId qkv, ValueId lengths, int n_head);
+ValueId masked_flash_attention(Graph& g, ValueId qkv, ValueId lengths, int n_head);
+// x (B, T, C), lengths (B) i32 -> (B, C): mean over the first lengths[b] positions.
+ValueId masked_mean(Graph& g, ValueId x, ValueId lengths);
+
 // ---- embedding, loss ---------------------------------------------------------
 ValueId embedding(Graph& g, ValueId ids, ValueId table);  // ids (...) i32, table (V, C) -> (..., C)
 // logits (N, V), targets (N) i32 -> scalar mean loss over targets != ignore_index

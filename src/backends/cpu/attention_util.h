@@ -1,9 +1,11 @@
-// Pieces shared by the CPU attention kernels (plain and flash): the problem
-// dims of packed qkv (B, T, 3C), and moving one head's strided bf16 rows in
-// and out of dense f32 buffers (bf16 is storage only; the math runs in f32).
+// Pieces shared by the CPU attention kernels (plain and flash, causal and
+// masked): the problem dims of packed qkv (B, T, 3C), the flash kernels'
+// per-thread scratch, and moving one head's strided bf16 rows in and out of
+// dense f32 buffers (bf16 is storage only; the math runs in f32).
 #pragma once
 
 #include <cmath>
+#include <vector>
 
 #include "brisk/core/op.h"
 #include "cpu_util.h"
@@ -21,6 +23,27 @@ inline AttentionDims attention_dims(const core::KernelCall& c, const core::Shape
   const float scale = p.scale != 0.f ? p.scale : float(1.0 / std::sqrt(double(hd)));
   return {qkv[0], qkv[1], C, p.n_head, hd, scale};
 }
+
+// Per-thread scratch: a slice of the planned workspace when it is big enough
+// for this many threads, otherwise a thread_local buffer that keeps its
+// capacity (run_op without a workspace, or more threads than planned).
+class Scratch {
+ public:
+  Scratch(const core::KernelCall& c, size_t per_thread) : per_thread_(per_thread) {
+    const size_t threads = size_t(omp_get_max_threads());
+    if (c.workspace && c.workspace_bytes >= threads * per_thread * sizeof(float)) base_ = static_cast<float*>(c.workspace);
+  }
+  float* get() const {
+    if (base_) return base_ + size_t(omp_get_thread_num()) * per_thread_;
+    thread_local std::vector<float> buf;
+    if (buf.size() < per_thread_) buf.resize(per_thread_);
+    return buf.data();
+  }
+
+ private:
+  size_t per_thread_;
+  float* base_ = nullptr;
+};
 
 // Copies `rows` rows of hd bf16 values `ld` apart into a dense f32 (rows, hd).
 inline void widen_head(const uint16_t* src, int64_t ld, float* dst, int64_t rows, int64_t hd) {

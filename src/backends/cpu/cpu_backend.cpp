@@ -45,6 +45,9 @@ CpuBackend::CpuBackend(int num_threads)
   register_add_layernorm_kernels(r);
   register_quant_linear_kernels(r);
   register_kv_attention_kernels(r);
+  register_masked_attention_kernels(r);
+  register_masked_flash_attention_kernels(r);
+  register_masked_mean_kernels(r);
 }
 
 void CpuBackend::copy_to_device(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }

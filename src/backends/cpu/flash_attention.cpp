@@ -51,27 +51,6 @@ static_assert(kTileK % kTileQ == 0);
 
 using Dims = AttentionDims;
 
-// Per-thread scratch: a slice of the planned workspace when it is big enough
-// for this many threads, otherwise a thread_local buffer that keeps its
-// capacity (run_op without a workspace, or more threads than planned).
-class Scratch {
- public:
-  Scratch(const KernelCall& c, size_t per_thread) : per_thread_(per_thread) {
-    const size_t threads = size_t(omp_get_max_threads());
-    if (c.workspace && c.workspace_bytes >= threads * per_thread * sizeof(float)) base_ = static_cast<float*>(c.workspace);
-  }
-  float* get() const {
-    if (base_) return base_ + size_t(omp_get_thread_num()) * per_thread_;
-    thread_local std::vector<float> buf;
-    if (buf.size() < per_thread_) buf.resize(per_thread_);
-    return buf.data();
-  }
-
- private:
-  size_t per_thread_;
-  float* base_ = nullptr;
-};
-
 size_t tile_floats() { return size_t(2 * kTileQ * kTileK + 4 * kTileQ); }
 
 // Valid keys of query row t in the key tile starting at j0, out of `width`.

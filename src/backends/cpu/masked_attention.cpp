@@ -1,0 +1,169 @@
+// CPU kernels for bidirectional attention over a right-padded batch
+// (masked_attention and its backward) on packed qkv, f32.
+//
+// Threads split the (batch, head) pairs as in attention.cpp: each pair owns
+// its columns of y / dqkv and its (T, T) block of probs, so nothing is reduced
+// across threads and dK, dV accumulate straight into the output. Sequence b
+// has L = lengths[b] valid keys, and every product's key dimension stops at
+// L: padding costs nothing on the key side. Padded query rows are still
+// computed (they attend over the valid keys, the op's contract). Query rows
+// go in blocks of kBlock, so a block's scores stay in cache between the
+// softmax and the P V product.
+//
+// Products are direct cblas_sgemm calls on the calling thread (OpenBLAS's
+// OpenMP build runs single-threaded inside our parallel region), not gemm.h:
+// their key dimension is each sequence's length, and gemm.h's oneDNN path
+// would create and keep a primitive for every length it meets.
+//
+// The backward reads probs only at keys < L: the products take P with its
+// row stride T and just its first L columns, so the masked entries (zero
+// from the forward, but undefined by the op's contract) never enter a result.
+#include <cblas.h>
+
+#include <cmath>
+#include <vector>
+
+#include "brisk/core/op.h"
+#include "brisk/ops/layout.h"
+#include "attention_util.h"
+#include "cpu_util.h"
+#include "kernels.h"
+#include "vec_math.h"
+
+namespace brisk::cpu {
+namespace {
+
+using core::KernelCall;
+using Dims = AttentionDims;
+
+// Query rows per block (as attention.cpp): large enough for efficient sgemms,
+// small enough that a block of scores (kBlock x T) stays in L2.
+constexpr int64_t kBlock = 64;
+
+// Per-thread scratch that keeps its capacity between calls, so the steady
+// state allocates nothing.
+float* scratch(size_t n) {
+  thread_local std::vector<float> buf;
+  if (buf.size() < n) buf.resize(n);
+  return buf.data();
+}
+
+inline void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+                  const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, blasint(m), blasint(n),
+              blasint(k), alpha, a, blasint(lda), b, blasint(ldb), beta, c, blasint(ldc));
+}
+
+// Row [0, n) of scores in place -> softmax, then zeros in [n, len).
+void softmax_row(float* row, int64_t n, int64_t len) {
+  float mx = row[0];
+#pragma omp simd reduction(max : mx)
+  for (int64_t j = 1; j < n; ++j) mx = std::max(mx, row[j]);
+  float sum = 0.f;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t j = 0; j < n; ++j) {
+    row[j] = fast_exp(row[j] - mx);
+    sum += row[j];
+  }
+  const float inv = 1.f / sum;
+#pragma omp simd
+  for (int64_t j = 0; j < n; ++j) row[j] *= inv;
+  std::fill(row + n, row + len, 0.f);
+}
+
+// One head. q, k, v: T rows of hd floats `ld` apart; y: T rows `ldy` apart;
+// P: the head's (T, T) probabilities; L valid keys.
+void forward_head(const float* q, const float* k, const float* v, int64_t ld, float* y, int64_t ldy, float* P,
+                  int64_t T, int64_t L, int64_t hd, float scale) {
+  for (int64_t i0 = 0; i0 < T; i0 += kBlock) {
+    const int64_t bs = std::min(kBlock, T - i0);
+    float* Pb = P + i0 * T;
+    // S = scale * Q[i0:i0+bs] K[0:L]^T, straight into the probs rows
+    sgemm(false, true, bs, L, hd, scale, q + i0 * ld, ld, k, ld, 0.f, Pb, T);
+    for (int64_t r = 0; r < bs; ++r) softmax_row(Pb + r * T, L, T);
+    // Y[i0:i0+bs] = P[:, 0:L] V[0:L]
+    sgemm(false, false, bs, hd, L, 1.f, Pb, T, v, ld, 0.f, y + i0 * ldy, ldy);
+  }
+}
+
+// One head of the backward. Inputs as in forward_head plus dy (rows `lddy`
+// apart); dq, dk, dv rows `ldd` apart. dS: kBlock * L floats.
+void backward_head(const float* q, const float* k, const float* v, int64_t ld, const float* dy, int64_t lddy,
+                   const float* P, float* dq, float* dk, float* dv, int64_t ldd, int64_t T, int64_t L, int64_t hd,
+                   float scale, float* dS) {
+  // Padded keys get no gradient; rows [0, L) are accumulated block by block.
+  for (int64_t t = 0; t < T; ++t) {
+    std::fill(dk + t * ldd, dk + t * ldd + hd, 0.f);
+    std::fill(dv + t * ldd, dv + t * ldd + hd, 0.f);
+  }
+  for (int64_t i0 = 0; i0 < T; i0 += kBlock) {
+    const int64_t bs = std::min(kBlock, T - i0);
+    const float* Pb = P + i0 * T;
+    const float* dyb = dy + i0 * lddy;
+    // dP = dY[i0:i0+bs] V[0:L]^T
+    sgemm(false, true, bs, L, hd, 1.f, dyb, lddy, v, ld, 0.f, dS, L);
+    // dV[0:L] += P[:, 0:L]^T dY[i0:i0+bs]
+    sgemm(true, false, L, hd, bs, 1.f, Pb, T, dyb, lddy, 1.f, dv, ldd);
+    // dS = scale * P * (dP - rowsum(P * dP))
+    for (int64_t r = 0; r < bs; ++r) {
+      float* ds = dS + r * L;
+      const float* pr = Pb + r * T;
+      float pdp = 0.f;
+#pragma omp simd reduction(+ : pdp)
+      for (int64_t j = 0; j < L; ++j) pdp += pr[j] * ds[j];
+#pragma omp simd
+      for (int64_t j = 0; j < L; ++j) ds[j] = scale * pr[j] * (ds[j] - pdp);
+    }
+    // dQ[i0:i0+bs] = dS K[0:L]
+    sgemm(false, false, bs, hd, L, 1.f, dS, L, k, ld, 0.f, dq + i0 * ldd, ldd);
+    // dK[0:L] += dS^T Q[i0:i0+bs]
+    sgemm(true, false, L, hd, bs, 1.f, dS, L, q + i0 * ld, ld, 1.f, dk, ldd);
+  }
+}
+
+void masked_attention_f32(const KernelCall& c) {
+  const Dims d = attention_dims(c, c.in(0).shape());
+  const int32_t* lengths = c.in(1).as<const int32_t>();
+  ops::check_lengths("masked_attention", lengths, d.B, d.T);  // before the parallel region: it throws
+  const float* qkv = c.in(0).as<float>();
+  float* y = c.out(0).as<float>();
+  float* probs = c.out(1).as<float>();
+  parallel_for(d.B * d.nh, 1, [&](int64_t lo, int64_t hi) {
+    for (int64_t bh = lo; bh < hi; ++bh) {
+      const int64_t b = bh / d.nh, h = bh % d.nh;
+      const float* q = qkv + b * d.T * 3 * d.C + h * d.hd;
+      forward_head(q, q + d.C, q + 2 * d.C, 3 * d.C, y + b * d.T * d.C + h * d.hd, d.C, probs + bh * d.T * d.T, d.T,
+                   lengths[b], d.hd, d.scale);
+    }
+  });
+}
+
+void masked_attention_backward_f32(const KernelCall& c) {
+  const Dims d = attention_dims(c, c.in(1).shape());
+  const int32_t* lengths = c.in(3).as<const int32_t>();
+  ops::check_lengths("masked_attention_backward", lengths, d.B, d.T);
+  const float* dy = c.in(0).as<float>();
+  const float* qkv = c.in(1).as<float>();
+  const float* probs = c.in(2).as<float>();
+  float* dqkv = c.out(0).as<float>();
+  parallel_for(d.B * d.nh, 1, [&](int64_t lo, int64_t hi) {
+    float* dS = scratch(size_t(kBlock * d.T));
+    for (int64_t bh = lo; bh < hi; ++bh) {
+      const int64_t b = bh / d.nh, h = bh % d.nh;
+      const int64_t off = b * d.T * 3 * d.C + h * d.hd;
+      const float* q = qkv + off;
+      float* dq = dqkv + off;
+      backward_head(q, q + d.C, q + 2 * d.C, 3 * d.C, dy + b * d.T * d.C + h * d.hd, d.C, probs + bh * d.T * d.T, dq,
+                    dq + d.C, dq + 2 * d.C, 3 * d.C, d.T, lengths[b], d.hd, d.scale, dS);
+    }
+  });
+}
+
+}  // namespace
+
+void register_masked_attention_kernels(core::KernelRegistry& r) {
+  r.add(core::OpKind::masked_attention, core::DType::f32, masked_attention_f32);
+  r.add(core::OpKind::masked_attention_backward, core::DType::f32, masked_attention_backward_f32);
+}
+
+}  // namespace brisk::cpu
