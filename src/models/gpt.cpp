@@ -14,6 +14,7 @@
 #include "brisk/core/error.h"
 #include "brisk/core/passes.h"
 #include "brisk/core/recompute.h"
+#include "brisk/models/init.h"
 #include "brisk/ops/ops.h"
 
 namespace brisk::models {
@@ -395,24 +396,6 @@ const float* Gpt::logits(const int32_t* x, int64_t B, int64_t T) {
   return host_logits_.data();
 }
 
-void Gpt::init_weights(uint64_t seed) {
-  const float residual_std = 0.02f / std::sqrt(2.0f * float(config_.n_layer));
-  uint64_t k = 0;
-  for (auto& [name, e] : params_.entries()) {
-    ++k;  // entries are ordered by name: the same seed gives the same weights
-    const bool is_bias = name.size() >= 5 && name.compare(name.size() - 5, 5, ".bias") == 0;
-    const bool is_ln = name.find(".ln_") != std::string::npos || name.rfind("ln_f", 0) == 0;
-    const bool is_residual = name.find("c_proj.weight") != std::string::npos;
-    core::Tensor init;
-    if (is_bias || is_ln) {
-      init = core::Tensor::empty(e.value.shape(), e.value.dtype());
-      init.fill(is_bias ? 0.0 : 1.0);
-    } else {
-      init = core::Tensor::randn(e.value.shape(), e.value.dtype(), seed * 1000003ull + k, 0.f,
-                                 is_residual ? residual_std : 0.02f);
-    }
-    params_.upload(e.value, init);
-  }
-}
+void Gpt::init_weights(uint64_t seed) { init_transformer_weights(params_, seed, config_.n_layer); }
 
 }  // namespace brisk::models

@@ -1,0 +1,88 @@
+// A bidirectional transformer encoder with a classification head, for
+// labelled variable-length records (e-mails: ham/spam). Pre-LN blocks like the
+// GPT's (same parameter names under "h.<l>."), but attention sees the whole
+// sequence, masked only at padding: batches are right-padded to their longest
+// member and `lengths` says where each row's real tokens end. The final
+// LayerNorm's output is averaged over the real positions (masked mean
+// pooling) and a Linear maps that to class logits.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "brisk/core/backend.h"
+#include "brisk/core/executor.h"
+#include "brisk/core/graph_cache.h"
+#include "brisk/core/param_store.h"
+
+namespace brisk::models {
+
+struct EncoderConfig {
+  int64_t vocab_size = 50257;  // token embedding rows (the store's vocabulary)
+  int64_t n_layer = 2;
+  int64_t n_embd = 128;
+  int64_t n_head = 4;
+  int64_t max_len = 256;   // longest sequence (rows of the position embedding)
+  int64_t n_classes = 2;
+  // Attention kernel, not part of the weights: "plain" keeps the
+  // (B, n_head, T, T) probabilities for the backward; "flash" keeps only each
+  // row's log-sum-exp and recomputes the scores.
+  std::string attention = "plain";
+
+  // "E1" (the spam encoder of docs/workloads.md); throws ConfigError listing the presets.
+  static EncoderConfig preset(const std::string& name);
+  // Throws ConfigError naming the field if the shape is impossible.
+  void validate() const;
+  int64_t num_params() const;
+  // Training FLOPs per real token at sequence length `seq`: 6N (without the
+  // embedding tables, which are gathers) + 12 L T C for the attention products.
+  double flops_per_token(int64_t seq) const;
+  bool same_shape(const EncoderConfig& o) const;  // every field but `attention`
+};
+
+// One compiled step for one (batch, seq) shape.
+struct EncoderProgram {
+  core::Graph graph;
+  core::ValueId ids = core::kNoValue, lengths = core::kNoValue, pos = core::kNoValue, labels = core::kNoValue;
+  core::ValueId logits = core::kNoValue, loss = core::kNoValue, loss_scale = core::kNoValue;
+  float last_loss_scale = -1.f;
+  std::unique_ptr<core::Executor> executor;
+  int64_t batch = 0, seq = 0;
+};
+
+class Encoder {
+ public:
+  Encoder(const EncoderConfig& config, core::Backend& backend);
+
+  const EncoderConfig& config() const { return config_; }
+  core::ParameterStore& params() { return params_; }
+  const core::ParameterStore& params() const { return params_; }
+
+  // normal(0, 0.02), residual projections scaled by 1/sqrt(2 n_layer),
+  // LayerNorm weights 1, biases 0: the GPT's recipe, seeded the same way.
+  void init_weights(uint64_t seed);
+
+  // ids: batch*seq token ids, right-padded; lengths: batch values in
+  // [1, seq]; labels: batch class ids. Ids and labels out of range throw.
+  // Forward + backward; gradients are *added* to the parameter grads,
+  // scaled by loss_scale. Returns the mean loss over the batch.
+  double train_micro_step(const int32_t* ids, const int32_t* lengths, const int32_t* labels, int64_t batch,
+                          int64_t seq, double loss_scale = 1.0);
+  // Forward only: (batch, n_classes) logits in f32, valid until the next call.
+  const float* logits(const int32_t* ids, const int32_t* lengths, int64_t batch, int64_t seq);
+
+  EncoderProgram& program(bool train, int64_t batch, int64_t seq);
+  size_t cached_programs() const { return train_cache_.size() + logits_cache_.size(); }
+
+ private:
+  std::unique_ptr<EncoderProgram> build(bool train, int64_t batch, int64_t seq);
+  void feed(EncoderProgram& p, const int32_t* ids, const int32_t* lengths, const int32_t* labels);
+
+  EncoderConfig config_;
+  core::Backend& backend_;
+  core::ParameterStore params_;
+  core::ShapeCache<EncoderProgram> train_cache_, logits_cache_;
+  std::vector<float> host_logits_;
+};
+
+}  // namespace brisk::models

@@ -1,0 +1,211 @@
+// The encoder classifier, read top to bottom: token + position embeddings,
+// n_layer pre-LN blocks whose attention is bidirectional and masked at the
+// padding, a final LayerNorm, masked mean pooling and a Linear head.
+//
+// Why these choices:
+// - Mean pooling over the real positions rather than a [CLS] token: the
+//   stores hold raw tokenizer output with no special tokens, and a mean gives
+//   every position a direct gradient path, which trains faster at this size.
+// - Padding never reaches a real position: attention masks padded keys and
+//   every other op works per position, so a batch padded to 40 or to 200
+//   gives its real rows the same numbers (tests/models/encoder_test.cpp).
+// - One graph per (batch, seq) shape, cached; the trainer rounds seq up to a
+//   multiple of 32 so a run builds a handful of programs, not one per length.
+#include "brisk/models/encoder.h"
+
+#include <cmath>
+#include <string>
+
+#include "brisk/core/autograd.h"
+#include "brisk/core/error.h"
+#include "brisk/models/init.h"
+#include "brisk/ops/ops.h"
+
+namespace brisk::models {
+
+using core::ConfigError;
+using core::DType;
+using core::Graph;
+using core::Shape;
+using core::ValueId;
+
+// ---- configuration ----------------------------------------------------------------
+
+EncoderConfig EncoderConfig::preset(const std::string& name) {
+  if (name == "E1" || name == "spam-encoder") {
+    EncoderConfig c;
+    c.vocab_size = 50257, c.n_layer = 2, c.n_embd = 128, c.n_head = 4, c.max_len = 256, c.n_classes = 2;
+    return c;
+  }
+  throw ConfigError("unknown encoder preset '" + name + "' (allowed: E1 / spam-encoder)");
+}
+
+void EncoderConfig::validate() const {
+  auto in_range = [](int64_t v, int64_t limit, const char* key) {
+    if (v <= 0 || v > limit)
+      throw ConfigError(std::string("model.") + key + " must be in [1, " + std::to_string(limit) + "], got " +
+                        std::to_string(v));
+  };
+  constexpr int64_t kMaxDim = int64_t(1) << 20;  // far above any real encoder; keeps sizes clear of overflow
+  in_range(vocab_size, int64_t(1) << 31, "vocab_size");
+  in_range(n_layer, 1024, "n_layer");
+  in_range(n_embd, kMaxDim, "n_embd");
+  in_range(n_head, kMaxDim, "n_head");
+  in_range(max_len, kMaxDim, "max_len");
+  in_range(n_classes, kMaxDim, "n_classes");
+  if (n_classes < 2) throw ConfigError("model.n_classes must be at least 2, got " + std::to_string(n_classes));
+  if (n_embd % n_head != 0)
+    throw ConfigError("model.n_embd (" + std::to_string(n_embd) + ") must be divisible by model.n_head (" +
+                      std::to_string(n_head) + ")");
+  if (double(vocab_size + max_len) * double(n_embd) > double(int64_t(1) << 40))
+    throw ConfigError("model: the embedding tables (vocab " + std::to_string(vocab_size) + " + max_len " +
+                      std::to_string(max_len) + ") x n_embd " + std::to_string(n_embd) + " are too large");
+  if (attention != "flash" && attention != "plain")
+    throw ConfigError("model.attention: unknown value '" + attention + "' (allowed: flash, plain)");
+}
+
+bool EncoderConfig::same_shape(const EncoderConfig& o) const {
+  return vocab_size == o.vocab_size && n_layer == o.n_layer && n_embd == o.n_embd && n_head == o.n_head &&
+         max_len == o.max_len && n_classes == o.n_classes;
+}
+
+int64_t EncoderConfig::num_params() const {
+  const int64_t C = n_embd;
+  const int64_t per_layer = 2 * C + (3 * C * C + 3 * C) + (C * C + C) + 2 * C + (4 * C * C + 4 * C) + (4 * C * C + C);
+  return vocab_size * C + max_len * C + n_layer * per_layer + 2 * C + n_classes * C + n_classes;
+}
+
+double EncoderConfig::flops_per_token(int64_t seq) const {
+  const double dense = double(num_params() - (vocab_size + max_len) * n_embd);
+  return 6.0 * dense + 12.0 * double(n_layer) * double(seq) * double(n_embd);
+}
+
+// ---- the model --------------------------------------------------------------------
+
+Encoder::Encoder(const EncoderConfig& config, core::Backend& backend) : config_(config), backend_(backend) {
+  config_.validate();
+  params_.set_backend(&backend);
+  auto probe = build(false, 1, 1);  // so the store knows every parameter
+  params_.adopt(probe->graph);
+}
+
+namespace {
+
+// One pre-LN block; attention sees every real position of its row.   x: (B, T, C)
+ValueId block(Graph& g, ValueId x, ValueId lengths, const std::string& p, int64_t C, int n_head, bool flash) {
+  auto param = [&](const std::string& name, Shape s) { return g.param(p + name, s); };
+  // --- attention: x + proj(attn(ln_1(x)))
+  auto ln1 = ops::layernorm(g, x, param("ln_1.weight", {C}), param("ln_1.bias", {C}));
+  ValueId qkv = ops::linear(g, ln1.y, param("attn.c_attn.weight", {3 * C, C}), param("attn.c_attn.bias", {3 * C}));
+  ValueId att = flash ? ops::masked_flash_attention(g, qkv, lengths, n_head)
+                      : ops::masked_attention(g, qkv, lengths, n_head);  // (B, T, C)
+  att = ops::linear(g, att, param("attn.c_proj.weight", {C, C}), param("attn.c_proj.bias", {C}));
+  x = ops::add(g, x, att);
+  // --- MLP: x + proj(gelu(fc(ln_2(x))))
+  auto ln2 = ops::layernorm(g, x, param("ln_2.weight", {C}), param("ln_2.bias", {C}));
+  ValueId h = ops::linear(g, ln2.y, param("mlp.c_fc.weight", {4 * C, C}), param("mlp.c_fc.bias", {4 * C}));
+  h = ops::gelu(g, h);  // (B, T, 4C)
+  h = ops::linear(g, h, param("mlp.c_proj.weight", {C, 4 * C}), param("mlp.c_proj.bias", {C}));
+  return ops::add(g, x, h);
+}
+
+void check_range(const int32_t* v, int64_t n, int64_t lo, int64_t hi, const std::string& what) {
+  for (int64_t i = 0; i < n; ++i)
+    if (v[i] < lo || v[i] >= hi)
+      throw core::ShapeError(what + " " + std::to_string(v[i]) + " at position " + std::to_string(i) +
+                             " is out of range [" + std::to_string(lo) + ", " + std::to_string(hi) + ")");
+}
+
+}  // namespace
+
+std::unique_ptr<EncoderProgram> Encoder::build(bool train, int64_t B, int64_t T) {
+  if (T > config_.max_len)
+    throw ConfigError("sequence length " + std::to_string(T) + " exceeds model.max_len " +
+                      std::to_string(config_.max_len));
+  const int64_t C = config_.n_embd, K = config_.n_classes;
+  auto p = std::make_unique<EncoderProgram>();
+  p->batch = B;
+  p->seq = T;
+  Graph& g = p->graph;
+
+  // --- inputs
+  p->ids = g.input("ids", {B, T}, DType::i32);
+  p->lengths = g.input("lengths", {B}, DType::i32);
+  p->pos = g.input("pos", {T}, DType::i32);
+
+  // --- token + position embeddings                                  (B, T, C)
+  ValueId x = ops::add(g, ops::embedding(g, p->ids, g.param("wte.weight", {config_.vocab_size, C})),
+                       ops::embedding(g, p->pos, g.param("wpe.weight", {config_.max_len, C})));
+
+  // --- the blocks
+  for (int64_t l = 0; l < config_.n_layer; ++l)
+    x = block(g, x, p->lengths, "h." + std::to_string(l) + ".", C, int(config_.n_head), config_.attention == "flash");
+
+  // --- final LayerNorm, mean over the real positions, class logits   (B, K)
+  auto lnf = ops::layernorm(g, x, g.param("ln_f.weight", {C}), g.param("ln_f.bias", {C}));
+  ValueId pooled = ops::masked_mean(g, lnf.y, p->lengths);  // (B, C)
+  p->logits = ops::linear(g, pooled, g.param("head.weight", {K, C}), g.param("head.bias", {K}));
+  g.mark_output(p->logits);
+
+  if (train) {
+    // --- loss: mean cross-entropy over the rows
+    p->labels = g.input("labels", {B}, DType::i32);
+    p->loss = ops::cross_entropy(g, p->logits, p->labels);
+    g.mark_output(p->loss);
+    p->loss_scale = g.input("loss_scale", Shape{}, DType::f32);
+    core::backward(g, p->loss, {.seed = p->loss_scale});
+  }
+  return p;
+}
+
+EncoderProgram& Encoder::program(bool train, int64_t B, int64_t T) {
+  auto& cache = train ? train_cache_ : logits_cache_;
+  return cache.get(core::ShapeCache<EncoderProgram>::key_of({Shape{B, T}}), [&] {
+    auto p = build(train, B, T);
+    params_.adopt(p->graph);
+    p->executor = std::make_unique<core::Executor>(p->graph, backend_);
+    p->executor->bind(params_);
+    std::vector<int32_t> pos(static_cast<size_t>(T));
+    for (int64_t t = 0; t < T; ++t) pos[size_t(t)] = int32_t(t);
+    p->executor->write(p->pos, pos.data(), pos.size() * 4);
+    return p;
+  });
+}
+
+void Encoder::feed(EncoderProgram& p, const int32_t* ids, const int32_t* lengths, const int32_t* labels) {
+  // Checked on the host for every backend: a device kernel cannot report a
+  // bad id, and a length outside [1, T] would read past the row.
+  check_range(ids, p.batch * p.seq, 0, config_.vocab_size, "token id");
+  check_range(lengths, p.batch, 1, p.seq + 1, "sequence length");
+  if (labels) check_range(labels, p.batch, 0, config_.n_classes, "label");
+  p.executor->write(p.ids, ids, size_t(p.batch * p.seq) * 4);
+  p.executor->write(p.lengths, lengths, size_t(p.batch) * 4);
+  if (labels && p.labels != core::kNoValue) p.executor->write(p.labels, labels, size_t(p.batch) * 4);
+}
+
+double Encoder::train_micro_step(const int32_t* ids, const int32_t* lengths, const int32_t* labels, int64_t B,
+                                 int64_t T, double loss_scale) {
+  EncoderProgram& p = program(true, B, T);
+  feed(p, ids, lengths, labels);
+  const float seed = float(loss_scale);
+  if (seed != p.last_loss_scale) {
+    p.executor->write(p.loss_scale, &seed, 4);
+    p.last_loss_scale = seed;
+  }
+  p.executor->run();
+  return p.executor->read_scalar(p.loss);
+}
+
+const float* Encoder::logits(const int32_t* ids, const int32_t* lengths, int64_t B, int64_t T) {
+  EncoderProgram& p = program(false, B, T);
+  feed(p, ids, lengths, nullptr);
+  p.executor->run();
+  if (backend_.device().is_host()) return static_cast<const float*>(p.executor->data(p.logits));
+  host_logits_.resize(size_t(B * config_.n_classes));
+  p.executor->read(p.logits, host_logits_.data(), host_logits_.size() * sizeof(float));
+  return host_logits_.data();
+}
+
+void Encoder::init_weights(uint64_t seed) { init_transformer_weights(params_, seed, config_.n_layer); }
+
+}  // namespace brisk::models
