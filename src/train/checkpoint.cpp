@@ -157,6 +157,35 @@ void check_no_extra(const std::string& path, const std::map<std::string, core::T
                     "): a checkpoint of another model?");
 }
 
+// What a checkpoint holds: state.json's "kind" ("gpt" when absent: GPT
+// checkpoints predate the field).
+constexpr const char* kGptKind = "gpt";
+constexpr const char* kEncoderKind = "encoder-classifier";
+
+void check_kind(const StateFields& f, const Json& st, const std::string& want) {
+  const std::string kind = st.contains("kind") ? f.string(st, "kind", "kind") : kGptKind;
+  if (kind == want) return;
+  auto what = [](const std::string& k) {
+    return k == kGptKind ? std::string("a GPT language model (for brisk generate, eval, serve)")
+                         : k == kEncoderKind ? std::string("an encoder classifier (for brisk classify)")
+                                             : "of unknown kind '" + k + "'";
+  };
+  throw IoError(f.path + ": this checkpoint is " + what(kind) + ", but " + what(want) + " is needed here");
+}
+
+void load_weights(const std::string& ckpt_dir, core::ParameterStore& store) {
+  const std::string wpath = (fs::path(ckpt_dir) / "model.safetensors").string();
+  auto file = core::load_safetensors(wpath);
+  std::set<std::string> names;
+  for (auto& [pname, e] : store.entries()) {
+    auto it = file.tensors.find(pname);
+    if (it == file.tensors.end()) throw IoError(wpath + ": missing tensor '" + pname + "'");
+    store.upload(e.value, stored_param(wpath, pname, it->second, e.value.meta()));
+    names.insert(pname);
+  }
+  check_no_extra(wpath, file.tensors, names);
+}
+
 }  // namespace
 
 namespace {
@@ -183,10 +212,15 @@ void replace_directory(const fs::path& tmp_dir, const fs::path& final_dir) {
 }
 }  // namespace
 
-std::string save_checkpoint(const std::string& out_dir, const models::Gpt& model, const optim::AdamW* optimizer,
-                            const TrainState& state, int keep) {
+namespace {
+// A checkpoint directory for step `step`: the store's weights (HF layout),
+// the optimizer's moments when given, and `state` as state.json; built in a
+// temporary directory and renamed into place, then all but the newest `keep`
+// are removed.
+std::string write_checkpoint(const std::string& out_dir, int64_t step, const core::ParameterStore& store,
+                             const optim::AdamW* optimizer, const nlohmann::json& state, int keep) {
   char name[32];
-  std::snprintf(name, sizeof name, "step_%07lld", (long long)state.step);
+  std::snprintf(name, sizeof name, "step_%07lld", (long long)step);
   const fs::path final_dir = fs::path(out_dir) / name;
   const fs::path tmp_dir = fs::path(out_dir) / (std::string(".tmp_") + name);
   fs::create_directories(out_dir);
@@ -198,7 +232,6 @@ std::string save_checkpoint(const std::string& out_dir, const models::Gpt& model
   std::vector<core::Tensor> keep_alive;
   // (Host copies first where the store lives on a device: download() is the
   // tensor itself on the host.)
-  const core::ParameterStore& store = model.params();
   keep_alive.reserve(3 * store.entries().size());  // views below point into it
   for (const auto& [pname, e] : store.entries()) {
     const core::Tensor value = store.download(e.value);
@@ -213,7 +246,18 @@ std::string save_checkpoint(const std::string& out_dir, const models::Gpt& model
   }
   core::save_safetensors((tmp_dir / "model.safetensors").string(), weights, {{"format", "pt"}});
   if (optimizer) core::save_safetensors((tmp_dir / "optimizer.safetensors").string(), moments);
+  core::write_file_atomic((tmp_dir / "state.json").string(), state.dump(2) + "\n");
 
+  replace_directory(tmp_dir, final_dir);
+
+  auto all = checkpoints_in(out_dir);
+  for (size_t i = 0; keep > 0 && i + size_t(keep) < all.size(); ++i) fs::remove_all(all[i]);
+  return final_dir.string();
+}
+}  // namespace
+
+std::string save_checkpoint(const std::string& out_dir, const models::Gpt& model, const optim::AdamW* optimizer,
+                            const TrainState& state, int keep) {
   nlohmann::json st = {{"step", state.step},
                        {"data_position", state.data_position},
                        {"seed", state.seed},
@@ -225,13 +269,7 @@ std::string save_checkpoint(const std::string& out_dir, const models::Gpt& model
     st["loss_scaler"] = {{"scale", ls.scale},       {"steps", ls.steps},       {"skipped", ls.skipped},
                          {"growths", ls.growths},   {"backoffs", ls.backoffs}, {"clean_streak", ls.clean_streak}};
   }
-  core::write_file_atomic((tmp_dir / "state.json").string(), st.dump(2) + "\n");
-
-  replace_directory(tmp_dir, final_dir);
-
-  auto all = checkpoints_in(out_dir);
-  for (size_t i = 0; keep > 0 && i + size_t(keep) < all.size(); ++i) fs::remove_all(all[i]);
-  return final_dir.string();
+  return write_checkpoint(out_dir, state.step, model.params(), optimizer, st, keep);
 }
 
 std::string latest_checkpoint(const std::string& path) {
@@ -244,6 +282,7 @@ models::GptConfig read_checkpoint_config(const std::string& ckpt_dir, TrainState
   const std::string path = (fs::path(ckpt_dir) / "state.json").string();
   const Json st = parse_state_file(path);
   const StateFields f{path};
+  check_kind(f, st, kGptKind);
   const Json& m = f.object(st, "model", "model");
   models::GptConfig c;
   c.vocab_size = f.integer(m, "model.vocab_size", "vocab_size");
@@ -293,16 +332,7 @@ void load_checkpoint(const std::string& ckpt_dir, models::Gpt& model, optim::Ada
                             std::to_string(model.config().n_layer) + ", n_embd " + std::to_string(model.config().n_embd) +
                             ", vocab " + std::to_string(model.config().vocab_size) + ", block " +
                             std::to_string(model.config().block_size));
-  const std::string wpath = (fs::path(ckpt_dir) / "model.safetensors").string();
-  auto file = core::load_safetensors(wpath);
-  std::set<std::string> names;
-  for (auto& [pname, e] : model.params().entries()) {
-    auto it = file.tensors.find(pname);
-    if (it == file.tensors.end()) throw IoError(wpath + ": missing tensor '" + pname + "'");
-    model.params().upload(e.value, stored_param(wpath, pname, it->second, e.value.meta()));
-    names.insert(pname);
-  }
-  check_no_extra(wpath, file.tensors, names);
+  load_weights(ckpt_dir, model.params());
   if (!optimizer) return;
   const std::string opath = (fs::path(ckpt_dir) / "optimizer.safetensors").string();
   auto moments = core::load_safetensors(opath);
@@ -328,6 +358,70 @@ void load_checkpoint(const std::string& ckpt_dir, models::Gpt& model, optim::Ada
   optimizer->set_steps_taken(sj.contains("optimizer_steps")
                                  ? StateFields{spath}.integer(sj, "optimizer_steps", "optimizer_steps")
                                  : st.step);
+}
+
+// ---- encoder classifiers -------------------------------------------------------------
+
+std::string save_encoder_checkpoint(const std::string& out_dir, const models::Encoder& model,
+                                    const optim::AdamW* optimizer, const EncoderCheckpoint& info, int keep) {
+  const models::EncoderConfig& c = model.config();
+  const nlohmann::json st = {
+      {"kind", kEncoderKind},
+      {"step", info.step},
+      {"seed", info.seed},
+      {"tokenizer", info.tokenizer},
+      {"label_names", info.label_names},
+      {"strip_headers", info.strip_headers},
+      {"optimizer_steps", optimizer ? optimizer->steps_taken() : 0},
+      {"model",
+       {{"vocab_size", c.vocab_size}, {"n_layer", c.n_layer}, {"n_embd", c.n_embd}, {"n_head", c.n_head},
+        {"max_len", c.max_len}, {"n_classes", c.n_classes}, {"attention", c.attention}}}};
+  return write_checkpoint(out_dir, info.step, model.params(), optimizer, st, keep);
+}
+
+EncoderCheckpoint read_encoder_checkpoint(const std::string& ckpt_dir) {
+  const std::string path = (fs::path(ckpt_dir) / "state.json").string();
+  const Json st = parse_state_file(path);
+  const StateFields f{path};
+  check_kind(f, st, kEncoderKind);
+  const Json& m = f.object(st, "model", "model");
+  EncoderCheckpoint info;
+  models::EncoderConfig& c = info.config;
+  c.vocab_size = f.integer(m, "model.vocab_size", "vocab_size");
+  c.n_layer = f.integer(m, "model.n_layer", "n_layer");
+  c.n_embd = f.integer(m, "model.n_embd", "n_embd");
+  c.n_head = f.integer(m, "model.n_head", "n_head");
+  c.max_len = f.integer(m, "model.max_len", "max_len");
+  c.n_classes = f.integer(m, "model.n_classes", "n_classes");
+  c.attention = f.string(m, "model.attention", "attention");
+  try {
+    c.validate();
+  } catch (const core::ConfigError& e) {
+    throw IoError(path + ": " + e.what());
+  }
+  info.step = f.integer(st, "step", "step");
+  info.seed = f.unsigned_integer(st, "seed", "seed");
+  info.tokenizer = f.string(st, "tokenizer", "tokenizer");
+  if (st.contains("strip_headers")) {
+    if (!st["strip_headers"].is_boolean()) f.fail("strip_headers", "must be true or false, got " + core::json_excerpt(st["strip_headers"]));
+    info.strip_headers = st["strip_headers"].get<bool>();
+  }
+  const Json& names = f.at(st, "label_names", "label_names");
+  if (!names.is_array() || int64_t(names.size()) != c.n_classes)
+    f.fail("label_names", "must be an array of " + std::to_string(c.n_classes) + " strings, got " +
+                              core::json_excerpt(names));
+  for (const Json& n : names) {
+    if (!n.is_string()) f.fail("label_names", "must hold strings, got " + core::json_excerpt(n));
+    info.label_names.push_back(n.get<std::string>());
+  }
+  return info;
+}
+
+void load_encoder_checkpoint(const std::string& ckpt_dir, models::Encoder& model) {
+  const EncoderCheckpoint saved = read_encoder_checkpoint(ckpt_dir);
+  if (!saved.config.same_shape(model.config()))
+    throw core::ConfigError(ckpt_dir + ": checkpoint is for an encoder of another shape than the model");
+  load_weights(ckpt_dir, model.params());
 }
 
 }  // namespace brisk::train

@@ -8,7 +8,9 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
+#include "brisk/models/encoder.h"
 #include "brisk/models/gpt.h"
 #include "brisk/optim/loss_scaler.h"
 #include "brisk/optim/optimizer.h"
@@ -37,6 +39,24 @@ models::GptConfig read_checkpoint_config(const std::string& ckpt_dir, TrainState
 // Loads weights (and moments, if optimizer != nullptr) into an existing model
 // whose config must match: another model size is rejected with both shapes named.
 void load_checkpoint(const std::string& ckpt_dir, models::Gpt& model, optim::AdamW* optimizer);
+
+// ---- encoder classifiers ---------------------------------------------------------------
+// The same directory layout; state.json says "kind": "encoder-classifier"
+// (GPT checkpoints say "gpt" or nothing), so a classifier handed to
+// generate, or a GPT handed to classify, is refused with both kinds named.
+struct EncoderCheckpoint {
+  models::EncoderConfig config;
+  std::vector<std::string> label_names;  // one per class
+  std::string tokenizer;                 // the record store's: "gpt2", "bytes", "fasta"
+  bool strip_headers = false;            // trained on message bodies: classify strips headers too
+  int64_t step = 0;
+  uint64_t seed = 0;
+};
+std::string save_encoder_checkpoint(const std::string& out_dir, const models::Encoder& model,
+                                    const optim::AdamW* optimizer, const EncoderCheckpoint& info, int keep);
+// Throws IoError naming the file and field for a damaged state, or another kind.
+EncoderCheckpoint read_encoder_checkpoint(const std::string& ckpt_dir);
+void load_encoder_checkpoint(const std::string& ckpt_dir, models::Encoder& model);
 
 // Hugging Face stores Conv1D weights (in, out); brisk stores (out, in).
 bool is_hf_conv1d_weight(const std::string& name);
