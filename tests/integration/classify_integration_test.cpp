@@ -1,0 +1,105 @@
+// The encoder classifier through the command line, the way a user runs it:
+// `brisk data emails` on a small SpamAssassin-shaped directory, `brisk train`
+// on an encoder config, `brisk classify` on files and a directory, and the
+// errors for empty messages, body-less messages and checkpoints of the
+// wrong kind.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "../common/tiny_gpt.h"
+#include "integration_util.h"
+
+using namespace brisk::itest;
+
+namespace {
+
+// Ham bodies talk about meetings, spam bodies about money; both have headers.
+std::string message(bool spam, std::mt19937& rng) {
+  static const char* ham[] = {"meeting", "agenda", "notes", "schedule", "project", "review", "lunch", "team"};
+  static const char* junk[] = {"money", "winner", "free", "offer", "cash", "prize", "click", "credit"};
+  std::string m = "From: someone@example.org\nSubject: hello\n\n";
+  for (int i = 0; i < 4 + int(rng() % 8); ++i) m += std::string(spam ? junk[rng() % 8] : ham[rng() % 8]) + " ";
+  return m + "\n";
+}
+
+class ClassifyCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::mt19937 rng(7);
+    for (const char* group : {"easy-ham-1", "spam-1"}) {
+      fs::create_directories(tmp_.path() / "mail" / group);
+      for (int i = 0; i < 60; ++i)
+        write_text(tmp_.file("mail/" + std::string(group) + "/" + std::to_string(i) + ".txt"),
+                   message(group[0] == 's', rng));
+    }
+    store_ = tmp_.file("mail.lmdb");
+    const CliResult made = run_cli({"data", "emails", "--input", tmp_.file("mail"), "--out", store_, "--tokenizer",
+                                    "bytes", "--strip-headers"});
+    ASSERT_EQ(made.exit_code, 0) << made.err;
+    config_ = tmp_.file("enc.toml");
+    write_text(config_, "[model]\nkind = \"encoder\"\nvocab_size = 256\nn_layer = 1\nn_embd = 32\nn_head = 2\n"
+                        "max_len = 64\nn_classes = 2\n[data]\nstore = \"" + store_ +
+                            "\"\nstrip_headers = true\nlabel_names = [\"ham\", \"spam\"]\n[train]\nbatch = 8\n"
+                            "epochs = 4\nlr = 3e-3\nwarmup = 5\nlog_every = 5\n[checkpoint]\ndir = \"" +
+                            tmp_.file("run") + "\"\n");
+  }
+
+  TempDir tmp_;
+  std::string store_, config_;
+};
+
+void expect_error(const CliResult& r, const std::string& fragment) {
+  EXPECT_EQ(r.exit_code, 2) << "stdout:\n" << r.out << "\nstderr:\n" << r.err;
+  EXPECT_NE(r.err.find(fragment), std::string::npos) << "'" << fragment << "' not in:\n" << r.err;
+}
+
+}  // namespace
+
+TEST_F(ClassifyCli, TrainsReportsAndClassifiesFilesAndDirectories) {
+  const CliResult trained = run_cli({"train", "--config", config_});
+  ASSERT_EQ(trained.exit_code, 0) << trained.err;
+  for (const char* s : {"encoder classifier", "cache hit", "test split (", "baseline (bag-of-words", "confusion"})
+    EXPECT_NE(trained.err.find(s), std::string::npos) << s << " not in:\n" << trained.err;
+  const auto report = nlohmann::json::parse(read_text(tmp_.file("run/report.json")));
+  EXPECT_GE(report["test"]["accuracy"].get<double>(), 0.9);
+
+  std::mt19937 rng(99);
+  fs::create_directories(tmp_.path() / "inbox");
+  write_text(tmp_.file("inbox/a.eml"), message(true, rng));
+  write_text(tmp_.file("inbox/b.eml"), message(false, rng));
+  write_text(tmp_.file("single.eml"), message(true, rng));
+  const CliResult r = run_cli({"classify", "--checkpoint", tmp_.file("run"), tmp_.file("single.eml"), tmp_.file("inbox")});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::istringstream lines(r.out);
+  std::vector<std::string> labels, paths;
+  for (std::string line; std::getline(lines, line);) {
+    std::istringstream f(line);
+    std::string label, prob, path;
+    std::getline(f, label, '\t');
+    std::getline(f, prob, '\t');
+    std::getline(f, path);
+    EXPECT_GE(std::stod(prob), 0.5) << line;
+    labels.push_back(label);
+    paths.push_back(path);
+  }
+  EXPECT_EQ(labels, (std::vector<std::string>{"spam", "spam", "ham"})) << r.out;
+  EXPECT_EQ(paths, (std::vector<std::string>{tmp_.file("single.eml"), tmp_.file("inbox/a.eml"), tmp_.file("inbox/b.eml")}));
+}
+
+TEST_F(ClassifyCli, BadMessagesAndWrongCheckpointsAreRefusedByName) {
+  ASSERT_EQ(run_cli({"train", "--config", config_, "--set", "train.epochs=1"}).exit_code, 0);
+  const std::string run = tmp_.file("run");
+  write_text(tmp_.file("empty.eml"), "");
+  expect_error(run_cli({"classify", "--checkpoint", run, tmp_.file("empty.eml")}), "empty.eml: empty message");
+  write_text(tmp_.file("headers.eml"), "From: a@b.c\nSubject: no body\n");
+  expect_error(run_cli({"classify", "--checkpoint", run, tmp_.file("headers.eml")}), "has no body");
+  expect_error(run_cli({"classify", "--checkpoint", run, tmp_.file("missing.eml")}), "missing.eml: no such file");
+  expect_error(run_cli({"generate", "--checkpoint", run, "--prompt", "hi"}),
+               "this checkpoint is an encoder classifier (for brisk classify)");
+  const std::string gpt = brisk::testing::save_tiny_gpt(tmp_.file("gpt"));
+  expect_error(run_cli({"classify", "--checkpoint", gpt, tmp_.file("headers.eml")}),
+               "this checkpoint is a GPT language model");
+  expect_error(run_cli({"train", "--config", config_, "--resume"}), "--resume and --profile are for GPT runs");
+  expect_error(run_cli({"train", "--config", config_, "--set", "model.max_len=0"}), "model.max_len");
+}
