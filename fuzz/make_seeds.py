@@ -299,6 +299,10 @@ def config_seeds(c):
         c.add("config_load", name, text)
         c.add("config_load", name + "-overrides",
               text + b"\0train.steps=10\0data.dir=data/kjv-gpt2\0train.precision=\"bf16\"")
+        if b'kind = "encoder"' in text:  # a classifier config: its own keys
+            c.add("config_load", name + "-encoder-overrides",
+                  text + b"\0train.epochs=1\0data.bucket=false\0model.attention=\"flash\"\0data.label_names=[\"a\",\"b\"]")
+            continue
         c.add("config_load", name + "-dist",
               text + b"\n[dist]\nbucket_mb = 0.5\nzero = 1\ntimeout_s = 30\nbackend = \"mpi\"\n\0dist.zero=0")
 
