@@ -5,6 +5,9 @@
 #   make test     ... and run the whole test suite
 #   make bench    ... and run the benchmarks (writes JSON under bench/results)
 #   make ablation ... each speed technique alone and all on, beside PyTorch (Markdown + JSON)
+#   make protein  ... the protein FASTA of Debian's hmmer-examples and t-coffee-examples into
+#                 data/protein.lmdb, then train the sequence autoencoder of configs/protein.toml
+#                 (docs/autoencoder.md; a few minutes on 2 cores)
 #   make spam     ... make the SpamAssassin store and train the e-mail classifier (configs/spam.toml,
 #                 ~3 min on 2 cores), then print its test report (docs/encoder.md)
 #   make sanitize ... build with clang + ASan + UBSan in build/sanitize and run the
@@ -15,7 +18,7 @@ BUILD ?= build/release
 JOBS  ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps data datasets configure build test sanitize bench ablation demo spam fuzz clean
+.PHONY: all deps data datasets configure build test sanitize bench ablation demo spam protein fuzz clean
 
 all: build
 
@@ -65,6 +68,15 @@ bench: build datasets
 ablation: build datasets
 	$(BUILD)/brisk bench train --workload W2 --ablation
 	$(BUILD)/brisk bench train --workload W1 --ablation
+
+# The protein sequence autoencoder (docs/autoencoder.md): the store from the
+# protein FASTA files of the Debian example packages, then a training run
+# that reports reconstruction accuracy on held-out proteins.
+protein: configure data
+	cmake --build $(BUILD) -j $(JOBS) --target brisk
+	@test -f data/protein.lmdb || bash scripts/protein_data.sh $(BUILD)/brisk data/protein.lmdb
+	rm -rf runs/protein
+	$(BUILD)/brisk train --config configs/protein.toml
 
 # The clang build with ASan + UBSan; it also holds the fuzz targets.
 sanitize: data

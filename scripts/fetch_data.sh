@@ -8,6 +8,9 @@
 #                                  printed by Debian's `bible` program
 #   /usr/share/doc/hmmer/examples/ FASTA files (proteins, DNA) from Debian's
 #                                  hmmer-examples, for `brisk data fasta2lmdb`
+#   /usr/share/doc/t-coffee/examples/ more protein FASTA (proteases, globins,
+#                                  ...) from Debian's t-coffee-examples, for the
+#                                  protein autoencoder (`make protein`)
 # Idempotent and quiet when everything is already there. Run as root, or as a
 # user with sudo, on a Debian machine.
 set -euo pipefail
@@ -85,6 +88,23 @@ if [ ! -f "/$hmmer_file" ] && [ ! -f "third_party/debian/hmmer-examples/$hmmer_f
     (cd "$tmp" && apt-get download hmmer-examples >/dev/null)
     mkdir -p third_party/debian/hmmer-examples
     dpkg-deb -x "$tmp"/hmmer-examples_*.deb third_party/debian/hmmer-examples
+    rm -rf "$tmp"
+  fi
+fi
+
+# ---- FASTA: Debian's t-coffee-examples ---------------------------------------------
+# The same two places as hmmer-examples: /usr/share/doc/t-coffee/examples, or
+# third_party/debian/t-coffee-examples where dpkg drops /usr/share/doc.
+tcoffee_file=usr/share/doc/t-coffee/examples/proteases_large.fasta.gz
+if [ ! -f "/$tcoffee_file" ] && [ ! -f "third_party/debian/t-coffee-examples/$tcoffee_file" ]; then
+  echo "fetch_data: installing Debian's t-coffee-examples (protein FASTA files)"
+  installed t-coffee-examples || apt_install t-coffee-examples
+  if [ ! -f "/$tcoffee_file" ]; then
+    echo "fetch_data: dpkg left out /usr/share/doc; unpacking t-coffee-examples into third_party/debian"
+    tmp=$(mktemp -d)
+    (cd "$tmp" && apt-get download t-coffee-examples >/dev/null)
+    mkdir -p third_party/debian/t-coffee-examples
+    dpkg-deb -x "$tmp"/t-coffee-examples_*.deb third_party/debian/t-coffee-examples
     rm -rf "$tmp"
   fi
 fi

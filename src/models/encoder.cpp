@@ -18,6 +18,7 @@
 
 #include "brisk/core/autograd.h"
 #include "brisk/core/error.h"
+#include "brisk/models/encoder_block.h"
 #include "brisk/models/init.h"
 #include "brisk/ops/ops.h"
 
@@ -89,16 +90,20 @@ Encoder::Encoder(const EncoderConfig& config, core::Backend& backend) : config_(
   params_.adopt(probe->graph);
 }
 
-namespace {
-
-// One pre-LN block; attention sees every real position of its row.   x: (B, T, C)
-ValueId block(Graph& g, ValueId x, ValueId lengths, const std::string& p, int64_t C, int n_head, bool flash) {
+// One pre-LN block (encoder_block.h); the encoder's attention sees every real
+// position of its row, the autoencoder's decoder passes causal.   x: (B, T, C)
+ValueId encoder_block(Graph& g, ValueId x, ValueId lengths, const std::string& p, int64_t C, int n_head, bool flash,
+                      BlockAttention attention) {
   auto param = [&](const std::string& name, Shape s) { return g.param(p + name, s); };
   // --- attention: x + proj(attn(ln_1(x)))
   auto ln1 = ops::layernorm(g, x, param("ln_1.weight", {C}), param("ln_1.bias", {C}));
   ValueId qkv = ops::linear(g, ln1.y, param("attn.c_attn.weight", {3 * C, C}), param("attn.c_attn.bias", {3 * C}));
-  ValueId att = flash ? ops::masked_flash_attention(g, qkv, lengths, n_head)
-                      : ops::masked_attention(g, qkv, lengths, n_head);  // (B, T, C)
+  ValueId att;
+  if (attention == BlockAttention::causal)
+    att = flash ? ops::flash_attention(g, qkv, n_head) : ops::attention(g, qkv, n_head);  // (B, T, C)
+  else
+    att = flash ? ops::masked_flash_attention(g, qkv, lengths, n_head)
+                : ops::masked_attention(g, qkv, lengths, n_head);  // (B, T, C)
   att = ops::linear(g, att, param("attn.c_proj.weight", {C, C}), param("attn.c_proj.bias", {C}));
   x = ops::add(g, x, att);
   // --- MLP: x + proj(gelu(fc(ln_2(x))))
@@ -108,6 +113,8 @@ ValueId block(Graph& g, ValueId x, ValueId lengths, const std::string& p, int64_
   h = ops::linear(g, h, param("mlp.c_proj.weight", {C, 4 * C}), param("mlp.c_proj.bias", {C}));
   return ops::add(g, x, h);
 }
+
+namespace {
 
 void check_range(const int32_t* v, int64_t n, int64_t lo, int64_t hi, const std::string& what) {
   for (int64_t i = 0; i < n; ++i)
@@ -139,7 +146,8 @@ std::unique_ptr<EncoderProgram> Encoder::build(bool train, int64_t B, int64_t T)
 
   // --- the blocks
   for (int64_t l = 0; l < config_.n_layer; ++l)
-    x = block(g, x, p->lengths, "h." + std::to_string(l) + ".", C, int(config_.n_head), config_.attention == "flash");
+    x = encoder_block(g, x, p->lengths, "h." + std::to_string(l) + ".", C, int(config_.n_head),
+                      config_.attention == "flash");
 
   // --- final LayerNorm, mean over the real positions, class logits   (B, K)
   auto lnf = ops::layernorm(g, x, g.param("ln_f.weight", {C}), g.param("ln_f.bias", {C}));

@@ -7,6 +7,20 @@
 
 namespace brisk::train::detail {
 
+std::string model_kind_of(const std::string& path, const std::vector<std::string>& overrides) {
+  if (path.empty()) return "";
+  toml::table root;
+  try {
+    root = toml::parse_file(path);
+  } catch (const toml::parse_error&) {
+    return "";
+  }
+  for (const std::string& o : overrides)
+    if (o.rfind("model.kind=", 0) == 0) apply_override(root, o);
+  const toml::node* kind = root.at_path("model.kind").node();
+  return kind && kind->is_string() ? kind->value<std::string>().value() : "";
+}
+
 std::string join(const std::vector<std::string>& v) {
   std::string s;
   for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + v[i];

@@ -50,6 +50,12 @@ template <class Config, class FromTable>
 Config parse_toml_config(std::string_view text, const std::string& name, const std::vector<std::string>& overrides,
                          const KnownKeys& known, FromTable from_table);
 
+// [model] kind of the TOML file at `path` with `model.kind=` overrides
+// applied; "" when it has none, is no string, or the file does not parse
+// (the chosen loader then reports the syntax error). `brisk train` picks the
+// trainer by it.
+std::string model_kind_of(const std::string& path, const std::vector<std::string>& overrides);
+
 std::string join(const std::vector<std::string>& v);
 void check_known(const toml::table& root, const KnownKeys& known);
 void apply_override(toml::table& root, const std::string& assignment);

@@ -1,0 +1,126 @@
+// A sequence autoencoder for residue sequences (proteins): a bidirectional
+// transformer encoder squeezes each sequence into one latent vector, and a
+// causal transformer decoder rebuilds the sequence from that vector alone,
+// one residue after another. The latent is what `brisk encode` exports as a
+// per-sequence feature; `brisk decode` turns latents back into sequences.
+//
+// Encoder: the encoder classifier's body (token + position embeddings,
+// pre-LN blocks with attention masked at the padding, final LayerNorm, masked
+// mean pooling), then a Linear to `latent` numbers instead of class logits.
+// Decoder: at position t its input is residue t-1 (position 0 gets token 0,
+// the padding id, whose embedding row thus is a learned start vector), plus a
+// position embedding, plus a Linear projection of the latent added at every
+// position; causal pre-LN blocks, a final LayerNorm and a Linear to the
+// residue vocabulary. The loss is the mean cross-entropy over real positions.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "brisk/core/backend.h"
+#include "brisk/core/executor.h"
+#include "brisk/core/graph_cache.h"
+#include "brisk/core/param_store.h"
+
+namespace brisk::models {
+
+struct SeqAutoencoderConfig {
+  int64_t vocab_size = 28;  // residue tokens with 0 = padding (data::kFastaVocab; models cannot see data/)
+  int64_t n_layer = 2;      // blocks in the encoder, and as many in the decoder
+  int64_t n_embd = 64;
+  int64_t n_head = 4;
+  int64_t max_len = 256;    // longest sequence (rows of both position embeddings)
+  int64_t latent = 32;      // numbers per sequence between encoder and decoder
+  // Attention kernel, not part of the weights: "plain" or "flash" (tiled, log-sum-exp only).
+  std::string attention = "plain";
+
+  // Throws ConfigError naming the field if the shape is impossible.
+  void validate() const;
+  int64_t num_params() const;
+  // Training FLOPs per real token at sequence length `seq` (6N without the
+  // embedding gathers, plus the attention products of both stacks).
+  double flops_per_token(int64_t seq) const;
+  bool same_shape(const SeqAutoencoderConfig& o) const;  // every field but `attention`
+};
+
+// One compiled program for one (batch, seq) shape; which values are set depends on the kind.
+struct SeqAutoencoderProgram {
+  core::Graph graph;
+  core::ValueId ids = core::kNoValue, lengths = core::kNoValue, pos = core::kNoValue;
+  core::ValueId dec_ids = core::kNoValue, targets = core::kNoValue, latent_in = core::kNoValue;
+  core::ValueId latent = core::kNoValue, logits = core::kNoValue, loss = core::kNoValue;
+  core::ValueId loss_scale = core::kNoValue;
+  float last_loss_scale = -1.f;
+  std::unique_ptr<core::Executor> executor;
+  int64_t batch = 0, seq = 0;
+};
+
+class SeqAutoencoder {
+ public:
+  // What a program computes.
+  enum class Kind {
+    train,        // ids, lengths -> loss, with the backward pass
+    encode,       // ids, lengths -> latent (B, latent)
+    reconstruct,  // ids, lengths -> teacher-forced logits (B, T, vocab)
+    decode,       // latent (B, latent), decoder inputs (B, T) -> logits (B, T, vocab)
+  };
+
+  SeqAutoencoder(const SeqAutoencoderConfig& config, core::Backend& backend);
+
+  const SeqAutoencoderConfig& config() const { return config_; }
+  core::ParameterStore& params() { return params_; }
+  const core::ParameterStore& params() const { return params_; }
+
+  // The GPT's recipe (models/init.h), seeded.
+  void init_weights(uint64_t seed);
+  // Training only: each decoder input residue (not the start token) becomes
+  // token 0 with probability p, drawn from a generator seeded here. With p =
+  // 0 (the default) teacher forcing lets the decoder predict most residues
+  // from the ones before and neglect the latent; blanking some inputs makes
+  // it read the latent (Bowman et al. 2016, "word dropout"). Reconstruction
+  // (logits, decode) never drops anything.
+  void set_input_dropout(double p, uint64_t seed);
+
+  // ids: batch*seq residue tokens, right-padded; lengths: batch values in
+  // [1, seq]. Out-of-range ids or lengths throw ShapeError naming them.
+  // Forward + backward; gradients are *added* to the parameter grads, scaled
+  // by loss_scale. Returns the mean cross-entropy over the real positions.
+  double train_micro_step(const int32_t* ids, const int32_t* lengths, int64_t batch, int64_t seq,
+                          double loss_scale = 1.0);
+  // (batch, latent) f32, valid until the next call.
+  const float* encode(const int32_t* ids, const int32_t* lengths, int64_t batch, int64_t seq);
+  // Teacher-forced (batch, seq, vocab) f32 logits: row b, position t predicts
+  // residue t from the latent and the true residues before t. Valid until the next call.
+  const float* logits(const int32_t* ids, const int32_t* lengths, int64_t batch, int64_t seq);
+  // Greedy decoding from latents (batch x latent f32): each row grows to
+  // lengths[b] residues (in [1, max_len]), every step the argmax residue
+  // (never the padding token). Returns batch x max(lengths) tokens, 0 past
+  // each row's length. Takes decode_cached() on a host backend, else
+  // decode_recompute() (seq_autoencoder_decode.cpp).
+  std::vector<int32_t> decode(const float* latents, const int32_t* lengths, int64_t batch);
+  std::vector<int32_t> decode(const float* latents, int64_t batch, int64_t length);
+  // The whole decoder graph again at every step, no KV cache: the reference.
+  std::vector<int32_t> decode_recompute(const float* latents, const int32_t* lengths, int64_t batch);
+  // One position per step with a key/value cache (host parameters only).
+  std::vector<int32_t> decode_cached(const float* latents, const int32_t* lengths, int64_t batch);
+
+  SeqAutoencoderProgram& program(Kind kind, int64_t batch, int64_t seq);
+  size_t cached_programs() const;
+
+ private:
+  std::unique_ptr<SeqAutoencoderProgram> build(Kind kind, int64_t batch, int64_t seq);
+  void feed(SeqAutoencoderProgram& p, const int32_t* ids, const int32_t* lengths);
+  const float* host(SeqAutoencoderProgram& p, core::ValueId v, size_t count);
+
+  SeqAutoencoderConfig config_;
+  core::Backend& backend_;
+  core::ParameterStore params_;
+  core::ShapeCache<SeqAutoencoderProgram> caches_[4];
+  std::vector<int32_t> dec_ids_, targets_;
+  double input_dropout_ = 0;
+  uint64_t dropout_state_ = 0;
+  std::vector<float> host_out_;
+};
+
+}  // namespace brisk::models

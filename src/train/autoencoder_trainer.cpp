@@ -1,0 +1,479 @@
+// The sequence autoencoder's training run and evaluation (autoencoder_trainer.h).
+//
+// The split is by distinct sequence: protein example files repeat one
+// another (the same protease in three files under three names), and a
+// sequence seen in training and then "held out" would make reconstruction
+// look better than it is. Repeats are found by a digest of the residues and
+// left out after their first record, like empty records; what remains is
+// split with the classifier's seeded split (every label 0).
+//
+// Batches come as in the classifier run: the bucketing batcher pads each
+// batch to its longest member, cut to max_len; the trainer rounds that width
+// up to a multiple of kSeqMultiple so a run builds a handful of programs.
+#include "brisk/train/autoencoder_trainer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <numeric>
+#include <sstream>
+#include <unordered_map>
+#include <unordered_set>
+
+#include <nlohmann/json.hpp>
+
+#include "brisk/core/error.h"
+#include "brisk/core/safetensors.h"
+#include "brisk/cpu/cpu_backend.h"
+#include "brisk/data/batching.h"
+#include "brisk/data/converters.h"
+#include "brisk/data/loader.h"
+#include "brisk/data/record_cache.h"
+#include "brisk/data/record_store.h"
+#include "brisk/data/token_hash.h"
+#include "brisk/monitor/machine.h"
+#include "brisk/optim/optimizer.h"
+#include "brisk/train/checkpoint.h"
+
+namespace brisk::train {
+
+namespace fs = std::filesystem;
+using core::ConfigError;
+
+namespace {
+
+constexpr int64_t kSeqMultiple = 32;
+constexpr int64_t kEvalBatch = 32;
+
+int64_t round_width(int64_t cols, int64_t max_len) {
+  return std::min(max_len, (cols + kSeqMultiple - 1) / kSeqMultiple * kSeqMultiple);
+}
+
+// Indices of `sequences` sorted by (cut) length, cut into batches of `batch`:
+// neighbours share a width, so little is padded.
+std::vector<std::vector<size_t>> length_batches(const std::vector<int64_t>& lengths, int64_t batch) {
+  std::vector<size_t> order(lengths.size());
+  std::iota(order.begin(), order.end(), size_t(0));
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return lengths[a] < lengths[b]; });
+  std::vector<std::vector<size_t>> out;
+  for (size_t b0 = 0; b0 < order.size(); b0 += size_t(batch))
+    out.emplace_back(order.begin() + int64_t(b0), order.begin() + int64_t(std::min(order.size(), b0 + size_t(batch))));
+  return out;
+}
+
+// Cut lengths; an empty sequence is an error naming it.
+std::vector<int64_t> cut_lengths(const std::vector<std::vector<int32_t>>& sequences, int64_t max_len,
+                                 const char* what) {
+  std::vector<int64_t> n(sequences.size());
+  for (size_t i = 0; i < sequences.size(); ++i) {
+    if (sequences[i].empty())
+      throw core::ShapeError("sequence " + std::to_string(i) + " is empty: nothing to " + what);
+    n[i] = std::min<int64_t>(int64_t(sequences[i].size()), max_len);
+  }
+  return n;
+}
+
+// Lays rows `batch` of `sequences` out right-padded to width T.
+void pad_rows(const std::vector<std::vector<int32_t>>& sequences, const std::vector<int64_t>& lengths,
+              const std::vector<size_t>& batch, int64_t T, std::vector<int32_t>& ids, std::vector<int32_t>& lens) {
+  ids.assign(batch.size() * size_t(T), 0);
+  lens.assign(batch.size(), 0);
+  for (size_t r = 0; r < batch.size(); ++r) {
+    const size_t i = batch[r];
+    std::copy_n(sequences[i].begin(), lengths[i], ids.begin() + int64_t(r) * T);
+    lens[r] = int32_t(lengths[i]);
+  }
+}
+
+}  // namespace
+
+Reconstruction evaluate_reconstruction(models::SeqAutoencoder& model,
+                                       const std::vector<std::vector<int32_t>>& sequences, int32_t trivial_token,
+                                       bool free_running) {
+  const int64_t L = model.config().max_len, V = model.config().vocab_size, Z = model.config().latent;
+  const std::vector<int64_t> lengths = cut_lengths(sequences, L, "reconstruct");
+  Reconstruction rec;
+  rec.trivial_token = trivial_token;
+  rec.sequences = int64_t(sequences.size());
+  double loss = 0;
+  int64_t tf_right = 0, fr_right = 0, trivial_right = 0, exact = 0;
+  std::vector<int32_t> ids, lens;
+  std::vector<float> latents;
+  for (const std::vector<size_t>& batch : length_batches(lengths, kEvalBatch)) {
+    const int64_t rows = int64_t(batch.size()), T = round_width(lengths[batch.back()], L);
+    pad_rows(sequences, lengths, batch, T, ids, lens);
+    // --- teacher forced: the decoder reads the true residues before each position
+    const float* logits = model.logits(ids.data(), lens.data(), rows, T);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t t = 0; t < lens[size_t(r)]; ++t) {
+        const float* z = logits + (r * T + t) * V;
+        const int32_t target = ids[size_t(r * T + t)];
+        const int64_t arg = std::max_element(z + 1, z + V) - z;  // token 0 is padding, never a residue
+        const float mx = *std::max_element(z, z + V);
+        double sum = 0;
+        for (int64_t v = 0; v < V; ++v) sum += std::exp(double(z[v] - mx));
+        loss += std::log(sum) + double(mx) - double(z[target]);
+        tf_right += arg == target;
+        trivial_right += target == trivial_token;
+        ++rec.residues;
+      }
+    if (!free_running) continue;
+    // --- free running: greedy decoding from the latent alone
+    const float* z = model.encode(ids.data(), lens.data(), rows, T);
+    latents.assign(z, z + rows * Z);
+    const std::vector<int32_t> out = model.decode(latents.data(), lens.data(), rows);
+    const int64_t W = int64_t(out.size()) / rows;
+    for (int64_t r = 0; r < rows; ++r) {
+      int64_t right = 0;
+      for (int64_t t = 0; t < lens[size_t(r)]; ++t) right += out[size_t(r * W + t)] == ids[size_t(r * T + t)];
+      fr_right += right;
+      exact += right == lens[size_t(r)];
+    }
+  }
+  const double n = double(std::max<int64_t>(1, rec.residues));
+  rec.loss = loss / n;
+  rec.teacher_forced = double(tf_right) / n;
+  rec.trivial = double(trivial_right) / n;
+  if (free_running) {
+    rec.free_running = double(fr_right) / n;
+    rec.exact = double(exact) / double(std::max<int64_t>(1, rec.sequences));
+  }
+  return rec;
+}
+
+// ---- the feature cache --------------------------------------------------------------
+
+LatentCache::LatentCache(models::SeqAutoencoder& model, size_t budget_bytes) : model_(model), cache_(budget_bytes) {}
+
+std::vector<float> LatentCache::encode(const std::vector<std::vector<int32_t>>& sequences) {
+  const int64_t L = model_.config().max_len, Z = model_.config().latent;
+  const std::vector<int64_t> lengths = cut_lengths(sequences, L, "encode");
+  const size_t row_bytes = size_t(Z) * sizeof(float);
+  std::vector<float> out(sequences.size() * size_t(Z));
+  // First pass: cached latents are copied; the rest are gathered, each
+  // distinct sequence once, and every later repeat points at its first.
+  std::unordered_map<std::string, size_t> pending_of;  // digest -> slot in `pending`
+  std::vector<size_t> pending;                         // sequences to encode
+  std::vector<std::string> pending_keys;
+  std::vector<int64_t> slot(sequences.size(), -1);     // -1: filled from the cache
+  for (size_t i = 0; i < sequences.size(); ++i) {
+    std::string key = data::token_digest(std::span<const int32_t>(sequences[i].data(), size_t(lengths[i])));
+    ++lookups_;
+    if (auto it = pending_of.find(key); it != pending_of.end()) {
+      ++hits_;
+      slot[i] = int64_t(it->second);
+      continue;
+    }
+    if (const data::LruCache::Value v = cache_.get(key)) {
+      ++hits_;
+      std::memcpy(out.data() + i * size_t(Z), v->data(), row_bytes);
+      continue;
+    }
+    slot[i] = int64_t(pending.size());
+    pending_of.emplace(key, pending.size());
+    pending.push_back(i);
+    pending_keys.push_back(std::move(key));
+  }
+  // Second pass: encode the new ones, batched by length.
+  std::vector<int64_t> pending_lengths;
+  for (size_t i : pending) pending_lengths.push_back(lengths[i]);
+  std::vector<float> fresh(pending.size() * size_t(Z));
+  std::vector<int32_t> ids, lens;
+  for (const std::vector<size_t>& batch : length_batches(pending_lengths, 64)) {
+    std::vector<size_t> rows;
+    for (size_t k : batch) rows.push_back(pending[k]);
+    const int64_t T = round_width(lengths[rows.back()], L);
+    pad_rows(sequences, lengths, rows, T, ids, lens);
+    const float* z = model_.encode(ids.data(), lens.data(), int64_t(rows.size()), T);
+    for (size_t r = 0; r < batch.size(); ++r) {
+      std::memcpy(fresh.data() + batch[r] * size_t(Z), z + r * size_t(Z), row_bytes);
+      const auto* bytes = reinterpret_cast<const uint8_t*>(z + r * size_t(Z));
+      cache_.put(pending_keys[batch[r]], std::vector<uint8_t>(bytes, bytes + row_bytes));
+    }
+  }
+  for (size_t i = 0; i < sequences.size(); ++i)
+    if (slot[i] >= 0) std::memcpy(out.data() + i * size_t(Z), fresh.data() + size_t(slot[i]) * size_t(Z), row_bytes);
+  return out;
+}
+
+// ---- the run ------------------------------------------------------------------------
+
+namespace {
+
+// Every record's length and split label, read once at start-up: 0 for the
+// first record of each distinct sequence, -1 for empty records and repeats.
+struct Corpus {
+  std::vector<int64_t> lengths;
+  std::vector<int32_t> split_labels;
+  int64_t empty = 0, duplicates = 0;
+};
+
+Corpus scan(const data::RecordStore& store) {
+  Corpus c;
+  const int64_t n = store.size();
+  c.lengths.resize(size_t(n));
+  c.split_labels.resize(size_t(n));
+  std::unordered_set<std::string> seen;
+  data::RecordReader reader(store);
+  data::Record r;
+  reader.seek(0);
+  for (int64_t i = 0; i < n && reader.next(r); ++i) {
+    c.lengths[size_t(i)] = int64_t(r.tokens.size());
+    if (r.tokens.empty()) {
+      c.split_labels[size_t(i)] = -1, ++c.empty;
+    } else if (!seen.insert(data::token_digest(r.tokens)).second) {
+      c.split_labels[size_t(i)] = -1, ++c.duplicates;
+    }
+  }
+  return c;
+}
+
+std::vector<std::vector<int32_t>> sequences_of(const data::RecordStore& store, const std::vector<int64_t>& indices) {
+  std::vector<std::vector<int32_t>> out;
+  out.reserve(indices.size());
+  for (int64_t i : indices) out.push_back(store.get(i).tokens);
+  return out;
+}
+
+nlohmann::json reconstruction_json(const Reconstruction& r) {
+  nlohmann::json j = {{"sequences", r.sequences},
+                      {"residues", r.residues},
+                      {"loss", r.loss},
+                      {"teacher_forced_accuracy", r.teacher_forced},
+                      {"trivial_accuracy", r.trivial},
+                      {"trivial_residue", std::string(1, data::fasta_residue(r.trivial_token))}};
+  if (r.free_running >= 0) {
+    j["free_running_accuracy"] = r.free_running;
+    j["exact_sequences"] = r.exact;
+  }
+  return j;
+}
+
+}  // namespace
+
+AutoencoderResult train_autoencoder(const AutoencoderConfig& cfg, const AutoencoderOptions& options) {
+  const double t_start = monitor::now_seconds();
+  auto say = [&](const std::string& s) {
+    if (!options.quiet) std::fprintf(stderr, "%s", s.c_str());
+  };
+  char line[640];
+
+  // --- data: the store, every record's length, the split by distinct sequence
+  if (!fs::exists(cfg.store))
+    throw ConfigError("data.store: '" + cfg.store +
+                      "' does not exist; make it with `make protein`, or: brisk data fasta2lmdb --input "
+                      "FILE.fa[,FILE.fa...] --out " + cfg.store + "   (docs/autoencoder.md lists the files)");
+  data::RecordStore store(cfg.store);
+  if (store.info().tokenizer != "fasta")
+    throw ConfigError("data.store: '" + cfg.store + "' holds '" + store.info().tokenizer +
+                      "' tokens; the autoencoder reads residue stores made by brisk data fasta2lmdb");
+  if (store.info().vocab_size > cfg.model.vocab_size)
+    throw ConfigError("data.store: '" + cfg.store + "' has token ids up to " +
+                      std::to_string(store.info().vocab_size - 1) + " but model.vocab_size is " +
+                      std::to_string(cfg.model.vocab_size));
+  const Corpus corpus = scan(store);
+  AutoencoderResult res;
+  res.records = store.size();
+  res.dropped_empty = corpus.empty;
+  res.duplicates = corpus.duplicates;
+  res.split = stratified_split(corpus.split_labels, cfg.train_frac, cfg.val_frac, cfg.split_seed);
+  const Split& split = res.split;
+  if (split.train.empty()) throw ConfigError("data.store: '" + cfg.store + "' has no non-empty records to train on");
+  if (split.test.empty())
+    throw ConfigError("data.store: '" + cfg.store + "' has too few distinct sequences (" +
+                      std::to_string(split.train.size() + split.val.size()) +
+                      ") to hold any out for the test split; lower data.train_frac / data.val_frac or add data");
+  for (const auto* part : {&split.train, &split.val, &split.test})
+    for (int64_t i : *part) res.truncated += corpus.lengths[size_t(i)] > cfg.model.max_len;
+
+  // --- the batch pipeline: bucketed batches of train records, through the cache
+  data::RecordCache cached(store, cfg.model.max_len, size_t(cfg.cache_mb) << 20);
+  data::SequenceSource source;
+  for (int64_t i : split.train) source.lengths.push_back(corpus.lengths[size_t(i)]);
+  source.fetch = [&](int64_t i, int64_t n, int32_t* out) {
+    const auto v = cached.get(split.train[size_t(i)]);
+    const auto tokens = data::LruCache::tokens(v);
+    std::copy_n(tokens.begin(), n, out);
+  };
+  data::BucketingOptions bo;
+  bo.batch_size = cfg.batch;
+  bo.max_len = cfg.model.max_len;
+  bo.truncate = true;
+  bo.bucket = cfg.bucket;
+  bo.drop_last = int64_t(split.train.size()) > cfg.batch;
+  bo.seed = cfg.seed;
+  data::RecordBatchSource batches(source, bo);
+  const int64_t per_epoch = int64_t(batches.batches_per_epoch());
+  data::Loader loader(batches, {.workers = cfg.loader_workers});
+  loader.start();
+
+  // --- the trivial predictor: the train split's most frequent residue (of what the model sees)
+  std::vector<int64_t> counts(size_t(cfg.model.vocab_size), 0);
+  for (int64_t i : split.train) {  // read past the cache, so its hit rate stays the batches' own
+    const data::Record r = store.get(i);
+    for (size_t k = 0; k < std::min(r.tokens.size(), size_t(cfg.model.max_len)); ++k) ++counts[size_t(r.tokens[k])];
+  }
+  const int32_t trivial = int32_t(std::max_element(counts.begin() + 1, counts.end()) - counts.begin());
+
+  // --- model and optimizer
+  cpu::CpuBackend backend(cfg.threads);
+  models::SeqAutoencoder model(cfg.model, backend);
+  model.init_weights(cfg.seed);
+  model.set_input_dropout(cfg.input_dropout, cfg.seed);
+  optim::AdamW adamw(cfg.adamw, model.params(), backend);
+  optim::LrSchedule schedule = cfg.schedule;
+  schedule.total_steps = cfg.epochs * per_epoch;
+  res.epochs = cfg.epochs;
+
+  fs::create_directories(cfg.out_dir);
+  core::write_file_atomic((fs::path(cfg.out_dir) / "config.toml").string(), to_toml(cfg));
+  const std::string metrics_path = (fs::path(cfg.out_dir) / "metrics.jsonl").string();
+  std::FILE* metrics = std::fopen(metrics_path.c_str(), "w");
+  if (!metrics) throw core::IoError(metrics_path + ": cannot open for writing");
+  struct Closer {
+    std::FILE* f;
+    ~Closer() { std::fclose(f); }
+  } closer{metrics};
+
+  std::snprintf(line, sizeof line,
+                "brisk train (sequence autoencoder): %lld params | %lld + %lld layers, %lld embd, %lld heads, "
+                "latent %lld, max_len %lld | %d threads\n"
+                "data: %s (%lld records: %lld repeats and %lld empty left out, %lld cut to max_len) | split %zu / "
+                "%zu / %zu sequences (seed %llu) | batch %lld, %lld steps/epoch x %lld epochs | %s batches\n",
+                (long long)cfg.model.num_params(), (long long)cfg.model.n_layer, (long long)cfg.model.n_layer,
+                (long long)cfg.model.n_embd, (long long)cfg.model.n_head, (long long)cfg.model.latent,
+                (long long)cfg.model.max_len, backend.num_threads(), cfg.store.c_str(), (long long)store.size(),
+                (long long)res.duplicates, (long long)res.dropped_empty, (long long)res.truncated, split.train.size(),
+                split.val.size(), split.test.size(), (unsigned long long)cfg.split_seed, (long long)cfg.batch,
+                (long long)per_epoch, (long long)cfg.epochs, cfg.bucket ? "length-bucketed" : "shuffled (unbucketed)");
+  say(line);
+
+  const std::vector<std::vector<int32_t>> val_seqs = sequences_of(store, split.val);
+
+  // --- the steps
+  std::vector<int32_t> ids;
+  double real_tokens = 0, cells = 0, step_seconds = 0;
+  double window_tokens = 0, window_seconds = 0, window_cells = 0, eval_seconds = 0;
+  int64_t step = 0;
+  for (int64_t epoch = 0; epoch < cfg.epochs; ++epoch) {
+    for (int64_t s = 0; s < per_epoch; ++s, ++step) {
+      const double t0 = monitor::now_seconds();
+      const data::Batch& b = loader.next();
+      const int64_t T = round_width(b.cols, cfg.model.max_len);
+      ids.assign(size_t(b.rows * T), 0);
+      for (int64_t r = 0; r < b.rows; ++r) std::copy_n(b.inputs + r * b.cols, b.cols, ids.begin() + r * T);
+      model.params().zero_grads();
+      const double loss = model.train_micro_step(ids.data(), b.lengths, b.rows, T);
+      const float lr = schedule.at(step);
+      const optim::StepStats st = adamw.step(lr);
+      const double dt = monitor::now_seconds() - t0;
+      int64_t real = 0;
+      for (int64_t r = 0; r < b.rows; ++r) real += b.lengths[r];
+      real_tokens += double(real), cells += double(b.rows * T), step_seconds += dt;
+      window_tokens += double(real), window_cells += double(b.rows * T), window_seconds += dt;
+      if (step == 0) res.first_loss = loss;
+      res.last_loss = loss;
+      const double hit = cached.stats().hit_rate();
+      std::fprintf(metrics,
+                   "{\"step\":%lld,\"epoch\":%lld,\"loss\":%.6f,\"lr\":%.6g,\"grad_norm\":%.6g,\"ms_per_step\":%.3f,"
+                   "\"tokens_per_s\":%.1f,\"batch_width\":%lld,\"padding_waste\":%.4f,\"cache_hit_rate\":%.4f,"
+                   "\"data_wait_ms\":%.3f}\n",
+                   (long long)step + 1, (long long)epoch, loss, double(lr), st.grad_norm, dt * 1e3, double(real) / dt,
+                   (long long)T, 1.0 - double(real) / double(b.rows * T), hit, loader.last_wait_seconds() * 1e3);
+      if ((step + 1) % cfg.log_every == 0 || step + 1 == schedule.total_steps) {
+        const double eta = window_seconds / double(std::min<int64_t>(cfg.log_every, step + 1)) *
+                           double(schedule.total_steps - step - 1);
+        std::snprintf(line, sizeof line,
+                      "step %5lld/%lld | epoch %lld | loss %.4f | lr %.2e | %6.0f res/s | padding %4.1f%% | cache "
+                      "hit %4.1f%% | eta %.0fs\n",
+                      (long long)step + 1, (long long)schedule.total_steps, (long long)epoch + 1, loss, double(lr),
+                      window_tokens / window_seconds, 100.0 * (1.0 - window_tokens / window_cells), 100.0 * hit, eta);
+        say(line);
+        window_tokens = window_seconds = window_cells = 0;
+      }
+    }
+    // --- end of an epoch: teacher-forced validation, a checkpoint
+    if (!val_seqs.empty()) {
+      const double t0 = monitor::now_seconds();
+      res.val = evaluate_reconstruction(model, val_seqs, trivial, false);
+      eval_seconds += monitor::now_seconds() - t0;
+      std::fprintf(metrics, "{\"epoch\":%lld,\"step\":%lld,\"val\":%s}\n", (long long)epoch + 1, (long long)step,
+                   reconstruction_json(res.val).dump().c_str());
+      std::snprintf(line, sizeof line, "epoch %lld: val loss %.4f | teacher-forced accuracy %.4f (trivial %.4f)\n",
+                    (long long)epoch + 1, res.val.loss, res.val.teacher_forced, res.val.trivial);
+      say(line);
+    }
+    std::fflush(metrics);
+    const AutoencoderCheckpoint info{cfg.model, store.info().tokenizer, step, cfg.seed};
+    res.checkpoint = save_autoencoder_checkpoint(cfg.out_dir, model, &adamw, info, cfg.keep_checkpoints);
+  }
+  res.steps = step;
+  res.train_seconds = step_seconds;
+  res.tokens_per_s = real_tokens / step_seconds;
+  res.padded_tokens_per_s = cells / step_seconds;
+  res.padding_waste = 1.0 - real_tokens / cells;
+  res.cache_hit_rate = cached.stats().hit_rate();
+
+  // --- the test split: teacher-forced and free-running reconstruction
+  const double t_test = monitor::now_seconds();
+  res.test = evaluate_reconstruction(model, sequences_of(store, split.test), trivial, true);
+  eval_seconds += monitor::now_seconds() - t_test;
+  res.eval_seconds = eval_seconds;
+  res.seconds = monitor::now_seconds() - t_start;
+
+  const data::CacheStats cs = cached.stats();
+  int64_t test_truncated = 0;
+  for (int64_t i : split.test) test_truncated += corpus.lengths[size_t(i)] > cfg.model.max_len;
+  nlohmann::json report = {
+      {"store", cfg.store},
+      {"records", res.records},
+      {"repeats_left_out", res.duplicates},
+      {"empty_records_left_out", res.dropped_empty},
+      {"truncated_to_max_len", {{"all_parts", res.truncated}, {"test", test_truncated}}},
+      {"split", {{"seed", cfg.split_seed}, {"by", "distinct sequence"}, {"train", split.train.size()},
+                 {"val", split.val.size()}, {"test", split.test.size()}}},
+      {"model", {{"params", cfg.model.num_params()}, {"n_layer", cfg.model.n_layer}, {"n_embd", cfg.model.n_embd},
+                 {"n_head", cfg.model.n_head}, {"max_len", cfg.model.max_len}, {"latent", cfg.model.latent}}},
+      {"test", reconstruction_json(res.test)},
+      {"val", reconstruction_json(res.val)},
+      {"trivial",
+       {{"what", "the train split's most frequent residue, predicted at every position"},
+        {"residue", std::string(1, data::fasta_residue(trivial))}}},
+      {"training",
+       {{"steps", res.steps}, {"epochs", res.epochs}, {"seconds", res.seconds},
+        {"train_step_seconds", res.train_seconds}, {"eval_seconds", res.eval_seconds},
+        {"first_loss", res.first_loss}, {"last_loss", res.last_loss}, {"input_dropout", cfg.input_dropout},
+        {"tokens_per_s", res.tokens_per_s},
+        {"padded_tokens_per_s", res.padded_tokens_per_s}, {"padding_waste", res.padding_waste},
+        {"bucketed", cfg.bucket},
+        {"cache", {{"hit_rate", cs.hit_rate()}, {"hits", cs.hits}, {"misses", cs.misses},
+                   {"evictions", cs.evictions}, {"bytes_used", cs.bytes_used}}}}},
+      {"checkpoint", res.checkpoint}};
+  core::write_file_atomic((fs::path(cfg.out_dir) / "report.json").string(), report.dump(2) + "\n");
+
+  std::ostringstream out;
+  std::snprintf(line, sizeof line,
+                "done: %lld steps in %.0fs (%.0fs of them evaluating) | %.0f res/s (%.0f with padding) | padding "
+                "%.1f%% | cache hit %.1f%% (%llu hits, %llu misses)\n",
+                (long long)res.steps, res.seconds, res.eval_seconds, res.tokens_per_s, res.padded_tokens_per_s,
+                100 * res.padding_waste, 100 * cs.hit_rate(), (unsigned long long)cs.hits,
+                (unsigned long long)cs.misses);
+  out << line;
+  std::snprintf(line, sizeof line,
+                "test split: %lld sequences, %lld residues (%lld cut to max_len %lld), split seed %llu\n"
+                "  reconstruction, teacher-forced       %6.2f%% of residues (loss %.4f)\n"
+                "  reconstruction, free-running greedy  %6.2f%% of residues (%.1f%% of sequences exact)\n"
+                "  trivial predictor (always '%c')       %6.2f%%\n",
+                (long long)res.test.sequences, (long long)res.test.residues, (long long)test_truncated,
+                (long long)cfg.model.max_len, (unsigned long long)cfg.split_seed, 100 * res.test.teacher_forced,
+                res.test.loss, 100 * res.test.free_running, 100 * res.test.exact, data::fasta_residue(trivial),
+                100 * res.test.trivial);
+  out << line << "report: " << (fs::path(cfg.out_dir) / "report.json").string()
+      << " | checkpoint: " << res.checkpoint << "\n";
+  say(out.str());
+  return res;
+}
+
+}  // namespace brisk::train

@@ -1,0 +1,159 @@
+// The sequence autoencoder through the built CLI, as a user runs it: `brisk
+// data fasta2lmdb`, `brisk train` on a [model] kind = "autoencoder" config,
+// `brisk encode` (feature cache hits on a repeated sequence, a warning for a
+// sequence over max_len) and `brisk decode` (FASTA back, one record per
+// latent, of the encoded lengths), and the errors: an unknown residue names
+// file, line and column; an autoencoder checkpoint handed to generate or
+// classify, and a GPT handed to encode or decode, name both kinds.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "../common/tiny_gpt.h"
+#include "integration_util.h"
+
+namespace brisk::itest {
+namespace {
+
+// Two families of short "proteins" with a few changed residues.
+std::string family_fasta(int records) {
+  const std::string alphabet = "ACDEFGHIKLMNPQRSTVWY";
+  const std::string fam[2] = {"MKTAYIAKQRQISFVKSHFSRQ", "GSHMLEDPVDAFQLATEEIK"};
+  std::mt19937 rng(3);
+  std::string text;
+  for (int i = 0; i < records; ++i) {
+    std::string s;
+    for (char c : fam[i % 2]) s += rng() % 20 == 0 ? alphabet[rng() % 20] : c;
+    text += ">p" + std::to_string(i) + "\n" + s + "\n";
+  }
+  return text;
+}
+
+struct FastaRecord {
+  std::string name, residues;
+};
+std::vector<FastaRecord> read_fasta(const std::string& text) {
+  std::vector<FastaRecord> out;
+  size_t p = 0;
+  while (p < text.size()) {
+    size_t nl = text.find('\n', p);
+    if (nl == std::string::npos) nl = text.size();
+    const std::string line = text.substr(p, nl - p);
+    p = nl + 1;
+    if (line.empty()) continue;
+    if (line[0] == '>') out.push_back({line.substr(1), ""});
+    else if (!out.empty()) out.back().residues += line;
+  }
+  return out;
+}
+
+class AutoencoderCli : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir();
+    write_text(dir_->file("train.fa"), family_fasta(60));
+    CliResult r = run_cli({"data", "fasta2lmdb", "--no-progress", "--input", dir_->file("train.fa"), "--out",
+                           dir_->file("train.lmdb")});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    write_text(dir_->file("ae.toml"),
+               "[model]\nkind = \"autoencoder\"\nn_layer = 1\nn_embd = 32\nn_head = 2\nmax_len = 24\nlatent = 8\n\n"
+               "[data]\nstore = \"" + dir_->file("train.lmdb") + "\"\n\n"
+               "[train]\nbatch = 8\nepochs = 2\nlr = 3e-3\nwarmup = 2\nthreads = 2\nloader_workers = 1\n\n"
+               "[checkpoint]\ndir = \"" + dir_->file("run") + "\"\n");
+    r = run_cli({"train", "--config", dir_->file("ae.toml")});
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    train_log_ = new std::string(r.out + r.err);
+  }
+  static void TearDownTestSuite() {
+    delete dir_;
+    delete train_log_;
+  }
+  static TempDir* dir_;
+  static std::string* train_log_;
+};
+TempDir* AutoencoderCli::dir_ = nullptr;
+std::string* AutoencoderCli::train_log_ = nullptr;
+
+TEST_F(AutoencoderCli, TrainReportsReconstructionNextToTheTrivialPredictor) {
+  EXPECT_NE(train_log_->find("reconstruction, teacher-forced"), std::string::npos) << *train_log_;
+  EXPECT_NE(train_log_->find("reconstruction, free-running greedy"), std::string::npos);
+  EXPECT_NE(train_log_->find("trivial predictor"), std::string::npos);
+  const auto report = nlohmann::json::parse(read_text(dir_->file("run/report.json")));
+  EXPECT_TRUE(report["test"].contains("free_running_accuracy"));
+  EXPECT_TRUE(report["test"].contains("trivial_accuracy"));
+}
+
+TEST_F(AutoencoderCli, EncodeThenDecodeRoundTripsWithCacheHitsAndTruncation) {
+  const std::string long_seq(30, 'A');  // over max_len 24
+  write_text(dir_->file("in.fa"), ">first protein\nMKTAYIAKQRQISFVKSHFSRQ\n>second\nGSHMLEDPVDAFQLATEEIK\n"
+                                  ">again\nMKTAYIAKQRQ\nISFVKSHFSRQ\n>long one\n" + long_seq + "\n");
+  const std::string z = dir_->file("z.safetensors"), rec = dir_->file("rec.fa");
+  CliResult r = run_cli({"encode", "--checkpoint", dir_->file("run"), "--input", dir_->file("in.fa"), "--out", z});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("wrote " + z + ": 4 latents of 8 numbers"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("feature cache hit rate 25.0% (1 of 4"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("1 sequence(s) longer than the model's max_len 24 were cut"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("'long one' (30 residues)"), std::string::npos) << r.err;
+  // Both files in one call: the second file's sequences were all seen in the first.
+  r = run_cli({"encode", "--checkpoint", dir_->file("run"), "--input", dir_->file("in.fa") + "," + dir_->file("in.fa"),
+               "--out", dir_->file("z2.safetensors")});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("feature cache: 4 of 4 reused (100.0%)"), std::string::npos) << r.err;
+
+  r = run_cli({"decode", "--checkpoint", dir_->file("run"), "--latents", z, "--out", rec});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto records = read_fasta(read_text(rec));
+  ASSERT_EQ(records.size(), 4u);
+  const std::vector<std::string> names = {"first protein", "second", "again", "long one"};
+  const std::vector<size_t> lengths = {22, 20, 22, 24};
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(records[i].name, names[i]);
+    EXPECT_EQ(records[i].residues.size(), lengths[i]) << names[i];
+    EXPECT_EQ(records[i].residues.find_first_not_of("ACDEFGHIKLMNPQRSTVWYBZXUO*-"), std::string::npos);
+  }
+  EXPECT_EQ(records[0].residues, records[2].residues) << "the same sequence, the same latent, the same decoding";
+  // Without --out the FASTA goes to stdout.
+  r = run_cli({"decode", "--checkpoint", dir_->file("run"), "--latents", z});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(read_fasta(r.out).size(), 4u);
+}
+
+TEST_F(AutoencoderCli, AnUnknownResidueIsNamedWithFileLineAndColumn) {
+  write_text(dir_->file("bad.fa"), ">ok\nMKTAY\n>bad\nMKJAY\n");
+  const CliResult r = run_cli({"encode", "--checkpoint", dir_->file("run"), "--input", dir_->file("bad.fa"), "--out",
+                               dir_->file("bad.safetensors")});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find(dir_->file("bad.fa") + ":4:3: invalid residue 'J'"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(dir_->file("bad.safetensors")));
+}
+
+TEST_F(AutoencoderCli, CheckpointsOfAnotherKindAreRefusedByName) {
+  const std::string gpt = brisk::testing::save_tiny_gpt(dir_->file("gpt"));
+  CliResult r = run_cli({"encode", "--checkpoint", gpt, "--input", dir_->file("train.fa"), "--out",
+                         dir_->file("x.safetensors")});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("this checkpoint is a GPT language model (for brisk generate, eval, serve), but a sequence "
+                       "autoencoder (for brisk encode, decode) is needed here"),
+            std::string::npos)
+      << r.err;
+  r = run_cli({"decode", "--checkpoint", gpt, "--latents", dir_->file("z.safetensors")});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("this checkpoint is a GPT language model"), std::string::npos) << r.err;
+
+  r = run_cli({"generate", "--checkpoint", dir_->file("run"), "--prompt", "MKT", "--max-new", "2"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("this checkpoint is a sequence autoencoder (for brisk encode, decode), but a GPT"),
+            std::string::npos)
+      << r.err;
+  write_text(dir_->file("msg.txt"), "hello");
+  r = run_cli({"classify", "--checkpoint", dir_->file("run"), dir_->file("msg.txt")});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("this checkpoint is a sequence autoencoder (for brisk encode, decode), but an encoder"),
+            std::string::npos)
+      << r.err;
+}
+
+}  // namespace
+}  // namespace brisk::itest
