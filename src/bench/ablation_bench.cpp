@@ -79,6 +79,7 @@ std::string fmt(const char* f, double v) {
 }  // namespace
 
 int run_ablation_bench(const TrainBenchOptions& options) {
+  if (is_encoder_workload(options.workload)) return run_e1_bench(options);  // which refuses --ablation by name
   TrainBenchOptions o = options;
   const Workload w = workload_of(o.workload);
   if (o.json_path.empty()) o.json_path = shown(repo_root() / "bench" / "results" / ("ablation_" + w.id + ".json"));

@@ -54,7 +54,8 @@ Workload workload_of(const std::string& id) {
   if (id == "W1" || id == "gpt2-tiny") return {"W1", "gpt2-tiny", "gpt2", "data/kjv-gpt2"};
   if (id == "W2" || id == "char-small") return {"W2", "char-small", "bytes", "data/kjv-bytes"};
   throw core::ConfigError("unknown training workload '" + id +
-                          "' (allowed on CPU: W1 / gpt2-tiny, W2 / char-small; see docs/workloads.md)");
+                          "' (allowed on CPU: W1 / gpt2-tiny, W2 / char-small, E1 / spam-encoder; see "
+                          "docs/workloads.md)");
 }
 
 TrainBenchOptions resolve_options(TrainBenchOptions o) {
@@ -211,6 +212,7 @@ void apply_variant(const std::string& variant, models::GptConfig& model, optim::
 }
 
 int run_train_worker(const TrainBenchOptions& options) {
+  if (is_encoder_workload(options.workload)) return run_e1_worker(options);
   // Memory is reported as growth over this figure: the process before it
   // builds anything (the peer takes its own after importing torch).
   const size_t baseline_rss = monitor::current_rss_bytes();
@@ -307,6 +309,7 @@ int run_train_worker(const TrainBenchOptions& options) {
 // ---- the whole benchmark -----------------------------------------------------------
 
 int run_train_bench(const TrainBenchOptions& options) {
+  if (is_encoder_workload(options.workload)) return run_e1_bench(options);
   const TrainBenchOptions o = resolve_options(options);
   require_data(o);
   if (o.peer && !fs::exists(o.peer_script))

@@ -18,6 +18,12 @@ struct Workload {
 // W1 / gpt2-tiny, W2 / char-small; throws ConfigError listing them.
 Workload workload_of(const std::string& id);
 
+// E1 / spam-encoder has a benchmark of its own (train_e1_bench.cpp): other
+// data, variable-width batches, two kinds of batches side by side.
+bool is_encoder_workload(const std::string& id);
+int run_e1_bench(const TrainBenchOptions& options);
+int run_e1_worker(const TrainBenchOptions& options);
+
 // The options with every default filled in; throws ConfigError on bad counts.
 TrainBenchOptions resolve_options(TrainBenchOptions o);
 // Missing data is the one failure every first run meets: throws IoError

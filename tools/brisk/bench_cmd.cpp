@@ -18,11 +18,11 @@ namespace brisk::cli {
 BenchCommand add_bench_command(CLI::App& parent) {
   auto* bench = parent.add_subcommand("bench", "Benchmarks against peers (docs/workloads.md)");
   bench->require_subcommand(1);
-  auto* train = bench->add_subcommand("train", "Train W1 or W2 with brisk and PyTorch side by side; table + JSON");
+  auto* train = bench->add_subcommand("train", "Train W1, W2 or E1 with brisk and PyTorch side by side; table + JSON");
   auto o = std::make_shared<bench::TrainBenchOptions>();
   auto worker = std::make_shared<bool>(false);
-  train->add_option("--workload", o->workload, "W1 (gpt2-tiny) | W2 (char-small)")
-      ->check(CLI::IsMember({"W1", "W2", "gpt2-tiny", "char-small"}))
+  train->add_option("--workload", o->workload, "W1 (gpt2-tiny) | W2 (char-small) | E1 (spam-encoder)")
+      ->check(CLI::IsMember({"W1", "W2", "E1", "gpt2-tiny", "char-small", "spam-encoder"}))
       ->capture_default_str();
   train->add_option("--steps", o->steps, "Timed steps (the median is reported)")->capture_default_str();
   train->add_option("--warmup", o->warmup, "Untimed steps first")->capture_default_str();
@@ -38,9 +38,14 @@ BenchCommand add_bench_command(CLI::App& parent) {
   train->add_flag("--fix-blas", o->fix_blas,
                   "If the system BLAS is the slow reference one, let the peer select OpenBLAS (update-alternatives)");
   train->add_option("--data", o->data_dir, "Dataset directory (default data/kjv-gpt2 for W1, data/kjv-bytes for W2)");
-  train->add_option("--seed", o->seed, "Weights and data windows")->capture_default_str();
+  train->add_option("--config", o->config,
+                    "E1: the classifier config whose store, split, batch, seed and AdamW settings are used "
+                    "(default configs/spam.toml)");
+  train->add_option("--seed", o->seed, "Weights and data windows (W1/W2; E1 uses train.seed of --config)")
+      ->capture_default_str();
   train->add_option("--python", o->python, "Python with torch for the peer")->capture_default_str();
-  train->add_option("--peer-script", o->peer_script, "The peer (default bench/torch_peer.py)");
+  train->add_option("--peer-script", o->peer_script,
+                    "The peer (default bench/torch_peer.py; bench/torch_encoder_peer.py for E1)");
   train->add_flag("--ablation", o->ablation,
                   "Each speed technique alone and all together, beside PyTorch: Markdown + JSON "
                   "(bench/results/ablation_<workload>.{md,json})");
@@ -49,6 +54,9 @@ BenchCommand add_bench_command(CLI::App& parent) {
                     "fused_classifier, fuse_bias_gelu, fuse_residual_layernorm, fused_adamw, recompute, precision)");
   // The benchmark starts itself with this flag to run the brisk side alone.
   train->add_flag("--worker", *worker)->group("");
+  // E1's workers: the parent's plan and which of its batch files to train on.
+  train->add_option("--plan", o->plan)->group("");
+  train->add_option("--batches", o->batches)->group("");
 
   // `brisk bench precision`: fp32 vs bf16/fp16 training from one seed (precision_bench.h).
   auto* precision = bench->add_subcommand("precision", "Train fp32 and bf16 (or fp16) from one seed; compare final losses");

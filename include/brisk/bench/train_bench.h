@@ -1,5 +1,6 @@
-// The training benchmark: brisk and its PyTorch peer train the same GPT on the
-// same data, one after the other in the same run, and one table compares them
+// The training benchmark: brisk and its PyTorch peer train the same GPT (W1,
+// W2) or encoder classifier (E1) on the same data, one after the other in the
+// same run, and one table compares them
 // (docs/workloads.md: every performance figure names a workload, a peer
 // measured in the same run, and the ratio).
 //
@@ -19,7 +20,7 @@
 namespace brisk::bench {
 
 struct TrainBenchOptions {
-  std::string workload = "W2";  // W1 (gpt2-tiny) or W2 (char-small)
+  std::string workload = "W2";  // W1 (gpt2-tiny), W2 (char-small) or E1 (spam-encoder)
   int steps = 20;               // timed steps; the median is reported
   int warmup = 3;               // untimed steps before them
   int threads = 2;
@@ -37,6 +38,12 @@ struct TrainBenchOptions {
   // key=value (see apply_variant). Empty: brisk as `brisk train` runs it.
   std::string variant;
   bool ablation = false;        // run_ablation_bench instead of the two-sided table
+  // E1 only (train_e1_bench.cpp): the classifier config whose store, split,
+  // batch, seed and AdamW settings the bench uses (default configs/spam.toml).
+  std::string config;
+  // E1 workers only, set by the parent: its plan (model, optimizer, weights,
+  // batch files) and which batches to train on (bucketed | padded).
+  std::string plan, batches;
 };
 
 // Applies a variant ("attention=flash,fused_adamw=0,...") to a model and an
