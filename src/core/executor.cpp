@@ -103,7 +103,7 @@ void Executor::run() {
   for (size_t v = 0; v < bound_.size(); ++v)
     if (plan_.root[v] == ValueId(v) && plan_.is_external(ValueId(v)) && !bound_[v] && !value_slots_[v].empty())
       throw Error("executor: external value '" + graph_.value(ValueId(v)).name + "' was never bound");
-  const bool use_graph = graph_capture_ && !profiling_ && !hooks_armed_ && backend_.supports_graphs();
+  const bool use_graph = graph_capture_ && !profiling_ && !trace_ && !hooks_armed_ && backend_.supports_graphs();
   if (use_graph && step_graph_) {
     backend_.graph_launch(step_graph_);
     return;
@@ -138,15 +138,21 @@ void Executor::run_steps() {
     call.workspace = s.workspace;
     call.workspace_bytes = s.workspace_bytes;
     call.ctx = &ctx_;
-    if (!profiling_) {
+    if (!profiling_ && !trace_) {
       s.fn(call);
     } else {
       const auto t0 = std::chrono::steady_clock::now();
       s.fn(call);
       backend_.synchronize();
-      OpTime& t = op_times_[size_t(s.op)];
-      t.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      ++t.calls;
+      const auto t1 = std::chrono::steady_clock::now();
+      if (profiling_) {
+        OpTime& t = op_times_[size_t(s.op)];
+        t.seconds += std::chrono::duration<double>(t1 - t0).count();
+        ++t.calls;
+      }
+      if (trace_)
+        trace_->push_back({uint32_t(i), s.op, std::chrono::duration<double>(t0.time_since_epoch()).count(),
+                           std::chrono::duration<double>(t1.time_since_epoch()).count()});
     }
     if (hooks && hook_index_[i] >= 0) hook_(size_t(hook_index_[i]));
   }

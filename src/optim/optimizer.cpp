@@ -118,15 +118,21 @@ float LrSchedule::at(int64_t step) const {
     case Schedule::constant: return max_lr;
     case Schedule::linear: return max_lr + (min_lr - max_lr) * progress;
     case Schedule::cosine: return min_lr + 0.5f * (max_lr - min_lr) * (1.0f + std::cos(float(M_PI) * progress));
+    case Schedule::plateau: return max_lr;
   }
   return max_lr;
 }
 
-Schedule LrSchedule::parse(const std::string& name) {
+Schedule LrSchedule::parse(const std::string& name, bool allow_plateau) {
   if (name == "constant") return Schedule::constant;
   if (name == "linear") return Schedule::linear;
   if (name == "cosine") return Schedule::cosine;
-  throw core::ConfigError("train.schedule: unknown value '" + name + "' (allowed: constant, linear, cosine)");
+  if (name == "plateau" && allow_plateau) return Schedule::plateau;
+  if (name == "plateau")
+    throw core::ConfigError("train.schedule: 'plateau' follows the validation loss of a GPT run (brisk train with a "
+                            "GPT config); this run supports: constant, linear, cosine");
+  throw core::ConfigError("train.schedule: unknown value '" + name + "' (allowed: constant, linear, cosine" +
+                          (allow_plateau ? ", plateau)" : ")"));
 }
 
 }  // namespace brisk::optim

@@ -131,4 +131,27 @@ void MetricsLog::write(const StepRow& r) {
     throw core::IoError("cannot write " + path_ + ": " + std::strerror(errno));
 }
 
+void write_events(monitor::EventWriter& events, const StepRow& r) {
+  events.scalar("loss", r.loss);
+  events.scalar("lr", r.lr);
+  events.scalar("grad_norm", r.grad_norm);
+  events.scalar("tokens_per_s", r.tokens_per_s);
+  events.scalar("ms_per_step", r.ms_per_step);
+  events.scalar("mfu", r.mfu);
+  events.scalar("data_wait_ms", r.data_wait_ms);
+  events.scalar("time_s", r.time_s);
+  if (r.scaled) {
+    events.scalar("loss_scale", r.loss_scale);
+    events.scalar("skipped", r.skipped ? 1.0 : 0.0);
+  }
+  if (r.has_val_loss) events.scalar("val_loss", r.val_loss);
+  if (r.world > 1) {
+    events.scalar("world", r.world);
+    events.scalar("comm_ms", r.comm_ms);
+    events.scalar("comm_exposed_ms", r.comm_exposed_ms);
+    events.scalar("comm_hidden_ms", std::max(0.0, r.comm_ms - r.comm_exposed_ms));
+  }
+  events.write(r.step);
+}
+
 }  // namespace brisk::train

@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <string>
 
+#include "brisk/monitor/event_writer.h"
+
 namespace brisk::train {
 
 // One step's numbers, as shown and logged.
@@ -62,5 +64,10 @@ class MetricsLog {
   std::string path_;
   std::FILE* file_ = nullptr;
 };
+
+// The same row as TensorBoard scalars: every number MetricsLog::write puts
+// in the row (skipped as 0 / 1), tagged with its metrics.jsonl key, as one
+// event at r.step. tests/monitor/read_tfevents.py checks that the two agree.
+void write_events(monitor::EventWriter& events, const StepRow& r);
 
 }  // namespace brisk::train

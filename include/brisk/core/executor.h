@@ -58,6 +58,17 @@ class Executor {
   };
   const std::array<OpTime, kNumOps>& op_times() const { return op_times_; }
   void reset_op_times() { op_times_ = {}; }
+  // A timeline of kernels (the trainer's --trace): while a sink is set, run()
+  // goes kernel by kernel like profiling (synchronizing after each, never a
+  // recorded graph) and appends one span per kernel: the node's index in
+  // graph().nodes(), its op, and start and end in seconds on steady_clock
+  // (monitor::now_seconds()'s clock). nullptr stops recording.
+  struct KernelSpan {
+    uint32_t node;
+    OpKind op;
+    double start_s, end_s;
+  };
+  void set_trace(std::vector<KernelSpan>* sink) { trace_ = sink; }
 
   // Host code between kernels: hook(k) runs right after node nodes[k] (data
   // parallelism starts a gradient bucket's all-reduce there while backward
@@ -94,6 +105,7 @@ class Executor {
   void check_write(ValueId v, size_t bytes) const;  // throws naming the value
   void drop_graph();
   bool profiling_ = false;
+  std::vector<KernelSpan>* trace_ = nullptr;
   bool graph_capture_ = true;
   int64_t runs_ = 0;
   void* step_graph_ = nullptr;  // the backend's recorded step, or null

@@ -78,7 +78,9 @@ class AdamW {
   bool awaiting_shard_ = false;
 };
 
-enum class Schedule { constant, linear, cosine };
+// plateau: warm-up, then max_lr times the scale that optim::ReduceOnPlateau
+// (plateau.h) lowers when the validation loss stops improving.
+enum class Schedule { constant, linear, cosine, plateau };
 
 struct LrSchedule {
   Schedule kind = Schedule::cosine;
@@ -86,9 +88,17 @@ struct LrSchedule {
   float min_lr_ratio = 0.1f;  // the lr decays to max_lr * min_lr_ratio
   int64_t warmup_steps = 0;
   int64_t total_steps = 1;
-  // Learning rate for 0-based step: linear warmup, then the schedule's decay.
+  // plateau only: evaluations without improvement tolerated before a cut,
+  // and the factor each cut multiplies the lr by.
+  int64_t plateau_patience = 3;
+  float plateau_factor = 0.5f;
+  // Learning rate for 0-based step: linear warmup, then the schedule's decay
+  // (plateau: max_lr; the caller applies ReduceOnPlateau::scale()).
   float at(int64_t step) const;
-  static Schedule parse(const std::string& name);  // throws ConfigError listing the allowed values
+  // Throws ConfigError listing the allowed values. "plateau" needs a run that
+  // evaluates between steps and feeds ReduceOnPlateau: only callers that do
+  // pass allow_plateau; for the others it is an error that says so.
+  static Schedule parse(const std::string& name, bool allow_plateau = false);
 };
 
 }  // namespace brisk::optim
