@@ -21,51 +21,16 @@
 #include "brisk/models/gpt.h"
 #include "brisk/optim/optimizer.h"
 #include "brisk/train/config.h"
+#include "brisk/train/tune.h"
 
 namespace brisk::cli {
 
 namespace {
 
-// Multiply-adds x 2 of the matrix products and attention in a graph, counted
-// the way GptConfig::flops_per_token does (dense attention: 4 B T^2 C forward,
-// twice that backward); elementwise ops are left out. What recomputation adds
-// to a step is the difference between two levels' counts.
-double matmul_flops(const core::Graph& g) {
-  using core::OpKind;
-  double f = 0;
-  for (const core::Node& n : g.nodes()) {
-    const auto& out = g.shape(n.outputs[0]);
-    switch (n.op) {
-      case OpKind::matmul: {
-        const auto& a = g.shape(n.inputs[0]);
-        const bool ta = std::get<core::MatmulParams>(n.params).trans_a;
-        f += 2.0 * double(out.numel()) * double(a[a.rank() - (ta ? 2 : 1)]);
-        break;
-      }
-      case OpKind::linear:
-      case OpKind::linear_gelu:
-        f += 2.0 * double(out.numel()) * double(g.shape(n.inputs[1])[1]);
-        break;
-      case OpKind::attention:
-      case OpKind::flash_attention:
-      case OpKind::attention_backward:
-      case OpKind::flash_attention_backward: {
-        const bool fwd = n.op == OpKind::attention || n.op == OpKind::flash_attention;
-        const auto& y = g.shape(fwd ? n.outputs[0] : n.inputs[0]);  // (B, T, C): the output or its gradient
-        f += (fwd ? 4.0 : 8.0) * double(y[0]) * double(y[1]) * double(y[1]) * double(y[2]);
-        break;
-      }
-      case OpKind::classifier_train: {  // logits, dx and dw of an (N, C) x (V, C) head
-        const auto& x = g.shape(n.inputs[0]);
-        f += 6.0 * double(x[0]) * double(x[1]) * double(g.shape(n.inputs[1])[0]);
-        break;
-      }
-      default:
-        break;
-    }
-  }
-  return f;
-}
+// FLOPs of a graph's matrix products and attention: train::graph_matmul_flops
+// (tune.h), which `brisk tune` ranks its candidates by. What recomputation
+// adds to a step is the difference between two levels' counts.
+double matmul_flops(const core::Graph& g) { return train::graph_matmul_flops(g); }
 
 struct Row {
   std::string level;

@@ -124,6 +124,9 @@ class Gpt {
   // The graph a train program for this shape would run, built but neither
   // planned nor cached: for memory reports and tests that plan without running.
   core::Graph train_graph(int64_t batch, int64_t seq) { return std::move(build(Mode::train, batch, seq)->graph); }
+  // The same for the eval program (forward and loss, unfused): its arena
+  // lives beside the train program's once a run has evaluated (train/tune.cpp).
+  core::Graph eval_graph(int64_t batch, int64_t seq) { return std::move(build(Mode::eval, batch, seq)->graph); }
   size_t cached_programs() const { return train_cache_.size() + eval_cache_.size() + logits_cache_.size(); }
 
  private:

@@ -1,0 +1,120 @@
+// Memory-budget tuning: which micro-batch, recomputation level and
+// fused-classifier setting a GPT training config should run with to fit a
+// host-memory budget, decided from the memory planner alone (nothing is
+// allocated beyond a model's weights, nothing is run). `brisk tune` prints
+// the search and writes the tuned config; `train.memory_budget` makes the
+// same choice at trainer start-up. docs/tuning.md describes the estimate and
+// the measurements that check it against peak RSS.
+//
+// The estimate of a run's peak RSS (RunMemoryEstimate) is the planner's
+// figures (parameters, gradients, AdamW moments, the train program's arena)
+// plus what a `brisk train` process holds beside them: the eval program's
+// arena (unfused: its logits exist), the loader's slots and eval token
+// buffers, the memory-mapped token shards, the staging of a checkpoint
+// write, and a fixed process baseline (code, libraries, thread stacks, BLAS
+// buffers), each measured and explained in docs/tuning.md.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "brisk/core/backend.h"
+#include "brisk/core/graph.h"
+#include "brisk/core/planner.h"
+#include "brisk/train/config.h"
+
+namespace brisk::train {
+
+// "4GiB", "512MiB", "64KiB", "1.5GB", "300MB", "2kB", "123456" or
+// "123456B" -> bytes (binary units are powers of 1024, decimal ones of 1000;
+// case-insensitive; one optional space). Throws ConfigError naming `what`
+// (the key or option) and the accepted forms.
+uint64_t parse_byte_size(const std::string& text, const std::string& what);
+// Bytes as "1.50 GiB" / "512.0 MiB" / "900 B": for messages and tables.
+std::string format_bytes(uint64_t bytes);
+
+// Matrix-product and attention FLOPs (multiply-adds x 2) of a graph,
+// forward and backward, counted the way GptConfig::flops_per_token does;
+// elementwise ops left out. Recomputation's extra cost is the difference
+// between two levels' counts (`brisk plan` prints it too).
+double graph_matmul_flops(const core::Graph& g);
+
+// A fixed share of a `brisk train` process's peak RSS that no planner
+// figure explains: the binary and its shared libraries (oneDNN, OpenBLAS,
+// the C++ runtime: ~18 MiB of file-backed pages), heap bookkeeping, OpenMP
+// and loader thread stacks, BLAS packing buffers and oneDNN's primitive
+// cache. Measured at 20 MiB (a 1-layer toy) to 26 MiB (W1) on 2 threads
+// (docs/tuning.md); 32 keeps a run planned just under a budget under it.
+inline constexpr uint64_t kProcessBaselineBytes = uint64_t(32) << 20;
+
+// The planned peak RSS of a run of `cfg` on the CPU, part by part.
+struct RunMemoryEstimate {
+  core::MemoryReport train;   // params, grads, AdamW moments, the train arena
+  uint64_t eval_arena = 0;    // the eval program's arena (train.eval_every > 0)
+  uint64_t loader = 0;        // loader slots + the trainer's eval token buffers
+  uint64_t data = 0;          // the token shards of data.dir (mapped and read whole)
+  uint64_t checkpoint = 0;    // a checkpoint write's staging (transposed weights + the optimizer file's bytes)
+  uint64_t baseline = kProcessBaselineBytes;
+  double flops_per_micro_step = 0;  // graph_matmul_flops of the train program
+  uint64_t total() const {
+    return train.total() + eval_arena + loader + data + checkpoint + baseline;
+  }
+};
+
+// Plans `cfg` as `brisk train` would run it on one CPU process (its batch,
+// recompute level, classifier setting, precision). Builds a model (weights
+// allocated) on `backend` to know the parameters; plans, never runs.
+RunMemoryEstimate estimate_run_memory(const TrainConfig& cfg, core::Backend& backend);
+
+// The largest b in [1, max_batch] with fits(b), where fits is monotone
+// (true up to some b, false after): a binary search. 0 when fits(1) is false.
+int64_t largest_fitting(int64_t max_batch, const std::function<bool(int64_t)>& fits);
+
+// One (recompute, fused_classifier) setting of the search and the largest
+// micro-batch at which it fits.
+struct TuneCandidate {
+  std::string recompute;              // none | selective | full
+  bool fused_classifier = false;
+  int64_t batch = 0, grad_accum = 0;  // batch 0: does not fit even at micro-batch 1
+  RunMemoryEstimate memory;           // at `batch` (at batch 1 when it does not fit)
+  double flops_per_token = 0;         // train program FLOPs / tokens of a micro-step
+  double relative_throughput = 0;     // estimated tokens/s against the best candidate (1.0)
+  bool fits() const { return batch > 0; }
+};
+
+struct TuneResult {
+  uint64_t budget = 0;
+  int64_t global_batch = 0;             // train.batch x train.grad_accum, kept
+  RunMemoryEstimate original;           // the config as given
+  std::vector<TuneCandidate> candidates;  // ranked: fitting ones first, best first
+  TrainConfig chosen;                   // cfg with batch, grad_accum, recompute, fused_classifier of candidates[0]
+  std::string summary;                  // what was chosen and why; or why nothing fits, naming the minimum
+  bool fits() const { return !candidates.empty() && candidates.front().fits(); }
+};
+
+// Searches every (recompute, fused_classifier) pair for the largest
+// micro-batch b dividing the global batch G = train.batch x train.grad_accum
+// whose planned peak fits `budget` (grad_accum = G / b, so the tokens per
+// optimizer step stay the same), ranks the fitting ones by estimated
+// throughput (fewest FLOPs per token, recomputation included; then the
+// larger micro-batch; then the cheaper recompute level; then the config's
+// own classifier setting) and returns the best as a config. Throws
+// ConfigError when nothing fits, naming the smallest planned peak.
+TuneResult tune_for_budget(const TrainConfig& cfg, uint64_t budget, core::Backend& backend);
+// The same search without the verdict: when nothing fits, fits() is false,
+// `chosen` is unset and `summary` is the error tune_for_budget would throw
+// (`brisk tune` prints the candidates first).
+TuneResult search_budget(const TrainConfig& cfg, uint64_t budget, core::Backend& backend);
+
+// The candidates as a table (one row each), for `brisk tune` and the trainer.
+std::string candidates_table(const TuneResult& r);
+
+// train.memory_budget at start-up: `cfg` tuned to its budget (memory_budget
+// cleared, so the result describes the run), and the lines saying what was
+// chosen and why in *report. A config without a budget comes back as it is.
+// Throws ConfigError for train.device = "cuda" (the estimate is host RSS).
+TrainConfig apply_memory_budget(const TrainConfig& cfg, core::Backend& backend, std::string* report);
+
+}  // namespace brisk::train
