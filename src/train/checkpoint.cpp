@@ -161,14 +161,16 @@ void check_no_extra(const std::string& path, const std::map<std::string, core::T
 // checkpoints predate the field).
 constexpr const char* kGptKind = "gpt";
 constexpr const char* kEncoderKind = "encoder-classifier";
+constexpr const char* kAutoencoderKind = "seq-autoencoder";
 
 void check_kind(const StateFields& f, const Json& st, const std::string& want) {
   const std::string kind = st.contains("kind") ? f.string(st, "kind", "kind") : kGptKind;
   if (kind == want) return;
   auto what = [](const std::string& k) {
-    return k == kGptKind ? std::string("a GPT language model (for brisk generate, eval, serve)")
-                         : k == kEncoderKind ? std::string("an encoder classifier (for brisk classify)")
-                                             : "of unknown kind '" + k + "'";
+    return k == kGptKind           ? std::string("a GPT language model (for brisk generate, eval, serve)")
+           : k == kEncoderKind     ? std::string("an encoder classifier (for brisk classify)")
+           : k == kAutoencoderKind ? std::string("a sequence autoencoder (for brisk encode, decode)")
+                                   : "of unknown kind '" + k + "'";
   };
   throw IoError(f.path + ": this checkpoint is " + what(kind) + ", but " + what(want) + " is needed here");
 }
@@ -269,6 +271,14 @@ std::string save_checkpoint(const std::string& out_dir, const models::Gpt& model
     st["loss_scaler"] = {{"scale", ls.scale},       {"steps", ls.steps},       {"skipped", ls.skipped},
                          {"growths", ls.growths},   {"backoffs", ls.backoffs}, {"clean_streak", ls.clean_streak}};
   }
+  if (state.lr_plateau) {
+    const optim::PlateauState& p = *state.lr_plateau;
+    // best is infinite until the first evaluation: JSON has no infinity, so null.
+    st["lr_plateau"] = {{"scale", p.scale},
+                        {"best", std::isfinite(p.best) ? Json(p.best) : Json(nullptr)},
+                        {"bad_evals", p.bad_evals},
+                        {"cuts", p.cuts}};
+  }
   return write_checkpoint(out_dir, state.step, model.params(), optimizer, st, keep);
 }
 
@@ -317,6 +327,21 @@ models::GptConfig read_checkpoint_config(const std::string& ckpt_dir, TrainState
                                                   f.integer(j, "loss_scaler.growths", "growths"),
                                                   f.integer(j, "loss_scaler.backoffs", "backoffs"),
                                                   f.integer(j, "loss_scaler.clean_streak", "clean_streak")};
+    }
+    state->lr_plateau.reset();
+    if (st.contains("lr_plateau")) {
+      const Json& j = f.object(st, "lr_plateau", "lr_plateau");
+      optim::PlateauState p;
+      p.scale = f.positive_number(j, "lr_plateau.scale", "scale");
+      const Json& best = f.at(j, "lr_plateau.best", "best");
+      if (!best.is_null()) {
+        if (!best.is_number() || std::isnan(best.get<double>()))
+          f.fail("lr_plateau.best", "must be a number or null, got " + core::json_excerpt(best));
+        p.best = best.get<double>();
+      }
+      p.bad_evals = f.integer(j, "lr_plateau.bad_evals", "bad_evals");
+      p.cuts = f.integer(j, "lr_plateau.cuts", "cuts");
+      state->lr_plateau = p;
     }
   }
   return c;
@@ -421,6 +446,56 @@ void load_encoder_checkpoint(const std::string& ckpt_dir, models::Encoder& model
   const EncoderCheckpoint saved = read_encoder_checkpoint(ckpt_dir);
   if (!saved.config.same_shape(model.config()))
     throw core::ConfigError(ckpt_dir + ": checkpoint is for an encoder of another shape than the model");
+  load_weights(ckpt_dir, model.params());
+}
+
+// ---- sequence autoencoders -----------------------------------------------------------
+
+std::string save_autoencoder_checkpoint(const std::string& out_dir, const models::SeqAutoencoder& model,
+                                        const optim::AdamW* optimizer, const AutoencoderCheckpoint& info, int keep) {
+  const models::SeqAutoencoderConfig& c = model.config();
+  const nlohmann::json st = {
+      {"kind", kAutoencoderKind},
+      {"step", info.step},
+      {"seed", info.seed},
+      {"tokenizer", info.tokenizer},
+      {"optimizer_steps", optimizer ? optimizer->steps_taken() : 0},
+      {"model",
+       {{"vocab_size", c.vocab_size}, {"n_layer", c.n_layer}, {"n_embd", c.n_embd}, {"n_head", c.n_head},
+        {"max_len", c.max_len}, {"latent", c.latent}, {"attention", c.attention}}}};
+  return write_checkpoint(out_dir, info.step, model.params(), optimizer, st, keep);
+}
+
+AutoencoderCheckpoint read_autoencoder_checkpoint(const std::string& ckpt_dir) {
+  const std::string path = (fs::path(ckpt_dir) / "state.json").string();
+  const Json st = parse_state_file(path);
+  const StateFields f{path};
+  check_kind(f, st, kAutoencoderKind);
+  const Json& m = f.object(st, "model", "model");
+  AutoencoderCheckpoint info;
+  models::SeqAutoencoderConfig& c = info.config;
+  c.vocab_size = f.integer(m, "model.vocab_size", "vocab_size");
+  c.n_layer = f.integer(m, "model.n_layer", "n_layer");
+  c.n_embd = f.integer(m, "model.n_embd", "n_embd");
+  c.n_head = f.integer(m, "model.n_head", "n_head");
+  c.max_len = f.integer(m, "model.max_len", "max_len");
+  c.latent = f.integer(m, "model.latent", "latent");
+  c.attention = f.string(m, "model.attention", "attention");
+  try {
+    c.validate();
+  } catch (const core::ConfigError& e) {
+    throw IoError(path + ": " + e.what());
+  }
+  info.step = f.integer(st, "step", "step");
+  info.seed = f.unsigned_integer(st, "seed", "seed");
+  info.tokenizer = f.string(st, "tokenizer", "tokenizer");
+  return info;
+}
+
+void load_autoencoder_checkpoint(const std::string& ckpt_dir, models::SeqAutoencoder& model) {
+  const AutoencoderCheckpoint saved = read_autoencoder_checkpoint(ckpt_dir);
+  if (!saved.config.same_shape(model.config()))
+    throw core::ConfigError(ckpt_dir + ": checkpoint is for an autoencoder of another shape than the model");
   load_weights(ckpt_dir, model.params());
 }
 

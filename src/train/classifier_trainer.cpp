@@ -26,6 +26,7 @@
 #include "brisk/data/loader.h"
 #include "brisk/data/record_store.h"
 #include "brisk/models/encoder.h"
+#include "brisk/monitor/event_writer.h"
 #include "brisk/monitor/machine.h"
 #include "brisk/optim/optimizer.h"
 #include "brisk/train/checkpoint.h"
@@ -243,6 +244,10 @@ ClassifyResult train_classifier(const ClassifyConfig& cfg, const ClassifyOptions
     std::FILE* f;
     ~Closer() { std::fclose(f); }
   } closer{metrics};
+  // The same numbers for TensorBoard (docs/monitoring.md): a run starts
+  // afresh, so its START event makes TensorBoard drop earlier runs' steps.
+  monitor::EventWriter events(cfg.out_dir);
+  events.session_start(1);
 
   std::snprintf(line, sizeof line,
                 "brisk train (encoder classifier): %lld params | %lld layers, %lld embd, %lld heads, max_len %lld, "
@@ -287,6 +292,13 @@ ClassifyResult train_classifier(const ClassifyConfig& cfg, const ClassifyOptions
                    "\"data_wait_ms\":%.3f}\n",
                    (long long)step + 1, (long long)epoch, loss, double(lr), st.grad_norm, dt * 1e3, double(real) / dt,
                    (long long)T, 1.0 - double(real) / double(b.rows * T), hit, loader.last_wait_seconds() * 1e3);
+      const std::pair<const char*, double> scalars[] = {
+          {"epoch", double(epoch)}, {"loss", loss}, {"lr", lr}, {"grad_norm", st.grad_norm}, {"ms_per_step", dt * 1e3},
+          {"tokens_per_s", double(real) / dt}, {"batch_width", double(T)},
+          {"padding_waste", 1.0 - double(real) / double(b.rows * T)}, {"cache_hit_rate", hit},
+          {"data_wait_ms", loader.last_wait_seconds() * 1e3}};
+      for (const auto& [tag, v] : scalars) events.scalar(tag, v);
+      events.write(step + 1);
       if ((step + 1) % cfg.log_every == 0 || step + 1 == schedule.total_steps) {
         const double eta = window_seconds / double(std::min<int64_t>(cfg.log_every, step + 1)) *
                            double(schedule.total_steps - step - 1);
@@ -304,6 +316,12 @@ ClassifyResult train_classifier(const ClassifyConfig& cfg, const ClassifyOptions
       res.val = evaluate(model, store, corpus, split.val);
       std::fprintf(metrics, "{\"epoch\":%lld,\"step\":%lld,\"val\":%s}\n", (long long)epoch + 1, (long long)step,
                    metrics_json(res.val).c_str());
+      const std::pair<const char*, double> val_scalars[] = {
+          {"val/count", double(res.val.count)}, {"val/accuracy", res.val.accuracy}, {"val/precision", res.val.precision},
+          {"val/recall", res.val.recall},       {"val/f1", res.val.f1},             {"val/loss", res.val.loss}};
+      for (const auto& [tag, v] : val_scalars) events.scalar(tag, v);
+      if (res.val.roc_auc >= 0) events.scalar("val/roc_auc", res.val.roc_auc);
+      events.write(step);
       std::snprintf(line, sizeof line, "epoch %lld: val loss %.4f | accuracy %.4f | F1 %.4f\n", (long long)epoch + 1,
                     res.val.loss, res.val.accuracy, res.val.f1);
       say(line);

@@ -12,10 +12,12 @@
 #include <map>
 #include <sstream>
 
+#include "run_preset_table.h"
 #include "toml_config.h"
 
 #include "brisk/core/error.h"
 #include "brisk/data/tokenizer.h"
+#include "brisk/train/tune.h"
 
 namespace brisk::train {
 
@@ -30,7 +32,8 @@ const detail::KnownKeys kKnownKeys = {
     {"train", {"batch", "seq", "grad_accum", "steps", "lr", "min_lr_ratio", "warmup", "schedule", "weight_decay",
                "grad_clip", "beta1", "beta2", "eps", "seed", "threads", "device", "eval_every", "eval_batches", "log_every",
                "loader_workers", "precision", "precision_fallback", "loss_scaling", "loss_scale_init",
-               "loss_scale_growth_interval", "recompute", "fused_adamw", "init_from", "keep_mask"}},
+               "loss_scale_growth_interval", "recompute", "fused_adamw", "init_from", "keep_mask", "preset", "memory_budget", "plateau_patience",
+               "plateau_factor", "tensorboard"}},
     {"checkpoint", {"dir", "every", "keep"}},
     {"dist", {"bucket_mb", "zero", "timeout_s", "backend"}},
 };
@@ -134,7 +137,9 @@ TrainConfig parse_train_config(std::string_view text, const std::string& name,
 
 namespace {
 
-TrainConfig config_from_table(const toml::table& root) {
+TrainConfig config_from_table(const toml::table& file) {
+  // train.preset fills the keys the file and --set leave unset (run_presets.h).
+  const toml::table root = detail::with_run_preset(file);
   TrainConfig c;
   detail::Reader r(root);
   r.get("model", "preset", c.preset);
@@ -158,7 +163,10 @@ TrainConfig config_from_table(const toml::table& root) {
   r.get("train", "warmup", c.schedule.warmup_steps);
   std::string schedule = "cosine";
   r.get("train", "schedule", schedule);
-  c.schedule.kind = optim::LrSchedule::parse(schedule);
+  c.schedule.kind = optim::LrSchedule::parse(schedule, /*allow_plateau=*/true);
+  r.get("train", "plateau_patience", c.schedule.plateau_patience);
+  r.get("train", "plateau_factor", c.schedule.plateau_factor);
+  r.get("train", "tensorboard", c.tensorboard);
   r.get("train", "weight_decay", c.adamw.weight_decay);
   r.get("train", "grad_clip", c.adamw.grad_clip);
   r.get("train", "fused_adamw", c.adamw.fused);
@@ -184,6 +192,13 @@ TrainConfig config_from_table(const toml::table& root) {
   r.get("train", "recompute", c.model.recompute);  // checked (none | selective | full) by validate() below
   r.get("train", "init_from", c.init_from);
   r.get("train", "keep_mask", c.keep_mask);
+  r.get("train", "preset", c.run_preset);
+  // A size ("4GiB") or a plain number of bytes, checked now so a typo fails at load (tune.h).
+  if (const toml::node* n = root.at_path("train.memory_budget").node(); n && n->is_integer())
+    c.memory_budget = std::to_string(n->value<int64_t>().value());
+  else
+    r.get("train", "memory_budget", c.memory_budget);
+  if (!c.memory_budget.empty()) parse_byte_size(c.memory_budget, "config: train.memory_budget");
   r.get("checkpoint", "dir", c.out_dir);
   r.get("checkpoint", "every", c.checkpoint_every);
   r.get("checkpoint", "keep", c.keep_checkpoints);
@@ -228,6 +243,14 @@ TrainConfig config_from_table(const toml::table& root) {
     throw ConfigError("config: train.grad_clip must be a finite number >= 0 (0 disables clipping)");
   if (c.schedule.min_lr_ratio < 0 || c.schedule.min_lr_ratio > 1)
     throw ConfigError("config: train.min_lr_ratio must be in [0, 1]");
+  if (c.schedule.plateau_patience < 0)
+    throw ConfigError("config: train.plateau_patience must be >= 0, got " + std::to_string(c.schedule.plateau_patience));
+  if (!(c.schedule.plateau_factor > 0 && c.schedule.plateau_factor < 1))
+    throw ConfigError("config: train.plateau_factor must be in (0, 1), got " + std::to_string(c.schedule.plateau_factor));
+  // The plateau schedule only moves when the validation loss is measured.
+  if (c.schedule.kind == optim::Schedule::plateau && c.eval_every <= 0)
+    throw ConfigError("config: train.schedule = \"plateau\" follows the validation loss, but train.eval_every = " +
+                      std::to_string(c.eval_every) + " never evaluates: set train.eval_every > 0");
   if (!(c.loss_scale_init >= 1) || !std::isfinite(c.loss_scale_init))
     throw ConfigError("config: train.loss_scale_init must be a finite number >= 1");
   positive(c.loss_scale_growth_interval, "train.loss_scale_growth_interval");
@@ -274,7 +297,7 @@ std::string toml_string(const std::string& v) {
 
 std::string to_toml(const TrainConfig& c) {
   std::ostringstream s;
-  const char* kinds[] = {"constant", "linear", "cosine"};
+  const char* kinds[] = {"constant", "linear", "cosine", "plateau"};
   s << "[model]\n"
     << "vocab_size = " << c.model.vocab_size << "\nn_layer = " << c.model.n_layer << "\nn_embd = " << c.model.n_embd
     << "\nn_head = " << c.model.n_head << "\nblock_size = " << c.model.block_size
@@ -285,7 +308,8 @@ std::string to_toml(const TrainConfig& c) {
     << "\n\n[data]\ndir = " << toml_string(c.data_dir) << "\n\n[train]\nbatch = " << c.batch << "\nseq = " << c.seq << "\ngrad_accum = " << c.grad_accum
     << "\nsteps = " << c.steps << "\nlr = " << c.schedule.max_lr << "\nmin_lr_ratio = " << c.schedule.min_lr_ratio
     << "\nwarmup = " << c.schedule.warmup_steps << "\nschedule = \"" << kinds[int(c.schedule.kind)]
-    << "\"\nweight_decay = " << c.adamw.weight_decay << "\ngrad_clip = " << c.adamw.grad_clip
+    << "\"\nplateau_patience = " << c.schedule.plateau_patience << "\nplateau_factor = " << c.schedule.plateau_factor
+    << "\nweight_decay = " << c.adamw.weight_decay << "\ngrad_clip = " << c.adamw.grad_clip
     << "\nfused_adamw = " << (c.adamw.fused ? "true" : "false")
     << "\nbeta1 = " << c.adamw.beta1 << "\nbeta2 = " << c.adamw.beta2 << "\neps = " << c.adamw.eps
     << "\nseed = " << c.seed << "\ndevice = " << toml_string(c.device) << "\nthreads = " << c.threads << "\nloader_workers = " << c.loader_workers
@@ -294,9 +318,12 @@ std::string to_toml(const TrainConfig& c) {
     << "\nrecompute = " << toml_string(c.model.recompute)
     << "\ninit_from = " << toml_string(c.init_from) << "\nkeep_mask = " << (c.keep_mask ? "true" : "false");
   if (c.loss_scaling) s << "\nloss_scaling = " << (*c.loss_scaling ? "true" : "false");
+  if (!c.run_preset.empty()) s << "\npreset = " << toml_string(c.run_preset);
+  if (!c.memory_budget.empty()) s << "\nmemory_budget = " << toml_string(c.memory_budget);
   s << "\nloss_scale_init = " << c.loss_scale_init << "\nloss_scale_growth_interval = " << c.loss_scale_growth_interval
     << "\neval_every = " << c.eval_every
-    << "\neval_batches = " << c.eval_batches << "\nlog_every = " << c.log_every << "\n\n[checkpoint]\ndir = "
+    << "\neval_batches = " << c.eval_batches << "\nlog_every = " << c.log_every
+    << "\ntensorboard = " << (c.tensorboard ? "true" : "false") << "\n\n[checkpoint]\ndir = "
     << toml_string(c.out_dir) << "\nevery = " << c.checkpoint_every << "\nkeep = " << c.keep_checkpoints << "\n";
   s << "\n[dist]\nbucket_mb = " << c.dist.bucket_mb << "\nzero = " << c.dist.zero << "\ntimeout_s = " << c.dist.timeout_s
     << "\nbackend = " << toml_string(c.dist.backend) << "\n";

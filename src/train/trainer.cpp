@@ -39,7 +39,10 @@
 #include "brisk/monitor/machine.h"
 #include "brisk/optim/loss_scaler.h"
 #include "brisk/train/checkpoint.h"
+#include "brisk/train/tune.h"
 #include "run_log.h"
+#include "run_record.h"
+#include "step_trace.h"
 
 namespace brisk::train {
 
@@ -200,6 +203,9 @@ struct Trainer::Impl {
   TrainState state;
   Progress progress;
   std::optional<MetricsLog> metrics;
+  std::optional<monitor::EventWriter> events;  // TensorBoard (train.tensorboard), rank 0
+  std::optional<optim::ReduceOnPlateau> plateau;  // train.schedule = "plateau"
+  std::unique_ptr<StepTrace> trace;              // --trace, rank 0
   core::Executor* train_exec = nullptr;
   // The checkpoint the weights came from (resume or train.init_from), "" for
   // random ones; and train.keep_mask's pruned weights, re-zeroed after every update.
@@ -227,10 +233,12 @@ struct Trainer::Impl {
   void resume();
   void init_from_checkpoint();
   void make_mask();
+  void make_trace();
   void open_run_dir();
   void measure_peak();
   void print_header();
   double evaluate();
+  void observe_plateau();
   void step();
   void after_step(StepRow row);
 };
@@ -272,15 +280,19 @@ Trainer::Impl::Impl(const TrainConfig& c, core::Backend& b, const TrainOptions& 
   if (dp) check_same_config(*dp, *options.comm, cfg, model.config().num_params());
   model.init_weights(cfg.seed);
   make_scaler();
+  if (cfg.schedule.kind == optim::Schedule::plateau) plateau.emplace(cfg.schedule);
   state.seed = cfg.seed;
   state.tokenizer = train_data.tokenizer();
   if (options.resume) resume();
+  if (plateau) state.lr_plateau = plateau->state();
+  else state.lr_plateau.reset();  // a plateau checkpoint resumed with another schedule: nothing to carry on
   if (start_checkpoint.empty() && !cfg.init_from.empty()) init_from_checkpoint();
   if (cfg.keep_mask) make_mask();
   if (!dp || dp->rank() == 0) open_run_dir();
   measure_peak();
   train_exec = model.program(true, batch_local, cfg.seq).executor.get();
   train_exec->set_profiling(options.profile);
+  if (!options.trace_path.empty() && (!dp || dp->rank() == 0)) make_trace();
   if (dp) {
     // Every rank resumes from the same checkpoint: one that finds none (a
     // checkpoint.dir not shared between hosts) would start over alone.
@@ -331,6 +343,8 @@ void Trainer::Impl::resume() {
   // A scaled run continues at the scale it stopped at; a checkpoint
   // without scaler state (an fp32 run, an older file) starts at init.
   if (scaler && state.loss_scaler) scaler->restore(*state.loss_scaler);
+  // The same for the plateau schedule's lr scale, best loss and count.
+  if (plateau && state.lr_plateau) plateau->restore(*state.lr_plateau);
   if (state.data_position % uint64_t(cfg.batch) != 0)
     throw core::ConfigError("checkpoint " + ckpt + " stopped after " + std::to_string(state.data_position) +
                             " training windows, not a whole number of batches of train.batch = " +
@@ -380,11 +394,29 @@ void Trainer::Impl::make_mask() {
                   " is 0, so nothing is held (not a pruned checkpoint?)");
 }
 
+// --trace: the chosen steps must be steps this run computes.
+void Trainer::Impl::make_trace() {
+  std::vector<int64_t> steps =
+      options.trace_steps.empty() ? StepTrace::default_steps(state.step, cfg.steps) : options.trace_steps;
+  for (const int64_t s : steps)
+    if (s <= state.step || s > cfg.steps)
+      throw core::ConfigError("--trace-steps: step " + std::to_string(s) + " is not a step of this run, which computes steps " +
+                              std::to_string(state.step + 1) + " to " + std::to_string(cfg.steps));
+  trace = std::make_unique<StepTrace>(options.trace_path, std::move(steps));
+}
+
 void Trainer::Impl::open_run_dir() {
   namespace fs = std::filesystem;
   fs::create_directories(cfg.out_dir);
   core::write_file_atomic((fs::path(cfg.out_dir) / "config.toml").string(), to_toml(cfg));
   metrics.emplace((fs::path(cfg.out_dir) / "metrics.jsonl").string(), state.step);
+  if (cfg.tensorboard) {
+    // A new file per run. Like metrics.jsonl, the run directory then describes
+    // the steps its weights went through: the START event makes TensorBoard
+    // drop what earlier files logged for the steps this run computes (again).
+    events.emplace(cfg.out_dir);
+    events->session_start(state.step + 1);
+  }
 }
 
 void Trainer::Impl::measure_peak() {
@@ -448,10 +480,29 @@ double Trainer::Impl::evaluate() {
   return sum / double(std::max<int64_t>(1, cfg.eval_batches));
 }
 
+// train.schedule = "plateau": the evaluation just made moves the lr scale;
+// the state goes into the next checkpoint for an exact resume.
+void Trainer::Impl::observe_plateau() {
+  const double before = plateau->scale();
+  if (plateau->observe(result.last_val_loss)) {
+    char buf[192];
+    std::snprintf(buf, sizeof buf,
+                  "step %lld: no val loss below %.4f in %lld evaluation(s): lr x %g (scale %g -> %g)",
+                  (long long)state.step, plateau->state().best, (long long)cfg.schedule.plateau_patience + 1,
+                  double(cfg.schedule.plateau_factor), before, plateau->scale());
+    progress.line(buf);
+  }
+  state.lr_plateau = plateau->state();
+}
+
 // One optimizer step: grad_accum micro-steps from the loader, then AdamW
 // (through the loss scaler when it is on).
 void Trainer::Impl::step() {
   const double t0 = monitor::now_seconds();
+  // --trace: this step's kernels, data waits and optimizer step on a timeline.
+  StepTrace* tr = trace && trace->wants(state.step + 1) ? trace.get() : nullptr;
+  auto now = [tr] { return tr ? monitor::now_seconds() : 0.0; };
+  if (tr) tr->begin(state.step + 1, *train_exec);
   model.params().zero_grads();
   double loss = 0, data_wait = 0;
   const float loss_scale = scaler ? scaler->scale() : 1.0f;
@@ -460,15 +511,24 @@ void Trainer::Impl::step() {
   const double world = dp ? double(dp->world()) : 1.0;
   if (dp) dp->reset_times();
   for (int64_t micro = 0; micro < cfg.grad_accum; ++micro) {
+    const double w0 = now();
     const data::Batch& b = loader.next();
     data_wait += loader.last_wait_seconds();
     if (dp) dp->arm(micro == cfg.grad_accum - 1);  // the last micro-step's backward sends the buckets
+    const double m0 = now();
     loss += model.train_micro_step(b.inputs, b.targets, batch_local, cfg.seq,
                                    double(loss_scale) / (double(cfg.grad_accum) * world));
+    if (tr) {
+      tr->span("data_wait", "data", w0, m0, micro);
+      tr->span("forward_backward", "micro_step", m0, now(), micro);
+    }
   }
   loss /= double(cfg.grad_accum);
+  const double c0 = now();
   if (dp) dp->finish_gradients(state.step + 1);
-  const float lr = cfg.schedule.at(state.step);
+  if (tr && dp) tr->span("finish_gradients", "comm", c0, now());
+  const float lr = plateau ? plateau->lr(cfg.schedule, state.step) : cfg.schedule.at(state.step);
+  const double o0 = now();
   optim::StepStats st;
   bool skipped = false;
   if (scaler) {
@@ -477,6 +537,10 @@ void Trainer::Impl::step() {
     skipped = !r.applied;
   } else {
     st = adamw.step(lr);
+  }
+  if (tr) {
+    backend.synchronize();  // a GPU update's time, not its launch
+    tr->span("optimizer_step", "optimizer", o0, now());
   }
   if (dp) dp->gather_weights();  // ZeRO-1: each rank updated its chunks
   if (mask) mask->apply(model.params());  // the update moved pruned weights: back to 0
@@ -498,6 +562,10 @@ void Trainer::Impl::step() {
   state.data_position = loader.position() * uint64_t(batch_local) * uint64_t(world);
   if (scaler) state.loss_scaler = scaler->state();
   const double dt = monitor::now_seconds() - t0;
+  if (tr) {
+    tr->end(t0, t0 + dt);  // the step's span is the time metrics.jsonl reports
+    if (tr->written()) result.trace = tr->path();
+  }
   step_times.push_back(dt);
   recent.add(dt);
   result.data_wait_s += data_wait;
@@ -544,9 +612,11 @@ void Trainer::Impl::after_step(StepRow row) {
     char buf[96];
     std::snprintf(buf, sizeof buf, "step %lld: val loss %.4f", (long long)state.step, result.last_val_loss);
     progress.line(buf);
+    if (plateau) observe_plateau();
   }
   row.time_s = monitor::now_seconds() - run_start;
   if (metrics) metrics->write(row);
+  if (events) write_events(*events, row);
 
   const bool stop = stop_agreed;
   if (stop || state.step == cfg.steps || (cfg.checkpoint_every > 0 && state.step % cfg.checkpoint_every == 0)) {
@@ -563,8 +633,24 @@ void Trainer::Impl::after_step(StepRow row) {
   }
 }
 
+namespace {
+// train.memory_budget: the micro-batch, recompute level and classifier that
+// fit it, chosen from the planner before any part of the run is built, so
+// the search's transient model is gone before the run's own (tune.h).
+TrainConfig with_memory_budget(const TrainConfig& cfg, core::Backend& backend, const TrainOptions& o) {
+  if (cfg.memory_budget.empty()) return cfg;
+  if (o.comm)
+    throw core::ConfigError("train.memory_budget sizes a one-process run; over several ranks choose train.batch and "
+                            "train.recompute with `brisk plan --ranks N`");
+  std::string report;
+  TrainConfig tuned = apply_memory_budget(cfg, backend, &report);
+  if (!o.quiet) std::fprintf(stderr, "%s", report.c_str());
+  return tuned;
+}
+}  // namespace
+
 Trainer::Trainer(const TrainConfig& config, core::Backend& backend, const TrainOptions& options)
-    : impl_(std::make_unique<Impl>(config, backend, options)) {}
+    : impl_(std::make_unique<Impl>(with_memory_budget(config, backend, options), backend, options)) {}
 
 Trainer::~Trainer() = default;
 
@@ -579,12 +665,26 @@ TrainResult Trainer::finish() {
   Impl& t = *impl_;
   t.progress.finish();
   if (t.options.profile) t.result.profile = profile_table(*t.train_exec);
+  // A run that stopped before its last traced step still leaves the steps it traced.
+  if (t.trace && !t.trace->written() && t.trace->write()) t.result.trace = t.trace->path();
   t.result.steps_done = t.state.step;
   if (t.scaler) {
     t.result.skipped_steps = t.scaler->skipped_steps();
     t.result.loss_scale = t.scaler->scale();
   }
   t.result.median_tokens_per_s = t.step_times.empty() ? 0 : double(t.tokens_per_step) / median(t.step_times);
+  // Rank 0's run directory: run_summary.json and recommendations.json for
+  // `brisk report` (run_record.h). A refused write costs the report, not the run.
+  if (t.metrics) {
+    try {
+      write_run_record({&t.cfg, &t.precision, t.peak / 1e9, t.bf16_peak,
+                        t.on_gpu ? 0 : static_cast<cpu::CpuBackend&>(t.backend).num_threads(), t.dp ? t.dp->world() : 1,
+                        t.batch_local, t.on_gpu ? t.backend.description() : "", t.result.profile},
+                       t.model, t.adamw);
+    } catch (const core::Error& e) {
+      t.progress.line(std::string("warning: no run record for brisk report: ") + e.what());
+    }
+  }
   return std::move(t.result);
 }
 

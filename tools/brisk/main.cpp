@@ -14,15 +14,19 @@
 #include "brisk/data/shards.h"
 #include "brisk/data/tokenizer.h"
 #include "brisk/monitor/machine.h"
+#include "brisk/train/autoencoder_trainer.h"
 #include "brisk/train/checkpoint.h"
 #include "brisk/train/classifier_trainer.h"
 #include "brisk/train/trainer.h"
 #include "bench_cmd.h"
 #include "plan_cmd.h"
+#include "tune_cmd.h"
+#include "report_cmd.h"
 #include "export_cmd.h"
 #include "infer_cmds.h"
 #include "prune_cmd.h"
 #include "serve_cmd.h"
+#include "autoencoder_cmds.h"
 #include "classify_cmd.h"
 #include "data_cmds.h"
 
@@ -31,11 +35,18 @@ using namespace brisk;
 namespace {
 
 int cmd_train(const std::string& config_path, const std::vector<std::string>& sets, bool resume, bool no_progress,
-              bool profile) {
+              bool profile, const std::string& trace, const std::vector<int64_t>& trace_steps) {
   if (train::is_encoder_config(config_path, sets)) {  // [model] kind = "encoder": a classifier run
-    if (resume || profile)
-      throw core::ConfigError("--resume and --profile are for GPT runs; an encoder classifier run starts afresh");
+    if (resume || profile || !trace.empty())
+      throw core::ConfigError("--resume and --profile are for GPT runs, and so is --trace; an encoder classifier run "
+                              "starts afresh");
     train::train_classifier(train::load_classify_config(config_path, sets));
+    return 0;
+  }
+  if (train::is_autoencoder_config(config_path, sets)) {  // [model] kind = "autoencoder": a sequence autoencoder run
+    if (resume || profile)
+      throw core::ConfigError("--resume and --profile are for GPT runs; a sequence autoencoder run starts afresh");
+    train::train_autoencoder(train::load_autoencoder_config(config_path, sets));
     return 0;
   }
   const train::TrainConfig cfg = train::load_train_config(config_path, sets);
@@ -43,6 +54,8 @@ int cmd_train(const std::string& config_path, const std::vector<std::string>& se
   opt.resume = resume;
   opt.progress = !no_progress;
   opt.profile = profile;
+  opt.trace_path = trace;
+  opt.trace_steps = trace_steps;
   const double t0 = monitor::now_seconds();
   const train::TrainResult r = train::train(cfg, opt);
   const double dt = monitor::now_seconds() - t0;
@@ -67,7 +80,10 @@ int cmd_train(const std::string& config_path, const std::vector<std::string>& se
   std::printf("wall time      %.1f s, peak RSS %.0f MiB\n", dt, double(monitor::peak_rss_bytes()) / (1 << 20));
   std::printf("checkpoint     %s\n", r.last_checkpoint.c_str());
   std::printf("metrics        %s/metrics.jsonl\n", cfg.out_dir.c_str());
+  if (cfg.tensorboard) std::printf("tensorboard    tensorboard --logdir %s\n", cfg.out_dir.c_str());
+  if (!r.trace.empty()) std::printf("trace          %s (open in https://ui.perfetto.dev)\n", r.trace.c_str());
   if (profile) std::printf("\n== time per op (train step) ==\n%s", r.profile.c_str());
+  cli::print_run_advice(cfg.out_dir);  // recommendations and score (report_cmd.h)
   return 0;
 }
 
@@ -120,7 +136,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
 
   // ---- train
-  auto* train_cmd = app.add_subcommand("train", "Train a GPT, or an encoder classifier ([model] kind = \"encoder\"), from a TOML config");
+  auto* train_cmd = app.add_subcommand("train", "Train a GPT, an encoder classifier ([model] kind = \"encoder\") or a sequence autoencoder (kind = \"autoencoder\") from a TOML config");
   std::string config_path;
   std::vector<std::string> sets;
   bool resume = false, no_progress = false, profile = false;
@@ -129,6 +145,16 @@ int main(int argc, char** argv) {
   train_cmd->add_flag("--resume", resume, "Continue from the newest checkpoint in checkpoint.dir");
   train_cmd->add_flag("--no-progress", no_progress, "Plain log lines instead of a live bar");
   train_cmd->add_flag("--profile", profile, "Time every op and print where the step goes");
+  // A run preset is train.preset put before every --set: keys of the file and --set win (run_presets.h).
+  std::string run_preset;
+  train_cmd->add_option("--preset", run_preset,
+                        "Run preset: high-performance | memory-constrained | production (docs/tuning.md)");
+  std::string trace;
+  std::vector<int64_t> trace_steps;
+  auto* trace_opt = train_cmd->add_option("--trace", trace, "Write a Chrome trace of a few steps (every op) to this file");
+  train_cmd->add_option("--trace-steps", trace_steps, "Steps to trace, e.g. 5,6 (default: the 3rd to 5th of the run)")
+      ->delimiter(',')
+      ->needs(trace_opt);
 
   // ---- generate, quantize (infer_cmds.cpp)
   const cli::InferCommands infer_cmds = cli::add_infer_commands(app);
@@ -165,10 +191,13 @@ int main(int argc, char** argv) {
 
   // ---- plan (plan_cmd.cpp)
   const cli::PlanCommand plan_cmd = cli::add_plan_command(app);
+  const cli::TuneCommand tune_cmd = cli::add_tune_command(app);  // tune_cmd.cpp
+  const cli::ReportCommand report_cmd = cli::add_report_command(app);  // report_cmd.cpp
   const cli::ExportCommand export_cmd = cli::add_export_command(app);  // export onnx (export_cmd.cpp)
   const cli::PruneCommand prune_cmd = cli::add_prune_command(app);  // prune_cmd.cpp
   const cli::ServeCommand serve_cmd = cli::add_serve_command(app);  // serve_cmd.cpp
   const cli::ClassifyCommand classify_cmd = cli::add_classify_command(app);  // classify_cmd.cpp
+  const cli::AutoencoderCommands ae_cmds = cli::add_autoencoder_commands(app);  // encode, decode (autoencoder_cmds.cpp)
 
   // A bad command line is a user error like any other: exit code 2 (CLI11's
   // own codes run from 100 up), but --help still exits 0.
@@ -178,15 +207,19 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;
   }
   try {
-    if (*train_cmd) return cmd_train(config_path, sets, resume, no_progress, profile);
+    if (*train_cmd && !run_preset.empty()) sets.insert(sets.begin(), "train.preset=" + run_preset);
+    if (*train_cmd) return cmd_train(config_path, sets, resume, no_progress, profile, trace, trace_steps);
     if (infer_cmds.parsed()) return infer_cmds.run();
     if (*eval_cmd) return cmd_eval(checkpoint, data_dir, eval_batches, eval_batch, eval_seq, threads);
     if (*bench_cmd.app) return bench_cmd.run();
     if (*plan_cmd.app) return plan_cmd.run();
+    if (*tune_cmd.app) return tune_cmd.run();
+    if (*report_cmd.app) return report_cmd.run();
     if (*export_cmd.app) return export_cmd.run();
     if (*prune_cmd.app) return prune_cmd.run();
     if (*serve_cmd.app) return serve_cmd.run();
     if (*classify_cmd.app) return classify_cmd.run();
+    if (ae_cmds.parsed()) return ae_cmds.run();
     if (record_cmds.parsed()) return record_cmds.run();
     if (*prep_cmd) {
       const data::PrepareSummary s = data::prepare_dataset(po);

@@ -12,8 +12,10 @@
 
 #include "brisk/models/encoder.h"
 #include "brisk/models/gpt.h"
+#include "brisk/models/seq_autoencoder.h"
 #include "brisk/optim/loss_scaler.h"
 #include "brisk/optim/optimizer.h"
+#include "brisk/optim/plateau.h"
 
 namespace brisk::train {
 
@@ -24,6 +26,9 @@ struct TrainState {
   std::string tokenizer;        // "bytes" / "gpt2"
   // Dynamic loss scaling's state, for runs that use it.
   std::optional<optim::LossScalerState> loss_scaler;
+  // train.schedule = "plateau": the lr scale, best validation loss and count
+  // of evaluations without improvement (absent in older checkpoints: fresh).
+  std::optional<optim::PlateauState> lr_plateau;
 };
 
 // Returns the directory written (out_dir/step_NNNNNNN).
@@ -57,6 +62,21 @@ std::string save_encoder_checkpoint(const std::string& out_dir, const models::En
 // Throws IoError naming the file and field for a damaged state, or another kind.
 EncoderCheckpoint read_encoder_checkpoint(const std::string& ckpt_dir);
 void load_encoder_checkpoint(const std::string& ckpt_dir, models::Encoder& model);
+
+// ---- sequence autoencoders -------------------------------------------------------------
+// The same layout again, "kind": "seq-autoencoder": what `brisk encode` and
+// `brisk decode` read, and what generate / classify refuse by name.
+struct AutoencoderCheckpoint {
+  models::SeqAutoencoderConfig config;
+  std::string tokenizer;  // the record store's: "fasta"
+  int64_t step = 0;
+  uint64_t seed = 0;
+};
+std::string save_autoencoder_checkpoint(const std::string& out_dir, const models::SeqAutoencoder& model,
+                                        const optim::AdamW* optimizer, const AutoencoderCheckpoint& info, int keep);
+// Throws IoError naming the file and field for a damaged state, or another kind.
+AutoencoderCheckpoint read_autoencoder_checkpoint(const std::string& ckpt_dir);
+void load_autoencoder_checkpoint(const std::string& ckpt_dir, models::SeqAutoencoder& model);
 
 // Hugging Face stores Conv1D weights (in, out); brisk stores (out, in).
 bool is_hf_conv1d_weight(const std::string& name);

@@ -62,6 +62,9 @@ struct TrainConfig {
   int threads = 0;                   // 0: all cores (cpu)
   int loader_workers = 2;            // data loader threads; 0: batches built on the training thread
   int64_t eval_every = 100, eval_batches = 8, log_every = 10;
+  // Every metrics.jsonl scalar also goes to a TensorBoard event file in
+  // checkpoint.dir (docs/monitoring.md); false: none is written.
+  bool tensorboard = true;
   Precision precision = Precision::fp32;  // requested; see resolve_precision
   bool precision_fallback = true;         // false: run bf16/fp16 emulated where no fast path exists
   // Dynamic loss scaling (optim::LossScaler). Unset: on iff the effective
@@ -78,6 +81,15 @@ struct TrainConfig {
   // (a pruned model) at 0: re-zeroed, with their AdamW moments, after every
   // update. Needs weights to start from (init_from or a resumed run); cpu only.
   bool keep_mask = false;
+  // train.preset: a named group of settings ("high-performance",
+  // "memory-constrained", "production"; docs/tuning.md) that fills the keys
+  // the file and --set leave unset. Empty: none.
+  std::string run_preset;
+  // train.memory_budget: a host-memory budget such as "4GiB". At start-up
+  // the trainer picks the micro-batch (keeping batch x grad_accum), the
+  // recompute level and the fused classifier whose planned peak fits it
+  // (brisk/train/tune.h, `brisk tune`). Empty: the config as written.
+  std::string memory_budget;
   // [dist]: several processes (mpirun / srun); train.batch is the global
   // batch, each of N ranks computes train.batch / N of it.
   dist::DistConfig dist;

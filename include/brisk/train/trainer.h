@@ -30,6 +30,7 @@ struct TrainResult {
   std::string last_checkpoint;
   bool interrupted = false;
   std::string profile;  // per-op time table when TrainOptions::profile
+  std::string trace;    // the Chrome trace written for TrainOptions::trace_path; "" if none
   std::string precision = "fp32";  // the precision the run computed in (after any fallback)
   std::string precision_warning;   // why a requested precision fell back; empty if none
   std::string precision_path = "fp32";  // fp32 | bf16-native | bf16-emulated | fp16-emulated
@@ -47,6 +48,11 @@ struct TrainOptions {
   bool progress = true;   // live bar on a terminal; false: plain log lines
   bool quiet = false;     // no output at all (tests)
   bool profile = false;   // time every op of the train step, print a breakdown
+  // --trace: a Chrome trace (docs/monitoring.md) of steps trace_steps
+  // (1-based, as in metrics.jsonl; empty: StepTrace::default_steps) to this
+  // path; "" for none. Rank 0 only.
+  std::string trace_path{};  // (initializers: no -Wmissing-field-initializers for {.quiet = true})
+  std::vector<int64_t> trace_steps{};
   // Data parallelism: the communicator of the ranks of this run (mpirun),
   // nullptr for one process. train(config, options) connects one itself
   // when an MPI launcher started the process.
