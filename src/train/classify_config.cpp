@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "brisk/train/config.h"
+#include "epoch_config.h"
 #include "toml_config.h"
 
 namespace brisk::train {
@@ -16,8 +17,7 @@ namespace {
 const detail::KnownKeys kKnownKeys = {
     {"model", {"kind", "preset", "vocab_size", "n_layer", "n_embd", "n_head", "max_len", "n_classes", "attention"}},
     {"data", {"store", "label_names", "strip_headers", "train_frac", "val_frac", "split_seed", "bucket", "cache_mb"}},
-    {"train", {"batch", "epochs", "lr", "min_lr_ratio", "warmup", "schedule", "weight_decay", "grad_clip", "beta1",
-               "beta2", "eps", "seed", "threads", "loader_workers", "log_every"}},
+    {"train", detail::epoch_train_keys()},
     {"checkpoint", {"dir", "keep"}},
 };
 
@@ -51,23 +51,7 @@ ClassifyConfig config_from_table(const toml::table& root) {
   r.get("data", "split_seed", c.split_seed);
   r.get("data", "bucket", c.bucket);
   r.get("data", "cache_mb", c.cache_mb);
-  r.get("train", "batch", c.batch);
-  r.get("train", "epochs", c.epochs);
-  r.get("train", "lr", c.schedule.max_lr);
-  r.get("train", "min_lr_ratio", c.schedule.min_lr_ratio);
-  r.get("train", "warmup", c.schedule.warmup_steps);
-  std::string schedule = "cosine";
-  r.get("train", "schedule", schedule);
-  c.schedule.kind = optim::LrSchedule::parse(schedule);
-  r.get("train", "weight_decay", c.adamw.weight_decay);
-  r.get("train", "grad_clip", c.adamw.grad_clip);
-  r.get("train", "beta1", c.adamw.beta1);
-  r.get("train", "beta2", c.adamw.beta2);
-  r.get("train", "eps", c.adamw.eps);
-  r.get("train", "seed", c.seed);
-  r.get("train", "threads", c.threads);
-  r.get("train", "loader_workers", c.loader_workers);
-  r.get("train", "log_every", c.log_every);
+  detail::read_epoch_train_keys(r, c);
   r.get("checkpoint", "dir", c.out_dir);
   r.get("checkpoint", "keep", c.keep_checkpoints);
 
@@ -77,50 +61,14 @@ ClassifyConfig config_from_table(const toml::table& root) {
   if (int64_t(c.label_names.size()) != c.model.n_classes)
     throw ConfigError("config: data.label_names has " + std::to_string(c.label_names.size()) +
                       " names but model.n_classes is " + std::to_string(c.model.n_classes));
-  if (!(c.train_frac > 0 && c.val_frac >= 0 && c.train_frac + c.val_frac < 1))
-    throw ConfigError("config: data.train_frac and data.val_frac must be > 0 and >= 0 with a sum below 1 (the "
-                      "rest is the test split), got " + std::to_string(c.train_frac) + " and " +
-                      std::to_string(c.val_frac));
-  auto positive = [](int64_t v, const char* key) {
-    if (v <= 0) throw ConfigError(std::string("config: ") + key + " must be positive, got " + std::to_string(v));
-  };
-  positive(c.batch, "train.batch");
-  positive(c.epochs, "train.epochs");
-  positive(c.log_every, "train.log_every");
-  if (c.batch > (int64_t(1) << 31) / c.model.max_len)
-    throw ConfigError("config: train.batch x model.max_len must stay below 2^31 tokens");
-  if (c.loader_workers > 64)
-    throw ConfigError("config: train.loader_workers must be at most 64, got " + std::to_string(c.loader_workers));
-  if (!(c.schedule.max_lr > 0) || !std::isfinite(c.schedule.max_lr))
-    throw ConfigError("config: train.lr must be a positive finite number");
-  if (c.schedule.min_lr_ratio < 0 || c.schedule.min_lr_ratio > 1)
-    throw ConfigError("config: train.min_lr_ratio must be in [0, 1]");
-  if (!(c.adamw.weight_decay >= 0) || !std::isfinite(c.adamw.weight_decay))
-    throw ConfigError("config: train.weight_decay must be a finite number >= 0");
-  if (!(c.adamw.grad_clip >= 0) || !std::isfinite(c.adamw.grad_clip))
-    throw ConfigError("config: train.grad_clip must be a finite number >= 0 (0 disables clipping)");
-  if (!(c.adamw.beta1 >= 0 && c.adamw.beta1 < 1) || !(c.adamw.beta2 >= 0 && c.adamw.beta2 < 1))
-    throw ConfigError("config: train.beta1 and train.beta2 must be in [0, 1)");
-  if (!(c.adamw.eps > 0) || !std::isfinite(c.adamw.eps))
-    throw ConfigError("config: train.eps must be a positive finite number");
-  c.adamw.lr = c.schedule.max_lr;
+  detail::check_epoch_train_keys(c);
   return c;
 }
 
 }  // namespace
 
 bool is_encoder_config(const std::string& path, const std::vector<std::string>& overrides) {
-  if (path.empty()) return false;
-  toml::table root;
-  try {
-    root = toml::parse_file(path);
-  } catch (const toml::parse_error&) {
-    return false;  // the GPT loader reports the syntax error
-  }
-  for (const std::string& o : overrides)
-    if (o.rfind("model.kind=", 0) == 0) detail::apply_override(root, o);
-  const toml::node* kind = root.at_path("model.kind").node();
-  return kind && kind->is_string() && kind->value<std::string>().value() == "encoder";
+  return detail::model_kind_of(path, overrides) == "encoder";
 }
 
 ClassifyConfig load_classify_config(const std::string& path, const std::vector<std::string>& overrides) {
@@ -134,21 +82,16 @@ ClassifyConfig parse_classify_config(std::string_view text, const std::string& n
 
 std::string to_toml(const ClassifyConfig& c) {
   std::ostringstream s;
-  const char* kinds[] = {"constant", "linear", "cosine"};
   s << "[model]\nkind = \"encoder\"\nvocab_size = " << c.model.vocab_size << "\nn_layer = " << c.model.n_layer
     << "\nn_embd = " << c.model.n_embd << "\nn_head = " << c.model.n_head << "\nmax_len = " << c.model.max_len
     << "\nn_classes = " << c.model.n_classes << "\nattention = " << toml_string(c.model.attention)
     << "\n\n[data]\nstore = " << toml_string(c.store) << "\nlabel_names = [";
   for (size_t i = 0; i < c.label_names.size(); ++i) s << (i ? ", " : "") << toml_string(c.label_names[i]);
-  s << "]\nstrip_headers = " << (c.strip_headers ? "true" : "false") << "\ntrain_frac = " << c.train_frac << "\nval_frac = " << c.val_frac << "\nsplit_seed = " << c.split_seed
-    << "\nbucket = " << (c.bucket ? "true" : "false") << "\ncache_mb = " << c.cache_mb << "\n\n[train]\nbatch = "
-    << c.batch << "\nepochs = " << c.epochs << "\nlr = " << c.schedule.max_lr
-    << "\nmin_lr_ratio = " << c.schedule.min_lr_ratio << "\nwarmup = " << c.schedule.warmup_steps
-    << "\nschedule = \"" << kinds[int(c.schedule.kind)] << "\"\nweight_decay = " << c.adamw.weight_decay
-    << "\ngrad_clip = " << c.adamw.grad_clip << "\nbeta1 = " << c.adamw.beta1 << "\nbeta2 = " << c.adamw.beta2
-    << "\neps = " << c.adamw.eps << "\nseed = " << c.seed << "\nthreads = " << c.threads
-    << "\nloader_workers = " << c.loader_workers << "\nlog_every = " << c.log_every
-    << "\n\n[checkpoint]\ndir = " << toml_string(c.out_dir) << "\nkeep = " << c.keep_checkpoints << "\n";
+  s << "]\nstrip_headers = " << (c.strip_headers ? "true" : "false") << "\ntrain_frac = " << c.train_frac
+    << "\nval_frac = " << c.val_frac << "\nsplit_seed = " << c.split_seed << "\nbucket = " << (c.bucket ? "true" : "false")
+    << "\ncache_mb = " << c.cache_mb << "\n\n[train]\n";
+  detail::write_epoch_train_keys(s, c);
+  s << "\n[checkpoint]\ndir = " << toml_string(c.out_dir) << "\nkeep = " << c.keep_checkpoints << "\n";
   return s.str();
 }
 

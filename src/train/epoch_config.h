@@ -1,0 +1,92 @@
+// The [train] keys every epoch-based run shares (the encoder classifier and
+// the sequence autoencoder): batch, epochs, the lr schedule, AdamW, seed,
+// threads, loader workers, logging; and the data split fractions. Read,
+// checked and written back by one piece of code, so the two configs cannot
+// drift apart. Internal to src/train; the configs are duck-typed (both name
+// these fields alike).
+#pragma once
+
+#include <cmath>
+#include <ostream>
+#include <string>
+
+#include "brisk/optim/optimizer.h"
+#include "toml_config.h"
+
+namespace brisk::train::detail {
+
+// The [train] keys of an epoch-based run, as KnownKeys lists them.
+inline std::vector<std::string> epoch_train_keys(std::vector<std::string> extra = {}) {
+  std::vector<std::string> keys = {"batch", "epochs",   "lr",   "min_lr_ratio", "warmup", "schedule",
+                                   "weight_decay", "grad_clip", "beta1", "beta2", "eps", "seed",
+                                   "threads", "loader_workers", "log_every"};
+  keys.insert(keys.end(), extra.begin(), extra.end());
+  return keys;
+}
+
+template <class Config>
+void read_epoch_train_keys(const Reader& r, Config& c) {
+  r.get("train", "batch", c.batch);
+  r.get("train", "epochs", c.epochs);
+  r.get("train", "lr", c.schedule.max_lr);
+  r.get("train", "min_lr_ratio", c.schedule.min_lr_ratio);
+  r.get("train", "warmup", c.schedule.warmup_steps);
+  std::string schedule = "cosine";
+  r.get("train", "schedule", schedule);
+  c.schedule.kind = optim::LrSchedule::parse(schedule);  // refuses "plateau": it follows a GPT run's val loss
+  r.get("train", "weight_decay", c.adamw.weight_decay);
+  r.get("train", "grad_clip", c.adamw.grad_clip);
+  r.get("train", "beta1", c.adamw.beta1);
+  r.get("train", "beta2", c.adamw.beta2);
+  r.get("train", "eps", c.adamw.eps);
+  r.get("train", "seed", c.seed);
+  r.get("train", "threads", c.threads);
+  r.get("train", "loader_workers", c.loader_workers);
+  r.get("train", "log_every", c.log_every);
+}
+
+// After the model was validated (it gives max_len). Sets adamw.lr from the schedule.
+template <class Config>
+void check_epoch_train_keys(Config& c) {
+  if (!(c.train_frac > 0 && c.val_frac >= 0 && c.train_frac + c.val_frac < 1))
+    throw ConfigError("config: data.train_frac and data.val_frac must be > 0 and >= 0 with a sum below 1 (the "
+                      "rest is the test split), got " + std::to_string(c.train_frac) + " and " +
+                      std::to_string(c.val_frac));
+  auto positive = [](int64_t v, const char* key) {
+    if (v <= 0) throw ConfigError(std::string("config: ") + key + " must be positive, got " + std::to_string(v));
+  };
+  positive(c.batch, "train.batch");
+  positive(c.epochs, "train.epochs");
+  positive(c.log_every, "train.log_every");
+  if (c.batch > (int64_t(1) << 31) / c.model.max_len)
+    throw ConfigError("config: train.batch x model.max_len must stay below 2^31 tokens");
+  if (c.loader_workers > 64)
+    throw ConfigError("config: train.loader_workers must be at most 64, got " + std::to_string(c.loader_workers));
+  if (!(c.schedule.max_lr > 0) || !std::isfinite(c.schedule.max_lr))
+    throw ConfigError("config: train.lr must be a positive finite number");
+  if (c.schedule.min_lr_ratio < 0 || c.schedule.min_lr_ratio > 1)
+    throw ConfigError("config: train.min_lr_ratio must be in [0, 1]");
+  if (!(c.adamw.weight_decay >= 0) || !std::isfinite(c.adamw.weight_decay))
+    throw ConfigError("config: train.weight_decay must be a finite number >= 0");
+  if (!(c.adamw.grad_clip >= 0) || !std::isfinite(c.adamw.grad_clip))
+    throw ConfigError("config: train.grad_clip must be a finite number >= 0 (0 disables clipping)");
+  if (!(c.adamw.beta1 >= 0 && c.adamw.beta1 < 1) || !(c.adamw.beta2 >= 0 && c.adamw.beta2 < 1))
+    throw ConfigError("config: train.beta1 and train.beta2 must be in [0, 1)");
+  if (!(c.adamw.eps > 0) || !std::isfinite(c.adamw.eps))
+    throw ConfigError("config: train.eps must be a positive finite number");
+  c.adamw.lr = c.schedule.max_lr;
+}
+
+// The shared [train] keys as TOML lines (no section header).
+template <class Config>
+void write_epoch_train_keys(std::ostream& s, const Config& c) {
+  const char* kinds[] = {"constant", "linear", "cosine"};  // what read_epoch_train_keys accepts
+  s << "batch = " << c.batch << "\nepochs = " << c.epochs << "\nlr = " << c.schedule.max_lr
+    << "\nmin_lr_ratio = " << c.schedule.min_lr_ratio << "\nwarmup = " << c.schedule.warmup_steps
+    << "\nschedule = \"" << kinds[int(c.schedule.kind)] << "\"\nweight_decay = " << c.adamw.weight_decay
+    << "\ngrad_clip = " << c.adamw.grad_clip << "\nbeta1 = " << c.adamw.beta1 << "\nbeta2 = " << c.adamw.beta2
+    << "\neps = " << c.adamw.eps << "\nseed = " << c.seed << "\nthreads = " << c.threads
+    << "\nloader_workers = " << c.loader_workers << "\nlog_every = " << c.log_every << "\n";
+}
+
+}  // namespace brisk::train::detail
