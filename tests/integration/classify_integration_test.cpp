@@ -100,6 +100,6 @@ TEST_F(ClassifyCli, BadMessagesAndWrongCheckpointsAreRefusedByName) {
   const std::string gpt = brisk::testing::save_tiny_gpt(tmp_.file("gpt"));
   expect_error(run_cli({"classify", "--checkpoint", gpt, tmp_.file("headers.eml")}),
                "this checkpoint is a GPT language model");
-  expect_error(run_cli({"train", "--config", config_, "--resume"}), "--resume and --profile are for GPT runs");
+  expect_error(run_cli({"train", "--config", config_, "--resume"}), "--resume, --profile and --trace are for GPT runs");
   expect_error(run_cli({"train", "--config", config_, "--set", "model.max_len=0"}), "model.max_len");
 }

@@ -36,17 +36,16 @@ namespace {
 
 int cmd_train(const std::string& config_path, const std::vector<std::string>& sets, bool resume, bool no_progress,
               bool profile, const std::string& trace, const std::vector<int64_t>& trace_steps) {
-  if (train::is_encoder_config(config_path, sets)) {  // [model] kind = "encoder": a classifier run
+  // Encoder-family runs (a classifier, a sequence autoencoder) train for whole epochs and start afresh.
+  const bool encoder = train::is_encoder_config(config_path, sets);
+  if (encoder || train::is_autoencoder_config(config_path, sets)) {
     if (resume || profile || !trace.empty())
-      throw core::ConfigError("--resume and --profile are for GPT runs, and so is --trace; an encoder classifier run "
-                              "starts afresh");
-    train::train_classifier(train::load_classify_config(config_path, sets));
-    return 0;
-  }
-  if (train::is_autoencoder_config(config_path, sets)) {  // [model] kind = "autoencoder": a sequence autoencoder run
-    if (resume || profile)
-      throw core::ConfigError("--resume and --profile are for GPT runs; a sequence autoencoder run starts afresh");
-    train::train_autoencoder(train::load_autoencoder_config(config_path, sets));
+      throw core::ConfigError(std::string("--resume, --profile and --trace are for GPT runs; ") +
+                              (encoder ? "an encoder classifier" : "a sequence autoencoder") + " run starts afresh");
+    if (encoder)
+      train::train_classifier(train::load_classify_config(config_path, sets));
+    else
+      train::train_autoencoder(train::load_autoencoder_config(config_path, sets));
     return 0;
   }
   const train::TrainConfig cfg = train::load_train_config(config_path, sets);
