@@ -43,31 +43,6 @@ constexpr int64_t kBlock = 64;
 
 using Dims = AttentionDims;
 
-// Per-thread scratch that keeps its capacity between calls, so the steady
-// state allocates nothing.
-float* scratch(size_t n) {
-  thread_local std::vector<float> buf;
-  if (buf.size() < n) buf.resize(n);
-  return buf.data();
-}
-
-// Row [0, n) of scores in place -> softmax, then zeros in [n, len).
-void softmax_row(float* row, int64_t n, int64_t len) {
-  float mx = row[0];
-#pragma omp simd reduction(max : mx)
-  for (int64_t j = 1; j < n; ++j) mx = std::max(mx, row[j]);
-  float sum = 0.f;
-#pragma omp simd reduction(+ : sum)
-  for (int64_t j = 0; j < n; ++j) {
-    row[j] = fast_exp(row[j] - mx);
-    sum += row[j];
-  }
-  const float inv = 1.f / sum;
-#pragma omp simd
-  for (int64_t j = 0; j < n; ++j) row[j] *= inv;
-  std::fill(row + n, row + len, 0.f);
-}
-
 // Element types of the per-head code: float, or bf16 (uint16_t) operands on
 // the bf16-native path, where the products take bf16 and accumulate in f32.
 template <class E> constexpr core::DType dtype_of = std::is_same_v<E, float> ? core::DType::f32 : core::DType::bf16;

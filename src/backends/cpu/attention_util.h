@@ -1,14 +1,16 @@
 // Pieces shared by the CPU attention kernels (plain and flash, causal and
-// masked): the problem dims of packed qkv (B, T, 3C), the flash kernels'
-// per-thread scratch, and moving one head's strided bf16 rows in and out of
+// masked): the problem dims of packed qkv (B, T, 3C), per-thread scratch,
+// the plain kernels' row softmax, and moving one head's strided bf16 rows in and out of
 // dense f32 buffers (bf16 is storage only; the math runs in f32).
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "brisk/core/op.h"
 #include "cpu_util.h"
+#include "vec_math.h"
 
 namespace brisk::cpu {
 
@@ -44,6 +46,31 @@ class Scratch {
   size_t per_thread_;
   float* base_ = nullptr;
 };
+
+// Per-thread scratch that keeps its capacity between calls, so the steady
+// state allocates nothing (the plain kernels' per-block work buffers).
+inline float* scratch(size_t n) {
+  thread_local std::vector<float> buf;
+  if (buf.size() < n) buf.resize(n);
+  return buf.data();
+}
+
+// Row [0, n) of scores in place -> softmax, then zeros in [n, len).
+inline void softmax_row(float* row, int64_t n, int64_t len) {
+  float mx = row[0];
+#pragma omp simd reduction(max : mx)
+  for (int64_t j = 1; j < n; ++j) mx = std::max(mx, row[j]);
+  float sum = 0.f;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t j = 0; j < n; ++j) {
+    row[j] = fast_exp(row[j] - mx);
+    sum += row[j];
+  }
+  const float inv = 1.f / sum;
+#pragma omp simd
+  for (int64_t j = 0; j < n; ++j) row[j] *= inv;
+  std::fill(row + n, row + len, 0.f);
+}
 
 // Copies `rows` rows of hd bf16 values `ld` apart into a dense f32 (rows, hd).
 inline void widen_head(const uint16_t* src, int64_t ld, float* dst, int64_t rows, int64_t hd) {

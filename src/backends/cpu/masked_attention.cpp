@@ -40,35 +40,10 @@ using Dims = AttentionDims;
 // small enough that a block of scores (kBlock x T) stays in L2.
 constexpr int64_t kBlock = 64;
 
-// Per-thread scratch that keeps its capacity between calls, so the steady
-// state allocates nothing.
-float* scratch(size_t n) {
-  thread_local std::vector<float> buf;
-  if (buf.size() < n) buf.resize(n);
-  return buf.data();
-}
-
 inline void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
                   const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, blasint(m), blasint(n),
               blasint(k), alpha, a, blasint(lda), b, blasint(ldb), beta, c, blasint(ldc));
-}
-
-// Row [0, n) of scores in place -> softmax, then zeros in [n, len).
-void softmax_row(float* row, int64_t n, int64_t len) {
-  float mx = row[0];
-#pragma omp simd reduction(max : mx)
-  for (int64_t j = 1; j < n; ++j) mx = std::max(mx, row[j]);
-  float sum = 0.f;
-#pragma omp simd reduction(+ : sum)
-  for (int64_t j = 0; j < n; ++j) {
-    row[j] = fast_exp(row[j] - mx);
-    sum += row[j];
-  }
-  const float inv = 1.f / sum;
-#pragma omp simd
-  for (int64_t j = 0; j < n; ++j) row[j] *= inv;
-  std::fill(row + n, row + len, 0.f);
 }
 
 // One head. q, k, v: T rows of hd floats `ld` apart; y: T rows `ldy` apart;
