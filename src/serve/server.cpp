@@ -53,6 +53,9 @@ struct Server::Impl {
   std::mt19937_64 id_rng{std::random_device{}()};
   std::atomic<int64_t> open{0};  // generation requests not yet answered in full
   int listen_socket = -1;        // the socket bind() made (see set_socket_options below)
+  // listen() and stop() from different threads, in either order (see stop()).
+  std::atomic<bool> stop_requested{false};
+  std::atomic<int> listen_state{0};  // 0: listen() not called, 1: in it, 2: returned
 
   void attach(Scheduler& s, const data::Tokenizer& t, ModelInfo m) {
     if (ready) throw core::Error("Server::attach: a model is attached already");
@@ -261,9 +264,25 @@ int Server::bind() {
   return port;
 }
 
-void Server::listen() { impl_->http.listen_after_bind(); }
+void Server::listen() {
+  impl_->listen_state = 1;
+  if (!impl_->stop_requested) impl_->http.listen_after_bind();
+  impl_->listen_state = 2;
+}
 
-void Server::stop() { impl_->http.stop(); }
+// httplib's stop() does nothing while the server is not running yet, and a
+// stop can come first: `brisk serve` stops at once when the model fails to
+// load, maybe before its listener thread got to listen_after_bind(), which
+// would then serve forever. So a stop is remembered (listen() sees it and
+// does not start), and one that finds listen() entered but not yet running
+// waits for it to run. The flag and the state are set before each side reads
+// the other's (sequentially consistent atomics): one of them sees the other.
+void Server::stop() {
+  impl_->stop_requested = true;
+  while (impl_->listen_state == 1 && !impl_->http.is_running())
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  impl_->http.stop();
+}
 
 void Server::start_draining() {
   if (impl_->ready) impl_->metrics->draining = true;
