@@ -41,7 +41,8 @@ EncoderConfig EncoderConfig::preset(const std::string& name) {
   throw ConfigError("unknown encoder preset '" + name + "' (allowed: E1 / spam-encoder)");
 }
 
-void EncoderConfig::validate() const {
+void validate_encoder_body(int64_t vocab_size, int64_t n_layer, int64_t n_embd, int64_t n_head, int64_t max_len,
+                           const std::string& attention) {
   auto in_range = [](int64_t v, int64_t limit, const char* key) {
     if (v <= 0 || v > limit)
       throw ConfigError(std::string("model.") + key + " must be in [1, " + std::to_string(limit) + "], got " +
@@ -53,8 +54,6 @@ void EncoderConfig::validate() const {
   in_range(n_embd, kMaxDim, "n_embd");
   in_range(n_head, kMaxDim, "n_head");
   in_range(max_len, kMaxDim, "max_len");
-  in_range(n_classes, kMaxDim, "n_classes");
-  if (n_classes < 2) throw ConfigError("model.n_classes must be at least 2, got " + std::to_string(n_classes));
   if (n_embd % n_head != 0)
     throw ConfigError("model.n_embd (" + std::to_string(n_embd) + ") must be divisible by model.n_head (" +
                       std::to_string(n_head) + ")");
@@ -65,6 +64,13 @@ void EncoderConfig::validate() const {
     throw ConfigError("model.attention: unknown value '" + attention + "' (allowed: flash, plain)");
 }
 
+void EncoderConfig::validate() const {
+  validate_encoder_body(vocab_size, n_layer, n_embd, n_head, max_len, attention);
+  if (n_classes < 2 || n_classes > (int64_t(1) << 20))
+    throw ConfigError("model.n_classes must be in [2, " + std::to_string(int64_t(1) << 20) + "], got " +
+                      std::to_string(n_classes));
+}
+
 bool EncoderConfig::same_shape(const EncoderConfig& o) const {
   return vocab_size == o.vocab_size && n_layer == o.n_layer && n_embd == o.n_embd && n_head == o.n_head &&
          max_len == o.max_len && n_classes == o.n_classes;
@@ -72,8 +78,7 @@ bool EncoderConfig::same_shape(const EncoderConfig& o) const {
 
 int64_t EncoderConfig::num_params() const {
   const int64_t C = n_embd;
-  const int64_t per_layer = 2 * C + (3 * C * C + 3 * C) + (C * C + C) + 2 * C + (4 * C * C + 4 * C) + (4 * C * C + C);
-  return vocab_size * C + max_len * C + n_layer * per_layer + 2 * C + n_classes * C + n_classes;
+  return vocab_size * C + max_len * C + n_layer * encoder_block_params(C) + 2 * C + n_classes * C + n_classes;
 }
 
 double EncoderConfig::flops_per_token(int64_t seq) const {

@@ -45,27 +45,11 @@ using core::ValueId;
 // ---- configuration ----------------------------------------------------------------
 
 void SeqAutoencoderConfig::validate() const {
-  auto in_range = [](int64_t v, int64_t limit, const char* key) {
-    if (v <= 0 || v > limit)
-      throw ConfigError(std::string("model.") + key + " must be in [1, " + std::to_string(limit) + "], got " +
-                        std::to_string(v));
-  };
-  constexpr int64_t kMaxDim = int64_t(1) << 20;
-  in_range(vocab_size, int64_t(1) << 31, "vocab_size");
+  validate_encoder_body(vocab_size, n_layer, n_embd, n_head, max_len, attention);
   if (vocab_size < 2) throw ConfigError("model.vocab_size must be at least 2 (padding + one residue)");
-  in_range(n_layer, 1024, "n_layer");
-  in_range(n_embd, kMaxDim, "n_embd");
-  in_range(n_head, kMaxDim, "n_head");
-  in_range(max_len, kMaxDim, "max_len");
-  in_range(latent, kMaxDim, "latent");
-  if (n_embd % n_head != 0)
-    throw ConfigError("model.n_embd (" + std::to_string(n_embd) + ") must be divisible by model.n_head (" +
-                      std::to_string(n_head) + ")");
-  if (double(vocab_size + max_len) * double(n_embd) > double(int64_t(1) << 40))
-    throw ConfigError("model: the embedding tables (vocab " + std::to_string(vocab_size) + " + max_len " +
-                      std::to_string(max_len) + ") x n_embd " + std::to_string(n_embd) + " are too large");
-  if (attention != "flash" && attention != "plain")
-    throw ConfigError("model.attention: unknown value '" + attention + "' (allowed: flash, plain)");
+  if (latent <= 0 || latent > (int64_t(1) << 20))
+    throw ConfigError("model.latent must be in [1, " + std::to_string(int64_t(1) << 20) + "], got " +
+                      std::to_string(latent));
 }
 
 bool SeqAutoencoderConfig::same_shape(const SeqAutoencoderConfig& o) const {
@@ -75,7 +59,7 @@ bool SeqAutoencoderConfig::same_shape(const SeqAutoencoderConfig& o) const {
 
 int64_t SeqAutoencoderConfig::num_params() const {
   const int64_t C = n_embd, V = vocab_size, Z = latent;
-  const int64_t per_layer = 2 * C + (3 * C * C + 3 * C) + (C * C + C) + 2 * C + (4 * C * C + 4 * C) + (4 * C * C + C);
+  const int64_t per_layer = encoder_block_params(C);
   const int64_t embeddings = 2 * (V * C + max_len * C);
   const int64_t stacks = 2 * (n_layer * per_layer + 2 * C);  // blocks + final LayerNorm, each side
   return embeddings + stacks + (Z * C + Z) + (C * Z + C) + (V * C + V);

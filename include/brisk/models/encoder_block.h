@@ -20,6 +20,16 @@ enum class BlockAttention {
 // Parameters are `prefix` + "ln_1.weight", "attn.c_attn.weight", ... (the GPT's
 // names). `lengths` (B) i32 is read only by padding_masked attention; `flash`
 // picks the tiled kernel that keeps only each row's log-sum-exp.
+// The checks every encoder-bodied model's config shares (the classifier, the
+// sequence autoencoder): sizes in range and clear of overflow, n_embd
+// divisible by n_head, a known attention kind. Throws ConfigError naming the key.
+void validate_encoder_body(int64_t vocab_size, int64_t n_layer, int64_t n_embd, int64_t n_head, int64_t max_len,
+                           const std::string& attention);
+// Parameters of one block at width C (LayerNorms, qkv, projection, MLP).
+inline int64_t encoder_block_params(int64_t C) {
+  return 2 * C + (3 * C * C + 3 * C) + (C * C + C) + 2 * C + (4 * C * C + 4 * C) + (4 * C * C + C);
+}
+
 core::ValueId encoder_block(core::Graph& g, core::ValueId x, core::ValueId lengths, const std::string& prefix,
                             int64_t C, int n_head, bool flash, BlockAttention attention = BlockAttention::padding_masked);
 
