@@ -25,7 +25,49 @@ void backward(Graph& g, ValueId loss, const BackwardOptions& options) {
         g.add_node1(OpKind::fill, {}, FillParams{loss_meta.shape, loss_meta.dtype, options.loss_scale});
   }
 
-  auto add_grad = [&](ValueId v, ValueId dv) {
+  // A parameter's gradient is complete once the backward of its first use
+  // (in forward order) has run: its accumulate goes right there, not after
+  // the whole backward. The planner then frees each partial gradient
+  // sooner, and data parallelism can send a finished gradient while the
+  // rest of backward runs (dist/data_parallel.h).
+  std::vector<std::vector<ValueId>> params_first_used_at(forward_nodes);
+  std::vector<int> first_use(g.num_values(), -1);
+  for (size_t i = 0; i < forward_nodes; ++i)
+    for (ValueId v : g.nodes()[i].inputs)
+      if (g.value(v).role == ValueRole::param && first_use[size_t(v)] < 0) {
+        first_use[size_t(v)] = int(i);
+        params_first_used_at[i].push_back(v);
+      }
+
+  // A parameter used more than once (a tied embedding and LM head) gets one
+  // gradient piece per use. Each piece that arrives before the backward of
+  // the first use is accumulated into the external grad at once, in a chain
+  // of accumulates (each reads the previous one's result, so they stay in
+  // order): summing the pieces with `add` instead would keep every piece and
+  // their sum alive together until the last one is made, three (V, C)
+  // buffers at once for a tied head. The last accumulate of the chain is
+  // the one that completes the gradient.
+  std::vector<ValueId> grad_chain(g.num_values(), kNoValue);
+  auto accumulate_into_grad = [&](ValueId p, ValueId dv) {
+    const Value& val = g.value(p);
+    ValueId& chain = grad_chain[size_t(p)];
+    if (chain == kNoValue) {
+      chain = g.external("grad:" + val.name, val.meta.shape, val.meta.dtype, ValueRole::grad);
+      g.set_grad_of(p, chain);
+    }
+    chain = g.add_node1(OpKind::accumulate, {chain, dv});
+    g.mark_output(chain);
+  };
+  auto accumulate_param = [&](ValueId p) {
+    const ValueId dv = size_t(p) < grad.size() ? grad[size_t(p)] : kNoValue;
+    if (dv != kNoValue) accumulate_into_grad(p, dv);
+  };
+
+  auto add_grad = [&](size_t node, ValueId v, ValueId dv) {
+    if (g.value(v).role == ValueRole::param && first_use[size_t(v)] >= 0 && size_t(first_use[size_t(v)]) < node) {
+      accumulate_into_grad(v, dv);  // an earlier use remains: this piece is final
+      return;
+    }
     if (grad.size() < g.num_values()) grad.resize(g.num_values(), kNoValue);
     ValueId& slot = grad[size_t(v)];
     slot = slot == kNoValue ? dv : g.add_node1(OpKind::add, {slot, dv});
@@ -59,32 +101,8 @@ void backward(Graph& g, ValueId loss, const BackwardOptions& options) {
         throw ShapeError("backward rule of '" + std::string(def.name) + "' gave a gradient of shape " +
                          g.meta(in_grads[j]).str() + " for input " + std::to_string(j) + " of shape " +
                          g.meta(x).str());
-      add_grad(x, in_grads[j]);
+      add_grad(i, x, in_grads[j]);
     }
-  };
-
-  // A parameter's gradient is complete once the backward of its first use
-  // (in forward order) has run: its accumulate goes right there, not after
-  // the whole backward. The planner then frees each partial gradient
-  // sooner, and data parallelism can send a finished gradient while the
-  // rest of backward runs (dist/data_parallel.h).
-  std::vector<std::vector<ValueId>> params_first_used_at(forward_nodes);
-  {
-    std::vector<bool> seen(g.num_values(), false);
-    for (size_t i = 0; i < forward_nodes; ++i)
-      for (ValueId v : g.nodes()[i].inputs)
-        if (g.value(v).role == ValueRole::param && !seen[size_t(v)]) {
-          seen[size_t(v)] = true;
-          params_first_used_at[i].push_back(v);
-        }
-  }
-  auto accumulate_param = [&](ValueId p) {
-    const ValueId dv = size_t(p) < grad.size() ? grad[size_t(p)] : kNoValue;
-    if (dv == kNoValue) return;
-    const Value& val = g.value(p);
-    const ValueId ext = g.external("grad:" + val.name, val.meta.shape, val.meta.dtype, ValueRole::grad);
-    g.mark_output(g.add_node1(OpKind::accumulate, {ext, dv}));
-    g.set_grad_of(p, ext);
   };
 
   for (size_t i = forward_nodes; i-- > 0;) {

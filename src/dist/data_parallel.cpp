@@ -21,6 +21,29 @@ void copy(core::Backend& backend, const core::Tensor& src, const core::Tensor& d
                std::span<const core::TensorView>(&out, 1));
 }
 
+// Each parameter gradient's completing accumulate: (node index, parameter
+// name), in node order. A parameter used more than once (a tied embedding)
+// gets a chain of accumulates, each reading the previous one's result
+// (core::backward); the chain's last node finishes the gradient, and only it
+// may release the parameter's bucket.
+std::vector<std::pair<size_t, std::string>> completing_accumulates(const core::Graph& g) {
+  std::map<std::string, size_t> last;
+  std::vector<std::string> name_of(g.num_values());  // accumulate outputs: the grad they write
+  for (size_t i = 0; i < g.nodes().size(); ++i) {
+    const core::Node& n = g.nodes()[i];
+    if (n.op != core::OpKind::accumulate || n.inputs.empty()) continue;
+    const core::ValueId dst = n.inputs[0];
+    const std::string& ext = name_of[size_t(dst)].empty() ? g.value(dst).name : name_of[size_t(dst)];
+    if (ext.rfind("grad:", 0) != 0) continue;
+    name_of[size_t(n.outputs[0])] = ext;
+    last[ext.substr(5)] = i;
+  }
+  std::vector<std::pair<size_t, std::string>> out;
+  for (const auto& [name, i] : last) out.emplace_back(i, name);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 }  // namespace
 
 FlatLayout FlatLayout::make(const std::vector<std::pair<std::string, int64_t>>& order, int64_t bucket_floats,
@@ -79,11 +102,7 @@ std::vector<optim::AdamW::Piece> FlatLayout::shard_pieces(int rank, int world) c
 
 std::vector<std::string> gradient_order(const core::Graph& g) {
   std::vector<std::string> names;
-  for (const core::Node& n : g.nodes()) {
-    if (n.op != core::OpKind::accumulate || n.inputs.empty()) continue;
-    const std::string& ext = g.value(n.inputs[0]).name;
-    if (ext.rfind("grad:", 0) == 0) names.push_back(ext.substr(5));
-  }
+  for (auto& [node, name] : completing_accumulates(g)) names.push_back(std::move(name));
   return names;
 }
 
@@ -116,13 +135,10 @@ void DataParallel::attach(core::Executor& exec) {
   std::vector<size_t> nodes;
   node_params_.clear();
   const core::Graph& g = exec.graph();
-  for (size_t i = 0; i < g.nodes().size(); ++i) {
-    const core::Node& n = g.nodes()[i];
-    if (n.op != core::OpKind::accumulate || n.inputs.empty()) continue;
-    const std::string& ext = g.value(n.inputs[0]).name;
-    if (ext.rfind("grad:", 0) != 0) continue;
-    auto it = index.find(ext.substr(5));
-    if (it == index.end()) throw core::Error("data parallel: the train graph has a gradient for unknown '" + ext + "'");
+  for (const auto& [i, name] : completing_accumulates(g)) {
+    auto it = index.find(name);
+    if (it == index.end())
+      throw core::Error("data parallel: the train graph has a gradient for unknown 'grad:" + name + "'");
     nodes.push_back(i);
     node_params_.push_back({it->second});
   }

@@ -538,6 +538,56 @@ TEST(Engine, GradientAccumulationEqualsOneLargeBatch) {
   }
 }
 
+// A parameter with two uses (a tied embedding and head): the piece of its
+// gradient that arrives first is accumulated into the grad right away, in a
+// chain of accumulates, instead of being summed with `add` at the last use.
+// The gradient is still the sum over both uses, added to what the grad held.
+TEST(Engine, TiedParameterAccumulatesEachUseInAChain) {
+  const int64_t n = 4, v = 5, c = 3;
+  core::Graph g;
+  const core::ValueId x = g.input("x", {n, c}, core::DType::f32);
+  const core::ValueId ids = g.input("ids", {n}, core::DType::i32);
+  const core::ValueId w = g.param("w", {v, c});
+  const core::ValueId e = ops::embedding(g, ids, w);  // first use in forward order: completes the gradient
+  const core::ValueId h = ops::linear(g, x, w);       // second use: its piece arrives first in backward
+  const core::ValueId loss = ops::add(g, ops::sum(g, ops::mul(g, e, e)), ops::sum(g, h));
+  g.mark_output(loss);
+  core::backward(g, loss);
+
+  std::vector<size_t> acc;
+  for (size_t i = 0; i < g.nodes().size(); ++i) {
+    const core::Node& nd = g.nodes()[i];
+    if (nd.op == core::OpKind::accumulate) acc.push_back(i);
+    EXPECT_FALSE(nd.op == core::OpKind::add && g.shape(nd.outputs[0]) == core::Shape({v, c}))
+        << "the two (V, C) pieces must not be summed into a third buffer";
+  }
+  ASSERT_EQ(acc.size(), 2u);
+  EXPECT_EQ(g.value(g.nodes()[acc[0]].inputs[0]).name, "grad:w");
+  EXPECT_EQ(g.nodes()[acc[1]].inputs[0], g.nodes()[acc[0]].outputs[0]) << "the second reads the first's result";
+  EXPECT_EQ(g.grad_of(w), g.nodes()[acc[0]].inputs[0]);
+
+  core::ParameterStore store;
+  store.adopt(g);
+  init_params(store, 4);
+  core::Executor ex(g, cpu_backend());
+  ex.bind(store);
+  const Tensor xt = Tensor::uniform({n, c}, core::DType::f32, 3, -1.f, 1.f);
+  const int32_t id[n] = {1, 3, 1, 4};
+  ex.write(x, xt.data(), xt.bytes());
+  ex.write(ids, id, sizeof id);
+  store.zero_grads();
+  ex.run();
+  ex.run();  // accumulates: twice the gradient
+  const Tensor& wt = store.at("w").value;
+  const Tensor& gw = store.at("w").grad;
+  for (int64_t r = 0; r < v; ++r)
+    for (int64_t k = 0; k < c; ++k) {
+      double want = 0;  // d sum(x w^T) / dw[r, k] = sum_i x[i, k]; d sum(e^2) / dw[r, k] = 2 w[r, k] per hit
+      for (int64_t i = 0; i < n; ++i) want += xt.item(i * c + k) + (id[i] == r ? 2.0 * wt.item(r * c + k) : 0.0);
+      EXPECT_NEAR(gw.item(r * c + k), 2 * want, 1e-5) << r << "," << k;
+    }
+}
+
 TEST(Engine, GptBlockTrainsAndPlannerMatchesArenaAtTwoBatchSizes) {
   for (int64_t batch : {2, 6}) {
     SCOPED_TRACE("batch " + std::to_string(batch));

@@ -6,6 +6,9 @@
 // Gradients of parameters are *accumulated* into external grad values
 // (`grad += g`), so several micro-batches can run the same graph before one
 // optimizer step: the caller zeroes the grads after stepping, not the graph.
+// A parameter used several times (a tied embedding) gets one accumulate per
+// piece, chained (each reads the previous one's result); the last one in
+// the graph completes the gradient.
 #pragma once
 
 #include "brisk/core/graph.h"
