@@ -6,6 +6,7 @@
 // training run builds exactly one train program and one eval program.
 #include "brisk/models/gpt.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -192,7 +193,7 @@ void fuse(GptProgram& p, const GptConfig& c, bool train) {
   if (train && c.fused_classifier) patterns.push_back(ops::classifier_fusion("loss_scale"));
   if (patterns.empty()) return;
   core::RewriteResult r = core::rewrite(p.graph, patterns);
-  for (ValueId* v : {&p.ids, &p.pos, &p.targets, &p.logits, &p.loss, &p.loss_scale})
+  for (ValueId* v : {&p.ids, &p.pos, &p.targets, &p.logits, &p.loss, &p.loss_scale, &p.chunk_losses})
     if (*v != core::kNoValue) *v = r.map[size_t(*v)];
   p.graph = std::move(r.graph);
 }
@@ -256,7 +257,7 @@ void apply_recompute(GptProgram& p, bool full, int64_t n_layer) {
       if (cut[k] < cut[k + 1]) policy.segments.emplace_back(cut[k] + 1, cut[k + 1] + 1);
   }
   core::RecomputeResult r = core::recompute(p.graph, policy);
-  for (ValueId* v : {&p.ids, &p.pos, &p.targets, &p.logits, &p.loss, &p.loss_scale})
+  for (ValueId* v : {&p.ids, &p.pos, &p.targets, &p.logits, &p.loss, &p.loss_scale, &p.chunk_losses})
     if (*v != core::kNoValue) *v = r.map[size_t(*v)];
   p.graph = std::move(r.graph);
 }
@@ -300,6 +301,32 @@ std::unique_ptr<GptProgram> Gpt::build(Mode mode, int64_t B, int64_t T) {
   const bool fused_head = mode == Mode::train && config_.fused_classifier;
   const Lowp head = fused_head && !backend_.supports(core::OpKind::classifier_train, lp.dt)
                         ? Lowp{g, backend_, DType::f32} : lp;
+  const int64_t N = B * T;
+  const int64_t chunk = mode == Mode::eval && config_.fused_classifier ? eval_chunk_rows(N, V) : N;
+  if (chunk < N) {
+    // --- an eval program with the fused classifier: the head and the loss
+    // in row chunks, so only one (chunk, V) block of logits exists at a time
+    // (the planner gives every chunk's logits the same bytes). Each chunk's
+    // mean loss is an output; eval_loss() weighs them by their kept targets.
+    p->targets = g.input("targets", {N}, DType::i32);
+    std::vector<int64_t> rows;
+    for (int64_t r0 = 0; r0 < N; r0 += chunk) rows.push_back(std::min(chunk, N - r0));
+    const std::vector<ValueId> xs = ops::split_many(g, head.narrow(ops::reshape(g, lnf.y, {N, C})), 0, rows);
+    const std::vector<ValueId> ts = ops::split_many(g, p->targets, 0, rows);
+    const ValueId w = head.narrow(wte);
+    const bool ce_native = head.native(core::OpKind::cross_entropy, core::OpKind::cross_entropy_backward);
+    std::vector<ValueId> losses;
+    for (size_t k = 0; k < rows.size(); ++k) {
+      const ValueId logits = ops::linear(g, xs[k], w);
+      losses.push_back(ops::reshape(g, ops::cross_entropy(g, ce_native ? logits : head.wide(logits), ts[k]), {1}));
+    }
+    p->logits = core::kNoValue;
+    p->chunk_losses = ops::concat(g, losses, 0);
+    p->chunk_rows = std::move(rows);
+    g.mark_output(p->chunk_losses);
+    fuse(*p, config_, false);
+    return p;
+  }
   p->logits = ops::linear(g, head.narrow(ops::reshape(g, lnf.y, {B * T, C})), head.narrow(wte));
 
   if (mode == Mode::logits) {
@@ -383,7 +410,39 @@ double Gpt::eval_loss(const int32_t* x, const int32_t* y, int64_t B, int64_t T) 
   GptProgram& p = get(Mode::eval, B, T);
   feed(p, x, y);
   p.executor->run();
-  return p.executor->read_scalar(p.loss);
+  if (p.chunk_losses == core::kNoValue) return p.executor->read_scalar(p.loss);
+  // Row chunks: each chunk's loss is the mean over its kept targets, so the
+  // batch's mean weighs each by that count (an all-ignored chunk reports 0
+  // and weighs nothing), as one cross_entropy over every row would.
+  p.chunk_loss_host.resize(p.chunk_rows.size());
+  p.executor->read(p.chunk_losses, p.chunk_loss_host.data(), p.chunk_loss_host.size() * sizeof(float));
+  const int32_t ignore = ops::CrossEntropyParams{}.ignore_index;
+  double sum = 0;
+  int64_t kept = 0, r0 = 0;
+  for (size_t k = 0; k < p.chunk_rows.size(); ++k) {
+    int64_t n = 0;
+    for (int64_t r = r0; r < r0 + p.chunk_rows[k]; ++r) n += y[r] != ignore;
+    sum += double(p.chunk_loss_host[k]) * double(n);
+    kept += n;
+    r0 += p.chunk_rows[k];
+  }
+  return kept ? sum / double(kept) : 0.0;
+}
+
+int64_t Gpt::eval_chunk_rows(int64_t rows, int64_t vocab) {
+  // At most 16 MiB of fp32 logits per chunk (a quarter of the fused train
+  // op's chunk: the eval arena sits beside the train arena, and at W1's
+  // micro-batch 1 a 64 MiB chunk would be the whole (256, V) logits, 49 MiB
+  // that the smallest run cannot spare). Equal chunks, at least 16 rows
+  // each. At W1 (V 50304): 4 chunks of 64 rows for one sequence of 256, 25
+  // of 82 for 8. Smaller chunks cost eval time, as each chunk's product
+  // packs the head weight again: W1's head products in an eval batch of 8
+  // took 493 ms in 25 chunks against 379 ms whole (executor op profile).
+  constexpr int64_t kChunkFloats = int64_t(1) << 22;
+  if (rows <= 0) return 1;
+  const int64_t max_rows = std::max<int64_t>(16, kChunkFloats / std::max<int64_t>(vocab, 1));
+  const int64_t chunks = (rows + max_rows - 1) / max_rows;
+  return (rows + chunks - 1) / chunks;
 }
 
 const float* Gpt::logits(const int32_t* x, int64_t B, int64_t T) {

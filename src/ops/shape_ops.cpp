@@ -63,6 +63,8 @@ void around(const Shape& s, int axis, int64_t& outer, int64_t& inner) {
 // Zeros of a value's shape and dtype: the gradient of a split output nobody used.
 ValueId zeros_like(Graph& g, ValueId v) { return fill(g, g.shape(v), g.meta(v).dtype, 0.0); }
 
+}  // namespace
+
 // split() with any number of pieces: SplitParams holds at most kMaxRank sizes,
 // so longer lists split into groups first and then split each group.
 std::vector<ValueId> split_many(Graph& g, ValueId x, int axis, const std::vector<int64_t>& sizes) {
@@ -80,8 +82,6 @@ std::vector<ValueId> split_many(Graph& g, ValueId x, int axis, const std::vector
   }
   return parts;
 }
-
-}  // namespace
 
 // ---- reshape (a view) ---------------------------------------------------------------
 core::OpDef reshape_def() {

@@ -139,14 +139,14 @@ uint64_t shard_bytes(const std::string& dir) {
 }
 
 // Plans one (recompute, fused_classifier) setting at any micro-batch with
-// one model. What does not depend on the setting (eval arenas, the data)
-// is shared between settings through `Shared`.
+// one model. What does not depend on the recompute level (eval arenas, the
+// data) is shared between settings through `Shared`.
 struct Shared {
   const TrainConfig& cfg;
   core::Backend& backend;
   core::DType compute = core::DType::f32;
   uint64_t data = 0;
-  std::map<int64_t, uint64_t> eval_arena;  // by micro-batch
+  std::map<std::pair<int64_t, bool>, uint64_t> eval_arena;  // by (micro-batch, fused classifier)
 };
 
 class SettingPlanner {
@@ -173,9 +173,12 @@ class SettingPlanner {
     m.train.optimizer_state = state_;
     m.flops_per_micro_step = graph_matmul_flops(g);
     if (cfg.eval_every > 0) {
-      auto it = s_.eval_arena.find(batch);
+      // The fused classifier setting shapes the eval program too (its head
+      // runs in row chunks); recompute does not.
+      const std::pair<int64_t, bool> key{batch, model_->config().fused_classifier};
+      auto it = s_.eval_arena.find(key);
       if (it == s_.eval_arena.end())
-        it = s_.eval_arena.emplace(batch, core::plan_memory(model_->eval_graph(batch, cfg.seq)).report.arena).first;
+        it = s_.eval_arena.emplace(key, core::plan_memory(model_->eval_graph(batch, cfg.seq)).report.arena).first;
       m.eval_arena = it->second;
     }
     // The ring of workers x 2 + 1 slots, each inputs and targets (the

@@ -7,7 +7,10 @@
 // micro-step fused and unfused: the same loss and the same gradient of every
 // parameter, and one classifier_train in the graph (the cheap backward path,
 // no recompute). (4) What it is for: W1's planned arena shrinks by about the
-// logits and their gradient (graphs planned, nothing run).
+// logits and their gradient (graphs planned, nothing run), and at micro-batch
+// 1 holds two head-sized buffers, not three. (5) The eval program with the
+// fused classifier: the head and loss in row chunks give the unchunked loss,
+// ignored targets included, and W1's eval arena holds one chunk of logits.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -258,8 +261,10 @@ TEST(FusedClassifier, GptGradientsMatchUnfused) {
   EXPECT_EQ(count_ops(fused.program(true, B, T).graph, OpKind::classifier_train), 1);
   EXPECT_EQ(count_ops(plain.program(true, B, T).graph, OpKind::classifier_train), 0);
   EXPECT_EQ(fused.program(true, B, T).logits, core::kNoValue);
-  // Eval stays unfused and agrees.
+  // Eval is forward only (no classifier_train; at this size one chunk, the
+  // plain head) and agrees.
   EXPECT_EQ(count_ops(fused.program(false, B, T).graph, OpKind::classifier_train), 0);
+  EXPECT_TRUE(fused.program(false, B, T).chunk_rows.empty());
   EXPECT_NEAR(fused.eval_loss(x.data(), y.data(), B, T), plain.eval_loss(x.data(), y.data(), B, T), 1e-6);
 
   int checked = 0;
@@ -273,19 +278,111 @@ TEST(FusedClassifier, GptGradientsMatchUnfused) {
   EXPECT_GT(checked, 10);
 }
 
+// The planned arena of W1's train or eval graph (planned, not run: program()
+// would allocate it), with or without the fused classifier.
+size_t w1_arena(bool fused, int64_t B, int64_t T, bool train) {
+  models::GptConfig cfg = models::GptConfig::preset("W1");
+  cfg.fused_classifier = fused;
+  models::Gpt m(cfg, backend());
+  return core::plan_memory(train ? m.train_graph(B, T) : m.eval_graph(B, T)).report.arena;
+}
+
 TEST(FusedClassifier, W1ArenaDropsByTheLogits) {
   const models::GptConfig w1 = models::GptConfig::preset("W1");
   const int64_t B = 8, T = 256;
-  // The train graphs are planned, not run (program() would allocate the arena).
-  size_t arena[2];
-  for (int fused = 0; fused < 2; ++fused) {
-    models::GptConfig cfg = w1;
-    cfg.fused_classifier = fused == 1;
-    models::Gpt m(cfg, backend());
-    arena[fused] = core::plan_memory(m.train_graph(B, T)).report.arena;
-  }
+  const size_t arena[2] = {w1_arena(false, B, T, true), w1_arena(true, B, T, true)};
   const double logits = double(B * T) * double(w1.vocab_size) * 4.0;
   std::printf("W1 train arena: unfused %.1f MiB, fused %.1f MiB (logits + dlogits %.1f MiB)\n",
               double(arena[0]) / (1 << 20), double(arena[1]) / (1 << 20), 2 * logits / (1 << 20));
   EXPECT_LE(double(arena[1]) + 1.6 * logits, double(arena[0]));
+}
+
+// The tied embedding/head gradient: the head's (V, C) piece goes into the
+// grad as soon as it exists, so at micro-batch 1 the train arena holds two
+// (V, C)-sized buffers at most (the fused op's logits chunk and its dw, or
+// the unfused logits and their gradient), not the three of an add of the
+// pieces (147.6 MiB before, at every setting).
+TEST(FusedClassifier, W1MicroBatchOneArenaHoldsTwoHeadSizedBuffers) {
+  const models::GptConfig w1 = models::GptConfig::preset("W1");
+  const double head = double(w1.vocab_size) * double(w1.n_embd) * 4.0;
+  for (const bool fused : {false, true}) {
+    models::GptConfig cfg = w1;
+    cfg.fused_classifier = fused;
+    models::Gpt m(cfg, backend());
+    const double arena = double(core::plan_memory(m.train_graph(1, 256)).report.arena);
+    std::printf("W1 train arena at micro-batch 1, fused %d: %.1f MiB ((V, C) = %.1f MiB)\n", int(fused),
+                arena / (1 << 20), head / (1 << 20));
+    EXPECT_LT(arena, 2.5 * head) << "fused " << fused;
+  }
+}
+
+// ---- evaluation with the fused classifier -----------------------------------------------
+
+namespace {
+void lcg_ids(std::vector<int32_t>& out, int64_t v, uint64_t seed) {
+  uint64_t s = seed;
+  for (int32_t& t : out) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    t = int32_t((s >> 20) % uint64_t(v));
+  }
+}
+}  // namespace
+
+// A vocabulary large enough that 150 rows split into 3 chunks of 50: the
+// chunked eval loss is the unchunked one, with and without ignored targets
+// (one chunk wholly ignored weighs nothing), on random weights.
+TEST(FusedClassifier, ChunkedEvalLossMatchesUnchunked) {
+  models::GptConfig cfg{65536, 1, 16, 2, 64};
+  const int64_t B = 3, T = 50, N = B * T;
+  ASSERT_EQ(models::Gpt::eval_chunk_rows(N, cfg.vocab_size), 50);
+  std::vector<int32_t> x(static_cast<size_t>(N)), y(x.size());
+  lcg_ids(x, cfg.vocab_size, 1);
+  lcg_ids(y, cfg.vocab_size, 2);
+
+  cfg.fused_classifier = false;
+  models::Gpt plain(cfg, backend());
+  plain.init_weights(11);
+  cfg.fused_classifier = true;
+  models::Gpt fused(cfg, backend());
+  fused.init_weights(11);
+
+  const models::GptProgram& p = fused.program(false, B, T);
+  EXPECT_EQ(p.chunk_rows, (std::vector<int64_t>{50, 50, 50}));
+  EXPECT_EQ(p.logits, core::kNoValue);
+  EXPECT_EQ(count_ops(p.graph, OpKind::classifier_train), 0);
+  EXPECT_EQ(count_ops(p.graph, OpKind::cross_entropy), 3);
+  EXPECT_TRUE(plain.program(false, B, T).chunk_rows.empty());
+
+  const double lp = plain.eval_loss(x.data(), y.data(), B, T);
+  const double lf = fused.eval_loss(x.data(), y.data(), B, T);
+  EXPECT_NEAR(lf, lp, 1e-5 * std::abs(lp));
+  EXPECT_NEAR(lp, std::log(double(cfg.vocab_size)), 0.5) << "small random weights: about uniform";
+
+  const int32_t ignore = ops::CrossEntropyParams{}.ignore_index;
+  for (int64_t i = 0; i < N; ++i)
+    if (i % 7 == 3 || (i >= 50 && i < 100)) y[size_t(i)] = ignore;
+  const double lp2 = plain.eval_loss(x.data(), y.data(), B, T);
+  const double lf2 = fused.eval_loss(x.data(), y.data(), B, T);
+  EXPECT_NE(lp2, lp);
+  EXPECT_NEAR(lf2, lp2, 1e-5 * std::abs(lp2));
+
+  std::fill(y.begin(), y.end(), ignore);
+  EXPECT_EQ(plain.eval_loss(x.data(), y.data(), B, T), 0.0);
+  EXPECT_EQ(fused.eval_loss(x.data(), y.data(), B, T), 0.0);
+}
+
+// What the chunks are for: W1's eval program (planned, not run) holds one
+// chunk of logits instead of the (B*T, V) matrix.
+TEST(FusedClassifier, W1EvalArenaIsAFractionOfTheLogits) {
+  const models::GptConfig w1 = models::GptConfig::preset("W1");
+  const int64_t T = 256;
+  for (const int64_t B : {1, 8}) {
+    const size_t arena[2] = {w1_arena(false, B, T, false), w1_arena(true, B, T, false)};
+    const double logits = double(B * T) * double(w1.vocab_size) * 4.0;
+    std::printf("W1 eval arena, batch %lld: unfused %.1f MiB, fused %.1f MiB (logits %.1f MiB)\n", (long long)B,
+                double(arena[0]) / (1 << 20), double(arena[1]) / (1 << 20), logits / (1 << 20));
+    EXPECT_GE(double(arena[0]), logits);
+    EXPECT_LT(double(arena[1]), (B == 1 ? 0.5 : 0.1) * logits) << "batch " << B;
+    EXPECT_LT(arena[1], size_t(20) << 20) << "one chunk of at most 16 MiB of logits, plus the forward";
+  }
 }

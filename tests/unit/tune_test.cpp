@@ -108,6 +108,24 @@ TEST(TuneEstimate, NoEvalNoEvalArena) {
   EXPECT_EQ(train::estimate_run_memory(c, backend).eval_arena, 0u);
 }
 
+// With the fused classifier the eval program runs its head in row chunks
+// (models::Gpt::eval_chunk_rows): the tuner plans that program, so the eval
+// arena it counts falls below the (B*T, V) logits that the unfused one holds.
+TEST(TuneEstimate, FusedClassifierPlansTheChunkedEvalArena) {
+  cpu::CpuBackend backend(1);
+  train::TrainConfig c = tiny_config(4, 1);
+  c.model.vocab_size = 65536;
+  c.model.n_embd = 16;
+  const double logits = double(c.batch * c.seq) * double(c.model.vocab_size) * 4.0;
+  c.model.fused_classifier = false;
+  const train::RunMemoryEstimate plain = train::estimate_run_memory(c, backend);
+  c.model.fused_classifier = true;
+  const train::RunMemoryEstimate fused = train::estimate_run_memory(c, backend);
+  EXPECT_GE(double(plain.eval_arena), logits);
+  EXPECT_LT(double(fused.eval_arena), 0.6 * logits);
+  EXPECT_LT(fused.total(), plain.total());
+}
+
 TEST(Tune, GenerousBudgetKeepsTheCheapestSetting) {
   cpu::CpuBackend backend(1);
   const train::TrainConfig c = tiny_config(8, 1);

@@ -30,9 +30,11 @@ struct GptConfig {
   // 6 heads of 64) on 2 threads flash's fwd+bwd takes ~1.13x plain's time
   // (bench_attention); flash is the choice when memory is what runs out.
   std::string attention = "plain";
-  // Train programs only: the LM head, the loss and their backward as one
-  // chunked op (ops::classifier_fusion), so the (B*T, V) logits and their
-  // gradient never exist. Same function; eval and logits programs unfused.
+  // Train programs: the LM head, the loss and their backward as one chunked
+  // op (ops::classifier_fusion), so the (B*T, V) logits and their gradient
+  // never exist. Eval programs: the head and the loss in row chunks of at
+  // most 16 MiB of logits (Gpt::eval_chunk_rows). Same function; logits
+  // programs unfused (they hand the logits out).
   // Off by default: at W1 it cuts the planned arena from 950 to 272 MiB (peak
   // RSS 1347 -> 667 MiB) but ran 2-9% slower here (its row-chunked gemms are
   // a little less efficient than the three whole ones); at W2 no memory gain.
@@ -92,6 +94,11 @@ struct GptProgram {
   core::ValueId ids = core::kNoValue, targets = core::kNoValue, pos = core::kNoValue;
   core::ValueId logits = core::kNoValue, loss = core::kNoValue;  // no logits in fused train programs
   core::ValueId loss_scale = core::kNoValue;  // train programs: the backward seed
+  // Eval programs with the fused classifier: the loss of each row chunk, (K)
+  // f32, with the rows of each; `loss` and `logits` are then kNoValue.
+  core::ValueId chunk_losses = core::kNoValue;
+  std::vector<int64_t> chunk_rows;
+  std::vector<float> chunk_loss_host;  // eval_loss()'s read-back
   float last_loss_scale = -1.f;                // the seed last written (written only on change)
   std::unique_ptr<core::Executor> executor;
   int64_t batch = 0, seq = 0;
@@ -114,8 +121,13 @@ class Gpt {
   // parameter grads, scaled by loss_scale. Returns the (unscaled) mean loss.
   // x and y hold batch*seq token ids; an id outside the vocab throws.
   double train_micro_step(const int32_t* x, const int32_t* y, int64_t batch, int64_t seq, double loss_scale = 1.0);
-  // Forward only: mean loss.
+  // Forward only: mean loss. With fused_classifier the head and the loss
+  // run in chunks of eval_chunk_rows() rows: the (batch*seq, vocab) logits
+  // never exist, and the chunk means are combined here (by kept targets).
   double eval_loss(const int32_t* x, const int32_t* y, int64_t batch, int64_t seq);
+  // Rows per chunk of that eval head for `rows` = batch*seq rows (== rows:
+  // one chunk).
+  static int64_t eval_chunk_rows(int64_t rows, int64_t vocab);
   // Forward only: logits (batch*seq, vocab) in f32; valid until the next call.
   const float* logits(const int32_t* x, int64_t batch, int64_t seq);
 
@@ -124,8 +136,9 @@ class Gpt {
   // The graph a train program for this shape would run, built but neither
   // planned nor cached: for memory reports and tests that plan without running.
   core::Graph train_graph(int64_t batch, int64_t seq) { return std::move(build(Mode::train, batch, seq)->graph); }
-  // The same for the eval program (forward and loss, unfused): its arena
-  // lives beside the train program's once a run has evaluated (train/tune.cpp).
+  // The same for the eval program (forward and loss; the head in row chunks
+  // with fused_classifier): its arena lives beside the train program's once
+  // a run has evaluated (train/tune.cpp).
   core::Graph eval_graph(int64_t batch, int64_t seq) { return std::move(build(Mode::eval, batch, seq)->graph); }
   size_t cached_programs() const { return train_cache_.size() + eval_cache_.size() + logits_cache_.size(); }
 

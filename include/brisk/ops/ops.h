@@ -92,6 +92,9 @@ ValueId reshape(Graph& g, ValueId x, const core::Shape& shape);  // a view, no c
 ValueId permute(Graph& g, ValueId x, const core::Shape& dims);
 ValueId transpose(Graph& g, ValueId x, int dim0, int dim1);  // a permute
 std::vector<ValueId> split(Graph& g, ValueId x, int axis, const core::Shape& sizes);
+// split() into any number of pieces (one split node holds at most kMaxRank
+// sizes; longer lists split in groups, then each group).
+std::vector<ValueId> split_many(Graph& g, ValueId x, int axis, const std::vector<int64_t>& sizes);
 ValueId concat(Graph& g, const std::vector<ValueId>& xs, int axis);
 
 // ---- memory -------------------------------------------------------------------
