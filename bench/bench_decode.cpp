@@ -1,6 +1,7 @@
 // The Linears of one decoding step (W1: qkv, attention projection, MLP in
-// and out, the LM head) at 1 to 16 rows, fp32 (`linear`) and int8
-// (`linear_q8`), through the CPU backend's kernels, next to this machine's
+// and out, the LM head) at 1 to 16 rows: fp32 as training stores it
+// (`linear`, "fp32"), fp32 in the engine's panels (`linear_packed`,
+// "packed") and int8 (`linear_q8`), through the CPU backend's kernels, next to this machine's
 // measured FMA peak and memory bandwidth: how close batched decoding's
 // products come to what the cores and memory can do, and so how much
 // batching can gain over one row.
@@ -24,6 +25,7 @@
 #include "brisk/cpu/cpu_features.h"
 #include "brisk/monitor/peak.h"
 #include "brisk/ops/ops.h"
+#include "brisk/ops/packed_linear.h"
 #include "brisk/ops/quant.h"
 
 using namespace brisk;
@@ -80,15 +82,16 @@ struct Call {
   OpKind kind;
   std::vector<TensorView> in, out;
   std::vector<unsigned char> ws;
+  core::OpParams params;
   double run(core::Backend& be) {
     const auto t0 = std::chrono::steady_clock::now();
-    core::run_op(be, kind, in, out, {}, ws.data(), ws.size());
+    core::run_op(be, kind, in, out, params, ws.data(), ws.size());
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
 };
 
-Call make_call(OpKind k, const std::vector<const Tensor*>& in, const Tensor& y) {
-  Call c{k, {}, {y.as_view()}, {}};
+Call make_call(OpKind k, const std::vector<const Tensor*>& in, const Tensor& y, core::OpParams params = {}) {
+  Call c{k, {}, {y.as_view()}, {}, params};
   std::vector<core::TensorMeta> metas;
   for (const Tensor* t : in) c.in.push_back(t->as_view()), metas.push_back(t->meta());
   const core::OpDef& def = core::op_def(k);
@@ -108,15 +111,17 @@ int main(int argc, char** argv) {
   monitor::TriadMeter triad(o.threads);
   for (int i = 0; i < 3; ++i) fma.sample(), triad.sample();
   const double peak_gflops = fma.best(), peak_gbs = triad.best();
-  std::printf("bench_decode: W1 Linears, %d threads, median of %d after 3 warm-up; int8 path %s, few-row f32 %s\n",
-              o.threads, o.reps, cpu::int8_dot_name(f.int8), f.few_rows_avx512 ? "avx512 tiles" : "portable");
+  std::printf("bench_decode: W1 Linears, %d threads, median of %d after 3 warm-up; int8 path %s, few-row f32 %s, "
+              "packed f32 %s tiles\n",
+              o.threads, o.reps, cpu::int8_dot_name(f.int8), f.few_rows_avx512 ? "avx512 tiles" : "portable",
+              cpu::packed_path_name(f.packed));
   std::printf("machine: fp32 FMA peak %.1f GFLOP/s, STREAM triad %.1f GB/s (best of 3, this process)\n\n", peak_gflops,
               peak_gbs);
 
   const std::vector<Shape> shapes = {{"qkv", 768, 256}, {"attn.proj", 256, 256}, {"mlp.fc", 1024, 256},
                                      {"mlp.proj", 256, 1024}, {"lm_head", 50304, 256}};
   const std::vector<int64_t> row_counts = {1, 2, 4, 8, 16};
-  std::printf("%-10s %-5s %5s %10s %10s %8s %9s %8s %12s\n", "linear", "dtype", "rows", "us", "GFLOP/s", "% peak",
+  std::printf("%-10s %-6s %5s %10s %10s %8s %9s %8s %12s\n", "linear", "dtype", "rows", "us", "GFLOP/s", "% peak",
               "weight GB/s", "% triad", "us/row vs 1");
   nlohmann::json rows_json = nlohmann::json::array();
   uint64_t seed = 1;
@@ -127,8 +132,10 @@ int main(int argc, char** argv) {
     Tensor wq = Tensor::empty({s.out, s.in}, DType::i8), wscale = Tensor::empty({s.out}, DType::f32);
     for (int64_t r = 0; r < s.out; ++r)
       wscale.data_as<float>()[r] = ops::quant::quantize_int8(w.data_as<float>() + r * s.in, s.in, wq.data_as<int8_t>() + r * s.in);
-    for (const DType t : {DType::f32, DType::i8}) {
-      const bool q8 = t == DType::i8;
+    Tensor wp = Tensor::empty(ops::packed::packed_shape(s.out, s.in), DType::f32);
+    ops::packed::pack(w.data_as<float>(), s.out, s.in, wp.data_as<float>());
+    for (const char* kind : {"fp32", "packed", "int8"}) {
+      const bool q8 = std::string(kind) == "int8", packed = std::string(kind) == "packed";
       std::vector<Tensor> xs, ys;
       std::vector<Call> calls;
       for (int64_t n : row_counts) {
@@ -136,8 +143,10 @@ int main(int argc, char** argv) {
         ys.push_back(Tensor::empty({n, s.out}, DType::f32));
       }
       for (size_t i = 0; i < row_counts.size(); ++i)
-        calls.push_back(q8 ? make_call(OpKind::linear_q8, {&xs[i], &wq, &wscale, &bias}, ys[i])
-                           : make_call(OpKind::linear, {&xs[i], &w, &bias}, ys[i]));
+        calls.push_back(q8       ? make_call(OpKind::linear_q8, {&xs[i], &wq, &wscale, &bias}, ys[i])
+                        : packed ? make_call(OpKind::linear_packed, {&xs[i], &wp, &bias}, ys[i],
+                                             core::PackedLinearParams{s.out})
+                                 : make_call(OpKind::linear, {&xs[i], &w, &bias}, ys[i]));
       std::vector<std::vector<double>> times(calls.size());
       for (int rep = 0; rep < o.reps + 3; ++rep)
         for (size_t i = 0; i < calls.size(); ++i) {
@@ -149,10 +158,10 @@ int main(int argc, char** argv) {
       for (size_t i = 0; i < calls.size(); ++i) {
         const double sec = median(times[i]), n = double(row_counts[i]);
         const double gflops = 2 * n * double(s.out * s.in) / sec * 1e-9, gbs = weight_bytes / sec * 1e-9;
-        std::printf("%-10s %-5s %5lld %10.1f %10.1f %7.1f%% %9.1f %7.1f%% %12.3f\n", s.name, q8 ? "int8" : "fp32",
+        std::printf("%-10s %-6s %5lld %10.1f %10.1f %7.1f%% %9.1f %7.1f%% %12.3f\n", s.name, kind,
                     static_cast<long long>(row_counts[i]), 1e6 * sec, gflops, 100 * gflops / peak_gflops, gbs,
                     100 * gbs / peak_gbs, sec / n / one_row);
-        rows_json.push_back({{"linear", s.name}, {"out", s.out}, {"in", s.in}, {"dtype", q8 ? "int8" : "fp32"},
+        rows_json.push_back({{"linear", s.name}, {"out", s.out}, {"in", s.in}, {"dtype", kind},
                              {"rows", row_counts[i]}, {"us", 1e6 * sec}, {"gflops", gflops},
                              {"weight_gbs", gbs}, {"time_per_row_vs_one_row", sec / n / one_row}});
       }
@@ -163,6 +172,7 @@ int main(int argc, char** argv) {
                               {"reps", o.reps},
                               {"int8_path", cpu::int8_dot_name(f.int8)},
                               {"few_rows_f32", f.few_rows_avx512 ? "avx512" : "portable"},
+                              {"packed_f32", cpu::packed_path_name(f.packed)},
                               {"peak_fp32_gflops", peak_gflops},
                               {"triad_gbs", peak_gbs},
                               {"rows", rows_json}};

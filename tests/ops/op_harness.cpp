@@ -275,9 +275,12 @@ void check_forward(core::OpKind kind) {
         paths.clear();
         for (cpu::Int8Dot p : int8_paths()) paths.push_back({std::string("/") + cpu::int8_dot_name(p), [p] { use_int8_path(p); }});
       }
-      // f32 Linear over <= 16 rows and kv_attention have an AVX-512 kernel and a portable one.
-      if ((kind == core::OpKind::linear || kind == core::OpKind::kv_attention) && key == DType::f32 &&
-          backend->name() == "cpu" && native_features().few_rows_avx512)
+      // f32 Linear over <= 16 rows and kv_attention have an AVX-512 kernel and a
+      // portable one; linear_packed an AVX-512 or AVX2 + FMA kernel and a portable one.
+      const bool simd_path = kind == core::OpKind::linear_packed ? native_features().packed != cpu::CpuFeatures::PackedPath::portable
+                             : (kind == core::OpKind::linear || kind == core::OpKind::kv_attention) &&
+                                   native_features().few_rows_avx512;
+      if (simd_path && key == DType::f32 && backend->name() == "cpu")
         paths.push_back({"/few-rows-portable", [] {
                            setenv("BRISK_FEW_ROWS", "portable", 1);
                            cpu::reload_cpu_features();
@@ -433,6 +436,7 @@ TEST(CudaOps, Coverage) {
   const std::set<core::OpKind> cpu_only = {
       core::OpKind::linear_q8,
       core::OpKind::linear_q4,
+      core::OpKind::linear_packed,
       core::OpKind::kv_attention,
       core::OpKind::masked_attention,
       core::OpKind::masked_attention_backward,

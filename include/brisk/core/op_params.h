@@ -83,6 +83,12 @@ struct FillParams {
   double value = 0.0;
 };
 
+// linear_packed: the number of output features N (the packed weight holds
+// them rounded up to whole panels).
+struct PackedLinearParams {
+  int64_t out = 0;
+};
+
 // Decoupled weight decay (Loshchilov & Hutter). `grad_scale` multiplies the
 // gradient first: it folds in clipping and loss-scale removal at no cost.
 // Weight decay applies to tensors of rank >= 2 when `decay_matrices` is set (adamw decides per tensor).
@@ -101,6 +107,6 @@ struct AdamWParams {
 using OpParams = std::variant<NoParams, ScaleParams, MatmulParams, LayerNormParams, AttentionParams,
                               EmbeddingBackwardParams, CrossEntropyParams, ReduceParams, ExpandParams,
                               ReshapeParams, PermuteParams, SplitParams, ConcatParams, CastParams,
-                              FillParams, AdamWParams>;
+                              FillParams, AdamWParams, PackedLinearParams>;
 
 }  // namespace brisk::core

@@ -49,6 +49,11 @@ struct CpuFeatures {
   // kv_attention: AVX-512 where the CPU has it, compiler-vectorised loops
   // otherwise or under BRISK_FEW_ROWS=portable (tests run both).
   bool few_rows_avx512 = false;
+  // linear_packed (the engine's fp32 Linear): broadcast tiles on 512-bit
+  // registers where the CPU has AVX-512, on 256-bit ones with AVX2 + FMA;
+  // plain loops otherwise or under BRISK_FEW_ROWS=portable (tests run both).
+  enum class PackedPath { avx512, avx2, portable };
+  PackedPath packed = PackedPath::portable;
 };
 
 // Read once (thread-safe) from cpuid, oneDNN and the environment.
@@ -57,7 +62,8 @@ const CpuFeatures& cpu_features();
 // "bf16-native" / "bf16-emulated"; "fp32" for the fp32 path.
 const char* bf16_path_name(Bf16Path p);
 const char* f32_gemm_name(F32Gemm g);
-const char* int8_dot_name(Int8Dot d);  // "avx512_vnni", "avx_vnni", "avx2", "scalar"
+const char* int8_dot_name(Int8Dot d);
+const char* packed_path_name(CpuFeatures::PackedPath p);  // "avx512", "avx2", "portable"  // "avx512_vnni", "avx_vnni", "avx2", "scalar"
 
 // Re-reads the environment overrides (tests switch paths within one process).
 // Not thread-safe against running kernels: call between runs.

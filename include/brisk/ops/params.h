@@ -22,6 +22,7 @@ using core::ConcatParams;
 using core::CastParams;
 using core::FillParams;
 using core::AdamWParams;
+using core::PackedLinearParams;
 using core::OpParams;
 
 }  // namespace brisk::ops

@@ -105,7 +105,13 @@ CpuFeatures detect() {
   }
   detect_int8(f);
   const char* rows = env("BRISK_FEW_ROWS");
-  f.few_rows_avx512 = f.avx512f && __builtin_cpu_supports("avx512vl") && !(rows && std::strcmp(rows, "portable") == 0);
+  const bool portable = rows && std::strcmp(rows, "portable") == 0;
+  f.few_rows_avx512 = f.avx512f && __builtin_cpu_supports("avx512vl") && !portable;
+  using PackedPath = CpuFeatures::PackedPath;
+  f.packed = portable                                                       ? PackedPath::portable
+             : f.avx512f                                                    ? PackedPath::avx512
+             : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? PackedPath::avx2
+                                                                            : PackedPath::portable;
   return f;
 }
 
@@ -135,6 +141,15 @@ const char* int8_dot_name(Int8Dot d) {
     case Int8Dot::avx_vnni: return "avx_vnni";
     case Int8Dot::avx2: return "avx2";
     case Int8Dot::scalar: return "scalar";
+  }
+  return "?";
+}
+
+const char* packed_path_name(CpuFeatures::PackedPath p) {
+  switch (p) {
+    case CpuFeatures::PackedPath::avx512: return "avx512";
+    case CpuFeatures::PackedPath::avx2: return "avx2";
+    case CpuFeatures::PackedPath::portable: return "portable";
   }
   return "?";
 }
