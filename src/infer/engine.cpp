@@ -285,8 +285,9 @@ struct Engine::Impl {
   void linear(const QLinear& l, const float* in, int64_t n, float* out) {
     const TensorView xv = view(in, Shape{n, l.in}), yv = view(out, Shape{n, l.out});
     if (l.scheme == Scheme::f32) {
-      if (l.bias.defined()) run(OpKind::linear, {xv, l.w.as_view(), l.bias.as_view()}, {yv});
-      else run(OpKind::linear, {xv, l.w.as_view()}, {yv});
+      const core::PackedLinearParams params{l.out};
+      if (l.bias.defined()) run(OpKind::linear_packed, {xv, l.w.as_view(), l.bias.as_view()}, {yv}, params);
+      else run(OpKind::linear_packed, {xv, l.w.as_view()}, {yv}, params);
       return;
     }
     const OpKind op = l.scheme == Scheme::int8 ? OpKind::linear_q8 : OpKind::linear_q4;
@@ -530,6 +531,7 @@ Engine::Engine(Model model, const EngineOptions& options, const data::Tokenizer*
   if (options.kv_mb < 0) throw core::ConfigError("--kv-mb must not be negative");
   if (model.scheme == Scheme::int4 && model.config.n_embd % 32 != 0)
     throw core::ConfigError("int4 needs n_embd to be a multiple of 32");
+  pack_f32_linears(model);
   impl_ = std::make_unique<Impl>(std::move(model), options, tokenizer);
 }
 

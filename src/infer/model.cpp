@@ -11,6 +11,7 @@
 
 #include "brisk/core/error.h"
 #include "brisk/core/safetensors.h"
+#include "brisk/ops/packed_linear.h"
 #include "brisk/ops/quant.h"
 #include "brisk/ops/reference_backend.h"
 #include "brisk/train/checkpoint.h"
@@ -56,11 +57,32 @@ size_t Model::weight_bytes() const {
   return b;
 }
 
+namespace {
+void pack_linear(QLinear& l) {
+  if (l.scheme != Scheme::f32 || l.packed) return;
+  core::Tensor p = core::Tensor::empty(ops::packed::packed_shape(l.out, l.in), core::DType::f32);
+  ops::packed::pack(l.w.data_as<float>(), l.out, l.in, p.data_as<float>());
+  l.w = std::move(p);
+  l.packed = true;
+}
+}  // namespace
+
+void pack_f32_linears(Model& m) {
+  pack_linear(m.head);
+  for (Layer& l : m.layers)
+    for (QLinear* q : {&l.qkv, &l.proj, &l.fc, &l.fc_proj}) pack_linear(*q);
+}
+
 void Model::embed(int32_t id, int64_t pos, float* out) const {
   const int64_t c = config.n_embd;
   const float* p = wpe.data_as<float>() + pos * c;
   switch (head.scheme) {
     case Scheme::f32: {
+      if (head.packed) {  // the row is a column of its panel: gather it
+        ops::packed::unpack_row(head.w.data_as<float>(), c, id, out);
+        for (int64_t i = 0; i < c; ++i) out[i] += p[i];
+        break;
+      }
       const float* e = head.w.data_as<float>() + int64_t(id) * c;
       for (int64_t i = 0; i < c; ++i) out[i] = e[i] + p[i];
       break;

@@ -189,6 +189,8 @@ Model quantize(const Model& m, Scheme s, const std::vector<int32_t>& calibration
     throw core::ConfigError(m.source + " is already quantized (" + scheme_name(m.scheme) +
                             "); quantize the fp32 checkpoint it came from");
   if (s == Scheme::f32) throw core::ConfigError("quantize needs a scheme: int8 or int4");
+  if (m.head.packed)
+    throw core::ConfigError(m.source + ": its weights are packed for the engine; quantize the model as loaded");
   Model q = m;
   std::string note = scheme_name(s);
   if (s == Scheme::int4 && !calibration.empty()) {

@@ -72,6 +72,23 @@ std::map<int64_t, std::vector<int32_t>> drain(infer::Engine& e) {
   return out;
 }
 
+// The recompute path's teacher-forced NLL of ids[1..] (nats, summed) and its
+// top token at each position, from Gpt::logits.
+std::pair<double, std::vector<int32_t>> teacher_forced(models::Gpt& gpt, const std::vector<int32_t>& ids, int vocab) {
+  const float* logits = gpt.logits(ids.data(), 1, int64_t(ids.size()));
+  double nll = 0;
+  std::vector<int32_t> top;
+  for (size_t i = 0; i + 1 < ids.size(); ++i) {
+    const float* row = logits + i * vocab;
+    const float m = *std::max_element(row, row + vocab);
+    double s = 0;
+    for (int j = 0; j < vocab; ++j) s += std::exp(double(row[j]) - m);
+    nll += m + std::log(s) - row[ids[i + 1]];
+    top.push_back(int32_t(std::max_element(row, row + vocab) - row));
+  }
+  return {nll, top};
+}
+
 TEST(InferEngine, GreedyMatchesTheRecomputePath) {
   cpu::CpuBackend be(2);
   models::Gpt gpt(small_config(), be);
@@ -96,17 +113,7 @@ TEST(InferEngine, ScoreMatchesGptLogits) {
   models::Gpt gpt(small_config(), be);
   train::load_checkpoint(checkpoint(), gpt, nullptr);
   const std::vector<int32_t> ids = prompt_of(33, 3);
-  const float* logits = gpt.logits(ids.data(), 1, int64_t(ids.size()));
-  double nll = 0;
-  std::vector<int32_t> top;
-  for (size_t i = 0; i + 1 < ids.size(); ++i) {
-    const float* row = logits + i * 256;
-    const float m = *std::max_element(row, row + 256);
-    double s = 0;
-    for (int j = 0; j < 256; ++j) s += std::exp(double(row[j]) - m);
-    nll += m + std::log(s) - row[ids[i + 1]];
-    top.push_back(int32_t(std::max_element(row, row + 256) - row));
-  }
+  const auto [nll, top] = teacher_forced(gpt, ids, 256);
   infer::EngineOptions o = opts();
   o.max_step_tokens = 8;  // the window goes through in chunks of 8 rows
   infer::Engine e(infer::load_model(checkpoint()), o);
@@ -114,6 +121,46 @@ TEST(InferEngine, ScoreMatchesGptLogits) {
   EXPECT_EQ(r.count, 32);
   EXPECT_NEAR(r.nll_sum, nll, 1e-3 * std::abs(nll));
   EXPECT_EQ(r.argmax, top);
+}
+
+// The engine repacks fp32 Linears into panels of 16 outputs
+// (pack_f32_linears). A vocabulary of 250 leaves the LM head's last panel
+// partial: the packed model embeds every token as the plain one does,
+// scores a window with the same argmax and likelihood, and a packed model
+// is not taken for quantization.
+TEST(InferEngine, PackedWeightsKeepTheModelsFunction) {
+  const fs::path root = fs::temp_directory_path() / ("brisk_infer_packed_" + std::to_string(::getpid()));
+  fs::remove_all(root);
+  testing::TinyGpt t;
+  t.layers = 2, t.width = 64, t.heads = 2, t.context = 64, t.vocab = 250, t.seed = 11, t.scale = 4.f;
+  const std::string dir = testing::save_tiny_gpt(root.string(), t);
+  const infer::Model plain = infer::load_model(dir);
+  infer::Model packed = plain;
+  infer::pack_f32_linears(packed);
+  ASSERT_TRUE(packed.head.packed);
+  EXPECT_EQ(packed.head.w.shape(), (core::Shape{16, 64, 16}));  // 250 outputs in 16 panels
+  EXPECT_FALSE(plain.head.packed);
+  std::vector<float> a(64), b(64);
+  for (int32_t id : {0, 1, 15, 16, 200, 240, 249}) {
+    plain.embed(id, 3, a.data());
+    packed.embed(id, 3, b.data());
+    EXPECT_EQ(a, b) << "token " << id;
+  }
+  EXPECT_THROW(infer::quantize(packed, infer::Scheme::int8), core::ConfigError);
+
+  cpu::CpuBackend be(2);
+  models::GptConfig c = small_config();
+  c.vocab_size = 250;
+  models::Gpt gpt(c, be);
+  train::load_checkpoint(dir, gpt, nullptr);
+  std::vector<int32_t> ids;
+  for (int i = 0; i < 24; ++i) ids.push_back(int32_t((i * 41 + 7) % 250));
+  const auto [nll, top] = teacher_forced(gpt, ids, 250);
+  infer::Engine e(plain, opts());
+  const infer::ScoreResult r = e.score(ids);
+  EXPECT_NEAR(r.nll_sum, nll, 1e-3 * std::abs(nll));
+  EXPECT_EQ(r.argmax, top);
+  fs::remove_all(root);
 }
 
 // A sequence samples the same tokens alone, with others, and when it joins

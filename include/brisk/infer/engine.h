@@ -16,7 +16,8 @@
 // exactly what continuous batching needs.
 //
 // Every op runs through the backend's kernel registry (core::run_op): fp32
-// Linears through `linear`, quantized ones through `linear_q8`/`linear_q4`,
+// Linears through `linear_packed` (repacked once when the engine is made),
+// quantized ones through `linear_q8`/`linear_q4`,
 // attention through `kv_attention`. CPU only for now.
 //
 // Context length: a prompt must leave room for at least one new token; a

@@ -27,10 +27,13 @@ Scheme parse_scheme(const std::string& name);
 // One Linear: y = x W^T + b. f32: w (out, in) f32; int8: w (out, in) i8 and
 // scale (out); int4: w (out, in / 2) u8 codes and scale (out, in / 32).
 // bias is undefined where the layer has none (the LM head).
+// packed (f32 only, set by pack_f32_linears): w is in linear_packed's panels,
+// (ceil(out/16), in, 16) (brisk/ops/packed_linear.h).
 struct QLinear {
   Scheme scheme = Scheme::f32;
   int64_t out = 0, in = 0;
   core::Tensor w, scale, bias;
+  bool packed = false;
   size_t bytes() const;
 };
 
@@ -59,6 +62,12 @@ struct Model {
 // file and the problem (a missing tensor, a shape that is not GPT-2's, a
 // file of another architecture).
 Model load_model(const std::string& path);
+
+// Repacks every fp32 Linear's weight, in place, into linear_packed's panels
+// (the inference engine does this once when it is made: decoding's products
+// then run as broadcast tiles, engine.cpp). The memory is the same up to
+// the last panel's padding. Quantized Linears are left as they are.
+void pack_f32_linears(Model& m);
 
 // The fp32 model's Linears in `s` (weights only; the activations are
 // quantized as the ops run). Throws ConfigError if `m` is already quantized.
