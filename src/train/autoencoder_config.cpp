@@ -35,19 +35,10 @@ AutoencoderConfig config_from_table(const toml::table& root) {
   std::string kind = "autoencoder";
   r.get("model", "kind", kind);
   if (kind != "autoencoder") throw ConfigError("config: model.kind must be \"autoencoder\" here, got '" + kind + "'");
-  r.get("model", "vocab_size", c.model.vocab_size);
-  r.get("model", "n_layer", c.model.n_layer);
-  r.get("model", "n_embd", c.model.n_embd);
-  r.get("model", "n_head", c.model.n_head);
-  r.get("model", "max_len", c.model.max_len);
+  detail::read_body_model_keys(r, c.model);
   r.get("model", "latent", c.model.latent);
-  r.get("model", "attention", c.model.attention);
   r.get("data", "store", c.store);
-  r.get("data", "train_frac", c.train_frac);
-  r.get("data", "val_frac", c.val_frac);
-  r.get("data", "split_seed", c.split_seed);
-  r.get("data", "bucket", c.bucket);
-  r.get("data", "cache_mb", c.cache_mb);
+  detail::read_split_keys(r, c);
   detail::read_epoch_train_keys(r, c);
   r.get("train", "input_dropout", c.input_dropout);
   r.get("checkpoint", "dir", c.out_dir);
@@ -78,12 +69,12 @@ AutoencoderConfig parse_autoencoder_config(std::string_view text, const std::str
 
 std::string to_toml(const AutoencoderConfig& c) {
   std::ostringstream s;
-  s << "[model]\nkind = \"autoencoder\"\nvocab_size = " << c.model.vocab_size << "\nn_layer = " << c.model.n_layer
-    << "\nn_embd = " << c.model.n_embd << "\nn_head = " << c.model.n_head << "\nmax_len = " << c.model.max_len
-    << "\nlatent = " << c.model.latent << "\nattention = " << toml_string(c.model.attention)
-    << "\n\n[data]\nstore = " << toml_string(c.store) << "\ntrain_frac = " << c.train_frac
-    << "\nval_frac = " << c.val_frac << "\nsplit_seed = " << c.split_seed
-    << "\nbucket = " << (c.bucket ? "true" : "false") << "\ncache_mb = " << c.cache_mb << "\n\n[train]\n";
+  s << "[model]\nkind = \"autoencoder\"\n";
+  detail::write_body_model_keys(s, c.model);
+  s << "latent = " << c.model.latent << "\nattention = " << toml_string(c.model.attention)
+    << "\n\n[data]\nstore = " << toml_string(c.store) << "\n";
+  detail::write_split_keys(s, c);
+  s << "\n[train]\n";
   detail::write_epoch_train_keys(s, c);
   s << "input_dropout = " << c.input_dropout << "\n\n[checkpoint]\ndir = " << toml_string(c.out_dir)
     << "\nkeep = " << c.keep_checkpoints << "\n";

@@ -36,6 +36,7 @@
 #include "brisk/monitor/machine.h"
 #include "brisk/optim/optimizer.h"
 #include "brisk/train/checkpoint.h"
+#include "epoch_steps.h"
 
 namespace brisk::train {
 
@@ -44,12 +45,9 @@ using core::ConfigError;
 
 namespace {
 
-constexpr int64_t kSeqMultiple = 32;
 constexpr int64_t kEvalBatch = 32;
 
-int64_t round_width(int64_t cols, int64_t max_len) {
-  return std::min(max_len, (cols + kSeqMultiple - 1) / kSeqMultiple * kSeqMultiple);
-}
+using detail::round_width;
 
 // Indices of `sequences` sorted by (cut) length, cut into batches of `batch`:
 // neighbours share a width, so little is padded.
@@ -354,44 +352,37 @@ AutoencoderResult train_autoencoder(const AutoencoderConfig& cfg, const Autoenco
 
   // --- the steps
   std::vector<int32_t> ids;
-  double real_tokens = 0, cells = 0, step_seconds = 0;
-  double window_tokens = 0, window_seconds = 0, window_cells = 0, eval_seconds = 0;
+  detail::StepCounters count;
+  double eval_seconds = 0;
   int64_t step = 0;
   for (int64_t epoch = 0; epoch < cfg.epochs; ++epoch) {
     for (int64_t s = 0; s < per_epoch; ++s, ++step) {
       const double t0 = monitor::now_seconds();
       const data::Batch& b = loader.next();
       const int64_t T = round_width(b.cols, cfg.model.max_len);
-      ids.assign(size_t(b.rows * T), 0);
-      for (int64_t r = 0; r < b.rows; ++r) std::copy_n(b.inputs + r * b.cols, b.cols, ids.begin() + r * T);
+      const int64_t real = detail::pad_batch(b, T, ids);
       model.params().zero_grads();
       const double loss = model.train_micro_step(ids.data(), b.lengths, b.rows, T);
       const float lr = schedule.at(step);
       const optim::StepStats st = adamw.step(lr);
       const double dt = monitor::now_seconds() - t0;
-      int64_t real = 0;
-      for (int64_t r = 0; r < b.rows; ++r) real += b.lengths[r];
-      real_tokens += double(real), cells += double(b.rows * T), step_seconds += dt;
-      window_tokens += double(real), window_cells += double(b.rows * T), window_seconds += dt;
+      count.add(real, b.rows * T, dt);
       if (step == 0) res.first_loss = loss;
       res.last_loss = loss;
       const double hit = cached.stats().hit_rate();
-      std::fprintf(metrics,
-                   "{\"step\":%lld,\"epoch\":%lld,\"loss\":%.6f,\"lr\":%.6g,\"grad_norm\":%.6g,\"ms_per_step\":%.3f,"
-                   "\"tokens_per_s\":%.1f,\"batch_width\":%lld,\"padding_waste\":%.4f,\"cache_hit_rate\":%.4f,"
-                   "\"data_wait_ms\":%.3f}\n",
-                   (long long)step + 1, (long long)epoch, loss, double(lr), st.grad_norm, dt * 1e3, double(real) / dt,
-                   (long long)T, 1.0 - double(real) / double(b.rows * T), hit, loader.last_wait_seconds() * 1e3);
+      detail::write_step_row(metrics, {step + 1, epoch, loss, double(lr), st.grad_norm, dt, real, b.rows, T, hit,
+                                       loader.last_wait_seconds()});
       if ((step + 1) % cfg.log_every == 0 || step + 1 == schedule.total_steps) {
-        const double eta = window_seconds / double(std::min<int64_t>(cfg.log_every, step + 1)) *
+        const double eta = count.window_seconds / double(std::min<int64_t>(cfg.log_every, step + 1)) *
                            double(schedule.total_steps - step - 1);
         std::snprintf(line, sizeof line,
                       "step %5lld/%lld | epoch %lld | loss %.4f | lr %.2e | %6.0f res/s | padding %4.1f%% | cache "
                       "hit %4.1f%% | eta %.0fs\n",
                       (long long)step + 1, (long long)schedule.total_steps, (long long)epoch + 1, loss, double(lr),
-                      window_tokens / window_seconds, 100.0 * (1.0 - window_tokens / window_cells), 100.0 * hit, eta);
+                      count.window_tokens / count.window_seconds, 100.0 * (1.0 - count.window_tokens / count.window_cells),
+                      100.0 * hit, eta);
         say(line);
-        window_tokens = window_seconds = window_cells = 0;
+        count.reset_window();
       }
     }
     // --- end of an epoch: teacher-forced validation, a checkpoint
@@ -410,10 +401,10 @@ AutoencoderResult train_autoencoder(const AutoencoderConfig& cfg, const Autoenco
     res.checkpoint = save_autoencoder_checkpoint(cfg.out_dir, model, &adamw, info, cfg.keep_checkpoints);
   }
   res.steps = step;
-  res.train_seconds = step_seconds;
-  res.tokens_per_s = real_tokens / step_seconds;
-  res.padded_tokens_per_s = cells / step_seconds;
-  res.padding_waste = 1.0 - real_tokens / cells;
+  res.train_seconds = count.seconds;
+  res.tokens_per_s = count.real_tokens / count.seconds;
+  res.padded_tokens_per_s = count.cells / count.seconds;
+  res.padding_waste = 1.0 - count.real_tokens / count.cells;
   res.cache_hit_rate = cached.stats().hit_rate();
 
   // --- the test split: teacher-forced and free-running reconstruction

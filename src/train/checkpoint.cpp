@@ -385,39 +385,47 @@ void load_checkpoint(const std::string& ckpt_dir, models::Gpt& model, optim::Ada
                                  : st.step);
 }
 
-// ---- encoder classifiers -------------------------------------------------------------
+// ---- the encoder family: classifiers and sequence autoencoders ------------------------
+// Both keep an encoder body's shape, the attention kernel, step, seed and
+// tokenizer in state.json, plus one integer of their own under "model"
+// (n_classes, latent); a classifier adds its label names and header setting.
 
-std::string save_encoder_checkpoint(const std::string& out_dir, const models::Encoder& model,
-                                    const optim::AdamW* optimizer, const EncoderCheckpoint& info, int keep) {
-  const models::EncoderConfig& c = model.config();
-  const nlohmann::json st = {
-      {"kind", kEncoderKind},
-      {"step", info.step},
-      {"seed", info.seed},
-      {"tokenizer", info.tokenizer},
-      {"label_names", info.label_names},
-      {"strip_headers", info.strip_headers},
-      {"optimizer_steps", optimizer ? optimizer->steps_taken() : 0},
-      {"model",
-       {{"vocab_size", c.vocab_size}, {"n_layer", c.n_layer}, {"n_embd", c.n_embd}, {"n_head", c.n_head},
-        {"max_len", c.max_len}, {"n_classes", c.n_classes}, {"attention", c.attention}}}};
-  return write_checkpoint(out_dir, info.step, model.params(), optimizer, st, keep);
+namespace {
+
+template <class Config>
+nlohmann::json body_model_json(const Config& c, const std::string& extra, int64_t extra_value) {
+  return {{"vocab_size", c.vocab_size}, {"n_layer", c.n_layer}, {"n_embd", c.n_embd}, {"n_head", c.n_head},
+          {"max_len", c.max_len},       {extra, extra_value},   {"attention", c.attention}};
 }
 
-EncoderCheckpoint read_encoder_checkpoint(const std::string& ckpt_dir) {
+template <class Info>
+nlohmann::json body_state_json(const std::string& kind, const Info& info, const optim::AdamW* optimizer,
+                               nlohmann::json model) {
+  return {{"kind", kind},
+          {"step", info.step},
+          {"seed", info.seed},
+          {"tokenizer", info.tokenizer},
+          {"optimizer_steps", optimizer ? optimizer->steps_taken() : 0},
+          {"model", std::move(model)}};
+}
+
+// Reads and checks the shared fields into `info` (the model's own integer
+// into `extra_value`); returns the parsed state.json for the rest.
+template <class Info>
+Json read_body_state(const std::string& ckpt_dir, const std::string& kind, const std::string& extra,
+                     int64_t& extra_value, Info& info) {
   const std::string path = (fs::path(ckpt_dir) / "state.json").string();
-  const Json st = parse_state_file(path);
+  Json st = parse_state_file(path);
   const StateFields f{path};
-  check_kind(f, st, kEncoderKind);
+  check_kind(f, st, kind);
   const Json& m = f.object(st, "model", "model");
-  EncoderCheckpoint info;
-  models::EncoderConfig& c = info.config;
+  auto& c = info.config;
   c.vocab_size = f.integer(m, "model.vocab_size", "vocab_size");
   c.n_layer = f.integer(m, "model.n_layer", "n_layer");
   c.n_embd = f.integer(m, "model.n_embd", "n_embd");
   c.n_head = f.integer(m, "model.n_head", "n_head");
   c.max_len = f.integer(m, "model.max_len", "max_len");
-  c.n_classes = f.integer(m, "model.n_classes", "n_classes");
+  extra_value = f.integer(m, "model." + extra, extra);
   c.attention = f.string(m, "model.attention", "attention");
   try {
     c.validate();
@@ -427,13 +435,32 @@ EncoderCheckpoint read_encoder_checkpoint(const std::string& ckpt_dir) {
   info.step = f.integer(st, "step", "step");
   info.seed = f.unsigned_integer(st, "seed", "seed");
   info.tokenizer = f.string(st, "tokenizer", "tokenizer");
+  return st;
+}
+
+}  // namespace
+
+std::string save_encoder_checkpoint(const std::string& out_dir, const models::Encoder& model,
+                                    const optim::AdamW* optimizer, const EncoderCheckpoint& info, int keep) {
+  const models::EncoderConfig& c = model.config();
+  nlohmann::json st = body_state_json(kEncoderKind, info, optimizer, body_model_json(c, "n_classes", c.n_classes));
+  st["label_names"] = info.label_names;
+  st["strip_headers"] = info.strip_headers;
+  return write_checkpoint(out_dir, info.step, model.params(), optimizer, st, keep);
+}
+
+EncoderCheckpoint read_encoder_checkpoint(const std::string& ckpt_dir) {
+  EncoderCheckpoint info;
+  const Json st = read_body_state(ckpt_dir, kEncoderKind, "n_classes", info.config.n_classes, info);
+  const StateFields f{(fs::path(ckpt_dir) / "state.json").string()};
   if (st.contains("strip_headers")) {
     if (!st["strip_headers"].is_boolean()) f.fail("strip_headers", "must be true or false, got " + core::json_excerpt(st["strip_headers"]));
     info.strip_headers = st["strip_headers"].get<bool>();
   }
+  const int64_t n_classes = info.config.n_classes;
   const Json& names = f.at(st, "label_names", "label_names");
-  if (!names.is_array() || int64_t(names.size()) != c.n_classes)
-    f.fail("label_names", "must be an array of " + std::to_string(c.n_classes) + " strings, got " +
+  if (!names.is_array() || int64_t(names.size()) != n_classes)
+    f.fail("label_names", "must be an array of " + std::to_string(n_classes) + " strings, got " +
                               core::json_excerpt(names));
   for (const Json& n : names) {
     if (!n.is_string()) f.fail("label_names", "must hold strings, got " + core::json_excerpt(n));
@@ -449,46 +476,17 @@ void load_encoder_checkpoint(const std::string& ckpt_dir, models::Encoder& model
   load_weights(ckpt_dir, model.params());
 }
 
-// ---- sequence autoencoders -----------------------------------------------------------
-
 std::string save_autoencoder_checkpoint(const std::string& out_dir, const models::SeqAutoencoder& model,
                                         const optim::AdamW* optimizer, const AutoencoderCheckpoint& info, int keep) {
   const models::SeqAutoencoderConfig& c = model.config();
-  const nlohmann::json st = {
-      {"kind", kAutoencoderKind},
-      {"step", info.step},
-      {"seed", info.seed},
-      {"tokenizer", info.tokenizer},
-      {"optimizer_steps", optimizer ? optimizer->steps_taken() : 0},
-      {"model",
-       {{"vocab_size", c.vocab_size}, {"n_layer", c.n_layer}, {"n_embd", c.n_embd}, {"n_head", c.n_head},
-        {"max_len", c.max_len}, {"latent", c.latent}, {"attention", c.attention}}}};
+  const nlohmann::json st =
+      body_state_json(kAutoencoderKind, info, optimizer, body_model_json(c, "latent", c.latent));
   return write_checkpoint(out_dir, info.step, model.params(), optimizer, st, keep);
 }
 
 AutoencoderCheckpoint read_autoencoder_checkpoint(const std::string& ckpt_dir) {
-  const std::string path = (fs::path(ckpt_dir) / "state.json").string();
-  const Json st = parse_state_file(path);
-  const StateFields f{path};
-  check_kind(f, st, kAutoencoderKind);
-  const Json& m = f.object(st, "model", "model");
   AutoencoderCheckpoint info;
-  models::SeqAutoencoderConfig& c = info.config;
-  c.vocab_size = f.integer(m, "model.vocab_size", "vocab_size");
-  c.n_layer = f.integer(m, "model.n_layer", "n_layer");
-  c.n_embd = f.integer(m, "model.n_embd", "n_embd");
-  c.n_head = f.integer(m, "model.n_head", "n_head");
-  c.max_len = f.integer(m, "model.max_len", "max_len");
-  c.latent = f.integer(m, "model.latent", "latent");
-  c.attention = f.string(m, "model.attention", "attention");
-  try {
-    c.validate();
-  } catch (const core::ConfigError& e) {
-    throw IoError(path + ": " + e.what());
-  }
-  info.step = f.integer(st, "step", "step");
-  info.seed = f.unsigned_integer(st, "seed", "seed");
-  info.tokenizer = f.string(st, "tokenizer", "tokenizer");
+  read_body_state(ckpt_dir, kAutoencoderKind, "latent", info.config.latent, info);
   return info;
 }
 

@@ -29,13 +29,8 @@ ClassifyConfig config_from_table(const toml::table& root) {
   if (kind != "encoder") throw ConfigError("config: model.kind must be \"encoder\" here, got '" + kind + "'");
   r.get("model", "preset", c.preset);
   if (!c.preset.empty()) c.model = models::EncoderConfig::preset(c.preset);
-  r.get("model", "vocab_size", c.model.vocab_size);
-  r.get("model", "n_layer", c.model.n_layer);
-  r.get("model", "n_embd", c.model.n_embd);
-  r.get("model", "n_head", c.model.n_head);
-  r.get("model", "max_len", c.model.max_len);
+  detail::read_body_model_keys(r, c.model);
   r.get("model", "n_classes", c.model.n_classes);
-  r.get("model", "attention", c.model.attention);
   r.get("data", "store", c.store);
   if (const toml::node* n = root.at_path("data.label_names").node()) {
     const toml::array* a = n->as_array();
@@ -46,11 +41,7 @@ ClassifyConfig config_from_table(const toml::table& root) {
     }
   }
   r.get("data", "strip_headers", c.strip_headers);
-  r.get("data", "train_frac", c.train_frac);
-  r.get("data", "val_frac", c.val_frac);
-  r.get("data", "split_seed", c.split_seed);
-  r.get("data", "bucket", c.bucket);
-  r.get("data", "cache_mb", c.cache_mb);
+  detail::read_split_keys(r, c);
   detail::read_epoch_train_keys(r, c);
   r.get("checkpoint", "dir", c.out_dir);
   r.get("checkpoint", "keep", c.keep_checkpoints);
@@ -82,14 +73,14 @@ ClassifyConfig parse_classify_config(std::string_view text, const std::string& n
 
 std::string to_toml(const ClassifyConfig& c) {
   std::ostringstream s;
-  s << "[model]\nkind = \"encoder\"\nvocab_size = " << c.model.vocab_size << "\nn_layer = " << c.model.n_layer
-    << "\nn_embd = " << c.model.n_embd << "\nn_head = " << c.model.n_head << "\nmax_len = " << c.model.max_len
-    << "\nn_classes = " << c.model.n_classes << "\nattention = " << toml_string(c.model.attention)
+  s << "[model]\nkind = \"encoder\"\n";
+  detail::write_body_model_keys(s, c.model);
+  s << "n_classes = " << c.model.n_classes << "\nattention = " << toml_string(c.model.attention)
     << "\n\n[data]\nstore = " << toml_string(c.store) << "\nlabel_names = [";
   for (size_t i = 0; i < c.label_names.size(); ++i) s << (i ? ", " : "") << toml_string(c.label_names[i]);
-  s << "]\nstrip_headers = " << (c.strip_headers ? "true" : "false") << "\ntrain_frac = " << c.train_frac
-    << "\nval_frac = " << c.val_frac << "\nsplit_seed = " << c.split_seed << "\nbucket = " << (c.bucket ? "true" : "false")
-    << "\ncache_mb = " << c.cache_mb << "\n\n[train]\n";
+  s << "]\nstrip_headers = " << (c.strip_headers ? "true" : "false") << "\n";
+  detail::write_split_keys(s, c);
+  s << "\n[train]\n";
   detail::write_epoch_train_keys(s, c);
   s << "\n[checkpoint]\ndir = " << toml_string(c.out_dir) << "\nkeep = " << c.keep_checkpoints << "\n";
   return s.str();

@@ -1,6 +1,7 @@
-// The [train] keys every epoch-based run shares (the encoder classifier and
-// the sequence autoencoder): batch, epochs, the lr schedule, AdamW, seed,
-// threads, loader workers, logging; and the data split fractions. Read,
+// The keys every epoch-based run shares (the encoder classifier and
+// the sequence autoencoder): the encoder body's [model] shape; [data]'s
+// split, bucketing and cache; [train]'s batch, epochs, the lr schedule,
+// AdamW, seed, threads, loader workers, logging. Read,
 // checked and written back by one piece of code, so the two configs cannot
 // drift apart. Internal to src/train; the configs are duck-typed (both name
 // these fields alike).
@@ -75,6 +76,41 @@ void check_epoch_train_keys(Config& c) {
   if (!(c.adamw.eps > 0) || !std::isfinite(c.adamw.eps))
     throw ConfigError("config: train.eps must be a positive finite number");
   c.adamw.lr = c.schedule.max_lr;
+}
+
+// [model]: the encoder body's shape and attention kernel (each model adds
+// its own head key: n_classes, latent).
+template <class Model>
+void read_body_model_keys(const Reader& r, Model& m) {
+  r.get("model", "vocab_size", m.vocab_size);
+  r.get("model", "n_layer", m.n_layer);
+  r.get("model", "n_embd", m.n_embd);
+  r.get("model", "n_head", m.n_head);
+  r.get("model", "max_len", m.max_len);
+  r.get("model", "attention", m.attention);
+}
+
+// [data]: the split and the loader's bucketing and record cache.
+template <class Config>
+void read_split_keys(const Reader& r, Config& c) {
+  r.get("data", "train_frac", c.train_frac);
+  r.get("data", "val_frac", c.val_frac);
+  r.get("data", "split_seed", c.split_seed);
+  r.get("data", "bucket", c.bucket);
+  r.get("data", "cache_mb", c.cache_mb);
+}
+
+// The body's shape as TOML lines, vocab_size to max_len.
+template <class Model>
+void write_body_model_keys(std::ostream& s, const Model& m) {
+  s << "vocab_size = " << m.vocab_size << "\nn_layer = " << m.n_layer << "\nn_embd = " << m.n_embd
+    << "\nn_head = " << m.n_head << "\nmax_len = " << m.max_len << "\n";
+}
+
+template <class Config>
+void write_split_keys(std::ostream& s, const Config& c) {
+  s << "train_frac = " << c.train_frac << "\nval_frac = " << c.val_frac << "\nsplit_seed = " << c.split_seed
+    << "\nbucket = " << (c.bucket ? "true" : "false") << "\ncache_mb = " << c.cache_mb << "\n";
 }
 
 // The shared [train] keys as TOML lines (no section header).

@@ -1,0 +1,66 @@
+// The step loop pieces the two epoch-based runs share (the encoder
+// classifier and the sequence autoencoder): the program width of a batch,
+// padding a loader batch to it, the throughput counters, and the
+// metrics.jsonl row. Internal to src/train.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <vector>
+
+#include "brisk/data/loader.h"
+
+namespace brisk::train::detail {
+
+// Programs are compiled per width; widths are multiples of this (capped at
+// max_len), so a run builds a handful of them.
+constexpr int64_t kSeqMultiple = 32;
+
+inline int64_t round_width(int64_t cols, int64_t max_len) {
+  return std::min(max_len, (cols + kSeqMultiple - 1) / kSeqMultiple * kSeqMultiple);
+}
+
+// The batch's rows right-padded with 0 to width T in `ids`; returns the
+// number of real tokens (the sum of the rows' lengths).
+inline int64_t pad_batch(const data::Batch& b, int64_t T, std::vector<int32_t>& ids) {
+  ids.assign(size_t(b.rows * T), 0);
+  int64_t real = 0;
+  for (int64_t r = 0; r < b.rows; ++r) {
+    std::copy_n(b.inputs + r * b.cols, b.cols, ids.begin() + r * T);
+    real += b.lengths[r];
+  }
+  return real;
+}
+
+// Real tokens, padded cells and step seconds over the run and over the
+// current log window.
+struct StepCounters {
+  double real_tokens = 0, cells = 0, seconds = 0;
+  double window_tokens = 0, window_cells = 0, window_seconds = 0;
+  void add(int64_t real, int64_t padded, double dt) {
+    real_tokens += double(real), cells += double(padded), seconds += dt;
+    window_tokens += double(real), window_cells += double(padded), window_seconds += dt;
+  }
+  void reset_window() { window_tokens = window_cells = window_seconds = 0; }
+};
+
+// One metrics.jsonl row of a step (1-based `step`).
+struct StepRow {
+  int64_t step, epoch;
+  double loss, lr, grad_norm, seconds;
+  int64_t real, rows, width;
+  double cache_hit_rate, data_wait_seconds;
+};
+
+inline void write_step_row(std::FILE* f, const StepRow& s) {
+  std::fprintf(f,
+               "{\"step\":%lld,\"epoch\":%lld,\"loss\":%.6f,\"lr\":%.6g,\"grad_norm\":%.6g,\"ms_per_step\":%.3f,"
+               "\"tokens_per_s\":%.1f,\"batch_width\":%lld,\"padding_waste\":%.4f,\"cache_hit_rate\":%.4f,"
+               "\"data_wait_ms\":%.3f}\n",
+               (long long)s.step, (long long)s.epoch, s.loss, s.lr, s.grad_norm, s.seconds * 1e3,
+               double(s.real) / s.seconds, (long long)s.width, 1.0 - double(s.real) / double(s.rows * s.width),
+               s.cache_hit_rate, s.data_wait_seconds * 1e3);
+}
+
+}  // namespace brisk::train::detail
