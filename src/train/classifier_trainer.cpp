@@ -233,15 +233,8 @@ ClassifyResult train_classifier(const ClassifyConfig& cfg, const ClassifyOptions
   schedule.total_steps = cfg.epochs * per_epoch;
   res.epochs = cfg.epochs;
 
-  fs::create_directories(cfg.out_dir);
-  core::write_file_atomic((fs::path(cfg.out_dir) / "config.toml").string(), to_toml(cfg));
-  const std::string metrics_path = (fs::path(cfg.out_dir) / "metrics.jsonl").string();
-  std::FILE* metrics = std::fopen(metrics_path.c_str(), "w");
-  if (!metrics) throw core::IoError(metrics_path + ": cannot open for writing");
-  struct Closer {
-    std::FILE* f;
-    ~Closer() { std::fclose(f); }
-  } closer{metrics};
+  const detail::RunDir run_dir(cfg.out_dir, to_toml(cfg));
+  std::FILE* metrics = run_dir.metrics;
   // The same numbers for TensorBoard (docs/monitoring.md): a run starts
   // afresh, so its START event makes TensorBoard drop earlier runs' steps.
   monitor::EventWriter events(cfg.out_dir);

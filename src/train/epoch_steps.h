@@ -1,14 +1,18 @@
 // The step loop pieces the two epoch-based runs share (the encoder
-// classifier and the sequence autoencoder): the program width of a batch,
-// padding a loader batch to it, the throughput counters, and the
-// metrics.jsonl row. Internal to src/train.
+// classifier and the sequence autoencoder): the run directory, the program
+// width of a batch, padding a loader batch to it, the throughput counters,
+// and the metrics.jsonl row. Internal to src/train.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
+#include <string>
 #include <vector>
 
+#include "brisk/core/error.h"
+#include "brisk/core/safetensors.h"
 #include "brisk/data/loader.h"
 
 namespace brisk::train::detail {
@@ -43,6 +47,23 @@ struct StepCounters {
     window_tokens += double(real), window_cells += double(padded), window_seconds += dt;
   }
   void reset_window() { window_tokens = window_cells = window_seconds = 0; }
+};
+
+// The run directory: created, the config written to config.toml, and
+// metrics.jsonl opened for the step rows (closed with this object).
+class RunDir {
+ public:
+  RunDir(const std::string& dir, const std::string& config_toml) {
+    std::filesystem::create_directories(dir);
+    core::write_file_atomic((std::filesystem::path(dir) / "config.toml").string(), config_toml);
+    const std::string path = (std::filesystem::path(dir) / "metrics.jsonl").string();
+    metrics = std::fopen(path.c_str(), "w");
+    if (!metrics) throw core::IoError(path + ": cannot open for writing");
+  }
+  ~RunDir() { std::fclose(metrics); }
+  RunDir(const RunDir&) = delete;
+  RunDir& operator=(const RunDir&) = delete;
+  std::FILE* metrics;
 };
 
 // One metrics.jsonl row of a step (1-based `step`).
