@@ -162,27 +162,6 @@ std::map<std::string, std::string> parse_metadata(const Json& m, const std::stri
 
 }  // namespace
 
-void write_file_atomic(const std::string& path, const std::string& bytes) {
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) throw IoError(tmp + ": cannot create (" + std::strerror(errno) + ")");
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;  // a signal (e.g. the stop request) interrupted it
-    if (n < 0) {
-      const std::string why = std::strerror(errno);
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      throw IoError(tmp + ": write failed (" + why + ")");
-    }
-    done += size_t(n);
-  }
-  ::fsync(fd);
-  ::close(fd);
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw IoError(path + ": rename failed (" + std::strerror(errno) + ")");
-}
-
 std::string read_file(const std::string& path) {
   // A directory opens like a file and reads as empty: say what it is instead.
   struct stat st {};
@@ -194,27 +173,50 @@ std::string read_file(const std::string& path) {
   return ss.str();
 }
 
-void save_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
-                      const std::map<std::string, std::string>& metadata) {
+SafetensorsWriter::SafetensorsWriter(const std::string& path, std::vector<Entry> entries,
+                                     const std::map<std::string, std::string>& metadata)
+    : file_(path), entries_(std::move(entries)) {
   nlohmann::ordered_json header;
   if (!metadata.empty()) header["__metadata__"] = metadata;
   size_t offset = 0;
-  for (const NamedTensor& t : tensors) {
-    const size_t bytes = t.view.meta.bytes();
-    header[t.name] = {{"dtype", st_dtype(t.view.dtype())},
-                      {"shape", std::vector<int64_t>(t.view.shape().begin(), t.view.shape().end())},
+  for (const Entry& e : entries_) {
+    const size_t bytes = e.meta.bytes();
+    header[e.name] = {{"dtype", st_dtype(e.meta.dtype)},
+                      {"shape", std::vector<int64_t>(e.meta.shape.begin(), e.meta.shape.end())},
                       {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
   }
   std::string json = header.dump();
   json.append((8 - json.size() % 8) % 8, ' ');  // keep the data 8-byte aligned
-  std::string out;
-  out.reserve(8 + json.size() + offset);
   const uint64_t n = json.size();
-  out.append(reinterpret_cast<const char*>(&n), 8);
-  out += json;
-  for (const NamedTensor& t : tensors) out.append(static_cast<const char*>(t.view.data), t.view.meta.bytes());
-  write_file_atomic(path, out);
+  file_.write(&n, 8);
+  file_.write(json.data(), json.size());
+}
+
+void SafetensorsWriter::write(const TensorView& t) {
+  if (next_ >= entries_.size()) throw Error("safetensors writer: more tensors than the header lists");
+  const Entry& e = entries_[next_];
+  if (!(t.meta == e.meta))
+    throw Error("safetensors writer: tensor '" + e.name + "' is " + e.meta.str() + " in the header, given " +
+                t.meta.str());
+  file_.write(t.data, t.meta.bytes());
+  ++next_;
+}
+
+void SafetensorsWriter::commit() {
+  if (next_ != entries_.size())
+    throw Error("safetensors writer: " + std::to_string(entries_.size() - next_) + " of " +
+                std::to_string(entries_.size()) + " tensors were not written");
+  file_.commit();
+}
+
+void save_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
+                      const std::map<std::string, std::string>& metadata) {
+  std::vector<SafetensorsWriter::Entry> entries;
+  for (const NamedTensor& t : tensors) entries.push_back({t.name, t.view.meta});
+  SafetensorsWriter w(path, std::move(entries), metadata);
+  for (const NamedTensor& t : tensors) w.write(t.view);
+  w.commit();
 }
 
 SafetensorsFile load_safetensors(const std::string& path) { return parse_safetensors(read_file(path), path); }

@@ -229,25 +229,32 @@ std::string write_checkpoint(const std::string& out_dir, int64_t step, const cor
   fs::remove_all(tmp_dir);
   fs::create_directories(tmp_dir);
 
-  // Weights in HF GPT-2 layout; transposed copies live until the save returns.
-  std::vector<core::NamedTensor> weights, moments;
-  std::vector<core::Tensor> keep_alive;
-  // (Host copies first where the store lives on a device: download() is the
-  // tensor itself on the host.)
-  keep_alive.reserve(3 * store.entries().size());  // views below point into it
+  // Weights in HF GPT-2 layout, then the moments, each streamed to its file
+  // one tensor at a time: the only copy made is one weight's transpose (or
+  // one tensor's host copy where the store lives on a device), so saving
+  // needs no memory the size of either file.
+  std::vector<core::SafetensorsWriter::Entry> weights, moments;
+  for (const auto& [pname, e] : store.entries()) {
+    core::TensorMeta meta = e.value.meta();
+    if (is_hf_conv1d_weight(pname)) meta.shape = core::Shape{meta.shape[1], meta.shape[0]};
+    weights.push_back({pname, meta});
+    if (optimizer && e.state.size() == 2)
+      for (int k = 0; k < 2; ++k)
+        moments.push_back({pname + (k == 0 ? ".exp_avg" : ".exp_avg_sq"), e.state[size_t(k)].meta()});
+  }
+  core::SafetensorsWriter wfile((tmp_dir / "model.safetensors").string(), weights, {{"format", "pt"}});
   for (const auto& [pname, e] : store.entries()) {
     const core::Tensor value = store.download(e.value);
-    keep_alive.push_back(is_hf_conv1d_weight(pname) ? transposed(value) : value);
-    weights.push_back({pname, keep_alive.back().as_view()});
-    if (optimizer && e.state.size() == 2) {
-      for (int k = 0; k < 2; ++k) {
-        keep_alive.push_back(store.download(e.state[size_t(k)]));
-        moments.push_back({pname + (k == 0 ? ".exp_avg" : ".exp_avg_sq"), keep_alive.back().as_view()});
-      }
-    }
+    wfile.write((is_hf_conv1d_weight(pname) ? transposed(value) : value).as_view());
   }
-  core::save_safetensors((tmp_dir / "model.safetensors").string(), weights, {{"format", "pt"}});
-  if (optimizer) core::save_safetensors((tmp_dir / "optimizer.safetensors").string(), moments);
+  wfile.commit();
+  if (optimizer) {
+    core::SafetensorsWriter mfile((tmp_dir / "optimizer.safetensors").string(), moments);
+    for (const auto& [pname, e] : store.entries())
+      if (e.state.size() == 2)
+        for (int k = 0; k < 2; ++k) mfile.write(store.download(e.state[size_t(k)]).as_view());
+    mfile.commit();
+  }
   core::write_file_atomic((tmp_dir / "state.json").string(), state.dump(2) + "\n");
 
   replace_directory(tmp_dir, final_dir);

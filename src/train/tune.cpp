@@ -160,8 +160,8 @@ class SettingPlanner {
     for (const auto& [name, e] : model_->params().entries()) {
       // AdamW keeps two fp32 moments per parameter element.
       state_ += uint64_t(e.value.numel()) * 2 * sizeof(float);
-      params_ += e.value.bytes();
-      if (is_hf_conv1d_weight(name) && e.value.shape().rank() == 2) transposed_ += e.value.bytes();
+      if (is_hf_conv1d_weight(name) && e.value.shape().rank() == 2)
+        transposed_ = std::max<uint64_t>(transposed_, e.value.bytes());
     }
   }
 
@@ -187,17 +187,16 @@ class SettingPlanner {
     const uint64_t slots = uint64_t(std::max(0, cfg.loader_workers)) * 2 + 1;
     m.loader = slots * 2 * core::align_up(cells * 4) + 2 * cells * 4;
     m.data = s_.data;
-    // write_checkpoint holds HF-layout (transposed) copies of the block
-    // weights while it builds each file in one string: the optimizer file
-    // (both moments) is the larger one.
-    m.checkpoint = transposed_ + std::max(params_, state_);
+    // write_checkpoint streams each tensor to its file; the one copy it
+    // holds is a block weight's HF-layout transpose, the largest of them.
+    m.checkpoint = transposed_;
     return m;
   }
 
  private:
   Shared& s_;
   std::unique_ptr<models::Gpt> model_;
-  uint64_t params_ = 0, state_ = 0, transposed_ = 0;
+  uint64_t state_ = 0, transposed_ = 0;  // transposed_: the largest block weight
 };
 
 const char* kLevels[] = {"none", "selective", "full"};

@@ -198,4 +198,38 @@ TEST(Checkpoint, TruncatedWeightsFileIsAnIoErrorNamingTheFile) {
   }
 }
 
+// The streaming writer: a file whose tensors do not match its header, or
+// that misses one, is never renamed into place, and the file already there
+// is untouched; a complete one reads back byte for byte.
+TEST(SafetensorsWriter, OnlyACompleteMatchingFileReplacesThePreviousOne) {
+  TempDir dir;
+  const std::string path = (dir.path / "t.safetensors").string();
+  core::Tensor a = core::Tensor::uniform({3, 5}, core::DType::f32, 1, -1.f, 1.f);
+  core::Tensor b = core::Tensor::uniform({7}, core::DType::f32, 2, -1.f, 1.f);
+  core::save_safetensors(path, {{"a", a.as_view()}, {"b", b.as_view()}}, {{"k", "v"}});
+  const std::string before = core::read_file(path);
+  const std::vector<core::SafetensorsWriter::Entry> entries = {{"b", b.meta()}, {"a", a.meta()}};
+  {
+    core::SafetensorsWriter w(path, entries);
+    EXPECT_THROW(w.write(a.as_view()), core::Error) << "a (3, 5) tensor where the header says (7)";
+    w.write(b.as_view());
+    EXPECT_THROW(w.commit(), core::Error) << "'a' was never written";
+  }
+  {
+    core::SafetensorsWriter w(path, entries);
+    w.write(b.as_view());
+  }  // destroyed without commit
+  EXPECT_EQ(core::read_file(path), before);
+  EXPECT_FALSE(fs::exists(path + ".tmp"));
+
+  core::SafetensorsWriter w(path, entries);
+  w.write(b.as_view());
+  w.write(a.as_view());
+  w.commit();
+  const core::SafetensorsFile f = core::load_safetensors(path);
+  ASSERT_EQ(f.tensors.size(), 2u);
+  EXPECT_EQ(std::memcmp(f.tensors.at("a").data(), a.data(), a.bytes()), 0);
+  EXPECT_EQ(std::memcmp(f.tensors.at("b").data(), b.data(), b.bytes()), 0);
+}
+
 }  // namespace

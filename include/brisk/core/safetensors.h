@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "brisk/core/atomic_file.h"
 #include "brisk/core/tensor.h"
 
 namespace brisk::core {
@@ -21,6 +22,28 @@ struct NamedTensor {
 void save_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
                       const std::map<std::string, std::string>& metadata = {});
 
+// The same, one tensor at a time: the header (every name, dtype and shape)
+// is written first, then each tensor's bytes straight from its memory, so
+// nothing the size of the file is held and a caller can make each tensor
+// (a transposed copy) just before it is written.
+class SafetensorsWriter {
+ public:
+  struct Entry {
+    std::string name;
+    TensorMeta meta;
+  };
+  SafetensorsWriter(const std::string& path, std::vector<Entry> entries,
+                    const std::map<std::string, std::string>& metadata = {});
+  // The next entry's bytes; throws Error if `t` is not shaped as that entry.
+  void write(const TensorView& t);
+  void commit();  // throws Error unless every entry was written
+
+ private:
+  AtomicFile file_;
+  std::vector<Entry> entries_;
+  size_t next_ = 0;
+};
+
 struct SafetensorsFile {
   std::map<std::string, Tensor> tensors;
   std::map<std::string, std::string> metadata;
@@ -31,8 +54,6 @@ SafetensorsFile load_safetensors(const std::string& path);
 // The same from the file's bytes in memory; `path` names it in errors.
 SafetensorsFile parse_safetensors(std::string_view bytes, const std::string& path);
 
-// Writes `bytes` to path via path.tmp + fsync + rename.
-void write_file_atomic(const std::string& path, const std::string& bytes);
 std::string read_file(const std::string& path);  // throws IoError if unreadable
 
 }  // namespace brisk::core

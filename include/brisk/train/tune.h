@@ -55,7 +55,7 @@ struct RunMemoryEstimate {
   uint64_t eval_arena = 0;    // the eval program's arena (train.eval_every > 0)
   uint64_t loader = 0;        // loader slots + the trainer's eval token buffers
   uint64_t data = 0;          // the token shards of data.dir (mapped and read whole)
-  uint64_t checkpoint = 0;    // a checkpoint write's staging (transposed weights + the optimizer file's bytes)
+  uint64_t checkpoint = 0;    // a checkpoint write's staging (the largest transposed block weight)
   uint64_t baseline = kProcessBaselineBytes;
   double flops_per_micro_step = 0;  // graph_matmul_flops of the train program
   uint64_t total() const {

@@ -1,0 +1,32 @@
+// Files that appear whole or not at all: bytes go to path.tmp, which is
+// fsynced and renamed over path only when the writer commits. A crash or an
+// exception before then leaves whatever was at path untouched (the
+// temporary is removed when the writer is destroyed uncommitted).
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+namespace brisk::core {
+
+class AtomicFile {
+ public:
+  explicit AtomicFile(std::string path);  // throws IoError if path.tmp cannot be created
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+  ~AtomicFile();
+
+  // Appends bytes straight to the file (no buffering of our own: callers
+  // hand over whole tensors, so nothing the size of the file is held).
+  void write(const void* data, size_t bytes);
+  void commit();  // fsync, close, rename into place
+
+ private:
+  std::string path_, tmp_;
+  int fd_ = -1;
+};
+
+// The whole of `bytes` as one AtomicFile.
+void write_file_atomic(const std::string& path, const std::string& bytes);
+
+}  // namespace brisk::core
