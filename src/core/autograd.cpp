@@ -47,15 +47,38 @@ void backward(Graph& g, ValueId loss, const BackwardOptions& options) {
   // their sum alive together until the last one is made, three (V, C)
   // buffers at once for a tied head. The last accumulate of the chain is
   // the one that completes the gradient.
+  //
+  // A forward op may already have summed its piece into the gradient in
+  // place (ops::classifier_train given the "grad:<w>" external, made by its
+  // fusion pass): its output aliases the chain's current value, so it
+  // becomes the chain's value instead of being accumulated a second time.
   std::vector<ValueId> grad_chain(g.num_values(), kNoValue);
+  auto summed_in_place = [&](ValueId dv, ValueId chain) {
+    const int producer = g.value(dv).producer;
+    if (producer < 0) return false;
+    const Node& n = g.nodes()[size_t(producer)];
+    for (size_t o = 0; o < n.outputs.size(); ++o)
+      if (n.outputs[o] == dv) {
+        const int a = op_def(n.op).alias_of(o, n.inputs.size());
+        return a >= 0 && n.inputs[size_t(a)] == chain;
+      }
+    return false;
+  };
+  // The chain's current value: its last accumulate, or the external itself
+  // (kNoValue while nothing has made it).
+  auto chain_head = [&](ValueId p) {
+    const ValueId head = grad_chain[size_t(p)];
+    return head != kNoValue ? head : g.find(grad_name(g.value(p).name));
+  };
   auto accumulate_into_grad = [&](ValueId p, ValueId dv) {
     const Value& val = g.value(p);
     ValueId& chain = grad_chain[size_t(p)];
     if (chain == kNoValue) {
-      chain = g.external("grad:" + val.name, val.meta.shape, val.meta.dtype, ValueRole::grad);
+      chain = chain_head(p);
+      if (chain == kNoValue) chain = g.external(grad_name(val.name), val.meta.shape, val.meta.dtype, ValueRole::grad);
       g.set_grad_of(p, chain);
     }
-    chain = g.add_node1(OpKind::accumulate, {chain, dv});
+    chain = summed_in_place(dv, chain) ? dv : g.add_node1(OpKind::accumulate, {chain, dv});
     g.mark_output(chain);
   };
   auto accumulate_param = [&](ValueId p) {
@@ -64,8 +87,11 @@ void backward(Graph& g, ValueId loss, const BackwardOptions& options) {
   };
 
   auto add_grad = [&](size_t node, ValueId v, ValueId dv) {
-    if (g.value(v).role == ValueRole::param && first_use[size_t(v)] >= 0 && size_t(first_use[size_t(v)]) < node) {
-      accumulate_into_grad(v, dv);  // an earlier use remains: this piece is final
+    // A piece is accumulated at once when an earlier use remains (the piece
+    // is final) or when it was already summed into the gradient in place.
+    const bool earlier_use = first_use[size_t(v)] >= 0 && size_t(first_use[size_t(v)]) < node;
+    if (g.value(v).role == ValueRole::param && (earlier_use || summed_in_place(dv, chain_head(v)))) {
+      accumulate_into_grad(v, dv);
       return;
     }
     if (grad.size() < g.num_values()) grad.resize(g.num_values(), kNoValue);

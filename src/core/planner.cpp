@@ -62,7 +62,7 @@ MemoryPlan plan_memory(const Graph& g) {
   for (const Node& n : nodes) {
     const OpDef& def = op_def(n.op);
     for (size_t o = 0; o < n.outputs.size(); ++o) {
-      const int a = def.alias_of(o);
+      const int a = def.alias_of(o, n.inputs.size());
       if (a < 0) continue;
       const ValueId src = n.inputs.at(size_t(a));
       if (g.meta(src).bytes() != g.meta(n.outputs[o]).bytes())

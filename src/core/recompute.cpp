@@ -77,7 +77,7 @@ Plan plan_recompute(const Graph& g, const RecomputePolicy& policy) {
     const Node& n = nodes[i];
     const OpDef& def = op_def(n.op);
     for (size_t o = 0; o < n.outputs.size(); ++o)
-      if (const int a = def.alias_of(o); a >= 0) root[size_t(n.outputs[o])] = root[size_t(n.inputs.at(size_t(a)))];
+      if (const int a = def.alias_of(o, n.inputs.size()); a >= 0) root[size_t(n.outputs[o])] = root[size_t(n.inputs.at(size_t(a)))];
   }
   std::vector<std::vector<int>> readers(nv);  // forward readers of each value
   for (size_t i = 0; i < bs; ++i)

@@ -23,20 +23,25 @@ void copy(core::Backend& backend, const core::Tensor& src, const core::Tensor& d
 
 // Each parameter gradient's completing accumulate: (node index, parameter
 // name), in node order. A parameter used more than once (a tied embedding)
-// gets a chain of accumulates, each reading the previous one's result
-// (core::backward); the chain's last node finishes the gradient, and only it
-// may release the parameter's bucket.
+// gets a chain of writes into its "grad:" external, each reading the
+// previous one's result (core::backward): accumulates, and a forward op that
+// sums its piece in place (ops::classifier_train's dw_into); the chain's last
+// node finishes the gradient, and only it may release the parameter's bucket.
 std::vector<std::pair<size_t, std::string>> completing_accumulates(const core::Graph& g) {
   std::map<std::string, size_t> last;
-  std::vector<std::string> name_of(g.num_values());  // accumulate outputs: the grad they write
+  std::vector<std::string> name_of(g.num_values());  // in-place outputs: the grad they write
   for (size_t i = 0; i < g.nodes().size(); ++i) {
     const core::Node& n = g.nodes()[i];
-    if (n.op != core::OpKind::accumulate || n.inputs.empty()) continue;
-    const core::ValueId dst = n.inputs[0];
-    const std::string& ext = name_of[size_t(dst)].empty() ? g.value(dst).name : name_of[size_t(dst)];
-    if (ext.rfind("grad:", 0) != 0) continue;
-    name_of[size_t(n.outputs[0])] = ext;
-    last[ext.substr(5)] = i;
+    const core::OpDef& def = core::op_def(n.op);
+    for (size_t o = 0; o < n.outputs.size(); ++o) {
+      const int a = def.alias_of(o, n.inputs.size());
+      if (a < 0) continue;
+      const core::ValueId dst = n.inputs[size_t(a)];
+      const std::string& ext = name_of[size_t(dst)].empty() ? g.value(dst).name : name_of[size_t(dst)];
+      if (ext.rfind("grad:", 0) != 0) continue;
+      name_of[size_t(n.outputs[o])] = ext;
+      last[ext.substr(5)] = i;
+    }
   }
   std::vector<std::pair<size_t, std::string>> out;
   for (const auto& [name, i] : last) out.emplace_back(i, name);

@@ -1,6 +1,7 @@
 // The fused classifier of a language model's training step, llm.c style:
-// classifier_train(x (N, C), w (V, C), targets (N) i32, seed () f32) ->
-// loss () f32, dx (N, C), dw (V, C). It is linear(x, w) + cross_entropy and
+// classifier_train(x (N, C), w (V, C), targets (N) i32, seed () f32
+// [, dw_into (V, C)]) -> loss () f32, dx (N, C), dw (V, C). It is
+// linear(x, w) + cross_entropy and
 // that pair's backward in one op, done in chunks of rows: logits_c = x_c w^T
 // lives in a (chunk, V) workspace, becomes dlogits_c = seed * (softmax -
 // onehot) / count in place, and is spent on dx_c = dlogits_c w and dw +=
@@ -9,10 +10,17 @@
 // with nothing recomputed. loss is the mean over non-ignored targets, as
 // cross_entropy's; dx and dw are d(seed * loss)/dx, dw.
 //
+// With the optional fifth input, dw is dw_into + d(seed * loss)/dw written
+// over dw_into's memory. The fusion pass passes w's accumulated gradient
+// ("grad:<w>", the external autograd would accumulate into), so the (V, C)
+// weight gradient is summed into it in place instead of being a buffer of
+// its own (49 MiB at W1) followed by an accumulate; core::backward takes
+// that output as the gradient's accumulated value (see autograd.cpp).
+//
 // Autograd: the backward rule hands back the node's own dx and dw when the
 // gradient arriving at `loss` is exactly the seed input, i.e. the loss is the
 // graph's final loss and backward() was seeded with that input: the cheap,
-// intended case. Any other upstream gradient g (the op harness builds
+// intended case (with dw_into, only when it is w's accumulated gradient). Any other upstream gradient g (the op harness builds
 // L = sum(loss * R)) gets a second classifier_train with g as its seed: a
 // recompute, slow but exact, so the rule is right for every graph and the
 // harness's finite-difference check is a real check of dx and dw. The GPT
@@ -35,7 +43,7 @@ namespace {
 constexpr std::string_view kOp = "classifier_train";
 
 std::vector<TensorMeta> infer_classifier(std::span<const TensorMeta> in, const core::OpParams&) {
-  check_count(kOp, in, 4);
+  check_shape(in.size() == 4 || in.size() == 5, kOp, "takes x, w, targets, seed and optionally dw_into", in);
   check_float(kOp, in, {0, 1});
   check_dtype(kOp, in[2], DType::i32, "targets");
   check_dtype(kOp, in[3], DType::f32, "seed");
@@ -44,6 +52,7 @@ std::vector<TensorMeta> infer_classifier(std::span<const TensorMeta> in, const c
   check_shape(in[0].dtype == in[1].dtype, kOp, "x and w must have the same dtype", in);
   check_shape(in[2].shape == Shape{in[0].shape[0]}, kOp, "targets must be (N) for x (N, C)", in);
   check_shape(in[3].shape.numel() == 1, kOp, "seed must be a scalar", in);
+  check_shape(in.size() == 4 || in[4] == in[1], kOp, "dw_into must have w's shape and dtype", in);
   return {TensorMeta{Shape{}, DType::f32}, in[0], in[1]};
 }
 
@@ -95,18 +104,35 @@ void classifier_reference(const KernelCall& c) {
   }
   st(c.out(0), 0, count ? total / double(count) : 0.0);
   for (int64_t i = 0; i < n * k; ++i) st(c.out(1), i, dx[size_t(i)]);
-  for (int64_t i = 0; i < v * k; ++i) st(c.out(2), i, dw[size_t(i)]);
+  const bool into = c.inputs.size() == 5;  // out(2) is in(4)'s memory: read before written
+  for (int64_t i = 0; i < v * k; ++i) st(c.out(2), i, (into ? ld(c.in(4), i) : 0.0) + dw[size_t(i)]);
+}
+
+// True when dw_into is the accumulated gradient of w: the external autograd
+// sums w's gradient pieces into.
+bool accumulates_into_grad_of_w(const Graph& g, const core::Node& n) {
+  if (n.inputs.size() != 5) return false;
+  const core::Value &w = g.value(n.inputs[1]), &into = g.value(n.inputs[4]);
+  return into.role == core::ValueRole::grad && into.name == core::grad_name(w.name);
 }
 
 std::vector<ValueId> classifier_backward(Graph& g, const core::Node& n, std::span<const ValueId> dy) {
   if (dy[1] != core::kNoValue || dy[2] != core::kNoValue)
     throw core::Error("classifier_train: its dx and dw outputs are already gradients; differentiating through "
                       "them (double backward) is not supported");
-  if (dy[0] == core::kNoValue) return {core::kNoValue, core::kNoValue, core::kNoValue, core::kNoValue};
-  if (dy[0] == n.inputs[3]) return {n.outputs[1], n.outputs[2], core::kNoValue, core::kNoValue};
-  // Not the seed: recompute with the arriving gradient as the seed (see the top).
+  if (dy[0] == core::kNoValue) return std::vector<ValueId>(n.inputs.size(), core::kNoValue);
+  std::vector<ValueId> grads(n.inputs.size(), core::kNoValue);  // none for targets, seed, dw_into
+  if (dy[0] == n.inputs[3] && (n.inputs.size() == 4 || accumulates_into_grad_of_w(g, n))) {
+    grads[0] = n.outputs[1];
+    grads[1] = n.outputs[2];
+    return grads;
+  }
+  // Not the seed (or dw_into is something else): recompute with the arriving
+  // gradient as the seed and no accumulator (see the top).
   const auto outs = g.add_node(OpKind::classifier_train, {n.inputs[0], n.inputs[1], n.inputs[2], dy[0]}, n.params);
-  return {outs[1], outs[2], core::kNoValue, core::kNoValue};
+  grads[0] = outs[1];
+  grads[1] = outs[2];
+  return grads;
 }
 
 }  // namespace
@@ -132,6 +158,7 @@ core::OpDef classifier_train_def() {
   // dx and dw are gradients, not results: the harness's L = sum(y * R) covers
   // only `loss`, and its check of dx/dw goes through the backward rule above.
   d.num_saved_outputs = 2;
+  d.output_aliases = {-1, -1, 4};  // dw over dw_into, when given
   d.test_cases = [] {
     std::vector<TestCase> cases;
     // The seed is a graph input, never differentiated (loss does not depend on it).
@@ -146,6 +173,11 @@ core::OpDef classifier_train_def() {
     // V = 6: about a sixth of the targets hit the ignored class.
     one("ignore 2, 19x9 V6", 19, 9, 6, 2, 6);
     one("all ignored", 4, 3, 5, 0, 1);
+    // dw accumulated into a given dw_into (random, so a kernel that ignores it fails).
+    cases.push_back({"into dw, 9x7 V21",
+                     {spec({9, 7}), spec({21, 7}), ids_spec({9}, 21), no_grad(spec({}, DType::f32, 0.5, 1.5)),
+                      no_grad(spec({21, 7}))},
+                     CrossEntropyParams{-100}});
     return cases;
   };
   return d;
@@ -183,9 +215,17 @@ core::Pattern classifier_fusion(const std::string& seed_name) {
     m.nodes = {i, ce};
     m.emit = [x, w, t = loss.inputs[1], seed, out = loss.outputs[0], params = loss.params](
                  Graph& dst, std::vector<ValueId>& map) {
-      map[size_t(out)] =
-          dst.add_node(OpKind::classifier_train, {map[size_t(x)], map[size_t(w)], map[size_t(t)], map[size_t(seed)]},
-                       params)[0];
+      std::vector<ValueId> in = {map[size_t(x)], map[size_t(w)], map[size_t(t)], map[size_t(seed)]};
+      // A parameter's weight gradient is summed straight into its
+      // accumulated gradient, the external backward() would accumulate into.
+      const core::Value wv = dst.value(in[1]);  // a copy: external() may grow the value table
+      if (wv.role == core::ValueRole::param) {
+        const std::string name = core::grad_name(wv.name);
+        ValueId into = dst.find(name);
+        if (into == core::kNoValue) into = dst.external(name, wv.meta.shape, wv.meta.dtype, core::ValueRole::grad);
+        in.push_back(into);
+      }
+      map[size_t(out)] = dst.add_node(OpKind::classifier_train, in, params)[0];
     };
     return m;
   };

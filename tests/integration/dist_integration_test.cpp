@@ -178,6 +178,21 @@ double max_rel_diff(const std::string& a, const std::string& b) {
   return worst;
 }
 
+// The fused classifier sums the tied head's weight gradient into the
+// gradient in place, in the forward pass: the bucket holding it must still
+// leave only after the embedding's piece is added (the chain's last write).
+TEST(Dist, TwoRanksMatchOneRankWithTheFusedClassifier) {
+  REQUIRE_MPIRUN();
+  DistRun run;
+  const std::vector<std::string> fused = {"--set", "model.fused_classifier=true"};
+  const CliResult one = train(0, run.config("one", 6, 6), fused);
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  const CliResult two = train(2, run.config("two", 6, 6), fused);
+  ASSERT_EQ(two.exit_code, 0) << two.err;
+  expect_losses_close(read_metrics(run.out_dir("two")), read_metrics(run.out_dir("one")), 1e-5, "2 ranks vs 1");
+  EXPECT_EQ(read_metrics(run.out_dir("one")).size(), 6u);
+}
+
 TEST(Dist, TwoRanksMatchOneRankOnTheSameGlobalBatch) {
   REQUIRE_MPIRUN();
   DistRun run;

@@ -88,7 +88,7 @@ Outputs run_host(core::Backend& backend, const core::OpDef& def, const core::Tes
   const std::vector<core::TensorMeta> out_metas = def.infer(in_metas, tc.params);
   Outputs out;
   for (size_t o = 0; o < out_metas.size(); ++o) {
-    const int alias = def.alias_of(o);
+    const int alias = def.alias_of(o, inputs.size());
     if (alias >= 0) {
       out.owned.push_back(in_copies[size_t(alias)]);
     } else {
@@ -161,7 +161,7 @@ Outputs run_device(core::Backend& backend, const core::OpDef& def, const core::T
   std::vector<Tensor> dev_out;
   std::vector<TensorView> out_views;
   for (size_t o = 0; o < out_metas.size(); ++o) {
-    const int alias = def.alias_of(o);
+    const int alias = def.alias_of(o, inputs.size());
     if (alias >= 0) {
       dev_out.push_back(dev_in[size_t(alias)]);
     } else {

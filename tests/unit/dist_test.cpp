@@ -91,28 +91,36 @@ models::GptConfig small_gpt(int64_t layers) {
 // Backward finishes the last layer's gradients first and the embeddings'
 // last, and each accumulate sits right after its gradient's backward, not
 // at the end of the graph: what lets buckets leave during backward.
+// With the fused classifier too: its in-place write into the tied weight's
+// gradient is a link of that gradient's chain, not its end.
 TEST(GradientOrder, LastLayerFirstAndAccumulatesSpreadThroughBackward) {
-  cpu::CpuBackend backend(1);
-  models::Gpt model(small_gpt(3), backend);
-  const core::Graph g = model.train_graph(2, 16);
-  const std::vector<std::string> order = gradient_order(g);
-  ASSERT_EQ(order.size(), model.params().entries().size());
-  auto index = [&](const std::string& s) {
-    for (size_t i = 0; i < order.size(); ++i)
-      if (order[i].find(s) != std::string::npos) return int(i);
-    return -1;
-  };
-  EXPECT_LT(index("h.2."), index("h.0.")) << "layer 2's gradients come before layer 0's";
-  EXPECT_EQ(order.back().find("wte") != std::string::npos || order.back().find("wpe") != std::string::npos, true)
-      << order.back();
-  // The first accumulate runs well before the last node of the graph.
-  size_t first = 0;
-  for (size_t i = 0; i < g.nodes().size(); ++i)
-    if (g.nodes()[i].op == core::OpKind::accumulate) {
-      first = i;
-      break;
-    }
-  EXPECT_LT(first, g.nodes().size() - g.nodes().size() / 4) << "accumulates are not all at the end";
+  for (const bool fused : {false, true}) {
+    SCOPED_TRACE(fused ? "fused classifier" : "plain head");
+    cpu::CpuBackend backend(1);
+    models::GptConfig cfg = small_gpt(3);
+    cfg.fused_classifier = fused;
+    models::Gpt model(cfg, backend);
+    const core::Graph g = model.train_graph(2, 16);
+    const std::vector<std::string> order = gradient_order(g);
+    ASSERT_EQ(order.size(), model.params().entries().size());
+    auto index = [&](const std::string& s) {
+      for (size_t i = 0; i < order.size(); ++i)
+        if (order[i].find(s) != std::string::npos) return int(i);
+      return -1;
+    };
+    EXPECT_LT(index("h.2."), index("h.0.")) << "layer 2's gradients come before layer 0's";
+    EXPECT_EQ(order.back().find("wte") != std::string::npos || order.back().find("wpe") != std::string::npos, true)
+        << order.back();
+    EXPECT_GE(index("wte"), int(order.size()) - 2) << "the tied embedding's gradient ends with the embedding's piece";
+    // The first accumulate runs well before the last node of the graph.
+    size_t first = 0;
+    for (size_t i = 0; i < g.nodes().size(); ++i)
+      if (g.nodes()[i].op == core::OpKind::accumulate) {
+        first = i;
+        break;
+      }
+    EXPECT_LT(first, g.nodes().size() - g.nodes().size() / 4) << "accumulates are not all at the end";
+  }
 }
 
 // ZeRO-1 from a fresh start never makes the full moments: AdamW built

@@ -145,7 +145,7 @@ Simulated simulate(const core::Graph& g, const Placement& pl) {
   for (const core::Node& n : nodes) {
     const core::OpDef& def = core::op_def(n.op);
     for (size_t o = 0; o < n.outputs.size(); ++o)
-      if (const int a = def.alias_of(o); a >= 0) owner[size_t(n.outputs[o])] = owner[size_t(n.inputs[size_t(a)])];
+      if (const int a = def.alias_of(o, n.inputs.size()); a >= 0) owner[size_t(n.outputs[o])] = owner[size_t(n.inputs[size_t(a)])];
   }
 
   // When each buffer is busy: [begin, end] in node indices, after_last

@@ -30,6 +30,11 @@ inline bool role_is_external(ValueRole r) {
   return r == ValueRole::param || r == ValueRole::grad || r == ValueRole::state;
 }
 
+// The name of parameter `param`'s accumulated gradient (a ValueRole::grad
+// external): what core::backward accumulates into and Executor::bind binds
+// to the store's gradient.
+inline std::string grad_name(const std::string& param) { return "grad:" + param; }
+
 struct Value {
   TensorMeta meta;
   ValueRole role = ValueRole::activation;

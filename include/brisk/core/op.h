@@ -92,14 +92,17 @@ struct OpDef {
   // of this many and produce output_aliases.size() outputs per group, aliased
   // within the group. 0: output_aliases lists every output.
   int alias_group_inputs = 0;
-  // The input output `o` reuses, or -1 (both forms above).
-  int alias_of(size_t o) const {
+  // The input output `o` of a node with `n_inputs` inputs reuses, or -1 (both
+  // forms above). An alias of an optional trailing input the node was not
+  // given (classifier_train's gradient accumulator) is no alias.
+  int alias_of(size_t o, size_t n_inputs) const {
+    int a = o < output_aliases.size() ? output_aliases[o] : -1;
     if (alias_group_inputs > 0 && !output_aliases.empty()) {
       const size_t per = output_aliases.size();
-      const int a = output_aliases[o % per];
-      return a < 0 ? -1 : int(o / per) * alias_group_inputs + a;
+      a = output_aliases[o % per];
+      if (a >= 0) a += int(o / per) * alias_group_inputs;
     }
-    return o < output_aliases.size() ? output_aliases[o] : -1;
+    return a >= 0 && size_t(a) < n_inputs ? a : -1;
   }
   // Which input's dtype selects the kernel; -1 means output 0's dtype.
   int kernel_dtype_input = 0;

@@ -7,7 +7,8 @@
 //                                cross_entropy + cross_entropy_backward pair),
 //                                then scaled to seed/count * (p - onehot)
 //   dx_c = dlogits w             gemm split over R
-//   dw  += dlogits^T x_c         gemm split over V, beta = 1
+//   dw  += dlogits^T x_c         gemm split over V, beta = 1 (dw starts at 0,
+//                                or at dw_into when given: the same memory)
 // The gemms run single-threaded OpenBLAS calls inside our own OpenMP region
 // (as matmul.cpp does), so one thread pool owns the cores and nothing is
 // allocated per step. Per-row losses go to a double slot in the workspace and
@@ -103,7 +104,8 @@ void classifier_train_f32(const KernelCall& c) {
   double* row_loss = reinterpret_cast<double*>(base);
   float* logits = reinterpret_cast<float*>(base + tail);
 
-  std::fill(dw, dw + v * k, 0.f);
+  // With dw_into (input 4, the same memory as dw) the gradient adds to it.
+  if (c.inputs.size() == 4) std::fill(dw, dw + v * k, 0.f);
   if (k == 0) std::fill(dx, dx + n * k, 0.f);
   for (int64_t r0 = 0; r0 < n; r0 += chunk) {
     const int64_t rows = std::min(chunk, n - r0);

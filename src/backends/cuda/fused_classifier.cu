@@ -9,6 +9,7 @@
 //                                      in place by (softmax - onehot) * seed/count
 //   dx_c    = dlogits W                cuBLASLt
 //   dW     += dlogits^T x_c            cuBLASLt, beta = 0 on the first chunk
+//                                      (1 throughout when given dw_into)
 // The row pass reads a row twice (an online max/sum in base 2 with the
 // hardware's ex2, then the gradient) and writes it once; it is memory-bound.
 // Measured on an H100 at GPT-2's shape (N 8192, C 768, V 50304, the declared
@@ -176,6 +177,8 @@ void classifier_kernel(const KernelCall& c) {
   using T = device_t<kType>;
   const core::TensorView &x = c.in(0), &w = c.in(1), &t = c.in(2), &seed = c.in(3);
   const core::TensorView &loss = c.out(0), &dx = c.out(1), &dw = c.out(2);
+  // With dw_into (input 4, the same memory as dw) the gradient adds to it.
+  const bool into = c.inputs.size() == 5;
   if (x.shape().rank() != 2 || w.shape().rank() != 2 || x.shape()[1] != w.shape()[1] ||
       t.numel() != x.shape()[0] || seed.numel() != 1)
     throw core::ShapeError("cuda: classifier_train: want x (N, C), w (V, C), targets (N), seed (); got " +
@@ -190,7 +193,7 @@ void classifier_kernel(const KernelCall& c) {
 
   if (n == 0) {  // mean over nothing: 0; no rows, no gradient
     check_cuda(cudaMemsetAsync(loss_p, 0, sizeof(float), stream), "cudaMemsetAsync(classifier_train loss)");
-    if (v * k > 0) check_cuda(cudaMemsetAsync(dw.data, 0, size_t(v * k * es), stream), "cudaMemsetAsync(dw)");
+    if (v * k > 0 && !into) check_cuda(cudaMemsetAsync(dw.data, 0, size_t(v * k * es), stream), "cudaMemsetAsync(dw)");
     return;
   }
 
@@ -269,7 +272,7 @@ void classifier_kernel(const KernelCall& c) {
     gw.A = logits;
     gw.B = x_c;
     gw.C = dw.data;
-    gw.beta = r0 == 0 ? 0.f : 1.f;
+    gw.beta = r0 == 0 && !into ? 0.f : 1.f;
     run_gemm(gw, gemm_ctx);
   }
 
