@@ -275,11 +275,12 @@ void check_forward(core::OpKind kind) {
         paths.clear();
         for (cpu::Int8Dot p : int8_paths()) paths.push_back({std::string("/") + cpu::int8_dot_name(p), [p] { use_int8_path(p); }});
       }
-      // f32 Linear over <= 16 rows and kv_attention have an AVX-512 kernel and a
-      // portable one; linear_packed an AVX-512 or AVX2 + FMA kernel and a portable one.
-      const bool simd_path = kind == core::OpKind::linear_packed ? native_features().packed != cpu::CpuFeatures::PackedPath::portable
-                             : (kind == core::OpKind::linear || kind == core::OpKind::kv_attention) &&
-                                   native_features().few_rows_avx512;
+      // f32 Linear over <= 16 rows has an AVX-512 kernel and a portable one;
+      // linear_packed and kv_attention an AVX-512 or AVX2 + FMA kernel and a
+      // portable one.
+      const bool avx2_or_512 = native_features().packed != cpu::CpuFeatures::PackedPath::portable;
+      const bool simd_path = kind == core::OpKind::linear_packed || kind == core::OpKind::kv_attention ? avx2_or_512
+                             : kind == core::OpKind::linear && native_features().few_rows_avx512;
       if (simd_path && key == DType::f32 && backend->name() == "cpu")
         paths.push_back({"/few-rows-portable", [] {
                            setenv("BRISK_FEW_ROWS", "portable", 1);

@@ -48,6 +48,7 @@ struct CpuFeatures {
   // Decoding's f32 kernels, Linear over <= 16 rows (4x4 tiles) and
   // kv_attention: AVX-512 where the CPU has it, compiler-vectorised loops
   // otherwise or under BRISK_FEW_ROWS=portable (tests run both).
+  // kv_attention without AVX-512 takes the AVX2 path where `packed` does.
   bool few_rows_avx512 = false;
   // linear_packed (the engine's fp32 Linear): broadcast tiles on 512-bit
   // registers where the CPU has AVX-512, on 256-bit ones with AVX2 + FMA;

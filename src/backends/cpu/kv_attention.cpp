@@ -11,8 +11,9 @@
 // of W1 at 120 positions: 16 MB per step, evicted from cache by the LM head's
 // weights in between), so the AVX-512 path is shaped by memory: a task walks
 // each cache block front to back for all its heads, and computes 16 scores
-// with one transpose-sum. The portable path (no AVX-512, head_dim not a
-// multiple of 16, or BRISK_FEW_ROWS=portable) is the plain loop.
+// with one transpose-sum. Without AVX-512, an AVX2 + FMA path does the same
+// 4 positions at a time (head_dim a multiple of 8). The portable path
+// (neither, or BRISK_FEW_ROWS=portable) is the plain loop.
 // GCC 12 reports its own _mm512_undefined_ps() inside the shuffle and
 // reduce intrinsics as maybe-uninitialised once they are inlined here.
 #ifndef __clang__  // a GCC-only warning; clang would warn about the unknown group
@@ -192,6 +193,108 @@ __attribute__((target("avx512f"))) void attend_avx512(const Attend& a, int64_t r
   }
 }
 
+// The same on AVX2 + FMA, head_dim = 8 x D: scores 4 positions at a time
+// (4 dot products of D vectors, the query held in registers for D <= 8,
+// then one hadd tree for the four sums), values with one accumulator set
+// of D vectors. Blocks are walked as in the AVX-512 path.
+__attribute__((target("avx2,fma"), always_inline)) inline __m128 hsum4_ps(__m256 a, __m256 b, __m256 c, __m256 d) {
+  const __m256 s = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));  // per 128-bit half: a, b, c, d
+  return _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+}
+
+template <int D>
+__attribute__((target("avx2,fma"))) void attend_avx2(const Attend& a, int64_t r, int64_t h0, int64_t h1) {
+  const int64_t seq = a.rows[2 * r], pos = a.rows[2 * r + 1], c = a.c, t = a.t, d = a.d;
+  const int32_t* blocks_of = a.table + seq * a.max_blocks;
+  const __m128 scale = _mm_set1_ps(a.scale);
+  float* out = a.y + r * c;
+  float top[kMaxHeadsPerTask], total[kMaxHeadsPerTask];
+  for (int64_t h = h0; h < h1; ++h) top[h - h0] = -INFINITY;
+  for (int64_t j0 = 0; j0 <= pos; j0 += t) {
+    const float* kb = a.kc + int64_t(blocks_of[j0 / t]) * t * c;
+    const int64_t in_block = std::min(t, pos - j0 + 1);
+    for (int64_t h = h0; h < h1; ++h) {
+      __m256 q[D];
+#pragma GCC unroll 16
+      for (int v = 0; v < D; ++v) q[v] = _mm256_loadu_ps(a.qkv + r * 3 * c + h * d + 8 * v);
+      float* s = a.scores + (r * a.heads + h) * a.context + j0;
+      __m128 best = _mm_set1_ps(-INFINITY);
+      for (int64_t i0 = 0; i0 < in_block; i0 += 4) {
+        const int64_t m = std::min<int64_t>(4, in_block - i0);
+        const auto dot = [&](int i) __attribute__((always_inline, target("avx2,fma"))) {
+          const float* k = i < m ? kb + (i0 + i) * c + h * d : kZeroKey;
+          __m256 acc = _mm256_mul_ps(q[0], _mm256_loadu_ps(k));
+#pragma GCC unroll 16
+          for (int v = 1; v < D; ++v) acc = _mm256_fmadd_ps(q[v], _mm256_loadu_ps(k + 8 * v), acc);
+          return acc;
+        };
+        __m128 sv = _mm_mul_ps(hsum4_ps(dot(0), dot(1), dot(2), dot(3)), scale);
+        if (m < 4) {  // positions past the end score -inf: they do not move the maximum
+          alignas(16) float tail[4];
+          _mm_store_ps(tail, sv);
+          for (int64_t i = m; i < 4; ++i) tail[i] = -INFINITY;
+          sv = _mm_load_ps(tail);
+          std::copy(tail, tail + m, s + i0);
+        } else {
+          _mm_storeu_ps(s + i0, sv);
+        }
+        best = _mm_max_ps(best, sv);
+      }
+      alignas(16) float b4[4];
+      _mm_store_ps(b4, best);
+      top[h - h0] = std::max({top[h - h0], b4[0], b4[1], b4[2], b4[3]});
+    }
+  }
+  for (int64_t h = h0; h < h1; ++h) {
+    float* s = a.scores + (r * a.heads + h) * a.context;
+    float sum = 0.f;
+    const float mx = top[h - h0];
+#pragma omp simd reduction(+ : sum)
+    for (int64_t j = 0; j <= pos; ++j) sum += s[j] = fast_exp(s[j] - mx);
+    total[h - h0] = sum;
+  }
+  for (int64_t h = h0; h < h1; ++h) {
+    __m256 acc[D];
+#pragma GCC unroll 16
+    for (int v = 0; v < D; ++v) acc[v] = _mm256_setzero_ps();
+    const float* p = a.scores + (r * a.heads + h) * a.context;
+    for (int64_t j0 = 0; j0 <= pos; j0 += t) {
+      const float* vb = a.vc + int64_t(blocks_of[j0 / t]) * t * c + h * d;
+      const int64_t in_block = std::min(t, pos - j0 + 1);
+      for (int64_t i = 0; i < in_block; ++i) {
+        const __m256 pi = _mm256_set1_ps(p[j0 + i]);
+#pragma GCC unroll 16
+        for (int v = 0; v < D; ++v) acc[v] = _mm256_fmadd_ps(pi, _mm256_loadu_ps(vb + i * c + 8 * v), acc[v]);
+      }
+    }
+    const __m256 inv = _mm256_set1_ps(1.f / total[h - h0]);
+#pragma GCC unroll 16
+    for (int v = 0; v < D; ++v) _mm256_storeu_ps(out + h * d + 8 * v, _mm256_mul_ps(inv, acc[v]));
+  }
+}
+
+// attend_avx2 for this head size (d = 8 x D, D = 1..16).
+void attend_avx2_heads(const Attend& a, int64_t r, int64_t h0, int64_t h1) {
+  switch (a.d / 8) {
+    case 1: return attend_avx2<1>(a, r, h0, h1);
+    case 2: return attend_avx2<2>(a, r, h0, h1);
+    case 3: return attend_avx2<3>(a, r, h0, h1);
+    case 4: return attend_avx2<4>(a, r, h0, h1);
+    case 5: return attend_avx2<5>(a, r, h0, h1);
+    case 6: return attend_avx2<6>(a, r, h0, h1);
+    case 7: return attend_avx2<7>(a, r, h0, h1);
+    case 8: return attend_avx2<8>(a, r, h0, h1);
+    case 9: return attend_avx2<9>(a, r, h0, h1);
+    case 10: return attend_avx2<10>(a, r, h0, h1);
+    case 11: return attend_avx2<11>(a, r, h0, h1);
+    case 12: return attend_avx2<12>(a, r, h0, h1);
+    case 13: return attend_avx2<13>(a, r, h0, h1);
+    case 14: return attend_avx2<14>(a, r, h0, h1);
+    case 15: return attend_avx2<15>(a, r, h0, h1);
+    default: return attend_avx2<16>(a, r, h0, h1);
+  }
+}
+
 void kv_attention_f32(const KernelCall& call) {
   const auto& p = call.p<core::AttentionParams>();
   const float* qkv = call.in(0).as<float>();
@@ -239,9 +342,14 @@ void kv_attention_f32(const KernelCall& call) {
   }
   const int64_t groups = heads / per_task;
   const bool avx512 = cpu_features().few_rows_avx512 && d % 16 == 0 && d <= 128;
+  const bool avx2 = !avx512 && cpu_features().packed != CpuFeatures::PackedPath::portable && d % 8 == 0 && d <= 128;
   parallel_for(n * groups, 1, [&](int64_t b, int64_t e) {
     for (int64_t task = b; task < e; ++task) {
       const int64_t r = task / groups, h0 = task % groups * per_task;
+      if (avx2) {
+        attend_avx2_heads(a, r, h0, h0 + per_task);
+        continue;
+      }
       if (!avx512) {
         attend_portable(a, r, h0, h0 + per_task);
         continue;
