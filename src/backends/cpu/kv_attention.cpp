@@ -52,6 +52,16 @@ struct Attend {
   float scale;
 };
 
+// One (row, head)'s scores s[0..pos] become exp(s - top) in place; returns
+// their sum (the softmax's numerators and denominator). Inlined into each
+// path, so it vectorises with that path's instruction set.
+__attribute__((always_inline)) inline float exp_scores(float* s, int64_t pos, float top) {
+  float sum = 0.f;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t j = 0; j <= pos; ++j) sum += s[j] = fast_exp(s[j] - top);
+  return sum;
+}
+
 // Row r's heads h0..h1 one at a time: dot products vectorised by the
 // compiler, a softmax with the vectorised fast_exp (libm's expf one
 // position at a time was a fifth of a batched decoding step), the weighted
@@ -74,9 +84,7 @@ void attend_portable(const Attend& a, int64_t r, int64_t h0, int64_t h1) {
         top = std::max(top, s[j]);
       }
     }
-    float total = 0.f;
-#pragma omp simd reduction(+ : total)
-    for (int64_t j = 0; j <= pos; ++j) total += s[j] = fast_exp(s[j] - top);
+    const float total = exp_scores(s, pos, top);
     float* out = a.y + r * c + h * d;
     std::fill(out, out + d, 0.f);
     for (int64_t j0 = 0; j0 <= pos; j0 += t) {
@@ -149,12 +157,7 @@ __attribute__((target("avx512f"))) void attend_avx512(const Attend& a, int64_t r
     }
   }
   for (int64_t h = h0; h < h1; ++h) {
-    float* s = a.scores + (r * a.heads + h) * a.context;
-    float sum = 0.f;
-    const float mx = top[h - h0];
-#pragma omp simd reduction(+ : sum)
-    for (int64_t j = 0; j <= pos; ++j) sum += s[j] = fast_exp(s[j] - mx);
-    total[h - h0] = sum;
+    total[h - h0] = exp_scores(a.scores + (r * a.heads + h) * a.context, pos, top[h - h0]);
     std::fill(out + h * d, out + (h + 1) * d, 0.f);
   }
   for (int64_t j0 = 0; j0 <= pos; j0 += t) {
@@ -208,7 +211,7 @@ __attribute__((target("avx2,fma"))) void attend_avx2(const Attend& a, int64_t r,
   const int32_t* blocks_of = a.table + seq * a.max_blocks;
   const __m128 scale = _mm_set1_ps(a.scale);
   float* out = a.y + r * c;
-  float top[kMaxHeadsPerTask], total[kMaxHeadsPerTask];
+  float top[kMaxHeadsPerTask];
   for (int64_t h = h0; h < h1; ++h) top[h - h0] = -INFINITY;
   for (int64_t j0 = 0; j0 <= pos; j0 += t) {
     const float* kb = a.kc + int64_t(blocks_of[j0 / t]) * t * c;
@@ -246,18 +249,11 @@ __attribute__((target("avx2,fma"))) void attend_avx2(const Attend& a, int64_t r,
     }
   }
   for (int64_t h = h0; h < h1; ++h) {
-    float* s = a.scores + (r * a.heads + h) * a.context;
-    float sum = 0.f;
-    const float mx = top[h - h0];
-#pragma omp simd reduction(+ : sum)
-    for (int64_t j = 0; j <= pos; ++j) sum += s[j] = fast_exp(s[j] - mx);
-    total[h - h0] = sum;
-  }
-  for (int64_t h = h0; h < h1; ++h) {
+    float* p = a.scores + (r * a.heads + h) * a.context;
+    const float total = exp_scores(p, pos, top[h - h0]);
     __m256 acc[D];
 #pragma GCC unroll 16
     for (int v = 0; v < D; ++v) acc[v] = _mm256_setzero_ps();
-    const float* p = a.scores + (r * a.heads + h) * a.context;
     for (int64_t j0 = 0; j0 <= pos; j0 += t) {
       const float* vb = a.vc + int64_t(blocks_of[j0 / t]) * t * c + h * d;
       const int64_t in_block = std::min(t, pos - j0 + 1);
@@ -267,7 +263,7 @@ __attribute__((target("avx2,fma"))) void attend_avx2(const Attend& a, int64_t r,
         for (int v = 0; v < D; ++v) acc[v] = _mm256_fmadd_ps(pi, _mm256_loadu_ps(vb + i * c + 8 * v), acc[v]);
       }
     }
-    const __m256 inv = _mm256_set1_ps(1.f / total[h - h0]);
+    const __m256 inv = _mm256_set1_ps(1.f / total);
 #pragma GCC unroll 16
     for (int v = 0; v < D; ++v) _mm256_storeu_ps(out + h * d + 8 * v, _mm256_mul_ps(inv, acc[v]));
   }
