@@ -1,6 +1,8 @@
 // Reverse-mode autograd over the static graph (see autograd.h).
 #include "brisk/core/autograd.h"
 
+#include <algorithm>
+
 #include "brisk/core/error.h"
 
 namespace brisk::core {
@@ -147,6 +149,37 @@ void backward(Graph& g, ValueId loss, const BackwardOptions& options) {
       g.set_grad_of(ValueId(v), dv);
     }
   }
+}
+
+ValueId grad_sink(Graph& g, const Node& node, ValueId x) {
+  if (node.outputs.empty() || std::count(node.inputs.begin(), node.inputs.end(), x) != 1) return kNoValue;
+  const int at = g.value(node.outputs[0]).producer;  // node's index
+  ValueId p = x;
+  int from = at;  // nodes (from, at) must not read p: their pieces would reach the accumulator in between
+  if (g.value(x).role != ValueRole::param) {
+    const int c = g.value(x).producer;
+    if (c < 0 || g.nodes()[size_t(c)].op != OpKind::cast) return kNoValue;
+    p = g.nodes()[size_t(c)].inputs[0];
+    if (g.value(p).role != ValueRole::param) return kNoValue;
+    from = c;
+  }
+  if (g.meta(p).dtype != DType::f32 || !g.value(p).requires_grad) return kNoValue;
+  for (size_t i = 0; i < g.backward_start(); ++i) {  // forward readers: what gradient pieces come from
+    const Node& r = g.nodes()[i];
+    const bool reads_x = x != p && std::count(r.inputs.begin(), r.inputs.end(), x) > 0;
+    const bool reads_p = int(i) > from && int(i) < at && std::count(r.inputs.begin(), r.inputs.end(), p) > 0;
+    if ((reads_x && int(i) != at) || reads_p) return kNoValue;
+  }
+  // The accumulator as it stands: follow the in-place writes from the external.
+  const std::string name = grad_name(g.value(p).name);
+  ValueId head = g.find(name);
+  if (head == kNoValue) return g.external(name, g.shape(p), DType::f32, ValueRole::grad);
+  for (const Node& n : g.nodes())
+    for (size_t o = 0; o < n.outputs.size(); ++o) {
+      const int a = op_def(n.op).alias_of(o, n.inputs.size());
+      if (a >= 0 && n.inputs[size_t(a)] == head) head = n.outputs[o];
+    }
+  return head;
 }
 
 }  // namespace brisk::core

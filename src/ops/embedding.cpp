@@ -1,9 +1,12 @@
 // Token embedding: rows of a (V, C) table picked by i32 ids, and its
 // backward, a scatter-add of the output gradient's rows into a (V, C)
-// gradient. The kernel is chosen by the table's dtype (input 1), not by the
+// gradient: a new one, or the table's accumulated f32 gradient given as a
+// third input (core::grad_sink), which saves a (V, C) buffer, its zeroing
+// and an accumulate per step. The kernel is chosen by the table's dtype (input 1), not by the
 // ids. An out-of-range id is a user error (wrong vocabulary, corrupt data), so
 // kernels check every id first and throw a core::Error naming it instead of
 // reading out of bounds.
+#include "brisk/core/autograd.h"
 #include "op_util.h"
 
 namespace brisk::ops {
@@ -43,10 +46,10 @@ void embedding_reference(const KernelCall& c) {
   }
 }
 
-// inputs dy (..., C), ids (...) -> (V, C)
+// inputs dy (..., C), ids (...)[, into (V, C) f32] -> (V, C)
 std::vector<TensorMeta> infer_embedding_backward(std::span<const TensorMeta> in, const core::OpParams& params) {
   constexpr std::string_view op = "embedding_backward";
-  check_count(op, in, 2);
+  check_shape(in.size() == 2 || in.size() == 3, op, "takes dy, ids and optionally an f32 accumulator", in);
   check_float(op, in, {0});
   check_dtype(op, in[1], DType::i32, "ids");
   const Shape &dy = in[0].shape, &ids = in[1].shape;
@@ -55,7 +58,10 @@ std::vector<TensorMeta> infer_embedding_backward(std::span<const TensorMeta> in,
   check_shape(ok, op, "dy must be (ids..., C)", in);
   const int64_t v = std::get<EmbeddingBackwardParams>(params).num_embeddings;
   check_shape(v > 0, op, "num_embeddings must be > 0", in);
-  return {TensorMeta{Shape{v, dy.last()}, in[0].dtype}};
+  const TensorMeta out{Shape{v, dy.last()}, in[0].dtype};
+  if (in.size() == 3)
+    check_shape(in[0].dtype == DType::f32 && in[2] == out, op, "the accumulator must be f32 (V, C), with f32 dy", in);
+  return {out};
 }
 
 void embedding_backward_reference(const KernelCall& c) {
@@ -63,6 +69,8 @@ void embedding_backward_reference(const KernelCall& c) {
   const int64_t v = dt.shape()[0], C = dt.shape()[1];
   check_ids("embedding_backward", ids, v);
   std::vector<double> acc(size_t(v * C), 0.0);
+  if (c.inputs.size() == 3)
+    for (int64_t i = 0; i < v * C; ++i) acc[size_t(i)] = ld(c.in(2), i);
   for (int64_t n = 0; n < ids.numel(); ++n) {
     const int64_t id = int64_t(ld(ids, n));
     for (int64_t i = 0; i < C; ++i) acc[size_t(id * C + i)] += ld(dy, n * C + i);
@@ -70,8 +78,10 @@ void embedding_backward_reference(const KernelCall& c) {
   for (int64_t i = 0; i < v * C; ++i) st(dt, i, acc[size_t(i)]);
 }
 
-ValueId embedding_backward(Graph& g, ValueId dy, ValueId ids, int64_t num_embeddings) {
+ValueId embedding_backward(Graph& g, ValueId dy, ValueId ids, int64_t num_embeddings, ValueId into) {
   register_ops();
+  if (into != core::kNoValue && g.meta(dy).dtype == DType::f32)
+    return g.add_node1(OpKind::embedding_backward, {dy, ids, into}, EmbeddingBackwardParams{num_embeddings});
   return g.add_node1(OpKind::embedding_backward, {dy, ids}, EmbeddingBackwardParams{num_embeddings});
 }
 
@@ -84,7 +94,8 @@ core::OpDef embedding_def() {
   d.infer = infer_embedding;
   d.backward = [](Graph& g, const core::Node& n, std::span<const ValueId> dy) -> std::vector<ValueId> {
     if (dy[0] == core::kNoValue) return {core::kNoValue, core::kNoValue};
-    return {core::kNoValue, embedding_backward(g, dy[0], n.inputs[0], g.shape(n.inputs[1])[0])};
+    return {core::kNoValue, embedding_backward(g, dy[0], n.inputs[0], g.shape(n.inputs[1])[0],
+                                               core::grad_sink(g, n, n.inputs[1]))};
   };
   d.reference = embedding_reference;
   d.kernel_dtype_input = 1;
@@ -108,6 +119,7 @@ core::OpDef embedding_backward_def() {
   d.infer = infer_embedding_backward;
   d.reference = embedding_backward_reference;
   d.kernel_dtype_input = 0;
+  d.output_aliases = {2};  // over the accumulator, when given
   // Low-precision gradients accumulate in an f32 copy of the whole table.
   d.workspace_bytes = [](std::span<const TensorMeta> in, const core::OpParams& params) -> size_t {
     if (in[0].dtype == DType::f32) return 0;
@@ -123,6 +135,11 @@ core::OpDef embedding_backward_def() {
       cases.push_back({"(40) V13 C17" + tag, {spec({40, 17}, t), ids_spec({40}, 13)}, EmbeddingBackwardParams{13}});
     }
     cases.push_back({"(4,64) V50 C64", {spec({4, 64, 64}), ids_spec({4, 64}, 50)}, EmbeddingBackwardParams{50}});
+    // Added to a random accumulator (a kernel that overwrites it fails).
+    cases.push_back({"into, (2,7) V5 C33", {spec({2, 7, 33}), ids_spec({2, 7}, 5), no_grad(spec({5, 33}))},
+                     EmbeddingBackwardParams{5}});
+    cases.push_back({"into, (4,64) V50 C64", {spec({4, 64, 64}), ids_spec({4, 64}, 50), no_grad(spec({50, 64}))},
+                     EmbeddingBackwardParams{50}});
     return cases;
   };
   return d;

@@ -7,6 +7,7 @@
 // The backward rules are written with matmul itself (transposes are flags,
 // never materialized, except for one rare layout), reshape (a free view) and
 // sum, so gradients run through the same fast kernels as the forward pass.
+#include "brisk/core/autograd.h"
 #include "op_util.h"
 
 namespace brisk::ops {
@@ -33,7 +34,7 @@ MatmulDims matmul_dims(const Shape& a, const Shape& b, const MatmulParams& p) {
 
 std::vector<TensorMeta> infer_matmul(std::span<const TensorMeta> in, const core::OpParams& params) {
   constexpr std::string_view op = "matmul";
-  check_count(op, in, 2);
+  check_shape(in.size() == 2 || in.size() == 3, op, "takes A, B and optionally an f32 accumulator C", in);
   check_float(op, in, {0, 1});
   check_shape(in[0].dtype == in[1].dtype, op, "operands must have the same dtype", in);
   const Shape &a = in[0].shape, &b = in[1].shape;
@@ -55,6 +56,11 @@ std::vector<TensorMeta> infer_matmul(std::span<const TensorMeta> in, const core:
   for (int i = 0; i < a.rank() - 2; ++i) out.push_back(a[i]);
   out.push_back(d.m);
   out.push_back(d.n);
+  if (in.size() == 3) {
+    check_shape(in[2] == TensorMeta{out, DType::f32}, op, "the accumulator C must be f32 of the product's shape " + out.str(),
+                in);
+    return {in[2]};
+  }
   return {TensorMeta{out, in[0].dtype}};
 }
 
@@ -66,7 +72,7 @@ void matmul_reference(const KernelCall& c) {
     const int64_t ao = bt * d.m * d.k, bo = d.shared_b ? 0 : bt * d.k * d.n, yo = bt * d.m * d.n;
     for (int64_t i = 0; i < d.m; ++i)
       for (int64_t j = 0; j < d.n; ++j) {
-        double acc = 0.0;
+        double acc = c.inputs.size() == 3 ? ld(c.in(2), yo + i * d.n + j) : 0.0;
         for (int64_t k = 0; k < d.k; ++k) {
           const double av = ld(a, ao + (p.trans_a ? k * d.m + i : i * d.k + k));
           const double bv = ld(b, bo + (p.trans_b ? j * d.k + k : k * d.n + j));
@@ -85,9 +91,19 @@ ValueId swap_last2(Graph& g, ValueId x) {
 }
 
 // C = op(A) op(B); with G = dC: d op(A) = G op(B)^T, d op(B) = op(A)^T G.
+// With an accumulator input (C + op(A) op(B)), dC_in = G.
 std::vector<ValueId> matmul_backward(Graph& g, const core::Node& node, std::span<const ValueId> dy) {
   const ValueId a = node.inputs[0], b = node.inputs[1], gy = dy[0];
-  if (gy == core::kNoValue) return {core::kNoValue, core::kNoValue};
+  if (gy == core::kNoValue) return std::vector<ValueId>(node.inputs.size(), core::kNoValue);
+  if (node.inputs.size() == 3) {
+    if (g.meta(a).dtype != DType::f32)
+      throw core::Error("matmul: no gradient through an accumulating product of low-precision operands");
+    core::Node plain = node;
+    plain.inputs.pop_back();
+    std::vector<ValueId> grads = matmul_backward(g, plain, dy);
+    grads.push_back(gy);
+    return grads;
+  }
   const auto& p = std::get<MatmulParams>(node.params);
   const Shape &sa = g.shape(a), &sb = g.shape(b);
   const bool shared = sb.rank() == 2 && sa.rank() > 2;
@@ -149,6 +165,18 @@ std::vector<TestCase> matmul_cases() {
     auto [a5, b5] = ab(ta, tb, {2}, 9, 20, 7, false);
     cases.push_back({tag + " bf16 batched", {spec(a5, DType::bf16), spec(b5, DType::bf16)}, p});
   }
+  // Summed into a random f32 accumulator (weight gradients, beta = 1), with
+  // f32 and bf16 operands, shared and batched B.
+  for (DType t : {DType::f32, DType::bf16}) {
+    const std::string tag = t == DType::f32 ? "" : " bf16";
+    cases.push_back({"into tn 2d 13x9x21" + tag, {spec({9, 13}, t), spec({9, 21}, t), no_grad(spec({13, 21}))},
+                     MatmulParams{true, false}});
+    cases.push_back({"into nt 2d 40x70x29" + tag, {spec({40, 70}, t), spec({29, 70}, t), no_grad(spec({40, 29}))},
+                     MatmulParams{false, true}});
+    cases.push_back({"into batched (2,3)" + tag, {spec({2, 3, 5, 9}, t), spec({2, 3, 9, 17}, t), no_grad(spec({2, 3, 5, 17}))},
+                     MatmulParams{}});
+  }
+  cases.push_back({"into shared B (3)", {spec({3, 6, 11}), spec({11, 8}), no_grad(spec({3, 6, 8}))}, MatmulParams{}});
   cases.push_back({"1x1x1", {spec({1, 1}), spec({1, 1})}, MatmulParams{}});
   cases.push_back({"64x64x64", {spec({64, 64}), spec({64, 64})}, MatmulParams{}});
   cases.push_back({"f16", {spec({5, 12}, DType::f16), spec({12, 6}, DType::f16)}, MatmulParams{}});
@@ -201,7 +229,9 @@ std::vector<ValueId> linear_backward(Graph& g, const core::Node& node, std::span
   const ValueId g2 = g.shape(gy) == flat_y ? gy : reshape(g, gy, flat_y);
   ValueId dx = matmul(g, g2, w, false, false);  // dy W: (rows, in)
   if (g.shape(x) != flat_x) dx = reshape(g, dx, g.shape(x));
-  const ValueId dw = matmul(g, g2, x2, true, false);  // dy^T x: (out, in)
+  // dy^T x: (out, in), summed straight into the parameter's gradient when
+  // nothing else adds to it first (core::grad_sink): a beta = 1 product.
+  const ValueId dw = matmul(g, g2, x2, true, false, core::grad_sink(g, node, w));
   if (!has_bias) return {dx, dw};
   return {dx, dw, sum(g, g2, 0)};
 }
@@ -244,6 +274,7 @@ core::OpDef matmul_def() {
   d.backward = matmul_backward;
   d.reference = matmul_reference;
   d.test_cases = matmul_cases;
+  d.output_aliases = {2};  // C + op(A) op(B) over the accumulator, when given
   d.workspace_bytes = [](std::span<const TensorMeta> in, const core::OpParams& params) -> size_t {
     const MatmulDims md = matmul_dims(in[0].shape, in[1].shape, std::get<MatmulParams>(params));
     const int64_t rows = md.shared_b && !std::get<MatmulParams>(params).trans_a ? md.batch * md.m : md.m;
@@ -267,8 +298,9 @@ core::OpDef linear_def() {
   return d;
 }
 
-ValueId matmul(Graph& g, ValueId a, ValueId b, bool trans_a, bool trans_b) {
+ValueId matmul(Graph& g, ValueId a, ValueId b, bool trans_a, bool trans_b, ValueId into) {
   register_ops();
+  if (into != core::kNoValue) return g.add_node1(OpKind::matmul, {a, b, into}, MatmulParams{trans_a, trans_b});
   return g.add_node1(OpKind::matmul, {a, b}, MatmulParams{trans_a, trans_b});
 }
 

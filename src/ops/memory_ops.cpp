@@ -29,10 +29,13 @@ core::OpDef cast_def() {
     return std::vector<TensorMeta>{TensorMeta{in[0].shape, std::get<CastParams>(p).to}};
   };
   // Only float-to-float casts carry a gradient; integers are not differentiable.
+  // The gradient arrives in the output's dtype, or already in the input's
+  // when the reader summed it into the parameter's f32 gradient in place
+  // (core::grad_sink): then it passes through.
   d.backward = [](Graph& g, const core::Node& n, std::span<const ValueId> dy) -> std::vector<ValueId> {
     const DType from = g.meta(n.inputs[0]).dtype, to = std::get<CastParams>(n.params).to;
     if (!core::dtype_is_float(from) || !core::dtype_is_float(to)) return {core::kNoValue};
-    return {from == to ? dy[0] : cast(g, dy[0], from)};
+    return {g.meta(dy[0]).dtype == from ? dy[0] : cast(g, dy[0], from)};
   };
   // store_from_double does the rounding: nearest-even into 16-bit floats,
   // toward zero into integers (as a C cast does).

@@ -28,4 +28,17 @@ struct BackwardOptions {
 // g.grad_of(x) an output value for every input created with requires_grad.
 void backward(Graph& g, ValueId loss, const BackwardOptions& options = {});
 
+// For backward rules: where the gradient of input `x` of `node` may be summed
+// in place, or kNoValue. When x is an f32 parameter (or the one-use cast of
+// one: mixed precision's narrowed weight) whose gradient nothing else adds
+// to before it reaches the parameter, this is the parameter's accumulated
+// gradient as it stands: the "grad:<p>" external (made here if absent) or the
+// last op that wrote into it in place. A rule that computes the gradient
+// straight into it (beta = 1 products, scatters and sums with an `into`
+// input) returns that op's output, which aliases the accumulator, as x's
+// gradient (f32 even where x is the bf16 cast); backward() then takes it as
+// the accumulated value instead of accumulating it again. This removes one
+// gradient-sized buffer and one pass over it per parameter and micro-step.
+ValueId grad_sink(Graph& g, const Node& node, ValueId x);
+
 }  // namespace brisk::core

@@ -28,7 +28,10 @@ ValueId scale(Graph& g, ValueId a, float s);
 ValueId gelu(Graph& g, ValueId x);
 
 // ---- matrix products ---------------------------------------------------------
-ValueId matmul(Graph& g, ValueId a, ValueId b, bool trans_a = false, bool trans_b = false);
+// op(A) op(B); with `into` (f32, the product's shape): into + op(A) op(B)
+// written over into's memory (beta = 1; f32 result whatever A and B are).
+ValueId matmul(Graph& g, ValueId a, ValueId b, bool trans_a = false, bool trans_b = false,
+               ValueId into = core::kNoValue);
 // x (..., in), w (out, in), bias (out) or kNoValue -> (..., out)
 ValueId linear(Graph& g, ValueId x, ValueId w, ValueId bias = core::kNoValue);
 

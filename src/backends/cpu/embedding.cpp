@@ -43,11 +43,14 @@ void embedding_kernel(const KernelCall& c) {
   });
 }
 
-// acc (V, C) f32 += dy rows at ids, columns split across threads.
+// acc (V, C) f32 = dy rows summed at ids (added to acc's values when `into`),
+// columns split across threads.
 template <class T, class Widen>
-void scatter_add(const T* dy, const int32_t* ids, int64_t n, int64_t C, float* acc, int64_t v, Widen widen) {
+void scatter_add(const T* dy, const int32_t* ids, int64_t n, int64_t C, float* acc, int64_t v, Widen widen,
+                 bool into = false) {
   parallel_for(C, std::max<int64_t>(16, kParallelGrain / std::max<int64_t>(n, 1)), [&](int64_t lo, int64_t hi) {
-    for (int64_t r = 0; r < v; ++r) std::fill(acc + r * C + lo, acc + r * C + hi, 0.f);
+    if (!into)
+      for (int64_t r = 0; r < v; ++r) std::fill(acc + r * C + lo, acc + r * C + hi, 0.f);
     for (int64_t i = 0; i < n; ++i) {
       const T* g = dy + i * C;
       float* a = acc + int64_t(ids[i]) * C;
@@ -61,7 +64,9 @@ void embedding_backward_f32(const KernelCall& c) {
   const int32_t* ids = c.in(1).as<const int32_t>();
   const int64_t n = c.in(1).numel(), v = c.out(0).shape()[0], C = c.out(0).shape()[1];
   check_ids("embedding_backward", ids, n, v);
-  scatter_add(c.in(0).as<const float>(), ids, n, C, c.out(0).as<float>(), v, [](float x) { return x; });
+  // With the accumulator (input 2, the output's memory) the rows add to it.
+  scatter_add(c.in(0).as<const float>(), ids, n, C, c.out(0).as<float>(), v, [](float x) { return x; },
+              c.inputs.size() == 3);
 }
 
 void embedding_backward_bf16(const KernelCall& c) {

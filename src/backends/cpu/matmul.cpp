@@ -81,7 +81,9 @@ void matmul_direct(const KernelCall& c, core::DType t) {
   const auto& p = c.p<core::MatmulParams>();
   const Dims d = matmul_dims(c);
   if (d.m == 0 || d.n == 0 || d.batch == 0) return;
-  const size_t es = core::dtype_size(t);
+  // With the accumulator input (input 2, the output's memory): f32 C, beta = 1.
+  const bool into = c.inputs.size() == 3;
+  const size_t es = core::dtype_size(t), ces = into ? sizeof(float) : es;
   const auto* a = static_cast<const char*>(c.in(0).data);
   const auto* b = static_cast<const char*>(c.in(1).data);
   auto* y = static_cast<char*>(c.out(0).data);
@@ -90,10 +92,12 @@ void matmul_direct(const KernelCall& c, core::DType t) {
   Gemm g;
   g.ta = p.trans_a, g.tb = p.trans_b, g.m = d.m, g.n = d.n, g.k = d.k;
   g.lda = p.trans_a ? d.m : d.k, g.ldb = p.trans_b ? d.k : d.n, g.ldc = d.n;
-  g.ab_type = g.c_type = t;
+  g.ab_type = t;
+  g.c_type = into ? core::DType::f32 : t;
+  g.beta = into ? 1.f : 0.f;
   auto one = [&](int64_t i) {
     Gemm gi = g;
-    gi.a = a + i * sa * es, gi.b = b + i * sb * es, gi.c = y + i * sy * es;
+    gi.a = a + i * sa * es, gi.b = b + i * sb * es, gi.c = y + i * sy * ces;
     gemm(cache, gi);
   };
   if (d.batch > 1 && omp_get_max_threads() > 1 && d.batch >= omp_get_max_threads() && d.m * d.n * d.k < kLargeGemm) {
@@ -290,9 +294,10 @@ struct LowpScratch {
 
 // C (m, n) = op(A) op(B) [+ bias], A and C low precision, B already widened
 // (layout per tb, ld ldb). A is (m, k) or, with ta, (k, m) with row stride m.
+// With `into` (f32 (m, n)), C is into + op(A) op(B) instead, written there.
 template <class T>
 void lowp_gemm(GemmCache& cache, const uint16_t* a, bool ta, const float* bf, bool tb, const uint16_t* bias,
-               uint16_t* y, int64_t m, int64_t n, int64_t k, LowpScratch& s) {
+               uint16_t* y, int64_t m, int64_t n, int64_t k, LowpScratch& s, float* into = nullptr) {
   const int64_t ldb = tb ? k : n;
   for (int64_t r0 = 0; r0 < m; r0 += s.chunk) {
     const int64_t mc = std::min(s.chunk, m - r0);
@@ -300,6 +305,10 @@ void lowp_gemm(GemmCache& cache, const uint16_t* a, bool ta, const float* bf, bo
       widen_block<T>(a + r0 * k, k, mc, k, s.a);
     else
       widen_block<T>(a + r0, m, k, mc, s.a);  // columns r0..r0+mc of the stored (k, m)
+    if (into) {
+      if (k > 0) sgemm(cache, ta, tb, mc, n, k, s.a, ta ? mc : k, bf, ldb, 1.f, into + r0 * n);
+      continue;
+    }
     float beta = 0.f;
     if (bias) {
       for (int64_t i = 0; i < n; ++i) s.c[i] = Lowp<T>::widen(bias[i]);
@@ -321,14 +330,17 @@ void matmul_lowp(const KernelCall& c) {
   if (d.m == 0 || d.n == 0 || d.batch == 0) return;
   const auto* a = c.in(0).as<const uint16_t>();
   const auto* b = c.in(1).as<const uint16_t>();
-  auto* y = c.out(0).as<uint16_t>();
+  // With the accumulator input the output is f32 (its memory); else T.
+  const bool into = c.inputs.size() == 3;
   LowpScratch s(c, d.m, d.k, d.n);
-  const int64_t kn = d.k * d.n;
+  const int64_t kn = d.k * d.n, mn = d.m * d.n;
   for (int64_t i = 0; i < d.batch; ++i) {
     // B as its stored rows: (k, n), or (n, k) when transposed.
     const int64_t b_rows = p.trans_b ? d.n : d.k, b_cols = p.trans_b ? d.k : d.n;
     if (i == 0 || !d.shared_b) widen_block<T>(b + (d.shared_b ? 0 : i * kn), b_cols, b_rows, b_cols, s.b);
-    lowp_gemm<T>(gemm_cache_of(c.ctx), a + i * d.m * d.k, p.trans_a, s.b, p.trans_b, nullptr, y + i * d.m * d.n, d.m, d.n, d.k, s);
+    uint16_t* y = into ? nullptr : c.out(0).as<uint16_t>() + i * mn;
+    float* acc = into ? c.out(0).as<float>() + i * mn : nullptr;
+    lowp_gemm<T>(gemm_cache_of(c.ctx), a + i * d.m * d.k, p.trans_a, s.b, p.trans_b, nullptr, y, d.m, d.n, d.k, s, acc);
   }
 }
 

@@ -1,6 +1,7 @@
 // embedding (rows of a (V, C) table gathered by i32 ids; f32, bf16, f16) and
 // embedding_backward (the output gradient's rows summed into a (V, C)
-// gradient that is fully overwritten; f32, bf16) on CUDA, as
+// gradient that is fully overwritten, or added to the f32 accumulator given
+// as a third input; f32, bf16) on CUDA, as
 // src/ops/embedding.cpp defines them.
 //
 // The gather is a copy: one warp per id moves the row in the widest unit
@@ -125,11 +126,13 @@ __global__ void embedding_starts_kernel(const uint32_t* __restrict__ keys, int32
 }
 
 // Row v of the gradient: the sum of dy rows pos[start[v] .. start[v+1]) in
-// that order, P elements per unit (P = 1 for the unaligned fallback).
+// that order, P elements per unit (P = 1 for the unaligned fallback); with
+// `into`, added to the row's current value (one read and one write per
+// element, as without).
 template <class T, int P>
 __global__ void __launch_bounds__(kThreads)
     embedding_backward_rows_kernel(const T* __restrict__ dy, const int32_t* __restrict__ pos,
-                                   const int32_t* __restrict__ start, T* __restrict__ out, int64_t C) {
+                                   const int32_t* __restrict__ start, T* __restrict__ out, int64_t C, bool into) {
   using U = Vec<T, P>;
   __shared__ float part[kWarps][32 * P];
   const int64_t v = blockIdx.x;
@@ -142,8 +145,14 @@ __global__ void __launch_bounds__(kThreads)
     // Few ids (most rows have none): every thread owns units and walks the list.
     for (int64_t j = threadIdx.x; j < nvec; j += blockDim.x) {
       float acc[P];
+      if (into) {
+        const U cur = o[j];
 #pragma unroll
-      for (int e = 0; e < P; ++e) acc[e] = 0.f;
+        for (int e = 0; e < P; ++e) acc[e] = widen(cur.e[e]);
+      } else {
+#pragma unroll
+        for (int e = 0; e < P; ++e) acc[e] = 0.f;
+      }
       for (int k = lo; k < hi; ++k) {
         const U u = g[int64_t(pos[k]) * nvec + j];
 #pragma unroll
@@ -180,7 +189,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int q = threadIdx.x; q < 32 * P; q += blockDim.x) {
       const int64_t col = j0 * P + q;
       if (col < C) {
-        float s = 0.f;
+        float s = into ? widen(orow[col]) : 0.f;
 #pragma unroll
         for (int w = 0; w < kWarps; ++w) s += part[w][q];
         orow[col] = narrow<T>(s);
@@ -197,12 +206,16 @@ void embedding_backward_fn(const KernelCall& c) {
   using T = device_t<D>;
   const char* what = D == DType::f32 ? "embedding_backward(f32)" : "embedding_backward(bf16)";
   const core::TensorView &dy = c.in(0), &ids = c.in(1), &out = c.out(0);
+  // With the accumulator (input 2, out's memory; f32 like dy, see the op)
+  // the sums are added to it.
+  const bool into = c.inputs.size() == 3;
   if (out.shape().rank() != 2 || dy.numel() != ids.numel() * out.shape()[1])
     throw core::ShapeError("embedding_backward: expects dy (ids..., C) and a (V, C) gradient");
   const int64_t n = ids.numel(), V = out.shape()[0], C = out.shape()[1];
   if (V * C == 0) return;
   const cudaStream_t st = stream_of(c);
   if (n == 0) {  // no ids: the gradient is zero (all-zero bits in every float dtype)
+    if (into) return;
     check_cuda(cudaMemsetAsync(out.data, 0, size_t(V * C) * sizeof(T), st), what);
     return;
   }
@@ -243,10 +256,10 @@ void embedding_backward_fn(const KernelCall& c) {
   const bool vec = C % P == 0 && aligned(dy.data, 16) && aligned(out.data, 16);
   if (vec)
     embedding_backward_rows_kernel<T, P><<<unsigned(V), kThreads, 0, st>>>(dy.as<const T>(), pos_out, start,
-                                                                           out.as<T>(), C);
+                                                                           out.as<T>(), C, into);
   else
     embedding_backward_rows_kernel<T, 1><<<unsigned(V), kThreads, 0, st>>>(dy.as<const T>(), pos_out, start,
-                                                                           out.as<T>(), C);
+                                                                           out.as<T>(), C, into);
   check_launch(what);
 }
 

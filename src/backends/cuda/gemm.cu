@@ -41,6 +41,7 @@ constexpr size_t kMaxPlans = 4096;
 
 struct GemmKey {
   DType dtype = DType::f32;
+  bool c_f32 = false;
   bool trans_a = false, trans_b = false;
   Epilogue epilogue = Epilogue::none;
   int64_t M = 0, N = 0, K = 0, batch = 1, stride_a = 0, stride_b = 0, stride_c = 0;
@@ -53,7 +54,8 @@ struct GemmKeyHash {
   size_t operator()(const GemmKey& k) const {
     uint64_t h = 1469598103934665603ull;
     auto mix = [&h](uint64_t v) { h = (h ^ v) * 1099511628211ull + (h >> 29); };
-    mix(uint64_t(k.dtype) | uint64_t(k.trans_a) << 8 | uint64_t(k.trans_b) << 9 | uint64_t(k.epilogue) << 16);
+    mix(uint64_t(k.dtype) | uint64_t(k.trans_a) << 8 | uint64_t(k.trans_b) << 9 | uint64_t(k.c_f32) << 10 |
+        uint64_t(k.epilogue) << 16);
     for (int64_t v : {k.M, k.N, k.K, k.batch, k.stride_a, k.stride_b, k.stride_c}) mix(uint64_t(v));
     mix(uint64_t(k.align_a) | uint64_t(k.align_b) << 16 | uint64_t(k.align_c) << 32 | uint64_t(k.align_bias) << 48);
     mix(uint64_t(k.align_aux) | k.workspace << 16);
@@ -100,6 +102,9 @@ std::string gemm_str(const GemmArgs& g) {
          (g.trans_b ? " trans_b" : "") + " epilogue=" + std::to_string(int(g.epilogue));
 }
 
+// C's (and D's) dtype.
+DType c_type(const GemmArgs& g) { return g.c_f32 ? DType::f32 : g.dtype; }
+
 bool has_bias(Epilogue e) { return e == Epilogue::bias || e == Epilogue::gelu_aux_bias; }
 bool has_aux(Epilogue e) { return e == Epilogue::gelu_aux || e == Epilogue::gelu_aux_bias; }
 
@@ -142,10 +147,11 @@ cublasLtMatrixLayout_t make_layout(cudaDataType_t type, int64_t rows, int64_t co
 }
 
 GemmKey key_of(const GemmArgs& g, uint64_t workspace) {
-  const int64_t es = int64_t(core::dtype_size(g.dtype));
+  const int64_t es = int64_t(core::dtype_size(g.dtype)), ces = int64_t(core::dtype_size(c_type(g)));
   const bool batched = g.batch > 1;
   GemmKey k;
   k.dtype = g.dtype;
+  k.c_f32 = g.c_f32;
   k.trans_a = g.trans_a;
   k.trans_b = g.trans_b;
   k.epilogue = g.epilogue;
@@ -158,7 +164,7 @@ GemmKey key_of(const GemmArgs& g, uint64_t workspace) {
   k.stride_c = batched ? g.stride_c : 0;
   k.align_a = alignment_of(g.A, k.stride_a * es);
   k.align_b = alignment_of(g.B, k.stride_b * es);
-  k.align_c = alignment_of(g.C, k.stride_c * es);
+  k.align_c = alignment_of(g.C, k.stride_c * ces);
   k.align_bias = has_bias(g.epilogue) ? alignment_of(g.bias) : 0;
   k.align_aux = has_aux(g.epilogue) ? alignment_of(g.aux) : 0;
   k.workspace = workspace;
@@ -192,7 +198,7 @@ void build_plan(GemmPlan& plan, const GemmKey& k, const GemmArgs& g, const LtSta
   else plan.la = make_layout(type, g.N, g.K, g.N, k.batch, k.stride_b);            // B stored (K, N)
   if (g.trans_a) plan.lb = make_layout(type, g.M, g.K, g.M, k.batch, k.stride_a);  // A stored (K, M)
   else plan.lb = make_layout(type, g.K, g.M, g.K, k.batch, k.stride_a);            // A stored (M, K)
-  plan.lc = make_layout(type, g.N, g.M, g.N, k.batch, k.stride_c);
+  plan.lc = make_layout(cuda_type(c_type(g)), g.N, g.M, g.N, k.batch, k.stride_c);
 
   Preference pref;
   check_cublas(cublasLtMatmulPreferenceCreate(&pref.d), "cublasLtMatmulPreferenceCreate");
@@ -227,7 +233,7 @@ void scale_add_bias(const GemmArgs& g, float beta, const void* bias, cudaStream_
   if (n == 0) return;
   constexpr int kThreads = 256;
   const unsigned blocks = grid_for(n, kThreads);
-  switch (g.dtype) {
+  switch (c_type(g)) {
     case DType::f32:
       scale_add_bias_kernel<<<blocks, kThreads, 0, s>>>(static_cast<float*>(g.C), static_cast<const float*>(bias),
                                                         beta, n, g.N);
@@ -309,12 +315,14 @@ void run_gemm(const GemmArgs& g, const core::ExecContext& ctx) {
   if (has_aux(g.epilogue))
     throw core::BackendError("cuda: run_gemm: GELU epilogues go through lt_matmul (the caller owns the fallback)");
   auto stream = static_cast<cudaStream_t>(ctx.stream);
-  const size_t es = core::dtype_size(g.dtype);
+  const size_t es = core::dtype_size(g.dtype), ces = core::dtype_size(c_type(g));
   const void* bias = g.epilogue == Epilogue::bias ? g.bias : nullptr;
+  if (g.c_f32 && g.epilogue != Epilogue::none)
+    throw core::BackendError("cuda: run_gemm: an f32 C under low-precision operands takes no epilogue");
   if (g.M <= 0 || g.N <= 0 || g.batch <= 0) return;
   if (g.K <= 0) {  // an empty sum: C = beta * C (+ bias)
     if (g.beta == 0.f && !bias)
-      check_cuda(cudaMemsetAsync(g.C, 0, size_t(g.batch * g.M * g.N) * es, stream), "cudaMemsetAsync");
+      check_cuda(cudaMemsetAsync(g.C, 0, size_t(g.batch * g.M * g.N) * ces, stream), "cudaMemsetAsync");
     else if (g.beta != 1.f || bias)
       scale_add_bias(g, g.beta, bias, stream);
     return;
@@ -327,7 +335,7 @@ void run_gemm(const GemmArgs& g, const core::ExecContext& ctx) {
       one.batch = 1;
       one.A = static_cast<const char*>(g.A) + size_t(b * g.stride_a) * es;
       one.B = static_cast<const char*>(g.B) + size_t(b * g.stride_b) * es;
-      one.C = static_cast<char*>(g.C) + size_t(b * g.stride_c) * es;
+      one.C = static_cast<char*>(g.C) + size_t(b * g.stride_c) * ces;
       run_gemm(one, ctx);
     }
     return;

@@ -35,6 +35,9 @@ enum class Epilogue : uint8_t {
 
 struct GemmArgs {
   core::DType dtype = core::DType::f32;  // A, B, C (and bias, aux)
+  // C in f32 whatever `dtype` is (bf16/f16 products summed into an f32
+  // gradient with beta = 1). No bias or aux with it.
+  bool c_f32 = false;
   bool trans_a = false, trans_b = false;
   int64_t M = 0, N = 0, K = 0;
   const void* A = nullptr;

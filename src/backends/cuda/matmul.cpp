@@ -30,7 +30,8 @@ void check_dims(const core::TensorView& t, int min_rank, const char* op, const c
                            std::to_string(min_rank) + ", got " + t.shape().str());
 }
 
-// matmul: A (..., M, K) or (..., K, M); B (K, N)/(N, K) shared, or with A's batch dims.
+// matmul: A (..., M, K) or (..., K, M); B (K, N)/(N, K) shared, or with A's batch dims;
+// optionally an f32 accumulator C that the product is added to.
 template <DType kType>
 void matmul_kernel(const KernelCall& c) {
   const auto& p = c.p<core::MatmulParams>();
@@ -49,6 +50,10 @@ void matmul_kernel(const KernelCall& c) {
   g.A = a.data;
   g.B = b.data;
   g.C = y.data;
+  if (c.inputs.size() == 3) {  // summed into the f32 accumulator (input 2, y's memory): beta = 1
+    g.c_f32 = true;
+    g.beta = 1.f;
+  }
   int64_t batch = 1;  // from the dims, not numel / (M K): K may be 0
   for (int i = 0; i < ra - 2; ++i) batch *= sa[i];
   if (rb == 2) {
