@@ -39,6 +39,16 @@ for d in /usr/local/cuda/lib64 $("$PY" -c 'import nvidia, os; print(" ".join(os.
   [ -d "$d" ] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$d"
 done
 export BRISK_CUDA_LIBRARY=$BIN/libbrisk_cuda.so
+# NCCL is not in the bundle (gpu_pack.sh): it comes from PyTorch's wheels
+# above. A library that is still missing would make every CUDA test skip.
+missing=$(ldd "$BRISK_CUDA_LIBRARY" 2>&1 | grep "not found" || true)
+if [ -n "$missing" ]; then
+  for lib in $(echo "$missing" | awk '{print $1}'); do
+    found=$(find / -xdev -name "$lib" -path '*lib*' 2>/dev/null | head -1)
+    [ -n "$found" ] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$(dirname "$found")"
+  done
+  ldd "$BRISK_CUDA_LIBRARY" 2>&1 | grep "not found" | sed 's/^/MISSING for libbrisk_cuda.so: /'
+fi
 
 { nvidia-smi; nvcc --version; "$PY" -c 'import torch; print("torch", torch.__version__)'; } >"$OUT/machine.txt" 2>&1
 head -20 "$OUT/machine.txt"

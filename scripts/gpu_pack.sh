@@ -16,13 +16,20 @@ mkdir -p "$stage/bin" "$stage/lib" "$stage/data"
 bins=("$BUILD/brisk" "$BUILD/tests/brisk_op_tests" "$BUILD/tests/brisk_unit_tests" "$BUILD/tests/brisk_gpt_dump")
 cp "${bins[@]}" "$BUILD/lib/libbrisk_cuda.so" "$stage/bin/"
 # Every library the binaries resolve outside the C runtime and the CUDA
-# toolkit (the GPU machine has its own CUDA libraries matching its driver).
+# toolkit (the GPU machine has its own CUDA libraries matching its driver,
+# and NCCL from PyTorch's wheels: 200 MiB that would dwarf the rest).
 for f in "${bins[@]}" "$BUILD/lib/libbrisk_cuda.so"; do
   ldd "$f" | awk '/=> \//{print $3}'
-done | sort -u | grep -v -E '/(libc|libm|libpthread|libdl|librt|ld-linux[^/]*|libcuda|libcudart|libcublas[^/]*)\.so' |
+done | sort -u | grep -v -E '/(libc|libm|libpthread|libdl|librt|ld-linux[^/]*|libcuda|libcudart|libcublas[^/]*|libnccl)\.so' |
   while read -r lib; do cp -L "$lib" "$stage/lib/"; done
 [ -d data/kjv-gpt2 ] && cp -r data/kjv-gpt2 "$stage/data/"
 mkdir -p .gpu
 tar -C "$stage" -cJf .gpu/bundle.tar.xz .
 grep -qxF '/.gpu/' .git/info/exclude 2>/dev/null || echo '/.gpu/' >> .git/info/exclude
 ls -la .gpu/bundle.tar.xz
+# It travels to the GPU machine with the checkout: keep it small.
+size=$(stat -c %s .gpu/bundle.tar.xz)
+if [ "$size" -gt $((60 * 1024 * 1024)) ]; then
+  echo "gpu_pack: the bundle is $((size / 1024 / 1024)) MiB, over 60 MiB; look for a large library that the GPU machine already has" >&2
+  exit 1
+fi
