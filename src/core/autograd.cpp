@@ -6,6 +6,25 @@
 #include "brisk/core/error.h"
 
 namespace brisk::core {
+namespace {
+
+// Parameter p's accumulated gradient as it stands: the "grad:<p>" external
+// followed through every node that wrote into it in place (an accumulate, or
+// an op given it as an accumulator input), or kNoValue while nothing has
+// made the external. The chain of a tied parameter's pieces is read off the
+// graph this way, so backward() and grad_sink() always agree on its end.
+ValueId accumulator_of(const Graph& g, ValueId p) {
+  ValueId head = g.find(grad_name(g.value(p).name));
+  if (head == kNoValue) return kNoValue;
+  for (const Node& n : g.nodes())
+    for (size_t o = 0; o < n.outputs.size(); ++o) {
+      const int a = op_def(n.op).alias_of(o, n.inputs.size());
+      if (a >= 0 && n.inputs[size_t(a)] == head) head = n.outputs[o];
+    }
+  return head;
+}
+
+}  // namespace
 
 void backward(Graph& g, ValueId loss, const BackwardOptions& options) {
   const TensorMeta loss_meta = g.meta(loss);
@@ -50,37 +69,17 @@ void backward(Graph& g, ValueId loss, const BackwardOptions& options) {
   // buffers at once for a tied head. The last accumulate of the chain is
   // the one that completes the gradient.
   //
-  // A forward op may already have summed its piece into the gradient in
-  // place (ops::classifier_train given the "grad:<w>" external, made by its
-  // fusion pass): its output aliases the chain's current value, so it
-  // becomes the chain's value instead of being accumulated a second time.
-  std::vector<ValueId> grad_chain(g.num_values(), kNoValue);
-  auto summed_in_place = [&](ValueId dv, ValueId chain) {
-    const int producer = g.value(dv).producer;
-    if (producer < 0) return false;
-    const Node& n = g.nodes()[size_t(producer)];
-    for (size_t o = 0; o < n.outputs.size(); ++o)
-      if (n.outputs[o] == dv) {
-        const int a = op_def(n.op).alias_of(o, n.inputs.size());
-        return a >= 0 && n.inputs[size_t(a)] == chain;
-      }
-    return false;
-  };
-  // The chain's current value: its last accumulate, or the external itself
-  // (kNoValue while nothing has made it).
-  auto chain_head = [&](ValueId p) {
-    const ValueId head = grad_chain[size_t(p)];
-    return head != kNoValue ? head : g.find(grad_name(g.value(p).name));
-  };
+  // An op may already have summed its piece into the gradient in place: a
+  // forward op given the "grad:<w>" external (ops::classifier_train, by its
+  // fusion pass), or a backward rule given the accumulator by grad_sink()
+  // (a Linear's dW product, an embedding's scatter-add). Its output aliases
+  // the chain, so it is the chain's end already: nothing is accumulated.
   auto accumulate_into_grad = [&](ValueId p, ValueId dv) {
     const Value& val = g.value(p);
-    ValueId& chain = grad_chain[size_t(p)];
-    if (chain == kNoValue) {
-      chain = chain_head(p);
-      if (chain == kNoValue) chain = g.external(grad_name(val.name), val.meta.shape, val.meta.dtype, ValueRole::grad);
-      g.set_grad_of(p, chain);
-    }
-    chain = summed_in_place(dv, chain) ? dv : g.add_node1(OpKind::accumulate, {chain, dv});
+    ValueId chain = accumulator_of(g, p);
+    if (chain == kNoValue) chain = g.external(grad_name(val.name), val.meta.shape, val.meta.dtype, ValueRole::grad);
+    g.set_grad_of(p, g.at(grad_name(val.name)));
+    if (chain != dv) chain = g.add_node1(OpKind::accumulate, {chain, dv});
     g.mark_output(chain);
   };
   auto accumulate_param = [&](ValueId p) {
@@ -92,7 +91,7 @@ void backward(Graph& g, ValueId loss, const BackwardOptions& options) {
     // A piece is accumulated at once when an earlier use remains (the piece
     // is final) or when it was already summed into the gradient in place.
     const bool earlier_use = first_use[size_t(v)] >= 0 && size_t(first_use[size_t(v)]) < node;
-    if (g.value(v).role == ValueRole::param && (earlier_use || summed_in_place(dv, chain_head(v)))) {
+    if (g.value(v).role == ValueRole::param && (earlier_use || accumulator_of(g, v) == dv)) {
       accumulate_into_grad(v, dv);
       return;
     }
@@ -170,16 +169,8 @@ ValueId grad_sink(Graph& g, const Node& node, ValueId x) {
     const bool reads_p = int(i) > from && int(i) < at && std::count(r.inputs.begin(), r.inputs.end(), p) > 0;
     if ((reads_x && int(i) != at) || reads_p) return kNoValue;
   }
-  // The accumulator as it stands: follow the in-place writes from the external.
-  const std::string name = grad_name(g.value(p).name);
-  ValueId head = g.find(name);
-  if (head == kNoValue) return g.external(name, g.shape(p), DType::f32, ValueRole::grad);
-  for (const Node& n : g.nodes())
-    for (size_t o = 0; o < n.outputs.size(); ++o) {
-      const int a = op_def(n.op).alias_of(o, n.inputs.size());
-      if (a >= 0 && n.inputs[size_t(a)] == head) head = n.outputs[o];
-    }
-  return head;
+  const ValueId head = accumulator_of(g, p);
+  return head != kNoValue ? head : g.external(grad_name(g.value(p).name), g.shape(p), DType::f32, ValueRole::grad);
 }
 
 }  // namespace brisk::core

@@ -34,7 +34,7 @@ void backward(Graph& g, ValueId loss, const BackwardOptions& options = {});
 // to before it reaches the parameter, this is the parameter's accumulated
 // gradient as it stands: the "grad:<p>" external (made here if absent) or the
 // last op that wrote into it in place. A rule that computes the gradient
-// straight into it (beta = 1 products, scatters and sums with an `into`
+// straight into it (a beta = 1 product, a scatter-add with an `into`
 // input) returns that op's output, which aliases the accumulator, as x's
 // gradient (f32 even where x is the bf16 cast); backward() then takes it as
 // the accumulated value instead of accumulating it again. This removes one
