@@ -198,8 +198,11 @@ core::Pattern classifier_fusion(const std::string& seed_name) {
     const core::Node& lin = g.nodes()[size_t(i)];
     if (lin.op != OpKind::linear || lin.inputs.size() != 2) return std::nullopt;  // a bias: no fusion
     const ValueId x = lin.inputs[0], w = lin.inputs[1], logits = lin.outputs[0];
-    if (g.meta(x).dtype != DType::f32 || g.meta(w).dtype != DType::f32 || g.shape(x).rank() != 2)
-      return std::nullopt;  // the CPU kernel is f32 only
+    // Any float dtype the model built the head in: it builds a low-precision
+    // head only where the backend has classifier_train in that dtype (GPU
+    // bf16), and an f32 one otherwise (models/gpt.cpp).
+    if (!core::dtype_is_float(g.meta(x).dtype) || g.meta(w).dtype != g.meta(x).dtype || g.shape(x).rank() != 2)
+      return std::nullopt;
     // The logits must feed the loss and nothing else: the fused op never makes them.
     const int ce = uses.sole_reader(logits);
     if (ce < 0) return std::nullopt;
@@ -219,7 +222,7 @@ core::Pattern classifier_fusion(const std::string& seed_name) {
       // A parameter's weight gradient is summed straight into its
       // accumulated gradient, the external backward() would accumulate into.
       const core::Value wv = dst.value(in[1]);  // a copy: external() may grow the value table
-      if (wv.role == core::ValueRole::param) {
+      if (wv.role == core::ValueRole::param && wv.meta.dtype == DType::f32) {
         const std::string name = core::grad_name(wv.name);
         ValueId into = dst.find(name);
         if (into == core::kNoValue) into = dst.external(name, wv.meta.shape, wv.meta.dtype, core::ValueRole::grad);

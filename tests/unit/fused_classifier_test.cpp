@@ -193,6 +193,28 @@ TEST(RewritePass, FusesLinearCrossEntropy) {
   EXPECT_NE(r.graph.grad_of(r.graph.at("w")), core::kNoValue);
 }
 
+// A bf16 head (the GPU's: x and the tied weight narrowed, cross-entropy on
+// bf16 logits) fuses into classifier_train in bf16. The weight is a cast of
+// the parameter, so its gradient goes back through the cast.
+TEST(RewritePass, FusesABf16Head) {
+  Graph g;
+  const ValueId x = g.input("x", {6, 4}, DType::f32, true);
+  const ValueId w = g.param("w", {9, 4});
+  const ValueId t = g.input("targets", {6}, DType::i32);
+  const ValueId loss = ops::cross_entropy(g, ops::linear(g, ops::cast(g, x, DType::bf16), ops::cast(g, w, DType::bf16)), t);
+  g.mark_output(loss);
+  g.input("loss_scale", {}, DType::f32);
+  core::RewriteResult r = core::rewrite(g, {ops::classifier_fusion("loss_scale")});
+  EXPECT_EQ(r.rewrites(), 1);
+  for (const core::Node& n : r.graph.nodes())
+    if (n.op == OpKind::classifier_train) {
+      EXPECT_EQ(r.graph.meta(n.inputs[0]).dtype, DType::bf16);
+      EXPECT_EQ(n.inputs.size(), 4u) << "no f32 accumulator for a bf16 weight";
+    }
+  core::backward(r.graph, r.map[size_t(loss)], {.seed = r.graph.at("loss_scale")});
+  EXPECT_NE(r.graph.grad_of(r.graph.at("w")), core::kNoValue);
+}
+
 TEST(RewritePass, LeavesOtherGraphsAlone) {
   for (int variant = 0; variant < 3; ++variant) {
     Head h;
@@ -291,6 +313,51 @@ TEST(FusedClassifier, GptGradientsMatchUnfused) {
   }
   EXPECT_EQ(checked, int(plain.params().entries().size()));
   EXPECT_GT(checked, 10);
+}
+
+// In bf16 on a backend with a bf16 classifier_train (the GPU's; here the
+// CPU given the op's reference kernel for it), the GPT's head is fused in
+// bf16 and trains like the unfused bf16 head: same loss up to the rounding
+// of the logits to bf16 (which only the unfused head does), gradients
+// pointing the same way.
+TEST(FusedClassifier, Bf16HeadFusesWhereTheBackendHasTheKernel) {
+  ops::register_ops();
+  cpu::CpuBackend with_kernel(2);
+  with_kernel.kernels().add(OpKind::classifier_train, DType::bf16, core::op_def(OpKind::classifier_train).reference);
+  models::GptConfig cfg{61, 2, 24, 3, 40};
+  cfg.compute = DType::bf16;
+  const int64_t B = 2, T = 17;
+  std::vector<int32_t> x(size_t(B * T)), y(x.size());
+  for (size_t i = 0; i < x.size(); ++i) x[i] = int32_t((i * 7 + 3) % 61), y[i] = int32_t((i * 11 + 5) % 61);
+
+  cfg.fused_classifier = false;
+  models::Gpt plain(cfg, backend());
+  plain.init_weights(5);
+  cfg.fused_classifier = true;
+  models::Gpt fused(cfg, with_kernel);
+  fused.init_weights(5);
+  const core::Graph& fg = fused.program(true, B, T).graph;
+  ASSERT_EQ(count_ops(fg, OpKind::classifier_train), 1);
+  for (const core::Node& n : fg.nodes()) {
+    if (n.op == OpKind::classifier_train) {
+      EXPECT_EQ(fg.meta(n.inputs[0]).dtype, DType::bf16);
+    }
+  }
+
+  const double lp = plain.train_micro_step(x.data(), y.data(), B, T);
+  const double lf = fused.train_micro_step(x.data(), y.data(), B, T);
+  EXPECT_NEAR(lf, lp, 2e-3 * std::abs(lp));
+  int checked = 0;
+  double worst = 0;
+  for (const auto& [name, e] : plain.params().entries()) {
+    SCOPED_TRACE(name);
+    const double err = normalized_error(e.grad, fused.params().entries().at(name).grad);
+    EXPECT_LE(err, 5e-2);
+    worst = std::max(worst, err);
+    ++checked;
+  }
+  EXPECT_GT(checked, 10);
+  std::printf("[ info ] bf16 fused head: loss %.6f vs unfused %.6f, worst gradient error %.2e\n", lf, lp, worst);
 }
 
 // The planned arena of W1's train or eval graph (planned, not run: program()
