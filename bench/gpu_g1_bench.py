@@ -30,6 +30,8 @@ def run_brisk(args, run_dir):
            "--set", f"train.batch={args.batch}", "--set", f"train.steps={args.warmup + args.steps}",
            "--set", f"data.dir={args.data}", "--set", f"checkpoint.dir={run_dir}",
            "--set", f"checkpoint.every={10 ** 9}"]
+    for kv in args.set:
+        cmd += ["--set", kv]
     r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     if r.returncode != 0:
         return {"engine": "brisk", "error": (r.stderr or r.stdout)[-3000:]}
@@ -65,6 +67,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--no-peer", action="store_true")
     ap.add_argument("--no-compile", action="store_true", help="the peer in eager mode")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="another override for brisk train (repeatable), e.g. model.fused_classifier=false")
     ap.add_argument("--out", help="JSON report path")
     args = ap.parse_args()
 

@@ -17,6 +17,7 @@ STAGES=${STAGES:-"ops cross g1 profile"}
 G1_BATCH=${G1_BATCH:-16}
 G1_ROUNDS=${G1_ROUNDS:-3}
 G1_STEPS=${G1_STEPS:-20}
+G1_SET=${G1_SET:-}  # more brisk train overrides for the g1 stage, e.g. "model.fused_classifier=false"
 mkdir -p "$OUT"
 PY=${PYTHON:-python3}
 
@@ -53,6 +54,8 @@ fi
 { nvidia-smi; nvcc --version; "$PY" -c 'import torch; print("torch", torch.__version__)'; } >"$OUT/machine.txt" 2>&1
 head -20 "$OUT/machine.txt"
 status=0
+sets=()
+for kv in $G1_SET; do sets+=(--set "$kv"); done
 for stage in $STAGES; do
   case $stage in
     ops)
@@ -66,11 +69,11 @@ for stage in $STAGES; do
       tail -8 "$OUT/crosscheck.log" ;;
     g1)
       "$PY" bench/gpu_g1_bench.py --brisk "$BIN/brisk" --data "$DATA" --batch "$G1_BATCH" --rounds "$G1_ROUNDS" \
-        --steps "$G1_STEPS" --out "$OUT/g1.json" >"$OUT/g1.log" 2>&1 || status=1
+        --steps "$G1_STEPS" "${sets[@]}" --out "$OUT/g1.json" >"$OUT/g1.log" 2>&1 || status=1
       tail -8 "$OUT/g1.log" ;;
     profile)
       "$BIN/brisk" train --config configs/g1.toml --no-progress --profile --set train.steps=6 \
-        --set "train.batch=$G1_BATCH" --set "data.dir=$DATA" --set checkpoint.dir=/tmp/brisk-g1-profile \
+        --set "train.batch=$G1_BATCH" --set "data.dir=$DATA" --set checkpoint.dir=/tmp/brisk-g1-profile "${sets[@]}" \
         >"$OUT/profile.log" 2>&1 || status=1
       tail -30 "$OUT/profile.log" ;;
     *) echo "unknown stage $stage" ;;
