@@ -52,8 +52,11 @@ std::vector<TensorMeta> infer_classifier(std::span<const TensorMeta> in, const c
   check_shape(in[0].dtype == in[1].dtype, kOp, "x and w must have the same dtype", in);
   check_shape(in[2].shape == Shape{in[0].shape[0]}, kOp, "targets must be (N) for x (N, C)", in);
   check_shape(in[3].shape.numel() == 1, kOp, "seed must be a scalar", in);
-  check_shape(in.size() == 4 || in[4] == in[1], kOp, "dw_into must have w's shape and dtype", in);
-  return {TensorMeta{Shape{}, DType::f32}, in[0], in[1]};
+  // dw_into: w's shape, in w's dtype or f32 (a bf16 head's weight gradient
+  // summed into the f32 gradient of the parameter it was cast from).
+  check_shape(in.size() == 4 || (in[4].shape == in[1].shape && (in[4].dtype == in[1].dtype || in[4].dtype == DType::f32)),
+              kOp, "dw_into must have w's shape, and w's dtype or f32", in);
+  return {TensorMeta{Shape{}, DType::f32}, in[0], in.size() == 5 ? in[4] : in[1]};
 }
 
 // Scratch: one (rows, V) f32 chunk of logits plus a per-row loss in double
@@ -108,12 +111,24 @@ void classifier_reference(const KernelCall& c) {
   for (int64_t i = 0; i < v * k; ++i) st(c.out(2), i, (into ? ld(c.in(4), i) : 0.0) + dw[size_t(i)]);
 }
 
-// True when dw_into is the accumulated gradient of w: the external autograd
-// sums w's gradient pieces into.
+// The parameter whose accumulated gradient a head weight's gradient goes
+// into: w itself, or the f32 parameter a low-precision w was cast from
+// (kNoValue otherwise).
+ValueId head_param(const Graph& g, ValueId w) {
+  if (g.value(w).role == core::ValueRole::param) return w;
+  const int c = g.value(w).producer;
+  if (c < 0 || g.nodes()[size_t(c)].op != OpKind::cast) return core::kNoValue;
+  const ValueId p = g.nodes()[size_t(c)].inputs[0];
+  return g.value(p).role == core::ValueRole::param && g.meta(p).dtype == DType::f32 ? p : core::kNoValue;
+}
+
+// True when dw_into is the accumulated gradient of w (or of the parameter w
+// was cast from): the external autograd sums its gradient pieces into.
 bool accumulates_into_grad_of_w(const Graph& g, const core::Node& n) {
   if (n.inputs.size() != 5) return false;
-  const core::Value &w = g.value(n.inputs[1]), &into = g.value(n.inputs[4]);
-  return into.role == core::ValueRole::grad && into.name == core::grad_name(w.name);
+  const ValueId p = head_param(g, n.inputs[1]);
+  const core::Value& into = g.value(n.inputs[4]);
+  return p != core::kNoValue && into.role == core::ValueRole::grad && into.name == core::grad_name(g.value(p).name);
 }
 
 std::vector<ValueId> classifier_backward(Graph& g, const core::Node& n, std::span<const ValueId> dy) {
@@ -178,6 +193,7 @@ core::OpDef classifier_train_def() {
                      {spec({9, 7}), spec({21, 7}), ids_spec({9}, 21), no_grad(spec({}, DType::f32, 0.5, 1.5)),
                       no_grad(spec({21, 7}))},
                      CrossEntropyParams{-100}});
+
     return cases;
   };
   return d;
@@ -219,13 +235,15 @@ core::Pattern classifier_fusion(const std::string& seed_name) {
     m.emit = [x, w, t = loss.inputs[1], seed, out = loss.outputs[0], params = loss.params](
                  Graph& dst, std::vector<ValueId>& map) {
       std::vector<ValueId> in = {map[size_t(x)], map[size_t(w)], map[size_t(t)], map[size_t(seed)]};
-      // A parameter's weight gradient is summed straight into its
-      // accumulated gradient, the external backward() would accumulate into.
-      const core::Value wv = dst.value(in[1]);  // a copy: external() may grow the value table
-      if (wv.role == core::ValueRole::param && wv.meta.dtype == DType::f32) {
-        const std::string name = core::grad_name(wv.name);
+      // A parameter's weight gradient (or, for a bf16 head, the gradient of
+      // the f32 parameter its weight was cast from) is summed straight into
+      // its accumulated gradient, the external backward() would accumulate into.
+      const ValueId p = head_param(dst, in[1]);
+      if (p != core::kNoValue) {
+        const core::Value pv = dst.value(p);  // a copy: external() may grow the value table
+        const std::string name = core::grad_name(pv.name);
         ValueId into = dst.find(name);
-        if (into == core::kNoValue) into = dst.external(name, wv.meta.shape, wv.meta.dtype, core::ValueRole::grad);
+        if (into == core::kNoValue) into = dst.external(name, pv.meta.shape, pv.meta.dtype, core::ValueRole::grad);
         in.push_back(into);
       }
       map[size_t(out)] = dst.add_node(OpKind::classifier_train, in, params)[0];

@@ -104,10 +104,15 @@ class CudaBackendTest : public ::testing::Test {
       in_d.push_back(d.as_view());
       dev_in.push_back(d);
     }
-    for (const core::TensorMeta& m : out_metas) {
+    for (size_t o = 0; o < out_metas.size(); ++o) {
+      const core::TensorMeta& m = out_metas[o];
+      // An output over an input (an accumulator): on the device the input's
+      // own buffer, as the executor binds it; on the host a copy of the input.
+      const int alias = core::op_def(op).alias_of(o, inputs.size());
       ref_out.push_back(Tensor::empty(m.shape, m.dtype));
+      if (alias >= 0) std::memcpy(ref_out.back().data(), inputs[size_t(alias)].data(), inputs[size_t(alias)].bytes());
       out_h.push_back(ref_out.back().as_view());
-      dev_out.push_back(Tensor::empty(m.shape, m.dtype, cuda.allocator(), cuda.device()));
+      dev_out.push_back(alias >= 0 ? dev_in[size_t(alias)] : Tensor::empty(m.shape, m.dtype, cuda.allocator(), cuda.device()));
       out_d.push_back(dev_out.back().as_view());
     }
     ops::ReferenceBackend ref;
@@ -219,6 +224,38 @@ TEST_F(CudaBackendTest, Linear) {
       EXPECT_LE(compare(OpKind::linear, no_bias, ops::NoParams{}), tolerance(t)) << label(t, no_bias);
     }
   }
+}
+
+// Gradients summed into an f32 accumulator (core::grad_sink, the fused
+// classifier's dw_into): beta = 1 products with f32 and bf16 operands, the
+// embedding's scatter-add, and a bf16 head's weight gradient into f32. The
+// accumulators are random, so a kernel that overwrites them fails.
+TEST_F(CudaBackendTest, GradientsSummedIntoAnF32Accumulator) {
+  uint64_t seed = 9000;
+  for (DType t : kTypes) {
+    for (auto [ta, tb] : std::vector<std::pair<bool, bool>>{{true, false}, {false, true}, {false, false}}) {
+      const int64_t m = 96, k = 200, n = 40;
+      std::vector<Tensor> in{Tensor::uniform(stored({}, m, k, ta), t, seed++, -1.f, 1.f),
+                             Tensor::uniform(stored({}, k, n, tb), t, seed++, -1.f, 1.f),
+                             Tensor::uniform({m, n}, DType::f32, seed++, -1.f, 1.f)};
+      EXPECT_LE(compare(OpKind::matmul, in, ops::MatmulParams{ta, tb}), tolerance(t))
+          << "matmul into f32, " << label(t, in) << " trans_a=" << ta << " trans_b=" << tb;
+    }
+    const int64_t N = 37, C = 24, V = 301;
+    Tensor targets = Tensor::empty({N}, DType::i32);
+    for (int64_t i = 0; i < N; ++i) targets.data_as<int32_t>()[i] = int32_t((i * 97 + 5) % V);
+    std::vector<Tensor> head{Tensor::uniform({N, C}, t, seed++, -1.f, 1.f), Tensor::uniform({V, C}, t, seed++, -1.f, 1.f),
+                             targets, Tensor::uniform({}, DType::f32, seed++, 0.5f, 1.5f),
+                             Tensor::uniform({V, C}, DType::f32, seed++, -1.f, 1.f)};
+    EXPECT_LE(compare(OpKind::classifier_train, head, ops::CrossEntropyParams{-100}), tolerance(t))
+        << "classifier_train, dw into f32, " << label(t, head);
+  }
+  Tensor ids = Tensor::empty({4, 64}, DType::i32);
+  for (int64_t i = 0; i < ids.numel(); ++i) ids.data_as<int32_t>()[i] = int32_t((i * 13 + 7) % 50);
+  std::vector<Tensor> emb{Tensor::uniform({4, 64, 48}, DType::f32, seed++, -1.f, 1.f), ids,
+                          Tensor::uniform({50, 48}, DType::f32, seed++, -1.f, 1.f)};
+  EXPECT_LE(compare(OpKind::embedding_backward, emb, ops::EmbeddingBackwardParams{50}), tolerance(DType::f32))
+      << "embedding_backward into f32";
 }
 
 // Device buffers round-trip unchanged through the allocator and the copies.

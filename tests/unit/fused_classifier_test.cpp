@@ -195,7 +195,9 @@ TEST(RewritePass, FusesLinearCrossEntropy) {
 
 // A bf16 head (the GPU's: x and the tied weight narrowed, cross-entropy on
 // bf16 logits) fuses into classifier_train in bf16. The weight is a cast of
-// the parameter, so its gradient goes back through the cast.
+// an f32 parameter, so its gradient is summed into the parameter's f32
+// gradient in place (dw_into): no bf16 (V, C) gradient, no cast back, no
+// accumulate.
 TEST(RewritePass, FusesABf16Head) {
   Graph g;
   const ValueId x = g.input("x", {6, 4}, DType::f32, true);
@@ -209,10 +211,18 @@ TEST(RewritePass, FusesABf16Head) {
   for (const core::Node& n : r.graph.nodes())
     if (n.op == OpKind::classifier_train) {
       EXPECT_EQ(r.graph.meta(n.inputs[0]).dtype, DType::bf16);
-      EXPECT_EQ(n.inputs.size(), 4u) << "no f32 accumulator for a bf16 weight";
+      ASSERT_EQ(n.inputs.size(), 5u);
+      EXPECT_EQ(r.graph.value(n.inputs[4]).name, "grad:w");
+      EXPECT_EQ(r.graph.meta(n.outputs[2]).dtype, DType::f32);
     }
   core::backward(r.graph, r.map[size_t(loss)], {.seed = r.graph.at("loss_scale")});
-  EXPECT_NE(r.graph.grad_of(r.graph.at("w")), core::kNoValue);
+  EXPECT_EQ(r.graph.grad_of(r.graph.at("w")), r.graph.at("grad:w"));
+  EXPECT_EQ(count_ops(r.graph, OpKind::accumulate), 0);
+  for (size_t i = r.graph.backward_start(); i < r.graph.nodes().size(); ++i) {
+    const core::Node& n = r.graph.nodes()[i];
+    EXPECT_FALSE(n.op == OpKind::cast && r.graph.shape(n.outputs[0]) == core::Shape({9, 4}))
+        << "the weight gradient is not widened after the fact";
+  }
 }
 
 TEST(RewritePass, LeavesOtherGraphsAlone) {
@@ -341,6 +351,8 @@ TEST(FusedClassifier, Bf16HeadFusesWhereTheBackendHasTheKernel) {
   for (const core::Node& n : fg.nodes()) {
     if (n.op == OpKind::classifier_train) {
       EXPECT_EQ(fg.meta(n.inputs[0]).dtype, DType::bf16);
+      ASSERT_EQ(n.inputs.size(), 5u) << "wte's gradient is summed into its f32 accumulator";
+      EXPECT_EQ(fg.value(n.inputs[4]).name, "grad:wte.weight");
     }
   }
 

@@ -9,7 +9,8 @@
 //                                      in place by (softmax - onehot) * seed/count
 //   dx_c    = dlogits W                cuBLASLt
 //   dW     += dlogits^T x_c            cuBLASLt, beta = 0 on the first chunk
-//                                      (1 throughout when given dw_into)
+//                                      (1 throughout when given dw_into,
+//                                      which may be f32 under bf16 x, W)
 // The row pass reads a row twice (an online max/sum in base 2 with the
 // hardware's ex2, then the gradient) and writes it once; it is memory-bound.
 // Measured on an H100 at GPT-2's shape (N 8192, C 768, V 50304, the declared
@@ -177,8 +178,10 @@ void classifier_kernel(const KernelCall& c) {
   using T = device_t<kType>;
   const core::TensorView &x = c.in(0), &w = c.in(1), &t = c.in(2), &seed = c.in(3);
   const core::TensorView &loss = c.out(0), &dx = c.out(1), &dw = c.out(2);
-  // With dw_into (input 4, the same memory as dw) the gradient adds to it.
+  // With dw_into (input 4, the same memory as dw) the gradient adds to it;
+  // a bf16 head's dw_into may be f32 (the parameter's gradient).
   const bool into = c.inputs.size() == 5;
+  const bool dw_f32 = dw.dtype() == DType::f32;
   if (x.shape().rank() != 2 || w.shape().rank() != 2 || x.shape()[1] != w.shape()[1] ||
       t.numel() != x.shape()[0] || seed.numel() != 1)
     throw core::ShapeError("cuda: classifier_train: want x (N, C), w (V, C), targets (N), seed (); got " +
@@ -272,6 +275,7 @@ void classifier_kernel(const KernelCall& c) {
     gw.A = logits;
     gw.B = x_c;
     gw.C = dw.data;
+    gw.c_f32 = dw_f32 && kType != DType::f32;
     gw.beta = r0 == 0 && !into ? 0.f : 1.f;
     run_gemm(gw, gemm_ctx);
   }
