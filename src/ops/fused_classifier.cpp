@@ -32,6 +32,7 @@
 // graph's seed input.
 #include <cmath>
 
+#include "brisk/core/autograd.h"
 #include "brisk/core/passes.h"
 #include "op_util.h"
 
@@ -111,15 +112,12 @@ void classifier_reference(const KernelCall& c) {
   for (int64_t i = 0; i < v * k; ++i) st(c.out(2), i, (into ? ld(c.in(4), i) : 0.0) + dw[size_t(i)]);
 }
 
-// The parameter whose accumulated gradient a head weight's gradient goes
-// into: w itself, or the f32 parameter a low-precision w was cast from
+// The f32 parameter whose accumulated gradient a head weight's gradient
+// goes into: w itself, or the parameter a low-precision w was cast from
 // (kNoValue otherwise).
 ValueId head_param(const Graph& g, ValueId w) {
-  if (g.value(w).role == core::ValueRole::param) return w;
-  const int c = g.value(w).producer;
-  if (c < 0 || g.nodes()[size_t(c)].op != OpKind::cast) return core::kNoValue;
-  const ValueId p = g.nodes()[size_t(c)].inputs[0];
-  return g.value(p).role == core::ValueRole::param && g.meta(p).dtype == DType::f32 ? p : core::kNoValue;
+  const ValueId p = core::param_behind(g, w);
+  return p != core::kNoValue && g.meta(p).dtype == DType::f32 ? p : core::kNoValue;
 }
 
 // True when dw_into is the accumulated gradient of w (or of the parameter w
