@@ -191,7 +191,6 @@ core::OpDef classifier_train_def() {
                      {spec({9, 7}), spec({21, 7}), ids_spec({9}, 21), no_grad(spec({}, DType::f32, 0.5, 1.5)),
                       no_grad(spec({21, 7}))},
                      CrossEntropyParams{-100}});
-
     return cases;
   };
   return d;
