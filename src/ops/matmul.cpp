@@ -233,7 +233,9 @@ std::vector<ValueId> linear_backward(Graph& g, const core::Node& node, std::span
   // nothing else adds to it first (core::grad_sink): a beta = 1 product.
   const ValueId dw = matmul(g, g2, x2, true, false, core::grad_sink(g, node, w));
   if (!has_bias) return {dx, dw};
-  return {dx, dw, sum(g, g2, 0)};
+  // The bias gradient (column sums of dy) likewise, where it has >= 2 outputs.
+  const ValueId b_sink = out >= 2 ? core::grad_sink(g, node, node.inputs[2]) : core::kNoValue;
+  return {dx, dw, b_sink != core::kNoValue ? column_sum_into(g, g2, b_sink) : sum(g, g2, 0)};
 }
 
 std::vector<TestCase> linear_cases() {

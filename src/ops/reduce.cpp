@@ -89,12 +89,46 @@ core::OpDef sum_def() {
   OpDef d;
   d.kind = OpKind::sum;
   d.name = "sum";
-  d.infer = [](std::span<const TensorMeta> in, const core::OpParams& p) { return infer_reduce("sum", in, p); };
+  // Optionally an f32 accumulator, for the column sums of a matrix (bias
+  // gradients summed into the parameter's gradient, core::grad_sink): y =
+  // into + sum over axis 0 of x (rows, C), C >= 2, written over into.
+  d.infer = [](std::span<const TensorMeta> in, const core::OpParams& p) {
+    if (in.size() != 2) return infer_reduce("sum", in, p);
+    const auto& rp = std::get<ReduceParams>(p);
+    check_float("sum", in, {0});
+    check_shape(in[0].shape.rank() == 2 && in[0].shape[1] >= 2 && (rp.axis == 0 || rp.axis == -2) && !rp.keepdim,
+                "sum", "an accumulator needs x (rows, C >= 2) summed over axis 0", in);
+    check_shape(in[1] == TensorMeta{Shape{in[0].shape[1]}, DType::f32}, "sum", "the accumulator must be f32 (C)", in);
+    return std::vector<TensorMeta>{in[1]};
+  };
   d.backward = [](Graph& g, const core::Node& n, std::span<const ValueId> dy) -> std::vector<ValueId> {
+    if (n.inputs.size() == 2) {
+      if (g.meta(n.inputs[0]).dtype != DType::f32)
+        throw core::Error("sum: no gradient through an accumulating sum of low-precision values");
+      return {reduce_grad(g, n, dy[0]), dy[0]};
+    }
     return {reduce_grad(g, n, dy[0])};
   };
-  d.reference = reduce_reference<false>;
-  d.test_cases = reduce_cases;
+  d.reference = [](const KernelCall& c) {
+    if (c.inputs.size() == 1) return reduce_reference<false>(c);
+    const int64_t rows = c.in(0).shape()[0], cols = c.in(0).shape()[1];
+    for (int64_t j = 0; j < cols; ++j) {
+      double acc = ld(c.in(1), j);
+      for (int64_t r = 0; r < rows; ++r) acc += ld(c.in(0), r * cols + j);
+      st(c.out(0), j, acc);
+    }
+  };
+  d.output_aliases = {1};  // over the accumulator, when given
+  d.test_cases = [] {
+    std::vector<TestCase> cases = reduce_cases();
+    // Column sums added to a random accumulator (a kernel that overwrites it fails).
+    for (DType t : {DType::f32, DType::bf16}) {
+      const std::string tag = t == DType::f32 ? "" : " bf16";
+      cases.push_back({"into, 300x700" + tag, {spec({300, 700}, t), no_grad(spec({700}))}, ReduceParams{0, false}});
+      cases.push_back({"into, 5x33" + tag, {spec({5, 33}, t), no_grad(spec({33}))}, ReduceParams{0, false}});
+    }
+    return cases;
+  };
   return d;
 }
 
@@ -173,6 +207,10 @@ core::OpDef expand_def() {
 ValueId sum(Graph& g, ValueId x, int axis, bool keepdim) {
   register_ops();
   return g.add_node1(OpKind::sum, {x}, ReduceParams{axis, keepdim});
+}
+ValueId column_sum_into(Graph& g, ValueId x, ValueId into) {
+  register_ops();
+  return g.add_node1(OpKind::sum, {x, into}, ReduceParams{0, false});
 }
 ValueId mean(Graph& g, ValueId x, int axis, bool keepdim) {
   register_ops();

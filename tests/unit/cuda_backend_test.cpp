@@ -227,8 +227,9 @@ TEST_F(CudaBackendTest, Linear) {
 }
 
 // Gradients summed into an f32 accumulator (core::grad_sink, the fused
-// classifier's dw_into): beta = 1 products with f32 and bf16 operands, the
-// embedding's scatter-add, and a bf16 head's weight gradient into f32. The
+// classifier's dw_into): beta = 1 products with f32 and bf16 operands,
+// bias column sums, the embedding's scatter-add, and a bf16 head's weight
+// gradient into f32. The
 // accumulators are random, so a kernel that overwrites them fails.
 TEST_F(CudaBackendTest, GradientsSummedIntoAnF32Accumulator) {
   uint64_t seed = 9000;
@@ -240,6 +241,12 @@ TEST_F(CudaBackendTest, GradientsSummedIntoAnF32Accumulator) {
                              Tensor::uniform({m, n}, DType::f32, seed++, -1.f, 1.f)};
       EXPECT_LE(compare(OpKind::matmul, in, ops::MatmulParams{ta, tb}), tolerance(t))
           << "matmul into f32, " << label(t, in) << " trans_a=" << ta << " trans_b=" << tb;
+    }
+    for (auto [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{{5, 33}, {2048, 384}, {300, 7}}) {
+      std::vector<Tensor> col{Tensor::uniform({rows, cols}, t, seed++, -1.f, 1.f),
+                              Tensor::uniform({cols}, DType::f32, seed++, -1.f, 1.f)};
+      EXPECT_LE(compare(OpKind::sum, col, ops::ReduceParams{0, false}), tolerance(t))
+          << "column sum into f32, " << label(t, col);
     }
     const int64_t N = 37, C = 24, V = 301;
     Tensor targets = Tensor::empty({N}, DType::i32);

@@ -87,6 +87,8 @@ core::Pattern residual_layernorm_fusion();
 
 // ---- reductions ---------------------------------------------------------------
 ValueId sum(Graph& g, ValueId x, int axis = ReduceParams::kAllAxes, bool keepdim = false);
+// into + the column sums of x (rows, C >= 2), into f32 (C), written over into.
+ValueId column_sum_into(Graph& g, ValueId x, ValueId into);
 ValueId mean(Graph& g, ValueId x, int axis = ReduceParams::kAllAxes, bool keepdim = false);
 ValueId expand(Graph& g, ValueId x, const core::Shape& shape, int axis = ReduceParams::kAllAxes);
 

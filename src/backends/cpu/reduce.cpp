@@ -48,29 +48,14 @@ double long_row_sum(const T* x, int64_t n) {
   return acc;
 }
 
-template <class T, bool kMean>
-void reduce_kernel(const KernelCall& c) {
-  const T* x = c.in(0).as<T>();
-  T* y = c.out(0).as<T>();
-  const AxisSplit a = split_at(c.in(0).shape(), c.p<ReduceParams>().axis);
-  const double inv = kMean ? 1.0 / double(a.n) : 1.0;
-
-  if (a.inner == 1) {
-    if (a.outer == 1) {
-      *y = narrow<T>(float(long_row_sum(x, a.n) * inv));
-      return;
-    }
-    parallel_for(a.outer, std::max<int64_t>(1, kParallelGrain / a.n), [&](int64_t lo, int64_t hi) {
-      for (int64_t o = lo; o < hi; ++o) y[o] = narrow<T>(float(row_sum(x + o * a.n, a.n) * inv));
-    });
-    return;
-  }
-
-  // inner > 1: a tile of kTile columns per (outer, tile) task. Rows are
-  // added in f32 (8 lanes per AVX2 add, no conversions) in blocks of
-  // kRowBlock, and each block's sums go into double accumulators: the error
-  // is that of 64-term f32 sums, and the loop runs at the speed of loads
-  // (all-double accumulation made bias gradients compute-bound).
+// The sums over n of x seen as (outer, n, inner), inner > 1: emit(o * inner
+// + i, sum) for each column. A tile of kTile columns per (outer, tile) task;
+// rows are added in f32 (8 lanes per AVX2 add, no conversions) in blocks of
+// kRowBlock, and each block's sums go into double accumulators: the error is
+// that of 64-term f32 sums, and the loop runs at the speed of loads
+// (all-double accumulation made bias gradients compute-bound).
+template <class T, class Emit>
+void column_sums(const T* x, const AxisSplit& a, Emit emit) {
   constexpr int64_t kTile = 256, kRowBlock = 64;
   const int64_t tiles = (a.inner + kTile - 1) / kTile;
   parallel_for(a.outer * tiles, std::max<int64_t>(1, kParallelGrain / (a.n * kTile)), [&](int64_t lo, int64_t hi) {
@@ -90,10 +75,34 @@ void reduce_kernel(const KernelCall& c) {
 #pragma omp simd
         for (int64_t i = 0; i < len; ++i) acc[i] += double(block[i]);
       }
-      T* out = y + o * a.inner + i0;
-      for (int64_t i = 0; i < len; ++i) out[i] = narrow<T>(float(acc[i] * inv));
+      for (int64_t i = 0; i < len; ++i) emit(o * a.inner + i0 + i, acc[i]);
     }
   });
+}
+
+template <class T, bool kMean>
+void reduce_kernel(const KernelCall& c) {
+  const T* x = c.in(0).as<T>();
+  const AxisSplit a = split_at(c.in(0).shape(), c.p<ReduceParams>().axis);
+  if (c.inputs.size() == 2) {  // sum's f32 accumulator (input 1, the output's memory): column sums added to it
+    float* acc = c.out(0).as<float>();
+    column_sums(x, a, [acc](int64_t i, double v) { acc[i] = float(double(acc[i]) + v); });
+    return;
+  }
+  T* y = c.out(0).as<T>();
+  const double inv = kMean ? 1.0 / double(a.n) : 1.0;
+
+  if (a.inner == 1) {
+    if (a.outer == 1) {
+      *y = narrow<T>(float(long_row_sum(x, a.n) * inv));
+      return;
+    }
+    parallel_for(a.outer, std::max<int64_t>(1, kParallelGrain / a.n), [&](int64_t lo, int64_t hi) {
+      for (int64_t o = lo; o < hi; ++o) y[o] = narrow<T>(float(row_sum(x + o * a.n, a.n) * inv));
+    });
+    return;
+  }
+  column_sums(x, a, [y, inv](int64_t i, double v) { y[i] = narrow<T>(float(v * inv)); });
 }
 
 // ---- expand: element-sized copies, whatever the dtype ---------------------------

@@ -102,11 +102,12 @@ __global__ void row_block_kernel(const T* x, float* part, T* y, int64_t rows, in
 // [s * chunk, s * chunk + chunk) of slab o. Thread (lane, warp) sums V
 // consecutive columns over rows lo + warp, lo + warp + kLanes, ...; the
 // block then adds its kLanes row sums in order. With `part` the sums go to
-// part[(o * S + s) * inner + col], else scaled to y[o * inner + col].
+// part[(o * S + s) * inner + col], else scaled to y[o * inner + col] (added
+// to y's value with `into`: sum's accumulator).
 // V > 1 needs inner % V == 0 and x 16-byte aligned.
 template <int V, int kLanes, class In, class Out>
 __global__ void col_kernel(const In* x, float* part, Out* y, int64_t outer, int64_t n, int64_t inner, int64_t S,
-                           int64_t chunk, float scale) {
+                           int64_t chunk, float scale, bool into = false) {
   using P = Pack<In, V>;
   constexpr int kCols = 32 * V;
   __shared__ float sm[kLanes][kCols];
@@ -140,7 +141,7 @@ __global__ void col_kernel(const In* x, float* part, Out* y, int64_t outer, int6
 #pragma unroll
         for (int r = 0; r < kLanes; ++r) v += sm[r][cc];
         if (part) part[os * inner + col] = v;
-        else y[o * inner + col] = narrow_out<Out>(v * scale);
+        else y[o * inner + col] = narrow_out<Out>((into ? widen(y[o * inner + col]) : 0.f) + v * scale);
       }
     }
     __syncthreads();  // sm is rewritten by the next work item
@@ -186,8 +187,8 @@ void reduce_rows(const KernelCall& c, const T* x, T* y, int64_t rows, int64_t n,
                                                                                              scale);
 }
 
-template <int V, class T>
-void reduce_cols(const KernelCall& c, const T* x, T* y, const AxisSplit& a, float scale) {
+template <int V, class T, class Out>
+void reduce_cols(const KernelCall& c, const T* x, Out* y, const AxisSplit& a, float scale, bool into) {
   const cudaStream_t st = stream_of(c);
   constexpr int64_t kCols = 32 * V;
   const int64_t tiles = (a.inner + kCols - 1) / kCols;
@@ -199,16 +200,16 @@ void reduce_cols(const KernelCall& c, const T* x, T* y, const AxisSplit& a, floa
   S = (a.n + chunk - 1) / chunk;
   float* part = S > 1 ? scratch_of(c, a.outer * S * a.inner) : nullptr;
   if (!part) {
-    col_kernel<V, kWarps, T, T><<<blocks_for(items), kThreads, 0, st>>>(x, nullptr, y, a.outer, a.n, a.inner, 1,
-                                                                        a.n, scale);
+    col_kernel<V, kWarps, T, Out><<<blocks_for(items), kThreads, 0, st>>>(x, nullptr, y, a.outer, a.n, a.inner, 1,
+                                                                          a.n, scale, into);
     return;
   }
-  col_kernel<V, kWarps, T, T><<<blocks_for(items * S), kThreads, 0, st>>>(x, part, nullptr, a.outer, a.n, a.inner, S,
-                                                                          chunk, scale);
+  col_kernel<V, kWarps, T, Out><<<blocks_for(items * S), kThreads, 0, st>>>(x, part, nullptr, a.outer, a.n, a.inner, S,
+                                                                            chunk, scale);
   // Second pass: the (outer, S, inner) partials summed over S, 32 columns and
   // 32 chunk lanes per block (few blocks, so more lanes hide the latency).
-  col_kernel<1, 32, float, T><<<blocks_for(a.outer * ((a.inner + 31) / 32)), 1024, 0, st>>>(
-      part, nullptr, y, a.outer, S, a.inner, 1, S, scale);
+  col_kernel<1, 32, float, Out><<<blocks_for(a.outer * ((a.inner + 31) / 32)), 1024, 0, st>>>(
+      part, nullptr, y, a.outer, S, a.inner, 1, S, scale, into);
 }
 
 template <DType D, bool kMean>
@@ -224,22 +225,30 @@ void reduce_op(const KernelCall& c) {
     throw core::ShapeError(std::string(name) + ": output " + c.out(0).meta.str() + " does not fit input " +
                            c.in(0).meta.str() + " reduced over axis " + std::to_string(rp.axis));
   const T* x = c.in(0).as<const T>();
-  T* y = c.out(0).as<T>();
   const int64_t m = a.outer * a.inner;
   if (m == 0) return;
+  constexpr int V = 16 / int(sizeof(T));
+  if (c.inputs.size() == 2) {  // sum's f32 accumulator (input 1, the output's memory; x (rows, C >= 2), axis 0)
+    if (a.n == 0 || a.inner < 2) return;
+    float* acc = c.out(0).as<float>();
+    if (a.inner % V == 0 && aligned16(x)) reduce_cols<V, T, float>(c, x, acc, a, 1.f, true);
+    else reduce_cols<1, T, float>(c, x, acc, a, 1.f, true);
+    check_launch(name);
+    return;
+  }
+  T* y = c.out(0).as<T>();
   if (a.n == 0) {  // an empty sum: 0; an empty mean: 0 / 0, as the reference
     fill_value_kernel<T><<<grid_for(m), kThreads, 0, stream_of(c)>>>(y, m, kMean ? NAN : 0.f);
     check_launch(name);
     return;
   }
   const float scale = kMean ? float(1.0 / double(a.n)) : 1.f;
-  constexpr int V = 16 / int(sizeof(T));
   if (a.inner == 1) {
     if (a.n % V == 0 && aligned16(x)) reduce_rows<V, T>(c, x, y, a.outer, a.n, scale);
     else reduce_rows<1, T>(c, x, y, a.outer, a.n, scale);
   } else {
-    if (a.inner % V == 0 && aligned16(x)) reduce_cols<V, T>(c, x, y, a, scale);
-    else reduce_cols<1, T>(c, x, y, a, scale);
+    if (a.inner % V == 0 && aligned16(x)) reduce_cols<V, T, T>(c, x, y, a, scale, false);
+    else reduce_cols<1, T, T>(c, x, y, a, scale, false);
   }
   check_launch(name);
 }
