@@ -75,10 +75,11 @@ void backward(Graph& g, ValueId loss, const BackwardOptions& options) {
   // (a Linear's dW product, an embedding's scatter-add). Its output aliases
   // the chain, so it is the chain's end already: nothing is accumulated.
   auto accumulate_into_grad = [&](ValueId p, ValueId dv) {
-    const Value& val = g.value(p);
+    const std::string name = grad_name(g.value(p).name);  // copies: external() may grow the value table
+    const TensorMeta meta = g.meta(p);
     ValueId chain = accumulator_of(g, p);
-    if (chain == kNoValue) chain = g.external(grad_name(val.name), val.meta.shape, val.meta.dtype, ValueRole::grad);
-    g.set_grad_of(p, g.at(grad_name(val.name)));
+    if (chain == kNoValue) chain = g.external(name, meta.shape, meta.dtype, ValueRole::grad);
+    g.set_grad_of(p, g.at(name));
     if (chain != dv) chain = g.add_node1(OpKind::accumulate, {chain, dv});
     g.mark_output(chain);
   };
@@ -172,7 +173,9 @@ ValueId grad_sink(Graph& g, const Node& node, ValueId x) {
     if ((reads_x && int(i) != at) || reads_p) return kNoValue;
   }
   const ValueId head = accumulator_of(g, p);
-  return head != kNoValue ? head : g.external(grad_name(g.value(p).name), g.shape(p), DType::f32, ValueRole::grad);
+  if (head != kNoValue) return head;
+  const Shape shape = g.shape(p);  // a copy: external() grows the value table
+  return g.external(grad_name(g.value(p).name), shape, DType::f32, ValueRole::grad);
 }
 
 }  // namespace brisk::core
