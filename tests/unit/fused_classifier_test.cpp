@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 
 #include "brisk/core/autograd.h"
 #include "brisk/core/error.h"
@@ -274,18 +275,37 @@ TEST(RewritePass, PatternThatDropsAUsedValueIsAnError) {
 
 // ---- in the model ---------------------------------------------------------------------
 
-TEST(FusedClassifier, GptGradientsMatchUnfused) {
-  models::GptConfig cfg{61, 2, 24, 3, 40};
-  const int64_t B = 2, T = 17;
-  std::vector<int32_t> x(size_t(B * T)), y(x.size());
-  for (size_t i = 0; i < x.size(); ++i) x[i] = int32_t((i * 7 + 3) % 61), y[i] = int32_t((i * 11 + 5) % 61);
+namespace {
 
+// The small GPT of the model tests below, with the plain head (on the CPU
+// backend) and the fused one (on `fused_on`) from the same weights, and one
+// batch of B x T tokens.
+constexpr int64_t kHeadB = 2, kHeadT = 17;
+struct HeadPair {
+  std::unique_ptr<models::Gpt> plain, fused;
+  std::vector<int32_t> x, y;
+};
+HeadPair head_pair(models::GptConfig cfg, core::Backend& fused_on) {
+  HeadPair h;
+  h.x.resize(size_t(kHeadB * kHeadT));
+  h.y.resize(h.x.size());
+  for (size_t i = 0; i < h.x.size(); ++i) h.x[i] = int32_t((i * 7 + 3) % 61), h.y[i] = int32_t((i * 11 + 5) % 61);
   cfg.fused_classifier = false;
-  models::Gpt plain(cfg, backend());
-  plain.init_weights(5);
+  h.plain = std::make_unique<models::Gpt>(cfg, backend());
+  h.plain->init_weights(5);
   cfg.fused_classifier = true;
-  models::Gpt fused(cfg, backend());
-  fused.init_weights(5);
+  h.fused = std::make_unique<models::Gpt>(cfg, fused_on);
+  h.fused->init_weights(5);
+  return h;
+}
+
+}  // namespace
+
+TEST(FusedClassifier, GptGradientsMatchUnfused) {
+  const int64_t B = kHeadB, T = kHeadT;
+  HeadPair h = head_pair(models::GptConfig{61, 2, 24, 3, 40}, backend());
+  models::Gpt &plain = *h.plain, &fused = *h.fused;
+  const std::vector<int32_t>&x = h.x, &y = h.y;
 
   // Two micro-steps on different batches, gradients not zeroed between them:
   // the fused head sums its weight gradient into the accumulated one in
@@ -336,16 +356,10 @@ TEST(FusedClassifier, Bf16HeadFusesWhereTheBackendHasTheKernel) {
   with_kernel.kernels().add(OpKind::classifier_train, DType::bf16, core::op_def(OpKind::classifier_train).reference);
   models::GptConfig cfg{61, 2, 24, 3, 40};
   cfg.compute = DType::bf16;
-  const int64_t B = 2, T = 17;
-  std::vector<int32_t> x(size_t(B * T)), y(x.size());
-  for (size_t i = 0; i < x.size(); ++i) x[i] = int32_t((i * 7 + 3) % 61), y[i] = int32_t((i * 11 + 5) % 61);
-
-  cfg.fused_classifier = false;
-  models::Gpt plain(cfg, backend());
-  plain.init_weights(5);
-  cfg.fused_classifier = true;
-  models::Gpt fused(cfg, with_kernel);
-  fused.init_weights(5);
+  const int64_t B = kHeadB, T = kHeadT;
+  HeadPair h = head_pair(cfg, with_kernel);
+  models::Gpt &plain = *h.plain, &fused = *h.fused;
+  const std::vector<int32_t>&x = h.x, &y = h.y;
   const core::Graph& fg = fused.program(true, B, T).graph;
   ASSERT_EQ(count_ops(fg, OpKind::classifier_train), 1);
   for (const core::Node& n : fg.nodes()) {
