@@ -31,6 +31,7 @@
 // turns linear(x, w) (no bias) -> cross_entropy into classifier_train fed the
 // graph's seed input.
 #include <cmath>
+#include <optional>
 
 #include "brisk/core/autograd.h"
 #include "brisk/core/passes.h"
@@ -191,6 +192,23 @@ core::OpDef classifier_train_def() {
                      {spec({9, 7}), spec({21, 7}), ids_spec({9}, 21), no_grad(spec({}, DType::f32, 0.5, 1.5)),
                       no_grad(spec({21, 7}))},
                      CrossEntropyParams{-100}});
+    // bf16: the LM head of a mixed-precision model. The loss is f32 but its
+    // logits come from bf16 products (the GPU rounds them to bf16 too), and
+    // an f32 dw_into takes dlogits rounded to bf16: bf16's tolerance throughout.
+    auto bf16 = [&](const std::string& label, int64_t n, int64_t c, int64_t v, int ignore, std::optional<DType> into) {
+      TestCase tc{label,
+                  {spec({n, c}, DType::bf16), spec({v, c}, DType::bf16), ids_spec({n}, v),
+                   no_grad(spec({}, DType::f32, 0.5, 1.5))},
+                  CrossEntropyParams{ignore}};
+      if (into) tc.inputs.push_back(no_grad(spec({v, c}, *into)));
+      tc.forward_tolerance = 2e-2;
+      cases.push_back(std::move(tc));
+    };
+    bf16("bf16 33x16 V257", 33, 16, 257, -100, std::nullopt);
+    bf16("bf16 ignore 2, 19x9 V6", 19, 9, 6, 2, std::nullopt);
+    bf16("bf16 into bf16 dw, 9x7 V21", 9, 7, 21, -100, DType::bf16);
+    // V past one of the emulated path's 512-row blocks of w, into f32 (the GPT's head).
+    bf16("bf16 into f32 dw, 12x24 V1100", 12, 24, 1100, -100, DType::f32);
     return cases;
   };
   return d;

@@ -294,7 +294,7 @@ void check_forward(core::OpKind kind) {
         Row& row = results()[{std::string(def.name), std::string(core::dtype_name(key)), where}];
         row.cases++;
         for (size_t o = 0; o < ref.owned.size(); ++o) {
-          const double tol = forward_tolerance(ref.owned[o].dtype());
+          const double tol = tc.forward_tolerance > 0 ? tc.forward_tolerance : forward_tolerance(ref.owned[o].dtype());
           const double err = normalized_error(ref.owned[o], got.owned[o]);
           row.max_error = std::max(row.max_error, err);
           row.tolerance = std::max(row.tolerance, tol);

@@ -23,6 +23,7 @@
 #include "brisk/core/passes.h"
 #include "brisk/core/planner.h"
 #include "brisk/cpu/cpu_backend.h"
+#include "brisk/cpu/cpu_features.h"
 #include "brisk/models/gpt.h"
 #include "brisk/ops/ops.h"
 #include "test_util.h"
@@ -136,6 +137,84 @@ TEST(FusedClassifier, ChunkingDoesNotChangeTheResult) {
     EXPECT_NEAR(results[i].loss.item(0), results[0].loss.item(0), 1e-6);
     EXPECT_LE(normalized_error(results[0].dx, results[i].dx), 1e-6);
     EXPECT_LE(normalized_error(results[0].dw, results[i].dw), 1e-6);
+  }
+}
+
+namespace {
+
+using Views = std::vector<core::TensorView>;
+
+// bf16 x -> the same numbers in f32.
+Tensor widened(const Tensor& h) {
+  Tensor f = Tensor::empty(h.shape(), DType::f32);
+  for (int64_t i = 0; i < h.numel(); ++i) f.data_as<float>()[i] = core::bf16_to_f32(h.data_as<uint16_t>()[i]);
+  return f;
+}
+
+// BRISK_BF16 for one scope (cpu_features.h); back to the machine's own path after.
+struct Bf16Path {
+  explicit Bf16Path(const char* value) {
+    if (value) setenv("BRISK_BF16", value, 1);
+    cpu::reload_cpu_features();
+  }
+  ~Bf16Path() {
+    unsetenv("BRISK_BF16");
+    cpu::reload_cpu_features();
+  }
+};
+
+}  // namespace
+
+// The bf16 kernel on each path this CPU has (bf16-emulated everywhere,
+// bf16-native where there are bf16 dot products), through ragged chunks and
+// several of the emulated path's 512-row blocks of w, against the f32 kernel
+// on the same numbers widened: the same loss (both have f32 logits of exact
+// products), dx to bf16's rounding, and dw summed into a random f32 dw_into
+// (the GPT's head) or into a bf16 one.
+TEST(FusedClassifier, Bf16KernelMatchesF32AcrossChunksAndPaths) {
+  ops::register_ops();
+  const int64_t n = 23, c = 24, v = 1100;
+  const Tensor xh = Tensor::uniform({n, c}, DType::bf16, 31, -1.f, 1.f);
+  const Tensor wh = Tensor::uniform({v, c}, DType::bf16, 32, -1.f, 1.f);
+  const Tensor dw0 = Tensor::uniform({v, c}, DType::f32, 33, -1.f, 1.f);
+  const Tensor t = targets_tensor(n, v, 4, 34);
+  Tensor seed = Tensor::empty({}, DType::f32);
+  seed.data_as<float>()[0] = 0.75f;
+  const ops::CrossEntropyParams p{4};
+  const size_t tail = size_t(n) * 8;
+
+  // The f32 kernel on the widened numbers, into a copy of dw0.
+  const Tensor x = widened(xh), w = widened(wh);
+  Grads ref{Tensor::empty({}, DType::f32), Tensor::empty({n, c}, DType::f32), dw0.clone()};
+  core::run_op(backend(), OpKind::classifier_train, Views{x.as_view(), w.as_view(), t.as_view(), seed.as_view(), ref.dw.as_view()},
+               Views{ref.loss.as_view(), ref.dx.as_view(), ref.dw.as_view()}, p, nullptr, 0);
+
+  const bool native = cpu::cpu_features().bf16 == cpu::Bf16Path::native;
+  std::vector<const char*> paths = {"emulated"};
+  if (native) paths.push_back(nullptr);
+  else std::printf("[ skip ] bf16-native classifier_train not run: %s\n", cpu::cpu_features().bf16_reason.c_str());
+  for (const char* path : paths) {
+    Bf16Path scope(path);
+    // Emulated: dlogits stay f32, so dw is f32-exact; native rounds them to bf16.
+    const double dw_tol = cpu::cpu_features().bf16 == cpu::Bf16Path::native ? 2e-2 : 1e-5;
+    for (size_t ws : {size_t(v * 4) + tail, size_t(5 * v * 4) + tail, size_t(0)}) {
+      SCOPED_TRACE(std::string(path ? path : "native") + ", workspace " + std::to_string(ws));
+      std::vector<unsigned char> buf(ws);
+      // dw into the f32 dw0
+      Tensor loss = Tensor::empty({}, DType::f32), dx = Tensor::empty({n, c}, DType::bf16), dw = dw0.clone();
+      core::run_op(backend(), OpKind::classifier_train, Views{xh.as_view(), wh.as_view(), t.as_view(), seed.as_view(), dw.as_view()},
+                   Views{loss.as_view(), dx.as_view(), dw.as_view()}, p, ws ? buf.data() : nullptr, ws);
+      EXPECT_NEAR(loss.item(0), ref.loss.item(0), 1e-5 * std::abs(ref.loss.item(0)));
+      EXPECT_LE(normalized_error(ref.dx, widened(dx)), 1e-2);
+      EXPECT_LE(normalized_error(ref.dw, dw), dw_tol);
+      // dw of its own, bf16, summed over the chunks
+      Tensor dwh = Tensor::empty({v, c}, DType::bf16);
+      core::run_op(backend(), OpKind::classifier_train, Views{xh.as_view(), wh.as_view(), t.as_view(), seed.as_view()},
+                   Views{loss.as_view(), dx.as_view(), dwh.as_view()}, p, ws ? buf.data() : nullptr, ws);
+      Tensor grad_only = ref.dw.clone();
+      for (int64_t i = 0; i < v * c; ++i) grad_only.data_as<float>()[i] -= dw0.data_as<float>()[i];
+      EXPECT_LE(normalized_error(grad_only, widened(dwh)), 2e-2);
+    }
   }
 }
 
@@ -345,19 +424,17 @@ TEST(FusedClassifier, GptGradientsMatchUnfused) {
   EXPECT_GT(checked, 10);
 }
 
-// In bf16 on a backend with a bf16 classifier_train (the GPU's; here the
-// CPU given the op's reference kernel for it), the GPT's head is fused in
-// bf16 and trains like the unfused bf16 head: same loss up to the rounding
-// of the logits to bf16 (which only the unfused head does), gradients
-// pointing the same way.
+// In bf16 on a backend with a bf16 classifier_train (the CPU's, on the path
+// this machine takes; the GPU's), the GPT's head is fused in bf16 and trains
+// like the unfused bf16 head: same loss up to the rounding of the logits to
+// bf16 (which only the unfused head does), gradients pointing the same way.
 TEST(FusedClassifier, Bf16HeadFusesWhereTheBackendHasTheKernel) {
   ops::register_ops();
-  cpu::CpuBackend with_kernel(2);
-  with_kernel.kernels().add(OpKind::classifier_train, DType::bf16, core::op_def(OpKind::classifier_train).reference);
+  ASSERT_TRUE(backend().supports(OpKind::classifier_train, DType::bf16));
   models::GptConfig cfg{61, 2, 24, 3, 40};
   cfg.compute = DType::bf16;
   const int64_t B = kHeadB, T = kHeadT;
-  HeadPair h = head_pair(cfg, with_kernel);
+  HeadPair h = head_pair(cfg, backend());
   models::Gpt &plain = *h.plain, &fused = *h.fused;
   const std::vector<int32_t>&x = h.x, &y = h.y;
   const core::Graph& fg = fused.program(true, B, T).graph;
