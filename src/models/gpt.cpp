@@ -122,12 +122,14 @@ namespace {
 //   the compute dtype in the graph; the cast's backward casts the gradient
 //   back to fp32, autograd sums several uses in fp32 and accumulates into the
 //   fp32 grad, so the optimizer and checkpoints never see a 16-bit number.
-// - The residual stream, the embeddings that start it, every LayerNorm and
-//   the loss stay fp32; each branch narrows its LayerNorm output on the way
-//   into its first Linear and widens its last Linear's output on the way back
-//   to the residual add. A bf16 residual (llm.c) rounds every add to 8
-//   mantissa bits, so a block's small update loses most of its bits; an
-//   fp32 one costs two (B, T, C) casts per branch. Measured at W2 over 300
+// - The residual stream, the embeddings that start it, every LayerNorm's
+//   statistics and the loss stay fp32; each LayerNorm writes its output
+//   straight in the compute dtype for the branch's first Linear (narrow_to:
+//   the same numbers as an f32 output and a cast, without either), and each
+//   branch widens its last Linear's output on the way back to the residual
+//   add. A bf16 residual (llm.c) rounds every add to 8 mantissa bits, so a
+//   block's small update loses most of its bits; an fp32 one costs a
+//   (B, T, C) cast per branch (two before narrow_to). Measured at W2 over 300
 //   steps (brisk bench precision, and the same run with a bf16 residual):
 //   final loss 2.1943 in fp32, 2.1914 with this fp32 residual, 2.1915 with
 //   a bf16 one; step times equal within noise; arena 283 vs 264 MiB (fp32:
@@ -164,7 +166,9 @@ ValueId block(Graph& g, ValueId x, const std::string& p, int64_t C, int n_head, 
   auto param = [&](const std::string& name, Shape s) { return g.param(p + name, s); };
   auto weight = [&](const std::string& name, Shape s) { return lp.narrow(param(name, s)); };  // compute dtype
   // --- attention: x + proj(attn(ln_1(x)))
-  auto ln1 = ops::layernorm(g, x, param("ln_1.weight", {C}), param("ln_1.bias", {C}));
+  // The LayerNorms write their output in the compute dtype (narrow_to): no
+  // f32 copy and no cast before the Linear that reads it.
+  auto ln1 = ops::layernorm(g, x, param("ln_1.weight", {C}), param("ln_1.bias", {C}), 1e-5f, lp.dt);
   ValueId qkv =
       ops::linear(g, lp.narrow(ln1.y), weight("attn.c_attn.weight", {3 * C, C}), weight("attn.c_attn.bias", {3 * C}));
   ValueId att = flash ? lp.run(qkv, OpKind::flash_attention, OpKind::flash_attention_backward,
@@ -174,7 +178,7 @@ ValueId block(Graph& g, ValueId x, const std::string& p, int64_t C, int n_head, 
   att = ops::linear(g, att, weight("attn.c_proj.weight", {C, C}), weight("attn.c_proj.bias", {C}));
   x = ops::add(g, x, lp.wide(att));
   // --- MLP: x + proj(gelu(fc(ln_2(x))))
-  auto ln2 = ops::layernorm(g, x, param("ln_2.weight", {C}), param("ln_2.bias", {C}));
+  auto ln2 = ops::layernorm(g, x, param("ln_2.weight", {C}), param("ln_2.bias", {C}), 1e-5f, lp.dt);
   ValueId h =
       ops::linear(g, lp.narrow(ln2.y), weight("mlp.c_fc.weight", {4 * C, C}), weight("mlp.c_fc.bias", {4 * C}));
   h = lp.run(h, OpKind::gelu, OpKind::gelu_backward, [&](ValueId v) { return ops::gelu(g, v); });  // (B, T, 4C)
@@ -297,10 +301,10 @@ std::unique_ptr<GptProgram> Gpt::build(Mode mode, int64_t B, int64_t T) {
   // In the compute dtype, except in a fused train program on a backend with
   // no fused classifier kernel in that dtype: there it stays fp32 (the fused
   // op never makes the logits, so the memory it exists for is saved anyway).
-  auto lnf = ops::layernorm(g, x, g.param("ln_f.weight", {C}), g.param("ln_f.bias", {C}));
   const bool fused_head = mode == Mode::train && config_.fused_classifier;
   const Lowp head = fused_head && !backend_.supports(core::OpKind::classifier_train, lp.dt)
                         ? Lowp{g, backend_, DType::f32} : lp;
+  auto lnf = ops::layernorm(g, x, g.param("ln_f.weight", {C}), g.param("ln_f.bias", {C}), 1e-5f, head.dt);
   const int64_t N = B * T;
   const int64_t chunk = mode == Mode::eval && config_.fused_classifier ? eval_chunk_rows(N, V) : N;
   if (chunk < N) {

@@ -141,6 +141,7 @@ core::Pattern residual_layernorm_fusion() {
       if (k < j) return std::nullopt;
     const core::Node& ln = g.nodes()[size_t(j)];
     if (!(g.meta(ln.inputs[1]).dtype == t && g.meta(ln.inputs[2]).dtype == t)) return std::nullopt;
+    if (g.meta(ln.outputs[0]).dtype != t) return std::nullopt;  // a narrowed y: add_layernorm has none
     core::Match m;
     m.nodes = {i, j};
     m.emit = [a = sum.inputs[0], r = sum.inputs[1], w = ln.inputs[1], b = ln.inputs[2], s, outs = ln.outputs,

@@ -36,7 +36,7 @@ void detail::layernorm_rows_reference(const TensorView& x, const TensorView& w, 
 
 namespace {
 
-std::vector<TensorMeta> infer_layernorm(std::span<const TensorMeta> in, const core::OpParams&) {
+std::vector<TensorMeta> infer_layernorm(std::span<const TensorMeta> in, const core::OpParams& params) {
   constexpr std::string_view op = "layernorm";
   check_count(op, in, 3);
   check_float(op, in, {0, 1, 2});
@@ -46,8 +46,14 @@ std::vector<TensorMeta> infer_layernorm(std::span<const TensorMeta> in, const co
   check_shape(in[1].shape == c && in[2].shape == c, op, "weight and bias must be (C) with C = x's last dim", in);
   check_shape(in[1].dtype == in[0].dtype && in[2].dtype == in[0].dtype, op,
               "x, weight and bias must have the same dtype", in);
+  const DType narrow_to = std::get<LayerNormParams>(params).narrow_to;
+  check_shape(narrow_to == DType::f32 || narrow_to == in[0].dtype ||
+                  (in[0].dtype == DType::f32 && (narrow_to == DType::bf16 || narrow_to == DType::f16)),
+              op, std::string("y can be narrowed only from f32 to bf16 or f16 (narrow_to ") +
+                      std::string(core::dtype_name(narrow_to)) + ")",
+              in);
   const TensorMeta stats{Shape{x.rows()}, DType::f32};
-  return {in[0], stats, stats};
+  return {TensorMeta{x, narrow_to == DType::f32 ? in[0].dtype : narrow_to}, stats, stats};
 }
 
 void layernorm_reference(const KernelCall& c) {
@@ -73,6 +79,21 @@ std::vector<TestCase> layernorm_cases() {
   }
   cases.push_back({"wide 3x256", {spec({3, 256}, DType::f32, -3, 3), spec({256}), spec({256})},
                    LayerNormParams{1e-5f}});
+  // f32 x, y narrowed in the kernel (mixed precision): y to its dtype's
+  // rounding, the statistics to f32's. Not differentiated by finite
+  // differences (a rounded y hides them, as for a narrowing cast); the
+  // backward of a narrowed y is layernorm_backward's dy-bf16/f16 cases.
+  for (DType y : {DType::bf16, DType::f16}) {
+    const std::string tag = " y " + std::string(core::dtype_name(y));
+    cases.push_back({"2x5x33" + tag,
+                     {no_grad(spec({2, 5, 33}, DType::f32, -2, 2)), no_grad(spec({33}, DType::f32, 0.5, 1.5)),
+                      no_grad(spec({33}))},
+                     LayerNormParams{1e-5f, y}});
+    cases.push_back({"7x13" + tag,
+                     {no_grad(spec({7, 13}, DType::f32, -2, 2)), no_grad(spec({13}, DType::f32, 0.5, 1.5)),
+                      no_grad(spec({13}))},
+                     LayerNormParams{1e-5f, y}});
+  }
   cases.push_back({"1-D, eps 0.1", {spec({9}), spec({9}), spec({9})}, LayerNormParams{0.1f}});
   return cases;
 }
@@ -90,8 +111,11 @@ std::vector<TensorMeta> infer_layernorm_backward(std::span<const TensorMeta> in,
   check_shape(in[3].shape == rows && in[4].shape == rows, op, "mean and rstd must be (rows)", in);
   check_dtype(op, in[3], DType::f32, "mean");
   check_dtype(op, in[4], DType::f32, "rstd");
-  check_shape(in[0].dtype == in[1].dtype && in[2].dtype == in[1].dtype, op,
-              "dy, x and weight must have the same dtype", in);
+  // dy narrower than x: the gradient arriving at a narrowed y (see layernorm).
+  check_shape((in[0].dtype == in[1].dtype ||
+               (in[1].dtype == DType::f32 && (in[0].dtype == DType::bf16 || in[0].dtype == DType::f16))) &&
+                  in[2].dtype == in[1].dtype,
+              op, "dy must have x's dtype (or bf16/f16 under an f32 x), and weight x's", in);
   return {in[1], in[2], in[2]};
 }
 
@@ -136,6 +160,14 @@ std::vector<TestCase> layernorm_backward_cases() {
   one("64x256", {64, 256}, DType::f32);
   one("7x13 bf16", {7, 13}, DType::bf16);
   one("3x4x40 bf16", {3, 4, 40}, DType::bf16);
+  // The backward of a narrowed y: dy bf16/f16, x and the results f32.
+  for (DType t : {DType::bf16, DType::f16}) {
+    const Shape x{5, 37};
+    cases.push_back({"5x37 dy " + std::string(core::dtype_name(t)),
+                     {spec(x, t), spec(x, DType::f32, -2, 2), spec({37}, DType::f32, 0.5, 1.5),
+                      spec({5}, DType::f32, -0.5, 0.5), spec({5}, DType::f32, 0.5, 2.0)},
+                     LayerNormParams{}});
+  }
   return cases;
 }
 
@@ -160,12 +192,13 @@ core::OpDef layernorm_backward_def() {
   d.infer = infer_layernorm_backward;
   d.reference = layernorm_backward_reference;
   d.test_cases = layernorm_backward_cases;
+  d.kernel_dtype_input = 1;  // x: dy may be narrower
   return d;
 }
 
-LayerNormOut layernorm(Graph& g, ValueId x, ValueId weight, ValueId bias, float eps) {
+LayerNormOut layernorm(Graph& g, ValueId x, ValueId weight, ValueId bias, float eps, DType narrow_to) {
   register_ops();
-  const auto out = g.add_node(OpKind::layernorm, {x, weight, bias}, LayerNormParams{eps});
+  const auto out = g.add_node(OpKind::layernorm, {x, weight, bias}, LayerNormParams{eps, narrow_to});
   return {out[0], out[1], out[2]};
 }
 

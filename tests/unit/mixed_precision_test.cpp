@@ -98,16 +98,29 @@ TEST(MixedPrecision, Bf16GraphComputesInBf16WithFp32ResidualLayerNormAndLoss) {
   models::Gpt lowp(tiny(DType::bf16), backend);
   const core::Graph g = lowp.train_graph(kB, kT);
   std::map<std::string, int> by_dtype;
-  int casts = 0;
+  int casts = 0, narrowed_layernorms = 0;
   for (size_t i = 0; i < g.nodes().size(); ++i) {
     const core::Node& n = g.nodes()[i];
     const DType out = g.meta(n.outputs[0]).dtype;
     const std::string op(core::op_name(n.op));
     if (n.op == core::OpKind::cast) ++casts;
     if (i < g.backward_start()) by_dtype[op + ":" + std::string(core::dtype_name(out))]++;
-    if (n.op == core::OpKind::layernorm || n.op == core::OpKind::layernorm_backward ||
-        n.op == core::OpKind::embedding || n.op == core::OpKind::embedding_backward) {
+    if (n.op == core::OpKind::layernorm_backward || n.op == core::OpKind::embedding ||
+        n.op == core::OpKind::embedding_backward) {
       EXPECT_EQ(out, DType::f32) << op << " must stay fp32";
+    }
+    if (n.op == core::OpKind::layernorm) {
+      // Normalises the fp32 residual with fp32 statistics, and writes its
+      // output in bf16 for the Linear that reads it: no cast in between.
+      EXPECT_EQ(g.meta(n.inputs[0]).dtype, DType::f32) << "layernorm reads the fp32 residual";
+      EXPECT_EQ(g.meta(n.outputs[1]).dtype, DType::f32);
+      EXPECT_EQ(g.meta(n.outputs[2]).dtype, DType::f32);
+      EXPECT_EQ(out, DType::bf16) << "layernorm writes its output in the compute dtype";
+      ++narrowed_layernorms;
+    }
+    if (n.op == core::OpKind::cast) {
+      const int p = g.value(n.inputs[0]).producer;
+      EXPECT_FALSE(p >= 0 && g.nodes()[size_t(p)].op == core::OpKind::layernorm) << "a cast after a layernorm";
     }
     if (n.op == core::OpKind::accumulate) {
       EXPECT_EQ(out, DType::f32) << "grads must be fp32";
@@ -125,6 +138,7 @@ TEST(MixedPrecision, Bf16GraphComputesInBf16WithFp32ResidualLayerNormAndLoss) {
   EXPECT_EQ(by_dtype["add:f32"], 2 * 2 + 1);
   EXPECT_EQ(by_dtype["add:bf16"], 0);
   EXPECT_EQ(by_dtype["cross_entropy:f32"], 1);
+  EXPECT_EQ(narrowed_layernorms, 2 * 2 + 1);  // ln_1, ln_2 per layer and ln_f
   EXPECT_GT(casts, 0);
 
   // The fp32 graph is the one it always was: not a single cast.

@@ -27,6 +27,11 @@ struct MatmulParams {
 
 struct LayerNormParams {
   float eps = 1e-5f;
+  // layernorm only: f32 (the default) writes y in x's dtype; bf16 or f16
+  // writes an f32 x's normalised rows straight in that dtype (mixed
+  // precision's LayerNorm feeding a low-precision Linear: no f32 y and no
+  // cast after it). Statistics stay f32 either way.
+  DType narrow_to = DType::f32;
 };
 
 // Causal multi-head self-attention on packed qkv (B, T, 3C) -> (B, T, C),

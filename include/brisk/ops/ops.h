@@ -37,7 +37,9 @@ ValueId linear(Graph& g, ValueId x, ValueId w, ValueId bias = core::kNoValue);
 
 // ---- normalization, attention ------------------------------------------------
 struct LayerNormOut { ValueId y, mean, rstd; };
-LayerNormOut layernorm(Graph& g, ValueId x, ValueId weight, ValueId bias, float eps = 1e-5f);
+// narrow_to bf16/f16: y of an f32 x written in that dtype (LayerNormParams).
+LayerNormOut layernorm(Graph& g, ValueId x, ValueId weight, ValueId bias, float eps = 1e-5f,
+                       core::DType narrow_to = core::DType::f32);
 ValueId softmax(Graph& g, ValueId x);
 // qkv (B, T, 3C) -> (B, T, C); causal.
 ValueId attention(Graph& g, ValueId qkv, int n_head);

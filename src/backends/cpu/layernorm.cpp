@@ -1,4 +1,5 @@
-// CPU kernels for layernorm and layernorm_backward, f32 and bf16.
+// CPU kernels for layernorm and layernorm_backward, f32 and bf16; under an f32
+// x, y (and so dy) may be bf16 or f16 (mixed precision's narrowed LayerNorm).
 //
 // Rows are independent, so both ops split rows across threads; a row
 // (C <= a few thousand floats) stays in L1 while it is read two or three
@@ -23,12 +24,13 @@ namespace {
 using core::KernelCall;
 
 
-template <class T>
+// Y: y's storage, T's or (under an f32 x) a narrower one (LayerNormParams::narrow_to).
+template <class T, class Y = T>
 void layernorm_kernel(const KernelCall& c) {
   const T* x = c.in(0).as<const T>();
   const T* w = c.in(1).as<const T>();
   const T* b = c.in(2).as<const T>();
-  T* y = c.out(0).as<T>();
+  Y* y = c.out(0).as<Y>();
   float* mean_out = c.out(1).as<float>();
   float* rstd_out = c.out(2).as<float>();
   const int64_t C = c.in(0).shape().last(), rows = c.in(0).shape().rows();
@@ -37,7 +39,7 @@ void layernorm_kernel(const KernelCall& c) {
   parallel_for(rows, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(C, 1)), [&](int64_t lo, int64_t hi) {
     for (int64_t r = lo; r < hi; ++r) {
       const T* xr = x + r * C;
-      T* yr = y + r * C;
+      Y* yr = y + r * C;
       float s = 0.f;
 #pragma omp simd reduction(+ : s)
       for (int64_t i = 0; i < C; ++i) s += widen(xr[i]);
@@ -49,9 +51,10 @@ void layernorm_kernel(const KernelCall& c) {
 }
 
 // dx = rstd * (g*w - mean(g*w) - xhat * mean(g*w*xhat)), xhat = (x - mean) * rstd.
-template <class T>
+// G: dy's storage, T's or (the gradient of a narrowed y) a narrower one.
+template <class T, class G = T>
 void layernorm_backward_kernel(const KernelCall& c) {
-  const T* dy = c.in(0).as<const T>();
+  const G* dy = c.in(0).as<const G>();
   const T* x = c.in(1).as<const T>();
   const T* w = c.in(2).as<const T>();
   const float* mean = c.in(3).as<const float>();
@@ -64,7 +67,7 @@ void layernorm_backward_kernel(const KernelCall& c) {
 
   parallel_for(rows, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(C, 1)), [&](int64_t lo, int64_t hi) {
     for (int64_t r = lo; r < hi; ++r) {
-      const T* gr = dy + r * C;
+      const G* gr = dy + r * C;
       const T* xr = x + r * C;
       T* dxr = dx + r * C;
       const float mu = mean[r], rs = rstd[r];
@@ -96,7 +99,7 @@ void layernorm_backward_kernel(const KernelCall& c) {
       std::fill(aw, aw + n, 0.f);
       std::fill(ab, ab + n, 0.f);
       for (int64_t r = 0; r < rows; ++r) {
-        const T* gr = dy + r * C + c0;
+        const G* gr = dy + r * C + c0;
         const T* xr = x + r * C + c0;
         const float mu = mean[r], rs = rstd[r];
 #pragma omp simd
@@ -114,14 +117,31 @@ void layernorm_backward_kernel(const KernelCall& c) {
   });
 }
 
+// f32 x: y (forward) or dy (backward) in f32, bf16 or f16.
+void layernorm_f32(const KernelCall& c) {
+  switch (c.out(0).dtype()) {
+    case core::DType::bf16: return layernorm_kernel<float, uint16_t>(c);
+    case core::DType::f16: return layernorm_kernel<float, core::f16>(c);
+    default: return layernorm_kernel<float>(c);
+  }
+}
+
+void layernorm_backward_f32(const KernelCall& c) {
+  switch (c.in(0).dtype()) {
+    case core::DType::bf16: return layernorm_backward_kernel<float, uint16_t>(c);
+    case core::DType::f16: return layernorm_backward_kernel<float, core::f16>(c);
+    default: return layernorm_backward_kernel<float>(c);
+  }
+}
+
 }  // namespace
 
 void register_layernorm_kernels(core::KernelRegistry& r) {
   using core::DType;
   using core::OpKind;
-  r.add(OpKind::layernorm, DType::f32, layernorm_kernel<float>);
+  r.add(OpKind::layernorm, DType::f32, layernorm_f32);
   r.add(OpKind::layernorm, DType::bf16, layernorm_kernel<uint16_t>);
-  r.add(OpKind::layernorm_backward, DType::f32, layernorm_backward_kernel<float>);
+  r.add(OpKind::layernorm_backward, DType::f32, layernorm_backward_f32);
   r.add(OpKind::layernorm_backward, DType::bf16, layernorm_backward_kernel<uint16_t>);
 }
 

@@ -1,6 +1,8 @@
 // LayerNorm on CUDA: layernorm, add_layernorm (s = a + r, then the LayerNorm
 // of s as stored, i.e. rounded to its dtype) and layernorm_backward, in f32
 // and bf16, computing what src/ops/layernorm.cpp and add_layernorm.cpp define.
+// Under an f32 x, layernorm's y and layernorm_backward's dy may be bf16 or
+// f16 (mixed precision's narrowed LayerNorm output).
 //
 // Rows of a transformer are short (C = 768 for GPT-2), so one warp owns a
 // row and keeps it in registers as 16-byte packs: the row is read from memory
@@ -42,6 +44,14 @@ struct alignas(16) Pack {
   T e[n];
 };
 
+// The same N elements in another storage type Y: y of a LayerNorm whose f32
+// row is written narrowed (LayerNormParams::narrow_to), or its gradient dy.
+// For Y = T it is Pack<T>'s 16 bytes; 8 for an f32 pack's bf16/f16 copy.
+template <class Y, int N>
+struct alignas(sizeof(Y) * N) Lanes {
+  Y e[N];
+};
+
 
 // Packs per lane for the register path (rounded up to an instantiated
 // count), or 0 when the row needs the fallback. The backward holds two f32
@@ -63,10 +73,10 @@ int packs_per_lane(int64_t C, bool backward) {
 
 // One warp per row, the row in registers. kAdd: x is a, `res` is r (row
 // index modulo res_rows), s = narrow(a + r) is stored and normalised.
-template <class T, int NV, bool kAdd>
+template <class T, class Y, int NV, bool kAdd>
 __global__ void __launch_bounds__(kThreads)
     layernorm_warp_kernel(const T* __restrict__ x, const T* __restrict__ res, int64_t res_rows,
-                          const T* __restrict__ w, const T* __restrict__ b, T* __restrict__ s, T* __restrict__ y,
+                          const T* __restrict__ w, const T* __restrict__ b, T* __restrict__ s, Y* __restrict__ y,
                           float* __restrict__ mean_out, float* __restrict__ rstd_out, int64_t rows, int C,
                           float eps) {
   constexpr int P = Pack<T>::n;
@@ -112,16 +122,16 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
   const float rstd = 1.f / sqrtf(warp_sum(var) * inv_c + eps);
-  Pack<T>* yr = reinterpret_cast<Pack<T>*>(y + row * C);
+  Lanes<Y, P>* yr = reinterpret_cast<Lanes<Y, P>*>(y + row * C);
 #pragma unroll
   for (int k = 0; k < NV; ++k) {
     const int j = lane + 32 * k;
     if (j < nvec) {
       const Pack<T> pw = reinterpret_cast<const Pack<T>*>(w)[j];
       const Pack<T> pb = reinterpret_cast<const Pack<T>*>(b)[j];
-      Pack<T> out;
+      Lanes<Y, P> out;
 #pragma unroll
-      for (int e = 0; e < P; ++e) out.e[e] = narrow<T>((v[k][e] - mean) * rstd * widen(pw.e[e]) + widen(pb.e[e]));
+      for (int e = 0; e < P; ++e) out.e[e] = narrow<Y>((v[k][e] - mean) * rstd * widen(pw.e[e]) + widen(pb.e[e]));
       yr[j] = out;
     }
   }
@@ -134,10 +144,10 @@ __global__ void __launch_bounds__(kThreads)
 // One block per row, any C and alignment: three passes over the row (the
 // later two from cache). With kAdd each thread re-reads only the elements of
 // s it wrote itself, so no barrier is needed between writing and reading s.
-template <class T, bool kAdd>
+template <class T, class Y, bool kAdd>
 __global__ void __launch_bounds__(kBlockThreads)
     layernorm_block_kernel(const T* __restrict__ x, const T* __restrict__ res, int64_t res_rows,
-                           const T* __restrict__ w, const T* __restrict__ b, T* s, T* __restrict__ y,
+                           const T* __restrict__ w, const T* __restrict__ b, T* s, Y* __restrict__ y,
                            float* __restrict__ mean_out, float* __restrict__ rstd_out, int64_t C, float eps) {
   __shared__ float scratch[32];
   const int64_t row = blockIdx.x;
@@ -164,17 +174,17 @@ __global__ void __launch_bounds__(kBlockThreads)
     var += d * d;
   }
   const float rstd = 1.f / sqrtf(block_sum(var, scratch) * inv_c + eps);
-  T* yr = y + row * C;
+  Y* yr = y + row * C;
   for (int64_t i = threadIdx.x; i < C; i += blockDim.x)
-    yr[i] = narrow<T>((widen(src[i]) - mean) * rstd * widen(w[i]) + widen(b[i]));
+    yr[i] = narrow<Y>((widen(src[i]) - mean) * rstd * widen(w[i]) + widen(b[i]));
   if (threadIdx.x == 0) {
     mean_out[row] = mean;
     rstd_out[row] = rstd;
   }
 }
 
-template <class T, bool kAdd>
-void launch_forward(const T* x, const T* res, int64_t res_rows, const T* w, const T* b, T* s, T* y, float* mean,
+template <class T, class Y, bool kAdd>
+void launch_forward(const T* x, const T* res, int64_t res_rows, const T* w, const T* b, T* s, Y* y, float* mean,
                     float* rstd, int64_t rows, int64_t C, float eps, cudaStream_t st, const char* what) {
   if (rows <= 0) return;
   if (rows > INT_MAX) throw core::ShapeError(std::string(what) + ": too many rows for one launch");
@@ -185,7 +195,7 @@ void launch_forward(const T* x, const T* res, int64_t res_rows, const T* w, cons
   const int c32 = int(nv ? C : 0);
 #define BRISK_LN_FWD(NV)                                                                                  \
   case NV:                                                                                                \
-    layernorm_warp_kernel<T, NV, kAdd><<<blocks, kThreads, 0, st>>>(x, res, res_rows, w, b, s, y, mean, rstd, \
+    layernorm_warp_kernel<T, Y, NV, kAdd><<<blocks, kThreads, 0, st>>>(x, res, res_rows, w, b, s, y, mean, rstd, \
                                                                     rows, c32, eps);                      \
     break;
   switch (nv) {
@@ -196,8 +206,8 @@ void launch_forward(const T* x, const T* res, int64_t res_rows, const T* w, cons
     BRISK_LN_FWD(6)
     BRISK_LN_FWD(8)
     default:
-      layernorm_block_kernel<T, kAdd><<<unsigned(rows), kBlockThreads, 0, st>>>(x, res, res_rows, w, b, s, y, mean,
-                                                                                rstd, C, eps);
+      layernorm_block_kernel<T, Y, kAdd><<<unsigned(rows), kBlockThreads, 0, st>>>(x, res, res_rows, w, b, s, y,
+                                                                                   mean, rstd, C, eps);
   }
 #undef BRISK_LN_FWD
   check_launch(what);
@@ -209,15 +219,26 @@ void check_affine_shape(const char* op, const KernelCall& c, int64_t C, int w_in
     throw core::ShapeError(std::string(op) + ": weight and bias must be (C) with C = the input's last dim");
 }
 
-template <DType D>
+// Y: y's storage, x's or (under an f32 x) a narrower one (LayerNormParams::narrow_to).
+template <DType D, DType DY = D>
 void layernorm_kernel(const KernelCall& c) {
   using T = device_t<D>;
+  using Y = device_t<DY>;
   const core::TensorView& x = c.in(0);
   const int64_t C = x.shape().last(), rows = x.shape().rows();
   check_affine_shape("layernorm", c, C, 1);
-  launch_forward<T, false>(x.as<const T>(), nullptr, 1, c.in(1).as<const T>(), c.in(2).as<const T>(), nullptr,
-                           c.out(0).as<T>(), c.out(1).as<float>(), c.out(2).as<float>(), rows, C,
-                           c.p<core::LayerNormParams>().eps, stream_of(c), D == DType::f32 ? "layernorm(f32)" : "layernorm(bf16)");
+  launch_forward<T, Y, false>(x.as<const T>(), nullptr, 1, c.in(1).as<const T>(), c.in(2).as<const T>(), nullptr,
+                              c.out(0).as<Y>(), c.out(1).as<float>(), c.out(2).as<float>(), rows, C,
+                              c.p<core::LayerNormParams>().eps, stream_of(c),
+                              D == DType::f32 ? "layernorm(f32)" : "layernorm(bf16)");
+}
+
+void layernorm_f32(const KernelCall& c) {
+  switch (c.out(0).dtype()) {
+    case DType::bf16: return layernorm_kernel<DType::f32, DType::bf16>(c);
+    case DType::f16: return layernorm_kernel<DType::f32, DType::f16>(c);
+    default: return layernorm_kernel<DType::f32>(c);
+  }
 }
 
 template <DType D>
@@ -229,7 +250,7 @@ void add_layernorm_kernel(const KernelCall& c) {
   const int64_t r_rows = C > 0 ? c.in(1).numel() / C : 1;
   if (C > 0 && (r_rows < 1 || c.in(1).numel() % C != 0))
     throw core::ShapeError("add_layernorm: r must have a's shape or its trailing dims");
-  launch_forward<T, true>(a.as<const T>(), c.in(1).as<const T>(), r_rows, c.in(2).as<const T>(),
+  launch_forward<T, T, true>(a.as<const T>(), c.in(1).as<const T>(), r_rows, c.in(2).as<const T>(),
                           c.in(3).as<const T>(), c.out(0).as<T>(), c.out(1).as<T>(), c.out(2).as<float>(),
                           c.out(3).as<float>(), rows, C, c.p<core::LayerNormParams>().eps, stream_of(c),
                           D == DType::f32 ? "add_layernorm(f32)" : "add_layernorm(bf16)");
@@ -241,9 +262,9 @@ void add_layernorm_kernel(const KernelCall& c) {
 
 // One warp per row (rows strided over the grid), dy and x held as packs.
 // Each block writes its dweight/dbias partial to part[block] = (dw[C], db[C]).
-template <class T, int NV>
+template <class T, class G, int NV>
 __global__ void __launch_bounds__(kThreads)
-    layernorm_backward_warp_kernel(const T* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ w,
+    layernorm_backward_warp_kernel(const G* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ w,
                                    const float* __restrict__ mean, const float* __restrict__ rstd,
                                    T* __restrict__ dx, float* __restrict__ part, int64_t rows, int C) {
   extern __shared__ float sacc[];  // 2 * C floats
@@ -262,9 +283,10 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t stride = int64_t(gridDim.x) * kWarps;
   for (int64_t row = int64_t(blockIdx.x) * kWarps + warp; row < rows; row += stride) {
     const float mu = mean[row], rs = rstd[row];
-    const Pack<T>* gr = reinterpret_cast<const Pack<T>*>(dy + row * C);
+    const Lanes<G, P>* gr = reinterpret_cast<const Lanes<G, P>*>(dy + row * C);
     const Pack<T>* xr = reinterpret_cast<const Pack<T>*>(x + row * C);
-    Pack<T> g[NV], xv[NV];
+    Lanes<G, P> g[NV];
+    Pack<T> xv[NV];
     float s1 = 0.f, s2 = 0.f;
 #pragma unroll
     for (int k = 0; k < NV; ++k) {
@@ -327,15 +349,15 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // dx of one row per block, any C and alignment.
-template <class T>
+template <class T, class G>
 __global__ void __launch_bounds__(kBlockThreads)
-    layernorm_backward_block_kernel(const T* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ w,
+    layernorm_backward_block_kernel(const G* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ w,
                                     const float* __restrict__ mean, const float* __restrict__ rstd,
                                     T* __restrict__ dx, int64_t C) {
   __shared__ float scratch[32];
   const int64_t row = blockIdx.x;
   const float inv_c = 1.f / float(C);
-  const T* gr = dy + row * C;
+  const G* gr = dy + row * C;
   const T* xr = x + row * C;
   const float mu = mean[row], rs = rstd[row];
   float s1 = 0.f, s2 = 0.f;
@@ -355,9 +377,9 @@ __global__ void __launch_bounds__(kBlockThreads)
 
 // dweight/dbias partials for the fallback: thread = column, blockIdx.y = a
 // run of rows walked in order; part[blockIdx.y] = (dw[C], db[C]).
-template <class T>
+template <class T, class G>
 __global__ void __launch_bounds__(kBlockThreads)
-    layernorm_backward_columns_kernel(const T* __restrict__ dy, const T* __restrict__ x,
+    layernorm_backward_columns_kernel(const G* __restrict__ dy, const T* __restrict__ x,
                                       const float* __restrict__ mean, const float* __restrict__ rstd,
                                       float* __restrict__ part, int64_t rows, int64_t C, int64_t rows_per_part) {
   const int64_t col = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -405,11 +427,13 @@ __global__ void __launch_bounds__(256)
   }
 }
 
-template <DType D>
+// G: dy's storage, x's or (the gradient of a narrowed y) a narrower one.
+template <DType D, DType DG = D>
 void layernorm_backward_kernel(const KernelCall& c) {
   using T = device_t<D>;
+  using G = device_t<DG>;
   const char* what = D == DType::f32 ? "layernorm_backward(f32)" : "layernorm_backward(bf16)";
-  const T* dy = c.in(0).as<const T>();
+  const G* dy = c.in(0).as<const G>();
   const T* x = c.in(1).as<const T>();
   const T* w = c.in(2).as<const T>();
   const float* mean = c.in(3).as<const float>();
@@ -442,7 +466,7 @@ void layernorm_backward_kernel(const KernelCall& c) {
 #define BRISK_LN_BWD(NV)                                                                              \
   case NV:                                                                                            \
     if constexpr (NV * Pack<T>::n <= 32)                                                              \
-      layernorm_backward_warp_kernel<T, NV><<<unsigned(nparts), kThreads, smem, st>>>(dy, x, w, mean, \
+      layernorm_backward_warp_kernel<T, G, NV><<<unsigned(nparts), kThreads, smem, st>>>(dy, x, w, mean, \
                                                                                       rstd, dx, part, \
                                                                                       rows, c32);     \
     break;
@@ -458,14 +482,14 @@ void layernorm_backward_kernel(const KernelCall& c) {
 #undef BRISK_LN_BWD
       check_launch(what);
     } else {
-      layernorm_backward_block_kernel<T><<<unsigned(rows), kBlockThreads, 0, st>>>(dy, x, w, mean, rstd, dx, C);
+      layernorm_backward_block_kernel<T, G><<<unsigned(rows), kBlockThreads, 0, st>>>(dy, x, w, mean, rstd, dx, C);
       check_launch(what);
       const int64_t want = std::min<int64_t>({rows, kMaxBackwardBlocks, part_rows_fit});
       const int64_t rows_per_part = (rows + want - 1) / want;
       nparts = int((rows + rows_per_part - 1) / rows_per_part);
       const dim3 grid(unsigned((C + kBlockThreads - 1) / kBlockThreads), unsigned(nparts));
-      layernorm_backward_columns_kernel<T><<<grid, kBlockThreads, 0, st>>>(dy, x, mean, rstd, part, rows, C,
-                                                                           rows_per_part);
+      layernorm_backward_columns_kernel<T, G><<<grid, kBlockThreads, 0, st>>>(dy, x, mean, rstd, part, rows, C,
+                                                                              rows_per_part);
       check_launch(what);
     }
   }
@@ -474,12 +498,20 @@ void layernorm_backward_kernel(const KernelCall& c) {
   check_launch(what);
 }
 
+void layernorm_backward_f32(const KernelCall& c) {
+  switch (c.in(0).dtype()) {
+    case DType::bf16: return layernorm_backward_kernel<DType::f32, DType::bf16>(c);
+    case DType::f16: return layernorm_backward_kernel<DType::f32, DType::f16>(c);
+    default: return layernorm_backward_kernel<DType::f32>(c);
+  }
+}
+
 }  // namespace
 
 void register_layernorm_kernels(core::KernelRegistry& r) {
-  r.add(OpKind::layernorm, DType::f32, layernorm_kernel<DType::f32>);
+  r.add(OpKind::layernorm, DType::f32, layernorm_f32);
   r.add(OpKind::layernorm, DType::bf16, layernorm_kernel<DType::bf16>);
-  r.add(OpKind::layernorm_backward, DType::f32, layernorm_backward_kernel<DType::f32>);
+  r.add(OpKind::layernorm_backward, DType::f32, layernorm_backward_f32);
   r.add(OpKind::layernorm_backward, DType::bf16, layernorm_backward_kernel<DType::bf16>);
   r.add(OpKind::add_layernorm, DType::f32, add_layernorm_kernel<DType::f32>);
   r.add(OpKind::add_layernorm, DType::bf16, add_layernorm_kernel<DType::bf16>);
