@@ -125,11 +125,13 @@ namespace {
 // - The residual stream, the embeddings that start it, every LayerNorm's
 //   statistics and the loss stay fp32; each LayerNorm writes its output
 //   straight in the compute dtype for the branch's first Linear (narrow_to:
-//   the same numbers as an f32 output and a cast, without either), and each
-//   branch widens its last Linear's output on the way back to the residual
-//   add. A bf16 residual (llm.c) rounds every add to 8 mantissa bits, so a
-//   block's small update loses most of its bits; an fp32 one costs a
-//   (B, T, C) cast per branch (two before narrow_to). Measured at W2 over 300
+//   the same numbers as an f32 output and a cast, without either), and the
+//   residual add takes the branch's compute-dtype output as it is (add's
+//   mixed form widens it per element). A bf16 residual (llm.c) rounds every
+//   add to 8 mantissa bits, so a block's small update loses most of its
+//   bits; an fp32 one costs one (B, T, C) cast per branch, in the backward
+//   (the branch's gradient narrowed; four casts before narrow_to and the
+//   mixed add). Measured at W2 over 300
 //   steps (brisk bench precision, and the same run with a bf16 residual):
 //   final loss 2.1943 in fp32, 2.1914 with this fp32 residual, 2.1915 with
 //   a bf16 one; step times equal within noise; arena 283 vs 264 MiB (fp32:
@@ -176,14 +178,14 @@ ValueId block(Graph& g, ValueId x, const std::string& p, int64_t C, int n_head, 
                       : lp.run(qkv, OpKind::attention, OpKind::attention_backward,
                                [&](ValueId v) { return ops::attention(g, v, n_head); });  // (B, T, C)
   att = ops::linear(g, att, weight("attn.c_proj.weight", {C, C}), weight("attn.c_proj.bias", {C}));
-  x = ops::add(g, x, lp.wide(att));
+  x = ops::add(g, x, att);  // the f32 residual plus the compute-dtype branch, no cast
   // --- MLP: x + proj(gelu(fc(ln_2(x))))
   auto ln2 = ops::layernorm(g, x, param("ln_2.weight", {C}), param("ln_2.bias", {C}), 1e-5f, lp.dt);
   ValueId h =
       ops::linear(g, lp.narrow(ln2.y), weight("mlp.c_fc.weight", {4 * C, C}), weight("mlp.c_fc.bias", {4 * C}));
   h = lp.run(h, OpKind::gelu, OpKind::gelu_backward, [&](ValueId v) { return ops::gelu(g, v); });  // (B, T, 4C)
   h = ops::linear(g, h, weight("mlp.c_proj.weight", {C, 4 * C}), weight("mlp.c_proj.bias", {C}));
-  return ops::add(g, x, lp.wide(h));
+  return ops::add(g, x, h);
 }
 
 // The fusion passes on a program's forward graph, all in one rewrite (they

@@ -126,6 +126,7 @@ core::Pattern residual_layernorm_fusion() {
     const ValueId s = sum.outputs[0];
     const DType t = g.meta(s).dtype;
     if (t != DType::f32 && t != DType::bf16) return std::nullopt;  // the CPU kernels' dtypes, as layernorm's
+    if (g.meta(sum.inputs[1]).dtype != t) return std::nullopt;      // a mixed add: add_layernorm has none
     // The first LayerNorm normalizing s. The fused op is emitted where that
     // LayerNorm stood, so s must have no reader before it.
     int j = -1;

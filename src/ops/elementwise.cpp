@@ -16,12 +16,19 @@ bool trailing_match(const Shape& a, const Shape& b) {
   return true;
 }
 
-std::vector<TensorMeta> infer_binary(std::string_view op, std::span<const TensorMeta> in) {
+// `mixed`: add's second operand may be bf16/f16 under an f32 first (mixed
+// precision's low-precision branch added to the f32 residual: no widening
+// cast first); the result has the first's dtype.
+std::vector<TensorMeta> infer_binary(std::string_view op, std::span<const TensorMeta> in, bool mixed = false) {
   check_count(op, in, 2);
   check_float(op, in, {0, 1});
   check_shape(trailing_match(in[0].shape, in[1].shape), op,
               "second operand must have the first's shape or its trailing dims", in);
-  check_shape(in[0].dtype == in[1].dtype, op, "operands must have the same dtype", in);
+  const bool narrower_b = mixed && in[0].dtype == DType::f32 && (in[1].dtype == DType::bf16 || in[1].dtype == DType::f16);
+  check_shape(in[0].dtype == in[1].dtype || narrower_b, op,
+              mixed ? "operands must have the same dtype, or an f32 first and a bf16/f16 second"
+                    : "operands must have the same dtype",
+              in);
   return {in[0]};
 }
 
@@ -46,6 +53,17 @@ std::vector<TestCase> binary_cases() {
   return cases;
 }
 
+// add also takes a bf16/f16 second operand under an f32 first.
+std::vector<TestCase> add_cases() {
+  std::vector<TestCase> cases = binary_cases();
+  for (DType t : {DType::bf16, DType::f16}) {
+    const std::string tag = std::string(" + ") + std::string(core::dtype_name(t));
+    cases.push_back({"f32" + tag, {spec({7, 13}), spec({7, 13}, t)}, NoParams{}});
+    cases.push_back({"f32 bias" + tag, {spec({2, 5, 33}), spec({33}, t)}, NoParams{}});
+  }
+  return cases;
+}
+
 }  // namespace
 
 core::ValueId detail::reduce_to(Graph& g, core::ValueId grad, const Shape& target) {
@@ -62,12 +80,15 @@ core::OpDef add_def() {
   OpDef d;
   d.kind = OpKind::add;
   d.name = "add";
-  d.infer = [](std::span<const TensorMeta> in, const core::OpParams&) { return infer_binary("add", in); };
+  d.infer = [](std::span<const TensorMeta> in, const core::OpParams&) { return infer_binary("add", in, true); };
   d.backward = [](Graph& g, const core::Node& n, std::span<const ValueId> dy) -> std::vector<ValueId> {
-    return {dy[0], reduce_to(g, dy[0], g.shape(n.inputs[1]))};
+    ValueId db = reduce_to(g, dy[0], g.shape(n.inputs[1]));
+    const DType tb = g.meta(n.inputs[1]).dtype;
+    if (g.meta(db).dtype != tb) db = cast(g, db, tb);  // a narrower b gets its gradient in its own dtype
+    return {dy[0], db};
   };
   d.reference = binary_reference<false>;
-  d.test_cases = binary_cases;
+  d.test_cases = add_cases;
   return d;
 }
 

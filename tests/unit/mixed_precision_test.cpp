@@ -122,6 +122,13 @@ TEST(MixedPrecision, Bf16GraphComputesInBf16WithFp32ResidualLayerNormAndLoss) {
       const int p = g.value(n.inputs[0]).producer;
       EXPECT_FALSE(p >= 0 && g.nodes()[size_t(p)].op == core::OpKind::layernorm) << "a cast after a layernorm";
     }
+    if (n.op == core::OpKind::add && i < g.backward_start()) {
+      // The residual adds take the bf16 branch as it is (add's mixed form).
+      for (const core::ValueId in : n.inputs) {
+        const int p = g.value(in).producer;
+        EXPECT_FALSE(p >= 0 && g.nodes()[size_t(p)].op == core::OpKind::cast) << "a widening cast before an add";
+      }
+    }
     if (n.op == core::OpKind::accumulate) {
       EXPECT_EQ(out, DType::f32) << "grads must be fp32";
     }

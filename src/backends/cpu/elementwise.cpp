@@ -1,6 +1,7 @@
 // CPU kernels for add, mul, scale: one vectorised pass, threads for large
 // tensors. The broadcast operand (a's trailing dims) repeats every nb elements.
-// bf16 widens tiles to f32, computes and rounds once, as PyTorch does.
+// bf16 widens tiles to f32, computes and rounds once, as PyTorch does. add's
+// second operand may be bf16/f16 under an f32 first (mixed precision).
 #include <algorithm>
 
 #include "brisk/core/op.h"
@@ -12,16 +13,17 @@ namespace {
 
 using core::KernelCall;
 
-template <bool kMul>
+// TB: b's storage, f32 or (add under an f32 a) bf16/f16, widened per element.
+template <bool kMul, class TB = float>
 void binary_f32(const KernelCall& c) {
   const float* a = c.in(0).as<float>();
-  const float* b = c.in(1).as<float>();
+  const TB* b = c.in(1).as<TB>();
   float* y = c.out(0).as<float>();
   const int64_t n = c.in(0).numel(), nb = c.in(1).numel();
   if (nb == n) {
     parallel_for(n, kParallelGrain, [&](int64_t lo, int64_t hi) {
 #pragma omp simd
-      for (int64_t i = lo; i < hi; ++i) y[i] = kMul ? a[i] * b[i] : a[i] + b[i];
+      for (int64_t i = lo; i < hi; ++i) y[i] = kMul ? a[i] * widen(b[i]) : a[i] + widen(b[i]);
     });
     return;
   }
@@ -31,9 +33,18 @@ void binary_f32(const KernelCall& c) {
       const float* ar = a + r * nb;
       float* yr = y + r * nb;
 #pragma omp simd
-      for (int64_t i = 0; i < nb; ++i) yr[i] = kMul ? ar[i] * b[i] : ar[i] + b[i];
+      for (int64_t i = 0; i < nb; ++i) yr[i] = kMul ? ar[i] * widen(b[i]) : ar[i] + widen(b[i]);
     }
   });
+}
+
+// add with an f32 a: b in f32, or the low-precision branch of mixed precision.
+void add_f32(const KernelCall& c) {
+  switch (c.in(1).dtype()) {
+    case core::DType::bf16: return binary_f32<false, uint16_t>(c);
+    case core::DType::f16: return binary_f32<false, core::f16>(c);
+    default: return binary_f32<false>(c);
+  }
 }
 
 void scale_f32(const KernelCall& c) {
@@ -99,7 +110,7 @@ void scale_bf16(const KernelCall& c) {
 }  // namespace
 
 void register_elementwise_kernels(core::KernelRegistry& r) {
-  r.add(core::OpKind::add, core::DType::f32, binary_f32<false>);
+  r.add(core::OpKind::add, core::DType::f32, add_f32);
   r.add(core::OpKind::mul, core::DType::f32, binary_f32<true>);
   r.add(core::OpKind::scale, core::DType::f32, scale_f32);
   r.add(core::OpKind::add, core::DType::bf16, binary_bf16<false>);

@@ -39,9 +39,12 @@ struct MulOp {
 // aligned pointers and nb == 1, nb == n or nb % N == 0, so a pack of a lines
 // up with one pack of b (or one repeated scalar). y may be a (in place): each
 // element is read before the same thread writes it.
-template <int N, class T, class Op>
-__global__ void binary_kernel(const T* a, const T* b, T* y, int64_t n, int64_t nb, Op op) {
+// TB: b's storage, T's or (add under an f32 a) bf16/f16: its pack is N of
+// them, 8 bytes for an f32 pack's bf16 partner.
+template <int N, class T, class Op, class TB = T>
+__global__ void binary_kernel(const T* a, const TB* b, T* y, int64_t n, int64_t nb, Op op) {
   using P = Pack<T, N>;
+  using PB = Pack<TB, N>;
   const int64_t np = n / N;
   const int64_t nbp = nb >= N ? nb / N : 1;  // packs per period of b
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
@@ -50,13 +53,13 @@ __global__ void binary_kernel(const T* a, const T* b, T* y, int64_t n, int64_t n
   const int64_t step = stride % nbp;
   for (int64_t i = first; i < np; i += stride) {
     const P pa = reinterpret_cast<const P*>(a)[i];
-    P pb;
+    PB pb;
     if (nb == 1) {
-      const T s = b[0];
+      const TB s = b[0];
 #pragma unroll
       for (int j = 0; j < N; ++j) pb.v[j] = s;
     } else {
-      pb = reinterpret_cast<const P*>(b)[col];
+      pb = reinterpret_cast<const PB*>(b)[col];
     }
     P py;
 #pragma unroll
@@ -85,15 +88,15 @@ __global__ void scale_kernel(const T* a, T* y, float s, int64_t n) {
   for (int64_t i = np * N + first; i < n; i += stride) y[i] = narrow<T>(widen(a[i]) * s);
 }
 
-template <class T, class Op>
-void launch_binary(const T* a, const T* b, T* y, int64_t n, int64_t nb, cudaStream_t s) {
+template <class T, class Op, class TB = T>
+void launch_binary(const T* a, const TB* b, T* y, int64_t n, int64_t nb, cudaStream_t s) {
   if (n <= 0) return;
   constexpr int N = 16 / int(sizeof(T));
   const bool vec = aligned16(a) && aligned16(y) && (nb == 1 || (aligned16(b) && (nb == n || nb % N == 0)));
   if (vec)
-    binary_kernel<N, T, Op><<<grid_for((n + N - 1) / N, kThreads), kThreads, 0, s>>>(a, b, y, n, nb, Op{});
+    binary_kernel<N, T, Op, TB><<<grid_for((n + N - 1) / N, kThreads), kThreads, 0, s>>>(a, b, y, n, nb, Op{});
   else
-    binary_kernel<1, T, Op><<<grid_for(n, kThreads), kThreads, 0, s>>>(a, b, y, n, nb, Op{});
+    binary_kernel<1, T, Op, TB><<<grid_for(n, kThreads), kThreads, 0, s>>>(a, b, y, n, nb, Op{});
 }
 
 template <class T>
@@ -113,7 +116,7 @@ bf16_t* as_bf16(uint16_t* p) { return reinterpret_cast<bf16_t*>(p); }
 // again here because a kernel may be run directly, without the graph's infer.
 void check_binary(const KernelCall& c, const char* op) {
   const core::Shape &a = c.in(0).shape(), &b = c.in(1).shape();
-  bool ok = b.rank() <= a.rank() && c.in(0).dtype() == c.in(1).dtype() && c.out(0).numel() == c.in(0).numel();
+  bool ok = b.rank() <= a.rank() && c.out(0).numel() == c.in(0).numel();
   for (int i = 1; ok && i <= b.rank(); ++i) ok = a[a.rank() - i] == b[b.rank() - i];
   if (!ok)
     throw core::ShapeError(std::string(op) + ": second operand " + b.str() + " must have the first's shape " +
@@ -125,11 +128,29 @@ void binary_op(const KernelCall& c) {
   using T = device_t<D>;
   constexpr bool kMul = std::is_same_v<Op, MulOp>;
   check_binary(c, kMul ? "mul" : "add");
+  if (c.in(1).dtype() != D)
+    throw core::DTypeError(std::string(kMul ? "mul" : "add") + ": operands must have the same dtype");
   const int64_t n = c.in(0).numel(), nb = c.in(1).numel();
   if (n == 0) return;
   launch_binary<T, Op>(c.in(0).as<const T>(), c.in(1).as<const T>(), c.out(0).as<T>(), n, nb, stream_of(c));
   if constexpr (D == DType::f32) check_launch(kMul ? "mul(f32)" : "add(f32)");
   else check_launch(kMul ? "mul(bf16)" : "add(bf16)");
+}
+
+// add with an f32 a: b in f32, or the bf16/f16 branch of mixed precision.
+void add_f32(const KernelCall& c) {
+  check_binary(c, "add");
+  const int64_t n = c.in(0).numel(), nb = c.in(1).numel();
+  if (n == 0) return;
+  const float* a = c.in(0).as<const float>();
+  float* y = c.out(0).as<float>();
+  switch (c.in(1).dtype()) {
+    case DType::bf16: launch_binary<float, AddOp, bf16_t>(a, c.in(1).as<const bf16_t>(), y, n, nb, stream_of(c)); break;
+    case DType::f16: launch_binary<float, AddOp, f16_t>(a, c.in(1).as<const f16_t>(), y, n, nb, stream_of(c)); break;
+    case DType::f32: launch_binary<float, AddOp>(a, c.in(1).as<const float>(), y, n, nb, stream_of(c)); break;
+    default: throw core::DTypeError("add: an f32 first operand takes an f32, bf16 or f16 second");
+  }
+  check_launch("add(f32)");
 }
 
 template <DType D>
@@ -156,7 +177,7 @@ void launch_scale_bf16(const uint16_t* a, uint16_t* y, float scale, int64_t n, c
 }
 
 void register_elementwise_kernels(core::KernelRegistry& r) {
-  r.add(OpKind::add, DType::f32, binary_op<DType::f32, AddOp>);
+  r.add(OpKind::add, DType::f32, add_f32);
   r.add(OpKind::add, DType::bf16, binary_op<DType::bf16, AddOp>);
   r.add(OpKind::mul, DType::f32, binary_op<DType::f32, MulOp>);
   r.add(OpKind::mul, DType::bf16, binary_op<DType::bf16, MulOp>);
