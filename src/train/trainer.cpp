@@ -337,6 +337,13 @@ void Trainer::Impl::resume() {
     return;
   }
   read_checkpoint_config(ckpt, &state);
+  // The data windows come from train.seed: another seed would draw other
+  // batches from here on, so the resumed run would not be the one stopped.
+  if (state.seed != cfg.seed)
+    throw core::ConfigError("checkpoint " + ckpt + " was trained with train.seed = " + std::to_string(state.seed) +
+                            ", this config has " + std::to_string(cfg.seed) +
+                            ": a resume with another seed would not continue that run (set train.seed = " +
+                            std::to_string(state.seed) + ", or start a new run from its weights with train.init_from)");
   adamw.allocate_full_state();  // ZeRO-1: transient, until shard() keeps this rank's part
   load_checkpoint(ckpt, model, &adamw);
   start_checkpoint = ckpt;

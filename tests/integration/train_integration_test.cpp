@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "brisk/core/error.h"
 #include "brisk/cpu/cpu_backend.h"
 #include "brisk/train/checkpoint.h"
 #include "brisk/train/trainer.h"
@@ -80,6 +81,26 @@ TEST_F(TrainIntegration, ResumeFromMidRunCheckpointIsBitExact) {
     EXPECT_EQ(rows[i].step, int64_t(i + 5));
     EXPECT_EQ(rows[i].loss, straight.losses[i + 4]);
   }
+}
+
+// A resume under another train.seed would draw other batches: refused,
+// naming both seeds, before anything is trained or written.
+TEST_F(TrainIntegration, ResumeWithAnotherSeedIsAClearError) {
+  const std::string cfg = config("reseeded", 8, 4);
+  const auto first = run(cfg, false, {"train.steps=4"});
+  ASSERT_EQ(first.steps_done, 4);
+  const uint64_t seed = train::load_train_config(cfg, {}).seed;
+  try {
+    run(cfg, true, {"train.seed=" + std::to_string(seed + 1)});
+    ADD_FAILURE() << "a resume with another seed trained";
+  } catch (const brisk::core::ConfigError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("train.seed = " + std::to_string(seed)), std::string::npos) << what;
+    EXPECT_NE(what.find(std::to_string(seed + 1)), std::string::npos) << what;
+  }
+  EXPECT_FALSE(fs::exists(tmp_.path() / "reseeded" / "step_0000008"));
+  const auto same = run(cfg, true);  // the stored seed resumes as before
+  EXPECT_EQ(same.steps_done, 8);
 }
 
 // Train 4 steps as a run of its own, then resume to 8. With a constant LR the
