@@ -152,10 +152,12 @@ void backward(Graph& g, ValueId loss, const BackwardOptions& options) {
 }
 
 ValueId param_behind(const Graph& g, ValueId x) {
-  if (g.value(x).role == ValueRole::param) return x;
-  const int c = g.value(x).producer;
-  if (c < 0 || g.nodes()[size_t(c)].op != OpKind::cast) return kNoValue;
-  const ValueId p = g.nodes()[size_t(c)].inputs[0];
+  ValueId p = x;
+  if (g.value(x).role != ValueRole::param) {
+    const int c = g.value(x).producer;
+    if (c < 0 || g.nodes()[size_t(c)].op != OpKind::cast) return kNoValue;
+    p = g.nodes()[size_t(c)].inputs[0];
+  }
   return g.value(p).role == ValueRole::param && g.meta(p).dtype == DType::f32 ? p : kNoValue;
 }
 
@@ -163,7 +165,7 @@ ValueId grad_sink(Graph& g, const Node& node, ValueId x) {
   if (node.outputs.empty() || std::count(node.inputs.begin(), node.inputs.end(), x) != 1) return kNoValue;
   const int at = g.value(node.outputs[0]).producer;  // node's index
   const ValueId p = param_behind(g, x);
-  if (p == kNoValue || g.meta(p).dtype != DType::f32 || !g.value(p).requires_grad) return kNoValue;
+  if (p == kNoValue || !g.value(p).requires_grad) return kNoValue;
   // Nodes (from, at) must not read p: their pieces would reach the accumulator in between.
   const int from = x == p ? at : g.value(x).producer;
   for (size_t i = 0; i < g.backward_start(); ++i) {  // forward readers: what gradient pieces come from

@@ -172,7 +172,7 @@ ValueId block(Graph& g, ValueId x, const std::string& p, int64_t C, int n_head, 
   // f32 copy and no cast before the Linear that reads it.
   auto ln1 = ops::layernorm(g, x, param("ln_1.weight", {C}), param("ln_1.bias", {C}), 1e-5f, lp.dt);
   ValueId qkv =
-      ops::linear(g, lp.narrow(ln1.y), weight("attn.c_attn.weight", {3 * C, C}), weight("attn.c_attn.bias", {3 * C}));
+      ops::linear(g, ln1.y, weight("attn.c_attn.weight", {3 * C, C}), weight("attn.c_attn.bias", {3 * C}));
   ValueId att = flash ? lp.run(qkv, OpKind::flash_attention, OpKind::flash_attention_backward,
                                [&](ValueId v) { return ops::flash_attention(g, v, n_head); })
                       : lp.run(qkv, OpKind::attention, OpKind::attention_backward,
@@ -182,7 +182,7 @@ ValueId block(Graph& g, ValueId x, const std::string& p, int64_t C, int n_head, 
   // --- MLP: x + proj(gelu(fc(ln_2(x))))
   auto ln2 = ops::layernorm(g, x, param("ln_2.weight", {C}), param("ln_2.bias", {C}), 1e-5f, lp.dt);
   ValueId h =
-      ops::linear(g, lp.narrow(ln2.y), weight("mlp.c_fc.weight", {4 * C, C}), weight("mlp.c_fc.bias", {4 * C}));
+      ops::linear(g, ln2.y, weight("mlp.c_fc.weight", {4 * C, C}), weight("mlp.c_fc.bias", {4 * C}));
   h = lp.run(h, OpKind::gelu, OpKind::gelu_backward, [&](ValueId v) { return ops::gelu(g, v); });  // (B, T, 4C)
   h = ops::linear(g, h, weight("mlp.c_proj.weight", {C, 4 * C}), weight("mlp.c_proj.bias", {C}));
   return ops::add(g, x, h);
@@ -317,7 +317,7 @@ std::unique_ptr<GptProgram> Gpt::build(Mode mode, int64_t B, int64_t T) {
     p->targets = g.input("targets", {N}, DType::i32);
     std::vector<int64_t> rows;
     for (int64_t r0 = 0; r0 < N; r0 += chunk) rows.push_back(std::min(chunk, N - r0));
-    const std::vector<ValueId> xs = ops::split_many(g, head.narrow(ops::reshape(g, lnf.y, {N, C})), 0, rows);
+    const std::vector<ValueId> xs = ops::split_many(g, ops::reshape(g, lnf.y, {N, C}), 0, rows);
     const std::vector<ValueId> ts = ops::split_many(g, p->targets, 0, rows);
     const ValueId w = head.narrow(wte);
     const bool ce_native = head.native(core::OpKind::cross_entropy, core::OpKind::cross_entropy_backward);
@@ -333,7 +333,7 @@ std::unique_ptr<GptProgram> Gpt::build(Mode mode, int64_t B, int64_t T) {
     fuse(*p, config_, false);
     return p;
   }
-  p->logits = ops::linear(g, head.narrow(ops::reshape(g, lnf.y, {B * T, C})), head.narrow(wte));
+  p->logits = ops::linear(g, ops::reshape(g, lnf.y, {B * T, C}), head.narrow(wte));
 
   if (mode == Mode::logits) {
     p->logits = head.wide(p->logits);  // logits() hands out f32

@@ -113,19 +113,12 @@ void classifier_reference(const KernelCall& c) {
   for (int64_t i = 0; i < v * k; ++i) st(c.out(2), i, (into ? ld(c.in(4), i) : 0.0) + dw[size_t(i)]);
 }
 
-// The f32 parameter whose accumulated gradient a head weight's gradient
-// goes into: w itself, or the parameter a low-precision w was cast from
-// (kNoValue otherwise).
-ValueId head_param(const Graph& g, ValueId w) {
-  const ValueId p = core::param_behind(g, w);
-  return p != core::kNoValue && g.meta(p).dtype == DType::f32 ? p : core::kNoValue;
-}
-
-// True when dw_into is the accumulated gradient of w (or of the parameter w
-// was cast from): the external autograd sums its gradient pieces into.
+// True when dw_into is the accumulated gradient of w (or of the f32
+// parameter w was cast from, core::param_behind): the external autograd
+// sums its gradient pieces into.
 bool accumulates_into_grad_of_w(const Graph& g, const core::Node& n) {
   if (n.inputs.size() != 5) return false;
-  const ValueId p = head_param(g, n.inputs[1]);
+  const ValueId p = core::param_behind(g, n.inputs[1]);
   const core::Value& into = g.value(n.inputs[4]);
   return p != core::kNoValue && into.role == core::ValueRole::grad && into.name == core::grad_name(g.value(p).name);
 }
@@ -253,7 +246,7 @@ core::Pattern classifier_fusion(const std::string& seed_name) {
       // A parameter's weight gradient (or, for a bf16 head, the gradient of
       // the f32 parameter its weight was cast from) is summed straight into
       // its accumulated gradient, the external backward() would accumulate into.
-      const ValueId p = head_param(dst, in[1]);
+      const ValueId p = core::param_behind(dst, in[1]);
       if (p != core::kNoValue) {
         const core::Value pv = dst.value(p);  // a copy: external() may grow the value table
         const std::string name = core::grad_name(pv.name);

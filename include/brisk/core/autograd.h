@@ -41,7 +41,7 @@ void backward(Graph& g, ValueId loss, const BackwardOptions& options = {});
 // gradient-sized buffer and one pass over it per parameter and micro-step.
 ValueId grad_sink(Graph& g, const Node& node, ValueId x);
 
-// x if it is a parameter, or the f32 parameter x is a cast of (mixed
+// x if it is an f32 parameter, or the f32 parameter x is a cast of (mixed
 // precision's narrowed weight); kNoValue otherwise.
 ValueId param_behind(const Graph& g, ValueId x);
 
