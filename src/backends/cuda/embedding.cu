@@ -140,6 +140,10 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t nvec = C / P;
   const U* g = reinterpret_cast<const U*>(dy);
   U* o = reinterpret_cast<U*>(out + v * C);
+  // Summing into an accumulator, a row no id picked keeps its value: no
+  // read-back-and-write of it (most of a 50k-row table in a step). The same
+  // for every thread of the block, and before any barrier.
+  if (into && lo == hi) return;
 
   if (hi - lo < kSliceMin) {
     // Few ids (most rows have none): every thread owns units and walks the list.

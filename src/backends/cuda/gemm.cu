@@ -99,7 +99,8 @@ cudaDataType_t cuda_type(DType t) {
 std::string gemm_str(const GemmArgs& g) {
   return std::string(core::dtype_name(g.dtype)) + " M=" + std::to_string(g.M) + " N=" + std::to_string(g.N) +
          " K=" + std::to_string(g.K) + " batch=" + std::to_string(g.batch) + (g.trans_a ? " trans_a" : "") +
-         (g.trans_b ? " trans_b" : "") + " epilogue=" + std::to_string(int(g.epilogue));
+         (g.trans_b ? " trans_b" : "") + " epilogue=" + std::to_string(int(g.epilogue)) +
+         (g.c_f32 ? " c_f32" : "") + (g.beta != 0.f ? " beta=" + std::to_string(g.beta) : std::string());
 }
 
 // C's (and D's) dtype.
