@@ -60,6 +60,8 @@ std::vector<TestCase> add_cases() {
     const std::string tag = std::string(" + ") + std::string(core::dtype_name(t));
     cases.push_back({"f32" + tag, {spec({7, 13}), spec({7, 13}, t)}, NoParams{}});
     cases.push_back({"f32 bias" + tag, {spec({2, 5, 33}), spec({33}, t)}, NoParams{}});
+    // A repeated operand whose length is a multiple of the vector: the GPUs' vectorised broadcast.
+    cases.push_back({"f32 bias 64" + tag, {spec({2, 5, 64}), spec({64}, t)}, NoParams{}});
   }
   return cases;
 }

@@ -140,6 +140,9 @@ core::OpDef embedding_backward_def() {
                      EmbeddingBackwardParams{5}});
     cases.push_back({"into, (4,64) V50 C64", {spec({4, 64, 64}), ids_spec({4, 64}, 50), no_grad(spec({50, 64}))},
                      EmbeddingBackwardParams{50}});
+    // ~85 ids per row: the GPU kernel's many-ids path (a frequent token), into the accumulator.
+    cases.push_back({"into, (4,64) V3 C64", {spec({4, 64, 64}), ids_spec({4, 64}, 3), no_grad(spec({3, 64}))},
+                     EmbeddingBackwardParams{3}});
     return cases;
   };
   return d;

@@ -93,6 +93,11 @@ std::vector<TestCase> layernorm_cases() {
                      {no_grad(spec({7, 13}, DType::f32, -2, 2)), no_grad(spec({13}, DType::f32, 0.5, 1.5)),
                       no_grad(spec({13}))},
                      LayerNormParams{1e-5f, y}});
+    // GPT-2 124M's width: rows a multiple of the vector width take the GPUs' warp kernel.
+    cases.push_back({"4x768" + tag,
+                     {no_grad(spec({4, 768}, DType::f32, -2, 2)), no_grad(spec({768}, DType::f32, 0.5, 1.5)),
+                      no_grad(spec({768}))},
+                     LayerNormParams{1e-5f, y}});
   }
   cases.push_back({"1-D, eps 0.1", {spec({9}), spec({9}), spec({9})}, LayerNormParams{0.1f}});
   return cases;
@@ -161,13 +166,15 @@ std::vector<TestCase> layernorm_backward_cases() {
   one("7x13 bf16", {7, 13}, DType::bf16);
   one("3x4x40 bf16", {3, 4, 40}, DType::bf16);
   // The backward of a narrowed y: dy bf16/f16, x and the results f32.
-  for (DType t : {DType::bf16, DType::f16}) {
-    const Shape x{5, 37};
-    cases.push_back({"5x37 dy " + std::string(core::dtype_name(t)),
-                     {spec(x, t), spec(x, DType::f32, -2, 2), spec({37}, DType::f32, 0.5, 1.5),
-                      spec({5}, DType::f32, -0.5, 0.5), spec({5}, DType::f32, 0.5, 2.0)},
-                     LayerNormParams{}});
-  }
+  // 5x37 takes the GPUs' block kernel, 8x768 (GPT-2 124M's width) the warp kernel.
+  for (DType t : {DType::bf16, DType::f16})
+    for (const Shape& x : {Shape{5, 37}, Shape{8, 768}}) {
+      const int64_t C = x.last(), rows = x.rows();
+      cases.push_back({std::to_string(rows) + "x" + std::to_string(C) + " dy " + std::string(core::dtype_name(t)),
+                       {spec(x, t), spec(x, DType::f32, -2, 2), spec({C}, DType::f32, 0.5, 1.5),
+                        spec({rows}, DType::f32, -0.5, 0.5), spec({rows}, DType::f32, 0.5, 2.0)},
+                       LayerNormParams{}});
+    }
   return cases;
 }
 
