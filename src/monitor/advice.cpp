@@ -127,14 +127,14 @@ Finding memory_rule(const RunSummary& s) {
   if (f.value > kMemFull) {
     f.severity = ramp(f.value, kMemFull, kMemBad);
     f.message = what + " (threshold " + pct(kMemFull) + "): lower train.batch (now " + std::to_string(s.batch) + ")";
-    if (s.recompute != "full") f.message += ", raise model.recompute (now " + s.recompute + ")";
+    if (s.recompute != "full") f.message += ", raise train.recompute (now " + s.recompute + ")";
     if (!s.fused_classifier) f.message += ", or set model.fused_classifier = true (no logits tensor)";
     return f;
   }
   if (s.recompute != "none" && f.value < kMemRecompute) {
     f.severity = 0.5;
-    f.message = what + " with model.recompute = " + s.recompute + " (threshold " + pct(kMemRecompute) +
-                "): recomputation spends compute to save memory the machine has; model.recompute = \"none\"";
+    f.message = what + " with train.recompute = " + s.recompute + " (threshold " + pct(kMemRecompute) +
+                "): recomputation spends compute to save memory the machine has; train.recompute = \"none\"";
     return f;
   }
   if (f.value < kMemRoomy) {

@@ -9,12 +9,14 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <string>
 #include <unistd.h>
 
 #include "brisk/core/error.h"
 #include "brisk/monitor/advice.h"
 #include "brisk/monitor/run_summary.h"
+#include "brisk/train/config.h"
 
 using namespace brisk;
 using monitor::Advice;
@@ -69,6 +71,15 @@ const Finding& rule(const Advice& a, const std::string& name) {
 }
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+// Every "section.key" a message names, e.g. train.batch in "lower train.batch (now 16)".
+std::vector<std::string> config_keys_in(const std::string& message) {
+  static const std::regex key(R"(\b(model|data|train|checkpoint|dist)\.[a-z_]+)");
+  std::vector<std::string> keys;
+  for (auto it = std::sregex_iterator(message.begin(), message.end(), key); it != std::sregex_iterator(); ++it)
+    keys.push_back(it->str());
+  return keys;
+}
 
 }  // namespace
 
@@ -142,7 +153,7 @@ TEST(Advice, MemoryTooFullAndTooEmpty) {
   Finding f = rule(monitor::advise(s), "memory");
   EXPECT_EQ(f.severity, 1) << f.message;
   EXPECT_TRUE(contains(f.message, "lower train.batch")) << f.message;
-  EXPECT_TRUE(contains(f.message, "model.recompute")) << f.message;
+  EXPECT_TRUE(contains(f.message, "raise train.recompute")) << f.message;
   EXPECT_TRUE(contains(f.message, "model.fused_classifier = true")) << f.message;
   EXPECT_TRUE(contains(f.message, "threshold 85.0%")) << f.message;
 
@@ -155,7 +166,7 @@ TEST(Advice, MemoryTooFullAndTooEmpty) {
   s.recompute = "full";  // recomputing while memory is free
   f = rule(monitor::advise(s), "memory");
   EXPECT_EQ(f.severity, 0.5);
-  EXPECT_TRUE(contains(f.message, "model.recompute = \"none\"")) << f.message;
+  EXPECT_TRUE(contains(f.message, "train.recompute = \"none\"")) << f.message;
 
   s.device = "cuda";  // host memory does not limit a GPU run
   EXPECT_FALSE(rule(monitor::advise(s), "memory").applies);
@@ -332,4 +343,36 @@ TEST(Advice, JsonRoundTrips) {
   } catch (const core::IoError& e) {
     EXPECT_TRUE(contains(e.what(), "run_summary.json: field \"threads\"")) << e.what();
   }
+}
+
+// Advice that names a setting must name one the config accepts: a user who
+// follows it must not get "unknown key" back.
+TEST(Advice, EveryConfigKeyItNamesExists) {
+  std::vector<RunSummary> runs;
+  RunSummary s = healthy();
+  s.machine_ram_bytes = size_t(1050) << 20;  // memory too full
+  s.fused_classifier = false;
+  runs.push_back(s);
+  s.machine_ram_bytes = size_t(64) << 30;  // memory free, recomputing
+  s.recompute = "full";
+  runs.push_back(s);
+  s = healthy();
+  s.counters.data_wait_share = 0.5;  // a starved loader
+  s.counters.median_mfu = 0.02;
+  s.threads = 1;
+  s.cpu_flags = "avx512f avx512_bf16";  // fp32 on a bf16 machine
+  s.bf16_native_available = true;
+  runs.push_back(s);
+  int named = 0;
+  for (const RunSummary& run : runs)
+    for (const Finding& f : monitor::advise(run).findings)
+      for (const std::string& key : config_keys_in(f.message)) {
+        ++named;
+        try {
+          train::parse_train_config("", "advice", {key + "=1"});
+        } catch (const core::ConfigError& e) {
+          EXPECT_FALSE(contains(e.what(), "unknown")) << f.rule << " names " << key << ": " << e.what();
+        }
+      }
+  EXPECT_GE(named, 5);  // the scenarios above do name settings
 }
