@@ -1,7 +1,7 @@
 // The Linears of one decoding step (W1: qkv, attention projection, MLP in
 // and out, the LM head) at 1 to 16 rows: fp32 as training stores it
 // (`linear`, "fp32"), fp32 in the engine's panels (`linear_packed`,
-// "packed") and int8 (`linear_q8`), through the CPU backend's kernels, next to this machine's
+// "packed"), int8 (`linear_q8`) and int4 (`linear_q4`, random codes), through the CPU backend's kernels, next to this machine's
 // measured FMA peak and memory bandwidth: how close batched decoding's
 // products come to what the cores and memory can do, and so how much
 // batching can gain over one row.
@@ -132,10 +132,14 @@ int main(int argc, char** argv) {
     Tensor wq = Tensor::empty({s.out, s.in}, DType::i8), wscale = Tensor::empty({s.out}, DType::f32);
     for (int64_t r = 0; r < s.out; ++r)
       wscale.data_as<float>()[r] = ops::quant::quantize_int8(w.data_as<float>() + r * s.in, s.in, wq.data_as<int8_t>() + r * s.in);
+    // int4 weights as llama.cpp's Q4_0 (brisk/ops/quant.h): random codes, a scale per group of 32.
+    const Tensor w4 = Tensor::uniform({s.out, s.in / 2}, DType::u8, seed++, 0, 256);
+    const Tensor w4scale = Tensor::uniform({s.out, s.in / ops::quant::kQ4Group}, DType::f32, seed++, 0.001f, 0.01f);
     Tensor wp = Tensor::empty(ops::packed::packed_shape(s.out, s.in), DType::f32);
     ops::packed::pack(w.data_as<float>(), s.out, s.in, wp.data_as<float>());
-    for (const char* kind : {"fp32", "packed", "int8"}) {
-      const bool q8 = std::string(kind) == "int8", packed = std::string(kind) == "packed";
+    for (const char* kind : {"fp32", "packed", "int8", "int4"}) {
+      const bool q8 = std::string(kind) == "int8", q4 = std::string(kind) == "int4",
+                 packed = std::string(kind) == "packed";
       std::vector<Tensor> xs, ys;
       std::vector<Call> calls;
       for (int64_t n : row_counts) {
@@ -144,6 +148,7 @@ int main(int argc, char** argv) {
       }
       for (size_t i = 0; i < row_counts.size(); ++i)
         calls.push_back(q8       ? make_call(OpKind::linear_q8, {&xs[i], &wq, &wscale, &bias}, ys[i])
+                        : q4     ? make_call(OpKind::linear_q4, {&xs[i], &w4, &w4scale, &bias}, ys[i])
                         : packed ? make_call(OpKind::linear_packed, {&xs[i], &wp, &bias}, ys[i],
                                              core::PackedLinearParams{s.out})
                                  : make_call(OpKind::linear, {&xs[i], &w, &bias}, ys[i]));
@@ -154,7 +159,9 @@ int main(int argc, char** argv) {
           if (rep >= 3) times[i].push_back(dt);
         }
       const double one_row = median(times[0]);
-      const double weight_bytes = double(s.out * s.in) * (q8 ? 1 : 4);
+      // Bytes of weights (and int4's scales) that one call reads.
+      const double weight_bytes = q4 ? double(s.out * s.in) * (0.5 + 4.0 / double(ops::quant::kQ4Group))
+                                     : double(s.out * s.in) * (q8 ? 1 : 4);
       for (size_t i = 0; i < calls.size(); ++i) {
         const double sec = median(times[i]), n = double(row_counts[i]);
         const double gflops = 2 * n * double(s.out * s.in) / sec * 1e-9, gbs = weight_bytes / sec * 1e-9;

@@ -10,9 +10,9 @@
 //    linear_q4's unpacked weight codes q + 8 are the unsigned side and the
 //    kernel subtracts 8 * sum(x) per group (summed at quantization time).
 //  - avx2: vpmaddubsw to 16 bits, vpmaddwd to 32. For int8 weights the
-//    unsigned side is |x| and the weight takes x's sign (vpsignb), so no pair
-//    sum can saturate 16 bits (2 * 127 * 127 < 32767); 4-bit codes are small
-//    enough to be the unsigned side directly.
+//    unsigned side is |w| and x takes w's sign (vpsignb), so no pair sum can
+//    saturate 16 bits (2 * 127 * 127 < 32767); 4-bit codes are small enough
+//    to be the unsigned side directly.
 //  - scalar: plain loops, for CPUs without AVX2 and as the tail of rows
 //    whose length is not a multiple of the vector.
 //
@@ -20,8 +20,9 @@
 // order of the final float scaling. Output features are split across
 // threads; each thread runs every activation row against its weight rows, so
 // a weight row is read from memory once per call: on avx512_vnni in 4x4
-// tiles of (weight rows x activation rows), elsewhere one weight row against
-// blocks of 4 activation rows.
+// tiles of (weight rows x activation rows), on avx2 in tiles of 8 int32 (or
+// float) accumulators (8x1, 4x2, 2x3, 2x4; see "avx2: tiles" below), on
+// avx_vnni and scalar one weight row against blocks of 4 activation rows.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -112,36 +113,99 @@ __attribute__((target("avx2,avxvnni"))) void dot_q8_avxvnni(const uint8_t* xs, i
   for (int r = 0; r < nr; ++r) sums[r] = hsum256(acc[r]) - 128 * ws + tail_offset_q8(xs + r * stride, w, full, k);
 }
 
-__attribute__((target("avx2"))) void dot_q8_avx2(const uint8_t* xs, int64_t stride, int nr, const int8_t* w,
-                                                 int64_t k, int32_t* sums) {
-  const int64_t full = k / 32 * 32;
-  const __m256i ones16 = _mm256_set1_epi16(1);
-  __m256i acc[kRowBlock];
-  for (int r = 0; r < kRowBlock; ++r) acc[r] = _mm256_setzero_si256();
-  for (int64_t i = 0; i < full; i += 32) {
-    const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + i));
-    for (int r = 0; r < nr; ++r) {
-      const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xs + r * stride + i));
-      const __m256i p16 = _mm256_maddubs_epi16(_mm256_abs_epi8(xv), _mm256_sign_epi8(wv, xv));
-      acc[r] = _mm256_add_epi32(acc[r], _mm256_madd_epi16(p16, ones16));
-    }
-  }
-  for (int r = 0; r < nr; ++r) {
-    int32_t tail = 0;
-    const int8_t* x = reinterpret_cast<const int8_t*>(xs + r * stride);
-    for (int64_t i = full; i < k; ++i) tail += int32_t(x[i]) * w[i];
-    sums[r] = hsum256(acc[r]) + tail;
-  }
-}
-
 DotQ8 dot_q8_for(Int8Dot path) {
   switch (path) {
-    case Int8Dot::avx512_vnni:  // q8_tiles_avx512 instead
     case Int8Dot::avx_vnni: return dot_q8_avxvnni;
-    case Int8Dot::avx2: return dot_q8_avx2;
+    case Int8Dot::avx512_vnni:  // q8_tiles_avx512 instead
+    case Int8Dot::avx2:         // q8_tiles_avx2 instead
     case Int8Dot::scalar: return dot_q8_scalar;
   }
   return dot_q8_scalar;
+}
+
+// ---- avx2: tiles ----
+// Without VNNI a dot product of bytes is vpmaddubsw (unsigned by signed
+// bytes, pairs summed to 16 bits) then vpmaddwd (to 32 bits). One weight row
+// against blocks of 4 activation rows (as avx_vnni runs) re-read every activation
+// vector per weight row and summed each dot product on its own; at 16 rows
+// W1's LM head ran at about half the fp32 FMA rate. Here a tile of kW weight
+// rows x kR activation rows (kW * kR <= 8: 8x1, 4x2, 2x3, 2x4) keeps its
+// accumulators in registers, loads each vector of either operand once per
+// step, and sums all eight accumulators at once (hsum8). Weights go through
+// in blocks of kBlockW rows, which stay in L1 while every group of
+// activation rows passes over them; the next block is prefetched.
+
+constexpr int kBlockW = 8;  // weight rows per block: a multiple of every tile's kW
+template <int kR> constexpr int kTileW = kR == 1 ? 8 : kR == 2 ? 4 : 2;
+
+// Lane j of the result = the sum of aj's eight lanes. Every lane goes
+// through the same tree, so a float sum's rounding does not depend on its
+// place in the tile (decoding stays batch-invariant).
+__attribute__((target("avx2"))) inline __m256i hsum8_epi32(__m256i a0, __m256i a1, __m256i a2, __m256i a3,
+                                                          __m256i a4, __m256i a5, __m256i a6, __m256i a7) {
+  // Per 128-bit half: [a0, a1, a2, a3] (lanes 0-3, then 4-7 of each), the same for a4..a7.
+  const __m256i h0 = _mm256_hadd_epi32(_mm256_hadd_epi32(a0, a1), _mm256_hadd_epi32(a2, a3));
+  const __m256i h1 = _mm256_hadd_epi32(_mm256_hadd_epi32(a4, a5), _mm256_hadd_epi32(a6, a7));
+  return _mm256_add_epi32(_mm256_permute2x128_si256(h0, h1, 0x20), _mm256_permute2x128_si256(h0, h1, 0x31));
+}
+
+__attribute__((target("avx2"))) inline __m256 hsum8_ps(__m256 a0, __m256 a1, __m256 a2, __m256 a3, __m256 a4,
+                                                      __m256 a5, __m256 a6, __m256 a7) {
+  const __m256 h0 = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
+  const __m256 h1 = _mm256_hadd_ps(_mm256_hadd_ps(a4, a5), _mm256_hadd_ps(a6, a7));
+  return _mm256_add_ps(_mm256_permute2f128_ps(h0, h1, 0x20), _mm256_permute2f128_ps(h0, h1, 0x31));
+}
+
+// Lane r * kW + o: dot(activation codes of row r, weight row o) over the
+// first `full` bytes (a multiple of 32). x: kR rows `stride` bytes apart; w:
+// `no` weight rows of k bytes (lanes of the missing ones repeat row 0 and are
+// dropped by the caller). One side is taken as unsigned |a| and the other
+// takes a's sign (|a| * b sign(a) = a b), so no pair sum saturates 16 bits
+// (2 * 127 * 127 < 32767). The side held in registers across the inner loop
+// is the one whose absolute value is formed once per step: the weights when
+// there are more weight rows (kW > kR), else the activations; holding the
+// other side too would spill accumulators to the stack. (Widening both sides
+// to 16 bits for vpmaddwd alone measured slower: 1.05-1.25x at 1-16 rows.)
+template <int kR>
+__attribute__((target("avx2"))) __m256i tile_q8_avx2(const int8_t* x, int64_t stride, const int8_t* w, int no,
+                                                     int64_t k, int64_t full) {
+  constexpr int kW = kTileW<kR>;
+  const int8_t* wr[kW];
+  for (int o = 0; o < kW; ++o) wr[o] = w + (o < no ? o : 0) * k;
+  const __m256i ones16 = _mm256_set1_epi16(1);
+  auto dot = [&](__m256i acc, __m256i a, __m256i b) {  // acc + dot of a and b, |a| unsigned
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(a), _mm256_sign_epi8(b, a)), ones16));
+  };
+  __m256i acc[8];
+#pragma GCC unroll 8
+  for (auto& a : acc) a = _mm256_setzero_si256();
+  for (int64_t i = 0; i < full; i += 32) {
+    if ((i & 63) == 0)
+#pragma GCC unroll 8
+      for (int o = 0; o < kW; ++o) _mm_prefetch(reinterpret_cast<const char*>(wr[o] + i + kBlockW * k), _MM_HINT_T0);
+    if constexpr (kW > kR) {  // activations held, one weight row at a time
+      __m256i xv[kR];
+#pragma GCC unroll 4
+      for (int r = 0; r < kR; ++r) xv[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + r * stride + i));
+#pragma GCC unroll 8
+      for (int o = 0; o < kW; ++o) {
+        const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wr[o] + i));
+#pragma GCC unroll 4
+        for (int r = 0; r < kR; ++r) acc[r * kW + o] = dot(acc[r * kW + o], wv, xv[r]);
+      }
+    } else {  // weights held, one activation row at a time
+      __m256i wv[kW];
+#pragma GCC unroll 8
+      for (int o = 0; o < kW; ++o) wv[o] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wr[o] + i));
+#pragma GCC unroll 4
+      for (int r = 0; r < kR; ++r) {
+        const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + r * stride + i));
+#pragma GCC unroll 8
+        for (int o = 0; o < kW; ++o) acc[r * kW + o] = dot(acc[r * kW + o], xv, wv[o]);
+      }
+    }
+  }
+  return hsum8_epi32(acc[0], acc[1], acc[2], acc[3], acc[4], acc[5], acc[6], acc[7]);
 }
 
 // ---- avx512_vnni: 4x4 tiles ----
@@ -238,6 +302,42 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) void q8_tiles_av
   }
 }
 
+// Activation rows r0 .. r0 + kR against weight rows o .. o + nb (nb <= kBlockW).
+template <int kR>
+__attribute__((target("avx2"))) void q8_rows_avx2(const Q8Call& q, int64_t o, int nb, int64_t r0) {
+  constexpr int kW = kTileW<kR>;
+  const Dims& d = q.d;
+  const int64_t full = d.k / 32 * 32;
+  const auto* x = reinterpret_cast<const int8_t*>(q.codes + r0 * d.padded);
+  alignas(32) int32_t sums[8];
+  for (int ob = 0; ob < nb; ob += kW) {
+    const int no = std::min(kW, nb - ob);
+    const int8_t* w = q.w + (o + ob) * d.k;
+    _mm256_store_si256(reinterpret_cast<__m256i*>(sums), tile_q8_avx2<kR>(x, d.padded, w, no, d.k, full));
+    for (int r = 0; r < kR; ++r)
+      for (int j = 0; j < no; ++j) {
+        const int64_t oj = o + ob + j;
+        int32_t sum = sums[r * kW + j];
+        for (int64_t i = full; i < d.k; ++i) sum += int32_t(x[r * d.padded + i]) * w[j * d.k + i];  // the tail
+        q.y[(r0 + r) * d.n + oj] = float(sum) * (q.scales[r0 + r] * q.wscale[oj]) + (q.bias ? q.bias[oj] : 0.f);
+      }
+  }
+}
+
+void q8_tiles_avx2(const Q8Call& q, int64_t o0, int64_t o1) {
+  for (int64_t o = o0; o < o1; o += kBlockW) {
+    const int nb = int(std::min<int64_t>(kBlockW, o1 - o));
+    int64_t r0 = 0;
+    for (; r0 + 4 <= q.d.rows; r0 += 4) q8_rows_avx2<4>(q, o, nb, r0);
+    switch (q.d.rows - r0) {
+      case 3: q8_rows_avx2<3>(q, o, nb, r0); break;
+      case 2: q8_rows_avx2<2>(q, o, nb, r0); break;
+      case 1: q8_rows_avx2<1>(q, o, nb, r0); break;
+      default: break;
+    }
+  }
+}
+
 void linear_q8_f32(const KernelCall& c) {
   const Dims d = dims_of(c);
   const Int8Dot path = cpu_features().int8;
@@ -260,6 +360,14 @@ void linear_q8_f32(const KernelCall& c) {
     const int64_t blocks = (d.n + kRowBlock - 1) / kRowBlock;
     parallel_for(blocks, std::max<int64_t>(1, grain / kRowBlock), [&](int64_t b, int64_t e) {
       q8_tiles_avx512(q, b * kRowBlock, std::min(d.n, e * kRowBlock));
+    });
+    return;
+  }
+  if (path == Int8Dot::avx2) {
+    const Q8Call q{codes, scales, w, wscale, bias, y, d};
+    const int64_t blocks = (d.n + kBlockW - 1) / kBlockW;
+    parallel_for(blocks, std::max<int64_t>(1, grain / kBlockW), [&](int64_t b, int64_t e) {
+      q8_tiles_avx2(q, b * kBlockW, std::min(d.n, e * kBlockW));
     });
     return;
   }
@@ -330,20 +438,16 @@ __attribute__((target("avx2,fma"))) float hsum_ps256(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-template <bool kVnni>
-__attribute__((target("avx2,fma,avxvnni"))) void dot_q4_256(const Q4Rows& q, int64_t row0, int nr, int64_t padded,
-                                                             int64_t groups, const uint8_t* w, const float* ws,
-                                                             float* out) {
+__attribute__((target("avx2,fma,avxvnni"))) void dot_q4_avxvnni(const Q4Rows& q, int64_t row0, int nr,
+                                                                 int64_t padded, int64_t groups, const uint8_t* w,
+                                                                 const float* ws, float* out) {
   __m256 acc[kRowBlock];
   for (int r = 0; r < kRowBlock; ++r) acc[r] = _mm256_setzero_ps();
-  const __m256i ones16 = _mm256_set1_epi16(1);
   for (int64_t g = 0; g < groups; ++g) {
     const __m256i codes = unpack_q4(w + g * 16);
     for (int r = 0; r < nr; ++r) {
       const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q.codes + (row0 + r) * padded + g * 32));
-      __m256i s32;
-      if constexpr (kVnni) s32 = _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), codes, xv);
-      else s32 = _mm256_madd_epi16(_mm256_maddubs_epi16(codes, xv), ones16);
+      const __m256i s32 = _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), codes, xv);
       const __m256 scale = _mm256_set1_ps(q.scale[(row0 + r) * groups + g] * ws[g]);
       acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s32), scale, acc[r]);
     }
@@ -382,11 +486,94 @@ __attribute__((target("avx512f,avx512bw,avx512vnni,avx2,fma"))) void dot_q4_avx5
   }
 }
 
+// avx2 tiles (see "avx2: tiles" above): lane r * kW + o of the result is
+// y[r][o] without the bias. Per group, the 32 codes of a weight row are
+// unpacked once for all kR activation rows; each (row, weight row) pair
+// keeps a float accumulator of 8 partial sums, scaled group by group. The
+// +8 of the weight codes comes off at the end as one vector product per 8
+// groups: sum over g of corr[r][g] * ws[o][g], corr = 8 * sum(x codes) * sx.
+template <int kR>
+__attribute__((target("avx2,fma"))) __m256 tile_q4_avx2(const Q4Rows& q, int64_t row0, int64_t padded,
+                                                        int64_t groups, const uint8_t* w, const float* ws, int no) {
+  constexpr int kW = kTileW<kR>;
+  const int64_t wstride = groups * 16;  // bytes per weight row
+  const uint8_t* wr[kW];
+  const float* sr[kW];
+  for (int o = 0; o < kW; ++o) wr[o] = w + (o < no ? o : 0) * wstride, sr[o] = ws + (o < no ? o : 0) * groups;
+  const __m256i ones16 = _mm256_set1_epi16(1);
+  __m256 acc[8];
+#pragma GCC unroll 8
+  for (auto& a : acc) a = _mm256_setzero_ps();
+  for (int64_t g = 0; g < groups; ++g) {
+    __m256 sx[kR];
+#pragma GCC unroll 4
+    for (int r = 0; r < kR; ++r) sx[r] = _mm256_broadcast_ss(q.scale + (row0 + r) * groups + g);
+#pragma GCC unroll 8
+    for (int o = 0; o < kW; ++o) {
+      if ((g & 3) == 0) _mm_prefetch(reinterpret_cast<const char*>(wr[o] + g * 16 + kBlockW * wstride), _MM_HINT_T0);
+      const __m256i codes = unpack_q4(wr[o] + g * 16);
+      const __m256 sw = _mm256_broadcast_ss(sr[o] + g);
+#pragma GCC unroll 4
+      for (int r = 0; r < kR; ++r) {
+        const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q.codes + (row0 + r) * padded + g * 32));
+        const __m256i s32 = _mm256_madd_epi16(_mm256_maddubs_epi16(codes, xv), ones16);
+        acc[r * kW + o] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s32), _mm256_mul_ps(sx[r], sw), acc[r * kW + o]);
+      }
+    }
+  }
+  // The weight codes' +8, 8 groups per step (masked loads for the last few).
+  for (int64_t g = 0; g < groups; g += 8) {
+    const int left = int(std::min<int64_t>(8, groups - g));
+    const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(left), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+#pragma GCC unroll 8
+    for (int o = 0; o < kW; ++o) {
+      const __m256 sw = _mm256_maskload_ps(sr[o] + g, m);
+#pragma GCC unroll 4
+      for (int r = 0; r < kR; ++r)
+        acc[r * kW + o] = _mm256_fnmadd_ps(_mm256_maskload_ps(q.corr + (row0 + r) * groups + g, m), sw, acc[r * kW + o]);
+    }
+  }
+  return hsum8_ps(acc[0], acc[1], acc[2], acc[3], acc[4], acc[5], acc[6], acc[7]);
+}
+
+// Activation rows r0 .. r0 + kR against weight rows o .. o + nb (nb <= kBlockW).
+template <int kR>
+__attribute__((target("avx2,fma"))) void q4_rows_avx2(const Q4Rows& q, const Dims& d, const uint8_t* w,
+                                                       const float* wscale, const float* bias, float* y, int64_t o,
+                                                       int nb, int64_t r0) {
+  constexpr int kW = kTileW<kR>;
+  const int64_t groups = d.k / quant::kQ4Group;
+  alignas(32) float out[8];
+  for (int ob = 0; ob < nb; ob += kW) {
+    const int no = std::min(kW, nb - ob);
+    _mm256_store_ps(out, tile_q4_avx2<kR>(q, r0, d.padded, groups, w + (o + ob) * groups * 16,
+                                          wscale + (o + ob) * groups, no));
+    for (int r = 0; r < kR; ++r)
+      for (int j = 0; j < no; ++j)
+        y[(r0 + r) * d.n + o + ob + j] = out[r * kW + j] + (bias ? bias[o + ob + j] : 0.f);
+  }
+}
+
+void q4_tiles_avx2(const Q4Rows& q, const Dims& d, const uint8_t* w, const float* wscale, const float* bias,
+                   float* y, int64_t o0, int64_t o1) {
+  for (int64_t o = o0; o < o1; o += kBlockW) {
+    const int nb = int(std::min<int64_t>(kBlockW, o1 - o));
+    int64_t r0 = 0;
+    for (; r0 + 4 <= d.rows; r0 += 4) q4_rows_avx2<4>(q, d, w, wscale, bias, y, o, nb, r0);
+    switch (d.rows - r0) {
+      case 3: q4_rows_avx2<3>(q, d, w, wscale, bias, y, o, nb, r0); break;
+      case 2: q4_rows_avx2<2>(q, d, w, wscale, bias, y, o, nb, r0); break;
+      case 1: q4_rows_avx2<1>(q, d, w, wscale, bias, y, o, nb, r0); break;
+      default: break;
+    }
+  }
+}
+
 DotQ4 dot_q4_for(Int8Dot path) {
   switch (path) {
     case Int8Dot::avx512_vnni: return dot_q4_avx512;
-    case Int8Dot::avx_vnni: return dot_q4_256<true>;
-    case Int8Dot::avx2: return dot_q4_256<false>;
+    case Int8Dot::avx_vnni: return dot_q4_avxvnni;
+    case Int8Dot::avx2:  // q4_tiles_avx2 instead
     case Int8Dot::scalar: return dot_q4_scalar;
   }
   return dot_q4_scalar;
@@ -408,12 +595,20 @@ void linear_q4_f32(const KernelCall& c) {
         q.corr[r * groups + g] = s * float(8 * sum);
       }
   });
-  const DotQ4 dot = dot_q4_for(cpu_features().int8);
   const uint8_t* w = c.in(1).as<uint8_t>();
   const float* wscale = c.in(2).as<float>();
   const float* bias = c.inputs.size() == 4 ? c.in(3).as<float>() : nullptr;
   float* y = c.out(0).as<float>();
-  parallel_for(d.n, std::max<int64_t>(1, 32768 / std::max<int64_t>(d.k * d.rows, 1)), [&](int64_t nb, int64_t ne) {
+  const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(d.k * d.rows, 1));
+  if (cpu_features().int8 == Int8Dot::avx2) {
+    const int64_t blocks = (d.n + kBlockW - 1) / kBlockW;
+    parallel_for(blocks, std::max<int64_t>(1, grain / kBlockW), [&](int64_t b, int64_t e) {
+      q4_tiles_avx2(q, d, w, wscale, bias, y, b * kBlockW, std::min(d.n, e * kBlockW));
+    });
+    return;
+  }
+  const DotQ4 dot = dot_q4_for(cpu_features().int8);
+  parallel_for(d.n, grain, [&](int64_t nb, int64_t ne) {
     float dots[kRowBlock];
     for (int64_t o = nb; o < ne; ++o) {
       const float* ws = wscale + o * groups;
