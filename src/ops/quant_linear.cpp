@@ -115,11 +115,12 @@ std::vector<TestCase> q4_cases() {
 }
 
 // Scratch for the quantized activations: codes padded to 64 bytes per row,
-// plus per-group scales and sums (the CPU kernels' layout, generous here).
+// plus per group its scale, its sum and four copies of the scale (the CPU
+// kernels' layout, generous here).
 size_t quant_workspace(std::span<const TensorMeta> in, const core::OpParams&) {
   const int64_t k = in[0].shape.last(), rows = in[0].shape.rows();
   const int64_t padded = (k + 63) / 64 * 64;
-  return size_t(rows) * size_t(padded + 8 * (padded / 32 + 1) + 64);
+  return size_t(rows) * size_t(padded + 24 * (padded / 32 + 1) + 64) + 64;
 }
 
 }  // namespace

@@ -393,6 +393,7 @@ struct Q4Rows {
   int8_t* codes;
   float* scale;  // rows x groups
   float* corr;   // rows x groups: scale * sum(codes) * 8
+  float* scale4;  // avx2: rows x groups x 4, each scale four times
 };
 
 Q4Rows q4_rows(const KernelCall& c, const Dims& d) {
@@ -402,6 +403,8 @@ Q4Rows q4_rows(const KernelCall& c, const Dims& d) {
   q.codes = reinterpret_cast<int8_t*>(base);
   q.scale = reinterpret_cast<float*>(base + d.rows * d.padded);
   q.corr = q.scale + d.rows * groups;
+  const uintptr_t after = reinterpret_cast<uintptr_t>(q.corr + d.rows * groups);
+  q.scale4 = reinterpret_cast<float*>((after + 31) / 32 * 32);  // 32-byte aligned: the op's workspace_bytes leaves room
   return q;
 }
 
@@ -487,11 +490,19 @@ __attribute__((target("avx512f,avx512bw,avx512vnni,avx2,fma"))) void dot_q4_avx5
 }
 
 // avx2 tiles (see "avx2: tiles" above): lane r * kW + o of the result is
-// y[r][o] without the bias. Per group, the 32 codes of a weight row are
-// unpacked once for all kR activation rows; each (row, weight row) pair
-// keeps a float accumulator of 8 partial sums, scaled group by group. The
-// +8 of the weight codes comes off at the end as one vector product per 8
-// groups: sum over g of corr[r][g] * ws[o][g], corr = 8 * sum(x codes) * sx.
+// y[r][o] without the bias. Groups go in pairs: one 32-byte load holds two
+// groups' codes, whose low nibbles (elements 0-15 of each) and high nibbles
+// (16-31) are one AND (and a shift) apiece, so the activation codes of a
+// pair are stored to match (q4_pair_layout): [g 0-15, g+1 0-15, g 16-31,
+// g+1 16-31]. Two vpmaddubsw add up in 16 bits (2 x 2 x 15 x 127 < 32767),
+// one vpmaddwd gives lanes 0-3 of group g and 4-7 of g + 1, scaled by
+// [sx sw of g x4, of g+1 x4] (scale4 holds each sx four times). Per pair
+// of groups and (row, weight row) that is 7 instructions where one group
+// at a time took 11, most of it the unpacking. Each (row, weight row) keeps
+// a float accumulator of 8 partial sums; the +8 of the weight codes comes
+// off at the end as one vector product per 8 groups: sum over g of
+// corr[r][g] * ws[o][g], corr = 8 * sum(x codes) * sx. An odd last group
+// goes on its own, in element order.
 template <int kR>
 __attribute__((target("avx2,fma"))) __m256 tile_q4_avx2(const Q4Rows& q, int64_t row0, int64_t padded,
                                                         int64_t groups, const uint8_t* w, const float* ws, int no) {
@@ -500,40 +511,74 @@ __attribute__((target("avx2,fma"))) __m256 tile_q4_avx2(const Q4Rows& q, int64_t
   const uint8_t* wr[kW];
   const float* sr[kW];
   for (int o = 0; o < kW; ++o) wr[o] = w + (o < no ? o : 0) * wstride, sr[o] = ws + (o < no ? o : 0) * groups;
-  const __m256i ones16 = _mm256_set1_epi16(1);
+  const __m256i ones16 = _mm256_set1_epi16(1), low4 = _mm256_set1_epi8(0x0f);
+  const __m256i pair_of_lane = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
+  auto xcodes = [&](int r, int64_t at) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q.codes + (row0 + r) * padded + at));
+  };
   __m256 acc[8];
 #pragma GCC unroll 8
   for (auto& a : acc) a = _mm256_setzero_ps();
-  for (int64_t g = 0; g < groups; ++g) {
-    __m256 sx[kR];
-#pragma GCC unroll 4
-    for (int r = 0; r < kR; ++r) sx[r] = _mm256_broadcast_ss(q.scale + (row0 + r) * groups + g);
+  int64_t g = 0;
+  for (; g + 2 <= groups; g += 2) {
 #pragma GCC unroll 8
     for (int o = 0; o < kW; ++o) {
       if ((g & 3) == 0) _mm_prefetch(reinterpret_cast<const char*>(wr[o] + g * 16 + kBlockW * wstride), _MM_HINT_T0);
+      const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wr[o] + g * 16));
+      const __m256i lo = _mm256_and_si256(b, low4), hi = _mm256_and_si256(_mm256_srli_epi16(b, 4), low4);
+      const __m256 sw = _mm256_permutevar8x32_ps(
+          _mm256_castps128_ps256(_mm_castsi128_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sr[o] + g)))),
+          pair_of_lane);
+#pragma GCC unroll 4
+      for (int r = 0; r < kR; ++r) {
+        const __m256i p16 = _mm256_add_epi16(_mm256_maddubs_epi16(lo, xcodes(r, g * 32)),
+                                             _mm256_maddubs_epi16(hi, xcodes(r, g * 32 + 32)));
+        const __m256 sx = _mm256_loadu_ps(q.scale4 + ((row0 + r) * groups + g) * 4);
+        acc[r * kW + o] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones16)), _mm256_mul_ps(sx, sw),
+                                          acc[r * kW + o]);
+      }
+    }
+  }
+  if (g < groups) {  // an odd last group, codes in element order
+#pragma GCC unroll 8
+    for (int o = 0; o < kW; ++o) {
       const __m256i codes = unpack_q4(wr[o] + g * 16);
       const __m256 sw = _mm256_broadcast_ss(sr[o] + g);
 #pragma GCC unroll 4
       for (int r = 0; r < kR; ++r) {
-        const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q.codes + (row0 + r) * padded + g * 32));
-        const __m256i s32 = _mm256_madd_epi16(_mm256_maddubs_epi16(codes, xv), ones16);
-        acc[r * kW + o] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s32), _mm256_mul_ps(sx[r], sw), acc[r * kW + o]);
+        const __m256i s32 = _mm256_madd_epi16(_mm256_maddubs_epi16(codes, xcodes(r, g * 32)), ones16);
+        const __m256 sx = _mm256_broadcast_ss(q.scale + (row0 + r) * groups + g);
+        acc[r * kW + o] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s32), _mm256_mul_ps(sx, sw), acc[r * kW + o]);
       }
     }
   }
   // The weight codes' +8, 8 groups per step (masked loads for the last few).
-  for (int64_t g = 0; g < groups; g += 8) {
-    const int left = int(std::min<int64_t>(8, groups - g));
+  for (int64_t g8 = 0; g8 < groups; g8 += 8) {
+    const int left = int(std::min<int64_t>(8, groups - g8));
     const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(left), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 #pragma GCC unroll 8
     for (int o = 0; o < kW; ++o) {
-      const __m256 sw = _mm256_maskload_ps(sr[o] + g, m);
+      const __m256 sw = _mm256_maskload_ps(sr[o] + g8, m);
 #pragma GCC unroll 4
       for (int r = 0; r < kR; ++r)
-        acc[r * kW + o] = _mm256_fnmadd_ps(_mm256_maskload_ps(q.corr + (row0 + r) * groups + g, m), sw, acc[r * kW + o]);
+        acc[r * kW + o] = _mm256_fnmadd_ps(_mm256_maskload_ps(q.corr + (row0 + r) * groups + g8, m), sw, acc[r * kW + o]);
     }
   }
   return hsum8_ps(acc[0], acc[1], acc[2], acc[3], acc[4], acc[5], acc[6], acc[7]);
+}
+
+// The avx2 tiles' order of one row's activation codes: each full pair of
+// groups as [g 0-15, g+1 0-15, g 16-31, g+1 16-31], an odd last group as is.
+void q4_pair_layout(int8_t* codes, int64_t groups) {
+  int8_t pair[64];
+  for (int64_t g = 0; g + 2 <= groups; g += 2) {
+    int8_t* c = codes + g * 32;
+    std::memcpy(pair, c, 16);             // g 0-15
+    std::memcpy(pair + 16, c + 32, 16);   // g+1 0-15
+    std::memcpy(pair + 32, c + 16, 16);   // g 16-31
+    std::memcpy(pair + 48, c + 48, 16);   // g+1 16-31
+    std::memcpy(c, pair, 64);
+  }
 }
 
 // Activation rows r0 .. r0 + kR against weight rows o .. o + nb (nb <= kBlockW).
@@ -583,6 +628,7 @@ void linear_q4_f32(const KernelCall& c) {
   const Dims d = dims_of(c);
   const int64_t groups = d.k / quant::kQ4Group;
   const Q4Rows q = q4_rows(c, d);
+  const bool avx2 = cpu_features().int8 == Int8Dot::avx2;
   const float* x = c.in(0).as<float>();
   parallel_for(d.rows, 4, [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r)
@@ -593,14 +639,17 @@ void linear_q4_f32(const KernelCall& c) {
         for (int j = 0; j < 32; ++j) sum += codes[j];
         q.scale[r * groups + g] = s;
         q.corr[r * groups + g] = s * float(8 * sum);
+        if (avx2) std::fill_n(q.scale4 + (r * groups + g) * 4, 4, s);
       }
+    if (avx2)
+      for (int64_t r = b; r < e; ++r) q4_pair_layout(q.codes + r * d.padded, groups);
   });
   const uint8_t* w = c.in(1).as<uint8_t>();
   const float* wscale = c.in(2).as<float>();
   const float* bias = c.inputs.size() == 4 ? c.in(3).as<float>() : nullptr;
   float* y = c.out(0).as<float>();
   const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(d.k * d.rows, 1));
-  if (cpu_features().int8 == Int8Dot::avx2) {
+  if (avx2) {
     const int64_t blocks = (d.n + kBlockW - 1) / kBlockW;
     parallel_for(blocks, std::max<int64_t>(1, grain / kBlockW), [&](int64_t b, int64_t e) {
       q4_tiles_avx2(q, d, w, wscale, bias, y, b * kBlockW, std::min(d.n, e * kBlockW));
