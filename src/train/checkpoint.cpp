@@ -190,6 +190,11 @@ void load_weights(const std::string& ckpt_dir, core::ParameterStore& store) {
 
 }  // namespace
 
+core::Tensor param_from_file(const std::string& path, const std::string& pname, const core::Tensor& stored,
+                             const core::TensorMeta& param) {
+  return stored_param(path, pname, stored, param);
+}
+
 namespace {
 // Puts the finished tmp directory where `final_dir` is. Saving a step that
 // already has a checkpoint (a resumed run stopped at the same step) swaps

@@ -39,6 +39,7 @@
 #include "brisk/monitor/machine.h"
 #include "brisk/optim/loss_scaler.h"
 #include "brisk/train/checkpoint.h"
+#include "brisk/train/hf_weights.h"
 #include "brisk/train/tune.h"
 #include "run_log.h"
 #include "run_record.h"
@@ -232,6 +233,7 @@ struct Trainer::Impl {
   void make_scaler();
   void resume();
   void init_from_checkpoint();
+  void init_from_hf();
   void make_mask();
   void make_trace();
   void open_run_dir();
@@ -366,10 +368,15 @@ void Trainer::Impl::resume() {
 // pruned or otherwise changed model needs.
 void Trainer::Impl::init_from_checkpoint() {
   const std::string ckpt = latest_checkpoint(cfg.init_from);
+  if (ckpt.empty() && is_hf_gpt2_source(cfg.init_from)) {
+    init_from_hf();
+    return;
+  }
   if (ckpt.empty())
     throw core::ConfigError("train.init_from: no checkpoint at '" + cfg.init_from +
-                            "' (expected a checkpoint directory with state.json, or a run directory with step_* "
-                            "checkpoints)");
+                            "' (expected a checkpoint directory with state.json, a run directory with step_* "
+                            "checkpoints, or Hugging Face GPT-2 weights: a .safetensors file or a directory with "
+                            "model.safetensors)");
   TrainState from;
   read_checkpoint_config(ckpt, &from);
   // Another tokenizer's ids would mean other things to the embedding.
@@ -383,6 +390,32 @@ void Trainer::Impl::init_from_checkpoint() {
   }
   start_checkpoint = ckpt;
   progress.line("initialized from " + ckpt + " (weights only: step 0, fresh optimizer)");
+}
+
+// Hugging Face GPT-2 weights (hf_weights.h). The released GPT-2 files use
+// GPT-2's BPE (50257 tokens): on other data their token rows would mean
+// other things. Smaller vocabularies are some other model's: not checked.
+void Trainer::Impl::init_from_hf() {
+  constexpr int64_t kGpt2Vocab = 50257;
+  HfLoadReport r;
+  try {
+    r = load_hf_gpt2(cfg.init_from, model);
+  } catch (const core::Error& e) {
+    throw core::ConfigError(std::string("train.init_from: ") + e.what());
+  }
+  if (r.file_vocab >= kGpt2Vocab && state.tokenizer != "gpt2")
+    throw core::ConfigError("train.init_from: " + r.file + " has " + std::to_string(r.file_vocab) +
+                            " token embeddings, GPT-2's BPE vocabulary, but data '" + cfg.data_dir + "' uses tokenizer '" +
+                            state.tokenizer + "'");
+  start_checkpoint = r.file;
+  std::string how = std::to_string(r.file_vocab) + " token rows";
+  if (r.file_vocab < model.config().vocab_size)
+    how += " (rows " + std::to_string(r.file_vocab) + "-" + std::to_string(model.config().vocab_size - 1) + " zero)";
+  how += ", " + std::to_string(r.file_positions) + " positions";
+  if (r.file_positions > model.config().block_size) how += " (the first " + std::to_string(model.config().block_size) + " used)";
+  if (!r.config_checked) how += "; no config.json beside it, so n_head was not checked";
+  progress.line("initialized from Hugging Face GPT-2 weights " + r.file + ": " + how +
+                " (weights only: step 0, fresh optimizer)");
 }
 
 void Trainer::Impl::make_mask() {

@@ -80,5 +80,10 @@ void load_autoencoder_checkpoint(const std::string& ckpt_dir, models::SeqAutoenc
 
 // Hugging Face stores Conv1D weights (in, out); brisk stores (out, in).
 bool is_hf_conv1d_weight(const std::string& name);
+// Parameter `pname` (meta `param`) from its tensor in a model.safetensors:
+// checked against the parameter (Conv1D weights as (in, out)), transposed
+// where HF layout needs it. Throws IoError naming `path`, both shapes.
+core::Tensor param_from_file(const std::string& path, const std::string& pname, const core::Tensor& stored,
+                             const core::TensorMeta& param);
 
 }  // namespace brisk::train
