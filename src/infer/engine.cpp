@@ -224,6 +224,7 @@ struct Seq {
   bool cancelled = false;
   bool done = false;     // finished this step: leaves before the next
   std::string text;      // generated text so far (stop strings)
+  std::vector<TokenChoice> prompt_choices;  // SamplingParams::prompt_logprobs: scored so far
 };
 
 }  // namespace
@@ -359,7 +360,8 @@ struct Engine::Impl {
     // new tokens (the last one is sampled but never fed), within the context.
     const int64_t reach = std::min<int64_t>(cfg.block_size, int64_t(prompt.size()) + std::max<int64_t>(p.max_tokens, 1));
     const int slot = free_slots.back();
-    const KvPool::Reserved got = pool.reserve(slot, prompt, reach, opt.prefix_cache);
+    // A scored prompt computes every position: none may come from the prefix cache.
+    const KvPool::Reserved got = pool.reserve(slot, prompt, reach, opt.prefix_cache && p.prompt_logprobs < 0);
     if (got.cached < 0) return -1;
     free_slots.pop_back();
     auto s = std::make_unique<Seq>();
@@ -426,6 +428,25 @@ struct Engine::Impl {
     if (error) std::rethrow_exception(error);
   }
 
+  // SamplingParams::prompt_logprobs: rows[i] of x holds position positions[i]
+  // of seqs[i]'s prompt; each is scored against the prompt token after it,
+  // through the head in chunks of its buffers' size (max_seqs rows).
+  void score_prompt_rows(const std::vector<int64_t>& rows_at, const std::vector<Seq*>& of) {
+    const int64_t vocab = model.config.vocab_size;
+    if (scratch.empty()) scratch.resize(1);
+    for (size_t i0 = 0; i0 < rows_at.size(); i0 += size_t(opt.max_seqs)) {
+      const size_t k = std::min(rows_at.size() - i0, size_t(opt.max_seqs));
+      const std::vector<int64_t> which(rows_at.begin() + std::ptrdiff_t(i0), rows_at.begin() + std::ptrdiff_t(i0 + k));
+      head(which, gathered.data(), normed.data(), logits.data());
+      for (size_t i = 0; i < k; ++i) {
+        Seq& s = *of[i0 + i];
+        const int32_t target = s.prompt[s.prompt_choices.size() + 1];
+        s.prompt_choices.push_back(
+            score_token(logits.data() + int64_t(i) * vocab, vocab, target, s.params.prompt_logprobs, scratch[0]));
+      }
+    }
+  }
+
   std::vector<TokenEvent> step() {
     std::vector<TokenEvent> events;
     for (size_t i = 0; i < seqs.size();) {
@@ -461,19 +482,41 @@ struct Engine::Impl {
         sample_rows.push_back(n - 1);
         samplers.push_back(s.get());
       }
+    std::vector<int64_t> scored_rows;  // prompt rows to score (prompt_logprobs), and whose
+    std::vector<Seq*> scored_of;
+    std::vector<Seq*> unsampled;  // max_tokens 0: the prompt is done, nothing to generate
     for (auto& s : seqs) {
       const int64_t left = int64_t(s->prompt.size()) - s->fed;
       if (left <= 0 || s->next >= 0) continue;
       const int64_t take = std::min(left, max_rows - n);
       if (take <= 0) break;
-      for (int64_t i = 0; i < take; ++i) put(*s, s->prompt[size_t(s->fed)]);
+      for (int64_t i = 0; i < take; ++i) {
+        if (s->params.prompt_logprobs >= 0 && s->fed + 1 < int64_t(s->prompt.size())) {
+          scored_rows.push_back(n);
+          scored_of.push_back(s.get());
+        }
+        put(*s, s->prompt[size_t(s->fed)]);
+      }
       prompt_rows += take;
-      if (take == left) {
+      if (take == left && s->params.max_tokens == 0) {
+        unsampled.push_back(s.get());
+      } else if (take == left) {
         sample_rows.push_back(n - 1);
         samplers.push_back(s.get());
       }
     }
     forward(n);
+    if (!scored_rows.empty()) score_prompt_rows(scored_rows, scored_of);
+    for (Seq* s : unsampled) {
+      TokenEvent e;
+      e.seq = s->id;
+      e.choice.token = -1;
+      e.finish = Finish::length;
+      e.cached_prompt_tokens = s->cached;
+      e.prompt_logprobs = std::move(s->prompt_choices);
+      s->done = true;
+      events.push_back(std::move(e));
+    }
     if (opt.prefix_cache)  // the prompt blocks this step completed become shareable
       for (auto& s : seqs)
         if ((s->registered + 1) * opt.kv_block <= int64_t(s->prompt.size()))
@@ -485,7 +528,10 @@ struct Engine::Impl {
       TokenEvent e;
       e.seq = s.id;
       e.choice = std::move(choices[i]);
-      if (s.generated == 0) e.cached_prompt_tokens = s.cached;
+      if (s.generated == 0) {
+        e.cached_prompt_tokens = s.cached;
+        e.prompt_logprobs = std::move(s.prompt_choices);
+      }
       const int32_t tok = e.choice.token;
       s.history.add_generated(tok);
       ++s.generated;

@@ -29,6 +29,8 @@ void validate(const SamplingParams& p, int64_t vocab) {
   if (!std::isfinite(p.presence_penalty) || std::fabs(p.presence_penalty) > 2)
     throw ConfigError("presence_penalty must be in [-2, 2]");
   if (p.logprobs > 20) throw ConfigError("logprobs must be at most 20, got " + std::to_string(p.logprobs));
+  if (p.prompt_logprobs > 20)
+    throw ConfigError("prompt_logprobs must be at most 20, got " + std::to_string(p.prompt_logprobs));
   for (int32_t t : p.stop_tokens)
     if (t < 0 || t >= vocab)
       throw ConfigError("stop token " + std::to_string(t) + " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
@@ -111,6 +113,13 @@ void fill_logprobs(const float* logits, int64_t vocab, int n, TokenChoice& c, st
 }
 
 }  // namespace
+
+TokenChoice score_token(const float* logits, int64_t vocab, int32_t token, int n, SamplerScratch& work) {
+  TokenChoice c;
+  c.token = token;
+  fill_logprobs(logits, vocab, n, c, work.ids);
+  return c;
+}
 
 TokenChoice sample(float* logits, int64_t vocab, const SamplingParams& p, const SequenceHistory& history,
                    uint64_t index, SamplerScratch& work) {

@@ -17,6 +17,8 @@ CompletionBuilder::CompletionBuilder(const data::Tokenizer& tok, const Completio
       api_(api),
       index_(index),
       logprobs_(req.params.logprobs),
+      echo_(req.echo && api == Api::completions),
+      prompt_(echo_ ? req.prompt : std::vector<int32_t>{}),
       prompt_tokens_(int64_t(req.prompt.size())) {}
 
 json CompletionBuilder::envelope(bool chunk) const {
@@ -57,7 +59,7 @@ json CompletionBuilder::logprobs_of(const infer::TokenChoice& c) {
   json top = json::object();
   for (const auto& [id, v] : c.top) top[valid_utf8(raw(id))] = v;
   const std::string s = valid_utf8(raw(c.token));
-  const size_t offset = text_.offset_of_last();
+  const size_t offset = echo_bytes_ + text_.offset_of_last();
   lp_tokens_.push_back(s);
   lp_values_.push_back(c.logprob);
   lp_top_.push_back(top);
@@ -81,17 +83,66 @@ json CompletionBuilder::chunk(const std::string& piece, const json& lp) const {
   return c;
 }
 
+// The prompt's text (decoded whole) and, with logprobs, one entry per
+// prompt token in the completions route's four lists: the first token has
+// no logprob (null, as OpenAI answers), the others the engine's prompt
+// logprobs (SamplingParams::prompt_logprobs).
+void CompletionBuilder::echo_prompt(const infer::TokenEvent& first, std::string& piece, json& lp) {
+  piece = valid_utf8(tok_.decode(std::span<const int32_t>(prompt_)));
+  echo_bytes_ = piece.size();
+  if (logprobs_ < 0) return;
+  json tokens = json::array(), values = json::array(), tops = json::array(), offsets = json::array();
+  size_t offset = 0;
+  for (size_t i = 0; i < prompt_.size(); ++i) {
+    const std::string raw = tok_.decode(std::span<const int32_t>(&prompt_[i], 1));
+    tokens.push_back(valid_utf8(raw));
+    offsets.push_back(std::min(offset, echo_bytes_));
+    offset += raw.size();
+    if (i == 0 || i - 1 >= first.prompt_logprobs.size()) {
+      values.push_back(nullptr);
+      tops.push_back(nullptr);
+      continue;
+    }
+    const infer::TokenChoice& c = first.prompt_logprobs[i - 1];
+    json top = json::object();
+    for (const auto& [id, v] : c.top) top[valid_utf8(tok_.decode(std::span<const int32_t>(&id, 1)))] = v;
+    values.push_back(c.logprob);
+    tops.push_back(top);
+  }
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    lp_tokens_.push_back(tokens[i]);
+    lp_values_.push_back(values[i]);
+    lp_top_.push_back(tops[i]);
+    lp_offsets_.push_back(offsets[i]);
+  }
+  lp = {{"tokens", tokens}, {"token_logprobs", values}, {"top_logprobs", tops}, {"text_offset", offsets}};
+}
+
 json CompletionBuilder::add(const infer::TokenEvent& e) {
-  if (e.choice.token < 0) return nullptr;
-  if (completion_tokens_ == 0) cached_tokens_ = e.cached_prompt_tokens;
-  ++completion_tokens_;
+  // A token-less event ends a choice that generates nothing (max_tokens 0);
+  // a cancelled choice never reaches here.
+  if (e.choice.token < 0 && e.finish != infer::Finish::length) return nullptr;
   std::string piece;
   json lp = nullptr;
+  if (!started_) {
+    started_ = true;
+    cached_tokens_ = e.cached_prompt_tokens;
+    if (echo_) echo_prompt(e, piece, lp);
+  }
   // A stop token ends the sequence without being part of its text.
   const bool stop_token = e.finish == infer::Finish::stop && e.stop_matched.empty();
-  if (!stop_token) {
-    piece = text_.add(e.choice.token);
-    if (logprobs_ >= 0) lp = logprobs_of(e.choice);
+  if (e.choice.token >= 0) ++completion_tokens_;
+  if (e.choice.token >= 0 && !stop_token) {
+    piece += text_.add(e.choice.token);
+    if (logprobs_ >= 0) {
+      const json mine = logprobs_of(e.choice);
+      if (lp.is_null()) {
+        lp = mine;
+      } else {  // after the echoed prompt's entries, in the same chunk
+        for (const char* list : {"tokens", "token_logprobs", "top_logprobs", "text_offset"})
+          lp[list].push_back(mine[list][0]);
+      }
+    }
   }
   if (e.finish == infer::Finish::stop) {
     piece += e.stop_matched.empty() ? text_.finish() : text_.finish_at_stop();

@@ -79,20 +79,25 @@ std::vector<std::vector<int32_t>> read_prompts(const json& body, const ModelInfo
 Request parse(const json& j, const ModelInfo& model, const data::Tokenizer& tok, int64_t& n, size_t& prompt_count) {
   check_model_and_user(j, model);
   if (integer(j, "best_of", 1) != 1) throw ApiError(400, "best_of must be 1: not supported yet", "best_of");
-  if (boolean(j, "echo", false)) throw ApiError(400, "echo is not supported yet", "echo");
   if (field(j, "suffix")) throw ApiError(400, "suffix is not supported", "suffix");
 
   Request r;
   r.api = Api::completions;
+  r.echo = boolean(j, "echo", false);
   const std::vector<std::vector<int32_t>> prompts = read_prompts(j, model, tok);
   prompt_count = prompts.size();
   n = read_n(j, prompts.size(), model);
   infer::SamplingParams sp;
   sp.max_tokens = integer(j, "max_tokens", 16);
-  if (sp.max_tokens < 1) throw ApiError(400, "max_tokens must be at least 1", "max_tokens");
+  // max_tokens 0 with echo scores the prompt and generates nothing (how
+  // evaluation harnesses ask for a text's log-likelihood).
+  if (sp.max_tokens < (r.echo ? 0 : 1))
+    throw ApiError(400, r.echo ? "max_tokens must be >= 0" : "max_tokens must be at least 1 (0 only with echo)",
+                   "max_tokens");
   const bool seeded = read_sampling(j, sp);
   sp.logprobs = small_integer(j, "logprobs", -1);
   if (field(j, "logprobs") && sp.logprobs < 0) throw ApiError(400, "logprobs must be >= 0", "logprobs");
+  if (r.echo && sp.logprobs >= 0) sp.prompt_logprobs = sp.logprobs;
   read_stream(j, r);
   fields::validate(sp, model);
   for (const std::vector<int32_t>& p : prompts) check_context(p.size(), sp.max_tokens, model, "max_tokens");

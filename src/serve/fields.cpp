@@ -144,6 +144,7 @@ void fan_out(const std::vector<std::vector<int32_t>>& prompts, int64_t n, const 
       c.params.seed = sp.seed + uint64_t(i);
       c.stream = r.stream;
       c.include_usage = r.include_usage;
+      c.echo = r.echo;
       r.choices.push_back(std::move(c));
     }
   }

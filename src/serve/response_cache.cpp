@@ -48,6 +48,7 @@ std::string ResponseCache::key_of(const Request& r, const std::string& model) {
     put_raw(k, uint64_t(p.stop.size()));
     for (const std::string& s : p.stop) put_string(k, s);
     put_raw(k, p.logprobs);
+    put_raw(k, p.prompt_logprobs);  // (echo itself is the builder's: the events are the same)
   }
   return k;
 }
@@ -56,8 +57,11 @@ int64_t ResponseCache::size_of(const std::string& key, const ChoiceEvents& event
   int64_t bytes = int64_t(sizeof(Entry) + key.size());
   for (const auto& choice : events) {
     bytes += int64_t(sizeof(choice) + choice.size() * sizeof(infer::TokenEvent));
-    for (const infer::TokenEvent& e : choice)
+    for (const infer::TokenEvent& e : choice) {
       bytes += int64_t(e.choice.top.size() * sizeof(e.choice.top[0]) + e.stop_matched.size());
+      for (const infer::TokenChoice& c : e.prompt_logprobs)
+        bytes += int64_t(sizeof(c) + c.top.size() * sizeof(c.top[0]));
+    }
   }
   return bytes;
 }

@@ -180,12 +180,14 @@ void Scheduler::deliver(const infer::TokenEvent& e, Channel& ch, double now) {
     return;
   }
   ch.push(e);
-  ++metrics_.generation_tokens;
   metrics_.prefix_cached_tokens += uint64_t(e.cached_prompt_tokens);  // non-zero on a sequence's first event only
-  if (!ch.got_token_) metrics_.time_to_first_token.observe(now - ch.submitted_);
-  else metrics_.inter_token_latency.observe(now - ch.last_token_);
-  ch.got_token_ = true;
-  ch.last_token_ = now;
+  if (e.choice.token >= 0) {  // (a prompt scored with max_tokens 0 ends with no token)
+    ++metrics_.generation_tokens;
+    if (!ch.got_token_) metrics_.time_to_first_token.observe(now - ch.submitted_);
+    else metrics_.inter_token_latency.observe(now - ch.last_token_);
+    ch.got_token_ = true;
+    ch.last_token_ = now;
+  }
   if (e.finish != infer::Finish::none) metrics_.request_latency.observe(now - ch.submitted_);
 }
 

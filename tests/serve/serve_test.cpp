@@ -442,6 +442,85 @@ TEST_F(ServeTest, Errors) {
   EXPECT_EQ(r->status, 200);
 }
 
+// echo: the answer starts with the prompt. With logprobs and max_tokens 0
+// (how evaluation harnesses score a text) every prompt token has an entry,
+// the first a null logprob as OpenAI gives it, the others the model's
+// log-probability of that token after the ones before; generating as well
+// appends the completion's entries, and streaming gives the same.
+TEST_F(ServeTest, EchoScoresThePrompt) {
+  const std::string prompt = "The quick brown";
+  auto r0 = post("/v1/completions",
+                 {{"prompt", prompt}, {"echo", true}, {"logprobs", 2}, {"max_tokens", 0}, {"temperature", 0}});
+  ASSERT_TRUE(r0);
+  ASSERT_EQ(r0->status, 200) << r0->body;
+  const json j0 = json::parse(r0->body);
+  const json& c0 = j0["choices"][0];
+  EXPECT_EQ(c0.at("text"), prompt);
+  EXPECT_EQ(c0.at("finish_reason"), "length");
+  EXPECT_EQ(billed(j0.at("usage")), json({{"prompt_tokens", 15}, {"completion_tokens", 0}, {"total_tokens", 15}}));
+  const json& lp = c0.at("logprobs");
+  ASSERT_EQ(lp.at("tokens").size(), prompt.size());
+  EXPECT_TRUE(lp["token_logprobs"][0].is_null());
+  EXPECT_TRUE(lp["top_logprobs"][0].is_null());
+  double nll = 0;
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    EXPECT_EQ(lp["tokens"][i], std::string(1, prompt[i]));
+    EXPECT_EQ(lp["text_offset"][i], i);
+    if (i == 0) continue;
+    const double v = lp["token_logprobs"][i].get<double>();
+    EXPECT_LT(v, 0.0);
+    nll -= v;
+    EXPECT_GE(lp["top_logprobs"][i].size(), 1u);
+    for (auto& [tok, top] : lp["top_logprobs"][i].items()) EXPECT_GE(top.get<double>(), v - 1e-6) << tok;
+  }
+  // The same numbers the engine's own scoring gives (the recompute path's, tested in InferEngine).
+  infer::EngineOptions eo;
+  eo.max_seqs = 1;
+  eo.threads = 1;
+  infer::Engine e(infer::load_model(checkpoint()), eo);
+  const std::vector<int32_t> ids(prompt.begin(), prompt.end());
+  EXPECT_NEAR(nll, e.score(ids).nll_sum, 1e-4 * nll);
+
+  // Generating too: the prompt's entries, then the completion's, offsets running on.
+  const json gen = {{"prompt", prompt}, {"echo", true}, {"logprobs", 2}, {"max_tokens", 5}, {"temperature", 0}};
+  auto r5 = post("/v1/completions", gen);
+  ASSERT_TRUE(r5);
+  ASSERT_EQ(r5->status, 200) << r5->body;
+  const json c5 = json::parse(r5->body)["choices"][0];
+  auto plain = post("/v1/completions", {{"prompt", prompt}, {"max_tokens", 5}, {"temperature", 0}});
+  ASSERT_TRUE(plain);
+  EXPECT_EQ(c5.at("text"), prompt + json::parse(plain->body)["choices"][0]["text"].get<std::string>());
+  ASSERT_EQ(c5["logprobs"]["tokens"].size(), prompt.size() + 5);
+  for (const char* list : {"tokens", "token_logprobs", "top_logprobs", "text_offset"})
+    for (size_t i = 0; i < prompt.size(); ++i) EXPECT_EQ(c5["logprobs"][list][i], lp[list][i]) << list << " " << i;
+  EXPECT_EQ(c5["logprobs"]["text_offset"][prompt.size()], prompt.size());
+  // Streamed: the same text, and the same logprobs chunk by chunk.
+  const Streamed s = stream(srv->port, gen);
+  EXPECT_EQ(s.text, c5.at("text").get<std::string>());
+  json streamed_gen = gen;
+  streamed_gen["stream"] = true;
+  auto sr = post("/v1/completions", streamed_gen);
+  ASSERT_TRUE(sr);
+  json joined = {{"tokens", json::array()}, {"token_logprobs", json::array()}, {"top_logprobs", json::array()},
+                 {"text_offset", json::array()}};
+  for (const std::string& ev : sse_events(sr->body)) {
+    if (ev == "[DONE]") break;
+    const json l = json::parse(ev)["choices"][0]["logprobs"];
+    if (l.is_null()) continue;
+    for (auto& [k, v] : l.items())
+      for (const json& x : v) joined[k].push_back(x);
+  }
+  EXPECT_EQ(joined, c5["logprobs"]);
+
+  // echo without logprobs is the text alone; max_tokens 0 needs echo.
+  auto t = post("/v1/completions", {{"prompt", prompt}, {"echo", true}, {"max_tokens", 0}});
+  ASSERT_TRUE(t);
+  ASSERT_EQ(t->status, 200) << t->body;
+  EXPECT_EQ(json::parse(t->body)["choices"][0]["text"], prompt);
+  EXPECT_TRUE(json::parse(t->body)["choices"][0]["logprobs"].is_null());
+  expect_error(post("/v1/completions", {{"prompt", prompt}, {"max_tokens", 0}}), 400, "max_tokens", {"echo"});
+}
+
 TEST_F(ServeTest, TokenizeRoundTrip) {
   auto t = post("/tokenize", {{"prompt", "hello, world"}});
   ASSERT_TRUE(t);

@@ -123,6 +123,75 @@ TEST(InferEngine, ScoreMatchesGptLogits) {
   EXPECT_EQ(r.argmax, top);
 }
 
+// prompt_logprobs: a sequence's first event carries every prompt token's
+// log-probability given the ones before it, the same numbers score() gives
+// (and so the recompute path's), in chunks of a few rows, beside other
+// sequences and with a prefix another sequence has cached; max_tokens 0
+// then scores without generating, and generating as well changes nothing
+// of what is generated.
+TEST(InferEngine, PromptLogprobsMatchScoring) {
+  const std::vector<int32_t> ids = prompt_of(33, 3);
+  infer::EngineOptions o = opts();
+  o.max_step_tokens = 8;  // the prompt is fed in chunks of at most 8 rows, with another sequence beside it
+  infer::Engine e(infer::load_model(checkpoint()), o);
+  const infer::ScoreResult want = e.score(ids);
+
+  infer::SamplingParams greedy;
+  greedy.temperature = 0;
+  greedy.max_tokens = 6;
+  const int64_t plain = e.add(ids, greedy);  // caches the prompt's whole blocks
+  const std::vector<int32_t> plain_tokens = drain(e)[plain];
+
+  infer::SamplingParams scored = greedy;
+  scored.prompt_logprobs = 2;
+  infer::SamplingParams only = scored;
+  only.max_tokens = 0;
+  const int64_t a = e.add(ids, scored), b = e.add(ids, only), other = e.add(prompt_of(20, 5), greedy);
+  std::map<int64_t, std::vector<infer::TokenEvent>> events;
+  while (!e.idle())
+    for (auto& ev : e.step()) events[ev.seq].push_back(std::move(ev));
+  ASSERT_EQ(events[b].size(), 1u);
+  EXPECT_EQ(events[b][0].choice.token, -1);
+  EXPECT_EQ(events[b][0].finish, infer::Finish::length);
+  EXPECT_EQ(events[b][0].cached_prompt_tokens, 0);  // scoring computes every position
+  std::vector<int32_t> a_tokens;
+  for (const auto& ev : events[a]) a_tokens.push_back(ev.choice.token);
+  EXPECT_EQ(a_tokens, plain_tokens);
+  EXPECT_EQ(events[other].size(), 6u);
+  EXPECT_TRUE(events[other][0].prompt_logprobs.empty());
+  for (int64_t id : {a, b}) {
+    const std::vector<infer::TokenChoice>& lp = events[id][0].prompt_logprobs;
+    ASSERT_EQ(lp.size(), ids.size() - 1) << id;
+    double nll = 0;
+    for (size_t i = 0; i < lp.size(); ++i) {
+      EXPECT_EQ(lp[i].token, ids[i + 1]);
+      ASSERT_EQ(lp[i].top.size(), 2u);
+      EXPECT_EQ(lp[i].top[0].first, want.argmax[i]) << "position " << i;
+      EXPECT_GE(lp[i].top[0].second, lp[i].top[1].second);
+      EXPECT_LE(lp[i].logprob, lp[i].top[0].second);
+      nll -= lp[i].logprob;
+    }
+    EXPECT_NEAR(nll, want.nll_sum, 1e-4 * want.nll_sum);
+    for (size_t k = 1; k < events[id].size(); ++k) EXPECT_TRUE(events[id][k].prompt_logprobs.empty());
+  }
+
+  // max_tokens 0 without prompt_logprobs: the prompt is fed, and that is all.
+  infer::SamplingParams prefill_only = greedy;
+  prefill_only.max_tokens = 0;
+  const int64_t c = e.add(ids, prefill_only);
+  std::vector<infer::TokenEvent> last;
+  while (!e.idle())
+    for (auto& ev : e.step()) last.push_back(std::move(ev));
+  ASSERT_EQ(last.size(), 1u);
+  EXPECT_EQ(last[0].seq, c);
+  EXPECT_EQ(last[0].choice.token, -1);
+  EXPECT_EQ(last[0].finish, infer::Finish::length);
+  EXPECT_TRUE(last[0].prompt_logprobs.empty());
+  EXPECT_TRUE(e.idle());
+  scored.prompt_logprobs = 21;
+  EXPECT_THROW(e.add(ids, scored), core::ConfigError);
+}
+
 // The engine repacks fp32 Linears into panels of 16 outputs
 // (pack_f32_linears). A vocabulary of 250 leaves the LM head's last panel
 // partial: the packed model embeds every token as the plain one does,

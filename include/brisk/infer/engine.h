@@ -62,6 +62,9 @@ struct TokenEvent {
   bool context_full = false;  // finish == length because the context is full, not max_tokens
   std::string stop_matched;   // the stop string that ended it
   int64_t cached_prompt_tokens = 0;  // on a sequence's first event: its prompt positions taken from the prefix cache
+  // On a sequence's first event, with SamplingParams::prompt_logprobs >= 0:
+  // one choice per prompt token after the first (token = that prompt token).
+  std::vector<TokenChoice> prompt_logprobs;
 };
 
 // Called with the rows a Linear reads (what AWQ calibration needs).

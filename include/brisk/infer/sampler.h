@@ -24,6 +24,13 @@ struct SamplingParams {
   std::vector<int32_t> stop_tokens;   // end the sequence after producing one of these
   std::vector<std::string> stop;      // end the sequence when its text contains one of these
   int logprobs = -1;                  // -1: none; n >= 0: the chosen token's log-probability and the n most likely
+  // -1: none; n >= 0: each prompt token's log-probability given the tokens
+  // before it (from the model's plain softmax: no penalty or temperature)
+  // and the n most likely there, on the sequence's first event. Such a
+  // sequence computes every prompt position (no prefix cache). With
+  // max_tokens 0 nothing is generated: the sequence ends (Finish::length,
+  // no token) once its prompt is in the cache, scored if asked.
+  int prompt_logprobs = -1;
 };
 
 // Throws ConfigError naming the first bad field (e.g. "top_p must be in (0, 1]").
@@ -61,6 +68,10 @@ struct SamplerScratch {
   std::vector<int32_t> ids;
   std::vector<double> prob;
 };
+
+// `token`'s log-probability under the plain softmax of `logits`, and the n
+// most likely tokens with theirs (best first; ties to the lower id).
+TokenChoice score_token(const float* logits, int64_t vocab, int32_t token, int n, SamplerScratch& work);
 
 // Picks the token for draw number `index` of a sequence. `logits` (vocab) is
 // modified (penalties, temperature).

@@ -51,6 +51,7 @@ struct CompletionRequest {
   infer::SamplingParams params;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
+  bool echo = false;           // /v1/completions' echo: the answer starts with the prompt (and its logprobs)
 };
 
 // A whole request: one sequence per choice, in the order of the choices'
@@ -63,6 +64,7 @@ struct Request {
   int64_t prompt_tokens = 0;
   bool stream = false;
   bool include_usage = false;
+  bool echo = false;  // /v1/completions' echo, for every choice
   // The same request gives the same answer: greedy, or a seed was given.
   // Only such requests may be answered from the response cache.
   bool deterministic = false;

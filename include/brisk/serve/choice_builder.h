@@ -45,6 +45,8 @@ class CompletionBuilder {
 
  private:
   nlohmann::json logprobs_of(const infer::TokenChoice& c);
+  // echo: the prompt's text, and its tokens' logprobs (the first has none).
+  void echo_prompt(const infer::TokenEvent& first, std::string& piece, nlohmann::json& lp);
   nlohmann::json chunk(const std::string& piece, const nlohmann::json& lp) const;
   const data::Tokenizer& tok_;
   TextStream text_;
@@ -53,6 +55,10 @@ class CompletionBuilder {
   Api api_;
   int64_t index_;
   int logprobs_;
+  bool echo_;
+  std::vector<int32_t> prompt_;
+  bool started_ = false;  // the first event came
+  size_t echo_bytes_ = 0;  // the echoed prompt's length: where the completion's text offsets start
   int64_t prompt_tokens_, completion_tokens_ = 0, cached_tokens_ = 0;
   std::string all_text_, finish_reason_;
   // The whole response's logprobs: the completions route's four lists, or
