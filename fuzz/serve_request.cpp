@@ -25,7 +25,8 @@ const serve::ModelInfo kModel{"tiny", 256, 64, 8};
 void check_sequence(const serve::CompletionRequest& c) {
   FUZZ_CHECK(!c.prompt.empty());
   for (int32_t id : c.prompt) FUZZ_CHECK(id >= 0 && id < kModel.vocab);
-  FUZZ_CHECK(c.params.max_tokens >= 1);
+  FUZZ_CHECK(c.params.max_tokens >= (c.echo ? 0 : 1));  // 0 only to score an echoed prompt
+  FUZZ_CHECK(c.params.prompt_logprobs < 0 || (c.echo && c.params.prompt_logprobs == c.params.logprobs));
   FUZZ_CHECK(int64_t(c.prompt.size()) + c.params.max_tokens <= kModel.context);
   infer::validate(c.params, kModel.vocab);  // a ConfigError escaping is a finding
 }
