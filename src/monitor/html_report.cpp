@@ -85,7 +85,8 @@ const std::map<std::string, std::pair<const char*, const char*>> kTitles = {
     {"val.roc_auc", {"Validation ROC AUC", "AUC"}},
 };
 // Keys that are bookkeeping, not counters over steps.
-const std::set<std::string> kNotPlotted = {"time_s", "world", "epoch", "val.count", "val_loss", "val.loss"};
+// (rss_mib is in the memory plot.)
+const std::set<std::string> kNotPlotted = {"time_s", "world", "epoch", "val.count", "val_loss", "val.loss", "rss_mib"};
 
 std::string plots_section(const std::vector<RunData>& runs) {
   std::vector<PlotSpec> specs;
@@ -117,9 +118,11 @@ std::string plots_section(const std::vector<RunData>& runs) {
     }
     if (!spec.series.empty()) specs.push_back(std::move(spec));
   }
-  // Memory is recorded once per run, not per step: the planned total and the
-  // peak RSS drawn across the run's steps, so runs compare on one axis.
-  PlotSpec memory{"plot-memory-steps", "Memory: planned total (dashed) and peak RSS (solid)", "MiB", false, {}};
+  // Memory: the planned total (once per run, dashed across its steps) and
+  // the resident memory after each step (metrics.jsonl's rss_mib); runs
+  // logged before rss_mib existed show their peak RSS as a flat line.
+  PlotSpec memory{"plot-memory-steps", "Memory: planned total (dashed) and RSS after each step (solid)", "MiB",
+                  false, {}};
   for (size_t i = 0; i < runs.size(); ++i) {
     const RunSummary& s = runs[i].summary;
     if (runs[i].rows.empty()) continue;
@@ -128,7 +131,12 @@ std::string plots_section(const std::vector<RunData>& runs) {
     if (s.has_memory_plan)
       memory.series.push_back({runs[i].name + ": planned total MiB", run_class(i), color_of(i),
                                {{x0, double(s.memory.total()) * mb}, {x1, double(s.memory.total()) * mb}}, true, true});
-    if (s.peak_rss_bytes > 0)
+    std::vector<std::pair<double, double>> rss;
+    for (const MetricsRow& r : runs[i].rows)
+      if (r.has("rss_mib")) rss.push_back({double(r.step), r.values.at("rss_mib")});
+    if (!rss.empty())
+      memory.series.push_back({runs[i].name + ": RSS MiB", run_class(i), color_of(i), rss});
+    else if (s.peak_rss_bytes > 0)
       memory.series.push_back({runs[i].name + ": peak RSS MiB", run_class(i), color_of(i),
                                {{x0, double(s.peak_rss_bytes) * mb}, {x1, double(s.peak_rss_bytes) * mb}}});
   }

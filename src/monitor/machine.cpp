@@ -3,8 +3,12 @@
 
 #include "brisk/monitor/peak.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <mutex>
@@ -85,7 +89,22 @@ size_t status_kib_field(const char* key) {
 }  // namespace
 
 size_t peak_rss_bytes() { return status_kib_field("VmHWM:"); }
-size_t current_rss_bytes() { return status_kib_field("VmRSS:"); }
+// The second field of /proc/self/statm (resident pages, the same count as
+// VmRSS), read into a stack buffer: no allocation, so a training step can
+// report it without breaking the steady state's no-allocation guarantee.
+size_t current_rss_bytes() {
+  const int fd = ::open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  char buf[128];
+  const ssize_t n = ::read(fd, buf, sizeof buf - 1);
+  ::close(fd);
+  if (n <= 0) return 0;
+  buf[n] = '\0';
+  char* end = nullptr;
+  std::strtoull(buf, &end, 10);  // total program size
+  const unsigned long long resident = std::strtoull(end, nullptr, 10);
+  return size_t(resident) * size_t(::sysconf(_SC_PAGESIZE));
+}
 
 std::string cpu_model() {
   std::ifstream f("/proc/cpuinfo");

@@ -22,6 +22,18 @@ void format_duration(double s, char (&out)[32]) {
   else std::snprintf(out, sizeof out, "%.0fs", s);
 }
 
+namespace {
+
+// " | RSS 610 MiB", or nothing when unknown.
+std::string rss_text(const StepRow& m) {
+  if (m.rss_mib < 0) return {};
+  char buf[32];
+  std::snprintf(buf, sizeof buf, " | RSS %.0f MiB", m.rss_mib);
+  return buf;
+}
+
+}  // namespace
+
 Progress::Progress(bool enabled, bool live, int64_t total, int64_t log_every)
     : enabled_(enabled), tty_(enabled && live && isatty(STDERR_FILENO)), total_(total), log_every_(log_every) {}
 
@@ -35,18 +47,18 @@ void Progress::step(const StepRow& m, double eta_s) {
     const int filled = int(double(kWidth) * double(m.step) / double(total_));
     for (int i = 0; i < kWidth; ++i) bar[i] = i < filled ? '#' : '.';
     bar[kWidth] = '\0';
-    std::fprintf(stderr, "\r[%s] step %lld/%lld | loss %.4f | lr %.2e | %.0f tok/s | %.0f ms/step | MFU %.1f%% | ETA %s   ",
+    std::fprintf(stderr, "\r[%s] step %lld/%lld | loss %.4f | lr %.2e | %.0f tok/s | %.0f ms/step | MFU %.1f%%%s | ETA %s   ",
                  bar, (long long)m.step, (long long)total_, m.loss, m.lr, m.tokens_per_s, m.ms_per_step, 100 * m.mfu,
-                 eta);
+                 rss_text(m).c_str(), eta);
     std::fflush(stderr);
   } else if (m.step % log_every_ == 0 || m.step == total_ || m.step == 1) {
     char comm[96] = "";
     if (m.world > 1)
       std::snprintf(comm, sizeof comm, " | %d ranks, comm %.1f ms (%.0f%% hidden)", m.world, m.comm_ms,
                     m.comm_ms > 0 ? 100 * std::max(0.0, m.comm_ms - m.comm_exposed_ms) / m.comm_ms : 0.0);
-    std::fprintf(stderr, "step %lld/%lld | loss %.4f | lr %.2e | grad norm %.3f | %.0f tok/s | %.0f ms/step | MFU %.1f%%%s | ETA %s\n",
+    std::fprintf(stderr, "step %lld/%lld | loss %.4f | lr %.2e | grad norm %.3f | %.0f tok/s | %.0f ms/step | MFU %.1f%%%s%s | ETA %s\n",
                  (long long)m.step, (long long)total_, m.loss, m.lr, m.grad_norm, m.tokens_per_s, m.ms_per_step,
-                 100 * m.mfu, comm, eta);
+                 100 * m.mfu, rss_text(m).c_str(), comm, eta);
   }
 }
 
@@ -111,6 +123,7 @@ void MetricsLog::write(const StepRow& r) {
   number("ms_per_step", r.ms_per_step);
   number("mfu", r.mfu);
   number("data_wait_ms", r.data_wait_ms);
+  if (r.rss_mib >= 0) number("rss_mib", r.rss_mib);
   n += size_t(std::snprintf(row + n, sizeof row - n, ",\"precision\":\"%s\",\"precision_path\":\"%s\"", r.precision,
                             r.precision_path));
   number("time_s", r.time_s);
@@ -138,6 +151,7 @@ void write_events(monitor::EventWriter& events, const StepRow& r) {
   events.scalar("tokens_per_s", r.tokens_per_s);
   events.scalar("ms_per_step", r.ms_per_step);
   events.scalar("mfu", r.mfu);
+  if (r.rss_mib >= 0) events.scalar("rss_mib", r.rss_mib);
   events.scalar("data_wait_ms", r.data_wait_ms);
   events.scalar("time_s", r.time_s);
   if (r.scaled) {

@@ -28,6 +28,8 @@ struct StepRow {
   // (ms in collectives, ms the step waited for them; the rest was hidden).
   int world = 1;
   double comm_ms = 0, comm_exposed_ms = 0;
+  // This process's resident memory after the step (VmRSS), MiB; < 0: unknown.
+  double rss_mib = -1;
 };
 
 // "12s", "4m05s", "1h02m".

@@ -631,6 +631,7 @@ void Trainer::Impl::step() {
   row.world = int(world);
   row.comm_ms = comm_ms;
   row.comm_exposed_ms = exposed_ms;
+  if (const size_t rss = monitor::current_rss_bytes(); rss > 0) row.rss_mib = double(rss) / double(1 << 20);
   if (skipped) {
     char buf[160];
     std::snprintf(buf, sizeof buf, "step %lld: gradients overflowed at loss scale %g: update skipped, scale now %g",

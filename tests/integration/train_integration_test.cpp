@@ -12,6 +12,8 @@
 
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <regex>
+#include <sstream>
 
 #include "brisk/core/error.h"
 #include "brisk/cpu/cpu_backend.h"
@@ -318,3 +320,30 @@ TEST_F(TrainIntegration, GeneratePrintsPromptThenTextReproducibly) {
 }
 
 }  // namespace
+
+// Memory as the run goes: every progress line and metrics.jsonl row carries
+// the process's resident memory after that step, and it is the process's
+// (a few MiB at least, below its peak at the end of the run).
+TEST_F(TrainIntegration, ProgressAndMetricsCarryResidentMemory) {
+  const std::string cfg = config("memory", 4, 0);
+  const CliResult r = run_cli({"train", "--config", cfg, "--no-progress"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  int lines = 0;
+  std::istringstream err(r.err);
+  for (std::string line; std::getline(err, line);)
+    if (line.rfind("step ", 0) == 0 && line.find(" | loss ") != std::string::npos) {
+      ++lines;
+      EXPECT_TRUE(std::regex_search(line, std::regex(R"( \| RSS [0-9]+ MiB \| )"))) << line;
+    }
+  EXPECT_GE(lines, 2);  // the first and the last step at least
+  std::ifstream in(tmp_.path() / "memory" / "metrics.jsonl");
+  int rows = 0;
+  for (std::string line; std::getline(in, line);) {
+    const auto j = nlohmann::json::parse(line);
+    ASSERT_TRUE(j.contains("rss_mib")) << line;
+    EXPECT_GT(j["rss_mib"].get<double>(), 4.0) << line;
+    EXPECT_LT(j["rss_mib"].get<double>(), 64.0 * 1024) << line;
+    ++rows;
+  }
+  EXPECT_EQ(rows, 4);
+}

@@ -42,8 +42,10 @@ class Dir {
   fs::path path_;
 };
 
-// A GPT-like run: `steps` rows around `tps` tokens/s (+-1%), loss falling to `final_loss`.
-void write_gpt_run(const std::string& dir, int steps, double tps, double final_loss, bool summary = true) {
+// A GPT-like run: `steps` rows around `tps` tokens/s (+-1%), loss falling to
+// `final_loss`; with `rss`, resident memory growing from 200 MiB by 1 MiB a step.
+void write_gpt_run(const std::string& dir, int steps, double tps, double final_loss, bool summary = true,
+                   bool rss = false) {
   std::ofstream m(dir + "/metrics.jsonl");
   for (int i = 1; i <= steps; ++i) {
     nlohmann::json r = {{"step", i},
@@ -58,6 +60,7 @@ void write_gpt_run(const std::string& dir, int steps, double tps, double final_l
                         {"precision_path", "fp32"},
                         {"time_s", 0.01 * i}};
     if (i % 10 == 0) r["val_loss"] = final_loss + 0.2;
+    if (rss) r["rss_mib"] = 200.0 + i;
     m << r.dump() << "\n";
   }
   std::ofstream(dir + "/config.toml") << "[train]\nbatch = 4\n# <b>not markup</b> & more\n";
@@ -228,4 +231,24 @@ TEST(Report, SameNamesAreMadeDistinct) {
   monitor::name_runs(runs);
   EXPECT_EQ(runs[0].name, "a/run");
   EXPECT_NE(runs[1].name, runs[2].name);
+}
+
+// The memory plot draws each step's resident memory where the run logged it
+// (rss_mib), and the peak as a flat line for a run from before it did;
+// rss_mib gets no plot of its own.
+TEST(Report, MemoryPlotFollowsResidentMemoryPerStep) {
+  Dir d;
+  const std::string a = d.sub("with/run"), b = d.sub("without/run");
+  write_gpt_run(a, 30, 1000, 1.5, true, true);
+  write_gpt_run(b, 30, 1000, 1.5, true, false);
+  std::vector<monitor::RunData> runs = {monitor::load_run(a), monitor::load_run(b)};
+  monitor::name_runs(runs);
+  const std::string svg = svg_with_id(monitor::html_report(runs, nullptr), "plot-memory-steps");
+  ASSERT_FALSE(svg.empty());
+  EXPECT_NE(svg.find("with/run: RSS MiB"), std::string::npos);
+  EXPECT_NE(svg.find("without/run: peak RSS MiB"), std::string::npos);
+  EXPECT_EQ(svg.find("with/run: peak RSS MiB"), std::string::npos);
+  // A line through a point per step.
+  EXPECT_NE(svg.find("data-points=\"30\"><title>with/run: RSS MiB: 30 points"), std::string::npos) << svg;
+  EXPECT_TRUE(svg_with_id(monitor::html_report(runs, nullptr), "plot-rss_mib").empty());
 }
