@@ -113,8 +113,8 @@ HfLoadReport load_hf_gpt2(const std::string& path, models::Gpt& model) {
     const Tensor stored = as_f32(it->second, report.file, pname);
     const core::Shape& want = e.value.shape();
     const core::Shape& got = stored.shape();
-    auto mismatch = [&](const std::string& why) {
-      return ConfigError(report.file + ": tensor '" + pname + "' is " + got.str() + ", the model's is " + want.str() +
+    auto mismatch = [&, name = pname](const std::string& why) {  // (a structured binding: captured by copy)
+      return ConfigError(report.file + ": tensor '" + name + "' is " + got.str() + ", the model's is " + want.str() +
                          " (" + shape_str(mc) + "): " + why);
     };
     if (pname == "wte.weight" || pname == "wpe.weight") {
