@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "brisk/train/config.h"
+#include "brisk/train/trainer.h"
 
 namespace brisk::itest {
 
@@ -222,6 +223,21 @@ inline std::string tiny_config_toml(const std::string& data_dir, const std::stri
          "\nlr = 3e-3\nwarmup = 2\nschedule = \"" + schedule + "\"\nmin_lr_ratio = 0.1\nseed = 7\nthreads = " +
          std::to_string(threads) + "\neval_every = 4\neval_batches = 2\nlog_every = 1\n\n"
          "[checkpoint]\ndir = \"" + out_dir + "\"\nevery = " + std::to_string(every) + "\nkeep = 0\n";
+}
+
+// A suite's starting point: the tiny dataset under dir/corpus and a model
+// trained `steps` steps on it into dir/<run> (one thread, quiet). Returns the
+// run's last checkpoint; `data` gets the dataset directory ("" and an empty
+// result, with the CLI's output in *err, when preparing it failed).
+inline std::string train_tiny_base(const fs::path& dir, const std::string& run, int steps, std::string& data,
+                                   std::string* err = nullptr) {
+  data = prepare_tiny_dataset(dir / "corpus", err);
+  if (data.empty()) return "";
+  const std::string cfg = (dir / (run + ".toml")).string();
+  write_text(cfg, tiny_config_toml(data, (dir / run).string(), steps, 0, "cosine", 1));
+  train::TrainOptions o;
+  o.quiet = true;
+  return train::train(train::load_train_config(cfg, {}), o).last_checkpoint;
 }
 
 // Per-step losses from a run directory's metrics.jsonl, keyed by step order

@@ -54,14 +54,9 @@ class PruneIntegration : public ::testing::Test {
   static void SetUpTestSuite() {
     tmp_ = new TempDir();
     std::string err;
-    data_ = prepare_tiny_dataset(tmp_->path() / "corpus", &err);
-    ASSERT_FALSE(data_.empty()) << "brisk data prepare failed:\n" << err;
     // The model to prune: a few steps, so its weights are trained, not the init.
-    const std::string cfg = tmp_->file("base.toml");
-    write_text(cfg, tiny_config_toml(data_, tmp_->file("base"), 6, 0, "cosine", 1));
-    train::TrainOptions o;
-    o.quiet = true;
-    train::train(train::load_train_config(cfg, {}), o);
+    train_tiny_base(tmp_->path(), "base", 6, data_, &err);
+    ASSERT_FALSE(data_.empty()) << "brisk data prepare failed:\n" << err;
   }
   static void TearDownTestSuite() {
     delete tmp_;

@@ -355,19 +355,13 @@ void linear_q8_f32(const KernelCall& c) {
   float* y = c.out(0).as<float>();
   // Split the output features; enough work per thread to wake the team.
   const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(d.k * d.rows, 1));
-  if (path == Int8Dot::avx512_vnni) {
+  if (path == Int8Dot::avx512_vnni || path == Int8Dot::avx2) {  // tiles over blocks of weight rows
     const Q8Call q{codes, scales, w, wscale, bias, y, d};
-    const int64_t blocks = (d.n + kRowBlock - 1) / kRowBlock;
-    parallel_for(blocks, std::max<int64_t>(1, grain / kRowBlock), [&](int64_t b, int64_t e) {
-      q8_tiles_avx512(q, b * kRowBlock, std::min(d.n, e * kRowBlock));
-    });
-    return;
-  }
-  if (path == Int8Dot::avx2) {
-    const Q8Call q{codes, scales, w, wscale, bias, y, d};
-    const int64_t blocks = (d.n + kBlockW - 1) / kBlockW;
-    parallel_for(blocks, std::max<int64_t>(1, grain / kBlockW), [&](int64_t b, int64_t e) {
-      q8_tiles_avx2(q, b * kBlockW, std::min(d.n, e * kBlockW));
+    const int64_t block = path == Int8Dot::avx2 ? kBlockW : kRowBlock;
+    parallel_for((d.n + block - 1) / block, std::max<int64_t>(1, grain / block), [&](int64_t b, int64_t e) {
+      const int64_t o0 = b * block, o1 = std::min(d.n, e * block);
+      if (path == Int8Dot::avx2) q8_tiles_avx2(q, o0, o1);
+      else q8_tiles_avx512(q, o0, o1);
     });
     return;
   }
