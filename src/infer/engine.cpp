@@ -428,9 +428,10 @@ struct Engine::Impl {
     if (error) std::rethrow_exception(error);
   }
 
-  // SamplingParams::prompt_logprobs: rows[i] of x holds position positions[i]
-  // of seqs[i]'s prompt; each is scored against the prompt token after it,
-  // through the head in chunks of its buffers' size (max_seqs rows).
+  // SamplingParams::prompt_logprobs: row rows_at[i] of x holds the next
+  // unscored prompt position of of[i] (a sequence's rows in order); each is
+  // scored against the prompt token after it, through the head in chunks
+  // of its buffers' size (max_seqs rows).
   void score_prompt_rows(const std::vector<int64_t>& rows_at, const std::vector<Seq*>& of) {
     const int64_t vocab = model.config.vocab_size;
     if (scratch.empty()) scratch.resize(1);
