@@ -28,6 +28,8 @@ constexpr double kMemRoomy = 0.25, kMemRoomyMax = 0.2;         // below: headroo
 constexpr double kMemRecompute = 0.50;                         // below, with recomputation on: 0.5 severity
 constexpr double kSkipOk = 0.01, kSkipBad = 0.10;              // skipped / steps
 constexpr double kSpikeOk = 0.005, kSpikeBad = 0.05;           // spikes / judged steps
+constexpr double kSlowOk = 0.10, kSlowBad = 0.30;              // 1 - late / early tokens/s
+constexpr double kGrowOk = 0.10, kGrowBad = 0.50;              // late / early RSS - 1
 
 double ramp(double x, double ok, double bad) {  // 0 at ok, 1 at bad, linear between (either direction)
   return std::clamp((x - ok) / (bad - ok), 0.0, 1.0);
@@ -260,6 +262,43 @@ Finding threads_rule(const RunSummary& s) {
   return f;
 }
 
+// A run that slows down, or whose memory keeps growing, as it goes: what a
+// summary of medians hides (thermal throttling, another process, a loader
+// falling behind, a leak).
+Finding trend_rule(const RunSummary& s) {
+  Finding f = make("trend");
+  const StepCounters& c = s.counters;
+  f.counter = "metrics.jsonl, steps after the first: median tokens_per_s and rss_mib of the last quarter against "
+              "the second";
+  f.threshold = "tokens/s " + pct(kSlowOk) + " lower (all weight lost at " + pct(kSlowBad) + "), or RSS " +
+                pct(kGrowOk) + " higher (all lost at " + pct(kGrowBad) + ")";
+  if (!c.has_trend || c.early_tokens_per_s <= 0) {
+    f.message = "fewer than " + std::to_string(kTrendMinSteps + 1) + " steps with tokens/s: not judged";
+    return f;
+  }
+  f.applies = true;
+  const double slow = std::max(0.0, 1.0 - c.late_tokens_per_s / c.early_tokens_per_s);
+  const double grow = c.has_rss_trend && c.early_rss_mib > 0 ? std::max(0.0, c.late_rss_mib / c.early_rss_mib - 1) : 0;
+  f.value = slow;
+  f.severity = std::max(ramp(slow, kSlowOk, kSlowBad), ramp(grow, kGrowOk, kGrowBad));
+  std::string tps = "tokens/s " + fmt("%.0f", c.early_tokens_per_s) + " (second quarter) -> " +
+                    fmt("%.0f", c.late_tokens_per_s) + " (last quarter)";
+  std::string mem = c.has_rss_trend
+                        ? "RSS " + fmt("%.0f", c.early_rss_mib) + " -> " + fmt("%.0f", c.late_rss_mib) + " MiB"
+                        : "RSS not logged";
+  std::vector<std::string> issues;
+  if (slow > kSlowOk)
+    issues.push_back("the run slowed down by " + pct(slow) + " (threshold " + pct(kSlowOk) +
+                     "): another process on the cores, thermal or power limits, or a loader falling behind as the "
+                     "data cache fills; compare --profile of an early and a late stretch");
+  if (grow > kGrowOk)
+    issues.push_back("resident memory grew by " + pct(grow) + " (threshold " + pct(kGrowOk) +
+                     "): something keeps allocating step after step; the planned memory does not grow");
+  f.message = tps + ", " + mem;
+  for (const std::string& i : issues) f.message += ": " + i;
+  return f;
+}
+
 }  // namespace
 
 const char* Finding::level() const {
@@ -271,15 +310,15 @@ const char* Finding::level() const {
 }
 
 const std::vector<RuleWeight>& rule_weights() {
-  static const std::vector<RuleWeight> w = {{"data_wait", 25},  {"mfu", 20},       {"memory", 15},  {"loss_scale", 10},
-                                            {"grad_spikes", 10}, {"precision", 10}, {"threads", 10}};
+  static const std::vector<RuleWeight> w = {{"data_wait", 20},  {"mfu", 20},       {"memory", 15},  {"loss_scale", 10},
+                                            {"grad_spikes", 10}, {"precision", 10}, {"threads", 5},  {"trend", 10}};
   return w;
 }
 
 Advice advise(const RunSummary& s) {
   Advice a;
   a.findings = {data_wait_rule(s),  mfu_rule(s),       memory_rule(s), loss_scale_rule(s),
-                grad_spike_rule(s), precision_rule(s), threads_rule(s)};
+                grad_spike_rule(s), precision_rule(s), threads_rule(s), trend_rule(s)};
   double total = 0, kept = 0;
   for (const Finding& f : a.findings) {
     if (!f.applies) continue;

@@ -85,7 +85,7 @@ std::vector<double> grad_norm_spike_ratios(const std::vector<double>& g) {
 StepCounters summarize_steps(const std::vector<MetricsRow>& rows) {
   StepCounters c;
   double wait_ms = 0, step_ms = 0;
-  std::vector<double> mfu, tps, grad;
+  std::vector<double> mfu, tps, grad, rss;
   std::vector<int64_t> grad_step;
   bool first = true;
   for (const MetricsRow& r : rows) {
@@ -109,6 +109,26 @@ StepCounters summarize_steps(const std::vector<MetricsRow>& rows) {
     }
     if (r.has("mfu") && r.values.at("mfu") > 0) mfu.push_back(r.values.at("mfu"));
     if (r.has("tokens_per_s")) tps.push_back(r.values.at("tokens_per_s"));
+    if (r.has("rss_mib")) rss.push_back(r.values.at("rss_mib"));
+  }
+  // Trends: the second quarter of the steps after the first against the
+  // last. The first quarter is left out: caches, the allocator and the
+  // machine's other work settle there, and a run's start is not its pace.
+  auto quarters = [](const std::vector<double>& v, double& second, double& last) {
+    const size_t q = v.size() / 4;
+    auto med = [&](size_t from, size_t to) {
+      return median_of(std::vector<double>(v.begin() + std::ptrdiff_t(from), v.begin() + std::ptrdiff_t(to)));
+    };
+    second = med(q, 2 * q);
+    last = med(v.size() - q, v.size());
+  };
+  if (tps.size() >= size_t(kTrendMinSteps)) {
+    c.has_trend = true;
+    quarters(tps, c.early_tokens_per_s, c.late_tokens_per_s);
+  }
+  if (rss.size() >= size_t(kTrendMinSteps)) {
+    c.has_rss_trend = true;
+    quarters(rss, c.early_rss_mib, c.late_rss_mib);
   }
   // One step only: its figures are all there is.
   if (c.steps == 1) {

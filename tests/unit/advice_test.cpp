@@ -61,6 +61,10 @@ RunSummary healthy() {
   c.has_grad_norm = true;
   c.grad_norm_checked = 490;
   c.scaled = true;  // dynamic loss scaling on, no step skipped
+  c.has_trend = true;  // as fast and as large at the end as at the start
+  c.early_tokens_per_s = c.late_tokens_per_s = 5000;
+  c.has_rss_trend = true;
+  c.early_rss_mib = c.late_rss_mib = 900;
   return s;
 }
 
@@ -118,10 +122,10 @@ TEST(Advice, StarvedRunGetsTheDataWaitFindingAndALowerScore) {
   EXPECT_TRUE(contains(f.message, "now 0")) << f.message;
   EXPECT_TRUE(contains(f.counter, "data_wait_ms")) << f.counter;
   EXPECT_LT(a.score, base.score);
-  EXPECT_EQ(a.score, 75);  // the whole weight (25 of 100) lost
+  EXPECT_EQ(a.score, 80);  // the whole weight (20 of 100) lost
   // The text output puts it first.
   const std::string text = monitor::format_advice(a);
-  EXPECT_TRUE(contains(text, "score 75/100")) << text;
+  EXPECT_TRUE(contains(text, "score 80/100")) << text;
   EXPECT_LT(text.find("data_wait"), text.find("mfu")) << text;
 }
 
@@ -291,6 +295,49 @@ TEST(Advice, CountersFromMetricsRows) {
   ASSERT_EQ(c.spike_steps.size(), 1u);
   EXPECT_EQ(c.spike_steps[0], 25);
   EXPECT_EQ(c.grad_norm_checked, 30);
+  // Trends over steps 2-40: steps 11-19 (median: step 15's) against 32-40 (step 36's); no rss_mib logged.
+  EXPECT_TRUE(c.has_trend);
+  EXPECT_DOUBLE_EQ(c.early_tokens_per_s, 1015.0);
+  EXPECT_DOUBLE_EQ(c.late_tokens_per_s, 1036.0);
+  EXPECT_FALSE(c.has_rss_trend);
+}
+
+// A run that slows down or keeps growing in memory loses the trend rule's
+// weight; a steady one keeps it; too short a run is not judged.
+TEST(Advice, TrendRuleSeesSlowdownAndGrowth) {
+  auto rows_of = [](int steps, double tps_end, double rss_end) {
+    std::vector<monitor::MetricsRow> rows;
+    for (int i = 1; i <= steps; ++i) {
+      monitor::MetricsRow r;
+      r.step = i;
+      const double t = double(i - 1) / double(steps - 1);  // 0 .. 1 over the run
+      r.values = {{"loss", 3.0}, {"tokens_per_s", 1000.0 + (tps_end - 1000.0) * t},
+                  {"rss_mib", 500.0 + (rss_end - 500.0) * t}, {"ms_per_step", 10.0}, {"data_wait_ms", 0.0}};
+      rows.push_back(r);
+    }
+    return rows;
+  };
+  RunSummary s = healthy();
+  s.counters = monitor::summarize_steps(rows_of(41, 1000, 500));  // steady
+  Finding f = rule(monitor::advise(s), "trend");
+  EXPECT_TRUE(f.applies);
+  EXPECT_EQ(f.severity, 0) << f.message;
+
+  s.counters = monitor::summarize_steps(rows_of(41, 500, 500));  // tokens/s halves over the run
+  f = rule(monitor::advise(s), "trend");
+  EXPECT_GT(f.severity, 0.9) << f.message;
+  EXPECT_TRUE(contains(f.message, "slowed down")) << f.message;
+  EXPECT_FALSE(contains(f.message, "grew")) << f.message;
+
+  s.counters = monitor::summarize_steps(rows_of(41, 1000, 1000));  // RSS doubles
+  f = rule(monitor::advise(s), "trend");
+  EXPECT_GT(f.severity, 0.5) << f.message;
+  EXPECT_TRUE(contains(f.message, "resident memory grew")) << f.message;
+  EXPECT_FALSE(contains(f.message, "slowed")) << f.message;
+
+  s.counters = monitor::summarize_steps(rows_of(20, 500, 1000));  // 19 steps after the first: too few
+  f = rule(monitor::advise(s), "trend");
+  EXPECT_FALSE(f.applies) << f.message;
 }
 
 TEST(Advice, MetricsFileErrorsNameFileAndLine) {

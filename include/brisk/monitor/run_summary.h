@@ -50,7 +50,17 @@ struct StepCounters {
   int64_t grad_norm_spikes = 0;      // of those, steps above kSpikeFactor x the running median
   double max_spike_ratio = 0;        // the largest grad_norm / running median seen
   std::vector<int64_t> spike_steps;  // the first few spikes' step numbers
+  // Trends, over runs of at least kTrendMinSteps steps after the first:
+  // median tokens/s and rss_mib (where logged) of the second quarter of
+  // those steps ("early") and of the last quarter ("late").
+  bool has_trend = false;
+  double early_tokens_per_s = 0, late_tokens_per_s = 0;
+  bool has_rss_trend = false;
+  double early_rss_mib = 0, late_rss_mib = 0;
 };
+
+// Steps after the first a run needs for its trends to be judged.
+constexpr int kTrendMinSteps = 20;
 
 // The spike rule's parameters, shared by summarize_steps and the docs.
 constexpr double kSpikeFactor = 5.0;   // a spike: grad_norm > 5 x the running median
