@@ -69,7 +69,17 @@ Finding data_wait_rule(const RunSummary& s) {
   const std::string now = s.loader_workers < 0   ? ""
                           : s.loader_workers == 0 ? " (now 0: every batch is built on the training thread)"
                                                   : " (now " + std::to_string(s.loader_workers) + ")";
-  if (f.value > kDataWaitOk)
+  // Loader threads beside as many training threads as cores: a wait can be
+  // the hand-over itself (a woken thread waiting for a core), not slow batches.
+  const bool crowded = s.loader_workers > 0 && s.threads > 0 && s.cores > 0 && s.threads + s.loader_workers > s.cores;
+  if (f.value > kDataWaitOk && crowded)
+    f.message = "the steps waited for data " + pct(f.value) + " of their time (threshold " + pct(kDataWaitOk) + "): " +
+                std::to_string(s.loader_workers) + " loader threads share " + std::to_string(s.cores) +
+                " cores with " + std::to_string(s.threads) +
+                " training threads, so handing over a batch waits for a core; where batches are cheap to build "
+                "(token windows are a copy) train.loader_workers = 0 builds them on the training thread, else "
+                "fewer train.threads leaves the loader a core";
+  else if (f.value > kDataWaitOk)
     f.message = "the steps waited for data " + pct(f.value) + " of their time (threshold " + pct(kDataWaitOk) +
                 "): the loader does not keep up; raise train.loader_workers" + now;
   else

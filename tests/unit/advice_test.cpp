@@ -129,6 +129,23 @@ TEST(Advice, StarvedRunGetsTheDataWaitFindingAndALowerScore) {
   EXPECT_LT(text.find("data_wait"), text.find("mfu")) << text;
 }
 
+// Loader threads on top of a training thread per core: the advice is not
+// "more loader threads" but fewer threads of one kind or the other.
+TEST(Advice, DataWaitWithTheCoresFullSuggestsFewerThreads) {
+  RunSummary s = healthy();
+  s.threads = 8;
+  s.cores = 8;
+  s.loader_workers = 2;
+  s.counters.data_wait_share = 0.14;
+  const Finding f = rule(monitor::advise(s), "data_wait");
+  EXPECT_GT(f.severity, 0) << f.message;
+  EXPECT_TRUE(contains(f.message, "train.loader_workers = 0")) << f.message;
+  EXPECT_TRUE(contains(f.message, "fewer train.threads")) << f.message;
+  EXPECT_FALSE(contains(f.message, "raise train.loader_workers")) << f.message;
+  s.threads = 6;  // a core left for each loader thread: then more loader threads is the advice
+  EXPECT_TRUE(contains(rule(monitor::advise(s), "data_wait").message, "raise train.loader_workers"));
+}
+
 TEST(Advice, DataWaitSeverityRampsBetweenThresholds) {
   RunSummary s = healthy();
   s.counters.data_wait_share = 0.05;
