@@ -64,6 +64,17 @@ inline T narrow(float v) {
   } else return core::f32_to_bf16(v);
 }
 
+// fn(S{}) with S the storage type of a float dtype as the kernel templates
+// spell it: uint16_t for bf16, core::f16 for f16, float otherwise.
+template <class Fn>
+void with_storage_of(core::DType t, Fn&& fn) {
+  switch (t) {
+    case core::DType::bf16: return fn(uint16_t{});
+    case core::DType::f16: return fn(core::f16{});
+    default: return fn(float{});
+  }
+}
+
 inline void bf16_to_f32_row(const uint16_t* src, float* dst, int64_t n) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) dst[i] = core::bf16_to_f32(src[i]);

@@ -40,11 +40,7 @@ void binary_f32(const KernelCall& c) {
 
 // add with an f32 a: b in f32, or the low-precision branch of mixed precision.
 void add_f32(const KernelCall& c) {
-  switch (c.in(1).dtype()) {
-    case core::DType::bf16: return binary_f32<false, uint16_t>(c);
-    case core::DType::f16: return binary_f32<false, core::f16>(c);
-    default: return binary_f32<false>(c);
-  }
+  with_storage_of(c.in(1).dtype(), [&](auto b) { binary_f32<false, decltype(b)>(c); });
 }
 
 void scale_f32(const KernelCall& c) {

@@ -217,13 +217,6 @@ void classifier_bf16_emulated(const KernelCall& c) {
   auto narrow_rows = [](const float* src, uint16_t* dst, int64_t count) {
     parallel_for(count, kParallelGrain, [&](int64_t lo, int64_t hi) { f32_to_bf16_row(src + lo, dst + lo, hi - lo); });
   };
-  auto sgemm = [&](bool ta, bool tb, int64_t m, int64_t nn, int64_t kk, const float* a, int64_t lda, const float* b,
-                   int64_t ldb, float beta, float* out, int64_t ldc) {
-    Gemm g;
-    g.ta = ta, g.tb = tb, g.m = m, g.n = nn, g.k = kk;
-    g.a = a, g.lda = lda, g.b = b, g.ldb = ldb, g.c = out, g.ldc = ldc, g.beta = beta;
-    gemm(cache, g);
-  };
   for (int64_t r0 = 0; r0 < n; r0 += s.chunk) {
     const int64_t rows = std::min(s.chunk, n - r0);
     if (k == 0) {
@@ -235,22 +228,22 @@ void classifier_bf16_emulated(const KernelCall& c) {
     for (int64_t j0 = 0; j0 < v; j0 += block) {  // logits[:, j0:j1] = x_c w[j0:j1]^T
       const int64_t bl = std::min(block, v - j0);
       widen_rows(w + j0 * k, wb.data(), bl, k);
-      sgemm(false, true, rows, bl, k, xw.data(), k, wb.data(), k, 0.f, s.logits + j0, v);
+      sgemm(cache, false, true, rows, bl, k, xw.data(), k, wb.data(), k, 0.f, s.logits + j0, v);
     }
     softmax_grad_rows(s, r0, rows, false);
     for (int64_t j0 = 0; j0 < v; j0 += block) {
       const int64_t bl = std::min(block, v - j0);
       widen_rows(w + j0 * k, wb.data(), bl, k);
       // dx_c += dlogits[:, j0:j1] w[j0:j1]
-      sgemm(false, false, rows, k, bl, s.logits + j0, v, wb.data(), k, j0 == 0 ? 0.f : 1.f, dxw.data(), k);
+      sgemm(cache, false, false, rows, k, bl, s.logits + j0, v, wb.data(), k, j0 == 0 ? 0.f : 1.f, dxw.data(), k);
       // dw[j0:j1] += dlogits[:, j0:j1]^T x_c
       const float beta = r0 == 0 && !s.into ? 0.f : 1.f;
       if (dw_f32) {
-        sgemm(true, false, bl, k, rows, s.logits + j0, v, xw.data(), k, beta, c.out(2).as<float>() + j0 * k, k);
+        sgemm(cache, true, false, bl, k, rows, s.logits + j0, v, xw.data(), k, beta, c.out(2).as<float>() + j0 * k, k);
       } else {
         uint16_t* dwr = c.out(2).as<uint16_t>() + j0 * k;
         if (beta != 0.f) widen_rows(dwr, dwb.data(), bl, k);
-        sgemm(true, false, bl, k, rows, s.logits + j0, v, xw.data(), k, beta, dwb.data(), k);
+        sgemm(cache, true, false, bl, k, rows, s.logits + j0, v, xw.data(), k, beta, dwb.data(), k);
         narrow_rows(dwb.data(), dwr, bl * k);
       }
     }

@@ -212,6 +212,14 @@ GemmCache& gemm_cache_of(const core::ExecContext* ctx) {
   return ctx && ctx->blas_handle ? *static_cast<GemmCache*>(ctx->blas_handle) : process_cache();
 }
 
+void sgemm(GemmCache& cache, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+           const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  Gemm g;
+  g.ta = ta, g.tb = tb, g.m = m, g.n = n, g.k = k;
+  g.a = a, g.lda = lda, g.b = b, g.ldb = ldb, g.c = c, g.ldc = ldc, g.beta = beta;
+  gemm(cache, g);
+}
+
 bool gemm_bf16_native() { return cpu_features().bf16 == Bf16Path::native; }
 
 int64_t gemm_primitives_created(const GemmCache& cache) { return cache.created(); }

@@ -54,6 +54,10 @@ GemmCache& gemm_cache_of(const core::ExecContext* ctx);
 // OpenMP team; inside one it runs on the calling thread.
 void gemm(GemmCache& cache, const Gemm& g);
 
+// The f32 case spelled out: C (m, n) = op(A) op(B) + beta C, C's rows ldc apart.
+void sgemm(GemmCache& cache, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+           const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+
 // Whether gemm() takes bf16 operands on this machine (bf16-native).
 bool gemm_bf16_native();
 

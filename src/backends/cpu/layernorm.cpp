@@ -119,19 +119,11 @@ void layernorm_backward_kernel(const KernelCall& c) {
 
 // f32 x: y (forward) or dy (backward) in f32, bf16 or f16.
 void layernorm_f32(const KernelCall& c) {
-  switch (c.out(0).dtype()) {
-    case core::DType::bf16: return layernorm_kernel<float, uint16_t>(c);
-    case core::DType::f16: return layernorm_kernel<float, core::f16>(c);
-    default: return layernorm_kernel<float>(c);
-  }
+  with_storage_of(c.out(0).dtype(), [&](auto y) { layernorm_kernel<float, decltype(y)>(c); });
 }
 
 void layernorm_backward_f32(const KernelCall& c) {
-  switch (c.in(0).dtype()) {
-    case core::DType::bf16: return layernorm_backward_kernel<float, uint16_t>(c);
-    case core::DType::f16: return layernorm_backward_kernel<float, core::f16>(c);
-    default: return layernorm_backward_kernel<float>(c);
-  }
+  with_storage_of(c.in(0).dtype(), [&](auto dy) { layernorm_backward_kernel<float, decltype(dy)>(c); });
 }
 
 }  // namespace

@@ -44,15 +44,6 @@ using core::KernelCall;
 // the matrices are large, in which case each gemm is split across threads.
 constexpr int64_t kLargeGemm = int64_t(1) << 26;
 
-// f32 C (m, n) = op(A) op(B) + beta C with C dense (ldc = n).
-void sgemm(GemmCache& cache, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
-           const float* b, int64_t ldb, float beta, float* c) {
-  Gemm g;
-  g.ta = ta, g.tb = tb, g.m = m, g.n = n, g.k = k;
-  g.a = a, g.lda = lda, g.b = b, g.ldb = ldb, g.c = c, g.ldc = n, g.beta = beta;
-  gemm(cache, g);
-}
-
 struct Dims {
   int64_t batch = 1, m = 0, k = 0, n = 0;
   bool shared_b = false;
@@ -306,7 +297,7 @@ void lowp_gemm(GemmCache& cache, const uint16_t* a, bool ta, const float* bf, bo
     else
       widen_block<T>(a + r0, m, k, mc, s.a);  // columns r0..r0+mc of the stored (k, m)
     if (into) {
-      if (k > 0) sgemm(cache, ta, tb, mc, n, k, s.a, ta ? mc : k, bf, ldb, 1.f, into + r0 * n);
+      if (k > 0) sgemm(cache, ta, tb, mc, n, k, s.a, ta ? mc : k, bf, ldb, 1.f, into + r0 * n, n);
       continue;
     }
     float beta = 0.f;
@@ -316,7 +307,7 @@ void lowp_gemm(GemmCache& cache, const uint16_t* a, bool ta, const float* bf, bo
       beta = 1.f;
     }
     if (k > 0)
-      sgemm(cache, ta, tb, mc, n, k, s.a, ta ? mc : k, bf, ldb, beta, s.c);
+      sgemm(cache, ta, tb, mc, n, k, s.a, ta ? mc : k, bf, ldb, beta, s.c, n);
     else if (!bias)
       std::fill(s.c, s.c + mc * n, 0.f);
     narrow_block<T>(s.c, mc * n, y + r0 * n);
