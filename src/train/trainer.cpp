@@ -19,8 +19,6 @@
 
 #include <algorithm>
 #include <array>
-#include <atomic>
-#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <optional>
@@ -44,33 +42,11 @@
 #include "run_log.h"
 #include "run_record.h"
 #include "step_trace.h"
+#include "stop_signal.h"
 
 namespace brisk::train {
 
 namespace {
-
-std::atomic<int> g_stop_signal{0};
-extern "C" void on_stop_signal(int sig) { g_stop_signal = sig; }
-
-// Installs SIGINT/SIGTERM handlers for the life of a run, restores the old ones.
-struct SignalGuard {
-  struct sigaction old_int {}, old_term {};
-  SignalGuard() {
-    g_stop_signal = 0;
-    struct sigaction sa {};
-    sa.sa_handler = on_stop_signal;
-    // Restart interrupted system calls: a signal landing in a write to a pipe
-    // (the log) or a file must not turn a clean stop into a failed write.
-    sa.sa_flags = SA_RESTART;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, &old_int);
-    sigaction(SIGTERM, &sa, &old_term);
-  }
-  ~SignalGuard() {
-    sigaction(SIGINT, &old_int, nullptr);
-    sigaction(SIGTERM, &old_term, nullptr);
-  }
-};
 
 // Per-op share of the train step, largest first.
 std::string profile_table(const core::Executor& ex) {
@@ -591,12 +567,12 @@ void Trainer::Impl::step() {
     result.comm_s += comm_ms / 1e3;
     result.comm_exposed_s += exposed_ms / 1e3;
     // The step's loss is the mean over ranks; a stop signal on any rank stops all at this step.
-    double v[2] = {loss, g_stop_signal != 0 ? 1.0 : 0.0};
+    double v[2] = {loss, detail::stop_signal() != 0 ? 1.0 : 0.0};
     dp->sum(v, 2);
     loss = v[0] / world;
     stop_agreed = v[1] > 0;
   } else {
-    stop_agreed = g_stop_signal != 0;
+    stop_agreed = detail::stop_signal() != 0;
   }
   ++state.step;
   state.data_position = loader.position() * uint64_t(batch_local) * uint64_t(world);
@@ -667,7 +643,8 @@ void Trainer::Impl::after_step(StepRow row) {
     if (dp) dp->release_moments();
   }
   if (stop) {
-    const char* by = g_stop_signal == SIGINT ? "SIGINT" : g_stop_signal == SIGTERM ? "SIGTERM" : "a stop signal on another rank";
+    const int sig = detail::stop_signal();
+    const char* by = sig != 0 ? detail::stop_signal_name(sig) : "a stop signal on another rank";
     progress.line(std::string("stopped by ") + by + ": checkpoint saved to " + result.last_checkpoint);
     result.interrupted = true;
     stopped = true;
@@ -731,7 +708,7 @@ TrainResult Trainer::finish() {
 
 TrainResult train(const TrainConfig& cfg, core::Backend& backend, const TrainOptions& options) {
   Trainer trainer(cfg, backend, options);
-  SignalGuard signals;
+  detail::StopSignalGuard signals;
   while (!trainer.done()) trainer.step();
   return trainer.finish();
 }
