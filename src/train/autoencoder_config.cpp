@@ -26,7 +26,7 @@ const detail::KnownKeys kKnownKeys = {
     {"model", {"kind", "vocab_size", "n_layer", "n_embd", "n_head", "max_len", "latent", "attention"}},
     {"data", {"store", "train_frac", "val_frac", "split_seed", "bucket", "cache_mb"}},
     {"train", detail::epoch_train_keys({"input_dropout"})},
-    {"checkpoint", {"dir", "keep"}},
+    {"checkpoint", detail::kEpochCheckpointKeys},
 };
 
 AutoencoderConfig config_from_table(const toml::table& root) {
@@ -41,8 +41,7 @@ AutoencoderConfig config_from_table(const toml::table& root) {
   detail::read_split_keys(r, c);
   detail::read_epoch_train_keys(r, c);
   r.get("train", "input_dropout", c.input_dropout);
-  r.get("checkpoint", "dir", c.out_dir);
-  r.get("checkpoint", "keep", c.keep_checkpoints);
+  detail::read_checkpoint_keys(r, c);
 
   c.model.validate();
   detail::check_epoch_train_keys(c);
@@ -76,8 +75,8 @@ std::string to_toml(const AutoencoderConfig& c) {
   detail::write_split_keys(s, c);
   s << "\n[train]\n";
   detail::write_epoch_train_keys(s, c);
-  s << "input_dropout = " << c.input_dropout << "\n\n[checkpoint]\ndir = " << toml_string(c.out_dir)
-    << "\nkeep = " << c.keep_checkpoints << "\n";
+  s << "input_dropout = " << c.input_dropout << "\n";
+  detail::write_checkpoint_keys(s, c);
   return s.str();
 }
 

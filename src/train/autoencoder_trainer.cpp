@@ -36,7 +36,9 @@
 #include "brisk/monitor/machine.h"
 #include "brisk/optim/optimizer.h"
 #include "brisk/train/checkpoint.h"
+#include "epoch_resume.h"
 #include "epoch_steps.h"
+#include "stop_signal.h"
 
 namespace brisk::train {
 
@@ -325,7 +327,21 @@ AutoencoderResult train_autoencoder(const AutoencoderConfig& cfg, const Autoenco
   schedule.total_steps = cfg.epochs * per_epoch;
   res.epochs = cfg.epochs;
 
-  const detail::RunDir run_dir(cfg.out_dir, to_toml(cfg));
+  // --- a resumed run: the newest checkpoint's weights, moments, dropout generator and place in the batch stream
+  EpochRunState stream = detail::epoch_run_state(cfg, per_epoch, int64_t(split.train.size()));
+  int64_t step = 0;
+  const std::string resume_from = options.resume ? latest_checkpoint(cfg.out_dir) : std::string();
+  if (options.resume && resume_from.empty()) say("resume: no checkpoint in " + cfg.out_dir + ", starting fresh\n");
+  if (!resume_from.empty()) {
+    const AutoencoderCheckpoint saved = read_autoencoder_checkpoint(resume_from);
+    detail::check_resumable(resume_from, {saved.step, saved.seed, saved.run}, cfg.seed, stream, schedule.total_steps);
+    load_autoencoder_checkpoint(resume_from, model, &adamw);
+    model.set_input_dropout(cfg.input_dropout, saved.run->input_dropout_state);
+    step = res.start_step = saved.step;
+    loader.set_position(uint64_t(step));
+  }
+
+  const detail::RunDir run_dir(cfg.out_dir, to_toml(cfg), step);
   std::FILE* metrics = run_dir.metrics;
 
   std::snprintf(line, sizeof line,
@@ -340,16 +356,28 @@ AutoencoderResult train_autoencoder(const AutoencoderConfig& cfg, const Autoenco
                 split.val.size(), split.test.size(), (unsigned long long)cfg.split_seed, (long long)cfg.batch,
                 (long long)per_epoch, (long long)cfg.epochs, cfg.bucket ? "length-bucketed" : "shuffled (unbucketed)");
   say(line);
+  if (!resume_from.empty()) say(detail::resumed_line(resume_from, step, per_epoch));
 
   const std::vector<std::vector<int32_t>> val_seqs = sequences_of(store, split.val);
+  double eval_seconds = 0;
+  auto validate = [&] {
+    const double t0 = monitor::now_seconds();
+    res.val = evaluate_reconstruction(model, val_seqs, trivial, false);
+    eval_seconds += monitor::now_seconds() - t0;
+  };
+  auto save = [&] {
+    stream.input_dropout_state = model.input_dropout_state();
+    const AutoencoderCheckpoint info{cfg.model, store.info().tokenizer, step, cfg.seed, stream};
+    res.checkpoint = save_autoencoder_checkpoint(cfg.out_dir, model, &adamw, info, cfg.keep_checkpoints);
+  };
 
   // --- the steps
+  detail::StopSignalGuard signals;
   std::vector<int32_t> ids;
   detail::StepCounters count;
-  double eval_seconds = 0;
-  int64_t step = 0;
-  for (int64_t epoch = 0; epoch < cfg.epochs; ++epoch) {
-    for (int64_t s = 0; s < per_epoch; ++s, ++step) {
+  bool validated = false;
+  for (int64_t epoch = step / per_epoch; epoch < cfg.epochs && !res.interrupted; ++epoch) {
+    while (step < (epoch + 1) * per_epoch) {
       const double t0 = monitor::now_seconds();
       const data::Batch& b = loader.next();
       const int64_t T = round_width(b.cols, cfg.model.max_len);
@@ -360,29 +388,41 @@ AutoencoderResult train_autoencoder(const AutoencoderConfig& cfg, const Autoenco
       const optim::StepStats st = adamw.step(lr);
       const double dt = monitor::now_seconds() - t0;
       count.add(real, b.rows * T, dt);
-      if (step == 0) res.first_loss = loss;
+      if (step == res.start_step) res.first_loss = loss;
       res.last_loss = loss;
       const double hit = cached.stats().hit_rate();
       detail::write_step_row(metrics, {step + 1, epoch, loss, double(lr), st.grad_norm, dt, real, b.rows, T, hit,
                                        loader.last_wait_seconds()});
-      if ((step + 1) % cfg.log_every == 0 || step + 1 == schedule.total_steps) {
-        const double eta = count.window_seconds / double(std::min<int64_t>(cfg.log_every, step + 1)) *
-                           double(schedule.total_steps - step - 1);
+      ++step;
+      if (step % cfg.log_every == 0 || step == schedule.total_steps) {
+        const double eta = count.window_seconds / double(std::min<int64_t>(cfg.log_every, step - res.start_step)) *
+                           double(schedule.total_steps - step);
         std::snprintf(line, sizeof line,
                       "step %5lld/%lld | epoch %lld | loss %.4f | lr %.2e | %6.0f res/s | padding %4.1f%% | cache "
                       "hit %4.1f%% | eta %.0fs\n",
-                      (long long)step + 1, (long long)schedule.total_steps, (long long)epoch + 1, loss, double(lr),
+                      (long long)step, (long long)schedule.total_steps, (long long)epoch + 1, loss, double(lr),
                       count.window_tokens / count.window_seconds, 100.0 * (1.0 - count.window_tokens / count.window_cells),
                       100.0 * hit, eta);
         say(line);
         count.reset_window();
       }
+      if (step == (epoch + 1) * per_epoch) break;  // the epoch's end saves below
+      if (detail::stop_signal() != 0) {
+        std::fflush(metrics);
+        save();
+        res.interrupted = true;
+        break;
+      }
+      if (cfg.checkpoint_every > 0 && step % cfg.checkpoint_every == 0) {
+        std::fflush(metrics);
+        save();
+      }
     }
+    if (res.interrupted) break;
     // --- end of an epoch: teacher-forced validation, a checkpoint
     if (!val_seqs.empty()) {
-      const double t0 = monitor::now_seconds();
-      res.val = evaluate_reconstruction(model, val_seqs, trivial, false);
-      eval_seconds += monitor::now_seconds() - t0;
+      validate();
+      validated = true;
       std::fprintf(metrics, "{\"epoch\":%lld,\"step\":%lld,\"val\":%s}\n", (long long)epoch + 1, (long long)step,
                    reconstruction_json(res.val).dump().c_str());
       std::snprintf(line, sizeof line, "epoch %lld: val loss %.4f | teacher-forced accuracy %.4f (trivial %.4f)\n",
@@ -390,14 +430,20 @@ AutoencoderResult train_autoencoder(const AutoencoderConfig& cfg, const Autoenco
       say(line);
     }
     std::fflush(metrics);
-    const AutoencoderCheckpoint info{cfg.model, store.info().tokenizer, step, cfg.seed};
-    res.checkpoint = save_autoencoder_checkpoint(cfg.out_dir, model, &adamw, info, cfg.keep_checkpoints);
+    save();
+    res.interrupted = detail::stop_signal() != 0 && step < schedule.total_steps;
   }
   res.steps = step;
+  if (res.interrupted) {
+    say(detail::stopped_line(step, res.checkpoint));
+    return res;
+  }
+  // A run resumed at its last step trained nothing here: its validation figures come now.
+  if (!validated && !val_seqs.empty()) validate();
   res.train_seconds = count.seconds;
-  res.tokens_per_s = count.real_tokens / count.seconds;
-  res.padded_tokens_per_s = count.cells / count.seconds;
-  res.padding_waste = 1.0 - count.real_tokens / count.cells;
+  res.tokens_per_s = count.seconds > 0 ? count.real_tokens / count.seconds : 0;
+  res.padded_tokens_per_s = count.seconds > 0 ? count.cells / count.seconds : 0;
+  res.padding_waste = count.cells > 0 ? 1.0 - count.real_tokens / count.cells : 0;
   res.cache_hit_rate = cached.stats().hit_rate();
 
   // --- the test split: teacher-forced and free-running reconstruction

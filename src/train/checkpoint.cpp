@@ -107,6 +107,17 @@ struct StateFields {
     if (!v.is_string()) fail(name, "must be a string, got " + core::json_excerpt(v));
     return v.get<std::string>();
   }
+  bool boolean(const Json& obj, const std::string& name, const std::string& key) const {
+    const Json& v = at(obj, name, key);
+    if (!v.is_boolean()) fail(name, "must be true or false, got " + core::json_excerpt(v));
+    return v.get<bool>();
+  }
+  double fraction(const Json& obj, const std::string& name, const std::string& key) const {
+    const Json& v = at(obj, name, key);
+    if (!v.is_number() || !(v.get<double>() >= 0 && v.get<double>() <= 1))
+      fail(name, "must be a number in [0, 1], got " + core::json_excerpt(v));
+    return v.get<double>();
+  }
   double positive_number(const Json& obj, const std::string& name, const std::string& key) const {
     const Json& v = at(obj, name, key);
     if (!v.is_number() || !(v.get<double>() > 0) || !std::isfinite(v.get<double>()))
@@ -186,6 +197,34 @@ void load_weights(const std::string& ckpt_dir, core::ParameterStore& store) {
     names.insert(pname);
   }
   check_no_extra(wpath, file.tensors, names);
+}
+
+// The AdamW moments of every parameter in `store` and the optimizer's step
+// count (state.json's optimizer_steps; `steps_if_absent` for checkpoints
+// from before the field, which took one AdamW step per step).
+void load_moments(const std::string& ckpt_dir, core::ParameterStore& store, optim::AdamW& optimizer,
+                  int64_t steps_if_absent) {
+  const std::string opath = (fs::path(ckpt_dir) / "optimizer.safetensors").string();
+  auto moments = core::load_safetensors(opath);
+  std::set<std::string> keys;
+  for (auto& [pname, e] : store.entries()) {
+    for (int k = 0; k < 2; ++k) {
+      const std::string key = pname + (k == 0 ? ".exp_avg" : ".exp_avg_sq");
+      auto it = moments.tensors.find(key);
+      if (it == moments.tensors.end()) throw IoError(opath + ": missing tensor '" + key + "'");
+      if (!(it->second.meta() == e.state.at(size_t(k)).meta()))
+        throw IoError(opath + ": tensor '" + key + "' is " + it->second.meta().str() + ", expected " +
+                      e.state.at(size_t(k)).meta().str());
+      store.upload(e.state.at(size_t(k)), it->second);
+      keys.insert(key);
+    }
+  }
+  check_no_extra(opath, moments.tensors, keys);
+  const std::string spath = (fs::path(ckpt_dir) / "state.json").string();
+  const Json sj = parse_state_file(spath);
+  optimizer.set_steps_taken(sj.contains("optimizer_steps")
+                                ? StateFields{spath}.integer(sj, "optimizer_steps", "optimizer_steps")
+                                : steps_if_absent);
 }
 
 }  // namespace
@@ -371,30 +410,9 @@ void load_checkpoint(const std::string& ckpt_dir, models::Gpt& model, optim::Ada
                             std::to_string(model.config().block_size));
   load_weights(ckpt_dir, model.params());
   if (!optimizer) return;
-  const std::string opath = (fs::path(ckpt_dir) / "optimizer.safetensors").string();
-  auto moments = core::load_safetensors(opath);
-  std::set<std::string> keys;
-  for (auto& [pname, e] : model.params().entries()) {
-    for (int k = 0; k < 2; ++k) {
-      const std::string key = pname + (k == 0 ? ".exp_avg" : ".exp_avg_sq");
-      auto it = moments.tensors.find(key);
-      if (it == moments.tensors.end()) throw IoError(opath + ": missing tensor '" + key + "'");
-      if (!(it->second.meta() == e.state.at(size_t(k)).meta()))
-        throw IoError(opath + ": tensor '" + key + "' is " + it->second.meta().str() + ", expected " +
-                      e.state.at(size_t(k)).meta().str());
-      model.params().upload(e.state.at(size_t(k)), it->second);
-      keys.insert(key);
-    }
-  }
-  check_no_extra(opath, moments.tensors, keys);
   TrainState st;
   read_checkpoint_config(ckpt_dir, &st);
-  const std::string spath = (fs::path(ckpt_dir) / "state.json").string();
-  const Json sj = parse_state_file(spath);
-  // Checkpoints from before the field existed took one AdamW step per step.
-  optimizer->set_steps_taken(sj.contains("optimizer_steps")
-                                 ? StateFields{spath}.integer(sj, "optimizer_steps", "optimizer_steps")
-                                 : st.step);
+  load_moments(ckpt_dir, model.params(), *optimizer, st.step);
 }
 
 // ---- the encoder family: classifiers and sequence autoencoders ------------------------
@@ -413,12 +431,20 @@ nlohmann::json body_model_json(const Config& c, const std::string& extra, int64_
 template <class Info>
 nlohmann::json body_state_json(const std::string& kind, const Info& info, const optim::AdamW* optimizer,
                                nlohmann::json model) {
-  return {{"kind", kind},
-          {"step", info.step},
-          {"seed", info.seed},
-          {"tokenizer", info.tokenizer},
-          {"optimizer_steps", optimizer ? optimizer->steps_taken() : 0},
-          {"model", std::move(model)}};
+  nlohmann::json st = {{"kind", kind},
+                       {"step", info.step},
+                       {"seed", info.seed},
+                       {"tokenizer", info.tokenizer},
+                       {"optimizer_steps", optimizer ? optimizer->steps_taken() : 0},
+                       {"model", std::move(model)}};
+  if (info.run) {
+    const EpochRunState& r = *info.run;
+    st["run"] = {{"batch", r.batch},           {"steps_per_epoch", r.steps_per_epoch},
+                 {"train_records", r.train_records}, {"bucket", r.bucket},
+                 {"split_seed", r.split_seed}, {"train_frac", r.train_frac},
+                 {"val_frac", r.val_frac},     {"input_dropout_state", r.input_dropout_state}};
+  }
+  return st;
 }
 
 // Reads and checks the shared fields into `info` (the model's own integer
@@ -447,7 +473,27 @@ Json read_body_state(const std::string& ckpt_dir, const std::string& kind, const
   info.step = f.integer(st, "step", "step");
   info.seed = f.unsigned_integer(st, "seed", "seed");
   info.tokenizer = f.string(st, "tokenizer", "tokenizer");
+  if (st.contains("run")) {
+    const Json& j = f.object(st, "run", "run");
+    EpochRunState r;
+    r.batch = f.integer(j, "run.batch", "batch");
+    r.steps_per_epoch = f.integer(j, "run.steps_per_epoch", "steps_per_epoch");
+    r.train_records = f.integer(j, "run.train_records", "train_records");
+    r.bucket = f.boolean(j, "run.bucket", "bucket");
+    r.split_seed = f.unsigned_integer(j, "run.split_seed", "split_seed");
+    r.train_frac = f.fraction(j, "run.train_frac", "train_frac");
+    r.val_frac = f.fraction(j, "run.val_frac", "val_frac");
+    r.input_dropout_state = f.unsigned_integer(j, "run.input_dropout_state", "input_dropout_state");
+    info.run = r;
+  }
   return st;
+}
+
+// The weights, and with `optimizer` the moments and the step count.
+template <class Model>
+void load_body_checkpoint(const std::string& ckpt_dir, Model& model, optim::AdamW* optimizer, int64_t step) {
+  load_weights(ckpt_dir, model.params());
+  if (optimizer) load_moments(ckpt_dir, model.params(), *optimizer, step);
 }
 
 }  // namespace
@@ -465,10 +511,7 @@ EncoderCheckpoint read_encoder_checkpoint(const std::string& ckpt_dir) {
   EncoderCheckpoint info;
   const Json st = read_body_state(ckpt_dir, kEncoderKind, "n_classes", info.config.n_classes, info);
   const StateFields f{(fs::path(ckpt_dir) / "state.json").string()};
-  if (st.contains("strip_headers")) {
-    if (!st["strip_headers"].is_boolean()) f.fail("strip_headers", "must be true or false, got " + core::json_excerpt(st["strip_headers"]));
-    info.strip_headers = st["strip_headers"].get<bool>();
-  }
+  if (st.contains("strip_headers")) info.strip_headers = f.boolean(st, "strip_headers", "strip_headers");
   const int64_t n_classes = info.config.n_classes;
   const Json& names = f.at(st, "label_names", "label_names");
   if (!names.is_array() || int64_t(names.size()) != n_classes)
@@ -481,11 +524,11 @@ EncoderCheckpoint read_encoder_checkpoint(const std::string& ckpt_dir) {
   return info;
 }
 
-void load_encoder_checkpoint(const std::string& ckpt_dir, models::Encoder& model) {
+void load_encoder_checkpoint(const std::string& ckpt_dir, models::Encoder& model, optim::AdamW* optimizer) {
   const EncoderCheckpoint saved = read_encoder_checkpoint(ckpt_dir);
   if (!saved.config.same_shape(model.config()))
     throw core::ConfigError(ckpt_dir + ": checkpoint is for an encoder of another shape than the model");
-  load_weights(ckpt_dir, model.params());
+  load_body_checkpoint(ckpt_dir, model, optimizer, saved.step);
 }
 
 std::string save_autoencoder_checkpoint(const std::string& out_dir, const models::SeqAutoencoder& model,
@@ -502,11 +545,12 @@ AutoencoderCheckpoint read_autoencoder_checkpoint(const std::string& ckpt_dir) {
   return info;
 }
 
-void load_autoencoder_checkpoint(const std::string& ckpt_dir, models::SeqAutoencoder& model) {
+void load_autoencoder_checkpoint(const std::string& ckpt_dir, models::SeqAutoencoder& model,
+                                 optim::AdamW* optimizer) {
   const AutoencoderCheckpoint saved = read_autoencoder_checkpoint(ckpt_dir);
   if (!saved.config.same_shape(model.config()))
     throw core::ConfigError(ckpt_dir + ": checkpoint is for an autoencoder of another shape than the model");
-  load_weights(ckpt_dir, model.params());
+  load_body_checkpoint(ckpt_dir, model, optimizer, saved.step);
 }
 
 }  // namespace brisk::train

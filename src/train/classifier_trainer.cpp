@@ -30,7 +30,9 @@
 #include "brisk/monitor/machine.h"
 #include "brisk/optim/optimizer.h"
 #include "brisk/train/checkpoint.h"
+#include "epoch_resume.h"
 #include "epoch_steps.h"
+#include "stop_signal.h"
 
 namespace brisk::train {
 
@@ -233,12 +235,26 @@ ClassifyResult train_classifier(const ClassifyConfig& cfg, const ClassifyOptions
   schedule.total_steps = cfg.epochs * per_epoch;
   res.epochs = cfg.epochs;
 
-  const detail::RunDir run_dir(cfg.out_dir, to_toml(cfg));
+  // --- a resumed run: the newest checkpoint's weights, moments and place in the batch stream
+  const EpochRunState stream = detail::epoch_run_state(cfg, per_epoch, int64_t(split.train.size()));
+  int64_t step = 0;
+  const std::string resume_from = options.resume ? latest_checkpoint(cfg.out_dir) : std::string();
+  if (options.resume && resume_from.empty()) say("resume: no checkpoint in " + cfg.out_dir + ", starting fresh\n");
+  if (!resume_from.empty()) {
+    const EncoderCheckpoint saved = read_encoder_checkpoint(resume_from);
+    detail::check_resumable(resume_from, {saved.step, saved.seed, saved.run}, cfg.seed, stream, schedule.total_steps);
+    load_encoder_checkpoint(resume_from, model, &adamw);
+    step = res.start_step = saved.step;
+    loader.set_position(uint64_t(step));
+  }
+
+  const detail::RunDir run_dir(cfg.out_dir, to_toml(cfg), step);
   std::FILE* metrics = run_dir.metrics;
-  // The same numbers for TensorBoard (docs/monitoring.md): a run starts
-  // afresh, so its START event makes TensorBoard drop earlier runs' steps.
+  // The same numbers for TensorBoard (docs/monitoring.md): its START event
+  // makes TensorBoard drop the steps from this one on that an earlier
+  // session of the run logged.
   monitor::EventWriter events(cfg.out_dir);
-  events.session_start(1);
+  events.session_start(step + 1);
 
   std::snprintf(line, sizeof line,
                 "brisk train (encoder classifier): %lld params | %lld layers, %lld embd, %lld heads, max_len %lld, "
@@ -252,13 +268,35 @@ ClassifyResult train_classifier(const ClassifyConfig& cfg, const ClassifyOptions
                 (long long)res.dropped_empty, (long long)cfg.batch, (long long)per_epoch, (long long)cfg.epochs,
                 cfg.bucket ? "length-bucketed" : "shuffled (unbucketed)");
   say(line);
+  if (!resume_from.empty()) say(detail::resumed_line(resume_from, step, per_epoch));
+
+  auto save = [&] {
+    EncoderCheckpoint info{cfg.model, cfg.label_names, store.info().tokenizer, cfg.strip_headers, step, cfg.seed,
+                           stream};
+    res.checkpoint = save_encoder_checkpoint(cfg.out_dir, model, &adamw, info, cfg.keep_checkpoints);
+  };
+  auto validate = [&](int64_t epoch) {
+    res.val = evaluate(model, store, corpus, split.val);
+    std::fprintf(metrics, "{\"epoch\":%lld,\"step\":%lld,\"val\":%s}\n", (long long)epoch + 1, (long long)step,
+                 metrics_json(res.val).c_str());
+    const std::pair<const char*, double> val_scalars[] = {
+        {"val/count", double(res.val.count)}, {"val/accuracy", res.val.accuracy}, {"val/precision", res.val.precision},
+        {"val/recall", res.val.recall},       {"val/f1", res.val.f1},             {"val/loss", res.val.loss}};
+    for (const auto& [tag, v] : val_scalars) events.scalar(tag, v);
+    if (res.val.roc_auc >= 0) events.scalar("val/roc_auc", res.val.roc_auc);
+    events.write(step);
+    std::snprintf(line, sizeof line, "epoch %lld: val loss %.4f | accuracy %.4f | F1 %.4f\n", (long long)epoch + 1,
+                  res.val.loss, res.val.accuracy, res.val.f1);
+    say(line);
+  };
 
   // --- the steps
+  detail::StopSignalGuard signals;
   std::vector<int32_t> ids;
   detail::StepCounters count;
-  int64_t step = 0;
-  for (int64_t epoch = 0; epoch < cfg.epochs; ++epoch) {
-    for (int64_t s = 0; s < per_epoch; ++s, ++step) {
+  bool validated = false;
+  for (int64_t epoch = step / per_epoch; epoch < cfg.epochs && !res.interrupted; ++epoch) {
+    while (step < (epoch + 1) * per_epoch) {
       const double t0 = monitor::now_seconds();
       const data::Batch& b = loader.next();
       const int64_t T = round_width(b.cols, cfg.model.max_len);
@@ -269,7 +307,7 @@ ClassifyResult train_classifier(const ClassifyConfig& cfg, const ClassifyOptions
       const optim::StepStats st = adamw.step(lr);
       const double dt = monitor::now_seconds() - t0;
       count.add(real, b.rows * T, dt);
-      if (step == 0) res.first_loss = loss;
+      if (step == res.start_step) res.first_loss = loss;
       res.last_loss = loss;
       const double hit = cached.stats().hit_rate();
       detail::write_step_row(metrics, {step + 1, epoch, loss, double(lr), st.grad_norm, dt, real, b.rows, T, hit,
@@ -281,42 +319,48 @@ ClassifyResult train_classifier(const ClassifyConfig& cfg, const ClassifyOptions
           {"data_wait_ms", loader.last_wait_seconds() * 1e3}};
       for (const auto& [tag, v] : scalars) events.scalar(tag, v);
       events.write(step + 1);
-      if ((step + 1) % cfg.log_every == 0 || step + 1 == schedule.total_steps) {
-        const double eta = count.window_seconds / double(std::min<int64_t>(cfg.log_every, step + 1)) *
-                           double(schedule.total_steps - step - 1);
+      ++step;
+      if (step % cfg.log_every == 0 || step == schedule.total_steps) {
+        const double eta = count.window_seconds / double(std::min<int64_t>(cfg.log_every, step - res.start_step)) *
+                           double(schedule.total_steps - step);
         std::snprintf(line, sizeof line,
                       "step %5lld/%lld | epoch %lld | loss %.4f | lr %.2e | %6.0f tok/s | padding %4.1f%% | cache hit "
                       "%4.1f%% | eta %.0fs\n",
-                      (long long)step + 1, (long long)schedule.total_steps, (long long)epoch + 1, loss, double(lr),
+                      (long long)step, (long long)schedule.total_steps, (long long)epoch + 1, loss, double(lr),
                       count.window_tokens / count.window_seconds, 100.0 * (1.0 - count.window_tokens / count.window_cells),
                       100.0 * hit, eta);
         say(line);
         count.reset_window();
       }
+      if (step == (epoch + 1) * per_epoch) break;  // the epoch's end saves below
+      if (detail::stop_signal() != 0) {
+        std::fflush(metrics);
+        save();
+        res.interrupted = true;
+        break;
+      }
+      if (cfg.checkpoint_every > 0 && step % cfg.checkpoint_every == 0) {
+        std::fflush(metrics);
+        save();
+      }
     }
+    if (res.interrupted) break;
     // --- end of an epoch: validation, a checkpoint
-    if (!split.val.empty()) {
-      res.val = evaluate(model, store, corpus, split.val);
-      std::fprintf(metrics, "{\"epoch\":%lld,\"step\":%lld,\"val\":%s}\n", (long long)epoch + 1, (long long)step,
-                   metrics_json(res.val).c_str());
-      const std::pair<const char*, double> val_scalars[] = {
-          {"val/count", double(res.val.count)}, {"val/accuracy", res.val.accuracy}, {"val/precision", res.val.precision},
-          {"val/recall", res.val.recall},       {"val/f1", res.val.f1},             {"val/loss", res.val.loss}};
-      for (const auto& [tag, v] : val_scalars) events.scalar(tag, v);
-      if (res.val.roc_auc >= 0) events.scalar("val/roc_auc", res.val.roc_auc);
-      events.write(step);
-      std::snprintf(line, sizeof line, "epoch %lld: val loss %.4f | accuracy %.4f | F1 %.4f\n", (long long)epoch + 1,
-                    res.val.loss, res.val.accuracy, res.val.f1);
-      say(line);
-    }
+    if (!split.val.empty()) validate(epoch), validated = true;
     std::fflush(metrics);
-    EncoderCheckpoint info{cfg.model, cfg.label_names, store.info().tokenizer, cfg.strip_headers, step, cfg.seed};
-    res.checkpoint = save_encoder_checkpoint(cfg.out_dir, model, &adamw, info, cfg.keep_checkpoints);
+    save();
+    res.interrupted = detail::stop_signal() != 0 && step < schedule.total_steps;
   }
   res.steps = step;
-  res.tokens_per_s = count.real_tokens / count.seconds;
-  res.padded_tokens_per_s = count.cells / count.seconds;
-  res.padding_waste = 1.0 - count.real_tokens / count.cells;
+  if (res.interrupted) {
+    say(detail::stopped_line(step, res.checkpoint));
+    return res;
+  }
+  // A run resumed at its last step trained nothing here: its validation figures come now.
+  if (!validated && !split.val.empty()) res.val = evaluate(model, store, corpus, split.val);
+  res.tokens_per_s = count.seconds > 0 ? count.real_tokens / count.seconds : 0;
+  res.padded_tokens_per_s = count.seconds > 0 ? count.cells / count.seconds : 0;
+  res.padding_waste = count.cells > 0 ? 1.0 - count.real_tokens / count.cells : 0;
   res.cache_hit_rate = cached.stats().hit_rate();
 
   // --- the test split, and the baseline on the same split

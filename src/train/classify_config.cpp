@@ -18,7 +18,7 @@ const detail::KnownKeys kKnownKeys = {
     {"model", {"kind", "preset", "vocab_size", "n_layer", "n_embd", "n_head", "max_len", "n_classes", "attention"}},
     {"data", {"store", "label_names", "strip_headers", "train_frac", "val_frac", "split_seed", "bucket", "cache_mb"}},
     {"train", detail::epoch_train_keys()},
-    {"checkpoint", {"dir", "keep"}},
+    {"checkpoint", detail::kEpochCheckpointKeys},
 };
 
 ClassifyConfig config_from_table(const toml::table& root) {
@@ -43,8 +43,7 @@ ClassifyConfig config_from_table(const toml::table& root) {
   r.get("data", "strip_headers", c.strip_headers);
   detail::read_split_keys(r, c);
   detail::read_epoch_train_keys(r, c);
-  r.get("checkpoint", "dir", c.out_dir);
-  r.get("checkpoint", "keep", c.keep_checkpoints);
+  detail::read_checkpoint_keys(r, c);
 
   c.model.validate();
   if (c.label_names.empty())
@@ -82,7 +81,7 @@ std::string to_toml(const ClassifyConfig& c) {
   detail::write_split_keys(s, c);
   s << "\n[train]\n";
   detail::write_epoch_train_keys(s, c);
-  s << "\n[checkpoint]\ndir = " << toml_string(c.out_dir) << "\nkeep = " << c.keep_checkpoints << "\n";
+  detail::write_checkpoint_keys(s, c);
   return s.str();
 }
 

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "brisk/optim/optimizer.h"
+#include "brisk/train/config.h"
 #include "toml_config.h"
 
 namespace brisk::train::detail {
@@ -98,6 +99,26 @@ void read_split_keys(const Reader& r, Config& c) {
   r.get("data", "split_seed", c.split_seed);
   r.get("data", "bucket", c.bucket);
   r.get("data", "cache_mb", c.cache_mb);
+}
+
+// [checkpoint]: where, how often within an epoch (every: steps, 0 = at
+// epoch ends only; an epoch's end always saves one), how many to keep.
+inline const std::vector<std::string> kEpochCheckpointKeys = {"dir", "every", "keep"};
+
+template <class Config>
+void read_checkpoint_keys(const Reader& r, Config& c) {
+  r.get("checkpoint", "dir", c.out_dir);
+  r.get("checkpoint", "every", c.checkpoint_every);
+  r.get("checkpoint", "keep", c.keep_checkpoints);
+  if (c.checkpoint_every < 0)
+    throw ConfigError("config: checkpoint.every must be >= 0 (0: at epoch ends only), got " +
+                      std::to_string(c.checkpoint_every));
+}
+
+template <class Config>
+void write_checkpoint_keys(std::ostream& s, const Config& c) {
+  s << "\n[checkpoint]\ndir = " << toml_string(c.out_dir) << "\nevery = " << c.checkpoint_every
+    << "\nkeep = " << c.keep_checkpoints << "\n";
 }
 
 // The body's shape as TOML lines, vocab_size to max_len.

@@ -14,6 +14,7 @@
 #include "brisk/core/error.h"
 #include "brisk/core/safetensors.h"
 #include "brisk/data/loader.h"
+#include "run_log.h"
 
 namespace brisk::train::detail {
 
@@ -50,15 +51,14 @@ struct StepCounters {
 };
 
 // The run directory: created, the config written to config.toml, and
-// metrics.jsonl opened for the step rows (closed with this object).
+// metrics.jsonl opened for the step rows (closed with this object). A run
+// resumed at `last_step` keeps the rows of the steps up to it.
 class RunDir {
  public:
-  RunDir(const std::string& dir, const std::string& config_toml) {
+  RunDir(const std::string& dir, const std::string& config_toml, int64_t last_step) {
     std::filesystem::create_directories(dir);
     core::write_file_atomic((std::filesystem::path(dir) / "config.toml").string(), config_toml);
-    const std::string path = (std::filesystem::path(dir) / "metrics.jsonl").string();
-    metrics = std::fopen(path.c_str(), "w");
-    if (!metrics) throw core::IoError(path + ": cannot open for writing");
+    metrics = open_metrics_for_append((std::filesystem::path(dir) / "metrics.jsonl").string(), last_step);
   }
   ~RunDir() { std::fclose(metrics); }
   RunDir(const RunDir&) = delete;

@@ -100,13 +100,17 @@ int put_number(char* p, size_t n, const char* key, double v) {
 
 }  // namespace
 
-MetricsLog::MetricsLog(const std::string& path, int64_t last_step) : path_(path) {
+std::FILE* open_metrics_for_append(const std::string& path, int64_t last_step) {
   const std::string kept =
       last_step > 0 && std::filesystem::exists(path) ? rows_up_to(path, last_step) : std::string();
   core::write_file_atomic(path, kept);
-  file_ = std::fopen(path.c_str(), "ab");
-  if (!file_) throw core::IoError("cannot open " + path + " for appending");
+  std::FILE* f = std::fopen(path.c_str(), "ab");
+  if (!f) throw core::IoError("cannot open " + path + " for appending");
+  return f;
 }
+
+MetricsLog::MetricsLog(const std::string& path, int64_t last_step)
+    : path_(path), file_(open_metrics_for_append(path, last_step)) {}
 
 MetricsLog::~MetricsLog() {
   if (file_) std::fclose(file_);

@@ -49,6 +49,11 @@ class Progress {
   int64_t total_, log_every_;
 };
 
+// Opens a run's metrics.jsonl for appending: a resumed run (last_step > 0)
+// keeps only the rows of steps up to its checkpoint, a fresh one starts it
+// empty. The rewrite is atomic. Throws IoError naming the file.
+std::FILE* open_metrics_for_append(const std::string& path, int64_t last_step);
+
 // metrics.jsonl: one JSON object per step, appended and flushed as the run
 // goes. It describes the steps the weights in its directory went through:
 // opening it for a resumed run drops the rows logged after the checkpoint

@@ -5,8 +5,10 @@
 // wrong kind.
 #include <gtest/gtest.h>
 
+#include <csignal>
 #include <random>
 
+#include "../common/run_copy.h"
 #include "../common/tiny_gpt.h"
 #include "integration_util.h"
 
@@ -100,6 +102,56 @@ TEST_F(ClassifyCli, BadMessagesAndWrongCheckpointsAreRefusedByName) {
   const std::string gpt = brisk::testing::save_tiny_gpt(tmp_.file("gpt"));
   expect_error(run_cli({"classify", "--checkpoint", gpt, tmp_.file("headers.eml")}),
                "this checkpoint is a GPT language model");
-  expect_error(run_cli({"train", "--config", config_, "--resume"}), "--resume, --profile and --trace are for GPT runs");
+  expect_error(run_cli({"train", "--config", config_, "--profile"}), "--profile and --trace are for GPT runs");
   expect_error(run_cli({"train", "--config", config_, "--set", "model.max_len=0"}), "model.max_len");
+}
+
+// Ctrl-C in the middle of an epoch: exit 0 after a checkpoint at the step
+// reached, no test split or report; `--resume` then finishes the run with the
+// weights an uninterrupted run ends with, bit for bit.
+TEST_F(ClassifyCli, SigintCheckpointsAndResumeFinishesTheStraightRun) {
+  bool sent = false;
+  CliHooks hooks;
+  hooks.on_err_line = [&](const std::string& line, pid_t pid) {
+    if (!sent && line.rfind("step ", 0) == 0) {
+      ::kill(pid, SIGINT);
+      sent = true;
+    }
+  };
+  // 30 epochs of 12 steps: long enough that the signal lands well before the end.
+  const std::vector<std::string> epochs = {"--set", "train.epochs=30"};
+  auto train = [&](std::vector<std::string> args, const CliHooks& h = {}) {
+    args.insert(args.begin(), {"train", "--config", config_});
+    args.insert(args.end(), epochs.begin(), epochs.end());
+    return run_cli(args, h);
+  };
+  const CliResult stopped = train({}, hooks);
+  ASSERT_TRUE(sent) << stopped.err;
+  EXPECT_EQ(stopped.signal, 0) << stopped.err;
+  ASSERT_EQ(stopped.exit_code, 0) << stopped.err;
+  EXPECT_NE(stopped.err.find("stopped by SIGINT after step"), std::string::npos) << stopped.err;
+  EXPECT_EQ(stopped.err.find("test split ("), std::string::npos) << "an interrupted run evaluated the test split";
+  EXPECT_FALSE(fs::exists(tmp_.path() / "run" / "report.json"));
+  const std::string ckpt = brisk::train::latest_checkpoint(tmp_.file("run"));
+  ASSERT_FALSE(ckpt.empty());
+  const int64_t at = brisk::train::read_encoder_checkpoint(ckpt).step;
+  EXPECT_GE(at, 5);
+  EXPECT_LT(at, 360) << "the stop came before the end";
+
+  const CliResult resumed = train({"--resume"});
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  EXPECT_NE(resumed.err.find("resumed from " + ckpt + " at step " + std::to_string(at)), std::string::npos)
+      << resumed.err;
+  EXPECT_TRUE(fs::exists(tmp_.path() / "run" / "report.json"));
+
+  const CliResult straight = train({"--set", "checkpoint.dir=" + tmp_.file("straight")});
+  ASSERT_EQ(straight.exit_code, 0) << straight.err;
+  const std::string a = brisk::train::latest_checkpoint(tmp_.file("run"));
+  const std::string b = brisk::train::latest_checkpoint(tmp_.file("straight"));
+  EXPECT_EQ(fs::path(a).filename(), fs::path(b).filename());
+  EXPECT_TRUE(brisk::testing::file_bytes(fs::path(a) / "model.safetensors") ==
+              brisk::testing::file_bytes(fs::path(b) / "model.safetensors"))
+      << "the stopped and resumed run ended with other weights than the straight one";
+  EXPECT_EQ(brisk::testing::step_losses(tmp_.path() / "run" / "metrics.jsonl"),
+            brisk::testing::step_losses(tmp_.path() / "straight" / "metrics.jsonl"));
 }

@@ -7,11 +7,13 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <vector>
 
+#include "../common/run_copy.h"
 #include "../common/tiny_gpt.h"
 #include "../unit/test_util.h"
 #include "brisk/core/error.h"
@@ -247,6 +249,106 @@ TEST(TrainClassifier, LearnsASyntheticTaskAndWritesItsReportAndCheckpoint) {
   fs::remove_all(dir);
 }
 
+// A run that crashed after any of its checkpoints (mid-epoch or at an
+// epoch's end), resumed, ends with the uninterrupted run's weights and
+// moments bit for bit, logs every step once with the same loss, and scores
+// the test split the same.
+TEST(TrainClassifier, ResumedFromAnyCheckpointItEndsWithTheStraightRunsWeights) {
+  const fs::path dir = fs::temp_directory_path() / ("brisk_encoder_resume_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  synthetic_store(dir);
+  train::ClassifyConfig cfg = synthetic_config(dir);
+  cfg.epochs = 2;
+  cfg.checkpoint_every = 5;
+  cfg.keep_checkpoints = 0;  // keep all
+  const train::ClassifyResult straight = train::train_classifier(cfg, {.quiet = true});
+  const int64_t per_epoch = straight.steps / cfg.epochs;
+  ASSERT_NE(per_epoch % 5, 0) << "the test wants mid-epoch checkpoints apart from the epoch ends";
+  const auto straight_losses = brisk::testing::step_losses(dir / "run/metrics.jsonl");
+  ASSERT_EQ(int64_t(straight_losses.size()), straight.steps);
+
+  for (const int64_t at : {int64_t(5), per_epoch, (per_epoch / 5 + 1) * 5}) {
+    SCOPED_TRACE("resumed at step " + std::to_string(at));
+    const fs::path run = dir / ("resumed_" + std::to_string(at));
+    brisk::testing::copy_run_crashed_after(dir / "run", at, run);
+    train::ClassifyConfig c = cfg;
+    c.out_dir = run.string();
+    const train::ClassifyResult r = train::train_classifier(c, {.quiet = true, .resume = true});
+    EXPECT_EQ(r.start_step, at);
+    EXPECT_EQ(r.steps, straight.steps);
+    const fs::path last = fs::path(r.checkpoint);
+    EXPECT_EQ(last.filename(), fs::path(straight.checkpoint).filename());
+    for (const char* f : {"model.safetensors", "optimizer.safetensors"})
+      EXPECT_TRUE(brisk::testing::file_bytes(last / f) == brisk::testing::file_bytes(fs::path(straight.checkpoint) / f))
+          << f << " differs from the uninterrupted run's";
+    EXPECT_EQ(brisk::testing::step_losses(run / "metrics.jsonl"), straight_losses);
+    EXPECT_DOUBLE_EQ(r.test.f1, straight.test.f1);
+    EXPECT_DOUBLE_EQ(r.val.loss, straight.val.loss);
+  }
+  fs::remove_all(dir);
+}
+
+// A resume that would not continue the stopped run is refused, naming the
+// key and both values; a checkpoint from before resume existed says so; a
+// run resumed at its last step only evaluates; none to resume starts fresh.
+TEST(TrainClassifier, AResumeThatWouldNotContinueTheRunIsRefusedByName) {
+  const fs::path dir = fs::temp_directory_path() / ("brisk_encoder_resume_bad_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  synthetic_store(dir);
+  train::ClassifyConfig cfg = synthetic_config(dir);
+  cfg.epochs = 1;
+  const train::ClassifyResult first = train::train_classifier(cfg, {.quiet = true, .resume = true});
+  EXPECT_EQ(first.start_step, 0) << "nothing to resume: a fresh run";
+  const int64_t per_epoch = first.steps;
+
+  auto refusal = [&](const std::function<void(train::ClassifyConfig&)>& change) {
+    train::ClassifyConfig c = cfg;
+    change(c);
+    try {
+      train::train_classifier(c, {.quiet = true, .resume = true});
+    } catch (const core::ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  std::string what = refusal([](auto& c) { c.batch = 8; });
+  EXPECT_NE(what.find("train.batch = 16, this config has 8"), std::string::npos) << what;
+  what = refusal([](auto& c) { c.seed += 1; });
+  EXPECT_NE(what.find("train.seed = 1337, this config has 1338"), std::string::npos) << what;
+  what = refusal([](auto& c) { c.split_seed = 2; });
+  EXPECT_NE(what.find("data.split_seed = 1, this config has 2"), std::string::npos) << what;
+  what = refusal([](auto& c) { c.bucket = false; });
+  EXPECT_NE(what.find("data.bucket = true, this config has false"), std::string::npos) << what;
+
+  // At its last step: nothing to train, the validation and test figures as before.
+  const train::ClassifyResult again = train::train_classifier(cfg, {.quiet = true, .resume = true});
+  EXPECT_EQ(again.start_step, per_epoch);
+  EXPECT_EQ(again.steps, per_epoch);
+  EXPECT_DOUBLE_EQ(again.val.loss, first.val.loss);
+  EXPECT_DOUBLE_EQ(again.test.f1, first.test.f1);
+  EXPECT_EQ(brisk::testing::step_losses(dir / "run/metrics.jsonl").size(), size_t(per_epoch));
+
+  // A checkpoint without the stream's record (written before resume existed).
+  const fs::path state = fs::path(first.checkpoint) / "state.json";
+  nlohmann::json st = nlohmann::json::parse(brisk::testing::file_bytes(state));
+  nlohmann::json damaged = st;
+  damaged["run"]["train_frac"] = 1.5;
+  std::ofstream(state) << damaged.dump();
+  try {
+    train::read_encoder_checkpoint(first.checkpoint);
+    ADD_FAILURE() << "a damaged run record was read";
+  } catch (const core::IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("field 'run.train_frac' must be a number in [0, 1], got 1.5"),
+              std::string::npos)
+        << e.what();
+  }
+  st.erase("run");
+  std::ofstream(state) << st.dump();
+  what = refusal([](auto&) {});
+  EXPECT_NE(what.find("cannot be resumed"), std::string::npos) << what;
+  fs::remove_all(dir);
+}
+
 TEST(TrainClassifier, AnUnknownLabelInTheStoreIsNamed) {
   const fs::path dir = fs::temp_directory_path() / ("brisk_encoder_badlabel_" + std::to_string(::getpid()));
   fs::remove_all(dir);
@@ -277,7 +379,7 @@ TEST(EncoderCheckpoint, EachKindRefusesTheOther) {
   models::Encoder enc(small_config(), backend());
   enc.init_weights(1);
   const std::string encoder =
-      train::save_encoder_checkpoint((dir / "enc").string(), enc, nullptr, {small_config(), {"a", "b", "c"}, "bytes", false, 5, 1}, 1);
+      train::save_encoder_checkpoint((dir / "enc").string(), enc, nullptr, {small_config(), {"a", "b", "c"}, "bytes", false, 5, 1, {}}, 1);
   try {
     train::read_encoder_checkpoint(gpt);
     ADD_FAILURE() << "a GPT checkpoint was read as an encoder";

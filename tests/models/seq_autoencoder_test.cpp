@@ -18,6 +18,7 @@
 #include <random>
 #include <vector>
 
+#include "../common/run_copy.h"
 #include "../common/tiny_gpt.h"
 #include "../unit/test_util.h"
 #include "brisk/core/error.h"
@@ -289,7 +290,7 @@ TEST(AutoencoderCheckpoint, ReloadsAndEachKindRefusesTheOthers) {
   models::SeqAutoencoder m(small_config(), backend());
   m.init_weights(4);
   const std::string ae = train::save_autoencoder_checkpoint((d / "ae").string(), m, nullptr,
-                                                            {small_config(), "fasta", 3, 1}, 1);
+                                                            {small_config(), "fasta", 3, 1, {}}, 1);
   const train::AutoencoderCheckpoint info = train::read_autoencoder_checkpoint(ae);
   EXPECT_TRUE(info.config.same_shape(small_config()));
   EXPECT_EQ(info.tokenizer, "fasta");
@@ -305,7 +306,7 @@ TEST(AutoencoderCheckpoint, ReloadsAndEachKindRefusesTheOthers) {
   ec.vocab_size = 28, ec.n_layer = 1, ec.n_embd = 16, ec.n_head = 2, ec.max_len = 16, ec.n_classes = 2;
   models::Encoder enc(ec, backend());
   const std::string classifier =
-      train::save_encoder_checkpoint((d / "enc").string(), enc, nullptr, {ec, {"a", "b"}, "fasta", false, 1, 1}, 1);
+      train::save_encoder_checkpoint((d / "enc").string(), enc, nullptr, {ec, {"a", "b"}, "fasta", false, 1, 1, {}}, 1);
   EXPECT_NE(message_of([&] { train::read_autoencoder_checkpoint(gpt); })
                 .find("this checkpoint is a GPT language model (for brisk generate, eval, serve), but a sequence "
                       "autoencoder (for brisk encode, decode) is needed here"),
@@ -329,6 +330,12 @@ TEST(AutoencoderConfig, DefaultsKeysAndErrors) {
   const train::AutoencoderConfig back = train::parse_autoencoder_config(train::to_toml(c), "b.toml");
   EXPECT_TRUE(back.model.same_shape(c.model));
   EXPECT_EQ(back.epochs, c.epochs);
+  EXPECT_EQ(train::parse_autoencoder_config("[model]\nkind = \"autoencoder\"\n[checkpoint]\nevery = 7\n", "e.toml")
+                .checkpoint_every,
+            7);
+  EXPECT_NE(message_of([] { train::parse_autoencoder_config("[model]\nkind = \"autoencoder\"\n[checkpoint]\nevery = -2\n", "x.toml"); })
+                .find("checkpoint.every must be >= 0"),
+            std::string::npos);
   EXPECT_NE(message_of([] { train::parse_autoencoder_config("[model]\nkind = \"autoencoder\"\nn_classes = 2\n", "x.toml"); })
                 .find("unknown key 'model.n_classes'"),
             std::string::npos);
@@ -447,6 +454,48 @@ TEST(TrainAutoencoder, LearnsToReconstructASyntheticStoreAndReportsIt) {
   const train::Reconstruction again = train::evaluate_reconstruction(reloaded, seqs, r.test.trivial_token, true);
   EXPECT_DOUBLE_EQ(again.teacher_forced, r.test.teacher_forced);
   EXPECT_DOUBLE_EQ(again.free_running, r.test.free_running);
+  fs::remove_all(dir);
+}
+
+// The classifier's resume test (encoder_test.cpp) for the autoencoder, whose
+// input dropout draws from a generator of its own: a checkpoint keeps the
+// generator's state, so a run resumed mid-epoch or at an epoch's end blanks
+// the same residues and ends with the uninterrupted run's weights bit for bit.
+TEST(TrainAutoencoder, ResumedFromAnyCheckpointItEndsWithTheStraightRunsWeights) {
+  const fs::path dir = temp_dir("resume");
+  synthetic_fasta(dir);
+  train::AutoencoderConfig cfg = synthetic_config(dir);
+  cfg.epochs = 2;
+  cfg.checkpoint_every = 5;
+  cfg.keep_checkpoints = 0;  // keep all
+  ASSERT_GT(cfg.input_dropout, 0);
+  const train::AutoencoderResult straight = train::train_autoencoder(cfg, {.quiet = true});
+  const int64_t per_epoch = straight.steps / cfg.epochs;
+  ASSERT_NE(per_epoch % 5, 0) << "the test wants mid-epoch checkpoints apart from the epoch ends";
+  const auto straight_losses = brisk::testing::step_losses(dir / "run/metrics.jsonl");
+  ASSERT_EQ(int64_t(straight_losses.size()), straight.steps);
+
+  for (const int64_t at : {int64_t(5), per_epoch, (per_epoch / 5 + 1) * 5}) {
+    SCOPED_TRACE("resumed at step " + std::to_string(at));
+    const fs::path run = dir / ("resumed_" + std::to_string(at));
+    brisk::testing::copy_run_crashed_after(dir / "run", at, run);
+    const train::AutoencoderCheckpoint saved = train::read_autoencoder_checkpoint(train::latest_checkpoint(run.string()));
+    ASSERT_TRUE(saved.run.has_value());
+    EXPECT_NE(saved.run->input_dropout_state, cfg.seed) << "the generator has drawn since the start";
+    train::AutoencoderConfig c = cfg;
+    c.out_dir = run.string();
+    const train::AutoencoderResult r = train::train_autoencoder(c, {.quiet = true, .resume = true});
+    EXPECT_EQ(r.start_step, at);
+    EXPECT_EQ(r.steps, straight.steps);
+    const fs::path last = fs::path(r.checkpoint);
+    EXPECT_EQ(last.filename(), fs::path(straight.checkpoint).filename());
+    for (const char* f : {"model.safetensors", "optimizer.safetensors"})
+      EXPECT_TRUE(brisk::testing::file_bytes(last / f) == brisk::testing::file_bytes(fs::path(straight.checkpoint) / f))
+          << f << " differs from the uninterrupted run's";
+    EXPECT_EQ(brisk::testing::step_losses(run / "metrics.jsonl"), straight_losses);
+    EXPECT_DOUBLE_EQ(r.test.teacher_forced, straight.test.teacher_forced);
+    EXPECT_DOUBLE_EQ(r.test.free_running, straight.test.free_running);
+  }
   fs::remove_all(dir);
 }
 

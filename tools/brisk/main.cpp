@@ -36,16 +36,16 @@ namespace {
 
 int cmd_train(const std::string& config_path, const std::vector<std::string>& sets, bool resume, bool no_progress,
               bool profile, const std::string& trace, const std::vector<int64_t>& trace_steps) {
-  // Encoder-family runs (a classifier, a sequence autoencoder) train for whole epochs and start afresh.
+  // Encoder-family runs (a classifier, a sequence autoencoder) train for whole epochs.
   const bool encoder = train::is_encoder_config(config_path, sets);
   if (encoder || train::is_autoencoder_config(config_path, sets)) {
-    if (resume || profile || !trace.empty())
-      throw core::ConfigError(std::string("--resume, --profile and --trace are for GPT runs; ") +
-                              (encoder ? "an encoder classifier" : "a sequence autoencoder") + " run starts afresh");
+    if (profile || !trace.empty())
+      throw core::ConfigError(std::string("--profile and --trace are for GPT runs, not ") +
+                              (encoder ? "an encoder classifier" : "a sequence autoencoder"));
     if (encoder)
-      train::train_classifier(train::load_classify_config(config_path, sets));
+      train::train_classifier(train::load_classify_config(config_path, sets), {.resume = resume});
     else
-      train::train_autoencoder(train::load_autoencoder_config(config_path, sets));
+      train::train_autoencoder(train::load_autoencoder_config(config_path, sets), {.resume = resume});
     return 0;
   }
   const train::TrainConfig cfg = train::load_train_config(config_path, sets);

@@ -81,6 +81,9 @@ class SeqAutoencoder {
   // it read the latent (Bowman et al. 2016, "word dropout"). Reconstruction
   // (logits, decode) never drops anything.
   void set_input_dropout(double p, uint64_t seed);
+  // The generator's state now: a checkpoint keeps it, and a resumed run
+  // passes it back as set_input_dropout's seed to draw the same blanks.
+  uint64_t input_dropout_state() const { return dropout_state_; }
 
   // ids: batch*seq residue tokens, right-padded; lengths: batch values in
   // [1, seq]. Out-of-range ids or lengths throw ShapeError naming them.

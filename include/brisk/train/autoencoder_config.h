@@ -40,6 +40,7 @@ struct AutoencoderConfig {
   int64_t log_every = 10;
   // [checkpoint]
   std::string out_dir = "runs/protein";
+  int64_t checkpoint_every = 0;  // steps between checkpoints within an epoch; 0: at epoch ends only
   int keep_checkpoints = 2;
 
   AutoencoderConfig();

@@ -64,11 +64,16 @@ class LatentCache {
 
 struct AutoencoderOptions {
   bool quiet = false;  // no output (tests)
+  // Continue from the newest checkpoint in checkpoint.dir (a fresh run when
+  // there is none): the same weights as an uninterrupted run, bit for bit.
+  bool resume = false;
 };
 
 struct AutoencoderResult {
-  int64_t steps = 0, epochs = 0;
-  double first_loss = 0, last_loss = 0;
+  int64_t steps = 0, epochs = 0;  // steps: the run's total so far (a resumed run counts the earlier ones)
+  int64_t start_step = 0;         // 0, or the checkpoint's step a resumed run continued from
+  bool interrupted = false;       // stopped by SIGINT/SIGTERM: checkpoint saved, no test split or report
+  double first_loss = 0, last_loss = 0;  // this process's first and last step
   double seconds = 0, train_seconds = 0, eval_seconds = 0;
   double tokens_per_s = 0;         // real (unpadded) residues per second of training steps
   double padded_tokens_per_s = 0;  // batch cells per second, padding included

@@ -45,6 +45,21 @@ models::GptConfig read_checkpoint_config(const std::string& ckpt_dir, TrainState
 // whose config must match: another model size is rejected with both shapes named.
 void load_checkpoint(const std::string& ckpt_dir, models::Gpt& model, optim::AdamW* optimizer);
 
+// ---- the epoch-based runs (encoder classifiers, sequence autoencoders) ------------------
+// What built a run's batch stream, and the autoencoder's dropout generator:
+// `brisk train --resume` rebuilds the same stream from the config, checks it
+// against these, and continues at the checkpoint's step (mid-epoch too).
+// Checkpoints written before resume existed have none: they cannot be resumed.
+struct EpochRunState {
+  int64_t batch = 0;            // train.batch
+  int64_t steps_per_epoch = 0;  // batches per epoch, from the split and the batch
+  int64_t train_records = 0;    // records in the train split
+  bool bucket = true;           // data.bucket
+  uint64_t split_seed = 0;      // data.split_seed
+  double train_frac = 0, val_frac = 0;
+  uint64_t input_dropout_state = 0;  // the autoencoder's input-dropout generator (0 for a classifier)
+};
+
 // ---- encoder classifiers ---------------------------------------------------------------
 // The same directory layout; state.json says "kind": "encoder-classifier"
 // (GPT checkpoints say "gpt" or nothing), so a classifier handed to
@@ -56,12 +71,14 @@ struct EncoderCheckpoint {
   bool strip_headers = false;            // trained on message bodies: classify strips headers too
   int64_t step = 0;
   uint64_t seed = 0;
+  std::optional<EpochRunState> run;      // what --resume needs (absent in older checkpoints)
 };
 std::string save_encoder_checkpoint(const std::string& out_dir, const models::Encoder& model,
                                     const optim::AdamW* optimizer, const EncoderCheckpoint& info, int keep);
 // Throws IoError naming the file and field for a damaged state, or another kind.
 EncoderCheckpoint read_encoder_checkpoint(const std::string& ckpt_dir);
-void load_encoder_checkpoint(const std::string& ckpt_dir, models::Encoder& model);
+// Weights, and the AdamW moments and step count when `optimizer` is given (a resume).
+void load_encoder_checkpoint(const std::string& ckpt_dir, models::Encoder& model, optim::AdamW* optimizer = nullptr);
 
 // ---- sequence autoencoders -------------------------------------------------------------
 // The same layout again, "kind": "seq-autoencoder": what `brisk encode` and
@@ -71,12 +88,15 @@ struct AutoencoderCheckpoint {
   std::string tokenizer;  // the record store's: "fasta"
   int64_t step = 0;
   uint64_t seed = 0;
+  std::optional<EpochRunState> run;  // what --resume needs (absent in older checkpoints)
 };
 std::string save_autoencoder_checkpoint(const std::string& out_dir, const models::SeqAutoencoder& model,
                                         const optim::AdamW* optimizer, const AutoencoderCheckpoint& info, int keep);
 // Throws IoError naming the file and field for a damaged state, or another kind.
 AutoencoderCheckpoint read_autoencoder_checkpoint(const std::string& ckpt_dir);
-void load_autoencoder_checkpoint(const std::string& ckpt_dir, models::SeqAutoencoder& model);
+// Weights, and the AdamW moments and step count when `optimizer` is given (a resume).
+void load_autoencoder_checkpoint(const std::string& ckpt_dir, models::SeqAutoencoder& model,
+                                 optim::AdamW* optimizer = nullptr);
 
 // Hugging Face stores Conv1D weights (in, out); brisk stores (out, in).
 bool is_hf_conv1d_weight(const std::string& name);

@@ -39,6 +39,7 @@ struct ClassifyConfig {
   int64_t log_every = 10;
   // [checkpoint]
   std::string out_dir = "runs/spam";
+  int64_t checkpoint_every = 0;  // steps between checkpoints within an epoch; 0: at epoch ends only
   int keep_checkpoints = 2;
 };
 

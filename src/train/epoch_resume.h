@@ -1,0 +1,51 @@
+// `brisk train --resume` for the epoch-based runs (the encoder classifier and
+// the sequence autoencoder). A checkpoint holds the weights, the AdamW
+// moments and step count, the step, and what built the batch stream
+// (EpochRunState). A batch is a pure function of the stream's settings and
+// its index (data/loader.h), so a resumed run sets the loader to the
+// checkpoint's step and continues with the batches, learning rates and
+// dropout draws the uninterrupted run would have used: the same weights, bit
+// for bit. Internal to src/train.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "brisk/train/checkpoint.h"
+
+namespace brisk::train::detail {
+
+// This config's stream, before any step.
+template <class Config>
+EpochRunState epoch_run_state(const Config& c, int64_t steps_per_epoch, int64_t train_records) {
+  EpochRunState s;
+  s.batch = c.batch;
+  s.steps_per_epoch = steps_per_epoch;
+  s.train_records = train_records;
+  s.bucket = c.bucket;
+  s.split_seed = c.split_seed;
+  s.train_frac = c.train_frac;
+  s.val_frac = c.val_frac;
+  return s;
+}
+
+// What the checkpoint at `ckpt` says about its run.
+struct SavedRun {
+  int64_t step = 0;
+  uint64_t seed = 0;
+  std::optional<EpochRunState> run;
+};
+
+// Throws ConfigError unless this config continues the run saved in `ckpt`:
+// the same train.seed and stream (naming the first key that differs and both
+// values) and a step within this config's `total_steps`.
+void check_resumable(const std::string& ckpt, const SavedRun& saved, uint64_t seed, const EpochRunState& now,
+                     int64_t total_steps);
+
+// "resumed from <ckpt> at step S (epoch E, batch b of P)\n".
+std::string resumed_line(const std::string& ckpt, int64_t step, int64_t steps_per_epoch);
+// "stopped by SIGINT after step S: checkpoint saved to <ckpt>; ... --resume ...\n".
+std::string stopped_line(int64_t step, const std::string& ckpt);
+
+}  // namespace brisk::train::detail
