@@ -34,7 +34,14 @@ void check_sequence(const serve::CompletionRequest& c) {
 void check_request(const serve::Request& r) {
   FUZZ_CHECK(!r.choices.empty() && int64_t(r.choices.size()) <= kModel.max_choices);
   FUZZ_CHECK(r.prompt_tokens >= 1);
-  for (const serve::CompletionRequest& c : r.choices) check_sequence(c);
+  for (const serve::CompletionRequest& c : r.choices) {
+    check_sequence(c);
+    // Logprobs the client did not ask for are computed only to rank best_of's sequences.
+    FUZZ_CHECK(!c.hide_logprobs || (r.best_of > r.n && c.params.logprobs == 0));
+  }
+  // best_of sequences per prompt, n of them answered; never streamed when they differ.
+  FUZZ_CHECK(r.n >= 1 && r.best_of >= r.n && r.choices.size() % size_t(r.best_of) == 0);
+  FUZZ_CHECK(r.best_of == r.n || !r.stream);
   if (r.api == serve::Api::chat) {
     FUZZ_CHECK(r.choices[0].params.stop.back() == serve::kChatStop);
     FUZZ_CHECK(r.prompt_tokens == int64_t(r.choices[0].prompt.size()));

@@ -1,6 +1,8 @@
 // One choice's answer in OpenAI's shapes; see brisk/serve/choice_builder.h.
 #include "brisk/serve/choice_builder.h"
 
+#include <limits>
+
 #include "brisk/data/tokenizer.h"
 
 namespace brisk::serve {
@@ -16,7 +18,7 @@ CompletionBuilder::CompletionBuilder(const data::Tokenizer& tok, const Completio
       created_(created),
       api_(api),
       index_(index),
-      logprobs_(req.params.logprobs),
+      logprobs_(req.hide_logprobs ? -1 : req.params.logprobs),
       echo_(req.echo && api == Api::completions),
       prompt_(echo_ ? req.prompt : std::vector<int32_t>{}),
       prompt_tokens_(int64_t(req.prompt.size())) {}
@@ -131,7 +133,7 @@ json CompletionBuilder::add(const infer::TokenEvent& e) {
   }
   // A stop token ends the sequence without being part of its text.
   const bool stop_token = e.finish == infer::Finish::stop && e.stop_matched.empty();
-  if (e.choice.token >= 0) ++completion_tokens_;
+  if (e.choice.token >= 0) ++completion_tokens_, logprob_sum_ += double(e.choice.logprob);
   if (e.choice.token >= 0 && !stop_token) {
     piece += text_.add(e.choice.token);
     if (logprobs_ >= 0) {
@@ -156,7 +158,12 @@ json CompletionBuilder::add(const infer::TokenEvent& e) {
   return chunk(piece, lp);
 }
 
-json CompletionBuilder::choice() const {
+double CompletionBuilder::mean_logprob() const {
+  return completion_tokens_ > 0 ? logprob_sum_ / double(completion_tokens_) : -std::numeric_limits<double>::infinity();
+}
+
+json CompletionBuilder::choice(int64_t index) const {
+  if (index < 0) index = index_;
   json lp = nullptr;
   if (logprobs_ >= 0 && api_ == Api::chat) lp = {{"content", lp_tokens_}};
   if (logprobs_ >= 0 && api_ == Api::completions)
@@ -165,11 +172,11 @@ json CompletionBuilder::choice() const {
           {"top_logprobs", lp_top_},
           {"text_offset", lp_offsets_}};
   if (api_ == Api::chat)
-    return {{"index", index_},
+    return {{"index", index},
             {"message", {{"role", "assistant"}, {"content", all_text_}}},
             {"logprobs", lp},
             {"finish_reason", finish_reason_}};
-  return {{"index", index_}, {"text", all_text_}, {"logprobs", lp}, {"finish_reason", finish_reason_}};
+  return {{"index", index}, {"text", all_text_}, {"logprobs", lp}, {"finish_reason", finish_reason_}};
 }
 
 json CompletionBuilder::usage() const {

@@ -1,6 +1,7 @@
 // /v1/completions bodies into engine sequences; see brisk/serve/completions.h.
 #include "brisk/serve/completions.h"
 
+#include <algorithm>
 #include <cstdint>
 
 #include "brisk/data/tokenizer.h"
@@ -78,7 +79,6 @@ std::vector<std::vector<int32_t>> read_prompts(const json& body, const ModelInfo
 // The body as a Request; `n` and `prompts` say how its choices came about.
 Request parse(const json& j, const ModelInfo& model, const data::Tokenizer& tok, int64_t& n, size_t& prompt_count) {
   check_model_and_user(j, model);
-  if (integer(j, "best_of", 1) != 1) throw ApiError(400, "best_of must be 1: not supported yet", "best_of");
   if (field(j, "suffix")) throw ApiError(400, "suffix is not supported", "suffix");
 
   Request r;
@@ -99,9 +99,20 @@ Request parse(const json& j, const ModelInfo& model, const data::Tokenizer& tok,
   if (field(j, "logprobs") && sp.logprobs < 0) throw ApiError(400, "logprobs must be >= 0", "logprobs");
   if (r.echo && sp.logprobs >= 0) sp.prompt_logprobs = sp.logprobs;
   read_stream(j, r);
+  // best_of: more sequences than choices, the best n returned, so only a
+  // whole answer can have them (OpenAI refuses to stream it too).
+  const int64_t best_of = read_best_of(j, n, prompts.size(), model);
+  if (best_of > n && r.stream)
+    throw ApiError(400, "best_of (" + std::to_string(best_of) + ") above n (" + std::to_string(n) +
+                            ") cannot be streamed: the best choices are known only when all have finished",
+                   "best_of");
+  const bool hide_logprobs = best_of > n && sp.logprobs < 0;
+  if (best_of > n) sp.logprobs = std::max(sp.logprobs, 0);  // the chosen tokens' logprobs rank the sequences
   fields::validate(sp, model);
   for (const std::vector<int32_t>& p : prompts) check_context(p.size(), sp.max_tokens, model, "max_tokens");
-  fan_out(prompts, n, sp, r);
+  fan_out(prompts, best_of, sp, r);
+  r.n = n;
+  for (CompletionRequest& c : r.choices) c.hide_logprobs = hide_logprobs;
   r.deterministic = seeded || sp.temperature == 0.f;
   return r;
 }

@@ -101,15 +101,31 @@ void read_stream(const json& body, Request& r) {
   }
 }
 
+namespace {
+
+// body[key]: sequences per prompt, `fallback` when absent, at least `least`
+// (`least_what` says why), and over all prompts within what one request may
+// ask for.
+int64_t per_prompt(const json& body, const char* key, int64_t fallback, int64_t least, const std::string& least_what,
+                   size_t prompts, const ModelInfo& model) {
+  const int64_t v = integer(body, key, fallback);
+  if (v < least) throw ApiError(400, std::string(key) + " must be at least " + least_what + ", got " + std::to_string(v), key);
+  // Compared as a quotient: v may be near the int64 limit.
+  if (v > model.max_choices / int64_t(prompts))
+    throw ApiError(400, std::string(key) + " (" + std::to_string(v) + ") times the number of prompts (" +
+                            std::to_string(prompts) + ") is more than the " + std::to_string(model.max_choices) +
+                            " sequences one request may ask for (the server's queue capacity)", key);
+  return v;
+}
+
+}  // namespace
+
 int64_t read_n(const json& body, size_t prompts, const ModelInfo& model) {
-  const int64_t n = integer(body, "n", 1);
-  if (n < 1) throw ApiError(400, "n must be at least 1", "n");
-  // Compared as a quotient: n may be near the int64 limit.
-  if (n > model.max_choices / int64_t(prompts))
-    throw ApiError(400, "n (" + std::to_string(n) + ") times the number of prompts (" + std::to_string(prompts) +
-                            ") is more than the " + std::to_string(model.max_choices) +
-                            " sequences one request may ask for (the server's queue capacity)", "n");
-  return n;
+  return per_prompt(body, "n", 1, 1, "1", prompts, model);
+}
+
+int64_t read_best_of(const json& body, int64_t n, size_t prompts, const ModelInfo& model) {
+  return per_prompt(body, "best_of", n, n, "n (" + std::to_string(n) + ")", prompts, model);
 }
 
 void validate(const infer::SamplingParams& sp, const ModelInfo& model) {
@@ -135,6 +151,7 @@ void check_context(size_t prompt, int64_t max_tokens, const ModelInfo& model, co
 void fan_out(const std::vector<std::vector<int32_t>>& prompts, int64_t n, const infer::SamplingParams& sp, Request& r) {
   r.choices.clear();
   r.prompt_tokens = 0;
+  r.best_of = r.n = n;
   for (const std::vector<int32_t>& p : prompts) {
     r.prompt_tokens += int64_t(p.size());
     for (int64_t i = 0; i < n; ++i) {

@@ -30,13 +30,15 @@ bool read_sampling(const nlohmann::json& body, infer::SamplingParams& sp);
 void read_stream(const nlohmann::json& body, Request& r);
 // n: at least 1, and n * prompts within model.max_choices.
 int64_t read_n(const nlohmann::json& body, size_t prompts, const ModelInfo& model);
+// best_of: sequences generated per prompt, n of them returned (default n; at least n).
+int64_t read_best_of(const nlohmann::json& body, int64_t n, size_t prompts, const ModelInfo& model);
 // The engine's own checks (infer::validate), as a 400 naming the field.
 void validate(const infer::SamplingParams& sp, const ModelInfo& model);
 // prompt + max_tokens must fit the context; `param` is the field to blame.
 void check_context(size_t prompt, int64_t max_tokens, const ModelInfo& model, const std::string& param);
-// n choices of every prompt into r.choices; with a seed s, choice i of a
-// prompt samples with seed s + i, so the choices differ but a request
-// repeated gets the same ones.
+// n choices of every prompt into r.choices (r.n and r.best_of set to n);
+// with a seed s, choice i of a prompt samples with seed s + i, so the
+// choices differ but a request repeated gets the same ones.
 void fan_out(const std::vector<std::vector<int32_t>>& prompts, int64_t n, const infer::SamplingParams& sp, Request& r);
 
 }  // namespace brisk::serve::fields

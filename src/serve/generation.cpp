@@ -4,6 +4,7 @@
 #include <condition_variable>
 #include <deque>
 #include <mutex>
+#include <numeric>
 #include <optional>
 #include <utility>
 
@@ -51,7 +52,11 @@ struct Generation::Inbox {
 
 Generation::Generation(Scheduler& scheduler, const data::Tokenizer& tok, const Request& req, const std::string& id,
                        int64_t created, const std::string& model, ResponseCache* cache)
-    : scheduler_(scheduler), include_usage_(req.include_usage), prompt_tokens_(req.prompt_tokens) {
+    : scheduler_(scheduler),
+      include_usage_(req.include_usage),
+      prompt_tokens_(req.prompt_tokens),
+      best_of_(req.best_of),
+      n_(req.n) {
   builders_.reserve(req.choices.size());
   std::optional<ChoiceEvents> cached;
   if (cache && cache->enabled()) {
@@ -132,7 +137,21 @@ json Generation::response() {
   store_if_complete();
   json r = builders_.front().envelope(false);
   r["choices"] = json::array();
-  for (const CompletionBuilder& b : builders_) r["choices"].push_back(b.choice());
+  if (best_of_ == n_) {
+    for (const CompletionBuilder& b : builders_) r["choices"].push_back(b.choice());
+  } else {
+    std::vector<size_t> order(static_cast<size_t>(best_of_));
+    for (size_t p = 0; p * size_t(best_of_) < builders_.size(); ++p) {
+      const size_t first = p * size_t(best_of_);
+      std::iota(order.begin(), order.end(), first);
+      // Ties keep the sequences' order, so the same request gets the same answer.
+      std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+        return builders_[a].mean_logprob() > builders_[b].mean_logprob();
+      });
+      for (int64_t i = 0; i < n_; ++i)
+        r["choices"].push_back(builders_[order[size_t(i)]].choice(int64_t(p) * n_ + i));
+    }
+  }
   r["usage"] = usage();
   return r;
 }

@@ -30,6 +30,7 @@ std::string ResponseCache::key_of(const Request& r, const std::string& model) {
   std::string k;
   put_string(k, model);
   put_raw(k, uint64_t(r.choices.size()));
+  put_raw(k, r.n);  // best_of: how many of them the answer shows
   for (const CompletionRequest& c : r.choices) {
     const infer::SamplingParams& p = c.params;
     put_raw(k, uint64_t(c.prompt.size()));
@@ -49,6 +50,7 @@ std::string ResponseCache::key_of(const Request& r, const std::string& model) {
     for (const std::string& s : p.stop) put_string(k, s);
     put_raw(k, p.logprobs);
     put_raw(k, p.prompt_logprobs);  // (echo itself is the builder's: the events are the same)
+    put_raw(k, uint8_t(c.hide_logprobs));
   }
   return k;
 }

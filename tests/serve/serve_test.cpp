@@ -521,6 +521,61 @@ TEST_F(ServeTest, EchoScoresThePrompt) {
   expect_error(post("/v1/completions", {{"prompt", prompt}, {"max_tokens", 0}}), 400, "max_tokens", {"echo"});
 }
 
+// best_of: each prompt's best_of sequences are generated and the n with the
+// highest mean token logprob come back, best first and numbered p * n + i,
+// without logprobs unless asked; usage counts every sequence. The same
+// request with n = best_of and logprobs shows all of them to rank by hand.
+TEST_F(ServeTest, BestOfKeepsTheChoicesWithTheHighestMeanLogprob) {
+  const json base = {{"prompt", {"ab", "xyz"}}, {"max_tokens", 8}, {"temperature", 1.0}, {"seed", 21}};
+  json all_body = base;
+  all_body["n"] = 4;
+  all_body["logprobs"] = 0;
+  auto all = post("/v1/completions", all_body);
+  ASSERT_TRUE(all);
+  ASSERT_EQ(all->status, 200) << all->body;
+  const json aj = json::parse(all->body);
+  ASSERT_EQ(aj.at("choices").size(), 8u);
+  for (const int logprobs : {-1, 1}) {
+    SCOPED_TRACE("logprobs " + std::to_string(logprobs));
+    json best_body = base;
+    best_body["n"] = 2;
+    best_body["best_of"] = 4;
+    if (logprobs >= 0) best_body["logprobs"] = logprobs;
+    auto best = post("/v1/completions", best_body);
+    ASSERT_TRUE(best);
+    ASSERT_EQ(best->status, 200) << best->body;
+    const json bj = json::parse(best->body);
+    ASSERT_EQ(bj.at("choices").size(), 4u);
+    for (size_t p = 0; p < 2; ++p) {
+      std::vector<std::pair<double, size_t>> ranked;  // (-mean logprob, choice): best first, ties by position
+      for (size_t i = 0; i < 4; ++i) {
+        const json& lp = aj["choices"][p * 4 + i]["logprobs"]["token_logprobs"];
+        ASSERT_FALSE(lp.empty());
+        double sum = 0;
+        for (const json& v : lp) sum += v.get<double>();
+        ranked.push_back({-sum / double(lp.size()), p * 4 + i});
+      }
+      std::stable_sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+      for (size_t k = 0; k < 2; ++k) {
+        const json& c = bj["choices"][p * 2 + k];
+        EXPECT_EQ(c.at("index"), int64_t(p * 2 + k));
+        EXPECT_EQ(c.at("text"), aj["choices"][ranked[k].second]["text"]) << "prompt " << p << ", place " << k;
+        EXPECT_EQ(c.at("logprobs").is_null(), logprobs < 0) << c;
+      }
+    }
+    EXPECT_EQ(billed(bj.at("usage")), billed(aj.at("usage"))) << "every sequence generated is billed";
+  }
+  expect_error(post("/v1/completions", {{"prompt", "x"}, {"n", 2}, {"best_of", 1}}), 400, "best_of",
+               {"at least n (2)", "got 1"});
+  expect_error(post("/v1/completions", {{"prompt", "x"}, {"best_of", 3}, {"stream", true}}), 400, "best_of",
+               {"cannot be streamed"});
+  expect_error(post("/v1/completions", {{"prompt", "x"}, {"best_of", 17}}), 400, "best_of", {"17"});  // queue of 16
+  // best_of = n streams as usual.
+  auto same = post("/v1/completions", {{"prompt", "x"}, {"n", 2}, {"best_of", 2}, {"max_tokens", 2}, {"stream", true}});
+  ASSERT_TRUE(same);
+  EXPECT_EQ(same->status, 200) << same->body;
+}
+
 TEST_F(ServeTest, TokenizeRoundTrip) {
   auto t = post("/tokenize", {{"prompt", "hello, world"}});
   ASSERT_TRUE(t);

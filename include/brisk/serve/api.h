@@ -52,10 +52,14 @@ struct CompletionRequest {
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   bool echo = false;           // /v1/completions' echo: the answer starts with the prompt (and its logprobs)
+  // best_of asked the engine for logprobs to rank the choices by; the
+  // client did not ask to see them.
+  bool hide_logprobs = false;
 };
 
 // A whole request: one sequence per choice, in the order of the choices'
-// `index` (prompt p, choice i of n at p * n + i, as OpenAI numbers them).
+// `index` (prompt p, choice i of n at p * n + i, as OpenAI numbers them;
+// with best_of, sequence i of prompt p at p * best_of + i).
 struct Request {
   Api api = Api::completions;
   std::vector<CompletionRequest> choices;
@@ -65,6 +69,10 @@ struct Request {
   bool stream = false;
   bool include_usage = false;
   bool echo = false;  // /v1/completions' echo, for every choice
+  // Sequences generated per prompt (best_of) and choices returned per
+  // prompt (n): the n of each prompt's best_of with the highest mean token
+  // logprob. Equal unless best_of was given; best_of > n is never streamed.
+  int64_t best_of = 1, n = 1;
   // The same request gives the same answer: greedy, or a seed was given.
   // Only such requests may be answered from the response cache.
   bool deterministic = false;

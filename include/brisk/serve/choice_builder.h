@@ -35,8 +35,12 @@ class CompletionBuilder {
   int64_t cached_tokens() const { return cached_tokens_; }
   // id, object, created, model: of a stream chunk or of the whole response.
   nlohmann::json envelope(bool chunk) const;
-  // This choice in the non-streamed response, after its finishing event.
-  nlohmann::json choice() const;
+  // This choice in the non-streamed response, after its finishing event;
+  // `index` >= 0 numbers it anew (best_of keeps some choices, renumbered).
+  nlohmann::json choice(int64_t index = -1) const;
+  // The mean log-probability of its generated tokens (what best_of ranks
+  // by); -infinity before any token. Needs the engine's logprobs.
+  double mean_logprob() const;
   nlohmann::json usage() const;
   // The final usage chunk of a stream (choices empty).
   nlohmann::json usage_chunk() const;
@@ -60,6 +64,7 @@ class CompletionBuilder {
   bool started_ = false;  // the first event came
   size_t echo_bytes_ = 0;  // the echoed prompt's length: where the completion's text offsets start
   int64_t prompt_tokens_, completion_tokens_ = 0, cached_tokens_ = 0;
+  double logprob_sum_ = 0;  // of the generated tokens
   std::string all_text_, finish_reason_;
   // The whole response's logprobs: the completions route's four lists, or
   // the chat route's list of token entries (in lp_tokens_).

@@ -41,7 +41,9 @@ class Generation {
   Generation& operator=(const Generation&) = delete;
 
   // Non-streamed: waits for every choice and returns the answer; throws the
-  // first failed choice's error as an ApiError.
+  // first failed choice's error as an ApiError. With best_of > n, each
+  // prompt's n sequences of highest mean token logprob, best first,
+  // numbered p * n + i; usage counts every sequence generated.
   nlohmann::json response();
 
   // Streamed: waits for new events and writes the chunks they make, one
@@ -63,6 +65,7 @@ class Generation {
   Scheduler& scheduler_;
   const bool include_usage_;
   const int64_t prompt_tokens_;
+  const int64_t best_of_, n_;  // sequences per prompt, choices answered per prompt
   std::vector<std::shared_ptr<Channel>> channels_;
   std::vector<CompletionBuilder> builders_;
   std::vector<bool> first_of_prompt_;  // usage counts each prompt once, at its first choice
