@@ -109,10 +109,7 @@ template <class Config>
 void read_checkpoint_keys(const Reader& r, Config& c) {
   r.get("checkpoint", "dir", c.out_dir);
   r.get("checkpoint", "every", c.checkpoint_every);
-  r.get("checkpoint", "keep", c.keep_checkpoints);
-  if (c.checkpoint_every < 0)
-    throw ConfigError("config: checkpoint.every must be >= 0 (0: at epoch ends only), got " +
-                      std::to_string(c.checkpoint_every));
+  r.get("checkpoint", "keep", c.keep_checkpoints);  // (the reader refuses a negative every)
 }
 
 template <class Config>
