@@ -178,11 +178,23 @@ EncoderProgram& Encoder::program(bool train, int64_t B, int64_t T) {
     params_.adopt(p->graph);
     p->executor = std::make_unique<core::Executor>(p->graph, backend_);
     p->executor->bind(params_);
+    if (train) p->executor->set_profiling(profile_train_);
     std::vector<int32_t> pos(static_cast<size_t>(T));
     for (int64_t t = 0; t < T; ++t) pos[size_t(t)] = int32_t(t);
     p->executor->write(p->pos, pos.data(), pos.size() * 4);
     return p;
   });
+}
+
+void Encoder::set_train_profiling(bool on) {
+  profile_train_ = on;
+  train_cache_.for_each([&](const EncoderProgram& p) { p.executor->set_profiling(on); });
+}
+
+core::Executor::OpTimes Encoder::train_op_times() const {
+  core::Executor::OpTimes sum{};
+  train_cache_.for_each([&](const EncoderProgram& p) { core::add_op_times(sum, p.executor->op_times()); });
+  return sum;
 }
 
 void Encoder::feed(EncoderProgram& p, const int32_t* ids, const int32_t* lengths, const int32_t* labels) {

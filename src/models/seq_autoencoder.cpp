@@ -172,11 +172,24 @@ SeqAutoencoderProgram& SeqAutoencoder::program(Kind kind, int64_t B, int64_t T) 
     params_.adopt(p->graph);
     p->executor = std::make_unique<core::Executor>(p->graph, backend_);
     p->executor->bind(params_);
+    if (kind == Kind::train) p->executor->set_profiling(profile_train_);
     std::vector<int32_t> pos(static_cast<size_t>(T));
     for (int64_t t = 0; t < T; ++t) pos[size_t(t)] = int32_t(t);
     p->executor->write(p->pos, pos.data(), pos.size() * 4);
     return p;
   });
+}
+
+void SeqAutoencoder::set_train_profiling(bool on) {
+  profile_train_ = on;
+  caches_[int(Kind::train)].for_each([&](const SeqAutoencoderProgram& p) { p.executor->set_profiling(on); });
+}
+
+core::Executor::OpTimes SeqAutoencoder::train_op_times() const {
+  core::Executor::OpTimes sum{};
+  caches_[int(Kind::train)].for_each(
+      [&](const SeqAutoencoderProgram& p) { core::add_op_times(sum, p.executor->op_times()); });
+  return sum;
 }
 
 size_t SeqAutoencoder::cached_programs() const {

@@ -38,6 +38,7 @@
 #include "brisk/train/checkpoint.h"
 #include "epoch_resume.h"
 #include "epoch_steps.h"
+#include "op_profile.h"
 #include "stop_signal.h"
 
 namespace brisk::train {
@@ -322,6 +323,7 @@ AutoencoderResult train_autoencoder(const AutoencoderConfig& cfg, const Autoenco
   models::SeqAutoencoder model(cfg.model, backend);
   model.init_weights(cfg.seed);
   model.set_input_dropout(cfg.input_dropout, cfg.seed);
+  model.set_train_profiling(options.profile);
   optim::AdamW adamw(cfg.adamw, model.params(), backend);
   optim::LrSchedule schedule = cfg.schedule;
   schedule.total_steps = cfg.epochs * per_epoch;
@@ -481,6 +483,7 @@ AutoencoderResult train_autoencoder(const AutoencoderConfig& cfg, const Autoenco
         {"cache", {{"hit_rate", cs.hit_rate()}, {"hits", cs.hits}, {"misses", cs.misses},
                    {"evictions", cs.evictions}, {"bytes_used", cs.bytes_used}}}}},
       {"checkpoint", res.checkpoint}};
+  if (options.profile) report["profile"] = detail::op_times_json(model.train_op_times());
   core::write_file_atomic((fs::path(cfg.out_dir) / "report.json").string(), report.dump(2) + "\n");
 
   std::ostringstream out;
@@ -502,6 +505,8 @@ AutoencoderResult train_autoencoder(const AutoencoderConfig& cfg, const Autoenco
                 100 * res.test.trivial);
   out << line << "report: " << (fs::path(cfg.out_dir) / "report.json").string()
       << " | checkpoint: " << res.checkpoint << "\n";
+  if (options.profile)
+    out << "\n== time per op (train steps, every batch width) ==\n" << detail::op_time_table(model.train_op_times());
   say(out.str());
   return res;
 }

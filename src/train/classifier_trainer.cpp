@@ -32,6 +32,7 @@
 #include "brisk/train/checkpoint.h"
 #include "epoch_resume.h"
 #include "epoch_steps.h"
+#include "op_profile.h"
 #include "stop_signal.h"
 
 namespace brisk::train {
@@ -230,6 +231,7 @@ ClassifyResult train_classifier(const ClassifyConfig& cfg, const ClassifyOptions
   cpu::CpuBackend backend(cfg.threads);
   models::Encoder model(cfg.model, backend);
   model.init_weights(cfg.seed);
+  model.set_train_profiling(options.profile);
   optim::AdamW adamw(cfg.adamw, model.params(), backend);
   optim::LrSchedule schedule = cfg.schedule;
   schedule.total_steps = cfg.epochs * per_epoch;
@@ -394,6 +396,7 @@ ClassifyResult train_classifier(const ClassifyConfig& cfg, const ClassifyOptions
         {"cache", {{"hit_rate", cs.hit_rate()}, {"hits", cs.hits}, {"misses", cs.misses},
                    {"evictions", cs.evictions}, {"bytes_used", cs.bytes_used}}}}},
       {"checkpoint", res.checkpoint}};
+  if (options.profile) report["profile"] = detail::op_times_json(model.train_op_times());
   core::write_file_atomic((fs::path(cfg.out_dir) / "report.json").string(), report.dump(2) + "\n");
 
   std::ostringstream out;
@@ -409,6 +412,8 @@ ClassifyResult train_classifier(const ClassifyConfig& cfg, const ClassifyOptions
       << format_metrics(res.baseline.test, cfg.label_names, "    ")
       << "report: " << (fs::path(cfg.out_dir) / "report.json").string() << " | checkpoint: " << res.checkpoint
       << "\n";
+  if (options.profile)
+    out << "\n== time per op (train steps, every batch width) ==\n" << detail::op_time_table(model.train_op_times());
   say(out.str());
   return res;
 }

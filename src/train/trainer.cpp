@@ -39,6 +39,7 @@
 #include "brisk/train/checkpoint.h"
 #include "brisk/train/hf_weights.h"
 #include "brisk/train/tune.h"
+#include "op_profile.h"
 #include "run_log.h"
 #include "run_record.h"
 #include "step_trace.h"
@@ -47,27 +48,6 @@
 namespace brisk::train {
 
 namespace {
-
-// Per-op share of the train step, largest first.
-std::string profile_table(const core::Executor& ex) {
-  std::vector<std::pair<double, int>> rows;
-  double total = 0;
-  for (int op = 0; op < core::kNumOps; ++op) {
-    const auto& t = ex.op_times()[size_t(op)];
-    if (t.calls == 0) continue;
-    rows.emplace_back(t.seconds, op);
-    total += t.seconds;
-  }
-  std::sort(rows.rbegin(), rows.rend());
-  std::string out = "op                       calls    seconds   share\n";
-  char buf[128];
-  for (const auto& [sec, op] : rows) {
-    std::snprintf(buf, sizeof buf, "%-24s %6lld %10.3f %6.1f%%\n", std::string(core::op_name(core::OpKind(op))).c_str(),
-                  (long long)ex.op_times()[size_t(op)].calls, sec, 100 * sec / std::max(total, 1e-12));
-    out += buf;
-  }
-  return out;
-}
 
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
@@ -682,7 +662,7 @@ void Trainer::step() {
 TrainResult Trainer::finish() {
   Impl& t = *impl_;
   t.progress.finish();
-  if (t.options.profile) t.result.profile = profile_table(*t.train_exec);
+  if (t.options.profile) t.result.profile = detail::op_time_table(t.train_exec->op_times());
   // A run that stopped before its last traced step still leaves the steps it traced.
   if (t.trace && !t.trace->written() && t.trace->write()) t.result.trace = t.trace->path();
   t.result.steps_done = t.state.step;

@@ -59,12 +59,24 @@ void expect_error(const CliResult& r, const std::string& fragment) {
 }  // namespace
 
 TEST_F(ClassifyCli, TrainsReportsAndClassifiesFilesAndDirectories) {
-  const CliResult trained = run_cli({"train", "--config", config_});
+  const CliResult trained = run_cli({"train", "--config", config_, "--profile"});
   ASSERT_EQ(trained.exit_code, 0) << trained.err;
-  for (const char* s : {"encoder classifier", "cache hit", "test split (", "baseline (bag-of-words", "confusion"})
+  for (const char* s : {"encoder classifier", "cache hit", "test split (", "baseline (bag-of-words", "confusion",
+                        "== time per op (train steps, every batch width) =="})
     EXPECT_NE(trained.err.find(s), std::string::npos) << s << " not in:\n" << trained.err;
   const auto report = nlohmann::json::parse(read_text(tmp_.file("run/report.json")));
   EXPECT_GE(report["test"]["accuracy"].get<double>(), 0.9);
+  // --profile: every train step's ops, over all batch widths (1 layer: one attention per step).
+  const int64_t steps = report["training"]["steps"].get<int64_t>();
+  const auto& profile = report.at("profile");
+  EXPECT_EQ(profile.at("masked_attention").at("calls").get<int64_t>(), steps);
+  EXPECT_EQ(profile.at("masked_attention_backward").at("calls").get<int64_t>(), steps);
+  double share = 0;
+  for (const auto& [op, t] : profile.items()) {
+    EXPECT_GT(t.at("calls").get<int64_t>(), 0) << op;
+    share += t.at("share").get<double>();
+  }
+  EXPECT_NEAR(share, 1.0, 1e-9);
 
   std::mt19937 rng(99);
   fs::create_directories(tmp_.path() / "inbox");
@@ -102,7 +114,7 @@ TEST_F(ClassifyCli, BadMessagesAndWrongCheckpointsAreRefusedByName) {
   const std::string gpt = brisk::testing::save_tiny_gpt(tmp_.file("gpt"));
   expect_error(run_cli({"classify", "--checkpoint", gpt, tmp_.file("headers.eml")}),
                "this checkpoint is a GPT language model");
-  expect_error(run_cli({"train", "--config", config_, "--profile"}), "--profile and --trace are for GPT runs");
+  expect_error(run_cli({"train", "--config", config_, "--trace", tmp_.file("t.json")}), "--trace is for GPT runs");
   expect_error(run_cli({"train", "--config", config_, "--set", "model.max_len=0"}), "model.max_len");
 }
 

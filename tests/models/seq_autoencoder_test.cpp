@@ -334,7 +334,7 @@ TEST(AutoencoderConfig, DefaultsKeysAndErrors) {
                 .checkpoint_every,
             7);
   EXPECT_NE(message_of([] { train::parse_autoencoder_config("[model]\nkind = \"autoencoder\"\n[checkpoint]\nevery = -2\n", "x.toml"); })
-                .find("checkpoint.every must be >= 0"),
+                .find("checkpoint.every must not be negative"),
             std::string::npos);
   EXPECT_NE(message_of([] { train::parse_autoencoder_config("[model]\nkind = \"autoencoder\"\nn_classes = 2\n", "x.toml"); })
                 .find("unknown key 'model.n_classes'"),
@@ -420,7 +420,7 @@ TEST(TrainAutoencoder, LearnsToReconstructASyntheticStoreAndReportsIt) {
   const fs::path dir = temp_dir("run");
   synthetic_fasta(dir);
   const train::AutoencoderConfig cfg = synthetic_config(dir);
-  const train::AutoencoderResult r = train::train_autoencoder(cfg, {.quiet = true});
+  const train::AutoencoderResult r = train::train_autoencoder(cfg, {.quiet = true, .profile = true});
 
   EXPECT_EQ(r.records, 200);
   EXPECT_GE(r.duplicates, 8);  // every 25th is a repeat (and maybe more by chance)
@@ -442,6 +442,10 @@ TEST(TrainAutoencoder, LearnsToReconstructASyntheticStoreAndReportsIt) {
   EXPECT_DOUBLE_EQ(report["test"]["trivial_accuracy"].get<double>(), r.test.trivial);
   EXPECT_EQ(report["split"]["test"].get<size_t>(), r.split.test.size());
   EXPECT_TRUE(report["training"]["cache"].contains("hit_rate"));
+  // The profile: the encoder's masked attention and the decoder's causal one, once per layer per step.
+  const nlohmann::json& profile = report.at("profile");
+  EXPECT_EQ(profile.at("masked_attention").at("calls").get<int64_t>(), r.steps * cfg.model.n_layer);
+  EXPECT_EQ(profile.at("attention").at("calls").get<int64_t>(), r.steps * cfg.model.n_layer);
   EXPECT_TRUE(fs::exists(dir / "run/metrics.jsonl"));
 
   // The checkpoint reloads into the same reconstruction of the test split.

@@ -39,13 +39,14 @@ int cmd_train(const std::string& config_path, const std::vector<std::string>& se
   // Encoder-family runs (a classifier, a sequence autoencoder) train for whole epochs.
   const bool encoder = train::is_encoder_config(config_path, sets);
   if (encoder || train::is_autoencoder_config(config_path, sets)) {
-    if (profile || !trace.empty())
-      throw core::ConfigError(std::string("--profile and --trace are for GPT runs, not ") +
+    if (!trace.empty())
+      throw core::ConfigError(std::string("--trace is for GPT runs, not ") +
                               (encoder ? "an encoder classifier" : "a sequence autoencoder"));
     if (encoder)
-      train::train_classifier(train::load_classify_config(config_path, sets), {.resume = resume});
+      train::train_classifier(train::load_classify_config(config_path, sets), {.resume = resume, .profile = profile});
     else
-      train::train_autoencoder(train::load_autoencoder_config(config_path, sets), {.resume = resume});
+      train::train_autoencoder(train::load_autoencoder_config(config_path, sets),
+                               {.resume = resume, .profile = profile});
     return 0;
   }
   const train::TrainConfig cfg = train::load_train_config(config_path, sets);

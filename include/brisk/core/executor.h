@@ -56,7 +56,8 @@ class Executor {
     double seconds = 0;
     int64_t calls = 0;
   };
-  const std::array<OpTime, kNumOps>& op_times() const { return op_times_; }
+  using OpTimes = std::array<OpTime, kNumOps>;
+  const OpTimes& op_times() const { return op_times_; }
   void reset_op_times() { op_times_ = {}; }
   // A timeline of kernels (the trainer's --trace): while a sink is set, run()
   // goes kernel by kernel like profiling (synchronizing after each, never a
@@ -109,10 +110,18 @@ class Executor {
   bool graph_capture_ = true;
   int64_t runs_ = 0;
   void* step_graph_ = nullptr;  // the backend's recorded step, or null
-  std::array<OpTime, kNumOps> op_times_{};
+  OpTimes op_times_{};
   std::vector<int32_t> hook_index_;  // per step: the hook's k, or -1
   std::function<void(size_t)> hook_;
   bool hooks_armed_ = false;
 };
+
+// sum += times, op by op (a model whose programs differ by shape sums them).
+inline void add_op_times(Executor::OpTimes& sum, const Executor::OpTimes& times) {
+  for (size_t op = 0; op < sum.size(); ++op) {
+    sum[op].seconds += times[op].seconds;
+    sum[op].calls += times[op].calls;
+  }
+}
 
 }  // namespace brisk::core

@@ -31,6 +31,11 @@ class ShapeCache {
   size_t hits() const { return hits_; }
   size_t misses() const { return misses_; }
   size_t size() const { return cache_.size(); }
+  // f(program) for every cached program, in key order.
+  template <class F>
+  void for_each(F f) const {
+    for (const auto& [key, program] : cache_) f(*program);
+  }
   void clear() { cache_.clear(); }
 
  private:

@@ -74,6 +74,11 @@ class Encoder {
   EncoderProgram& program(bool train, int64_t batch, int64_t seq);
   size_t cached_programs() const { return train_cache_.size() + logits_cache_.size(); }
 
+  // `brisk train --profile`: every train program times its ops, those
+  // compiled later too; the times are summed over the programs of every width.
+  void set_train_profiling(bool on);
+  core::Executor::OpTimes train_op_times() const;
+
  private:
   std::unique_ptr<EncoderProgram> build(bool train, int64_t batch, int64_t seq);
   void feed(EncoderProgram& p, const int32_t* ids, const int32_t* lengths, const int32_t* labels);
@@ -83,6 +88,7 @@ class Encoder {
   core::ParameterStore params_;
   core::ShapeCache<EncoderProgram> train_cache_, logits_cache_;
   std::vector<float> host_logits_;
+  bool profile_train_ = false;
 };
 
 }  // namespace brisk::models

@@ -111,6 +111,11 @@ class SeqAutoencoder {
   SeqAutoencoderProgram& program(Kind kind, int64_t batch, int64_t seq);
   size_t cached_programs() const;
 
+  // `brisk train --profile`: every train program times its ops, those
+  // compiled later too; the times are summed over the programs of every width.
+  void set_train_profiling(bool on);
+  core::Executor::OpTimes train_op_times() const;
+
  private:
   std::unique_ptr<SeqAutoencoderProgram> build(Kind kind, int64_t batch, int64_t seq);
   void feed(SeqAutoencoderProgram& p, const int32_t* ids, const int32_t* lengths);
@@ -120,6 +125,7 @@ class SeqAutoencoder {
   core::Backend& backend_;
   core::ParameterStore params_;
   core::ShapeCache<SeqAutoencoderProgram> caches_[4];
+  bool profile_train_ = false;
   std::vector<int32_t> dec_ids_, targets_;
   double input_dropout_ = 0;
   uint64_t dropout_state_ = 0;

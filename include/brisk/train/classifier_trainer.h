@@ -33,6 +33,9 @@ struct ClassifyOptions {
   // Continue from the newest checkpoint in checkpoint.dir (a fresh run when
   // there is none): the same weights as an uninterrupted run, bit for bit.
   bool resume = false;
+  // Time every op of the train steps: the table is printed at the end and
+  // kept in report.json ("profile").
+  bool profile = false;
 };
 
 struct ClassifyResult {
