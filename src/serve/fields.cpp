@@ -109,7 +109,8 @@ namespace {
 int64_t per_prompt(const json& body, const char* key, int64_t fallback, int64_t least, const std::string& least_what,
                    size_t prompts, const ModelInfo& model) {
   const int64_t v = integer(body, key, fallback);
-  if (v < least) throw ApiError(400, std::string(key) + " must be at least " + least_what + ", got " + std::to_string(v), key);
+  if (v < least)
+    throw ApiError(400, std::string(key) + " must be at least " + least_what + ", got " + std::to_string(v), key);
   // Compared as a quotient: v may be near the int64 limit.
   if (v > model.max_choices / int64_t(prompts))
     throw ApiError(400, std::string(key) + " (" + std::to_string(v) + ") times the number of prompts (" +

@@ -39,7 +39,6 @@
 #include "epoch_resume.h"
 #include "epoch_steps.h"
 #include "op_profile.h"
-#include "stop_signal.h"
 
 namespace brisk::train {
 
@@ -408,16 +407,12 @@ AutoencoderResult train_autoencoder(const AutoencoderConfig& cfg, const Autoenco
         say(line);
         count.reset_window();
       }
-      if (step == (epoch + 1) * per_epoch) break;  // the epoch's end saves below
-      if (detail::stop_signal() != 0) {
-        std::fflush(metrics);
-        save();
+      const detail::AfterStep next =
+          detail::after_step(step, (epoch + 1) * per_epoch, cfg.checkpoint_every, metrics, save);
+      if (next == detail::AfterStep::epoch_end) break;  // validated and saved below
+      if (next == detail::AfterStep::stop) {
         res.interrupted = true;
         break;
-      }
-      if (cfg.checkpoint_every > 0 && step % cfg.checkpoint_every == 0) {
-        std::fflush(metrics);
-        save();
       }
     }
     if (res.interrupted) break;

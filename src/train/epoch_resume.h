@@ -9,10 +9,12 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdio>
 #include <optional>
 #include <string>
 
 #include "brisk/train/checkpoint.h"
+#include "stop_signal.h"
 
 namespace brisk::train::detail {
 
@@ -42,6 +44,24 @@ struct SavedRun {
 // values) and a step within this config's `total_steps`.
 void check_resumable(const std::string& ckpt, const SavedRun& saved, uint64_t seed, const EpochRunState& now,
                      int64_t total_steps);
+
+// What the step loop does after a step.
+enum class AfterStep { next, epoch_end, stop };
+
+// After a step (`step` steps done; the epoch ends at `epoch_end`): at an
+// epoch's end the caller validates and checkpoints; before it, a checkpoint
+// (`save()`, metrics flushed first) when checkpoint.every says so or a stop
+// signal came, and then `stop`.
+template <class Save>
+AfterStep after_step(int64_t step, int64_t epoch_end, int64_t every, std::FILE* metrics, const Save& save) {
+  if (step == epoch_end) return AfterStep::epoch_end;
+  const bool stop = stop_signal() != 0;
+  if (stop || (every > 0 && step % every == 0)) {
+    std::fflush(metrics);
+    save();
+  }
+  return stop ? AfterStep::stop : AfterStep::next;
+}
 
 // "resumed from <ckpt> at step S (epoch E, batch b of P)\n".
 std::string resumed_line(const std::string& ckpt, int64_t step, int64_t steps_per_epoch);

@@ -1,12 +1,14 @@
 // Helpers for the resume tests of the epoch-based trainers: a run directory
-// as a crash after one of its checkpoints would leave it, a file's bytes, and
-// the loss of every step in a metrics.jsonl.
+// as a crash after one of its checkpoints would leave it, a file's bytes, the
+// loss of every step in a metrics.jsonl, and the whole check that a run
+// resumed from any checkpoint ends as the uninterrupted one.
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -47,6 +49,47 @@ inline std::map<int64_t, double> step_losses(const std::filesystem::path& metric
     EXPECT_TRUE(out.emplace(step, j["loss"].get<double>()).second) << "step " << step << " logged twice in " << metrics;
   }
   return out;
+}
+
+// Trains `cfg` (2 epochs, checkpoint.every 5, every checkpoint kept) straight
+// through, then, for a crash after step 5, after the first epoch's end and
+// after a mid-epoch checkpoint of the second epoch, resumes a copy of the run
+// directory and expects the uninterrupted run's model.safetensors and
+// optimizer.safetensors byte for byte, each step logged once with the same
+// loss, and `same_figures(resumed, straight)` (the test split's figures).
+// `train(config, resume)` runs the trainer quietly.
+template <class Config, class Result>
+void expect_resumes_end_as_the_straight_run(const std::filesystem::path& dir, Config cfg,
+                                            const std::function<Result(const Config&, bool)>& train,
+                                            const std::function<void(const Result&, const Result&)>& same_figures) {
+  cfg.epochs = 2;
+  cfg.checkpoint_every = 5;
+  cfg.keep_checkpoints = 0;  // keep all
+  cfg.out_dir = (dir / "run").string();
+  const Result straight = train(cfg, false);
+  const int64_t per_epoch = straight.steps / cfg.epochs;
+  ASSERT_NE(per_epoch % 5, 0) << "the test wants mid-epoch checkpoints apart from the epoch ends";
+  const auto straight_losses = step_losses(dir / "run" / "metrics.jsonl");
+  ASSERT_EQ(int64_t(straight_losses.size()), straight.steps);
+  const std::filesystem::path last_straight(straight.checkpoint);
+
+  for (const int64_t at : {int64_t(5), per_epoch, (per_epoch / 5 + 1) * 5}) {
+    SCOPED_TRACE("resumed at step " + std::to_string(at));
+    const std::filesystem::path run = dir / ("resumed_" + std::to_string(at));
+    copy_run_crashed_after(dir / "run", at, run);
+    Config c = cfg;
+    c.out_dir = run.string();
+    const Result r = train(c, true);
+    EXPECT_EQ(r.start_step, at);
+    EXPECT_EQ(r.steps, straight.steps);
+    const std::filesystem::path last(r.checkpoint);
+    EXPECT_EQ(last.filename(), last_straight.filename());
+    for (const char* f : {"model.safetensors", "optimizer.safetensors"})
+      EXPECT_TRUE(file_bytes(last / f) == file_bytes(last_straight / f))
+          << f << " differs from the uninterrupted run's";
+    EXPECT_EQ(step_losses(run / "metrics.jsonl"), straight_losses);
+    same_figures(r, straight);
+  }
 }
 
 }  // namespace brisk::testing

@@ -257,34 +257,15 @@ TEST(TrainClassifier, ResumedFromAnyCheckpointItEndsWithTheStraightRunsWeights) 
   const fs::path dir = fs::temp_directory_path() / ("brisk_encoder_resume_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   synthetic_store(dir);
-  train::ClassifyConfig cfg = synthetic_config(dir);
-  cfg.epochs = 2;
-  cfg.checkpoint_every = 5;
-  cfg.keep_checkpoints = 0;  // keep all
-  const train::ClassifyResult straight = train::train_classifier(cfg, {.quiet = true});
-  const int64_t per_epoch = straight.steps / cfg.epochs;
-  ASSERT_NE(per_epoch % 5, 0) << "the test wants mid-epoch checkpoints apart from the epoch ends";
-  const auto straight_losses = brisk::testing::step_losses(dir / "run/metrics.jsonl");
-  ASSERT_EQ(int64_t(straight_losses.size()), straight.steps);
-
-  for (const int64_t at : {int64_t(5), per_epoch, (per_epoch / 5 + 1) * 5}) {
-    SCOPED_TRACE("resumed at step " + std::to_string(at));
-    const fs::path run = dir / ("resumed_" + std::to_string(at));
-    brisk::testing::copy_run_crashed_after(dir / "run", at, run);
-    train::ClassifyConfig c = cfg;
-    c.out_dir = run.string();
-    const train::ClassifyResult r = train::train_classifier(c, {.quiet = true, .resume = true});
-    EXPECT_EQ(r.start_step, at);
-    EXPECT_EQ(r.steps, straight.steps);
-    const fs::path last = fs::path(r.checkpoint);
-    EXPECT_EQ(last.filename(), fs::path(straight.checkpoint).filename());
-    for (const char* f : {"model.safetensors", "optimizer.safetensors"})
-      EXPECT_TRUE(brisk::testing::file_bytes(last / f) == brisk::testing::file_bytes(fs::path(straight.checkpoint) / f))
-          << f << " differs from the uninterrupted run's";
-    EXPECT_EQ(brisk::testing::step_losses(run / "metrics.jsonl"), straight_losses);
-    EXPECT_DOUBLE_EQ(r.test.f1, straight.test.f1);
-    EXPECT_DOUBLE_EQ(r.val.loss, straight.val.loss);
-  }
+  brisk::testing::expect_resumes_end_as_the_straight_run<train::ClassifyConfig, train::ClassifyResult>(
+      dir, synthetic_config(dir),
+      [](const train::ClassifyConfig& c, bool resume) {
+        return train::train_classifier(c, {.quiet = true, .resume = resume});
+      },
+      [](const train::ClassifyResult& r, const train::ClassifyResult& straight) {
+        EXPECT_DOUBLE_EQ(r.test.f1, straight.test.f1);
+        EXPECT_DOUBLE_EQ(r.val.loss, straight.val.loss);
+      });
   fs::remove_all(dir);
 }
 
@@ -379,7 +360,8 @@ TEST(EncoderCheckpoint, EachKindRefusesTheOther) {
   models::Encoder enc(small_config(), backend());
   enc.init_weights(1);
   const std::string encoder =
-      train::save_encoder_checkpoint((dir / "enc").string(), enc, nullptr, {small_config(), {"a", "b", "c"}, "bytes", false, 5, 1, {}}, 1);
+      train::save_encoder_checkpoint((dir / "enc").string(), enc, nullptr,
+                                     {small_config(), {"a", "b", "c"}, "bytes", false, 5, 1, {}}, 1);
   try {
     train::read_encoder_checkpoint(gpt);
     ADD_FAILURE() << "a GPT checkpoint was read as an encoder";
