@@ -322,24 +322,14 @@ ClassifyResult train_classifier(const ClassifyConfig& cfg, const ClassifyOptions
       events.write(step + 1);
       ++step;
       if (step % cfg.log_every == 0 || step == schedule.total_steps) {
-        const double eta = count.window_seconds / double(std::min<int64_t>(cfg.log_every, step - res.start_step)) *
-                           double(schedule.total_steps - step);
-        std::snprintf(line, sizeof line,
-                      "step %5lld/%lld | epoch %lld | loss %.4f | lr %.2e | %6.0f tok/s | padding %4.1f%% | cache hit "
-                      "%4.1f%% | eta %.0fs\n",
-                      (long long)step, (long long)schedule.total_steps, (long long)epoch + 1, loss, double(lr),
-                      count.window_tokens / count.window_seconds, 100.0 * (1.0 - count.window_tokens / count.window_cells),
-                      100.0 * hit, eta);
-        say(line);
+        say(detail::progress_line(step, schedule.total_steps, epoch + 1, loss, lr, hit, count,
+                                  std::min<int64_t>(cfg.log_every, step - res.start_step), "tok/s"));
         count.reset_window();
       }
       const detail::AfterStep next =
           detail::after_step(step, (epoch + 1) * per_epoch, cfg.checkpoint_every, metrics, save);
-      if (next == detail::AfterStep::epoch_end) break;  // validated and saved below
-      if (next == detail::AfterStep::stop) {
-        res.interrupted = true;
-        break;
-      }
+      res.interrupted = next == detail::AfterStep::stop;
+      if (next != detail::AfterStep::next) break;  // an epoch's end is validated and saved below
     }
     if (res.interrupted) break;
     // --- end of an epoch: validation, a checkpoint

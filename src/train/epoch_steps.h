@@ -50,6 +50,21 @@ struct StepCounters {
   void reset_window() { window_tokens = window_cells = window_seconds = 0; }
 };
 
+// The progress line of step `step` of `total` (1-based `epoch`): the
+// window's rate in `unit` ("tok/s", "res/s"), padding and cache hit rate,
+// and the time left at the window's pace over its `window_steps` steps.
+inline std::string progress_line(int64_t step, int64_t total, int64_t epoch, double loss, double lr, double hit,
+                                 const StepCounters& count, int64_t window_steps, const char* unit) {
+  const double eta = count.window_seconds / double(window_steps) * double(total - step);
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "step %5lld/%lld | epoch %lld | loss %.4f | lr %.2e | %6.0f %s | padding %4.1f%% | cache hit %4.1f%% "
+                "| eta %.0fs\n",
+                (long long)step, (long long)total, (long long)epoch, loss, lr, count.window_tokens / count.window_seconds,
+                unit, 100.0 * (1.0 - count.window_tokens / count.window_cells), 100.0 * hit, eta);
+  return line;
+}
+
 // The run directory: created, the config written to config.toml, and
 // metrics.jsonl opened for the step rows (closed with this object). A run
 // resumed at `last_step` keeps the rows of the steps up to it.
