@@ -399,7 +399,8 @@ models::GptConfig read_checkpoint_config(const std::string& ckpt_dir, TrainState
 }
 
 void load_checkpoint(const std::string& ckpt_dir, models::Gpt& model, optim::AdamW* optimizer) {
-  const models::GptConfig saved = read_checkpoint_config(ckpt_dir);
+  TrainState st;  // the step, for checkpoints whose state.json predates optimizer_steps (a resume only)
+  const models::GptConfig saved = read_checkpoint_config(ckpt_dir, optimizer ? &st : nullptr);
   // The attention kind is no part of the weights: a flash checkpoint loads into a plain model and back.
   if (!saved.same_shape(model.config()))
     throw core::ConfigError(ckpt_dir + ": checkpoint is for a model with n_layer " + std::to_string(saved.n_layer) +
@@ -409,10 +410,7 @@ void load_checkpoint(const std::string& ckpt_dir, models::Gpt& model, optim::Ada
                             ", vocab " + std::to_string(model.config().vocab_size) + ", block " +
                             std::to_string(model.config().block_size));
   load_weights(ckpt_dir, model.params());
-  if (!optimizer) return;
-  TrainState st;
-  read_checkpoint_config(ckpt_dir, &st);
-  load_moments(ckpt_dir, model.params(), *optimizer, st.step);
+  if (optimizer) load_moments(ckpt_dir, model.params(), *optimizer, st.step);
 }
 
 // ---- the encoder family: classifiers and sequence autoencoders ------------------------
