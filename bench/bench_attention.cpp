@@ -2,8 +2,13 @@
 // and backward, at a workload's attention shape (default W2: B 8, T 256,
 // C 384, 6 heads) on 2 threads. This is the measurement behind GptConfig's
 // default `attention`: flash is the default only if it is at least as fast.
+// `--masked` times the encoder's bidirectional attention over a right-padded
+// batch instead (masked_attention, masked_flash_attention), with sequence
+// lengths spread evenly over [T/2, T] as a bucketed batch has them (E1's
+// shape: --batch 32 --seq 256 --embd 128 --heads 4).
 // Times are medians over --reps runs after 3 warm-up runs; both ops run on
-// the same random inputs, interleaved, so drift hits both alike.
+// the same random inputs, interleaved, so drift hits both alike. GFLOP/s
+// counts the products only (4 T L hd per head forward, 8 T L hd backward).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -29,6 +34,7 @@ namespace {
 struct Options {
   int64_t B = 8, T = 256, C = 384;
   int heads = 6, threads = 2, reps = 20;
+  bool masked = false;
   std::string json_path = "bench/results/attention.json";
 };
 
@@ -50,10 +56,11 @@ Options parse(int argc, char** argv) {
     else if (a == "--threads") o.threads = std::atoi(value());
     else if (a == "--reps") o.reps = std::atoi(value());
     else if (a == "--json") o.json_path = value();
+    else if (a == "--masked") o.masked = true;
     else {
       std::fprintf(stderr,
                    "usage: bench_attention [--batch 8] [--seq 256] [--embd 384] [--heads 6] [--threads 2] "
-                   "[--reps 20] [--json PATH]\n");
+                   "[--reps 20] [--masked] [--json PATH]\n");
       std::exit(a == "--help" ? 0 : 2);
     }
   }
@@ -104,10 +111,28 @@ int main(int argc, char** argv) {
   const Tensor y_p = Tensor::empty({B, T, C}, DType::f32), probs = Tensor::empty({B, H, T, T}, DType::f32);
   const Tensor y_f = Tensor::empty({B, T, C}, DType::f32), lse = Tensor::empty({B, H, T}, DType::f32);
   const Tensor dq_p = Tensor::empty(qkv.shape(), DType::f32), dq_f = Tensor::empty(qkv.shape(), DType::f32);
-  Call fwd_p = make_call(OpKind::attention, {&qkv}, {&y_p, &probs}, p);
-  Call bwd_p = make_call(OpKind::attention_backward, {&dy, &qkv, &probs}, {&dq_p}, p);
-  Call fwd_f = make_call(OpKind::flash_attention, {&qkv}, {&y_f, &lse}, p);
-  Call bwd_f = make_call(OpKind::flash_attention_backward, {&dy, &qkv, &y_f, &lse}, {&dq_f}, p);
+  // --masked: lengths spread evenly over [T/2, T], the first sequence full.
+  const Tensor lengths = Tensor::empty({B}, DType::i32);
+  double key_pairs = 0;  // sum over sequences of T x (keys each query sees)
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t L = o.masked ? T - (B > 1 ? b * (T / 2) / (B - 1) : 0) : T;
+    lengths.data_as<int32_t>()[b] = int32_t(std::max<int64_t>(L, 1));
+    key_pairs += o.masked ? double(T) * double(L) : double(T) * double(T + 1) / 2;
+  }
+  Call fwd_p, bwd_p, fwd_f, bwd_f;
+  if (o.masked) {
+    fwd_p = make_call(OpKind::masked_attention, {&qkv, &lengths}, {&y_p, &probs}, p);
+    bwd_p = make_call(OpKind::masked_attention_backward, {&dy, &qkv, &probs, &lengths}, {&dq_p}, p);
+    fwd_f = make_call(OpKind::masked_flash_attention, {&qkv, &lengths}, {&y_f, &lse}, p);
+    bwd_f = make_call(OpKind::masked_flash_attention_backward, {&dy, &qkv, &y_f, &lse, &lengths}, {&dq_f}, p);
+  } else {
+    fwd_p = make_call(OpKind::attention, {&qkv}, {&y_p, &probs}, p);
+    bwd_p = make_call(OpKind::attention_backward, {&dy, &qkv, &probs}, {&dq_p}, p);
+    fwd_f = make_call(OpKind::flash_attention, {&qkv}, {&y_f, &lse}, p);
+    bwd_f = make_call(OpKind::flash_attention_backward, {&dy, &qkv, &y_f, &lse}, {&dq_f}, p);
+  }
+  // Product flops: QK^T and PV forward, four products backward, 2 hd flops per (query, key) pair each.
+  const double hd = double(C / H), fwd_flops = 4 * hd * key_pairs * H, bwd_flops = 2 * fwd_flops;
 
   std::vector<double> tp_f, tp_b, tf_f, tf_b;
   for (int r = 0; r < 3 + o.reps; ++r) {
@@ -120,19 +145,24 @@ int main(int argc, char** argv) {
   for (size_t i = 0; i < tp_f.size(); ++i) tp.push_back(tp_f[i] + tp_b[i]), tf.push_back(tf_f[i] + tf_b[i]);
   const double saved_p = double(B * H * T * T * 4), saved_f = double(B * H * T * 4);
 
-  std::printf("\n%-8s %10s %10s %12s %14s\n", "kind", "fwd ms", "bwd ms", "fwd+bwd ms", "saved MiB");
-  std::printf("%-8s %10.3f %10.3f %12.3f %14.3f\n", "plain", 1e3 * median(tp_f), 1e3 * median(tp_b),
-              1e3 * median(tp), saved_p / (1 << 20));
-  std::printf("%-8s %10.3f %10.3f %12.3f %14.3f\n", "flash", 1e3 * median(tf_f), 1e3 * median(tf_b),
-              1e3 * median(tf), saved_f / (1 << 20));
+  const auto gflops = [](double flops, double s) { return flops / s * 1e-9; };
+  std::printf("\n%s attention\n%-8s %10s %10s %12s %14s %10s %10s\n", o.masked ? "masked (bidirectional)" : "causal",
+              "kind", "fwd ms", "bwd ms", "fwd+bwd ms", "saved MiB", "fwd GF/s", "bwd GF/s");
+  std::printf("%-8s %10.3f %10.3f %12.3f %14.3f %10.1f %10.1f\n", "plain", 1e3 * median(tp_f), 1e3 * median(tp_b),
+              1e3 * median(tp), saved_p / (1 << 20), gflops(fwd_flops, median(tp_f)), gflops(bwd_flops, median(tp_b)));
+  std::printf("%-8s %10.3f %10.3f %12.3f %14.3f %10.1f %10.1f\n", "flash", 1e3 * median(tf_f), 1e3 * median(tf_b),
+              1e3 * median(tf), saved_f / (1 << 20), gflops(fwd_flops, median(tf_f)), gflops(bwd_flops, median(tf_b)));
   std::printf("flash / plain fwd+bwd time: %.3f\n", median(tf) / median(tp));
 
   const nlohmann::json out = {
-      {"config", {{"batch", B}, {"seq", T}, {"embd", C}, {"heads", H}, {"threads", o.threads}, {"reps", o.reps}}},
+      {"config", {{"batch", B}, {"seq", T}, {"embd", C}, {"heads", H}, {"threads", o.threads}, {"reps", o.reps},
+                  {"masked", o.masked}}},
       {"plain", {{"fwd_ms", 1e3 * median(tp_f)}, {"bwd_ms", 1e3 * median(tp_b)}, {"total_ms", 1e3 * median(tp)},
-                 {"saved_bytes", saved_p}}},
+                 {"saved_bytes", saved_p}, {"fwd_gflops", gflops(fwd_flops, median(tp_f))},
+                 {"bwd_gflops", gflops(bwd_flops, median(tp_b))}}},
       {"flash", {{"fwd_ms", 1e3 * median(tf_f)}, {"bwd_ms", 1e3 * median(tf_b)}, {"total_ms", 1e3 * median(tf)},
-                 {"saved_bytes", saved_f}}},
+                 {"saved_bytes", saved_f}, {"fwd_gflops", gflops(fwd_flops, median(tf_f))},
+                 {"bwd_gflops", gflops(bwd_flops, median(tf_b))}}},
       {"flash_over_plain", median(tf) / median(tp)}};
   const std::filesystem::path path(o.json_path);
   if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
