@@ -128,11 +128,15 @@ void backward_reference(const KernelCall& c) {
 // Odd T, one head and several, head sizes that are not powers of two; every
 // batch mixes length 1, length T and lengths in between. T = 130 spans three
 // of the CPU kernel's 64-row query blocks, with lengths on both sides of a
-// block edge (64, 65).
+// block edge (64, 65). The CPU's register tiles (attention_tiles.h) work in
+// 6 rows x 16 columns over panels of 16 keys: head sizes 32 (E1's), 24
+// (16 + 8 columns), 40, 64 and the small ones (masked columns), and lengths
+// one past a panel (17, 33) and short of it, cover their edges.
 std::vector<MaskedConfig> configs() {
   return {{7, 12, 3, {7, 1, 4}},         {13, 20, 4, {1, 13, 6, 12}}, {5, 6, 1, {5, 1, 3}},
           {16, 24, 2, {16, 1, 9}},       {33, 18, 3, {33, 1, 17}},    {130, 32, 2, {1, 130, 64, 65}},
-          {1, 10, 2, {1}}};
+          {1, 10, 2, {1}},               {70, 96, 3, {70, 17, 33, 1}}, {40, 48, 2, {40, 23, 9}},
+          {21, 120, 3, {21, 5, 12}},     {36, 128, 2, {36, 19}}};
 }
 
 std::vector<TestCase> forward_cases() {

@@ -236,6 +236,7 @@ void use_int8_path(cpu::Int8Dot p) {
 void restore_paths() {
   unsetenv("BRISK_INT8");
   unsetenv("BRISK_FEW_ROWS");
+  unsetenv("BRISK_ATTENTION");
   use_bf16_path(native_features().bf16);
 }
 
@@ -284,6 +285,15 @@ void check_forward(core::OpKind kind) {
       if (simd_path && key == DType::f32 && backend->name() == "cpu")
         paths.push_back({"/few-rows-portable", [] {
                            setenv("BRISK_FEW_ROWS", "portable", 1);
+                           cpu::reload_cpu_features();
+                         }});
+      // The plain masked attention's products: AVX2 + FMA register tiles
+      // where the CPU has them, OpenBLAS calls either way.
+      const bool attention_tiles =
+          kind == core::OpKind::masked_attention || kind == core::OpKind::masked_attention_backward;
+      if (attention_tiles && native_features().attention_tiles && backend->name() == "cpu")
+        paths.push_back({"/attention-blas", [] {
+                           setenv("BRISK_ATTENTION", "blas", 1);
                            cpu::reload_cpu_features();
                          }});
       for (const auto& [suffix, enter] : paths) {
@@ -460,6 +470,14 @@ TEST(Bf16Paths, NativeKernelsRunWhereTheCpuHasThem) {
     GTEST_SKIP() << "bf16-native kernels not run on this machine (" << f.bf16_reason
                  << "); bf16 cases ran on the bf16-emulated kernels only";
   std::printf("bf16 cases ran on both paths: bf16-native (%s) and bf16-emulated\n", f.bf16_reason.c_str());
+  SUCCEED();
+}
+
+// A visible skip where the plain masked attention's register tiles cannot run.
+TEST(AttentionTiles, RunWhereTheCpuHasThem) {
+  if (!native_features().attention_tiles)
+    GTEST_SKIP() << "this CPU has no AVX2 + FMA: masked_attention cases ran on the OpenBLAS products only";
+  std::printf("masked_attention cases ran on both paths: AVX2 + FMA register tiles and OpenBLAS products\n");
   SUCCEED();
 }
 

@@ -11,6 +11,8 @@
 //   BRISK_GEMM=openblas    fp32 products through OpenBLAS even where oneDNN's
 //                          AVX-512 kernels are available (BRISK_GEMM=onednn
 //                          forces oneDNN)
+//   BRISK_ATTENTION=blas   the plain attention kernels' products through
+//                          OpenBLAS calls even where AVX2 + FMA tiles run
 //   BRISK_INT8=avx_vnni|avx2|scalar
 //                          a slower int8 dot-product path than the best the
 //                          CPU has (a faster one than it has is refused)
@@ -55,6 +57,10 @@ struct CpuFeatures {
   // plain loops otherwise or under BRISK_FEW_ROWS=portable (tests run both).
   enum class PackedPath { avx512, avx2, portable };
   PackedPath packed = PackedPath::portable;
+  // The plain masked attention's products (masked_attention and its
+  // backward, f32): register tiles on AVX2 + FMA (attention_tiles.h), one
+  // OpenBLAS call per block otherwise or under BRISK_ATTENTION=blas.
+  bool attention_tiles = false;
 };
 
 // Read once (thread-safe) from cpuid, oneDNN and the environment.

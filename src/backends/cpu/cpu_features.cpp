@@ -112,6 +112,9 @@ CpuFeatures detect() {
              : f.avx512f                                                    ? PackedPath::avx512
              : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? PackedPath::avx2
                                                                             : PackedPath::portable;
+  const char* attention = env("BRISK_ATTENTION");
+  f.attention_tiles = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                      !(attention && std::strcmp(attention, "blas") == 0);
   return f;
 }
 

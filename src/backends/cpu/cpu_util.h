@@ -36,6 +36,21 @@ void parallel_for(int64_t n, int64_t grain, Fn&& fn) {
   }
 }
 
+// Calls fn(i) for every i in [0, n), handing items to threads one at a time
+// as they finish: for items of uneven cost, such as the attention of
+// sequences of different lengths, where an even split of the range leaves
+// one thread idle while another works through the long ones. fn(i) must not
+// depend on which thread runs it.
+template <class Fn>
+void parallel_for_each(int64_t n, Fn&& fn) {
+  if (n <= 1 || omp_get_max_threads() == 1) {
+    for (int64_t i = 0; i < n; ++i) fn(i);
+    return;
+  }
+#pragma omp parallel for schedule(dynamic, 1) num_threads(int(std::min<int64_t>(omp_get_max_threads(), n)))
+  for (int64_t i = 0; i < n; ++i) fn(i);
+}
+
 // Element access for kernels templated on float or bf16 storage (uint16_t).
 inline float widen(float v) { return v; }
 inline float widen(uint16_t h) { return core::bf16_to_f32(h); }

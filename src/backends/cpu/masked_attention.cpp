@@ -1,7 +1,8 @@
 // CPU kernels for bidirectional attention over a right-padded batch
 // (masked_attention and its backward) on packed qkv, f32.
 //
-// Threads split the (batch, head) pairs as in attention.cpp: each pair owns
+// Threads take the (batch, head) pairs one at a time as they finish (the
+// sequences' lengths differ, so an even split would not balance): each pair owns
 // its columns of y / dqkv and its (T, T) block of probs, so nothing is reduced
 // across threads and dK, dV accumulate straight into the output. Sequence b
 // has L = lengths[b] valid keys, and every product's key dimension stops at
@@ -10,10 +11,13 @@
 // go in blocks of kBlock, so a block's scores stay in cache between the
 // softmax and the P V product.
 //
-// Products are direct cblas_sgemm calls on the calling thread (OpenBLAS's
-// OpenMP build runs single-threaded inside our parallel region), not gemm.h:
-// their key dimension is each sequence's length, and gemm.h's oneDNN path
-// would create and keep a primitive for every length it meets.
+// Products run as register tiles on AVX2 + FMA (attention_tiles.h: BLAS
+// calls this small spend much of their time packing), and otherwise as
+// direct cblas_sgemm calls on the calling thread (OpenBLAS's OpenMP build
+// runs single-threaded inside our parallel region), not gemm.h: their key
+// dimension is each sequence's length, and gemm.h's oneDNN path would create
+// and keep a primitive for every length it meets. Both compute the same
+// products in the same block order; cpu_features().attention_tiles chooses.
 //
 // The backward reads probs only at keys < L: the products take P with its
 // row stride T and just its first L columns, so the masked entries (zero
@@ -24,7 +28,9 @@
 #include <vector>
 
 #include "brisk/core/op.h"
+#include "brisk/cpu/cpu_features.h"
 #include "brisk/ops/layout.h"
+#include "attention_tiles.h"
 #include "attention_util.h"
 #include "cpu_util.h"
 #include "kernels.h"
@@ -39,12 +45,38 @@ using Dims = AttentionDims;
 // Query rows per block (as attention.cpp): large enough for efficient sgemms,
 // small enough that a block of scores (kBlock x T) stays in L2.
 constexpr int64_t kBlock = 64;
+// Keys per transposed chunk of a block of P or dS (tiles): 48 x 64 floats, 12 KiB.
+constexpr int64_t kKeyChunk = 48;
 
 inline void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
                   const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, blasint(m), blasint(n),
               blasint(k), alpha, a, blasint(lda), b, blasint(ldb), beta, c, blasint(ldc));
 }
+
+// dS = scale * P * (dP - rowsum(P * dP)) over rows [0, bs) and keys [0, L),
+// in place over dP (rows L apart); P rows `ldp` apart.
+void softmax_backward_rows(const float* P, int64_t ldp, float* dS, int64_t bs, int64_t L, float scale) {
+  for (int64_t r = 0; r < bs; ++r) {
+    float* ds = dS + r * L;
+    const float* pr = P + r * ldp;
+    float pdp = 0.f;
+#pragma omp simd reduction(+ : pdp)
+    for (int64_t j = 0; j < L; ++j) pdp += pr[j] * ds[j];
+#pragma omp simd
+    for (int64_t j = 0; j < L; ++j) ds[j] = scale * pr[j] * (ds[j] - pdp);
+  }
+}
+
+// Padded keys get no gradient; rows [0, L) are accumulated block by block.
+void zero_key_grads(float* dk, float* dv, int64_t ldd, int64_t T, int64_t hd) {
+  for (int64_t t = 0; t < T; ++t) {
+    std::fill(dk + t * ldd, dk + t * ldd + hd, 0.f);
+    std::fill(dv + t * ldd, dv + t * ldd + hd, 0.f);
+  }
+}
+
+// ---- BLAS products -------------------------------------------------------------------------
 
 // One head. q, k, v: T rows of hd floats `ld` apart; y: T rows `ldy` apart;
 // P: the head's (T, T) probabilities; L valid keys.
@@ -66,11 +98,7 @@ void forward_head(const float* q, const float* k, const float* v, int64_t ld, fl
 void backward_head(const float* q, const float* k, const float* v, int64_t ld, const float* dy, int64_t lddy,
                    const float* P, float* dq, float* dk, float* dv, int64_t ldd, int64_t T, int64_t L, int64_t hd,
                    float scale, float* dS) {
-  // Padded keys get no gradient; rows [0, L) are accumulated block by block.
-  for (int64_t t = 0; t < T; ++t) {
-    std::fill(dk + t * ldd, dk + t * ldd + hd, 0.f);
-    std::fill(dv + t * ldd, dv + t * ldd + hd, 0.f);
-  }
+  zero_key_grads(dk, dv, ldd, T, hd);
   for (int64_t i0 = 0; i0 < T; i0 += kBlock) {
     const int64_t bs = std::min(kBlock, T - i0);
     const float* Pb = P + i0 * T;
@@ -79,20 +107,75 @@ void backward_head(const float* q, const float* k, const float* v, int64_t ld, c
     sgemm(false, true, bs, L, hd, 1.f, dyb, lddy, v, ld, 0.f, dS, L);
     // dV[0:L] += P[:, 0:L]^T dY[i0:i0+bs]
     sgemm(true, false, L, hd, bs, 1.f, Pb, T, dyb, lddy, 1.f, dv, ldd);
-    // dS = scale * P * (dP - rowsum(P * dP))
-    for (int64_t r = 0; r < bs; ++r) {
-      float* ds = dS + r * L;
-      const float* pr = Pb + r * T;
-      float pdp = 0.f;
-#pragma omp simd reduction(+ : pdp)
-      for (int64_t j = 0; j < L; ++j) pdp += pr[j] * ds[j];
-#pragma omp simd
-      for (int64_t j = 0; j < L; ++j) ds[j] = scale * pr[j] * (ds[j] - pdp);
-    }
+    softmax_backward_rows(Pb, T, dS, bs, L, scale);
     // dQ[i0:i0+bs] = dS K[0:L]
     sgemm(false, false, bs, hd, L, 1.f, dS, L, k, ld, 0.f, dq + i0 * ldd, ldd);
     // dK[0:L] += dS^T Q[i0:i0+bs]
     sgemm(true, false, L, hd, bs, 1.f, dS, L, q + i0 * ld, ld, 1.f, dk, ldd);
+  }
+}
+
+// ---- register tiles (attention_tiles.h) ----------------------------------------------------
+
+// A thread's dense copies for one head: `keys` (K transposed into panels for
+// the scores: K forward, V backward), `rows` (the other of K, V, dense), a
+// block's Q and dY rows, and a block of P or dS transposed.
+struct TileWork {
+  float *keys, *rows, *qb, *dyb, *transposed;
+  static size_t floats(int64_t T, int64_t hd) {
+    return size_t(attention_tiles::packed_floats(T, hd) + T * hd + 2 * kBlock * hd + kKeyChunk * kBlock);
+  }
+  TileWork(float* w, int64_t T, int64_t hd)
+      : keys(w), rows(keys + attention_tiles::packed_floats(T, hd)), qb(rows + T * hd), dyb(qb + kBlock * hd),
+        transposed(dyb + kBlock * hd) {}
+};
+
+// forward_head on tiles: the same products in the same block order.
+void forward_head_tiles(const float* q, const float* k, const float* v, int64_t ld, float* y, int64_t ldy, float* P,
+                        int64_t T, int64_t L, int64_t hd, float scale, const TileWork& w) {
+  namespace tiles = attention_tiles;
+  tiles::pack_transposed(k, ld, L, hd, w.keys);
+  tiles::copy_rows(v, ld, L, hd, w.rows);
+  for (int64_t i0 = 0; i0 < T; i0 += kBlock) {
+    const int64_t bs = std::min(kBlock, T - i0);
+    float* Pb = P + i0 * T;
+    tiles::copy_rows(q + i0 * ld, ld, bs, hd, w.qb);
+    tiles::scores(w.qb, hd, w.keys, bs, L, hd, scale, Pb, T);
+    tiles::softmax_rows(Pb, T, bs, L, T);
+    tiles::rows_times(Pb, T, w.rows, hd, bs, L, hd, y + i0 * ldy, ldy, false);
+  }
+}
+
+// g[0:L] += p[0:bs, 0:L]^T x[0:bs]: p rows `ldp` apart, x dense (bs, hd), g
+// rows `ldg` apart. Keys go in chunks whose transposed copy (work) stays in L1.
+void transposed_times(const float* p, int64_t ldp, const float* x, int64_t bs, int64_t L, int64_t hd, float* g,
+                      int64_t ldg, float* work) {
+  for (int64_t j0 = 0; j0 < L; j0 += kKeyChunk) {
+    const int64_t w = std::min(kKeyChunk, L - j0);
+    attention_tiles::transpose(p + j0, ldp, bs, w, work, bs);
+    attention_tiles::rows_times(work, bs, x, hd, w, bs, hd, g + j0 * ldg, ldg, true);
+  }
+}
+
+// backward_head on tiles. The transposed products (dV += P^T dY, dK += dS^T
+// Q) multiply a transposed copy of the block of P or dS.
+void backward_head_tiles(const float* q, const float* k, const float* v, int64_t ld, const float* dy, int64_t lddy,
+                         const float* P, float* dq, float* dk, float* dv, int64_t ldd, int64_t T, int64_t L, int64_t hd,
+                         float scale, float* dS, const TileWork& w) {
+  namespace tiles = attention_tiles;
+  zero_key_grads(dk, dv, ldd, T, hd);
+  tiles::pack_transposed(v, ld, L, hd, w.keys);
+  tiles::copy_rows(k, ld, L, hd, w.rows);
+  for (int64_t i0 = 0; i0 < T; i0 += kBlock) {
+    const int64_t bs = std::min(kBlock, T - i0);
+    const float* Pb = P + i0 * T;
+    tiles::copy_rows(dy + i0 * lddy, lddy, bs, hd, w.dyb);
+    tiles::copy_rows(q + i0 * ld, ld, bs, hd, w.qb);
+    tiles::scores(w.dyb, hd, w.keys, bs, L, hd, 1.f, dS, L);  // dP
+    transposed_times(Pb, T, w.dyb, bs, L, hd, dv, ldd, w.transposed);  // dV
+    softmax_backward_rows(Pb, T, dS, bs, L, scale);
+    tiles::rows_times(dS, L, w.rows, hd, bs, L, hd, dq + i0 * ldd, ldd, false);  // dQ
+    transposed_times(dS, L, w.qb, bs, L, hd, dk, ldd, w.transposed);  // dK
   }
 }
 
@@ -103,13 +186,17 @@ void masked_attention_f32(const KernelCall& c) {
   const float* qkv = c.in(0).as<float>();
   float* y = c.out(0).as<float>();
   float* probs = c.out(1).as<float>();
-  parallel_for(d.B * d.nh, 1, [&](int64_t lo, int64_t hi) {
-    for (int64_t bh = lo; bh < hi; ++bh) {
-      const int64_t b = bh / d.nh, h = bh % d.nh;
-      const float* q = qkv + b * d.T * 3 * d.C + h * d.hd;
-      forward_head(q, q + d.C, q + 2 * d.C, 3 * d.C, y + b * d.T * d.C + h * d.hd, d.C, probs + bh * d.T * d.T, d.T,
-                   lengths[b], d.hd, d.scale);
-    }
+  const bool tiles = cpu_features().attention_tiles;
+  parallel_for_each(d.B * d.nh, [&](int64_t bh) {
+    const int64_t b = bh / d.nh, h = bh % d.nh;
+    const float* q = qkv + b * d.T * 3 * d.C + h * d.hd;
+    float* yh = y + b * d.T * d.C + h * d.hd;
+    float* P = probs + bh * d.T * d.T;
+    if (tiles)
+      forward_head_tiles(q, q + d.C, q + 2 * d.C, 3 * d.C, yh, d.C, P, d.T, lengths[b], d.hd, d.scale,
+                         TileWork(scratch(TileWork::floats(d.T, d.hd)), d.T, d.hd));
+    else
+      forward_head(q, q + d.C, q + 2 * d.C, 3 * d.C, yh, d.C, P, d.T, lengths[b], d.hd, d.scale);
   });
 }
 
@@ -121,16 +208,23 @@ void masked_attention_backward_f32(const KernelCall& c) {
   const float* qkv = c.in(1).as<float>();
   const float* probs = c.in(2).as<float>();
   float* dqkv = c.out(0).as<float>();
-  parallel_for(d.B * d.nh, 1, [&](int64_t lo, int64_t hi) {
-    float* dS = scratch(size_t(kBlock * d.T));
-    for (int64_t bh = lo; bh < hi; ++bh) {
-      const int64_t b = bh / d.nh, h = bh % d.nh;
-      const int64_t off = b * d.T * 3 * d.C + h * d.hd;
-      const float* q = qkv + off;
-      float* dq = dqkv + off;
-      backward_head(q, q + d.C, q + 2 * d.C, 3 * d.C, dy + b * d.T * d.C + h * d.hd, d.C, probs + bh * d.T * d.T, dq,
-                    dq + d.C, dq + 2 * d.C, 3 * d.C, d.T, lengths[b], d.hd, d.scale, dS);
-    }
+  const bool tiles = cpu_features().attention_tiles;
+  parallel_for_each(d.B * d.nh, [&](int64_t bh) {
+    // dS, then (tiles) the dense copies
+    const size_t ds_floats = size_t(kBlock * d.T);
+    float* dS = scratch(ds_floats + (tiles ? TileWork::floats(d.T, d.hd) : 0));
+    const int64_t b = bh / d.nh, h = bh % d.nh;
+    const int64_t off = b * d.T * 3 * d.C + h * d.hd;
+    const float* q = qkv + off;
+    const float* dyh = dy + b * d.T * d.C + h * d.hd;
+    const float* P = probs + bh * d.T * d.T;
+    float* dq = dqkv + off;
+    if (tiles)
+      backward_head_tiles(q, q + d.C, q + 2 * d.C, 3 * d.C, dyh, d.C, P, dq, dq + d.C, dq + 2 * d.C, 3 * d.C, d.T,
+                          lengths[b], d.hd, d.scale, dS, TileWork(dS + ds_floats, d.T, d.hd));
+    else
+      backward_head(q, q + d.C, q + 2 * d.C, 3 * d.C, dyh, d.C, P, dq, dq + d.C, dq + 2 * d.C, 3 * d.C, d.T,
+                    lengths[b], d.hd, d.scale, dS);
   });
 }
 
