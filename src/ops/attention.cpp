@@ -119,9 +119,13 @@ struct Config {
   int64_t B, T, C;
   int n_head;
 };
-// The last one spans several of the CPU kernel's 64-row query blocks.
-constexpr Config kConfigs[] = {{2, 7, 12, 3}, {1, 13, 20, 4}, {2, 5, 6, 1},
-                               {3, 16, 24, 2}, {1, 33, 18, 3}, {1, 130, 32, 2}};
+// T = 130 spans several of the CPU kernel's 64-row query blocks; the last
+// three give its register tiles (attention_tiles.h: 6 rows x 16 columns,
+// panels of 16 keys) head sizes 32, 24 (16 + 8 columns) and 64 over block
+// edges that are not multiples of 16 or 6.
+constexpr Config kConfigs[] = {{2, 7, 12, 3},  {1, 13, 20, 4}, {2, 5, 6, 1},  {3, 16, 24, 2},
+                               {1, 33, 18, 3}, {1, 130, 32, 2}, {2, 71, 96, 3}, {1, 83, 48, 2},
+                               {1, 67, 128, 2}};
 constexpr Config kBf16Configs[] = {{2, 7, 12, 3}, {1, 70, 12, 2}, {1, 130, 32, 2}, {2, 64, 128, 2}};
 
 std::string label_of(const Config& k, DType t) {

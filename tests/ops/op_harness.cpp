@@ -287,15 +287,19 @@ void check_forward(core::OpKind kind) {
                            setenv("BRISK_FEW_ROWS", "portable", 1);
                            cpu::reload_cpu_features();
                          }});
-      // The plain masked attention's products: AVX2 + FMA register tiles
-      // where the CPU has them, OpenBLAS calls either way.
-      const bool attention_tiles =
-          kind == core::OpKind::masked_attention || kind == core::OpKind::masked_attention_backward;
-      if (attention_tiles && native_features().attention_tiles && backend->name() == "cpu")
-        paths.push_back({"/attention-blas", [] {
-                           setenv("BRISK_ATTENTION", "blas", 1);
-                           cpu::reload_cpu_features();
-                         }});
+      // The plain attention kernels' f32 products: AVX2 + FMA register
+      // tiles where the CPU has them, BLAS calls on every CPU.
+      const bool attention_products = kind == core::OpKind::attention || kind == core::OpKind::attention_backward ||
+                                      kind == core::OpKind::masked_attention ||
+                                      kind == core::OpKind::masked_attention_backward;
+      if (attention_products && key == DType::f32 && native_features().avx2_fma && backend->name() == "cpu") {
+        paths.clear();
+        for (const char* p : {"tiles", "blas"})
+          paths.push_back({std::string("/attention-") + p, [p] {
+                             setenv("BRISK_ATTENTION", p, 1);
+                             cpu::reload_cpu_features();
+                           }});
+      }
       for (const auto& [suffix, enter] : paths) {
         if (!suffix.empty()) enter();
         const Outputs got = device ? run_device(*backend, def, tc, inputs) : run_host(*backend, def, tc, inputs);
@@ -473,11 +477,13 @@ TEST(Bf16Paths, NativeKernelsRunWhereTheCpuHasThem) {
   SUCCEED();
 }
 
-// A visible skip where the plain masked attention's register tiles cannot run.
+// A visible skip where the plain attention kernels' register tiles cannot run.
 TEST(AttentionTiles, RunWhereTheCpuHasThem) {
-  if (!native_features().attention_tiles)
-    GTEST_SKIP() << "this CPU has no AVX2 + FMA: masked_attention cases ran on the OpenBLAS products only";
-  std::printf("masked_attention cases ran on both paths: AVX2 + FMA register tiles and OpenBLAS products\n");
+  if (!native_features().avx2_fma)
+    GTEST_SKIP() << "this CPU has no AVX2 + FMA: attention and masked_attention f32 cases ran on BLAS products only";
+  std::printf("attention and masked_attention f32 cases ran on both paths: AVX2 + FMA register tiles and BLAS "
+              "products (this CPU's default: %s)\n",
+              native_features().attention_tiles ? "tiles" : "BLAS");
   SUCCEED();
 }
 

@@ -11,8 +11,10 @@
 //   BRISK_GEMM=openblas    fp32 products through OpenBLAS even where oneDNN's
 //                          AVX-512 kernels are available (BRISK_GEMM=onednn
 //                          forces oneDNN)
-//   BRISK_ATTENTION=blas   the plain attention kernels' products through
-//                          OpenBLAS calls even where AVX2 + FMA tiles run
+//   BRISK_ATTENTION=blas|tiles
+//                          the plain attention kernels' products through
+//                          BLAS calls, or through AVX2 + FMA register tiles,
+//                          whatever the CPU's default (tiles need AVX2 + FMA)
 //   BRISK_INT8=avx_vnni|avx2|scalar
 //                          a slower int8 dot-product path than the best the
 //                          CPU has (a faster one than it has is refused)
@@ -57,9 +59,12 @@ struct CpuFeatures {
   // plain loops otherwise or under BRISK_FEW_ROWS=portable (tests run both).
   enum class PackedPath { avx512, avx2, portable };
   PackedPath packed = PackedPath::portable;
-  // The plain masked attention's products (masked_attention and its
-  // backward, f32): register tiles on AVX2 + FMA (attention_tiles.h), one
-  // OpenBLAS call per block otherwise or under BRISK_ATTENTION=blas.
+  bool avx2_fma = false;  // the CPU has AVX2 and FMA
+  // The plain attention kernels' f32 products (attention, masked_attention
+  // and their backwards): register tiles (attention_tiles.h) on AVX2 + FMA
+  // CPUs without AVX-512, where they measured faster than OpenBLAS; BLAS
+  // calls elsewhere (on AVX-512 CPUs the tiles are unmeasured against
+  // oneDNN's kernels). BRISK_ATTENTION overrides.
   bool attention_tiles = false;
 };
 

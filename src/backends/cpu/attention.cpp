@@ -6,8 +6,9 @@
 // rows go in blocks of kBlock; block [i0, i1) only needs keys [0, i1), so the
 // matrix products (OpenBLAS, single-threaded inside our parallel region) cover
 // the causal lower triangle plus half of one diagonal block, and the masked
-// work is skipped. Scores are written straight into the probs output, so the
-// f32 forward needs no scratch at all. The products go through gemm.h.
+// work is skipped. Scores are written straight into the probs output. The
+// f32 products run as AVX2 + FMA register tiles where cpu_features() says so
+// (attention_tiles.h), otherwise through gemm.h like the bf16 ones.
 //
 // bf16 on the bf16-native path reads q, k, v and dy as bf16 operands where
 // they lie, accumulates in f32 (scores, dP, dK, dV), keeps the softmax and its
@@ -26,6 +27,8 @@
 #include <vector>
 
 #include "brisk/core/op.h"
+#include "brisk/cpu/cpu_features.h"
+#include "attention_tiles.h"
 #include "attention_util.h"
 #include "cpu_util.h"
 #include "gemm.h"
@@ -138,20 +141,78 @@ void backward_head(GemmCache& cache, const E* q, const E* k, const E* v, int64_t
   }
 }
 
+// ---- f32 on register tiles (attention_tiles.h): the same blocks, products and masks ------
+
+using HeadWork = attention_tiles::HeadWork;
+
+void forward_head_tiles(const float* q, const float* k, const float* v, int64_t ld, float* y, int64_t ldy, float* P,
+                        int64_t T, int64_t hd, float scale, const HeadWork& w) {
+  namespace tiles = attention_tiles;
+  tiles::pack_transposed(k, ld, T, hd, w.keys);
+  tiles::copy_rows(v, ld, T, hd, w.rows);
+  for (int64_t i0 = 0; i0 < T; i0 += kBlock) {
+    const int64_t bs = std::min(kBlock, T - i0), i1 = i0 + bs;
+    float* Pb = P + i0 * T;
+    tiles::copy_rows(q + i0 * ld, ld, bs, hd, w.qb);
+    tiles::scores(w.qb, hd, w.keys, bs, i1, hd, scale, Pb, T);
+    for (int64_t r = 0; r < bs; ++r) tiles::softmax_rows(Pb + r * T, T, 1, i0 + r + 1, T);
+    tiles::rows_times(Pb, T, w.rows, hd, bs, i1, hd, y + i0 * ldy, ldy, false);  // masked entries are zero
+  }
+}
+
+// dS and Pm: kBlock * T floats each (dP then dS; the block of P with its mask applied).
+void backward_head_tiles(const float* q, const float* k, const float* v, int64_t ld, const float* dy, int64_t lddy,
+                         const float* P, float* dq, float* dk, float* dv, int64_t ldd, int64_t T, int64_t hd,
+                         float scale, float* dS, float* Pm, const HeadWork& w) {
+  namespace tiles = attention_tiles;
+  for (int64_t t = 0; t < T; ++t) {
+    std::fill(dk + t * ldd, dk + t * ldd + hd, 0.f);
+    std::fill(dv + t * ldd, dv + t * ldd + hd, 0.f);
+  }
+  tiles::pack_transposed(v, ld, T, hd, w.keys);
+  tiles::copy_rows(k, ld, T, hd, w.rows);
+  for (int64_t i0 = 0; i0 < T; i0 += kBlock) {
+    const int64_t bs = std::min(kBlock, T - i0), i1 = i0 + bs;
+    tiles::copy_rows(dy + i0 * lddy, lddy, bs, hd, w.dyb);
+    tiles::copy_rows(q + i0 * ld, ld, bs, hd, w.qb);
+    for (int64_t r = 0; r < bs; ++r) masked_row(P + (i0 + r) * T, i0 + r + 1, i1, Pm + r * i1);
+    tiles::scores(w.dyb, hd, w.keys, bs, i1, hd, 1.f, dS, i1);                   // dP
+    tiles::transposed_times(Pm, i1, w.dyb, bs, i1, hd, dv, ldd, w.transposed);  // dV += P^T dY
+    for (int64_t r = 0; r < bs; ++r) {  // dS = scale * P * (dP - rowsum(P * dP)); masked entries zero
+      float* ds = dS + r * i1;
+      const float* pr = Pm + r * i1;
+      float pdp = 0.f;
+#pragma omp simd reduction(+ : pdp)
+      for (int64_t j = 0; j < i1; ++j) pdp += pr[j] * ds[j];
+#pragma omp simd
+      for (int64_t j = 0; j < i1; ++j) ds[j] = scale * pr[j] * (ds[j] - pdp);
+    }
+    tiles::rows_times(dS, i1, w.rows, hd, bs, i1, hd, dq + i0 * ldd, ldd, false);  // dQ = dS K
+    tiles::transposed_times(dS, i1, w.qb, bs, i1, hd, dk, ldd, w.transposed);   // dK += dS^T Q
+  }
+}
+
 // ---- f32: work directly on the packed layout -----------------------------------------
+// Heads go to threads one at a time, as in masked_attention.cpp; every head
+// costs the same here, but the dynamic hand-out costs nothing either.
 void attention_f32(const KernelCall& c) {
   const Dims d = attention_dims(c, c.in(0).shape());
   const float* qkv = c.in(0).as<float>();
   float* y = c.out(0).as<float>();
   float* probs = c.out(1).as<float>();
   GemmCache& cache = gemm_cache_of(c.ctx);
-  parallel_for(d.B * d.nh, 1, [&](int64_t lo, int64_t hi) {
-    for (int64_t bh = lo; bh < hi; ++bh) {
-      const int64_t b = bh / d.nh, h = bh % d.nh;
-      const float* q = qkv + b * d.T * 3 * d.C + h * d.hd;
-      forward_head<float>(cache, q, q + d.C, q + 2 * d.C, 3 * d.C, y + b * d.T * d.C + h * d.hd, d.C,
-                          probs + bh * d.T * d.T, d.T, d.hd, d.scale, nullptr);
-    }
+  const bool tiles = cpu_features().attention_tiles;
+  const auto work = [&] { return tiles ? scratch(HeadWork::floats(d.T, d.hd, kBlock)) : nullptr; };
+  parallel_for_each(d.B * d.nh, work, [&](int64_t bh, float* w) {
+    const int64_t b = bh / d.nh, h = bh % d.nh;
+    const float* q = qkv + b * d.T * 3 * d.C + h * d.hd;
+    float* yh = y + b * d.T * d.C + h * d.hd;
+    float* P = probs + bh * d.T * d.T;
+    if (tiles)
+      forward_head_tiles(q, q + d.C, q + 2 * d.C, 3 * d.C, yh, d.C, P, d.T, d.hd, d.scale,
+                         HeadWork(w, d.T, d.hd, kBlock));
+    else
+      forward_head<float>(cache, q, q + d.C, q + 2 * d.C, 3 * d.C, yh, d.C, P, d.T, d.hd, d.scale, nullptr);
   });
 }
 
@@ -162,17 +223,25 @@ void attention_backward_f32(const KernelCall& c) {
   const float* probs = c.in(2).as<float>();
   float* dqkv = c.out(0).as<float>();
   GemmCache& cache = gemm_cache_of(c.ctx);
-  parallel_for(d.B * d.nh, 1, [&](int64_t lo, int64_t hi) {
-    float* work = scratch(size_t(2 * kBlock * d.T));
-    for (int64_t bh = lo; bh < hi; ++bh) {
-      const int64_t b = bh / d.nh, h = bh % d.nh;
-      const int64_t off = b * d.T * 3 * d.C + h * d.hd;
-      const float* q = qkv + off;
-      float* dq = dqkv + off;
-      backward_head<float>(cache, q, q + d.C, q + 2 * d.C, 3 * d.C, dy + b * d.T * d.C + h * d.hd, d.C,
-                           probs + bh * d.T * d.T, dq, 3 * d.C, dq + d.C, dq + 2 * d.C, 3 * d.C, d.T, d.hd, d.scale,
-                           work, nullptr);
-    }
+  const bool tiles = cpu_features().attention_tiles;
+  const size_t work_floats = size_t(2 * kBlock * d.T);
+  const auto scratch_of_thread = [&] {
+    return scratch(work_floats + (tiles ? HeadWork::floats(d.T, d.hd, kBlock) : 0));
+  };
+  parallel_for_each(d.B * d.nh, scratch_of_thread, [&](int64_t bh, float* work) {
+    const int64_t b = bh / d.nh, h = bh % d.nh;
+    const int64_t off = b * d.T * 3 * d.C + h * d.hd;
+    const float* q = qkv + off;
+    const float* dyh = dy + b * d.T * d.C + h * d.hd;
+    const float* P = probs + bh * d.T * d.T;
+    float* dq = dqkv + off;
+    if (tiles)
+      backward_head_tiles(q, q + d.C, q + 2 * d.C, 3 * d.C, dyh, d.C, P, dq, dq + d.C, dq + 2 * d.C, 3 * d.C, d.T,
+                          d.hd, d.scale, work, work + kBlock * d.T,
+                          HeadWork(work + work_floats, d.T, d.hd, kBlock));
+    else
+      backward_head<float>(cache, q, q + d.C, q + 2 * d.C, 3 * d.C, dyh, d.C, P, dq, 3 * d.C, dq + d.C, dq + 2 * d.C,
+                           3 * d.C, d.T, d.hd, d.scale, work, nullptr);
   });
 }
 

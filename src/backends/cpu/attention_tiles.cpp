@@ -254,6 +254,15 @@ void transpose(const float* src, int64_t lds, int64_t m, int64_t n, float* dst, 
     for (int64_t j = 0; j < n; ++j) dst[j * ldd + i] = src[i * lds + j];
 }
 
+void transposed_times(const float* p, int64_t ldp, const float* x, int64_t m, int64_t n, int64_t hd, float* g,
+                      int64_t ldg, float* work) {
+  for (int64_t j0 = 0; j0 < n; j0 += kKeyChunk) {
+    const int64_t w = std::min(kKeyChunk, n - j0);
+    transpose(p + j0, ldp, m, w, work, m);
+    rows_times(work, m, x, hd, w, m, hd, g + j0 * ldg, ldg, true);
+  }
+}
+
 void copy_rows(const float* src, int64_t lds, int64_t m, int64_t hd, float* dst) {
   for (int64_t r = 0; r < m; ++r) std::copy(src + r * lds, src + r * lds + hd, dst + r * hd);
 }

@@ -16,6 +16,7 @@
 // BLAS only where the CPU has AVX2 and FMA (cpu_features().attention_tiles).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace brisk::cpu::attention_tiles {
@@ -47,10 +48,33 @@ void rows_times(const float* p, int64_t ldp, const float* v, int64_t ldv, int64_
 // (1 KiB at T = 256) fall into a few L1 sets and evict each other.
 void transpose(const float* src, int64_t lds, int64_t m, int64_t n, float* dst, int64_t ldd);
 
+// g[j][:] += sum_r p[r][j] * x[r][:] for j < n, r < m: the transposed
+// product (dV += P^T dY, dK += dS^T Q). p rows `ldp` apart, x dense (m, hd),
+// g rows `ldg` apart. Keys go in chunks of kKeyChunk, each transposed into
+// `work` (kKeyChunk * m floats, small enough to stay in L1) and multiplied
+// by rows_times.
+constexpr int64_t kKeyChunk = 48;
+void transposed_times(const float* p, int64_t ldp, const float* x, int64_t m, int64_t n, int64_t hd, float* g,
+                      int64_t ldg, float* work);
+
 // dst = rows [0, m) of src (rows `lds` apart, hd wide) packed densely. A
 // head's rows in packed qkv lie 3C floats apart, which maps them onto a few
 // L1 sets the same way; the products read dense copies.
 void copy_rows(const float* src, int64_t lds, int64_t m, int64_t hd, float* dst);
+
+// A thread's dense copies for one head, for query blocks of up to `block`
+// rows: `keys` (K transposed into panels for the scores: K forward, V
+// backward), `rows` (the other of K and V, dense), a block's Q and dY rows,
+// and the transposed_times work.
+struct HeadWork {
+  float *keys, *rows, *qb, *dyb, *transposed;
+  static size_t floats(int64_t T, int64_t hd, int64_t block) {
+    return size_t(packed_floats(T, hd) + T * hd + 2 * block * hd + kKeyChunk * block);
+  }
+  HeadWork(float* w, int64_t T, int64_t hd, int64_t block)
+      : keys(w), rows(keys + packed_floats(T, hd)), qb(rows + T * hd), dyb(qb + block * hd),
+        transposed(dyb + block * hd) {}
+};
 
 // Each of `rows` rows (`ld` apart): [0, n) -> its softmax, [n, len) -> 0.
 // softmax_row (attention_util.h) vectorised by hand: GCC leaves that one's

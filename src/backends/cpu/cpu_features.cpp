@@ -112,9 +112,11 @@ CpuFeatures detect() {
              : f.avx512f                                                    ? PackedPath::avx512
              : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? PackedPath::avx2
                                                                             : PackedPath::portable;
+  f.avx2_fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   const char* attention = env("BRISK_ATTENTION");
-  f.attention_tiles = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                      !(attention && std::strcmp(attention, "blas") == 0);
+  if (attention && std::strcmp(attention, "blas") == 0) f.attention_tiles = false;
+  else if (attention && std::strcmp(attention, "tiles") == 0) f.attention_tiles = f.avx2_fma;
+  else f.attention_tiles = f.avx2_fma && !f.avx512f;
   return f;
 }
 

@@ -36,19 +36,28 @@ void parallel_for(int64_t n, int64_t grain, Fn&& fn) {
   }
 }
 
-// Calls fn(i) for every i in [0, n), handing items to threads one at a time
-// as they finish: for items of uneven cost, such as the attention of
+// Calls fn(i, state) for every i in [0, n), handing items to threads one at
+// a time as they finish: for items of uneven cost, such as the attention of
 // sequences of different lengths, where an even split of the range leaves
-// one thread idle while another works through the long ones. fn(i) must not
-// depend on which thread runs it.
-template <class Fn>
-void parallel_for_each(int64_t n, Fn&& fn) {
-  if (n <= 1 || omp_get_max_threads() == 1) {
-    for (int64_t i = 0; i < n; ++i) fn(i);
+// one thread idle while another works through the long ones. fn(i, state)
+// must not depend on which thread runs it. Every thread of the team calls
+// setup() once per call, whether or not it gets an item, so per-thread
+// buffers (scratch()) reach their size on the first call and a steady state
+// allocates nothing, whichever thread takes which item.
+template <class Setup, class Fn>
+void parallel_for_each(int64_t n, Setup&& setup, Fn&& fn) {
+  const int threads = int(std::min<int64_t>(omp_get_max_threads(), std::max<int64_t>(n, 1)));
+  if (threads == 1) {
+    auto state = setup();
+    for (int64_t i = 0; i < n; ++i) fn(i, state);
     return;
   }
-#pragma omp parallel for schedule(dynamic, 1) num_threads(int(std::min<int64_t>(omp_get_max_threads(), n)))
-  for (int64_t i = 0; i < n; ++i) fn(i);
+#pragma omp parallel num_threads(threads)
+  {
+    auto state = setup();
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t i = 0; i < n; ++i) fn(i, state);
+  }
 }
 
 // Element access for kernels templated on float or bf16 storage (uint16_t).

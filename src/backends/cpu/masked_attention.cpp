@@ -45,8 +45,6 @@ using Dims = AttentionDims;
 // Query rows per block (as attention.cpp): large enough for efficient sgemms,
 // small enough that a block of scores (kBlock x T) stays in L2.
 constexpr int64_t kBlock = 64;
-// Keys per transposed chunk of a block of P or dS (tiles): 48 x 64 floats, 12 KiB.
-constexpr int64_t kKeyChunk = 48;
 
 inline void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
                   const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
@@ -117,18 +115,7 @@ void backward_head(const float* q, const float* k, const float* v, int64_t ld, c
 
 // ---- register tiles (attention_tiles.h) ----------------------------------------------------
 
-// A thread's dense copies for one head: `keys` (K transposed into panels for
-// the scores: K forward, V backward), `rows` (the other of K, V, dense), a
-// block's Q and dY rows, and a block of P or dS transposed.
-struct TileWork {
-  float *keys, *rows, *qb, *dyb, *transposed;
-  static size_t floats(int64_t T, int64_t hd) {
-    return size_t(attention_tiles::packed_floats(T, hd) + T * hd + 2 * kBlock * hd + kKeyChunk * kBlock);
-  }
-  TileWork(float* w, int64_t T, int64_t hd)
-      : keys(w), rows(keys + attention_tiles::packed_floats(T, hd)), qb(rows + T * hd), dyb(qb + kBlock * hd),
-        transposed(dyb + kBlock * hd) {}
-};
+using TileWork = attention_tiles::HeadWork;
 
 // forward_head on tiles: the same products in the same block order.
 void forward_head_tiles(const float* q, const float* k, const float* v, int64_t ld, float* y, int64_t ldy, float* P,
@@ -143,17 +130,6 @@ void forward_head_tiles(const float* q, const float* k, const float* v, int64_t 
     tiles::scores(w.qb, hd, w.keys, bs, L, hd, scale, Pb, T);
     tiles::softmax_rows(Pb, T, bs, L, T);
     tiles::rows_times(Pb, T, w.rows, hd, bs, L, hd, y + i0 * ldy, ldy, false);
-  }
-}
-
-// g[0:L] += p[0:bs, 0:L]^T x[0:bs]: p rows `ldp` apart, x dense (bs, hd), g
-// rows `ldg` apart. Keys go in chunks whose transposed copy (work) stays in L1.
-void transposed_times(const float* p, int64_t ldp, const float* x, int64_t bs, int64_t L, int64_t hd, float* g,
-                      int64_t ldg, float* work) {
-  for (int64_t j0 = 0; j0 < L; j0 += kKeyChunk) {
-    const int64_t w = std::min(kKeyChunk, L - j0);
-    attention_tiles::transpose(p + j0, ldp, bs, w, work, bs);
-    attention_tiles::rows_times(work, bs, x, hd, w, bs, hd, g + j0 * ldg, ldg, true);
   }
 }
 
@@ -172,10 +148,10 @@ void backward_head_tiles(const float* q, const float* k, const float* v, int64_t
     tiles::copy_rows(dy + i0 * lddy, lddy, bs, hd, w.dyb);
     tiles::copy_rows(q + i0 * ld, ld, bs, hd, w.qb);
     tiles::scores(w.dyb, hd, w.keys, bs, L, hd, 1.f, dS, L);  // dP
-    transposed_times(Pb, T, w.dyb, bs, L, hd, dv, ldd, w.transposed);  // dV
+    tiles::transposed_times(Pb, T, w.dyb, bs, L, hd, dv, ldd, w.transposed);  // dV
     softmax_backward_rows(Pb, T, dS, bs, L, scale);
     tiles::rows_times(dS, L, w.rows, hd, bs, L, hd, dq + i0 * ldd, ldd, false);  // dQ
-    transposed_times(dS, L, w.qb, bs, L, hd, dk, ldd, w.transposed);  // dK
+    tiles::transposed_times(dS, L, w.qb, bs, L, hd, dk, ldd, w.transposed);  // dK
   }
 }
 
@@ -187,14 +163,15 @@ void masked_attention_f32(const KernelCall& c) {
   float* y = c.out(0).as<float>();
   float* probs = c.out(1).as<float>();
   const bool tiles = cpu_features().attention_tiles;
-  parallel_for_each(d.B * d.nh, [&](int64_t bh) {
+  const auto work = [&] { return tiles ? scratch(TileWork::floats(d.T, d.hd, kBlock)) : nullptr; };
+  parallel_for_each(d.B * d.nh, work, [&](int64_t bh, float* w) {
     const int64_t b = bh / d.nh, h = bh % d.nh;
     const float* q = qkv + b * d.T * 3 * d.C + h * d.hd;
     float* yh = y + b * d.T * d.C + h * d.hd;
     float* P = probs + bh * d.T * d.T;
     if (tiles)
       forward_head_tiles(q, q + d.C, q + 2 * d.C, 3 * d.C, yh, d.C, P, d.T, lengths[b], d.hd, d.scale,
-                         TileWork(scratch(TileWork::floats(d.T, d.hd)), d.T, d.hd));
+                         TileWork(w, d.T, d.hd, kBlock));
     else
       forward_head(q, q + d.C, q + 2 * d.C, 3 * d.C, yh, d.C, P, d.T, lengths[b], d.hd, d.scale);
   });
@@ -209,10 +186,10 @@ void masked_attention_backward_f32(const KernelCall& c) {
   const float* probs = c.in(2).as<float>();
   float* dqkv = c.out(0).as<float>();
   const bool tiles = cpu_features().attention_tiles;
-  parallel_for_each(d.B * d.nh, [&](int64_t bh) {
-    // dS, then (tiles) the dense copies
-    const size_t ds_floats = size_t(kBlock * d.T);
-    float* dS = scratch(ds_floats + (tiles ? TileWork::floats(d.T, d.hd) : 0));
+  // dS, then (tiles) the dense copies
+  const size_t ds_floats = size_t(kBlock * d.T);
+  const auto work = [&] { return scratch(ds_floats + (tiles ? TileWork::floats(d.T, d.hd, kBlock) : 0)); };
+  parallel_for_each(d.B * d.nh, work, [&](int64_t bh, float* dS) {
     const int64_t b = bh / d.nh, h = bh % d.nh;
     const int64_t off = b * d.T * 3 * d.C + h * d.hd;
     const float* q = qkv + off;
@@ -221,7 +198,7 @@ void masked_attention_backward_f32(const KernelCall& c) {
     float* dq = dqkv + off;
     if (tiles)
       backward_head_tiles(q, q + d.C, q + 2 * d.C, 3 * d.C, dyh, d.C, P, dq, dq + d.C, dq + 2 * d.C, 3 * d.C, d.T,
-                          lengths[b], d.hd, d.scale, dS, TileWork(dS + ds_floats, d.T, d.hd));
+                          lengths[b], d.hd, d.scale, dS, TileWork(dS + ds_floats, d.T, d.hd, kBlock));
     else
       backward_head(q, q + d.C, q + 2 * d.C, 3 * d.C, dyh, d.C, P, dq, dq + d.C, dq + 2 * d.C, 3 * d.C, d.T,
                     lengths[b], d.hd, d.scale, dS);
