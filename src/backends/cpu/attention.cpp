@@ -1,6 +1,7 @@
 // CPU kernels for causal attention (forward and backward) on packed qkv.
 //
-// Threads split the (batch, head) pairs: each pair writes its own columns of
+// Threads split the (batch, head) pairs (the f32 kernels hand them out one at
+// a time, parallel_for_each): each pair writes its own columns of
 // y / dqkv and its own (T, T) block of probs, so no two threads touch the same
 // bytes and nothing needs a reduction across threads. Within a pair the query
 // rows go in blocks of kBlock; block [i0, i1) only needs keys [0, i1), so the
@@ -100,10 +101,7 @@ template <class E>
 void backward_head(GemmCache& cache, const E* q, const E* k, const E* v, int64_t ld, const E* dy, int64_t lddy,
                    const float* P, E* dq, int64_t lddq, float* dk, float* dv, int64_t lddkv, int64_t T, int64_t hd,
                    float scale, float* work, E* ew) {
-  for (int64_t t = 0; t < T; ++t) {
-    std::fill(dk + t * lddkv, dk + t * lddkv + hd, 0.f);
-    std::fill(dv + t * lddkv, dv + t * lddkv + hd, 0.f);
-  }
+  zero_key_grads(dk, dv, lddkv, T, hd);
   float* dS = work;  // (bs, i1): dP, then dS
   E* Pm = reinterpret_cast<E*>(work + kBlock * T);  // (bs, i1): P with the mask applied
   E* dSe = reinterpret_cast<E*>(dS);                // dS as the operand type
@@ -165,10 +163,7 @@ void backward_head_tiles(const float* q, const float* k, const float* v, int64_t
                          const float* P, float* dq, float* dk, float* dv, int64_t ldd, int64_t T, int64_t hd,
                          float scale, float* dS, float* Pm, const HeadWork& w) {
   namespace tiles = attention_tiles;
-  for (int64_t t = 0; t < T; ++t) {
-    std::fill(dk + t * ldd, dk + t * ldd + hd, 0.f);
-    std::fill(dv + t * ldd, dv + t * ldd + hd, 0.f);
-  }
+  zero_key_grads(dk, dv, ldd, T, hd);
   tiles::pack_transposed(v, ld, T, hd, w.keys);
   tiles::copy_rows(k, ld, T, hd, w.rows);
   for (int64_t i0 = 0; i0 < T; i0 += kBlock) {
@@ -178,15 +173,7 @@ void backward_head_tiles(const float* q, const float* k, const float* v, int64_t
     for (int64_t r = 0; r < bs; ++r) masked_row(P + (i0 + r) * T, i0 + r + 1, i1, Pm + r * i1);
     tiles::scores(w.dyb, hd, w.keys, bs, i1, hd, 1.f, dS, i1);                   // dP
     tiles::transposed_times(Pm, i1, w.dyb, bs, i1, hd, dv, ldd, w.transposed);  // dV += P^T dY
-    for (int64_t r = 0; r < bs; ++r) {  // dS = scale * P * (dP - rowsum(P * dP)); masked entries zero
-      float* ds = dS + r * i1;
-      const float* pr = Pm + r * i1;
-      float pdp = 0.f;
-#pragma omp simd reduction(+ : pdp)
-      for (int64_t j = 0; j < i1; ++j) pdp += pr[j] * ds[j];
-#pragma omp simd
-      for (int64_t j = 0; j < i1; ++j) ds[j] = scale * pr[j] * (ds[j] - pdp);
-    }
+    softmax_backward_rows(Pm, i1, dS, bs, i1, scale);  // masked entries of P are zero, so are dS's
     tiles::rows_times(dS, i1, w.rows, hd, bs, i1, hd, dq + i0 * ldd, ldd, false);  // dQ = dS K
     tiles::transposed_times(dS, i1, w.qb, bs, i1, hd, dk, ldd, w.transposed);   // dK += dS^T Q
   }
@@ -204,10 +191,9 @@ void attention_f32(const KernelCall& c) {
   const bool tiles = cpu_features().attention_tiles;
   const auto work = [&] { return tiles ? scratch(HeadWork::floats(d.T, d.hd, kBlock)) : nullptr; };
   parallel_for_each(d.B * d.nh, work, [&](int64_t bh, float* w) {
-    const int64_t b = bh / d.nh, h = bh % d.nh;
-    const float* q = qkv + b * d.T * 3 * d.C + h * d.hd;
-    float* yh = y + b * d.T * d.C + h * d.hd;
-    float* P = probs + bh * d.T * d.T;
+    const HeadOffsets o = head_offsets(d, bh);
+    const float* q = qkv + o.qkv;
+    float *yh = y + o.y, *P = probs + o.probs;
     if (tiles)
       forward_head_tiles(q, q + d.C, q + 2 * d.C, 3 * d.C, yh, d.C, P, d.T, d.hd, d.scale,
                          HeadWork(w, d.T, d.hd, kBlock));
@@ -229,12 +215,9 @@ void attention_backward_f32(const KernelCall& c) {
     return scratch(work_floats + (tiles ? HeadWork::floats(d.T, d.hd, kBlock) : 0));
   };
   parallel_for_each(d.B * d.nh, scratch_of_thread, [&](int64_t bh, float* work) {
-    const int64_t b = bh / d.nh, h = bh % d.nh;
-    const int64_t off = b * d.T * 3 * d.C + h * d.hd;
-    const float* q = qkv + off;
-    const float* dyh = dy + b * d.T * d.C + h * d.hd;
-    const float* P = probs + bh * d.T * d.T;
-    float* dq = dqkv + off;
+    const HeadOffsets o = head_offsets(d, bh);
+    const float *q = qkv + o.qkv, *dyh = dy + o.y, *P = probs + o.probs;
+    float* dq = dqkv + o.qkv;
     if (tiles)
       backward_head_tiles(q, q + d.C, q + 2 * d.C, 3 * d.C, dyh, d.C, P, dq, dq + d.C, dq + 2 * d.C, 3 * d.C, d.T,
                           d.hd, d.scale, work, work + kBlock * d.T,

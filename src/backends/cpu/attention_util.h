@@ -26,6 +26,17 @@ inline AttentionDims attention_dims(const core::KernelCall& c, const core::Shape
   return {qkv[0], qkv[1], C, p.n_head, hd, scale};
 }
 
+// Where (batch, head) pair bh's data starts, in floats: its q columns in
+// packed qkv (k and v follow C and 2C later; rows 3C apart), its columns of
+// y or dy (rows C apart) and its (T, T) block of probs.
+struct HeadOffsets {
+  int64_t b, qkv, y, probs;
+};
+inline HeadOffsets head_offsets(const AttentionDims& d, int64_t bh) {
+  const int64_t b = bh / d.nh, h = bh % d.nh;
+  return {b, b * d.T * 3 * d.C + h * d.hd, b * d.T * d.C + h * d.hd, bh * d.T * d.T};
+}
+
 // Per-thread scratch: a slice of the planned workspace when it is big enough
 // for this many threads, otherwise a thread_local buffer that keeps its
 // capacity (run_op without a workspace, or more threads than planned).
@@ -70,6 +81,30 @@ inline void softmax_row(float* row, int64_t n, int64_t len) {
 #pragma omp simd
   for (int64_t j = 0; j < n; ++j) row[j] *= inv;
   std::fill(row + n, row + len, 0.f);
+}
+
+// The softmax's backward for a block of rows: dS = scale * P * (dP -
+// rowsum(P * dP)) over rows [0, bs) and keys [0, L), in place over dP (rows
+// L apart); P rows `ldp` apart.
+inline void softmax_backward_rows(const float* P, int64_t ldp, float* dS, int64_t bs, int64_t L, float scale) {
+  for (int64_t r = 0; r < bs; ++r) {
+    float* ds = dS + r * L;
+    const float* pr = P + r * ldp;
+    float pdp = 0.f;
+#pragma omp simd reduction(+ : pdp)
+    for (int64_t j = 0; j < L; ++j) pdp += pr[j] * ds[j];
+#pragma omp simd
+    for (int64_t j = 0; j < L; ++j) ds[j] = scale * pr[j] * (ds[j] - pdp);
+  }
+}
+
+// Zeros rows [0, T) of dK and dV (rows `ldd` apart, hd wide) before the
+// backward accumulates into them (block by block; padded keys get nothing).
+inline void zero_key_grads(float* dk, float* dv, int64_t ldd, int64_t T, int64_t hd) {
+  for (int64_t t = 0; t < T; ++t) {
+    std::fill(dk + t * ldd, dk + t * ldd + hd, 0.f);
+    std::fill(dv + t * ldd, dv + t * ldd + hd, 0.f);
+  }
 }
 
 // Copies `rows` rows of hd bf16 values `ld` apart into a dense f32 (rows, hd).

@@ -52,28 +52,6 @@ inline void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha
               blasint(k), alpha, a, blasint(lda), b, blasint(ldb), beta, c, blasint(ldc));
 }
 
-// dS = scale * P * (dP - rowsum(P * dP)) over rows [0, bs) and keys [0, L),
-// in place over dP (rows L apart); P rows `ldp` apart.
-void softmax_backward_rows(const float* P, int64_t ldp, float* dS, int64_t bs, int64_t L, float scale) {
-  for (int64_t r = 0; r < bs; ++r) {
-    float* ds = dS + r * L;
-    const float* pr = P + r * ldp;
-    float pdp = 0.f;
-#pragma omp simd reduction(+ : pdp)
-    for (int64_t j = 0; j < L; ++j) pdp += pr[j] * ds[j];
-#pragma omp simd
-    for (int64_t j = 0; j < L; ++j) ds[j] = scale * pr[j] * (ds[j] - pdp);
-  }
-}
-
-// Padded keys get no gradient; rows [0, L) are accumulated block by block.
-void zero_key_grads(float* dk, float* dv, int64_t ldd, int64_t T, int64_t hd) {
-  for (int64_t t = 0; t < T; ++t) {
-    std::fill(dk + t * ldd, dk + t * ldd + hd, 0.f);
-    std::fill(dv + t * ldd, dv + t * ldd + hd, 0.f);
-  }
-}
-
 // ---- BLAS products -------------------------------------------------------------------------
 
 // One head. q, k, v: T rows of hd floats `ld` apart; y: T rows `ldy` apart;
@@ -115,11 +93,11 @@ void backward_head(const float* q, const float* k, const float* v, int64_t ld, c
 
 // ---- register tiles (attention_tiles.h) ----------------------------------------------------
 
-using TileWork = attention_tiles::HeadWork;
+using HeadWork = attention_tiles::HeadWork;
 
 // forward_head on tiles: the same products in the same block order.
 void forward_head_tiles(const float* q, const float* k, const float* v, int64_t ld, float* y, int64_t ldy, float* P,
-                        int64_t T, int64_t L, int64_t hd, float scale, const TileWork& w) {
+                        int64_t T, int64_t L, int64_t hd, float scale, const HeadWork& w) {
   namespace tiles = attention_tiles;
   tiles::pack_transposed(k, ld, L, hd, w.keys);
   tiles::copy_rows(v, ld, L, hd, w.rows);
@@ -137,7 +115,7 @@ void forward_head_tiles(const float* q, const float* k, const float* v, int64_t 
 // Q) multiply a transposed copy of the block of P or dS.
 void backward_head_tiles(const float* q, const float* k, const float* v, int64_t ld, const float* dy, int64_t lddy,
                          const float* P, float* dq, float* dk, float* dv, int64_t ldd, int64_t T, int64_t L, int64_t hd,
-                         float scale, float* dS, const TileWork& w) {
+                         float scale, float* dS, const HeadWork& w) {
   namespace tiles = attention_tiles;
   zero_key_grads(dk, dv, ldd, T, hd);
   tiles::pack_transposed(v, ld, L, hd, w.keys);
@@ -163,17 +141,16 @@ void masked_attention_f32(const KernelCall& c) {
   float* y = c.out(0).as<float>();
   float* probs = c.out(1).as<float>();
   const bool tiles = cpu_features().attention_tiles;
-  const auto work = [&] { return tiles ? scratch(TileWork::floats(d.T, d.hd, kBlock)) : nullptr; };
+  const auto work = [&] { return tiles ? scratch(HeadWork::floats(d.T, d.hd, kBlock)) : nullptr; };
   parallel_for_each(d.B * d.nh, work, [&](int64_t bh, float* w) {
-    const int64_t b = bh / d.nh, h = bh % d.nh;
-    const float* q = qkv + b * d.T * 3 * d.C + h * d.hd;
-    float* yh = y + b * d.T * d.C + h * d.hd;
-    float* P = probs + bh * d.T * d.T;
+    const HeadOffsets o = head_offsets(d, bh);
+    const float* q = qkv + o.qkv;
+    float *yh = y + o.y, *P = probs + o.probs;
     if (tiles)
-      forward_head_tiles(q, q + d.C, q + 2 * d.C, 3 * d.C, yh, d.C, P, d.T, lengths[b], d.hd, d.scale,
-                         TileWork(w, d.T, d.hd, kBlock));
+      forward_head_tiles(q, q + d.C, q + 2 * d.C, 3 * d.C, yh, d.C, P, d.T, lengths[o.b], d.hd, d.scale,
+                         HeadWork(w, d.T, d.hd, kBlock));
     else
-      forward_head(q, q + d.C, q + 2 * d.C, 3 * d.C, yh, d.C, P, d.T, lengths[b], d.hd, d.scale);
+      forward_head(q, q + d.C, q + 2 * d.C, 3 * d.C, yh, d.C, P, d.T, lengths[o.b], d.hd, d.scale);
   });
 }
 
@@ -188,20 +165,18 @@ void masked_attention_backward_f32(const KernelCall& c) {
   const bool tiles = cpu_features().attention_tiles;
   // dS, then (tiles) the dense copies
   const size_t ds_floats = size_t(kBlock * d.T);
-  const auto work = [&] { return scratch(ds_floats + (tiles ? TileWork::floats(d.T, d.hd, kBlock) : 0)); };
+  const auto work = [&] { return scratch(ds_floats + (tiles ? HeadWork::floats(d.T, d.hd, kBlock) : 0)); };
   parallel_for_each(d.B * d.nh, work, [&](int64_t bh, float* dS) {
-    const int64_t b = bh / d.nh, h = bh % d.nh;
-    const int64_t off = b * d.T * 3 * d.C + h * d.hd;
-    const float* q = qkv + off;
-    const float* dyh = dy + b * d.T * d.C + h * d.hd;
-    const float* P = probs + bh * d.T * d.T;
-    float* dq = dqkv + off;
+    const HeadOffsets o = head_offsets(d, bh);
+    const float *q = qkv + o.qkv, *dyh = dy + o.y, *P = probs + o.probs;
+    float* dq = dqkv + o.qkv;
+    const int64_t L = lengths[o.b];
     if (tiles)
-      backward_head_tiles(q, q + d.C, q + 2 * d.C, 3 * d.C, dyh, d.C, P, dq, dq + d.C, dq + 2 * d.C, 3 * d.C, d.T,
-                          lengths[b], d.hd, d.scale, dS, TileWork(dS + ds_floats, d.T, d.hd, kBlock));
+      backward_head_tiles(q, q + d.C, q + 2 * d.C, 3 * d.C, dyh, d.C, P, dq, dq + d.C, dq + 2 * d.C, 3 * d.C, d.T, L,
+                          d.hd, d.scale, dS, HeadWork(dS + ds_floats, d.T, d.hd, kBlock));
     else
-      backward_head(q, q + d.C, q + 2 * d.C, 3 * d.C, dyh, d.C, P, dq, dq + d.C, dq + 2 * d.C, 3 * d.C, d.T,
-                    lengths[b], d.hd, d.scale, dS);
+      backward_head(q, q + d.C, q + 2 * d.C, 3 * d.C, dyh, d.C, P, dq, dq + d.C, dq + 2 * d.C, 3 * d.C, d.T, L, d.hd,
+                    d.scale, dS);
   });
 }
 
