@@ -189,9 +189,7 @@ void attention_f32(const KernelCall& c) {
   float* probs = c.out(1).as<float>();
   GemmCache& cache = gemm_cache_of(c.ctx);
   const bool tiles = cpu_features().attention_tiles;
-  const auto work = [&] { return tiles ? scratch(HeadWork::floats(d.T, d.hd, kBlock)) : nullptr; };
-  parallel_for_each(d.B * d.nh, work, [&](int64_t bh, float* w) {
-    const HeadOffsets o = head_offsets(d, bh);
+  for_each_head(d, tiles ? HeadWork::floats(d.T, d.hd, kBlock) : 0, [&](const HeadOffsets& o, float* w) {
     const float* q = qkv + o.qkv;
     float *yh = y + o.y, *P = probs + o.probs;
     if (tiles)
@@ -211,11 +209,8 @@ void attention_backward_f32(const KernelCall& c) {
   GemmCache& cache = gemm_cache_of(c.ctx);
   const bool tiles = cpu_features().attention_tiles;
   const size_t work_floats = size_t(2 * kBlock * d.T);
-  const auto scratch_of_thread = [&] {
-    return scratch(work_floats + (tiles ? HeadWork::floats(d.T, d.hd, kBlock) : 0));
-  };
-  parallel_for_each(d.B * d.nh, scratch_of_thread, [&](int64_t bh, float* work) {
-    const HeadOffsets o = head_offsets(d, bh);
+  const size_t floats = work_floats + (tiles ? HeadWork::floats(d.T, d.hd, kBlock) : 0);
+  for_each_head(d, floats, [&](const HeadOffsets& o, float* work) {
     const float *q = qkv + o.qkv, *dyh = dy + o.y, *P = probs + o.probs;
     float* dq = dqkv + o.qkv;
     if (tiles)

@@ -158,7 +158,8 @@ BRISK_TILE_INLINE __m256 exp_nonpositive(__m256 x) {
   x = _mm256_max_ps(_mm256_set1_ps(-87.3365447504019f), x);
   const __m256 magic = _mm256_set1_ps(12582912.f);
   const __m256 n = _mm256_sub_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), magic), magic);
-  const __m256 r = _mm256_fmadd_ps(n, _mm256_set1_ps(2.12194440e-4f), _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x));
+  const __m256 r =
+      _mm256_fmadd_ps(n, _mm256_set1_ps(2.12194440e-4f), _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x));
   __m256 p = _mm256_set1_ps(1.9875691500e-4f);
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));

@@ -66,6 +66,16 @@ inline float* scratch(size_t n) {
   return buf.data();
 }
 
+// Calls fn(head_offsets(d, bh), work) for every (batch, head) pair bh,
+// handed to threads as they finish (parallel_for_each); work is the calling
+// thread's scratch() of `floats` floats, null when floats is 0.
+template <class Fn>
+void for_each_head(const AttentionDims& d, size_t floats, Fn&& fn) {
+  parallel_for_each(
+      d.B * d.nh, [&] { return floats ? scratch(floats) : nullptr; },
+      [&](int64_t bh, float* work) { fn(head_offsets(d, bh), work); });
+}
+
 // Row [0, n) of scores in place -> softmax, then zeros in [n, len).
 inline void softmax_row(float* row, int64_t n, int64_t len) {
   float mx = row[0];

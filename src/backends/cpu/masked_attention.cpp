@@ -141,9 +141,7 @@ void masked_attention_f32(const KernelCall& c) {
   float* y = c.out(0).as<float>();
   float* probs = c.out(1).as<float>();
   const bool tiles = cpu_features().attention_tiles;
-  const auto work = [&] { return tiles ? scratch(HeadWork::floats(d.T, d.hd, kBlock)) : nullptr; };
-  parallel_for_each(d.B * d.nh, work, [&](int64_t bh, float* w) {
-    const HeadOffsets o = head_offsets(d, bh);
+  for_each_head(d, tiles ? HeadWork::floats(d.T, d.hd, kBlock) : 0, [&](const HeadOffsets& o, float* w) {
     const float* q = qkv + o.qkv;
     float *yh = y + o.y, *P = probs + o.probs;
     if (tiles)
@@ -165,9 +163,7 @@ void masked_attention_backward_f32(const KernelCall& c) {
   const bool tiles = cpu_features().attention_tiles;
   // dS, then (tiles) the dense copies
   const size_t ds_floats = size_t(kBlock * d.T);
-  const auto work = [&] { return scratch(ds_floats + (tiles ? HeadWork::floats(d.T, d.hd, kBlock) : 0)); };
-  parallel_for_each(d.B * d.nh, work, [&](int64_t bh, float* dS) {
-    const HeadOffsets o = head_offsets(d, bh);
+  for_each_head(d, ds_floats + (tiles ? HeadWork::floats(d.T, d.hd, kBlock) : 0), [&](const HeadOffsets& o, float* dS) {
     const float *q = qkv + o.qkv, *dyh = dy + o.y, *P = probs + o.probs;
     float* dq = dqkv + o.qkv;
     const int64_t L = lengths[o.b];
