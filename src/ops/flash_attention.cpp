@@ -144,12 +144,16 @@ void backward_reference(const KernelCall& c) {
 // (B, T, C, n_head): odd T, head sizes that are not powers of two, one head,
 // and T that spans several query tiles (64) and key tiles (256) of the CPU
 // kernel, with ragged last tiles (130, 300: the online softmax's rescaling).
+// The register tiles (attention_tiles.h: 6 rows x 16 columns, panels of 16
+// keys) also get head sizes 32, 24 and 64 and lengths off a panel's edge
+// (17, 83, 70); the online softmax's rescaling on them is the T 300 case.
 struct Config {
   int64_t B, T, C;
   int n_head;
 };
-constexpr Config kConfigs[] = {{2, 7, 12, 3},  {1, 13, 20, 4},  {2, 5, 6, 1},  {3, 16, 24, 2},
-                               {1, 33, 18, 3}, {1, 130, 32, 2}, {1, 300, 10, 1}};
+constexpr Config kConfigs[] = {{2, 7, 12, 3},  {1, 13, 20, 4},  {2, 5, 6, 1},    {3, 16, 24, 2},
+                               {1, 33, 18, 3}, {1, 130, 32, 2}, {1, 300, 10, 1}, {2, 17, 64, 2},
+                               {1, 83, 48, 2}, {1, 70, 128, 2}};
 constexpr Config kBf16Configs[] = {{2, 7, 12, 3}, {1, 70, 12, 2}, {1, 290, 16, 2}};
 
 std::string label_of(const Config& k, DType t) {

@@ -140,11 +140,14 @@ void backward_reference(const KernelCall& c) {
 
 // As masked_attention's cases, plus T that spans several key tiles (256) of
 // the CPU kernel with a ragged last one: lengths 257 and 300 make the online
-// softmax rescale, length 256 ends on a tile edge.
+// softmax rescale, length 256 ends on a tile edge. The register tiles
+// (attention_tiles.h) also get head sizes 32, 24 and 64 with lengths off a
+// panel's edge (17, 33, 23).
 std::vector<MaskedConfig> configs() {
-  return {{7, 12, 3, {7, 1, 4}},       {13, 20, 4, {1, 13, 6, 12}},     {5, 6, 1, {5, 1, 3}},
-          {16, 24, 2, {16, 1, 9}},     {33, 18, 3, {33, 1, 17}},        {130, 32, 2, {1, 130, 64, 65}},
-          {1, 10, 2, {1}},             {300, 10, 1, {300, 1, 257, 256}}};
+  return {{7, 12, 3, {7, 1, 4}},       {13, 20, 4, {1, 13, 6, 12}},      {5, 6, 1, {5, 1, 3}},
+          {16, 24, 2, {16, 1, 9}},     {33, 18, 3, {33, 1, 17}},         {130, 32, 2, {1, 130, 64, 65}},
+          {1, 10, 2, {1}},             {300, 10, 1, {300, 1, 257, 256}}, {70, 96, 3, {70, 17, 33, 1}},
+          {40, 48, 2, {40, 23, 9}},    {36, 128, 2, {36, 19}}};
 }
 
 std::vector<TestCase> forward_cases() {

@@ -287,11 +287,13 @@ void check_forward(core::OpKind kind) {
                            setenv("BRISK_FEW_ROWS", "portable", 1);
                            cpu::reload_cpu_features();
                          }});
-      // The plain attention kernels' f32 products: AVX2 + FMA register
-      // tiles where the CPU has them, BLAS calls on every CPU.
-      const bool attention_products = kind == core::OpKind::attention || kind == core::OpKind::attention_backward ||
-                                      kind == core::OpKind::masked_attention ||
-                                      kind == core::OpKind::masked_attention_backward;
+      // The attention kernels' f32 products, plain and flash: AVX2 + FMA
+      // register tiles where the CPU has them, BLAS calls on every CPU.
+      const bool attention_products =
+          kind == core::OpKind::attention || kind == core::OpKind::attention_backward ||
+          kind == core::OpKind::masked_attention || kind == core::OpKind::masked_attention_backward ||
+          kind == core::OpKind::flash_attention || kind == core::OpKind::flash_attention_backward ||
+          kind == core::OpKind::masked_flash_attention || kind == core::OpKind::masked_flash_attention_backward;
       if (attention_products && key == DType::f32 && native_features().avx2_fma && backend->name() == "cpu") {
         paths.clear();
         for (const char* p : {"tiles", "blas"})
@@ -477,12 +479,13 @@ TEST(Bf16Paths, NativeKernelsRunWhereTheCpuHasThem) {
   SUCCEED();
 }
 
-// A visible skip where the plain attention kernels' register tiles cannot run.
+// A visible skip where the attention kernels' register tiles cannot run.
 TEST(AttentionTiles, RunWhereTheCpuHasThem) {
   if (!native_features().avx2_fma)
-    GTEST_SKIP() << "this CPU has no AVX2 + FMA: attention and masked_attention f32 cases ran on BLAS products only";
-  std::printf("attention and masked_attention f32 cases ran on both paths: AVX2 + FMA register tiles and BLAS "
-              "products (this CPU's default: %s)\n",
+    GTEST_SKIP() << "this CPU has no AVX2 + FMA: the attention kernels' f32 cases (plain and flash, causal and "
+                    "masked) ran on BLAS products only";
+  std::printf("the attention kernels' f32 cases (plain and flash, causal and masked) ran on both paths: AVX2 + FMA "
+              "register tiles and BLAS products (this CPU's default: %s)\n",
               native_features().attention_tiles ? "tiles" : "BLAS");
   SUCCEED();
 }

@@ -12,6 +12,8 @@
 #include <algorithm>
 #include <limits>
 
+#include "vec_math.h"
+
 namespace brisk::cpu::attention_tiles {
 namespace {
 
@@ -171,18 +173,28 @@ BRISK_TILE_INLINE __m256 exp_nonpositive(__m256 x) {
   return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
 }
 
-BRISK_TILE_TARGET void softmax_row(float* row, int64_t n, int64_t len) {
+// The largest of row[0, n), n >= 1. NaN lanes lose here, but a NaN score's
+// exp below stays NaN.
+BRISK_TILE_TARGET float row_max(const float* row, int64_t n) {
   const __m256i tail = lane_mask(n % 8);
   const int64_t full = n - n % 8;
   __m256 mx = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
   for (int64_t j = 0; j < full; j += 8) mx = _mm256_max_ps(_mm256_loadu_ps(row + j), mx);
   if (full < n)  // masked-off lanes load 0; blend them back to -inf
     mx = _mm256_max_ps(_mm256_blendv_ps(mx, _mm256_maskload_ps(row + full, tail), _mm256_castsi256_ps(tail)), mx);
-  // Largest lane: NaN lanes lose here, but a NaN score's exp below stays NaN.
   __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
   m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
   m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-  const __m256 m = _mm256_broadcastss_ps(m4);
+  return _mm_cvtss_f32(m4);
+}
+
+// row[j] = exp(row[j] - shift) for j < n (every row[j] - shift <= 0, up to
+// rounding: exp_nonpositive is exact enough a little above 0 too); returns
+// their sum.
+BRISK_TILE_TARGET float exp_sum(float* row, int64_t n, float shift) {
+  const __m256i tail = lane_mask(n % 8);
+  const int64_t full = n - n % 8;
+  const __m256 m = _mm256_set1_ps(shift);
   __m256 sum = _mm256_setzero_ps();
   for (int64_t j = 0; j < full; j += 8) {
     const __m256 e = exp_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(row + j), m));
@@ -198,9 +210,21 @@ BRISK_TILE_TARGET void softmax_row(float* row, int64_t n, int64_t len) {
   __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(sum), _mm256_extractf128_ps(sum, 1));
   s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
   s4 = _mm_add_ss(s4, _mm_movehdup_ps(s4));
-  const __m256 inv = _mm256_set1_ps(1.f / _mm_cvtss_f32(s4));
-  for (int64_t j = 0; j < full; j += 8) _mm256_storeu_ps(row + j, _mm256_mul_ps(_mm256_loadu_ps(row + j), inv));
-  if (full < n) _mm256_maskstore_ps(row + full, tail, _mm256_mul_ps(_mm256_maskload_ps(row + full, tail), inv));
+  return _mm_cvtss_f32(s4);
+}
+
+// row[0, n) *= s.
+BRISK_TILE_TARGET void scale_row(float* row, int64_t n, float s) {
+  const __m256i tail = lane_mask(n % 8);
+  const int64_t full = n - n % 8;
+  const __m256 v = _mm256_set1_ps(s);
+  for (int64_t j = 0; j < full; j += 8) _mm256_storeu_ps(row + j, _mm256_mul_ps(_mm256_loadu_ps(row + j), v));
+  if (full < n) _mm256_maskstore_ps(row + full, tail, _mm256_mul_ps(_mm256_maskload_ps(row + full, tail), v));
+}
+
+BRISK_TILE_TARGET void softmax_row(float* row, int64_t n, int64_t len) {
+  const float sum = exp_sum(row, n, row_max(row, n));
+  scale_row(row, n, 1.f / sum);
   std::fill(row + n, row + len, 0.f);
 }
 
@@ -208,6 +232,31 @@ BRISK_TILE_TARGET void softmax_row(float* row, int64_t n, int64_t len) {
 
 void softmax_rows(float* row, int64_t ld, int64_t rows, int64_t n, int64_t len) {
   for (int64_t r = 0; r < rows; ++r) softmax_row(row + r * ld, n, len);
+}
+
+float online_softmax_row(float* row, int64_t n, int64_t w, float& m, float& l, bool first) {
+  const float tile_max = row_max(row, n);
+  const float mx = first ? tile_max : std::max(m, tile_max);
+  const float sum = exp_sum(row, n, mx);
+  std::fill(row + n, row + w, 0.f);
+  float alpha = 1.f;
+  if (first) {
+    l = sum;
+  } else {
+    alpha = fast_exp(m - mx);
+    l = l * alpha + sum;
+  }
+  m = mx;
+  return alpha;
+}
+
+void exp_shifted_row(float* row, int64_t n, int64_t w, float shift) {
+  exp_sum(row, n, shift);
+  std::fill(row + n, row + w, 0.f);
+}
+
+void scale_rows(float* row, int64_t ld, int64_t rows, int64_t n, const float* s) {
+  for (int64_t r = 0; r < rows; ++r) scale_row(row + r * ld, n, s[r]);
 }
 
 void pack_transposed(const float* x, int64_t ld, int64_t n, int64_t hd, float* out) {

@@ -1,5 +1,6 @@
 // Register-tiled products of one attention head on AVX2 + FMA, for the plain
-// attention kernels (masked_attention.cpp).
+// attention kernels (attention.cpp, masked_attention.cpp) and the flash ones
+// (flash_tiles.h).
 //
 // An attention head's products are small and oddly shaped: the head width hd
 // (32 for E1) is the inner dimension of the scores, and the number of valid
@@ -81,5 +82,20 @@ struct HeadWork {
 // max reduction scalar, and its exp's selects for infinities cost a third of
 // the exp (a row's shifted scores are <= 0 by construction). NaN scores stay NaN.
 void softmax_rows(float* row, int64_t ld, int64_t rows, int64_t n, int64_t len);
+
+// One step of the online softmax (flash attention's forward) on a row of
+// scores against one key tile: with m' = the largest of m and row[0, n) (the
+// row's own largest when `first`), row[0, n) -> exp(row - m'), [n, w) -> 0,
+// l -> l * exp(m - m') + the row's sum (the sum alone when `first`), m -> m'.
+// Returns exp(m - m'), the factor the row's output so far must be scaled by
+// (1 when `first`). n >= 1.
+float online_softmax_row(float* row, int64_t n, int64_t w, float& m, float& l, bool first);
+
+// row[0, n) -> exp(row - shift), [n, w) -> 0: the backward's probabilities
+// from the saved log-sum-exp.
+void exp_shifted_row(float* row, int64_t n, int64_t w, float shift);
+
+// Row r of `rows` (`ld` apart): [0, n) *= s[r].
+void scale_rows(float* row, int64_t ld, int64_t rows, int64_t n, const float* s);
 
 }  // namespace brisk::cpu::attention_tiles

@@ -28,13 +28,13 @@ inline AttentionDims attention_dims(const core::KernelCall& c, const core::Shape
 
 // Where (batch, head) pair bh's data starts, in floats: its q columns in
 // packed qkv (k and v follow C and 2C later; rows 3C apart), its columns of
-// y or dy (rows C apart) and its (T, T) block of probs.
+// y or dy (rows C apart), its (T, T) block of probs and its T values of lse.
 struct HeadOffsets {
-  int64_t b, qkv, y, probs;
+  int64_t b, qkv, y, probs, lse;
 };
 inline HeadOffsets head_offsets(const AttentionDims& d, int64_t bh) {
   const int64_t b = bh / d.nh, h = bh % d.nh;
-  return {b, b * d.T * 3 * d.C + h * d.hd, b * d.T * d.C + h * d.hd, bh * d.T * d.T};
+  return {b, b * d.T * 3 * d.C + h * d.hd, b * d.T * d.C + h * d.hd, bh * d.T * d.T, bh * d.T};
 }
 
 // Per-thread scratch: a slice of the planned workspace when it is big enough

@@ -25,6 +25,10 @@
 // never starts after its query tile's first row (every row of every visited
 // tile has at least one unmasked key).
 //
+// On AVX2 + FMA CPUs (cpu_features().attention_tiles) the f32 kernels run
+// the same blocks as register tiles instead (flash_tiles.h), heads handed out
+// one at a time as in attention.cpp.
+//
 // bf16 widens one head's q, k, v (and dy, y) into f32 scratch, runs the same
 // f32 code and narrows: bf16 is storage only, as in the plain kernels.
 #include <cblas.h>
@@ -35,8 +39,10 @@
 #include <vector>
 
 #include "brisk/core/op.h"
+#include "brisk/cpu/cpu_features.h"
 #include "attention_util.h"
 #include "cpu_util.h"
+#include "flash_tiles.h"
 #include "kernels.h"
 #include "vec_math.h"
 
@@ -175,6 +181,14 @@ void flash_attention_f32(const KernelCall& c) {
   const float* qkv = c.in(0).as<float>();
   float* y = c.out(0).as<float>();
   float* lse = c.out(1).as<float>();
+  if (cpu_features().attention_tiles) {
+    for_each_head(d, flash_tiles::Work::floats(d.T, d.hd), [&](const HeadOffsets& o, float* w) {
+      const float* q = qkv + o.qkv;
+      flash_tiles::forward_head(q, q + d.C, q + 2 * d.C, 3 * d.C, y + o.y, d.C, lse + o.lse, d.T, {d.T, true}, d.hd,
+                                d.scale, flash_tiles::Work(w, d.T, d.hd));
+    });
+    return;
+  }
   const Scratch scratch(c, tile_floats());
   parallel_for(d.B * d.nh, 1, [&](int64_t lo, int64_t hi) {
     float* work = scratch.get();
@@ -194,6 +208,16 @@ void flash_attention_backward_f32(const KernelCall& c) {
   const float* y = c.in(2).as<float>();
   const float* lse = c.in(3).as<float>();
   float* dqkv = c.out(0).as<float>();
+  if (cpu_features().attention_tiles) {
+    for_each_head(d, flash_tiles::Work::floats(d.T, d.hd), [&](const HeadOffsets& o, float* w) {
+      const float* q = qkv + o.qkv;
+      float* dq = dqkv + o.qkv;
+      flash_tiles::backward_head(q, q + d.C, q + 2 * d.C, 3 * d.C, dy + o.y, y + o.y, d.C, lse + o.lse, dq, dq + d.C,
+                                 dq + 2 * d.C, 3 * d.C, d.T, {d.T, true}, d.hd, d.scale,
+                                 flash_tiles::Work(w, d.T, d.hd));
+    });
+    return;
+  }
   const Scratch scratch(c, tile_floats());
   parallel_for(d.B * d.nh, 1, [&](int64_t lo, int64_t hi) {
     float* work = scratch.get();

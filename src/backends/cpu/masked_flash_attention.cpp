@@ -12,15 +12,20 @@
 // contract). Backward (FlashAttention-2): P = exp(S - lse) per tile,
 // D = rowsum(dY * Y), dV += P^T dY, dS = P (dY V^T - D) scale, dQ += dS K,
 // dK += dS^T Q; dK and dV rows of padded keys are zeroed and never touched.
+// On AVX2 + FMA CPUs (cpu_features().attention_tiles) the same blocks run as
+// register tiles instead (flash_tiles.h), heads handed out one at a time as
+// in masked_attention.cpp.
 #include <cblas.h>
 
 #include <cmath>
 #include <limits>
 
 #include "brisk/core/op.h"
+#include "brisk/cpu/cpu_features.h"
 #include "brisk/ops/layout.h"
 #include "attention_util.h"
 #include "cpu_util.h"
+#include "flash_tiles.h"
 #include "kernels.h"
 #include "vec_math.h"
 
@@ -150,6 +155,14 @@ void masked_flash_attention_f32(const KernelCall& c) {
   const float* qkv = c.in(0).as<float>();
   float* y = c.out(0).as<float>();
   float* lse = c.out(1).as<float>();
+  if (cpu_features().attention_tiles) {
+    for_each_head(d, flash_tiles::Work::floats(d.T, d.hd), [&](const HeadOffsets& o, float* w) {
+      const float* q = qkv + o.qkv;
+      flash_tiles::forward_head(q, q + d.C, q + 2 * d.C, 3 * d.C, y + o.y, d.C, lse + o.lse, d.T,
+                                {lengths[o.b], false}, d.hd, d.scale, flash_tiles::Work(w, d.T, d.hd));
+    });
+    return;
+  }
   const Scratch scratch(c, tile_floats());
   parallel_for(d.B * d.nh, 1, [&](int64_t lo, int64_t hi) {
     float* work = scratch.get();
@@ -171,6 +184,16 @@ void masked_flash_attention_backward_f32(const KernelCall& c) {
   const float* y = c.in(2).as<float>();
   const float* lse = c.in(3).as<float>();
   float* dqkv = c.out(0).as<float>();
+  if (cpu_features().attention_tiles) {
+    for_each_head(d, flash_tiles::Work::floats(d.T, d.hd), [&](const HeadOffsets& o, float* w) {
+      const float* q = qkv + o.qkv;
+      float* dq = dqkv + o.qkv;
+      flash_tiles::backward_head(q, q + d.C, q + 2 * d.C, 3 * d.C, dy + o.y, y + o.y, d.C, lse + o.lse, dq, dq + d.C,
+                                 dq + 2 * d.C, 3 * d.C, d.T, {lengths[o.b], false}, d.hd, d.scale,
+                                 flash_tiles::Work(w, d.T, d.hd));
+    });
+    return;
+  }
   const Scratch scratch(c, tile_floats());
   parallel_for(d.B * d.nh, 1, [&](int64_t lo, int64_t hi) {
     float* work = scratch.get();
