@@ -66,11 +66,12 @@ TEST_F(ClassifyCli, TrainsReportsAndClassifiesFilesAndDirectories) {
     EXPECT_NE(trained.err.find(s), std::string::npos) << s << " not in:\n" << trained.err;
   const auto report = nlohmann::json::parse(read_text(tmp_.file("run/report.json")));
   EXPECT_GE(report["test"]["accuracy"].get<double>(), 0.9);
-  // --profile: every train step's ops, over all batch widths (1 layer: one attention per step).
+  // --profile: every train step's ops, over all batch widths (1 layer: one
+  // attention per step, flash by default).
   const int64_t steps = report["training"]["steps"].get<int64_t>();
   const auto& profile = report.at("profile");
-  EXPECT_EQ(profile.at("masked_attention").at("calls").get<int64_t>(), steps);
-  EXPECT_EQ(profile.at("masked_attention_backward").at("calls").get<int64_t>(), steps);
+  EXPECT_EQ(profile.at("masked_flash_attention").at("calls").get<int64_t>(), steps);
+  EXPECT_EQ(profile.at("masked_flash_attention_backward").at("calls").get<int64_t>(), steps);
   double share = 0;
   for (const auto& [op, t] : profile.items()) {
     EXPECT_GT(t.at("calls").get<int64_t>(), 0) << op;

@@ -443,10 +443,11 @@ TEST(TrainAutoencoder, LearnsToReconstructASyntheticStoreAndReportsIt) {
   EXPECT_DOUBLE_EQ(report["test"]["trivial_accuracy"].get<double>(), r.test.trivial);
   EXPECT_EQ(report["split"]["test"].get<size_t>(), r.split.test.size());
   EXPECT_TRUE(report["training"]["cache"].contains("hit_rate"));
-  // The profile: the encoder's masked attention and the decoder's causal one, once per layer per step.
+  // The profile: the encoder's masked attention and the decoder's causal one
+  // (flash, the default), once per layer per step.
   const nlohmann::json& profile = report.at("profile");
-  EXPECT_EQ(profile.at("masked_attention").at("calls").get<int64_t>(), r.steps * cfg.model.n_layer);
-  EXPECT_EQ(profile.at("attention").at("calls").get<int64_t>(), r.steps * cfg.model.n_layer);
+  EXPECT_EQ(profile.at("masked_flash_attention").at("calls").get<int64_t>(), r.steps * cfg.model.n_layer);
+  EXPECT_EQ(profile.at("flash_attention").at("calls").get<int64_t>(), r.steps * cfg.model.n_layer);
   EXPECT_TRUE(fs::exists(dir / "run/metrics.jsonl"));
 
   // The checkpoint reloads into the same reconstruction of the test split.

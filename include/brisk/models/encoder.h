@@ -26,8 +26,9 @@ struct EncoderConfig {
   int64_t n_classes = 2;
   // Attention kernel, not part of the weights: "plain" keeps the
   // (B, n_head, T, T) probabilities for the backward; "flash" keeps only each
-  // row's log-sum-exp and recomputes the scores.
-  std::string attention = "plain";
+  // row's log-sum-exp and recomputes the scores. Flash is the default: it
+  // trained E1 faster than plain, in less memory (docs/encoder.md).
+  std::string attention = "flash";
 
   // "E1" (the spam encoder of docs/workloads.md); throws ConfigError listing the presets.
   static EncoderConfig preset(const std::string& name);
