@@ -8,10 +8,12 @@
 
 namespace brisk::core {
 
-Executor::Executor(const Graph& g, Backend& backend) : graph_(g), backend_(backend), plan_(plan_memory(g)) {
+Executor::Executor(const Graph& g, Backend& backend, SharedArena* shared)
+    : graph_(g), backend_(backend), plan_(plan_memory(g)), shared_(shared) {
   ctx_ = backend_.context();
   const size_t nv = g.num_values();
-  if (plan_.report.arena > 0) arena_ = backend_.allocator().allocate(plan_.report.arena);
+  if (shared_) arena_ = shared_->attach(this, plan_.report.arena);
+  else if (plan_.report.arena > 0) arena_ = backend_.allocator().allocate(plan_.report.arena);
   value_data_.assign(nv, nullptr);
   value_slots_.resize(nv);
   bound_.assign(nv, false);
@@ -31,12 +33,14 @@ Executor::Executor(const Graph& g, Backend& backend) : graph_(g), backend_(backe
     for (ValueId v : n.inputs) {
       value_slots_[size_t(plan_.root[size_t(v)])].push_back(uint32_t(views_.size()));
       views_.push_back({value_data_[size_t(v)], g.meta(v)});
+      view_value_.push_back(v);
     }
     s.out_begin = uint32_t(views_.size());
     s.out_count = uint32_t(n.outputs.size());
     for (ValueId v : n.outputs) {
       value_slots_[size_t(plan_.root[size_t(v)])].push_back(uint32_t(views_.size()));
       views_.push_back({value_data_[size_t(v)], g.meta(v)});
+      view_value_.push_back(v);
     }
     if (plan_.workspace_size[i] > 0) {
       s.workspace = static_cast<char*>(arena_) + plan_.workspace_offset[i];
@@ -48,8 +52,37 @@ Executor::Executor(const Graph& g, Backend& backend) : graph_(g), backend_(backe
 
 Executor::~Executor() {
   drop_graph();
-  if (arena_) backend_.allocator().deallocate(arena_, plan_.report.arena);
+  if (shared_) shared_->detach(this);
+  else if (arena_) backend_.allocator().deallocate(arena_, plan_.report.arena);
 }
+
+void Executor::rebase_arena(void* base) {
+  arena_ = base;
+  for (size_t v = 0; v < value_data_.size(); ++v)
+    if (!plan_.is_external(ValueId(v))) value_data_[v] = static_cast<char*>(arena_) + plan_.offset[v];
+  for (size_t i = 0; i < views_.size(); ++i) views_[i].data = value_data_[size_t(view_value_[i])];
+  for (size_t i = 0; i < steps_.size(); ++i)
+    if (plan_.workspace_size[i] > 0) steps_[i].workspace = static_cast<char*>(arena_) + plan_.workspace_offset[i];
+  drop_graph();
+}
+
+SharedArena::~SharedArena() {
+  if (base_) allocator_.deallocate(base_, bytes_);
+}
+
+void* SharedArena::attach(Executor* e, size_t bytes) {
+  if (bytes > bytes_) {
+    void* grown = allocator_.allocate(bytes);
+    for (Executor* u : users_) u->rebase_arena(grown);
+    if (base_) allocator_.deallocate(base_, bytes_);
+    base_ = grown;
+    bytes_ = bytes;
+  }
+  users_.push_back(e);
+  return base_;
+}
+
+void SharedArena::detach(Executor* e) { std::erase(users_, e); }
 
 void Executor::bind(ValueId v, void* data) {
   const ValueId r = plan_.root.at(size_t(v));

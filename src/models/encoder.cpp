@@ -176,14 +176,21 @@ EncoderProgram& Encoder::program(bool train, int64_t B, int64_t T) {
   return cache.get(core::ShapeCache<EncoderProgram>::key_of({Shape{B, T}}), [&] {
     auto p = build(train, B, T);
     params_.adopt(p->graph);
-    p->executor = std::make_unique<core::Executor>(p->graph, backend_);
+    p->executor = std::make_unique<core::Executor>(p->graph, backend_, train ? &train_arena_ : nullptr);
     p->executor->bind(params_);
-    if (train) p->executor->set_profiling(profile_train_);
-    std::vector<int32_t> pos(static_cast<size_t>(T));
-    for (int64_t t = 0; t < T; ++t) pos[size_t(t)] = int32_t(t);
-    p->executor->write(p->pos, pos.data(), pos.size() * 4);
+    if (train) {
+      p->executor->set_profiling(profile_train_);
+      last_train_ = nullptr;  // attaching may have moved the shared arena, and the inputs written below overlap others'
+    }
+    write_positions(*p);
     return p;
   });
+}
+
+void Encoder::write_positions(EncoderProgram& p) {
+  std::vector<int32_t> pos(static_cast<size_t>(p.seq));
+  for (int64_t t = 0; t < p.seq; ++t) pos[size_t(t)] = int32_t(t);
+  p.executor->write(p.pos, pos.data(), pos.size() * 4);
 }
 
 void Encoder::set_train_profiling(bool on) {
@@ -211,6 +218,11 @@ void Encoder::feed(EncoderProgram& p, const int32_t* ids, const int32_t* lengths
 double Encoder::train_micro_step(const int32_t* ids, const int32_t* lengths, const int32_t* labels, int64_t B,
                                  int64_t T, double loss_scale) {
   EncoderProgram& p = program(true, B, T);
+  if (&p != last_train_) {  // another width ran in the shared arena since: the inputs written once are gone
+    write_positions(p);
+    p.last_loss_scale = -1.f;
+    last_train_ = &p;
+  }
   feed(p, ids, lengths, labels);
   const float seed = float(loss_scale);
   if (seed != p.last_loss_scale) {

@@ -170,14 +170,22 @@ SeqAutoencoderProgram& SeqAutoencoder::program(Kind kind, int64_t B, int64_t T) 
   return cache.get(core::ShapeCache<SeqAutoencoderProgram>::key_of({Shape{B, T}}), [&] {
     auto p = build(kind, B, T);
     params_.adopt(p->graph);
-    p->executor = std::make_unique<core::Executor>(p->graph, backend_);
+    const bool train = kind == Kind::train;
+    p->executor = std::make_unique<core::Executor>(p->graph, backend_, train ? &train_arena_ : nullptr);
     p->executor->bind(params_);
-    if (kind == Kind::train) p->executor->set_profiling(profile_train_);
-    std::vector<int32_t> pos(static_cast<size_t>(T));
-    for (int64_t t = 0; t < T; ++t) pos[size_t(t)] = int32_t(t);
-    p->executor->write(p->pos, pos.data(), pos.size() * 4);
+    if (train) {
+      p->executor->set_profiling(profile_train_);
+      last_train_ = nullptr;  // attaching may have moved the shared arena, and the inputs written below overlap others'
+    }
+    write_positions(*p);
     return p;
   });
+}
+
+void SeqAutoencoder::write_positions(SeqAutoencoderProgram& p) {
+  std::vector<int32_t> pos(static_cast<size_t>(p.seq));
+  for (int64_t t = 0; t < p.seq; ++t) pos[size_t(t)] = int32_t(t);
+  p.executor->write(p.pos, pos.data(), pos.size() * 4);
 }
 
 void SeqAutoencoder::set_train_profiling(bool on) {
@@ -238,6 +246,11 @@ const float* SeqAutoencoder::host(SeqAutoencoderProgram& p, ValueId v, size_t co
 double SeqAutoencoder::train_micro_step(const int32_t* ids, const int32_t* lengths, int64_t B, int64_t T,
                                         double loss_scale) {
   SeqAutoencoderProgram& p = program(Kind::train, B, T);
+  if (&p != last_train_) {  // another width ran in the shared arena since: the inputs written once are gone
+    write_positions(p);
+    p.last_loss_scale = -1.f;
+    last_train_ = &p;
+  }
   feed(p, ids, lengths);
   const float seed = float(loss_scale);
   if (seed != p.last_loss_scale) {

@@ -664,6 +664,51 @@ TEST(Engine, GptBlockTrainsAndPlannerMatchesArenaAtTwoBatchSizes) {
   }
 }
 
+// x (n x n) -> gelu -> * x -> gelu: one output, intermediates in the arena.
+struct SmallChain {
+  core::Graph g;
+  core::ValueId x, y;
+  explicit SmallChain(int64_t n) {
+    x = g.input("x", {n, n}, core::DType::f32);
+    y = ops::gelu(g, ops::mul(g, ops::gelu(g, x), x));
+    g.mark_output(y);
+  }
+  std::vector<float> run(core::Executor& ex, uint64_t seed) const {
+    const Tensor xt = Tensor::uniform(g.shape(x), core::DType::f32, seed, -2.f, 2.f);
+    ex.write(x, xt.data(), xt.bytes());
+    ex.run();
+    std::vector<float> out(size_t(g.shape(y).numel()));
+    ex.read(y, out.data(), out.size() * sizeof(float));
+    return out;
+  }
+};
+
+TEST(Engine, SharedArenaHoldsTheLargestPlanAndMovesExecutorsWhenItGrows) {
+  const SmallChain small(48), large(160), smaller(16);
+  // Each on an arena of its own: the results to match.
+  core::Executor own_small(small.g, cpu_backend()), own_large(large.g, cpu_backend());
+  const std::vector<float> want_small = small.run(own_small, 1), want_large = large.run(own_large, 2);
+
+  core::SharedArena arena(cpu_backend().allocator());
+  core::Executor a(small.g, cpu_backend(), &arena);
+  EXPECT_EQ(arena.bytes(), a.arena_bytes());
+  EXPECT_EQ(small.run(a, 1), want_small);
+  void* before = a.arena_data();
+  core::Executor b(large.g, cpu_backend(), &arena);  // larger: the arena grows and `a` moves with it
+  EXPECT_EQ(arena.bytes(), b.arena_bytes());
+  EXPECT_GT(b.arena_bytes(), a.arena_bytes());
+  EXPECT_EQ(a.arena_data(), b.arena_data());
+  EXPECT_NE(a.arena_data(), before);
+  EXPECT_EQ(large.run(b, 2), want_large);
+  EXPECT_EQ(small.run(a, 1), want_small);  // inputs written again: the same result at the new place
+  core::Executor c(smaller.g, cpu_backend(), &arena);  // smaller: no growth
+  EXPECT_EQ(arena.bytes(), b.arena_bytes());
+  EXPECT_EQ(c.arena_data(), b.arena_data());
+  core::Executor own_smaller(smaller.g, cpu_backend());
+  EXPECT_EQ(smaller.run(c, 3), smaller.run(own_smaller, 3));
+  EXPECT_EQ(large.run(b, 2), want_large);
+}
+
 TEST(GraphCache, BuildsOncePerShape) {
   struct Program { int built_for; };
   core::ShapeCache<Program> cache;

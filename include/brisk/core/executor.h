@@ -15,10 +15,13 @@
 namespace brisk::core {
 
 class ParameterStore;
+class SharedArena;
 
 class Executor {
  public:
-  Executor(const Graph& g, Backend& backend);
+  // With `shared`, the arena is a SharedArena's (see below) instead of one
+  // of its own.
+  Executor(const Graph& g, Backend& backend, SharedArena* shared = nullptr);
   ~Executor();
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;
@@ -83,6 +86,12 @@ class Executor {
   size_t arena_bytes() const { return plan_.report.arena; }
 
  private:
+  friend class SharedArena;
+  // Moves every arena-planned value and workspace to `base` (a SharedArena
+  // that grew); the recorded step graph, holding the old addresses, is dropped.
+  void rebase_arena(void* base);
+  SharedArena* shared_ = nullptr;
+  std::vector<ValueId> view_value_;  // per slot of views_: the value it shows
   struct Step {
     KernelFn fn;
     const OpParams* params;
@@ -114,6 +123,31 @@ class Executor {
   std::vector<int32_t> hook_index_;  // per step: the hook's k, or -1
   std::function<void(size_t)> hook_;
   bool hooks_armed_ = false;
+};
+
+// One arena for several executors of which only one runs at a time (a
+// model's training programs, one per batch width): it is as large as the
+// largest of their plans, not their sum. Nothing in it survives from one
+// executor's run to another's, so every input must be written again before
+// an executor runs after another (or has been attached). Attaching a plan
+// larger than the arena grows it and moves every attached executor there.
+// Destroy the executors first.
+class SharedArena {
+ public:
+  explicit SharedArena(Allocator& allocator) : allocator_(allocator) {}
+  ~SharedArena();
+  SharedArena(const SharedArena&) = delete;
+  SharedArena& operator=(const SharedArena&) = delete;
+
+  void* attach(Executor* e, size_t bytes);
+  void detach(Executor* e);
+  size_t bytes() const { return bytes_; }
+
+ private:
+  Allocator& allocator_;
+  void* base_ = nullptr;
+  size_t bytes_ = 0;
+  std::vector<Executor*> users_;
 };
 
 // sum += times, op by op (a model whose programs differ by shape sums them).

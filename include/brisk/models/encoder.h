@@ -83,10 +83,17 @@ class Encoder {
  private:
   std::unique_ptr<EncoderProgram> build(bool train, int64_t batch, int64_t seq);
   void feed(EncoderProgram& p, const int32_t* ids, const int32_t* lengths, const int32_t* labels);
+  void write_positions(EncoderProgram& p);
 
   EncoderConfig config_;
   core::Backend& backend_;
   core::ParameterStore params_;
+  // The train programs (one per batch width) run one at a time, so they
+  // share one arena, sized for the widest; the logits programs keep their own
+  // (logits() output stays valid while other programs run). last_train_ is
+  // the train program whose inputs the shared arena holds, if any.
+  core::SharedArena train_arena_{backend_.allocator()};
+  const EncoderProgram* last_train_ = nullptr;
   core::ShapeCache<EncoderProgram> train_cache_, logits_cache_;
   std::vector<float> host_logits_;
   bool profile_train_ = false;

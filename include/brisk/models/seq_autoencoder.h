@@ -122,10 +122,15 @@ class SeqAutoencoder {
   std::unique_ptr<SeqAutoencoderProgram> build(Kind kind, int64_t batch, int64_t seq);
   void feed(SeqAutoencoderProgram& p, const int32_t* ids, const int32_t* lengths);
   const float* host(SeqAutoencoderProgram& p, core::ValueId v, size_t count);
+  void write_positions(SeqAutoencoderProgram& p);
 
   SeqAutoencoderConfig config_;
   core::Backend& backend_;
   core::ParameterStore params_;
+  // The train programs (one per batch width) share one arena, as the
+  // encoder's do (encoder.h); the other kinds keep their own.
+  core::SharedArena train_arena_{backend_.allocator()};
+  const SeqAutoencoderProgram* last_train_ = nullptr;
   core::ShapeCache<SeqAutoencoderProgram> caches_[4];
   bool profile_train_ = false;
   std::vector<int32_t> dec_ids_, targets_;
