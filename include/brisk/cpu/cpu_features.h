@@ -60,8 +60,9 @@ struct CpuFeatures {
   enum class PackedPath { avx512, avx2, portable };
   PackedPath packed = PackedPath::portable;
   bool avx2_fma = false;  // the CPU has AVX2 and FMA
-  // The plain attention kernels' f32 products (attention, masked_attention
-  // and their backwards): register tiles (attention_tiles.h) on AVX2 + FMA
+  // The attention kernels' f32 products (attention, masked_attention, their
+  // flash versions and the backwards): register tiles (attention_tiles.h,
+  // flash_tiles.h) on AVX2 + FMA
   // CPUs without AVX-512, where they measured faster than OpenBLAS; BLAS
   // calls elsewhere (on AVX-512 CPUs the tiles are unmeasured against
   // oneDNN's kernels). BRISK_ATTENTION overrides.
