@@ -173,7 +173,7 @@ std::unique_ptr<EncoderProgram> Encoder::build(bool train, int64_t B, int64_t T)
 
 EncoderProgram& Encoder::program(bool train, int64_t B, int64_t T) {
   auto& cache = train ? train_cache_ : logits_cache_;
-  return cache.get(core::ShapeCache<EncoderProgram>::key_of({Shape{B, T}}), [&] {
+  return cache.get({Shape{B, T}}, [&] {
     auto p = build(train, B, T);
     params_.adopt(p->graph);
     p->executor = std::make_unique<core::Executor>(p->graph, backend_, train ? &train_arena_ : nullptr);
@@ -188,9 +188,10 @@ EncoderProgram& Encoder::program(bool train, int64_t B, int64_t T) {
 }
 
 void Encoder::write_positions(EncoderProgram& p) {
-  std::vector<int32_t> pos(static_cast<size_t>(p.seq));
-  for (int64_t t = 0; t < p.seq; ++t) pos[size_t(t)] = int32_t(t);
-  p.executor->write(p.pos, pos.data(), pos.size() * 4);
+  // Grows only with the widest program so far: rewriting positions when
+  // the batch width changes allocates nothing in the steady state.
+  for (int64_t t = int64_t(positions_.size()); t < p.seq; ++t) positions_.push_back(int32_t(t));
+  p.executor->write(p.pos, positions_.data(), size_t(p.seq) * 4);
 }
 
 void Encoder::set_train_profiling(bool on) {

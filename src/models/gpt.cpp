@@ -359,7 +359,7 @@ GptProgram& Gpt::get(Mode mode, int64_t B, int64_t T) {
   LastProgram& last = last_[int(mode)];
   if (last.program && last.batch == B && last.seq == T) return *last.program;
   auto& cache = mode == Mode::train ? train_cache_ : mode == Mode::eval ? eval_cache_ : logits_cache_;
-  GptProgram& found = cache.get(core::ShapeCache<GptProgram>::key_of({Shape{B, T}}), [&] {
+  GptProgram& found = cache.get({Shape{B, T}}, [&] {
     auto p = build(mode, B, T);
     params_.adopt(p->graph);
     p->executor = std::make_unique<core::Executor>(p->graph, backend_);

@@ -167,7 +167,7 @@ std::unique_ptr<SeqAutoencoderProgram> SeqAutoencoder::build(Kind kind, int64_t 
 
 SeqAutoencoderProgram& SeqAutoencoder::program(Kind kind, int64_t B, int64_t T) {
   auto& cache = caches_[int(kind)];
-  return cache.get(core::ShapeCache<SeqAutoencoderProgram>::key_of({Shape{B, T}}), [&] {
+  return cache.get({Shape{B, T}}, [&] {
     auto p = build(kind, B, T);
     params_.adopt(p->graph);
     const bool train = kind == Kind::train;
@@ -183,9 +183,10 @@ SeqAutoencoderProgram& SeqAutoencoder::program(Kind kind, int64_t B, int64_t T) 
 }
 
 void SeqAutoencoder::write_positions(SeqAutoencoderProgram& p) {
-  std::vector<int32_t> pos(static_cast<size_t>(p.seq));
-  for (int64_t t = 0; t < p.seq; ++t) pos[size_t(t)] = int32_t(t);
-  p.executor->write(p.pos, pos.data(), pos.size() * 4);
+  // Grows only with the widest program so far: rewriting positions when
+  // the batch width changes allocates nothing in the steady state.
+  for (int64_t t = int64_t(positions_.size()); t < p.seq; ++t) positions_.push_back(int32_t(t));
+  p.executor->write(p.pos, positions_.data(), size_t(p.seq) * 4);
 }
 
 void SeqAutoencoder::set_train_profiling(bool on) {

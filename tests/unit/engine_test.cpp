@@ -714,7 +714,7 @@ TEST(GraphCache, BuildsOncePerShape) {
   core::ShapeCache<Program> cache;
   int builds = 0;
   auto get = [&](int64_t t) {
-    return cache.get(core::ShapeCache<Program>::key_of({core::Shape{4, t}}), [&] {
+    return cache.get({core::Shape{4, t}}, [&] {
       ++builds;
       return std::make_unique<Program>(Program{int(t)});
     }).built_for;
@@ -726,6 +726,23 @@ TEST(GraphCache, BuildsOncePerShape) {
   EXPECT_EQ(builds, 2);
   EXPECT_EQ(cache.hits(), 2u);
   EXPECT_EQ(cache.misses(), 2u);
+  // Lookups compare shapes with the stored keys in place: prefixes and longer
+  // shapes, and several shapes per key, are told apart.
+  auto get_shapes = [&](std::initializer_list<core::Shape> shapes, int tag) {
+    return cache.get(shapes, [&] {
+      ++builds;
+      return std::make_unique<Program>(Program{tag});
+    }).built_for;
+  };
+  EXPECT_EQ(get_shapes({core::Shape{4}}, 1), 1);
+  EXPECT_EQ(get_shapes({core::Shape{4, 16, 1}}, 2), 2);
+  EXPECT_EQ(get_shapes({core::Shape{4, 16}, core::Shape{2}}, 3), 3);
+  EXPECT_EQ(get_shapes({core::Shape{4}}, 0), 1);
+  EXPECT_EQ(get_shapes({core::Shape{4, 16, 1}}, 0), 2);
+  EXPECT_EQ(get_shapes({core::Shape{4, 16}, core::Shape{2}}, 0), 3);
+  EXPECT_EQ(get(16), 16);
+  EXPECT_EQ(builds, 5);
+  EXPECT_EQ(cache.size(), 5u);
 }
 
 // Backends made and dropped one after another (an inference engine per

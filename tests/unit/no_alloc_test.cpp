@@ -29,6 +29,7 @@
 #include "brisk/cpu/cpu_backend.h"
 #include "brisk/cpu/cpu_features.h"
 #include "brisk/data/shards.h"
+#include "brisk/models/encoder.h"
 #include "brisk/train/trainer.h"
 #include "test_corpus.h"
 #include "test_models.h"
@@ -166,6 +167,33 @@ TEST(NoAllocation, SteadyStateTrainingStepAllocatesNoBuffersWithOneDnn) {
   std::printf("oneDNN path: %ld small allocations over 5 steps, largest %zu bytes\n", s.allocations, s.largest);
   EXPECT_LE(s.largest, size_t(256) << 10) << "a large buffer was allocated in the steady state";
   EXPECT_TRUE(s.loss_finite);
+}
+
+// The encoder's train programs of two batch widths, alternating as length
+// bucketing makes them, in their shared arena: switching widths rewrites
+// the inputs written once (positions, loss scale) without allocating.
+TEST(NoAllocation, EncoderAlternatingBatchWidthsAllocatesNothingWithOpenBlas) {
+  GemmOverride path("openblas");
+  models::EncoderConfig c;
+  c.vocab_size = 97, c.n_layer = 1, c.n_embd = 32, c.n_head = 2, c.max_len = 64;
+  cpu::CpuBackend backend(2);
+  models::Encoder enc(c, backend);
+  enc.init_weights(5);
+  const int64_t B = 3;
+  std::vector<int32_t> ids(size_t(B * 64)), labels = {0, 1, 1};
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((i * 37 + 11) % 97);
+  const int32_t narrow[] = {32, 7, 20}, wide[] = {64, 33, 50};
+  auto step = [&](bool w) { return enc.train_micro_step(ids.data(), w ? wide : narrow, labels.data(), B, w ? 64 : 32); };
+  for (int warm = 0; warm < 2; ++warm) step(false), step(true);
+  g_allocations = 0;
+  g_largest = 0;
+  g_counting = true;
+  double loss = 0;
+  for (int s = 0; s < 6; ++s) loss += step(s % 2 == 1);
+  g_counting = false;
+  EXPECT_EQ(g_allocations.load(), 0) << "alternating widths allocated " << g_allocations.load() << " times (largest " << g_largest.load() << " bytes)";
+  EXPECT_TRUE(std::isfinite(loss));
+  EXPECT_EQ(enc.cached_programs(), 2u);
 }
 
 // ---- a whole training step, through the trainer --------------------------------------

@@ -94,6 +94,7 @@ class Encoder {
   // the train program whose inputs the shared arena holds, if any.
   core::SharedArena train_arena_{backend_.allocator()};
   const EncoderProgram* last_train_ = nullptr;
+  std::vector<int32_t> positions_;  // 0, 1, 2, ...: every program's `pos` input
   core::ShapeCache<EncoderProgram> train_cache_, logits_cache_;
   std::vector<float> host_logits_;
   bool profile_train_ = false;

@@ -131,6 +131,7 @@ class SeqAutoencoder {
   // encoder's do (encoder.h); the other kinds keep their own.
   core::SharedArena train_arena_{backend_.allocator()};
   const SeqAutoencoderProgram* last_train_ = nullptr;
+  std::vector<int32_t> positions_;  // 0, 1, 2, ...: every program's `pos` input
   core::ShapeCache<SeqAutoencoderProgram> caches_[4];
   bool profile_train_ = false;
   std::vector<int32_t> dec_ids_, targets_;
