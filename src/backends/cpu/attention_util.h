@@ -108,6 +108,31 @@ inline void softmax_backward_rows(const float* P, int64_t ldp, float* dS, int64_
   }
 }
 
+// The flash backward's D = rowsum(dY * Y) (FlashAttention-2's stand-in for
+// rowsum(P * dP)) for `rows` rows hd wide: dy rows `lddy` apart, y `ldy`.
+inline void flash_row_dots(const float* dy, int64_t lddy, const float* y, int64_t ldy, int64_t rows, int64_t hd,
+                           float* D) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float *g = dy + r * lddy, *yr = y + r * ldy;
+    float acc = 0.f;
+#pragma omp simd reduction(+ : acc)
+    for (int64_t i = 0; i < hd; ++i) acc += g[i] * yr[i];
+    D[r] = acc;
+  }
+}
+
+// The flash backward's dS = scale * P * (dP - D) for a (rows, w) tile, in
+// place over dP; P and dP rows w apart. Zero wherever P is (masked keys).
+inline void flash_softmax_backward(const float* P, float* dS, int64_t rows, int64_t w, const float* D, float scale) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float* ds = dS + r * w;
+    const float* p = P + r * w;
+    const float Dr = D[r];
+#pragma omp simd
+    for (int64_t j = 0; j < w; ++j) ds[j] = scale * p[j] * (ds[j] - Dr);
+  }
+}
+
 // Zeros rows [0, T) of dK and dV (rows `ldd` apart, hd wide) before the
 // backward accumulates into them (block by block; padded keys get nothing).
 inline void zero_key_grads(float* dk, float* dv, int64_t ldd, int64_t T, int64_t hd) {

@@ -131,13 +131,7 @@ void backward_head(const float* q, const float* k, const float* v, int64_t ld, c
   for (int64_t i0 = 0; i0 < T; i0 += kTileQ) {
     const int64_t bs = std::min(kTileQ, T - i0), i1 = i0 + bs;
     const float* dyb = dy + i0 * ldg;
-    for (int64_t r = 0; r < bs; ++r) {
-      const float *g = dyb + r * ldg, *yr = y + (i0 + r) * ldg;
-      float acc = 0.f;
-#pragma omp simd reduction(+ : acc)
-      for (int64_t i = 0; i < hd; ++i) acc += g[i] * yr[i];
-      D[r] = acc;
-    }
+    flash_row_dots(dyb, ldg, y + i0 * ldg, ldg, bs, hd, D);
     for (int64_t j0 = 0; j0 < i1; j0 += kTileK) {
       const int64_t w = std::min(j0 + kTileK, i1) - j0;
       // P = exp(scale * Q K^T - lse), zero where masked
@@ -157,14 +151,7 @@ void backward_head(const float* q, const float* k, const float* v, int64_t ld, c
       // dP = dY[i0:i1] V[j0:j0+w]^T
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(bs), int(w), int(hd), 1.f, dyb, int(ldg),
                   v + j0 * ld, int(ld), 0.f, dS, int(w));
-      // dS = scale * P * (dP - D); masked entries of P are zero.
-      for (int64_t r = 0; r < bs; ++r) {
-        float* ds = dS + r * w;
-        const float* p = P + r * w;
-        const float Dr = D[r];
-#pragma omp simd
-        for (int64_t j = 0; j < w; ++j) ds[j] = scale * p[j] * (ds[j] - Dr);
-      }
+      flash_softmax_backward(P, dS, bs, w, D, scale);  // masked entries of P are zero
       // dQ[i0:i1] (+)= dS K[j0:j0+w]
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(bs), int(hd), int(w), 1.f, dS, int(w), k + j0 * ld,
                   int(ld), j0 == 0 ? 0.f : 1.f, dq + i0 * ldd, int(ldd));

@@ -67,13 +67,7 @@ void backward_head(const float* q, const float* k, const float* v, int64_t ld, c
     const int64_t bs = std::min(kTileQ, T - i0), kend = block_keys(keys, i0, bs);
     tiles::copy_rows(q + i0 * ld, ld, bs, hd, w.qb);
     tiles::copy_rows(dy + i0 * ldg, ldg, bs, hd, w.dyb);
-    for (int64_t r = 0; r < bs; ++r) {
-      const float *g = w.dyb + r * hd, *yr = y + (i0 + r) * ldg;
-      float acc = 0.f;
-#pragma omp simd reduction(+ : acc)
-      for (int64_t i = 0; i < hd; ++i) acc += g[i] * yr[i];
-      D[r] = acc;
-    }
+    flash_row_dots(w.dyb, hd, y + i0 * ldg, ldg, bs, hd, D);
     for (int64_t j0 = 0; j0 < kend; j0 += kTileK) {
       const int64_t wk = std::min(kTileK, kend - j0);
       float *P = w.s, *dS = w.ds;
@@ -83,14 +77,7 @@ void backward_head(const float* q, const float* k, const float* v, int64_t ld, c
         tiles::exp_shifted_row(P + r * wk, tile_keys(keys, i0 + r, j0, wk), wk, lse[i0 + r]);
       tiles::transposed_times(P, wk, w.dyb, bs, wk, hd, dv + j0 * ldd, ldd, w.transposed);  // dV += P^T dY
       tiles::scores(w.dyb, hd, w.vt + j0 * hd, bs, wk, hd, 1.f, dS, wk);                    // dP = dY V^T
-      // dS = scale * P * (dP - D); zero where P is
-      for (int64_t r = 0; r < bs; ++r) {
-        float* ds = dS + r * wk;
-        const float* p = P + r * wk;
-        const float Dr = D[r];
-#pragma omp simd
-        for (int64_t j = 0; j < wk; ++j) ds[j] = scale * p[j] * (ds[j] - Dr);
-      }
+      flash_softmax_backward(P, dS, bs, wk, D, scale);
       tiles::rows_times(dS, wk, w.krows + j0 * hd, hd, bs, wk, hd, dq + i0 * ldd, ldd, j0 > 0);  // dQ (+)= dS K
       tiles::transposed_times(dS, wk, w.qb, bs, wk, hd, dk + j0 * ldd, ldd, w.transposed);     // dK += dS^T Q
     }

@@ -111,13 +111,7 @@ void backward_head(const float* q, const float* k, const float* v, int64_t ld, c
   for (int64_t i0 = 0; i0 < T; i0 += kTileQ) {
     const int64_t bs = std::min(kTileQ, T - i0);
     const float* dyb = dy + i0 * ldg;
-    for (int64_t r = 0; r < bs; ++r) {
-      const float *g = dyb + r * ldg, *yr = y + (i0 + r) * ldg;
-      float acc = 0.f;
-#pragma omp simd reduction(+ : acc)
-      for (int64_t i = 0; i < hd; ++i) acc += g[i] * yr[i];
-      D[r] = acc;
-    }
+    flash_row_dots(dyb, ldg, y + i0 * ldg, ldg, bs, hd, D);
     for (int64_t j0 = 0; j0 < L; j0 += kTileK) {
       const int64_t w = std::min(kTileK, L - j0);
       // P = exp(scale * Q K^T - lse)
@@ -132,14 +126,7 @@ void backward_head(const float* q, const float* k, const float* v, int64_t ld, c
       sgemm(true, false, w, hd, bs, 1.f, P, w, dyb, ldg, 1.f, dv + j0 * ldd, ldd);
       // dP = dY[i0:i0+bs] V[j0:j0+w]^T
       sgemm(false, true, bs, w, hd, 1.f, dyb, ldg, v + j0 * ld, ld, 0.f, dS, w);
-      // dS = scale * P * (dP - D)
-      for (int64_t r = 0; r < bs; ++r) {
-        float* ds = dS + r * w;
-        const float* p = P + r * w;
-        const float Dr = D[r];
-#pragma omp simd
-        for (int64_t j = 0; j < w; ++j) ds[j] = scale * p[j] * (ds[j] - Dr);
-      }
+      flash_softmax_backward(P, dS, bs, w, D, scale);
       // dQ[i0:i0+bs] (+)= dS K[j0:j0+w]
       sgemm(false, false, bs, hd, w, 1.f, dS, w, k + j0 * ld, ld, j0 == 0 ? 0.f : 1.f, dq + i0 * ldd, ldd);
       // dK[j0:j0+w] += dS^T Q[i0:i0+bs]
