@@ -192,11 +192,20 @@ ValueId block(Graph& g, ValueId x, const std::string& p, int64_t C, int n_head, 
 // claim disjoint nodes): linear + gelu -> linear_gelu, add + layernorm ->
 // add_layernorm, and in train programs linear + cross_entropy ->
 // ops::classifier_train seeded by loss_scale, the (B*T, V) logits gone.
-void fuse(GptProgram& p, const GptConfig& c, bool train) {
+//
+// The fused classifier's chunks: the CPU default (64 MiB of f32 logits, to
+// stay near the caches) on the host; on a GPU 1 GiB, so that G1's 16K rows
+// go in two 8K-row chunks of bf16 logits. Its products are then large enough
+// to fill the chip: in 656-row chunks, the (rows, C) = (rows, V) x (V, C)
+// product of dx has too few output tiles for 132 SMs.
+constexpr int64_t kDeviceClassifierChunkFloats = int64_t(1) << 28;
+
+void fuse(GptProgram& p, const GptConfig& c, bool train, bool on_device) {
   std::vector<core::Pattern> patterns;
   if (c.fuse_bias_gelu) patterns.push_back(ops::bias_gelu_fusion());
   if (c.fuse_residual_layernorm) patterns.push_back(ops::residual_layernorm_fusion());
-  if (train && c.fused_classifier) patterns.push_back(ops::classifier_fusion("loss_scale"));
+  if (train && c.fused_classifier)
+    patterns.push_back(ops::classifier_fusion("loss_scale", on_device ? kDeviceClassifierChunkFloats : 0));
   if (patterns.empty()) return;
   core::RewriteResult r = core::rewrite(p.graph, patterns);
   for (ValueId* v : {&p.ids, &p.pos, &p.targets, &p.logits, &p.loss, &p.loss_scale, &p.chunk_losses})
@@ -275,6 +284,7 @@ std::unique_ptr<GptProgram> Gpt::build(Mode mode, int64_t B, int64_t T) {
     throw ConfigError("sequence length " + std::to_string(T) + " exceeds model.block_size " +
                       std::to_string(config_.block_size));
   const int64_t C = config_.n_embd, V = config_.vocab_size;
+  const bool on_device = !backend_.device().is_host();
   auto p = std::make_unique<GptProgram>();
   p->batch = B;
   p->seq = T;
@@ -330,7 +340,7 @@ std::unique_ptr<GptProgram> Gpt::build(Mode mode, int64_t B, int64_t T) {
     p->chunk_losses = ops::concat(g, losses, 0);
     p->chunk_rows = std::move(rows);
     g.mark_output(p->chunk_losses);
-    fuse(*p, config_, false);
+    fuse(*p, config_, false, on_device);
     return p;
   }
   p->logits = ops::linear(g, ops::reshape(g, lnf.y, {B * T, C}), head.narrow(wte));
@@ -346,12 +356,12 @@ std::unique_ptr<GptProgram> Gpt::build(Mode mode, int64_t B, int64_t T) {
     g.mark_output(p->loss);
     if (mode == Mode::train) {
       p->loss_scale = g.input("loss_scale", Shape{}, DType::f32);
-      fuse(*p, config_, true);
+      fuse(*p, config_, true, on_device);
       core::backward(g, p->loss, {.seed = p->loss_scale});
       if (config_.recompute != "none") apply_recompute(*p, config_.recompute == "full", config_.n_layer);
     }
   }
-  if (mode != Mode::train) fuse(*p, config_, false);
+  if (mode != Mode::train) fuse(*p, config_, false, on_device);
   return p;
 }
 

@@ -64,9 +64,10 @@ std::vector<TensorMeta> infer_classifier(std::span<const TensorMeta> in, const c
 // Scratch: one (rows, V) f32 chunk of logits plus a per-row loss in double
 // (summed serially afterwards, so the loss does not depend on threading).
 // The CPU kernel takes its chunk height from the size it is given.
-size_t classifier_workspace(std::span<const TensorMeta> in, const core::OpParams&) {
+size_t classifier_workspace(std::span<const TensorMeta> in, const core::OpParams& p) {
   const int64_t n = in[0].shape[0], v = in[1].shape[0];
-  return size_t(classifier_chunk_rows(n, v) * v) * sizeof(float) + size_t(n) * sizeof(double);
+  const int64_t chunk = classifier_chunk_rows(n, v, std::get<CrossEntropyParams>(p).chunk_floats);
+  return size_t(chunk * v) * sizeof(float) + size_t(n) * sizeof(double);
 }
 
 void classifier_reference(const KernelCall& c) {
@@ -144,12 +145,12 @@ std::vector<ValueId> classifier_backward(Graph& g, const core::Node& n, std::spa
 
 }  // namespace
 
-int64_t classifier_chunk_rows(int64_t n, int64_t v) {
-  // About 64 MiB of f32 logits per chunk; equal chunks so the last is not a
-  // sliver. At W1 (N 2048, V 50304) that is 7 chunks of 293 rows.
-  constexpr int64_t kChunkFloats = int64_t(1) << 24;
+int64_t classifier_chunk_rows(int64_t n, int64_t v, int64_t chunk_floats) {
+  // By default about 64 MiB of f32 logits per chunk; equal chunks so the
+  // last is not a sliver. At W1 (N 2048, V 50304) that is 7 chunks of 293 rows.
+  const int64_t floats = chunk_floats > 0 ? chunk_floats : int64_t(1) << 24;
   if (n <= 0) return 1;
-  const int64_t max_rows = std::max<int64_t>(16, kChunkFloats / std::max<int64_t>(v, 1));
+  const int64_t max_rows = std::max<int64_t>(16, floats / std::max<int64_t>(v, 1));
   const int64_t chunks = (n + max_rows - 1) / max_rows;
   return (n + chunks - 1) / chunks;
 }
@@ -202,6 +203,18 @@ core::OpDef classifier_train_def() {
     bf16("bf16 into bf16 dw, 9x7 V21", 9, 7, 21, -100, DType::bf16);
     // V past one of the emulated path's 512-row blocks of w, into f32 (the GPT's head).
     bf16("bf16 into f32 dw, 12x24 V1100", 12, 24, 1100, -100, DType::f32);
+    // Several chunks (a workspace of 16 rows' logits): dw summed across them,
+    // equal chunk heights (3 of 14 rows in f32; a GPU's bf16 kernel fits
+    // twice the rows in the same bytes, 2 chunks of 20).
+    for (DType t : {DType::f32, DType::bf16}) {
+      const int64_t n = 40, c = 16, v = 67;
+      TestCase tc{std::string(t == DType::bf16 ? "bf16 " : "") + "chunks of 16 rows, 40x16 V67 into f32 dw",
+                  {spec({n, c}, t), spec({v, c}, t), ids_spec({n}, v), no_grad(spec({}, DType::f32, 0.5, 1.5)),
+                   no_grad(spec({v, c}))},
+                  CrossEntropyParams{.ignore_index = -100, .chunk_floats = 16 * v}};
+      if (t == DType::bf16) tc.forward_tolerance = 2e-2;
+      cases.push_back(std::move(tc));
+    }
     return cases;
   };
   return d;
@@ -215,10 +228,10 @@ std::vector<ValueId> classifier_train(Graph& g, ValueId x, ValueId w, ValueId ta
 
 // ---- the pass: linear(x, w) -> cross_entropy  =>  classifier_train ---------------
 
-core::Pattern classifier_fusion(const std::string& seed_name) {
+core::Pattern classifier_fusion(const std::string& seed_name, int64_t chunk_floats) {
   core::Pattern p;
   p.name = "classifier_fusion";
-  p.match = [seed_name](const Graph& g, int i, const core::GraphUses& uses) -> std::optional<core::Match> {
+  p.match = [seed_name, chunk_floats](const Graph& g, int i, const core::GraphUses& uses) -> std::optional<core::Match> {
     const core::Node& lin = g.nodes()[size_t(i)];
     if (lin.op != OpKind::linear || lin.inputs.size() != 2) return std::nullopt;  // a bias: no fusion
     const ValueId x = lin.inputs[0], w = lin.inputs[1], logits = lin.outputs[0];
@@ -240,7 +253,9 @@ core::Pattern classifier_fusion(const std::string& seed_name) {
       return std::nullopt;
     core::Match m;
     m.nodes = {i, ce};
-    m.emit = [x, w, t = loss.inputs[1], seed, out = loss.outputs[0], params = loss.params](
+    core::OpParams params = loss.params;
+    std::get<CrossEntropyParams>(params).chunk_floats = chunk_floats;
+    m.emit = [x, w, t = loss.inputs[1], seed, out = loss.outputs[0], params](
                  Graph& dst, std::vector<ValueId>& map) {
       std::vector<ValueId> in = {map[size_t(x)], map[size_t(w)], map[size_t(t)], map[size_t(seed)]};
       // A parameter's weight gradient (or, for a bf16 head, the gradient of

@@ -47,6 +47,11 @@ struct EmbeddingBackwardParams {
 
 struct CrossEntropyParams {
   int ignore_index = -100;  // targets equal to this are left out of the mean
+  // classifier_train only: f32 logits its workspace holds per chunk of rows
+  // (0: ops::classifier_chunk_rows's 64 MiB, sized for a CPU's caches). A GPU
+  // wants few tall chunks, since its products fill the chip only at
+  // thousands of rows: models/gpt.cpp asks for more on device backends.
+  int64_t chunk_floats = 0;
 };
 
 // axis = kAllAxes reduces everything to a scalar of shape ().

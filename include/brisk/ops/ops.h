@@ -67,12 +67,14 @@ ValueId cross_entropy(Graph& g, ValueId logits, ValueId targets, int ignore_inde
 // {loss (), dx = seed * dloss/dx (N, C), dw (V, C)}.
 std::vector<ValueId> classifier_train(Graph& g, ValueId x, ValueId w, ValueId targets, ValueId seed,
                                       int ignore_index = -100);
-// Rows per chunk of its kernels (the workspace holds chunk x V f32 logits).
-int64_t classifier_chunk_rows(int64_t n, int64_t v);
+// Rows per chunk of its kernels (the workspace holds chunk x V f32 logits):
+// equal chunks of at most chunk_floats / V rows (0: 64 MiB of f32).
+int64_t classifier_chunk_rows(int64_t n, int64_t v, int64_t chunk_floats = 0);
 // The pass (core::rewrite): linear(x, w) without bias whose logits only feed a
 // cross_entropy becomes classifier_train fed the scalar f32 input `seed_name`,
 // which the caller then passes to backward() as the seed.
-core::Pattern classifier_fusion(const std::string& seed_name = "loss_scale");
+// chunk_floats goes into the op's params (CrossEntropyParams::chunk_floats).
+core::Pattern classifier_fusion(const std::string& seed_name = "loss_scale", int64_t chunk_floats = 0);
 
 // ---- fused MLP / residual ops (linear_gelu.cpp, add_layernorm.cpp) ------------
 // linear(x, w, bias) then tanh-GELU: {y = gelu(h), h} with h = x w^T + bias kept

@@ -13,10 +13,10 @@
 //                                      which may be f32 under bf16 x, W)
 // The row pass reads a row twice (an online max/sum in base 2 with the
 // hardware's ex2, then the gradient) and writes it once; it is memory-bound.
-// Measured on an H100 at GPT-2's shape (N 8192, C 768, V 50304, the declared
-// workspace): bf16 4.24 ms, of which the GEMMs alone take 3.49 (13 chunks of
-// 656 rows); f32 49.3 ms (GEMMs 47.5; fp32 without TF32 is ~40 TFLOP/s);
-// f32 with BRISK_CUDA_TF32=1 14.8 ms.
+// The chunk height comes from the workspace the op declares
+// (CrossEntropyParams::chunk_floats): on a GPU the GPT asks for 1 GiB, two
+// chunks of 8192 bf16 rows at G1's shape, since the dx product of a short
+// chunk has too few output tiles to fill the chip (docs/gpu.md).
 //
 // Nothing is read on the host: the number of kept targets (the mean's
 // divisor) is counted on the device by a first small kernel, and the seed
@@ -222,6 +222,9 @@ void classifier_kernel(const KernelCall& c) {
       throw core::BackendError("cuda: classifier_train: V = " + std::to_string(v) +
                                " is too large for the BLAS workspace; pass the op's declared workspace");
   }
+  // Equal chunks, so the last one is not a sliver of a product.
+  const int64_t chunks = (n + chunk - 1) / chunk;
+  chunk = (n + chunks - 1) / chunks;
   T* logits = reinterpret_cast<T*>(base);
   const int64_t tail_at = (chunk * v * es + 3) / 4 * 4;
   auto* row_loss = reinterpret_cast<float*>(base + tail_at);
