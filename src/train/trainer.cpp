@@ -555,6 +555,14 @@ void Trainer::Impl::step() {
     stop_agreed = detail::stop_signal() != 0;
   }
   ++state.step;
+  // --profile leaves out the first step of a run of several: it pays for
+  // one-time work (a GPU's module loading and cuBLASLt plans, first touches
+  // of the arena) that no later step repeats, and on a GPU it was half of a
+  // 6-step profile's time.
+  if (options.profile && !result.profile_skips_first && state.step < cfg.steps) {
+    train_exec->reset_op_times();
+    result.profile_skips_first = true;
+  }
   state.data_position = loader.position() * uint64_t(batch_local) * uint64_t(world);
   if (scaler) state.loss_scaler = scaler->state();
   const double dt = monitor::now_seconds() - t0;

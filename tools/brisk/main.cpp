@@ -82,7 +82,9 @@ int cmd_train(const std::string& config_path, const std::vector<std::string>& se
   std::printf("metrics        %s/metrics.jsonl\n", cfg.out_dir.c_str());
   if (cfg.tensorboard) std::printf("tensorboard    tensorboard --logdir %s\n", cfg.out_dir.c_str());
   if (!r.trace.empty()) std::printf("trace          %s (open in https://ui.perfetto.dev)\n", r.trace.c_str());
-  if (profile) std::printf("\n== time per op (train step) ==\n%s", r.profile.c_str());
+  if (profile)
+    std::printf("\n== time per op (train steps%s) ==\n%s", r.profile_skips_first ? ", the first left out" : "",
+                r.profile.c_str());
   cli::print_run_advice(cfg.out_dir);  // recommendations and score (report_cmd.h)
   return 0;
 }

@@ -30,6 +30,7 @@ struct TrainResult {
   std::string last_checkpoint;
   bool interrupted = false;
   std::string profile;  // per-op time table when TrainOptions::profile
+  bool profile_skips_first = false;  // the table leaves out this run's first step (one-time work)
   std::string trace;    // the Chrome trace written for TrainOptions::trace_path; "" if none
   std::string precision = "fp32";  // the precision the run computed in (after any fallback)
   std::string precision_warning;   // why a requested precision fell back; empty if none
