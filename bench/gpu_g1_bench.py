@@ -25,14 +25,19 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
 
-def run_brisk(args, run_dir):
+def run_brisk(args, run_dir, extra_sets=()):
     cmd = [args.brisk, "train", "--config", os.path.join(ROOT, "configs", "g1.toml"), "--no-progress",
            "--set", f"train.batch={args.batch}", "--set", f"train.steps={args.warmup + args.steps}",
            "--set", f"data.dir={args.data}", "--set", f"checkpoint.dir={run_dir}",
            "--set", f"checkpoint.every={10 ** 9}"]
-    for kv in args.set:
-        cmd += ["--set", kv]
-    r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    env = dict(os.environ)
+    for kv in list(args.set) + list(extra_sets):
+        if kv.startswith("env."):  # an environment variable for this run, e.g. env.BRISK_CUDA_GEMM_TUNE=1
+            name, _, value = kv[4:].partition("=")
+            env[name] = value
+        else:
+            cmd += ["--set", kv]
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env)
     if r.returncode != 0:
         return {"engine": "brisk", "error": (r.stderr or r.stdout)[-3000:]}
     rows = [json.loads(l) for l in open(os.path.join(run_dir, "metrics.jsonl")) if l.strip()]
@@ -69,6 +74,10 @@ def main():
     ap.add_argument("--no-compile", action="store_true", help="the peer in eager mode")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="another override for brisk train (repeatable), e.g. model.fused_classifier=false")
+    ap.add_argument("--variant", action="append", default=[], metavar="NAME:KEY=VALUE[,KEY=VALUE]",
+                    help="another brisk configuration run in every round beside the default one "
+                         "(reported, never the headline), e.g. unfused:model.fuse_bias_gelu=false; "
+                         "env.NAME=VALUE sets an environment variable instead")
     ap.add_argument("--out", help="JSON report path")
     args = ap.parse_args()
 
@@ -76,13 +85,22 @@ def main():
     V, L, C, T = 50304, 12, 768, 1024
     n_params = V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C
     flops_per_token = 6 * n_params + 12 * L * T * C
+    variants = []
+    for v in args.variant:
+        name, _, sets = v.partition(":")
+        variants.append((name, [kv for kv in sets.split(",") if kv]))
     rounds = []
     for r in range(args.rounds):
         with tempfile.TemporaryDirectory(prefix="brisk_g1_") as run_dir:
             b = run_brisk(args, run_dir)
+        others = {}
+        for name, sets in variants:
+            with tempfile.TemporaryDirectory(prefix="brisk_g1_") as run_dir:
+                others[name] = run_brisk(args, run_dir, sets)
         t = None if args.no_peer else run_torch(args)
-        rounds.append({"brisk": b, "pytorch": t})
+        rounds.append({"brisk": b, "pytorch": t, "variants": others})
         print(f"round {r + 1}/{args.rounds}: brisk {b.get('median_ms', b.get('error'))} ms"
+              + "".join(f", {n} {x.get('median_ms', x.get('error'))} ms" for n, x in others.items())
               + ("" if t is None else f", pytorch {t.get('median_ms', t.get('error'))} ms"), file=sys.stderr, flush=True)
 
     report = {"workload": "G1", "batch": args.batch, "seq": T, "steps": args.steps, "warmup": args.warmup,
@@ -97,6 +115,14 @@ def main():
         report[side] = {"tokens_per_s": med, "tokens_per_s_min": min(tps), "tokens_per_s_max": max(tps),
                         "ms_per_step": tokens_per_step / med * 1e3,
                         "mfu": med * flops_per_token / peak if peak else None}
+    for name, sets in variants:
+        ms = [x["variants"][name]["median_ms"] for x in rounds if "median_ms" in x["variants"][name]]
+        if ms:
+            med = statistics.median(ms)
+            report.setdefault("variants", {})[name] = {
+                "sets": sets, "ms_per_step": med, "ms_min": min(ms), "ms_max": max(ms),
+                "tokens_per_s": tokens_per_step / (med / 1e3),
+                "mfu": tokens_per_step / (med / 1e3) * flops_per_token / peak if peak else None}
     ratios = [x["pytorch"]["median_ms"] / x["brisk"]["median_ms"] for x in rounds
               if x["pytorch"] and "median_ms" in x["pytorch"] and "median_ms" in x["brisk"]]
     if ratios:
@@ -113,6 +139,10 @@ def main():
         else:
             errs = [x[side].get("error", "") for x in rounds if x[side]]
             print(f"  {side:8s} failed: {errs[0][-600:] if errs else 'not run'}")
+    for name, v in report.get("variants", {}).items():
+        mfu = f"{100 * v['mfu']:.1f}%" if v["mfu"] else "-"
+        print(f"  variant {name} ({','.join(v['sets'])}): {v['tokens_per_s']:.0f} tok/s, {v['ms_per_step']:.1f} ms/step "
+              f"({v['ms_min']:.1f}-{v['ms_max']:.1f}), MFU {mfu}")
     if ratios:
         q = report["ratio_brisk_over_pytorch"]
         print(f"  brisk / pytorch tokens/s: {q['median']:.2f}x ({q['min']:.2f}-{q['max']:.2f} over rounds)")

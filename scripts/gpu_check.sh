@@ -5,7 +5,10 @@
 #   2. the PyTorch cross-check of the GPT with brisk on the GPU;
 #   3. G1 (GPT-2 124M, bf16) against PyTorch's strongest configuration,
 #      interleaved rounds (bench/gpu_g1_bench.py);
-#   4. a per-op profile of one G1 step on the GPU (brisk train --profile).
+#   4. a per-op profile of one G1 step on the GPU (brisk train --profile),
+#      and a trace of two steps summarised by kernel and shape;
+#   5. (kernels) PyTorch's time for the same pieces one at a time
+#      (bench/torch_gpu_kernels.py), to set beside that trace.
 # Binaries come from .gpu/bundle.tar.xz when present (scripts/gpu_pack.sh
 # makes it on a machine with brisk's build dependencies), else this builds
 # into build/gpu (needs those dependencies here).
@@ -17,6 +20,9 @@ STAGES=${STAGES:-"ops cross g1 profile"}
 G1_BATCH=${G1_BATCH:-16}
 G1_ROUNDS=${G1_ROUNDS:-3}
 G1_STEPS=${G1_STEPS:-20}
+STAGE_TIMEOUT=${STAGE_TIMEOUT:-240}  # seconds per stage: a hung kernel must not eat the lease
+G1_EXTRA_BATCHES=${G1_EXTRA_BATCHES:-}  # more batch sizes for the g1 stage, one round each, e.g. "32 64"
+G1_VARIANTS=${G1_VARIANTS:-}  # more brisk configurations for every g1 round, "name:k=v,k=v name2:k=v"
 G1_SET=${G1_SET:-}  # more brisk train overrides for the g1 stage, e.g. "model.fused_classifier=false"
 mkdir -p "$OUT"
 PY=${PYTHON:-python3}
@@ -56,26 +62,41 @@ head -20 "$OUT/machine.txt"
 status=0
 sets=()
 for kv in $G1_SET; do sets+=(--set "$kv"); done
+variants=()
+for v in $G1_VARIANTS; do variants+=(--variant "$v"); done
 for stage in $STAGES; do
   case $stage in
     ops)
-      "$BIN/brisk_op_tests" >"$OUT/ops.log" 2>&1 || status=1
+      timeout "$STAGE_TIMEOUT" "$BIN/brisk_op_tests" >"$OUT/ops.log" 2>&1 || status=1
       grep -E "^\[  (PASSED|FAILED) |FAIL|CUDA op cases" "$OUT/ops.log" | head -60
       grep -E " cuda " "$OUT/ops.log" | head -120 >"$OUT/ops_cuda_table.txt"
-      "$BIN/brisk_unit_tests" --gtest_filter='Cuda*:*Graph*:Nccl*' >"$OUT/unit_cuda.log" 2>&1 || status=1
+      timeout "$STAGE_TIMEOUT" "$BIN/brisk_unit_tests" --gtest_filter='Cuda*:*Graph*:Nccl*' >"$OUT/unit_cuda.log" 2>&1 || status=1
       tail -5 "$OUT/unit_cuda.log" ;;
     cross)
-      "$PY" tests/models/gpt_torch_check.py --dump "$BIN/brisk_gpt_dump" --device cuda >"$OUT/crosscheck.log" 2>&1 || status=1
+      timeout "$STAGE_TIMEOUT" "$PY" tests/models/gpt_torch_check.py --dump "$BIN/brisk_gpt_dump" --device cuda >"$OUT/crosscheck.log" 2>&1 || status=1
       tail -8 "$OUT/crosscheck.log" ;;
     g1)
-      "$PY" bench/gpu_g1_bench.py --brisk "$BIN/brisk" --data "$DATA" --batch "$G1_BATCH" --rounds "$G1_ROUNDS" \
-        --steps "$G1_STEPS" "${sets[@]}" --out "$OUT/g1.json" >"$OUT/g1.log" 2>&1 || status=1
-      tail -8 "$OUT/g1.log" ;;
+      timeout "$STAGE_TIMEOUT" "$PY" bench/gpu_g1_bench.py --brisk "$BIN/brisk" --data "$DATA" --batch "$G1_BATCH" --rounds "$G1_ROUNDS" \
+        --steps "$G1_STEPS" "${sets[@]}" "${variants[@]}" --out "$OUT/g1.json" >"$OUT/g1.log" 2>&1 || status=1
+      tail -8 "$OUT/g1.log"
+      for b in $G1_EXTRA_BATCHES; do
+        timeout "$STAGE_TIMEOUT" "$PY" bench/gpu_g1_bench.py --brisk "$BIN/brisk" --data "$DATA" --batch "$b" --rounds 1 \
+          --steps "$G1_STEPS" "${sets[@]}" --out "$OUT/g1_b$b.json" >"$OUT/g1_b$b.log" 2>&1 || status=1
+        tail -4 "$OUT/g1_b$b.log"
+      done ;;
+    kernels)
+      timeout "$STAGE_TIMEOUT" "$PY" bench/torch_gpu_kernels.py --batch "$G1_BATCH" --out "$OUT/torch_kernels.json" \
+        >"$OUT/torch_kernels.log" 2>&1 || status=1
+      cat "$OUT/torch_kernels.log" ;;
     profile)
-      "$BIN/brisk" train --config configs/g1.toml --no-progress --profile --set train.steps=6 \
+      # 8 steps: the per-op table leaves out the first; --trace times steps 4
+      # and 5 whole (the optimizer's update too), summarised below.
+      timeout "$STAGE_TIMEOUT" "$BIN/brisk" train --config configs/g1.toml --no-progress --profile --set train.steps=8 \
+        --trace "$OUT/trace.json" --trace-steps 4,5 \
         --set "train.batch=$G1_BATCH" --set "data.dir=$DATA" --set checkpoint.dir=/tmp/brisk-g1-profile "${sets[@]}" \
         >"$OUT/profile.log" 2>&1 || status=1
-      tail -30 "$OUT/profile.log" ;;
+      tail -30 "$OUT/profile.log"
+      "$PY" scripts/trace_summary.py "$OUT/trace.json" 2>&1 | tee "$OUT/trace_summary.txt" | head -30 ;;
     *) echo "unknown stage $stage" ;;
   esac
 done
