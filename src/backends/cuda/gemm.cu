@@ -24,6 +24,7 @@
 #include "gemm.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -38,6 +39,8 @@ namespace {
 using core::DType;
 
 constexpr size_t kMaxPlans = 4096;
+constexpr int kTuneCandidates = 8;  // heuristic results timed under BRISK_CUDA_GEMM_TUNE=1
+constexpr int kTuneReps = 5;
 
 struct GemmKey {
   DType dtype = DType::f32;
@@ -68,6 +71,10 @@ struct GemmPlan {
   cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
   cublasLtMatmulAlgo_t algo{};
   bool found = false;
+  // The heuristic's other candidates, best first (algo is the first), for
+  // the timing pass of BRISK_CUDA_GEMM_TUNE=1; emptied once it has run.
+  cublasLtMatmulAlgo_t candidates[kTuneCandidates]{};
+  int n_candidates = 0;
   GemmPlan() = default;
   GemmPlan(const GemmPlan&) = delete;
   GemmPlan& operator=(const GemmPlan&) = delete;
@@ -209,12 +216,63 @@ void build_plan(GemmPlan& plan, const GemmKey& k, const GemmArgs& g, const LtSta
   set_pref(pref.d, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, k.align_c, "set MIN_ALIGNMENT_C");
   set_pref(pref.d, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, k.align_c, "set MIN_ALIGNMENT_D");
 
-  cublasLtMatmulHeuristicResult_t result{};
+  cublasLtMatmulHeuristicResult_t results[kTuneCandidates]{};
   int found = 0;
+  const int want = st.tune ? kTuneCandidates : 1;
   const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(st.handle, plan.desc, plan.la, plan.lb, plan.lc, plan.lc,
-                                                           pref.d, 1, &result, &found);
-  plan.found = hs == CUBLAS_STATUS_SUCCESS && found > 0 && result.state == CUBLAS_STATUS_SUCCESS;
-  if (plan.found) plan.algo = result.algo;
+                                                           pref.d, want, results, &found);
+  if (hs != CUBLAS_STATUS_SUCCESS) return;
+  for (int i = 0; i < found; ++i)
+    if (results[i].state == CUBLAS_STATUS_SUCCESS) plan.candidates[plan.n_candidates++] = results[i].algo;
+  plan.found = plan.n_candidates > 0;
+  if (plan.found) plan.algo = plan.candidates[0];
+  if (plan.n_candidates < 2) plan.n_candidates = 0;
+}
+
+// BRISK_CUDA_GEMM_TUNE=1: the first call of a plan outside a graph capture
+// times each of the heuristic's candidates on the real operands (one launch
+// to warm up, then kTuneReps, on the call's stream) and keeps the fastest.
+// The candidates write into a scratch D, so C (which beta = 1 reads and an
+// accumulating product must not see added twice) is untouched; a GELU
+// epilogue's aux receives the same values the real call writes after.
+// The choice depends on timings, so two processes may pick differently and
+// round differently: off by default, where every run picks the heuristic's
+// first algorithm and repeats bit for bit.
+void tune_plan(GemmPlan& plan, const GemmArgs& g, const LtState& st, void* ws, size_t ws_bytes,
+               cudaStream_t stream) {
+  const size_t ces = core::dtype_size(c_type(g));
+  const size_t d_bytes = size_t((g.batch - 1) * (g.batch > 1 ? g.stride_c : 0) + g.M * g.N) * ces;
+  void* scratch = nullptr;
+  if (cudaMalloc(&scratch, d_bytes) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return;  // no room to time: the heuristic's first choice stands
+  }
+  cudaEvent_t start = nullptr, stop = nullptr;
+  check_cuda(cudaEventCreate(&start), "cudaEventCreate(gemm tune)");
+  check_cuda(cudaEventCreate(&stop), "cudaEventCreate(gemm tune)");
+  float best_ms = INFINITY;
+  for (int c = 0; c < plan.n_candidates; ++c) {
+    const cublasLtMatmulAlgo_t* algo = &plan.candidates[c];
+    bool ok = true;
+    for (int r = 0; r <= kTuneReps && ok; ++r) {  // r = 0: the warm-up, before the timed span
+      if (r == 1) check_cuda(cudaEventRecord(start, stream), "cudaEventRecord(gemm tune)");
+      ok = cublasLtMatmul(st.handle, plan.desc, &g.alpha, g.B, plan.la, g.A, plan.lb, &g.beta, g.C, plan.lc, scratch,
+                          plan.lc, algo, ws, ws_bytes, stream) == CUBLAS_STATUS_SUCCESS;
+    }
+    if (!ok) continue;
+    check_cuda(cudaEventRecord(stop, stream), "cudaEventRecord(gemm tune)");
+    check_cuda(cudaEventSynchronize(stop), "cudaEventSynchronize(gemm tune)");
+    float ms = 0.f;
+    check_cuda(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime(gemm tune)");
+    if (ok && ms < best_ms) {
+      best_ms = ms;
+      plan.algo = *algo;
+    }
+  }
+  (void)cudaEventDestroy(start);
+  (void)cudaEventDestroy(stop);
+  check_cuda(cudaFree(scratch), "cudaFree(gemm tune scratch)");
+  plan.n_candidates = 0;
 }
 
 // C = beta * C + bias (broadcast over rows of n_cols); beta == 0 never reads C
@@ -262,6 +320,8 @@ class GemmCache {
 LtState::LtState(cublasLtHandle_t h) : handle(h), cache(std::make_unique<GemmCache>()) {
   const char* v = std::getenv("BRISK_CUDA_TF32");
   tf32 = v && std::strcmp(v, "1") == 0;
+  const char* t = std::getenv("BRISK_CUDA_GEMM_TUNE");
+  tune = t && std::strcmp(t, "1") == 0;
 }
 
 LtState::~LtState() = default;
@@ -303,6 +363,14 @@ bool lt_matmul(const GemmArgs& g, const core::ExecContext& ctx) {
   if (has_aux(g.epilogue))
     set_desc(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, static_cast<const void*>(g.aux),
              "set EPILOGUE_AUX_POINTER");
+  if (plan.n_candidates > 0) {
+    // Timing needs stream work and a wait: never inside a graph capture (the
+    // plan is then tuned at its first call outside one).
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    check_cuda(cudaStreamIsCapturing(static_cast<cudaStream_t>(ctx.stream), &capture), "cudaStreamIsCapturing");
+    if (capture == cudaStreamCaptureStatusNone)
+      tune_plan(plan, g, st, ws ? ctx.blas_workspace : nullptr, size_t(ws), static_cast<cudaStream_t>(ctx.stream));
+  }
   const cublasStatus_t s =
       cublasLtMatmul(st.handle, plan.desc, &g.alpha, g.B, plan.la, g.A, plan.lb, &g.beta, g.C, plan.lc, g.C, plan.lc,
                      &plan.algo, ws ? ctx.blas_workspace : nullptr, size_t(ws), static_cast<cudaStream_t>(ctx.stream));

@@ -12,6 +12,10 @@
 // Precision: CUBLAS_COMPUTE_32F (true fp32 products; bf16/f16 operands on the
 // tensor cores with fp32 accumulation). BRISK_CUDA_TF32=1 in the environment
 // when the backend is created switches f32 products to TF32 tensor cores.
+//
+// Algorithm: the heuristic's first, unless BRISK_CUDA_GEMM_TUNE=1 at the
+// backend's creation: then each plan's first call outside a graph capture
+// times up to 8 of the heuristic's candidates and keeps the fastest (gemm.cu).
 #pragma once
 
 #include <cublasLt.h>
@@ -64,6 +68,7 @@ struct LtState {
 
   cublasLtHandle_t handle = nullptr;  // not owned
   bool tf32 = false;                  // BRISK_CUDA_TF32=1 at creation
+  bool tune = false;                  // BRISK_CUDA_GEMM_TUNE=1 at creation: time the heuristic's candidates
   std::mutex mu;
   std::unique_ptr<GemmCache> cache;
   int64_t plans_created = 0;  // tests: no new plans in the steady state
