@@ -283,7 +283,8 @@ void check_forward(core::OpKind kind) {
       // so every backend that runs must have that kernel. Skipping the case
       // would leave the (op, dtype) untested there and let a lost kernel
       // registration pass unnoticed.
-      if (!backend->device().is_host() && cpu_only_ops().count(kind)) {
+      // A CPU-only op that has gained a kernel for this dtype runs like any other.
+      if (!backend->device().is_host() && cpu_only_ops().count(kind) && !backend->supports(kind, key)) {
         cpu_only_skipped().insert(std::string(def.name));
         continue;
       }

@@ -264,7 +264,7 @@ void tune_plan(GemmPlan& plan, const GemmArgs& g, const LtState& st, void* ws, s
     check_cuda(cudaEventSynchronize(stop), "cudaEventSynchronize(gemm tune)");
     float ms = 0.f;
     check_cuda(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime(gemm tune)");
-    if (ok && ms < best_ms) {
+    if (ms < best_ms) {
       best_ms = ms;
       plan.algo = *algo;
     }
