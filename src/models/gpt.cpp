@@ -192,20 +192,18 @@ ValueId block(Graph& g, ValueId x, const std::string& p, int64_t C, int n_head, 
 // claim disjoint nodes): linear + gelu -> linear_gelu, add + layernorm ->
 // add_layernorm, and in train programs linear + cross_entropy ->
 // ops::classifier_train seeded by loss_scale, the (B*T, V) logits gone.
-//
-// The fused classifier's chunks: the CPU default (64 MiB of f32 logits, to
-// stay near the caches) on the host; on a GPU 1 GiB, so that G1's 16K rows
-// go in two 8K-row chunks of bf16 logits. Its products are then large enough
-// to fill the chip: in 656-row chunks, the (rows, C) = (rows, V) x (V, C)
-// product of dx has too few output tiles for 132 SMs.
-constexpr int64_t kDeviceClassifierChunkFloats = int64_t(1) << 28;
-
+// The fused classifier's chunks (GptConfig::classifier_chunk_floats): by
+// default the CPU's 64 MiB of f32 logits on the host; on a GPU enough that
+// each product fills the chip: in 656-row chunks, the (rows, C) =
+// (rows, V) x (V, C) product of dx has too few output tiles for 132 SMs.
 void fuse(GptProgram& p, const GptConfig& c, bool train, bool on_device) {
   std::vector<core::Pattern> patterns;
   if (c.fuse_bias_gelu) patterns.push_back(ops::bias_gelu_fusion());
   if (c.fuse_residual_layernorm) patterns.push_back(ops::residual_layernorm_fusion());
   if (train && c.fused_classifier)
-    patterns.push_back(ops::classifier_fusion("loss_scale", on_device ? kDeviceClassifierChunkFloats : 0));
+    patterns.push_back(ops::classifier_fusion(
+        "loss_scale", c.classifier_chunk_floats > 0 ? c.classifier_chunk_floats
+                                                    : (on_device ? kDeviceClassifierChunkFloats : 0)));
   if (patterns.empty()) return;
   core::RewriteResult r = core::rewrite(p.graph, patterns);
   for (ValueId* v : {&p.ids, &p.pos, &p.targets, &p.logits, &p.loss, &p.loss_scale, &p.chunk_losses})

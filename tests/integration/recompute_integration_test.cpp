@@ -76,3 +76,34 @@ TEST_F(RecomputeCli, FullTrainsTheSameStepsAsNone) {
   ASSERT_EQ(runs[1].size(), 3u);
   for (size_t i = 0; i < 3; ++i) EXPECT_EQ(runs[1][i].loss, runs[0][i].loss) << "step " << runs[0][i].step;
 }
+
+// A CUDA run is planned as the GPU runs it, on a machine without one: its
+// precision (bf16 on the tensor cores, not this CPU's fp32 fallback), named
+// in the header. On an H200 the G1 plan printed here matched the trainer's
+// start-up plan to the MiB (docs/gpu.md).
+TEST_F(RecomputeCli, PlanOfACudaRunUsesTheGpusPrecision) {
+  const std::string cfg = config("plan_cuda", 2);
+  auto none_arena = [](const std::string& out) {
+    std::istringstream lines(out);
+    for (std::string line; std::getline(lines, line);) {
+      std::istringstream row(line);
+      std::string level;
+      double a = 0;
+      if (row >> level >> a && level == "none") return a;
+    }
+    return -1.0;
+  };
+  const CliResult bf16 = run_cli({"plan", cfg, "--set", "train.device=cuda", "--set", "train.precision=bf16"});
+  ASSERT_EQ(bf16.exit_code, 0) << bf16.err;
+  EXPECT_NE(bf16.out.find("precision bf16 | GPU memory (cuda)"), std::string::npos) << bf16.out;
+  EXPECT_EQ(bf16.err.find("training in fp32"), std::string::npos) << bf16.err;
+  const CliResult fp32 = run_cli({"plan", cfg, "--set", "train.device=cuda", "--set", "train.precision=fp32"});
+  ASSERT_EQ(fp32.exit_code, 0) << fp32.err;
+  EXPECT_NE(fp32.out.find("precision fp32 | GPU memory (cuda)"), std::string::npos) << fp32.out;
+  const double a16 = none_arena(bf16.out), a32 = none_arena(fp32.out);
+  ASSERT_GT(a16, 0) << bf16.out;
+  EXPECT_LT(a16, a32) << "a bf16 graph's activations take less than an fp32 one's\n" << bf16.out << fp32.out;
+  const CliResult host = run_cli({"plan", cfg});
+  ASSERT_EQ(host.exit_code, 0) << host.err;
+  EXPECT_NE(host.out.find("| host memory (cpu)"), std::string::npos) << host.out;
+}

@@ -60,7 +60,12 @@ int run_plan(const std::string& path, const std::vector<std::string>& sets, int 
                             std::to_string(ranks) + " ranks");
   const int64_t global_batch = cfg.batch;
   cfg.batch /= ranks;  // what each rank's step holds
-  const train::PrecisionChoice precision = train::resolve_precision(cfg.precision, cfg.precision_fallback);
+  // A CUDA run is planned as the GPU runs it: its precision (not this CPU's
+  // fallback) and its classifier chunks. The graph is otherwise the same:
+  // the CPU backend has a kernel for every (op, dtype) the GPT uses on the GPU.
+  const bool cuda = cfg.device == "cuda";
+  const train::PrecisionChoice precision =
+      train::resolve_precision(cfg.precision, cfg.precision_fallback, cfg.device);
   if (!precision.warning.empty()) std::fprintf(stderr, "%s\n", precision.warning.c_str());
   cpu::CpuBackend backend(cfg.threads);
 
@@ -70,6 +75,7 @@ int run_plan(const std::string& path, const std::vector<std::string>& sets, int 
     models::GptConfig mc = cfg.model;  // as the trainer builds it
     mc.compute = train::compute_dtype(precision.effective);
     mc.recompute = level;
+    if (cuda && mc.classifier_chunk_floats == 0) mc.classifier_chunk_floats = models::kDeviceClassifierChunkFloats;
     models::Gpt model(mc, backend);
     const core::Graph g = model.train_graph(cfg.batch, cfg.seq);
     if (rows.empty()) {  // AdamW's moments, as the trainer allocates them (same for every level)
@@ -83,9 +89,10 @@ int run_plan(const std::string& path, const std::vector<std::string>& sets, int 
   }
 
   auto mib = [](size_t b) { return double(b) / (1024.0 * 1024.0); };
-  std::printf("brisk plan: %s | %lld params | batch %lld x seq %lld (x accum %lld, same memory) | precision %s\n",
+  std::printf("brisk plan: %s | %lld params | batch %lld x seq %lld (x accum %lld, same memory) | precision %s | %s\n",
               path.empty() ? "(defaults)" : path.c_str(), (long long)cfg.model.num_params(), (long long)cfg.batch,
-              (long long)cfg.seq, (long long)cfg.grad_accum, train::precision_name(precision.effective));
+              (long long)cfg.seq, (long long)cfg.grad_accum, train::precision_name(precision.effective),
+              cuda ? "GPU memory (cuda)" : "host memory (cpu)");
   if (ranks > 1)
     std::printf("per rank of %d: batch %lld of the global %lld | ZeRO-%d (optimizer state %.1f MiB with dist.zero = 0, "
                 "%.1f MiB with dist.zero = 1)\n",

@@ -17,6 +17,12 @@
 
 namespace brisk::models {
 
+// The fused classifier's chunk on a GPU: 1 GiB of f32 logits, i.e. two
+// chunks of 8192 bf16 rows at G1's shape (N 16384, V 50304); with the CPU's
+// 64 MiB (25 chunks of 656 rows) a G1 step on an H200 took 37.4 instead of
+// 34.2 ms (docs/gpu.md).
+inline constexpr int64_t kDeviceClassifierChunkFloats = int64_t(1) << 28;
+
 struct GptConfig {
   int64_t vocab_size = 256;  // embedding rows (GPT-2 BPE is padded from 50257 to 50304)
   int64_t n_layer = 6;
@@ -39,6 +45,12 @@ struct GptConfig {
   // RSS 1347 -> 667 MiB) but ran 2-9% slower here (its row-chunked gemms are
   // a little less efficient than the three whole ones); at W2 no memory gain.
   bool fused_classifier = false;
+  // Its train op's chunk: f32 logits per chunk of rows in the op's workspace
+  // (CrossEntropyParams::chunk_floats). 0: the backend's choice, 64 MiB on a
+  // CPU (near its caches) and kDeviceClassifierChunkFloats on a GPU (whose
+  // products fill the chip only at thousands of rows). `brisk plan` sets the
+  // GPU's figure to plan a CUDA run on a machine without one.
+  int64_t classifier_chunk_floats = 0;
   // Every program (train, eval, logits): each MLP's c_fc Linear and its GELU
   // as one linear_gelu (ops::bias_gelu_fusion: each thread applies GELU to
   // its block of rows right after its gemm), and each residual add with the
