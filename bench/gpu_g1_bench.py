@@ -106,23 +106,23 @@ def main():
     report = {"workload": "G1", "batch": args.batch, "seq": T, "steps": args.steps, "warmup": args.warmup,
               "rounds": rounds, "flops_per_token": flops_per_token}
     peak = max((x["brisk"].get("peak_gflops", 0) for x in rounds), default=0) * 1e9
-    for side in ("brisk", "pytorch"):
-        ok = [x[side] for x in rounds if x[side] and "median_ms" in x[side]]
-        if not ok:
-            continue
-        tps = [tokens_per_step / (x["median_ms"] / 1e3) for x in ok]
+
+    def summary(results):  # per-round results of one engine or variant -> the headline figures
+        tps = [tokens_per_step / (x["median_ms"] / 1e3) for x in results if x and "median_ms" in x]
+        if not tps:
+            return None
         med = statistics.median(tps)
-        report[side] = {"tokens_per_s": med, "tokens_per_s_min": min(tps), "tokens_per_s_max": max(tps),
-                        "ms_per_step": tokens_per_step / med * 1e3,
-                        "mfu": med * flops_per_token / peak if peak else None}
+        return {"tokens_per_s": med, "tokens_per_s_min": min(tps), "tokens_per_s_max": max(tps),
+                "ms_per_step": tokens_per_step / med * 1e3, "mfu": med * flops_per_token / peak if peak else None}
+
+    for side in ("brisk", "pytorch"):
+        s = summary([x[side] for x in rounds])
+        if s:
+            report[side] = s
     for name, sets in variants:
-        ms = [x["variants"][name]["median_ms"] for x in rounds if "median_ms" in x["variants"][name]]
-        if ms:
-            med = statistics.median(ms)
-            report.setdefault("variants", {})[name] = {
-                "sets": sets, "ms_per_step": med, "ms_min": min(ms), "ms_max": max(ms),
-                "tokens_per_s": tokens_per_step / (med / 1e3),
-                "mfu": tokens_per_step / (med / 1e3) * flops_per_token / peak if peak else None}
+        s = summary([x["variants"][name] for x in rounds])
+        if s:
+            report.setdefault("variants", {})[name] = dict(s, sets=sets)
     ratios = [x["pytorch"]["median_ms"] / x["brisk"]["median_ms"] for x in rounds
               if x["pytorch"] and "median_ms" in x["pytorch"] and "median_ms" in x["brisk"]]
     if ratios:
@@ -141,8 +141,8 @@ def main():
             print(f"  {side:8s} failed: {errs[0][-600:] if errs else 'not run'}")
     for name, v in report.get("variants", {}).items():
         mfu = f"{100 * v['mfu']:.1f}%" if v["mfu"] else "-"
-        print(f"  variant {name} ({','.join(v['sets'])}): {v['tokens_per_s']:.0f} tok/s, {v['ms_per_step']:.1f} ms/step "
-              f"({v['ms_min']:.1f}-{v['ms_max']:.1f}), MFU {mfu}")
+        print(f"  variant {name} ({','.join(v['sets'])}): {v['tokens_per_s']:.0f} tok/s "
+              f"({v['tokens_per_s_min']:.0f}-{v['tokens_per_s_max']:.0f}), {v['ms_per_step']:.1f} ms/step, MFU {mfu}")
     if ratios:
         q = report["ratio_brisk_over_pytorch"]
         print(f"  brisk / pytorch tokens/s: {q['median']:.2f}x ({q['min']:.2f}-{q['max']:.2f} over rounds)")

@@ -64,6 +64,14 @@ sets=()
 for kv in $G1_SET; do sets+=(--set "$kv"); done
 variants=()
 for v in $G1_VARIANTS; do variants+=(--variant "$v"); done
+# g1_bench NAME BATCH ROUNDS [--variant ...]: one G1 benchmark into $OUT/NAME.{json,log}.
+g1_bench() {
+  local name=$1 batch=$2 rounds=$3
+  shift 3
+  timeout "$STAGE_TIMEOUT" "$PY" bench/gpu_g1_bench.py --brisk "$BIN/brisk" --data "$DATA" --batch "$batch" \
+    --rounds "$rounds" --steps "$G1_STEPS" "${sets[@]}" "$@" --out "$OUT/$name.json" >"$OUT/$name.log" 2>&1 || status=1
+  tail -8 "$OUT/$name.log"
+}
 for stage in $STAGES; do
   case $stage in
     ops)
@@ -76,14 +84,8 @@ for stage in $STAGES; do
       timeout "$STAGE_TIMEOUT" "$PY" tests/models/gpt_torch_check.py --dump "$BIN/brisk_gpt_dump" --device cuda >"$OUT/crosscheck.log" 2>&1 || status=1
       tail -8 "$OUT/crosscheck.log" ;;
     g1)
-      timeout "$STAGE_TIMEOUT" "$PY" bench/gpu_g1_bench.py --brisk "$BIN/brisk" --data "$DATA" --batch "$G1_BATCH" --rounds "$G1_ROUNDS" \
-        --steps "$G1_STEPS" "${sets[@]}" "${variants[@]}" --out "$OUT/g1.json" >"$OUT/g1.log" 2>&1 || status=1
-      tail -8 "$OUT/g1.log"
-      for b in $G1_EXTRA_BATCHES; do
-        timeout "$STAGE_TIMEOUT" "$PY" bench/gpu_g1_bench.py --brisk "$BIN/brisk" --data "$DATA" --batch "$b" --rounds 1 \
-          --steps "$G1_STEPS" "${sets[@]}" --out "$OUT/g1_b$b.json" >"$OUT/g1_b$b.log" 2>&1 || status=1
-        tail -4 "$OUT/g1_b$b.log"
-      done ;;
+      g1_bench g1 "$G1_BATCH" "$G1_ROUNDS" "${variants[@]}"
+      for b in $G1_EXTRA_BATCHES; do g1_bench "g1_b$b" "$b" 1; done ;;
     kernels)
       timeout "$STAGE_TIMEOUT" "$PY" bench/torch_gpu_kernels.py --batch "$G1_BATCH" --out "$OUT/torch_kernels.json" \
         >"$OUT/torch_kernels.log" 2>&1 || status=1

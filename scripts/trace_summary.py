@@ -43,7 +43,7 @@ def main():
     total = 0.0
     for e in spans:
         if e.get("cat") in ("forward", "backward"):
-            shapes = " ".join(e["args"].get("inputs", []) if isinstance(e["args"].get("inputs"), list) else [])
+            shapes = " ".join(e["args"].get("inputs") or [])
             key = (e["name"], e["cat"], shapes)
             kernels[key][0] += e["dur"] / 1e3
             kernels[key][1] += 1
