@@ -33,9 +33,8 @@ ValueId copy_leaf(Graph& dst, const Value& val) {
 }
 
 RewriteResult rewrite(const Graph& src, const std::vector<Pattern>& patterns) {
-  if (src.backward_start() < src.nodes().size())
-    throw Error("rewrite: the graph already has a backward pass; rewrite the forward graph, then call backward()");
   const auto& nodes = src.nodes();
+  const size_t bs = src.backward_start();
   const GraphUses uses(src);
 
   // --- match: claim nodes; remember which match is emitted where.
@@ -89,6 +88,7 @@ RewriteResult rewrite(const Graph& src, const std::vector<Pattern>& patterns) {
   // --- replay.
   for (size_t i = 0; i < nodes.size(); ++i) {
     const Node& n = nodes[i];
+    if (i == bs) dst.set_backward_start(dst.nodes().size());
     if (claimed[i] < 0) {
       std::vector<ValueId> in;
       for (ValueId v : n.inputs) in.push_back(mapped(v, "node " + std::to_string(i) + " (" + std::string(op_name(n.op)) + ")"));
@@ -115,11 +115,19 @@ RewriteResult rewrite(const Graph& src, const std::vector<Pattern>& patterns) {
       if (name == pname) ++count;
   }
 
-  // Removed values must not be graph outputs (readers are checked on replay).
+  // Removed values must not be graph outputs or gradients (readers are checked on replay).
   for (size_t v = 0; v < src.num_values(); ++v)
     if (src.value(ValueId(v)).is_output && r.map[v] == kNoValue)
       throw Error("rewrite: output value " + std::to_string(v) + " (" + src.meta(ValueId(v)).str() +
                   ") was removed by a pattern without a replacement");
+  for (size_t v = 0; v < src.num_values(); ++v) {
+    const ValueId gv = src.grad_of(ValueId(v));
+    if (gv == kNoValue || r.map[v] == kNoValue) continue;
+    if (r.map[size_t(gv)] == kNoValue)
+      throw Error("rewrite: gradient value " + std::to_string(gv) + " (" + src.meta(gv).str() +
+                  ") was removed by a pattern without a replacement");
+    dst.set_grad_of(r.map[v], r.map[size_t(gv)]);
+  }
   return r;
 }
 

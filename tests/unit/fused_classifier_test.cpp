@@ -333,11 +333,27 @@ TEST(RewritePass, NoPatternsReplaysTheGraph) {
   }
 }
 
-TEST(RewritePass, RefusesAGraphWithABackwardPass) {
+// Backward fusions rewrite the finished graph: the replay keeps where the
+// backward starts and which value is each parameter's gradient.
+TEST(RewritePass, ReplaysABackwardPass) {
   Head h;
-  build_head(h, false, true, false);
+  build_head(h, true, true, false);
   core::backward(h.g, h.loss);
-  EXPECT_THROW(core::rewrite(h.g, {ops::classifier_fusion("loss_scale")}), core::Error);
+  const core::RewriteResult r = core::rewrite(h.g, {});
+  ASSERT_EQ(r.graph.nodes().size(), h.g.nodes().size());
+  EXPECT_EQ(r.graph.backward_start(), h.g.backward_start());
+  ASSERT_LT(h.g.backward_start(), h.g.nodes().size());
+  for (size_t i = 0; i < h.g.nodes().size(); ++i) {
+    EXPECT_EQ(r.graph.nodes()[i].op, h.g.nodes()[i].op);
+    EXPECT_EQ(r.graph.nodes()[i].is_backward, h.g.nodes()[i].is_backward) << "node " << i;
+  }
+  int grads = 0;
+  for (ValueId p : h.g.params()) {
+    ASSERT_NE(h.g.grad_of(p), core::kNoValue);
+    EXPECT_EQ(r.graph.grad_of(r.map[size_t(p)]), r.map[size_t(h.g.grad_of(p))]);
+    ++grads;
+  }
+  EXPECT_GT(grads, 0);
 }
 
 TEST(RewritePass, PatternThatDropsAUsedValueIsAnError) {

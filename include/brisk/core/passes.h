@@ -1,10 +1,12 @@
 // Graph rewriting: the mechanism fusion passes are built on. rewrite() replays
-// a forward graph node by node into a new graph (inputs, params and
-// externals first, then the nodes in order; names, params, roles and output
-// marks preserved) and lets patterns replace a matched set of nodes with
-// other nodes. A Graph is append-only, so a rewrite builds a new one instead
-// of editing in place; it runs once per program, before backward() and
-// planning, so the copy costs nothing that matters.
+// a graph node by node into a new graph (inputs, params and externals first,
+// then the nodes in order; names, params, roles, output marks, the start of
+// the backward pass and each gradient's value preserved) and lets patterns
+// replace a matched set of nodes with other nodes. A Graph is append-only, so
+// a rewrite builds a new one instead of editing in place; it runs once per
+// program, before planning, so the copy costs nothing that matters. Forward
+// fusions run before backward() (the backward rules then differentiate the
+// fused ops); fusions of backward nodes run on the finished graph.
 //
 // Core knows ops only through the op table, so patterns live in the ops
 // layer (ops::classifier_fusion, for one) and core provides the matching
@@ -68,8 +70,8 @@ struct RewriteResult {
 // replay a graph carry its leaves over.
 ValueId copy_leaf(Graph& dst, const Value& val);
 
-// Throws Error if `forward` already has a backward pass, or if a pattern
-// removes a value that a remaining node (or the graph's outputs) still reads.
-RewriteResult rewrite(const Graph& forward, const std::vector<Pattern>& patterns);
+// Throws Error if a pattern removes a value that a remaining node (or the
+// graph's outputs, or a gradient mapping) still reads.
+RewriteResult rewrite(const Graph& src, const std::vector<Pattern>& patterns);
 
 }  // namespace brisk::core
