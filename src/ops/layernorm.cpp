@@ -6,8 +6,10 @@
 // ignored. The backward is one fused op rather than a composition of
 // elementwise ops because it is a per-row reduction twice over; expressing it
 // in small ops would cost several extra passes over the activations.
+#include <algorithm>
 #include <cmath>
 
+#include "brisk/core/passes.h"
 #include "op_util.h"
 
 namespace brisk::ops {
@@ -63,8 +65,10 @@ void layernorm_reference(const KernelCall& c) {
 std::vector<ValueId> layernorm_backward_rule(Graph& g, const core::Node& n, std::span<const ValueId> dy) {
   if (dy[0] == core::kNoValue) return {core::kNoValue, core::kNoValue, core::kNoValue};
   register_ops();
-  return g.add_node(OpKind::layernorm_backward,
-                    {dy[0], n.inputs[0], n.inputs[1], n.outputs[1], n.outputs[2]}, n.params);
+  // The forward's narrow_to says y's dtype; the backward's would ask for a narrowed dx.
+  const LayerNormParams params{std::get<LayerNormParams>(n.params).eps, DType::f32};
+  return g.add_node(OpKind::layernorm_backward, {dy[0], n.inputs[0], n.inputs[1], n.outputs[1], n.outputs[2]},
+                    params);
 }
 
 std::vector<TestCase> layernorm_cases() {
@@ -104,10 +108,17 @@ std::vector<TestCase> layernorm_cases() {
 }
 
 // ---- layernorm_backward ------------------------------------------------------------
-// inputs dy, x, weight, mean, rstd -> dx, dweight, dbias
-std::vector<TensorMeta> infer_layernorm_backward(std::span<const TensorMeta> in, const core::OpParams&) {
+// inputs dy, x, weight, mean, rstd [, dres] -> dx, dweight, dbias [, dx narrowed]
+// dres (optional, x's shape and dtype): a gradient dx is added to, the
+// residual stream's in a pre-LN transformer (residual_layernorm_backward_fusion
+// below gives it): dx = dres + the LayerNorm's own dx, one pass instead of a
+// separate add reading both back. narrow_to bf16/f16 (under an f32 x): dx
+// also written in that dtype, rounded from its f32 value as a cast after it
+// would round it.
+std::vector<TensorMeta> infer_layernorm_backward(std::span<const TensorMeta> in, const core::OpParams& params) {
   constexpr std::string_view op = "layernorm_backward";
-  check_count(op, in, 5);
+  check_shape(in.size() == 5 || in.size() == 6, op,
+              "expects 5 inputs (dy, x, weight, mean, rstd) or 6 (and the gradient dx is added to)", in);
   check_float(op, in, {0, 1, 2});
   const Shape& x = in[1].shape;
   check_shape(x.rank() >= 1 && in[0].shape == x, op, "dy must have x's shape", in);
@@ -121,7 +132,14 @@ std::vector<TensorMeta> infer_layernorm_backward(std::span<const TensorMeta> in,
                (in[1].dtype == DType::f32 && (in[0].dtype == DType::bf16 || in[0].dtype == DType::f16))) &&
                   in[2].dtype == in[1].dtype,
               op, "dy must have x's dtype (or bf16/f16 under an f32 x), and weight x's", in);
-  return {in[1], in[2], in[2]};
+  if (in.size() == 6) check_shape(in[5] == in[1], op, "the gradient dx is added to must have x's shape and dtype", in);
+  const DType narrow_to = std::get<LayerNormParams>(params).narrow_to;
+  if (narrow_to == DType::f32) return {in[1], in[2], in[2]};
+  check_shape(in[1].dtype == DType::f32 && (narrow_to == DType::bf16 || narrow_to == DType::f16), op,
+              std::string("dx can be narrowed only from f32 to bf16 or f16 (narrow_to ") +
+                  std::string(core::dtype_name(narrow_to)) + ")",
+              in);
+  return {in[1], in[2], in[2], TensorMeta{in[1].shape, narrow_to}};
 }
 
 void layernorm_backward_reference(const KernelCall& c) {
@@ -141,8 +159,12 @@ void layernorm_backward_reference(const KernelCall& c) {
     s1 /= double(C);
     s2 /= double(C);
     for (int64_t i = 0; i < C; ++i) {
-      const double g = ld(dy, r * C + i), xh = (ld(x, r * C + i) - mean) * rstd;
-      st(c.out(0), r * C + i, rstd * (g * ld(w, i) - s1 - xh * s2));
+      const int64_t k = r * C + i;
+      const double g = ld(dy, k), xh = (ld(x, k) - mean) * rstd;
+      st(c.out(0), k, rstd * (g * ld(w, i) - s1 - xh * s2));
+      // dres + dx as stored: the unfused graph's add reads the LayerNorm's dx rounded to its dtype.
+      if (c.inputs.size() == 6) st(c.out(0), k, ld(c.in(5), k) + ld(c.out(0), k));
+      if (c.outputs.size() == 4) st(c.out(3), k, ld(c.out(0), k));  // narrowed from dx as stored
     }
   }
   for (int64_t i = 0; i < C; ++i) {
@@ -175,6 +197,26 @@ std::vector<TestCase> layernorm_backward_cases() {
                         spec({rows}, DType::f32, -0.5, 0.5), spec({rows}, DType::f32, 0.5, 2.0)},
                        LayerNormParams{}});
     }
+  // With the gradient dx is added to (dres), and with dx narrowed (under an
+  // f32 x): 8x768 takes the GPUs' warp kernel, 5x37 and 3x100 the block kernel.
+  auto with_dres = [&](const std::string& label, Shape x, DType t, DType dy_t, DType narrow_to, bool dres) {
+    const int64_t C = x.last(), rows = x.rows();
+    std::vector<core::InputSpec> in = {spec(x, dy_t), spec(x, t, -2, 2), spec({C}, t, 0.5, 1.5),
+                                       spec({rows}, DType::f32, -0.5, 0.5), spec({rows}, DType::f32, 0.5, 2.0)};
+    if (dres) in.push_back(spec(x, t, -3, 3));
+    cases.push_back({label, std::move(in), LayerNormParams{1e-5f, narrow_to}});
+  };
+  with_dres("7x13 + dres", {7, 13}, DType::f32, DType::f32, DType::f32, true);
+  with_dres("2x5x33 + dres", {2, 5, 33}, DType::f32, DType::f32, DType::f32, true);
+  with_dres("64x256 + dres", {64, 256}, DType::f32, DType::f32, DType::f32, true);
+  with_dres("3x4x40 bf16 + dres", {3, 4, 40}, DType::bf16, DType::bf16, DType::f32, true);
+  for (DType t : {DType::bf16, DType::f16}) {
+    const std::string n(core::dtype_name(t));
+    with_dres("8x768 dy " + n + " + dres, dx " + n, {8, 768}, DType::f32, t, t, true);
+    with_dres("5x37 dy " + n + " + dres, dx " + n, {5, 37}, DType::f32, t, t, true);
+    with_dres("3x100 dy " + n + ", dx " + n, {3, 100}, DType::f32, t, t, false);
+  }
+  with_dres("6x64 + dres, dx bf16", {6, 64}, DType::f32, DType::f32, DType::bf16, true);
   return cases;
 }
 
@@ -207,6 +249,91 @@ LayerNormOut layernorm(Graph& g, ValueId x, ValueId weight, ValueId bias, float 
   register_ops();
   const auto out = g.add_node(OpKind::layernorm, {x, weight, bias}, LayerNormParams{eps, narrow_to});
   return {out[0], out[1], out[2]};
+}
+
+// ---- the backward pass: layernorm_backward -> add [-> cast]  =>  layernorm_backward
+
+core::Pattern residual_layernorm_backward_fusion() {
+  core::Pattern p;
+  p.name = "residual_layernorm_backward_fusion";
+  p.match = [](const Graph& g, int i, const core::GraphUses& uses) -> std::optional<core::Match> {
+    const core::Node& lnb = g.nodes()[size_t(i)];
+    if (lnb.op != OpKind::layernorm_backward || lnb.inputs.size() != 5 || lnb.outputs.size() != 3)
+      return std::nullopt;
+    const ValueId dxl = lnb.outputs[0];
+    const int j = uses.sole_reader(dxl);  // the add summing dx into the residual gradient
+    if (j < 0) return std::nullopt;
+    const core::Node& sum = g.nodes()[size_t(j)];
+    if (sum.op != OpKind::add || sum.inputs[0] == sum.inputs[1]) return std::nullopt;
+    const ValueId dres = sum.inputs[0] == dxl ? sum.inputs[1] : sum.inputs[0];
+    if (!(g.meta(dres) == g.meta(dxl))) return std::nullopt;  // no broadcast, no mixed dtypes
+    const ValueId s = sum.outputs[0];
+    // A cast narrowing the sum (the gradient of a bf16/f16 residual branch)
+    // becomes the fused op's narrowed output. The op is then emitted where
+    // the cast stood, so the sum's other readers must all come after it.
+    int k = -1;
+    DType narrow_to = DType::f32;
+    if (g.meta(s).dtype == DType::f32) {
+      for (int r : uses.readers(s)) {
+        const core::Node& n = g.nodes()[size_t(r)];
+        const DType to = n.op == OpKind::cast ? g.meta(n.outputs[0]).dtype : DType::f32;
+        if (to == DType::bf16 || to == DType::f16) {
+          k = r;
+          narrow_to = to;
+          break;
+        }
+      }
+      if (k >= 0)
+        for (int r : uses.readers(s))
+          if (r < k) {
+            k = -1;
+            narrow_to = DType::f32;
+            break;
+          }
+    }
+    // Autograd accumulates the LayerNorm's weight and bias gradients right
+    // after the add, before the cast: such readers of dweight/dbias move
+    // with the fused op, re-emitted after it in their order, when nothing
+    // reads what they write before the cast.
+    std::vector<int> moved;
+    for (int r = i + 1; r < k; ++r) {
+      const core::Node& n = g.nodes()[size_t(r)];
+      if (std::find_first_of(n.inputs.begin(), n.inputs.end(), lnb.outputs.begin() + 1, lnb.outputs.end()) ==
+          n.inputs.end())
+        continue;
+      for (ValueId o : n.outputs)
+        for (int later : uses.readers(o))
+          if (later <= k) return std::nullopt;
+      moved.push_back(r);
+    }
+    core::Match m;
+    m.nodes = {i, j};
+    if (k >= 0) m.nodes.push_back(k);
+    m.nodes.insert(m.nodes.end(), moved.begin(), moved.end());
+    std::vector<core::Node> moved_nodes;
+    for (int r : moved) moved_nodes.push_back(g.nodes()[size_t(r)]);
+    const float eps = std::get<LayerNormParams>(lnb.params).eps;
+    m.emit = [in = lnb.inputs, dres, outs = lnb.outputs, s, narrowed = k >= 0 ? g.nodes()[size_t(k)].outputs[0]
+                                                                             : core::kNoValue,
+              params = LayerNormParams{eps, narrow_to}, moved_nodes](Graph& dst, std::vector<ValueId>& map) {
+      std::vector<ValueId> args;
+      for (ValueId v : in) args.push_back(map[size_t(v)]);
+      args.push_back(map[size_t(dres)]);
+      const std::vector<ValueId> out = dst.add_node(OpKind::layernorm_backward, std::move(args), params);
+      map[size_t(s)] = out[0];
+      map[size_t(outs[1])] = out[1];
+      map[size_t(outs[2])] = out[2];
+      if (narrowed != core::kNoValue) map[size_t(narrowed)] = out[3];
+      for (const core::Node& n : moved_nodes) {
+        std::vector<ValueId> n_in;
+        for (ValueId v : n.inputs) n_in.push_back(map[size_t(v)]);
+        const std::vector<ValueId> n_out = dst.add_node(n.op, std::move(n_in), n.params);
+        for (size_t o = 0; o < n_out.size(); ++o) map[size_t(n.outputs[o])] = n_out[o];
+      }
+    };
+    return m;
+  };
+  return p;
 }
 
 }  // namespace brisk::ops

@@ -27,10 +27,12 @@ struct MatmulParams {
 
 struct LayerNormParams {
   float eps = 1e-5f;
-  // layernorm only: f32 (the default) writes y in x's dtype; bf16 or f16
-  // writes an f32 x's normalised rows straight in that dtype (mixed
-  // precision's LayerNorm feeding a low-precision Linear: no f32 y and no
-  // cast after it). Statistics stay f32 either way.
+  // layernorm: f32 (the default) writes y in x's dtype; bf16 or f16 writes
+  // an f32 x's normalised rows straight in that dtype (mixed precision's
+  // LayerNorm feeding a low-precision Linear: no f32 y and no cast after
+  // it). Statistics stay f32 either way. layernorm_backward: bf16 or f16
+  // adds a fourth output, an f32 dx's copy in that dtype (the gradient of a
+  // low-precision residual branch: no cast after it); its rule leaves f32.
   DType narrow_to = DType::f32;
 };
 

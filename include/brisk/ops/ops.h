@@ -88,6 +88,12 @@ AddLayerNormOut add_layernorm(Graph& g, ValueId a, ValueId r, ValueId weight, Va
 // The pass: add whose output feeds a layernorm becomes add_layernorm; the
 // add's other readers (the next residual add) read its s output.
 core::Pattern residual_layernorm_fusion();
+// The backward pass (run on a graph that has one, after core::backward):
+// layernorm_backward whose dx is added to another gradient (the residual
+// stream's, in a pre-LN transformer) becomes one layernorm_backward given
+// that gradient as its sixth input; a cast narrowing the sum (the gradient
+// of a bf16/f16 residual branch) becomes its narrowed fourth output.
+core::Pattern residual_layernorm_backward_fusion();
 
 // ---- reductions ---------------------------------------------------------------
 ValueId sum(Graph& g, ValueId x, int axis = ReduceParams::kAllAxes, bool keepdim = false);

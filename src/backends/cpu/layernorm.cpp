@@ -52,7 +52,10 @@ void layernorm_kernel(const KernelCall& c) {
 
 // dx = rstd * (g*w - mean(g*w) - xhat * mean(g*w*xhat)), xhat = (x - mean) * rstd.
 // G: dy's storage, T's or (the gradient of a narrowed y) a narrower one.
-template <class T, class G = T>
+// With a sixth input dres, dx = dres + that (the residual stream's gradient
+// summed in while the row is in L1); with a fourth output, dx is also written
+// as N (bf16 or f16 under an f32 x: the gradient of a low-precision branch).
+template <class T, class G = T, class N = T>
 void layernorm_backward_kernel(const KernelCall& c) {
   const G* dy = c.in(0).as<const G>();
   const T* x = c.in(1).as<const T>();
@@ -62,6 +65,8 @@ void layernorm_backward_kernel(const KernelCall& c) {
   T* dx = c.out(0).as<T>();
   T* dw = c.out(1).as<T>();
   T* db = c.out(2).as<T>();
+  const T* dres = c.inputs.size() == 6 ? c.in(5).as<const T>() : nullptr;
+  N* dxn = c.outputs.size() == 4 ? c.out(3).as<N>() : nullptr;
   const int64_t C = c.in(1).shape().last(), rows = c.in(1).shape().rows();
   const float inv_c = C ? 1.f / float(C) : 0.f;
 
@@ -84,6 +89,16 @@ void layernorm_backward_kernel(const KernelCall& c) {
       for (int64_t i = 0; i < C; ++i) {
         const float xh = (widen(xr[i]) - mu) * rs;
         dxr[i] = narrow<T>(rs * (widen(gr[i]) * widen(w[i]) - s1 - xh * s2));
+      }
+      // As the unfused add and cast compute them: from dx rounded to T.
+      if (dres) {
+        const T* rr = dres + r * C;
+#pragma omp simd
+        for (int64_t i = 0; i < C; ++i) dxr[i] = narrow<T>(widen(rr[i]) + widen(dxr[i]));
+      }
+      if (dxn) {
+        N* nr = dxn + r * C;
+        for (int64_t i = 0; i < C; ++i) nr[i] = narrow<N>(widen(dxr[i]));
       }
     }
   });
@@ -123,7 +138,10 @@ void layernorm_f32(const KernelCall& c) {
 }
 
 void layernorm_backward_f32(const KernelCall& c) {
-  with_storage_of(c.in(0).dtype(), [&](auto dy) { layernorm_backward_kernel<float, decltype(dy)>(c); });
+  const core::DType narrowed = c.outputs.size() == 4 ? c.out(3).dtype() : core::DType::f32;
+  with_storage_of(c.in(0).dtype(), [&](auto dy) {
+    with_storage_of(narrowed, [&](auto n) { layernorm_backward_kernel<float, decltype(dy), decltype(n)>(c); });
+  });
 }
 
 }  // namespace

@@ -12,6 +12,14 @@
 // of the pack, misaligned buffers, very wide rows) take a block-per-row
 // kernel that re-reads the row from cache.
 //
+// layernorm_backward may also add a gradient to dx (a sixth input, dres: the
+// residual stream's, summed in while the row is in registers) and write dx a
+// second time narrowed to bf16/f16 (a fourth output: the gradient of a
+// low-precision residual branch). Both follow the unfused graph's rounding:
+// dx rounded to its dtype, then __fadd_rn (never contracted into an FMA)
+// adds dres, then the sum is narrowed. The narrowed dtype is known only at
+// run time; its branch is the same for the whole grid.
+//
 // layernorm_backward overwrites dweight and dbias with sums over all rows.
 // Float atomics would make them depend on scheduling, so each block folds
 // the rows of its warps in a fixed order (every lane always owns the same
@@ -260,13 +268,42 @@ void add_layernorm_kernel(const KernelCall& c) {
 // dx = rstd * (g*w - mean(g*w) - xhat * mean(g*w*xhat)), xhat = (x - mean) * rstd;
 // dweight = sum over rows of g * xhat, dbias = sum over rows of g.
 
+// Where dx's narrowed copy goes (none when kind is 0).
+struct NarrowedDx {
+  void* data = nullptr;
+  int kind = 0;  // 0 none, 1 bf16, 2 f16
+};
+
+// Element i of a row's dx: dres added (when given) as a separate rounded add.
+template <class T>
+__device__ __forceinline__ T add_residual(T dx, const T* __restrict__ dres, int64_t i) {
+  return dres ? narrow<T>(__fadd_rn(widen(dres[i]), widen(dx))) : dx;
+}
+
+// N values of dx (as stored) at element i, written narrowed.
+template <class T, int N>
+__device__ __forceinline__ void store_narrowed(const NarrowedDx& nd, int64_t i, const T (&v)[N]) {
+  if (nd.kind == 1) {
+    Lanes<bf16_t, N> o;
+#pragma unroll
+    for (int e = 0; e < N; ++e) o.e[e] = narrow<bf16_t>(widen(v[e]));
+    *reinterpret_cast<Lanes<bf16_t, N>*>(static_cast<bf16_t*>(nd.data) + i) = o;
+  } else if (nd.kind == 2) {
+    Lanes<f16_t, N> o;
+#pragma unroll
+    for (int e = 0; e < N; ++e) o.e[e] = narrow<f16_t>(widen(v[e]));
+    *reinterpret_cast<Lanes<f16_t, N>*>(static_cast<f16_t*>(nd.data) + i) = o;
+  }
+}
+
 // One warp per row (rows strided over the grid), dy and x held as packs.
 // Each block writes its dweight/dbias partial to part[block] = (dw[C], db[C]).
 template <class T, class G, int NV>
 __global__ void __launch_bounds__(kThreads)
     layernorm_backward_warp_kernel(const G* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ w,
                                    const float* __restrict__ mean, const float* __restrict__ rstd,
-                                   T* __restrict__ dx, float* __restrict__ part, int64_t rows, int C) {
+                                   const T* __restrict__ dres, T* __restrict__ dx, NarrowedDx nd,
+                                   float* __restrict__ part, int64_t rows, int C) {
   extern __shared__ float sacc[];  // 2 * C floats
   constexpr int P = Pack<T>::n;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -320,7 +357,13 @@ __global__ void __launch_bounds__(kThreads)
           const float xh = (widen(xv[k].e[e]) - mu) * rs;
           out.e[e] = narrow<T>(rs * (widen(g[k].e[e]) * widen(pw.e[e]) - s1 - xh * s2));
         }
+        if (dres) {
+          const Pack<T> pr = reinterpret_cast<const Pack<T>*>(dres + row * C)[j];
+#pragma unroll
+          for (int e = 0; e < P; ++e) out.e[e] = narrow<T>(__fadd_rn(widen(pr.e[e]), widen(out.e[e])));
+        }
         dr[j] = out;
+        store_narrowed(nd, row * C + int64_t(j) * P, out.e);
       }
     }
   }
@@ -353,7 +396,7 @@ template <class T, class G>
 __global__ void __launch_bounds__(kBlockThreads)
     layernorm_backward_block_kernel(const G* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ w,
                                     const float* __restrict__ mean, const float* __restrict__ rstd,
-                                    T* __restrict__ dx, int64_t C) {
+                                    const T* __restrict__ dres, T* __restrict__ dx, NarrowedDx nd, int64_t C) {
   __shared__ float scratch[32];
   const int64_t row = blockIdx.x;
   const float inv_c = 1.f / float(C);
@@ -371,7 +414,9 @@ __global__ void __launch_bounds__(kBlockThreads)
   T* dr = dx + row * C;
   for (int64_t i = threadIdx.x; i < C; i += blockDim.x) {
     const float xh = (widen(xr[i]) - mu) * rs;
-    dr[i] = narrow<T>(rs * (widen(gr[i]) * widen(w[i]) - s1 - xh * s2));
+    const T v[1] = {add_residual(narrow<T>(rs * (widen(gr[i]) * widen(w[i]) - s1 - xh * s2)), dres, row * C + i)};
+    dr[i] = v[0];
+    store_narrowed(nd, row * C + i, v);
   }
 }
 
@@ -441,10 +486,18 @@ void layernorm_backward_kernel(const KernelCall& c) {
   T* dx = c.out(0).as<T>();
   T* dw = c.out(1).as<T>();
   T* db = c.out(2).as<T>();
+  const T* dres = c.inputs.size() == 6 ? c.in(5).as<const T>() : nullptr;
+  NarrowedDx nd;
+  if (c.outputs.size() == 4) {
+    nd.data = c.out(3).data;
+    nd.kind = c.out(3).dtype() == DType::bf16 ? 1 : c.out(3).dtype() == DType::f16 ? 2 : 0;
+    if (nd.kind == 0) throw core::DTypeError(std::string(what) + ": dx can be narrowed only to bf16 or f16");
+  }
   const int64_t C = c.in(1).shape().last(), rows = c.in(1).shape().rows();
   if (c.in(0).numel() != c.in(1).numel() || c.in(2).numel() != C || c.in(3).numel() != rows ||
-      c.in(4).numel() != rows)
-    throw core::ShapeError("layernorm_backward: expects dy and x of one shape, weight (C), mean and rstd (rows)");
+      c.in(4).numel() != rows || (dres && c.in(5).numel() != c.in(1).numel()))
+    throw core::ShapeError(
+        "layernorm_backward: expects dy, x (and dres) of one shape, weight (C), mean and rstd (rows)");
   if (C <= 0) return;
   if (rows > INT_MAX) throw core::ShapeError("layernorm_backward: too many rows for one launch");
   const core::ExecContext& ctx = context_of(c);
@@ -457,7 +510,8 @@ void layernorm_backward_kernel(const KernelCall& c) {
     if (!part || part_rows_fit < 1)
       throw core::BackendError(std::string(what) + ": C = " + std::to_string(C) +
                                " is too wide for the backend's scratch");
-    const bool aligned = aligned16(dy) && aligned16(x) && aligned16(w) && aligned16(dx);
+    const bool aligned = aligned16(dy) && aligned16(x) && aligned16(w) && aligned16(dx) &&
+                         (!dres || aligned16(dres)) && (!nd.data || aligned16(nd.data));
     const int nv = aligned ? packs_per_lane<T>(C, true) : 0;
     if (nv) {
       nparts = int(std::min<int64_t>({(rows + kWarps - 1) / kWarps, kMaxBackwardBlocks, part_rows_fit}));
@@ -467,8 +521,9 @@ void layernorm_backward_kernel(const KernelCall& c) {
   case NV:                                                                                            \
     if constexpr (NV * Pack<T>::n <= 32)                                                              \
       layernorm_backward_warp_kernel<T, G, NV><<<unsigned(nparts), kThreads, smem, st>>>(dy, x, w, mean, \
-                                                                                      rstd, dx, part, \
-                                                                                      rows, c32);     \
+                                                                                      rstd, dres, dx, \
+                                                                                      nd, part, rows, \
+                                                                                      c32);           \
     break;
       switch (nv) {
         BRISK_LN_BWD(1)
@@ -482,7 +537,8 @@ void layernorm_backward_kernel(const KernelCall& c) {
 #undef BRISK_LN_BWD
       check_launch(what);
     } else {
-      layernorm_backward_block_kernel<T, G><<<unsigned(rows), kBlockThreads, 0, st>>>(dy, x, w, mean, rstd, dx, C);
+      layernorm_backward_block_kernel<T, G><<<unsigned(rows), kBlockThreads, 0, st>>>(dy, x, w, mean, rstd, dres, dx,
+                                                                                     nd, C);
       check_launch(what);
       const int64_t want = std::min<int64_t>({rows, kMaxBackwardBlocks, part_rows_fit});
       const int64_t rows_per_part = (rows + want - 1) / want;
