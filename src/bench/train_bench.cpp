@@ -196,6 +196,7 @@ void apply_variant(const std::string& variant, models::GptConfig& model, optim::
     else if (key == "fused_classifier") model.fused_classifier = flag();
     else if (key == "fuse_bias_gelu") model.fuse_bias_gelu = flag();
     else if (key == "fuse_residual_layernorm") model.fuse_residual_layernorm = flag();
+    else if (key == "fuse_layernorm_backward") model.fuse_layernorm_backward = value;  // auto | on | off
     else if (key == "fused_adamw") adamw.fused = flag();
     else if (key == "recompute") model.recompute = value;
     else if (key == "precision") {
@@ -204,7 +205,7 @@ void apply_variant(const std::string& variant, models::GptConfig& model, optim::
       model.compute = value == "bf16" ? core::DType::bf16 : core::DType::f32;
     } else {
       throw core::ConfigError("variant: unknown key '" + key +
-                              "' (allowed: attention, fused_classifier, fuse_bias_gelu, fuse_residual_layernorm, "
+                              "' (allowed: attention, fused_classifier, fuse_bias_gelu, fuse_residual_layernorm, fuse_layernorm_backward, "
                               "fused_adamw, recompute, precision)");
     }
   }

@@ -80,6 +80,9 @@ void GptConfig::validate() const {
                       std::to_string(n_head) + ")");
   if (attention != "flash" && attention != "plain")
     throw ConfigError("model.attention: unknown value '" + attention + "' (allowed: flash, plain)");
+  if (fuse_layernorm_backward != "auto" && fuse_layernorm_backward != "on" && fuse_layernorm_backward != "off")
+    throw ConfigError("model.fuse_layernorm_backward: unknown value '" + fuse_layernorm_backward +
+                      "' (allowed: auto, on, off)");
   if (recompute != "none" && recompute != "selective" && recompute != "full")
     throw ConfigError("train.recompute: unknown value '" + recompute + "' (allowed: none, selective, full)");
   if (!core::dtype_is_float(compute))
@@ -196,6 +199,12 @@ ValueId block(Graph& g, ValueId x, const std::string& p, int64_t C, int n_head, 
 // default the CPU's 64 MiB of f32 logits on the host; on a GPU enough that
 // each product fills the chip: in 656-row chunks, the (rows, C) =
 // (rows, V) x (V, C) product of dx has too few output tiles for 132 SMs.
+void adopt_rewrite(GptProgram& p, core::RewriteResult&& r) {
+  for (ValueId* v : {&p.ids, &p.pos, &p.targets, &p.logits, &p.loss, &p.loss_scale, &p.chunk_losses})
+    if (*v != core::kNoValue) *v = r.map[size_t(*v)];
+  p.graph = std::move(r.graph);
+}
+
 void fuse(GptProgram& p, const GptConfig& c, bool train, bool on_device) {
   std::vector<core::Pattern> patterns;
   if (c.fuse_bias_gelu) patterns.push_back(ops::bias_gelu_fusion());
@@ -205,10 +214,17 @@ void fuse(GptProgram& p, const GptConfig& c, bool train, bool on_device) {
         "loss_scale", c.classifier_chunk_floats > 0 ? c.classifier_chunk_floats
                                                     : (on_device ? kDeviceClassifierChunkFloats : 0)));
   if (patterns.empty()) return;
-  core::RewriteResult r = core::rewrite(p.graph, patterns);
-  for (ValueId* v : {&p.ids, &p.pos, &p.targets, &p.logits, &p.loss, &p.loss_scale, &p.chunk_losses})
-    if (*v != core::kNoValue) *v = r.map[size_t(*v)];
-  p.graph = std::move(r.graph);
+  adopt_rewrite(p, core::rewrite(p.graph, patterns));
+}
+
+// The backward fusion on the finished train graph (fuse_layernorm_backward):
+// each LayerNorm's backward takes in the residual gradient it is added to
+// (and writes the narrowed copy a low-precision branch reads). "auto" leaves
+// it off on a GPU until its CUDA kernel has run on one.
+void fuse_backward(GptProgram& p, const GptConfig& c, bool on_device) {
+  const std::string& mode = c.fuse_layernorm_backward;
+  if (mode == "off" || (mode == "auto" && on_device)) return;
+  adopt_rewrite(p, core::rewrite(p.graph, {ops::residual_layernorm_backward_fusion()}));
 }
 
 // ---- recomputation (train.recompute) -------------------------------------------------
@@ -356,6 +372,7 @@ std::unique_ptr<GptProgram> Gpt::build(Mode mode, int64_t B, int64_t T) {
       p->loss_scale = g.input("loss_scale", Shape{}, DType::f32);
       fuse(*p, config_, true, on_device);
       core::backward(g, p->loss, {.seed = p->loss_scale});
+      fuse_backward(*p, config_, on_device);
       if (config_.recompute != "none") apply_recompute(*p, config_.recompute == "full", config_.n_layer);
     }
   }

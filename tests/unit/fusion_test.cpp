@@ -12,6 +12,7 @@
 #include <cmath>
 
 #include "brisk/core/autograd.h"
+#include "brisk/core/error.h"
 #include "brisk/core/executor.h"
 #include "brisk/core/passes.h"
 #include "brisk/cpu/cpu_backend.h"
@@ -200,6 +201,98 @@ TEST(FusionPatterns, GptGivesTheSameLossLogitsAndGradients) {
   }
 }
 
+// ---- the backward fusion: layernorm_backward + residual add (+ narrowing cast) ------------
+
+// Layer-norm backwards that took in a residual gradient (6 inputs) and, of
+// them, those that also write a narrowed dx (4 outputs).
+std::pair<int, int> fused_layernorm_backwards(const Graph& g) {
+  int with_dres = 0, narrowed = 0;
+  for (const core::Node& n : g.nodes())
+    if (n.op == OpKind::layernorm_backward && n.inputs.size() == 6) {
+      ++with_dres;
+      narrowed += n.outputs.size() == 4 ? 1 : 0;
+    }
+  return {with_dres, narrowed};
+}
+
+// The same function as the unfused graph, to the bit: the fused kernel adds
+// the residual gradient to dx as stored and narrows the sum as a cast would.
+TEST(FusionPatterns, LayerNormBackwardTakesTheResidualGradient) {
+  const int64_t B = 2, T = 17, L = 3;
+  std::vector<int32_t> x(size_t(B * T)), y(x.size());
+  for (size_t i = 0; i < x.size(); ++i) x[i] = int32_t((i * 7 + 3) % 61), y[i] = int32_t((i * 11 + 5) % 61);
+  for (DType compute : {DType::f32, DType::bf16})
+    for (bool ln_fused : {false, true}) {
+      SCOPED_TRACE(std::string(core::dtype_name(compute)) + (ln_fused ? ", add_layernorm" : ""));
+      models::GptConfig cfg{61, L, 24, 3, 40};
+      cfg.compute = compute;
+      cfg.fuse_residual_layernorm = ln_fused && compute == DType::f32;  // add_layernorm has no mixed form
+      cfg.fuse_layernorm_backward = "off";
+      models::Gpt plain(cfg, backend());
+      cfg.fuse_layernorm_backward = "auto";  // on for the CPU
+      models::Gpt fused(cfg, backend());
+      plain.init_weights(4);
+      fused.init_weights(4);
+      const double lp = plain.train_micro_step(x.data(), y.data(), B, T, 2.0);
+      const double lf = fused.train_micro_step(x.data(), y.data(), B, T, 2.0);
+      EXPECT_EQ(lf, lp);
+
+      // Every block's two LayerNorms take in the residual gradient (ln_f has
+      // none); in bf16 each sum is also narrowed for the branch below it,
+      // except block 0's ln_1, whose residual is the fp32 embedding sum.
+      const Graph& gp = plain.program(true, B, T).graph;
+      const Graph& gf = fused.program(true, B, T).graph;
+      EXPECT_EQ(fused_layernorm_backwards(gp), std::make_pair(0, 0));
+      EXPECT_EQ(fused_layernorm_backwards(gf), std::make_pair(int(2 * L), compute == DType::f32 ? 0 : int(2 * L - 1)));
+      EXPECT_EQ(count_ops(gp, OpKind::add, false) - count_ops(gf, OpKind::add, false), 2 * L);
+      EXPECT_EQ(count_ops(gp, OpKind::cast, false) - count_ops(gf, OpKind::cast, false),
+                compute == DType::f32 ? 0 : 2 * L - 1);
+      EXPECT_EQ(gf.nodes().size() - gf.backward_start(),
+                gp.nodes().size() - gp.backward_start() - size_t(compute == DType::f32 ? 2 * L : 4 * L - 1));
+
+      int checked = 0;
+      for (const auto& [name, e] : plain.params().entries()) {
+        const Tensor& gf_t = fused.params().entries().at(name).grad;
+        ASSERT_EQ(gf_t.numel(), e.grad.numel()) << name;
+        int64_t differ = 0;
+        for (int64_t i = 0; i < e.grad.numel(); ++i) differ += e.grad.item(i) != gf_t.item(i);
+        EXPECT_EQ(differ, 0) << name;
+        ++checked;
+      }
+      EXPECT_GT(checked, 20);
+    }
+}
+
+// Where the pattern fires and what it takes in: (0) x feeds a LayerNorm and
+// a residual add: fused; (1) x feeds only the LayerNorm, so its dx is x's
+// whole gradient: nothing to fuse; (2) x is a mixed add of a bf16 branch:
+// fused, and the cast narrowing x's gradient for the branch becomes the
+// fused op's fourth output.
+TEST(FusionPatterns, LayerNormBackwardFusionFiresOnResidualGradientsOnly) {
+  for (int variant = 0; variant < 3; ++variant) {
+    SCOPED_TRACE("variant " + std::to_string(variant));
+    Graph g;
+    ValueId x = g.input("x", {5, 8}, DType::f32, true);
+    if (variant == 2) x = ops::add(g, x, ops::cast(g, g.param("branch", {5, 8}), DType::bf16));
+    const auto ln = ops::layernorm(g, x, g.param("lw", {8}), g.param("lb", {8}));
+    const ValueId out = variant == 1 ? ln.y : ops::add(g, x, ln.y);
+    const ValueId loss = ops::sum(g, out);
+    g.mark_output(loss);
+    core::backward(g, loss);
+    const int casts = count_ops(g, OpKind::cast, false);
+    const core::RewriteResult r = core::rewrite(g, {ops::residual_layernorm_backward_fusion()});
+    EXPECT_EQ(applied(r, "residual_layernorm_backward_fusion"), variant == 1 ? 0 : 1);
+    EXPECT_EQ(fused_layernorm_backwards(r.graph), std::make_pair(variant == 1 ? 0 : 1, variant == 2 ? 1 : 0));
+    EXPECT_EQ(count_ops(r.graph, OpKind::cast, false), casts - (variant == 2 ? 1 : 0));
+    EXPECT_EQ(r.graph.backward_start(), g.backward_start());
+    const ValueId gx = r.graph.grad_of(r.map[size_t(g.at("x"))]);
+    ASSERT_NE(gx, core::kNoValue);
+    const int producer = r.graph.value(gx).producer;
+    EXPECT_EQ(r.graph.nodes()[size_t(producer)].op, OpKind::layernorm_backward)
+        << "x's gradient comes straight out of the LayerNorm's backward";
+  }
+}
+
 TEST(FusionPatterns, ConfigKeysRoundTrip) {
   const train::TrainConfig c =
       train::load_train_config("", {"model.fuse_bias_gelu=true", "model.fuse_residual_layernorm=false"});
@@ -210,4 +303,16 @@ TEST(FusionPatterns, ConfigKeysRoundTrip) {
   EXPECT_NE(toml.find("fuse_residual_layernorm = false"), std::string::npos) << toml;
   const train::TrainConfig d = train::load_train_config("", {"model.fuse_residual_layernorm=true"});
   EXPECT_TRUE(d.model.fuse_residual_layernorm);
+  EXPECT_EQ(d.model.fuse_layernorm_backward, "auto");
+  EXPECT_NE(toml.find("fuse_layernorm_backward = \"auto\""), std::string::npos) << toml;
+  EXPECT_EQ(train::load_train_config("", {"model.fuse_layernorm_backward=off"}).model.fuse_layernorm_backward,
+            "off");
+  try {
+    train::load_train_config("", {"model.fuse_layernorm_backward=yes"});
+    ADD_FAILURE() << "an unknown value was accepted";
+  } catch (const core::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("fuse_layernorm_backward: unknown value 'yes' (allowed: auto, on, off)"),
+              std::string::npos)
+        << e.what();
+  }
 }

@@ -67,6 +67,13 @@ struct GptConfig {
   // 1688 / 1680 in two runs: run-to-run noise (+-6%) is larger than any gain.
   bool fuse_bias_gelu = false;
   bool fuse_residual_layernorm = false;
+  // Train programs: each LayerNorm's backward and the add that sums its dx
+  // into the residual stream's gradient (and, in mixed precision, the cast
+  // narrowing that sum for the branch below) as one layernorm_backward
+  // (ops::residual_layernorm_backward_fusion): one pass over the rows where
+  // there were three. "auto" (the default): on for the CPU; off on a GPU
+  // until its CUDA kernel has run on one (docs/gpu.md). "on" | "off".
+  std::string fuse_layernorm_backward = "auto";
   // Compute dtype of the graph (mixed precision): f32, bf16 or f16. The
   // ParameterStore keeps fp32 master weights and grads whatever this says;
   // a low-precision graph casts each weight at its use (the cast's backward
