@@ -257,8 +257,8 @@ std::optional<core::RecomputeRecipe> selective_recipe(const Graph& g, const core
       core::RecomputeRecipe r;
       r.outputs = {1, 2, 3};
       r.reads = {n.outputs[0], n.inputs[2], n.inputs[3]};
-      r.emit = [eps = std::get<ops::LayerNormParams>(n.params).eps](Graph& dst, const std::vector<ValueId>& in) {
-        const ops::LayerNormOut o = ops::layernorm(dst, in[0], in[1], in[2], eps);
+      r.emit = [params = std::get<ops::LayerNormParams>(n.params)](Graph& dst, const std::vector<ValueId>& in) {
+        const ops::LayerNormOut o = ops::layernorm(dst, in[0], in[1], in[2], params.eps, params.narrow_to);
         return std::vector<ValueId>{o.y, o.mean, o.rstd};
       };
       return r;

@@ -7,7 +7,11 @@
 // LayerNorm reading s back. residual_layernorm_fusion() below puts it in.
 //
 // r may be a's shape or its trailing dims, as for add (GPT's token +
-// position embedding sum is such a broadcast). The backward rule is
+// position embedding sum is such a broadcast). Mixed precision, as add and
+// layernorm have it: under an f32 a, r may be bf16/f16 (the low-precision
+// branch added to the f32 residual) and y may be written narrowed
+// (LayerNormParams::narrow_to, for the Linear that reads it); s and the
+// statistics stay f32. The backward rule is
 // layernorm's own rule on (s, w, b) plus the gradient arriving at s, and the
 // add's rule (r's gradient summed over the broadcast dims): the same graph
 // the unfused pair would get from autograd.
@@ -30,7 +34,7 @@ bool trailing_match(const Shape& a, const Shape& b) {
   return true;
 }
 
-std::vector<TensorMeta> infer_add_layernorm(std::span<const TensorMeta> in, const core::OpParams&) {
+std::vector<TensorMeta> infer_add_layernorm(std::span<const TensorMeta> in, const core::OpParams& params) {
   check_count(kOp, in, 4);
   check_float(kOp, in, {0, 1, 2, 3});
   const Shape& a = in[0].shape;
@@ -38,10 +42,18 @@ std::vector<TensorMeta> infer_add_layernorm(std::span<const TensorMeta> in, cons
   check_shape(trailing_match(a, in[1].shape), kOp, "r must have a's shape or its trailing dims", in);
   const Shape c{a.last()};
   check_shape(in[2].shape == c && in[3].shape == c, kOp, "weight and bias must be (C) with C = a's last dim", in);
-  for (int i = 1; i < 4; ++i)
-    check_shape(in[size_t(i)].dtype == in[0].dtype, kOp, "a, r, weight and bias must have the same dtype", in);
+  auto narrower = [&](DType t) { return in[0].dtype == DType::f32 && (t == DType::bf16 || t == DType::f16); };
+  check_shape(in[1].dtype == in[0].dtype || narrower(in[1].dtype), kOp,
+              "r must have a's dtype, or bf16/f16 under an f32 a", in);
+  for (int i = 2; i < 4; ++i)
+    check_shape(in[size_t(i)].dtype == in[0].dtype, kOp, "a, weight and bias must have the same dtype", in);
+  const DType narrow_to = std::get<LayerNormParams>(params).narrow_to;
+  check_shape(narrow_to == DType::f32 || narrow_to == in[0].dtype || narrower(narrow_to), kOp,
+              std::string("y can be narrowed only from f32 to bf16 or f16 (narrow_to ") +
+                  std::string(core::dtype_name(narrow_to)) + ")",
+              in);
   const TensorMeta stats{Shape{a.rows()}, DType::f32};
-  return {in[0], in[0], stats, stats};
+  return {in[0], TensorMeta{a, narrow_to == DType::f32 ? in[0].dtype : narrow_to}, stats, stats};
 }
 
 void add_layernorm_reference(const KernelCall& c) {
@@ -70,7 +82,9 @@ std::vector<ValueId> add_layernorm_backward(Graph& g, const core::Node& n, std::
     db = d[2];
   }
   if (ds == core::kNoValue) return {core::kNoValue, core::kNoValue, dw, db};
-  return {ds, reduce_to(g, ds, g.shape(r)), dw, db};
+  ValueId dr = reduce_to(g, ds, g.shape(r));
+  if (g.meta(dr).dtype != g.meta(r).dtype) dr = cast(g, dr, g.meta(r).dtype);  // a narrower r, as add's rule
+  return {ds, dr, dw, db};
 }
 
 std::vector<TestCase> add_layernorm_cases() {
@@ -92,6 +106,26 @@ std::vector<TestCase> add_layernorm_cases() {
   one("1-D, eps 0.1", {9}, {9}, DType::f32, 0.1f);
   // Enough rows for the CPU kernel to split them across threads.
   one("threaded 2x150x96", {2, 150, 96}, {150, 96}, DType::f32);
+  // Mixed precision: r bf16/f16 under an f32 a and/or y narrowed. Not
+  // differentiated by finite differences (a rounded y hides them, as for
+  // layernorm's narrowed cases); the GPT tests compare the fused graph's
+  // gradients with the unfused one's. 4x768 takes the GPUs' warp kernel,
+  // 5x37 their block kernel.
+  auto mixed = [&](const std::string& label, Shape a, Shape r, DType rt, DType y) {
+    const int64_t C = a.last();
+    cases.push_back({label,
+                     {no_grad(spec(a, DType::f32, -2, 2)), no_grad(spec(r, rt)),
+                      no_grad(spec({C}, DType::f32, 0.5, 1.5)), no_grad(spec({C}))},
+                     LayerNormParams{1e-5f, y}});
+  };
+  for (DType t : {DType::bf16, DType::f16}) {
+    const std::string n(core::dtype_name(t));
+    mixed("4x768 r " + n + ", y " + n, {4, 768}, {4, 768}, t, t);
+    mixed("5x37 r " + n + ", y " + n, {5, 37}, {5, 37}, t, t);
+    mixed("4x768 y " + n, {4, 768}, {4, 768}, DType::f32, t);
+    mixed("broadcast r (3,64) " + n + ", y " + n, {2, 3, 64}, {3, 64}, t, t);
+  }
+  mixed("4x768 r bf16, y f32", {4, 768}, {4, 768}, DType::bf16, DType::f32);
   return cases;
 }
 
@@ -126,7 +160,8 @@ core::Pattern residual_layernorm_fusion() {
     const ValueId s = sum.outputs[0];
     const DType t = g.meta(s).dtype;
     if (t != DType::f32 && t != DType::bf16) return std::nullopt;  // the CPU kernels' dtypes, as layernorm's
-    if (g.meta(sum.inputs[1]).dtype != t) return std::nullopt;      // a mixed add: add_layernorm has none
+    // A mixed add (a bf16/f16 branch under the f32 residual) is add_layernorm's mixed form.
+    if (g.meta(sum.inputs[0]).dtype != t) return std::nullopt;
     // The first LayerNorm normalizing s. The fused op is emitted where that
     // LayerNorm stood, so s must have no reader before it.
     int j = -1;
@@ -142,7 +177,6 @@ core::Pattern residual_layernorm_fusion() {
       if (k < j) return std::nullopt;
     const core::Node& ln = g.nodes()[size_t(j)];
     if (!(g.meta(ln.inputs[1]).dtype == t && g.meta(ln.inputs[2]).dtype == t)) return std::nullopt;
-    if (g.meta(ln.outputs[0]).dtype != t) return std::nullopt;  // a narrowed y: add_layernorm has none
     core::Match m;
     m.nodes = {i, j};
     m.emit = [a = sum.inputs[0], r = sum.inputs[1], w = ln.inputs[1], b = ln.inputs[2], s, outs = ln.outputs,

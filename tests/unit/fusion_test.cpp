@@ -201,6 +201,42 @@ TEST(FusionPatterns, GptGivesTheSameLossLogitsAndGradients) {
   }
 }
 
+// Mixed precision (bf16 compute): the residual adds take a bf16 branch and
+// the LayerNorms write bf16, and add_layernorm's mixed form still fuses
+// every one; selective recomputation redoes its LayerNorm with the same
+// narrowed output.
+TEST(FusionPatterns, MixedPrecisionGptFusesEveryResidualLayerNorm) {
+  const int64_t B = 2, T = 17, L = 3;
+  std::vector<int32_t> x(size_t(B * T)), y(x.size());
+  for (size_t i = 0; i < x.size(); ++i) x[i] = int32_t((i * 5 + 1) % 61), y[i] = int32_t((i * 3 + 7) % 61);
+  models::GptConfig base{61, L, 24, 3, 40};
+  base.compute = DType::bf16;
+  models::Gpt plain(base, backend());
+  plain.init_weights(6);
+  const double lp = plain.train_micro_step(x.data(), y.data(), B, T, 2.0);
+  for (const std::string recompute : {"none", "selective"}) {
+    SCOPED_TRACE("recompute " + recompute);
+    models::GptConfig cfg = base;
+    cfg.fuse_residual_layernorm = true;
+    cfg.recompute = recompute;
+    models::Gpt fused(cfg, backend());
+    fused.init_weights(6);
+    const double lf = fused.train_micro_step(x.data(), y.data(), B, T, 2.0);
+    EXPECT_NEAR(lf, lp, 1e-6 * std::abs(lp));
+    for (bool train : {true, false}) {
+      const Graph& g = fused.program(train, B, T).graph;
+      EXPECT_EQ(count_ops(g, OpKind::add_layernorm), 2 * L + 1);
+      EXPECT_EQ(count_ops(g, OpKind::layernorm), 0);
+      for (const core::Node& n : g.nodes())
+        if (n.op == OpKind::add_layernorm) EXPECT_EQ(g.meta(n.outputs[1]).dtype, DType::bf16);
+    }
+    for (const auto& [name, e] : plain.params().entries()) {
+      SCOPED_TRACE(name);
+      EXPECT_LE(normalized_error(e.grad, fused.params().entries().at(name).grad), 1e-3);
+    }
+  }
+}
+
 // ---- the backward fusion: layernorm_backward + residual add (+ narrowing cast) ------------
 
 // Layer-norm backwards that took in a residual gradient (6 inputs) and, of
@@ -226,7 +262,7 @@ TEST(FusionPatterns, LayerNormBackwardTakesTheResidualGradient) {
       SCOPED_TRACE(std::string(core::dtype_name(compute)) + (ln_fused ? ", add_layernorm" : ""));
       models::GptConfig cfg{61, L, 24, 3, 40};
       cfg.compute = compute;
-      cfg.fuse_residual_layernorm = ln_fused && compute == DType::f32;  // add_layernorm has no mixed form
+      cfg.fuse_residual_layernorm = ln_fused;
       cfg.fuse_layernorm_backward = "off";
       models::Gpt plain(cfg, backend());
       cfg.fuse_layernorm_backward = "auto";  // on for the CPU

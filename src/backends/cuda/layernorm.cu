@@ -2,7 +2,8 @@
 // of s as stored, i.e. rounded to its dtype) and layernorm_backward, in f32
 // and bf16, computing what src/ops/layernorm.cpp and add_layernorm.cpp define.
 // Under an f32 x, layernorm's y and layernorm_backward's dy may be bf16 or
-// f16 (mixed precision's narrowed LayerNorm output).
+// f16 (mixed precision's narrowed LayerNorm output), and so may
+// add_layernorm's r (the low-precision branch) and y.
 //
 // Rows of a transformer are short (C = 768 for GPT-2), so one warp owns a
 // row and keeps it in registers as 16-byte packs: the row is read from memory
@@ -80,10 +81,11 @@ int packs_per_lane(int64_t C, bool backward) {
 // ---- forward -----------------------------------------------------------------------
 
 // One warp per row, the row in registers. kAdd: x is a, `res` is r (row
-// index modulo res_rows), s = narrow(a + r) is stored and normalised.
-template <class T, class Y, int NV, bool kAdd>
+// index modulo res_rows; R: T, or bf16/f16 under an f32 T), s = narrow(a + r)
+// is stored and normalised.
+template <class T, class Y, class R, int NV, bool kAdd>
 __global__ void __launch_bounds__(kThreads)
-    layernorm_warp_kernel(const T* __restrict__ x, const T* __restrict__ res, int64_t res_rows,
+    layernorm_warp_kernel(const T* __restrict__ x, const R* __restrict__ res, int64_t res_rows,
                           const T* __restrict__ w, const T* __restrict__ b, T* __restrict__ s, Y* __restrict__ y,
                           float* __restrict__ mean_out, float* __restrict__ rstd_out, int64_t rows, int C,
                           float eps) {
@@ -103,7 +105,7 @@ __global__ void __launch_bounds__(kThreads)
     if (j < nvec) {
       Pack<T> px = xr[j];
       if constexpr (kAdd) {
-        const Pack<T> pr = reinterpret_cast<const Pack<T>*>(res + (row % res_rows) * C)[j];
+        const Lanes<R, P> pr = reinterpret_cast<const Lanes<R, P>*>(res + (row % res_rows) * C)[j];
 #pragma unroll
         for (int e = 0; e < P; ++e) px.e[e] = narrow<T>(widen(px.e[e]) + widen(pr.e[e]));
         reinterpret_cast<Pack<T>*>(s + row * C)[j] = px;
@@ -152,9 +154,9 @@ __global__ void __launch_bounds__(kThreads)
 // One block per row, any C and alignment: three passes over the row (the
 // later two from cache). With kAdd each thread re-reads only the elements of
 // s it wrote itself, so no barrier is needed between writing and reading s.
-template <class T, class Y, bool kAdd>
+template <class T, class Y, class R, bool kAdd>
 __global__ void __launch_bounds__(kBlockThreads)
-    layernorm_block_kernel(const T* __restrict__ x, const T* __restrict__ res, int64_t res_rows,
+    layernorm_block_kernel(const T* __restrict__ x, const R* __restrict__ res, int64_t res_rows,
                            const T* __restrict__ w, const T* __restrict__ b, T* s, Y* __restrict__ y,
                            float* __restrict__ mean_out, float* __restrict__ rstd_out, int64_t C, float eps) {
   __shared__ float scratch[32];
@@ -164,7 +166,7 @@ __global__ void __launch_bounds__(kBlockThreads)
   const T* src = xr;
   float sum = 0.f;
   if constexpr (kAdd) {
-    const T* rr = res + (row % res_rows) * C;
+    const R* rr = res + (row % res_rows) * C;
     T* sr = s + row * C;
     for (int64_t i = threadIdx.x; i < C; i += blockDim.x) {
       const T sv = narrow<T>(widen(xr[i]) + widen(rr[i]));
@@ -191,8 +193,8 @@ __global__ void __launch_bounds__(kBlockThreads)
   }
 }
 
-template <class T, class Y, bool kAdd>
-void launch_forward(const T* x, const T* res, int64_t res_rows, const T* w, const T* b, T* s, Y* y, float* mean,
+template <class T, class Y, class R, bool kAdd>
+void launch_forward(const T* x, const R* res, int64_t res_rows, const T* w, const T* b, T* s, Y* y, float* mean,
                     float* rstd, int64_t rows, int64_t C, float eps, cudaStream_t st, const char* what) {
   if (rows <= 0) return;
   if (rows > INT_MAX) throw core::ShapeError(std::string(what) + ": too many rows for one launch");
@@ -203,7 +205,7 @@ void launch_forward(const T* x, const T* res, int64_t res_rows, const T* w, cons
   const int c32 = int(nv ? C : 0);
 #define BRISK_LN_FWD(NV)                                                                                  \
   case NV:                                                                                                \
-    layernorm_warp_kernel<T, Y, NV, kAdd><<<blocks, kThreads, 0, st>>>(x, res, res_rows, w, b, s, y, mean, rstd, \
+    layernorm_warp_kernel<T, Y, R, NV, kAdd><<<blocks, kThreads, 0, st>>>(x, res, res_rows, w, b, s, y, mean, rstd, \
                                                                     rows, c32, eps);                      \
     break;
   switch (nv) {
@@ -214,7 +216,7 @@ void launch_forward(const T* x, const T* res, int64_t res_rows, const T* w, cons
     BRISK_LN_FWD(6)
     BRISK_LN_FWD(8)
     default:
-      layernorm_block_kernel<T, Y, kAdd><<<unsigned(rows), kBlockThreads, 0, st>>>(x, res, res_rows, w, b, s, y,
+      layernorm_block_kernel<T, Y, R, kAdd><<<unsigned(rows), kBlockThreads, 0, st>>>(x, res, res_rows, w, b, s, y,
                                                                                    mean, rstd, C, eps);
   }
 #undef BRISK_LN_FWD
@@ -235,7 +237,7 @@ void layernorm_kernel(const KernelCall& c) {
   const core::TensorView& x = c.in(0);
   const int64_t C = x.shape().last(), rows = x.shape().rows();
   check_affine_shape("layernorm", c, C, 1);
-  launch_forward<T, Y, false>(x.as<const T>(), nullptr, 1, c.in(1).as<const T>(), c.in(2).as<const T>(), nullptr,
+  launch_forward<T, Y, T, false>(x.as<const T>(), nullptr, 1, c.in(1).as<const T>(), c.in(2).as<const T>(), nullptr,
                               c.out(0).as<Y>(), c.out(1).as<float>(), c.out(2).as<float>(), rows, C,
                               c.p<core::LayerNormParams>().eps, stream_of(c),
                               D == DType::f32 ? "layernorm(f32)" : "layernorm(bf16)");
@@ -249,19 +251,40 @@ void layernorm_f32(const KernelCall& c) {
   }
 }
 
-template <DType D>
+// DR, DY: r's and y's dtypes, D's or (under an f32 a) bf16/f16.
+template <DType D, DType DR = D, DType DY = D>
 void add_layernorm_kernel(const KernelCall& c) {
   using T = device_t<D>;
+  using R = device_t<DR>;
+  using Y = device_t<DY>;
   const core::TensorView& a = c.in(0);
   const int64_t C = a.shape().last(), rows = a.shape().rows();
   check_affine_shape("add_layernorm", c, C, 2);
   const int64_t r_rows = C > 0 ? c.in(1).numel() / C : 1;
   if (C > 0 && (r_rows < 1 || c.in(1).numel() % C != 0))
     throw core::ShapeError("add_layernorm: r must have a's shape or its trailing dims");
-  launch_forward<T, T, true>(a.as<const T>(), c.in(1).as<const T>(), r_rows, c.in(2).as<const T>(),
-                          c.in(3).as<const T>(), c.out(0).as<T>(), c.out(1).as<T>(), c.out(2).as<float>(),
+  launch_forward<T, Y, R, true>(a.as<const T>(), c.in(1).as<const R>(), r_rows, c.in(2).as<const T>(),
+                          c.in(3).as<const T>(), c.out(0).as<T>(), c.out(1).as<Y>(), c.out(2).as<float>(),
                           c.out(3).as<float>(), rows, C, c.p<core::LayerNormParams>().eps, stream_of(c),
                           D == DType::f32 ? "add_layernorm(f32)" : "add_layernorm(bf16)");
+}
+
+// f32 a: r and y each f32, bf16 or f16 (mixed precision).
+template <DType DR>
+void add_layernorm_f32_r(const KernelCall& c) {
+  switch (c.out(1).dtype()) {
+    case DType::bf16: return add_layernorm_kernel<DType::f32, DR, DType::bf16>(c);
+    case DType::f16: return add_layernorm_kernel<DType::f32, DR, DType::f16>(c);
+    default: return add_layernorm_kernel<DType::f32, DR, DType::f32>(c);
+  }
+}
+
+void add_layernorm_f32(const KernelCall& c) {
+  switch (c.in(1).dtype()) {
+    case DType::bf16: return add_layernorm_f32_r<DType::bf16>(c);
+    case DType::f16: return add_layernorm_f32_r<DType::f16>(c);
+    default: return add_layernorm_f32_r<DType::f32>(c);
+  }
 }
 
 // ---- backward ----------------------------------------------------------------------
@@ -569,7 +592,7 @@ void register_layernorm_kernels(core::KernelRegistry& r) {
   r.add(OpKind::layernorm, DType::bf16, layernorm_kernel<DType::bf16>);
   r.add(OpKind::layernorm_backward, DType::f32, layernorm_backward_f32);
   r.add(OpKind::layernorm_backward, DType::bf16, layernorm_backward_kernel<DType::bf16>);
-  r.add(OpKind::add_layernorm, DType::f32, add_layernorm_kernel<DType::f32>);
+  r.add(OpKind::add_layernorm, DType::f32, add_layernorm_f32);
   r.add(OpKind::add_layernorm, DType::bf16, add_layernorm_kernel<DType::bf16>);
 }
 
