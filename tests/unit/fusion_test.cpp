@@ -1,11 +1,14 @@
 // The bias+GELU and residual+LayerNorm fusions (linear_gelu, add_layernorm and
-// their rewrite patterns) on the CPU backend. The op harness checks each op
-// against its reference kernel and its backward by finite differences; this
-// file checks what the harness cannot: (1) the fused CPU kernels against the
-// unfused CPU kernels they replace, at W2's MLP width and odd shapes; (2) that
-// the patterns fire exactly where they should (GPT-shaped graphs) and nowhere
-// else; (3) a small GPT with each fusion on and off: the same loss, logits and
-// parameter gradients; (4) the model.fuse_* config keys.
+// their rewrite patterns) and the backward fusion of a LayerNorm's backward
+// with the residual gradient (layernorm_backward's dres input) on the CPU
+// backend. The op harness checks each op against its reference kernel and its
+// backward by finite differences; this file checks what the harness cannot:
+// (1) the fused CPU kernels against the unfused CPU kernels they replace, at
+// W2's MLP width and odd shapes; (2) that the patterns fire exactly where
+// they should (GPT-shaped graphs, fp32 and mixed precision) and nowhere else;
+// (3) a small GPT with each fusion on and off: the same loss, logits and
+// parameter gradients (the backward fusion: to the bit); (4) the
+// model.fuse_* config keys.
 #include <gtest/gtest.h>
 
 #include <algorithm>
