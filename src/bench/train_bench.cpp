@@ -205,8 +205,8 @@ void apply_variant(const std::string& variant, models::GptConfig& model, optim::
       model.compute = value == "bf16" ? core::DType::bf16 : core::DType::f32;
     } else {
       throw core::ConfigError("variant: unknown key '" + key +
-                              "' (allowed: attention, fused_classifier, fuse_bias_gelu, fuse_residual_layernorm, fuse_layernorm_backward, "
-                              "fused_adamw, recompute, precision)");
+                              "' (allowed: attention, fused_classifier, fuse_bias_gelu, fuse_residual_layernorm, "
+                              "fuse_layernorm_backward, fused_adamw, recompute, precision)");
     }
   }
   model.validate();

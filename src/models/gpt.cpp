@@ -191,6 +191,13 @@ ValueId block(Graph& g, ValueId x, const std::string& p, int64_t C, int n_head, 
   return ops::add(g, x, h);
 }
 
+// A rewritten graph replaces the program's, its named values followed through the map.
+void adopt_rewrite(GptProgram& p, core::RewriteResult&& r) {
+  for (ValueId* v : {&p.ids, &p.pos, &p.targets, &p.logits, &p.loss, &p.loss_scale, &p.chunk_losses})
+    if (*v != core::kNoValue) *v = r.map[size_t(*v)];
+  p.graph = std::move(r.graph);
+}
+
 // The fusion passes on a program's forward graph, all in one rewrite (they
 // claim disjoint nodes): linear + gelu -> linear_gelu, add + layernorm ->
 // add_layernorm, and in train programs linear + cross_entropy ->
@@ -199,12 +206,6 @@ ValueId block(Graph& g, ValueId x, const std::string& p, int64_t C, int n_head, 
 // default the CPU's 64 MiB of f32 logits on the host; on a GPU enough that
 // each product fills the chip: in 656-row chunks, the (rows, C) =
 // (rows, V) x (V, C) product of dx has too few output tiles for 132 SMs.
-void adopt_rewrite(GptProgram& p, core::RewriteResult&& r) {
-  for (ValueId* v : {&p.ids, &p.pos, &p.targets, &p.logits, &p.loss, &p.loss_scale, &p.chunk_losses})
-    if (*v != core::kNoValue) *v = r.map[size_t(*v)];
-  p.graph = std::move(r.graph);
-}
-
 void fuse(GptProgram& p, const GptConfig& c, bool train, bool on_device) {
   std::vector<core::Pattern> patterns;
   if (c.fuse_bias_gelu) patterns.push_back(ops::bias_gelu_fusion());
