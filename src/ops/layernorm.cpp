@@ -270,26 +270,14 @@ core::Pattern residual_layernorm_backward_fusion() {
     const ValueId s = sum.outputs[0];
     // A cast narrowing the sum (the gradient of a bf16/f16 residual branch)
     // becomes the fused op's narrowed output. The op is then emitted where
-    // the cast stood, so the sum's other readers must all come after it.
+    // the cast stood, so the cast must be the sum's first reader (readers
+    // are listed in node order).
     int k = -1;
     DType narrow_to = DType::f32;
-    if (g.meta(s).dtype == DType::f32) {
-      for (int r : uses.readers(s)) {
-        const core::Node& n = g.nodes()[size_t(r)];
-        const DType to = n.op == OpKind::cast ? g.meta(n.outputs[0]).dtype : DType::f32;
-        if (to == DType::bf16 || to == DType::f16) {
-          k = r;
-          narrow_to = to;
-          break;
-        }
-      }
-      if (k >= 0)
-        for (int r : uses.readers(s))
-          if (r < k) {
-            k = -1;
-            narrow_to = DType::f32;
-            break;
-          }
+    const std::vector<int>& readers = uses.readers(s);
+    if (g.meta(s).dtype == DType::f32 && !readers.empty() && g.nodes()[size_t(readers[0])].op == OpKind::cast) {
+      const DType to = g.meta(g.nodes()[size_t(readers[0])].outputs[0]).dtype;
+      if (to == DType::bf16 || to == DType::f16) k = readers[0], narrow_to = to;
     }
     // Autograd accumulates the LayerNorm's weight and bias gradients right
     // after the add, before the cast: such readers of dweight/dbias move
