@@ -52,7 +52,11 @@ RewriteResult rewrite(const Graph& src, const std::vector<Pattern>& patterns) {
       if (!free) continue;
       const int id = int(matches.size());
       for (int n : m->nodes) claimed[size_t(n)] = id;
-      emit_at[size_t(*std::max_element(m->nodes.begin(), m->nodes.end()))] = id;
+      const int at = m->emit_at >= 0 ? m->emit_at : *std::max_element(m->nodes.begin(), m->nodes.end());
+      if (std::find(m->nodes.begin(), m->nodes.end(), at) == m->nodes.end())
+        throw Error("rewrite: pattern " + patterns[p].name + " emits at node " + std::to_string(at) +
+                    ", which is not one of its matched nodes");
+      emit_at[size_t(at)] = id;
       matches.push_back(std::move(*m));
       match_pattern.push_back(p);
       break;
@@ -105,7 +109,11 @@ RewriteResult rewrite(const Graph& src, const std::vector<Pattern>& patterns) {
     for (int mn : m.nodes)
       for (ValueId v : nodes[size_t(mn)].inputs) {
         const int prod = src.value(v).producer;
-        if (prod < 0 || claimed[size_t(prod)] != emit_at[i]) mapped(v, "pattern " + pname);
+        if (prod >= 0 && claimed[size_t(prod)] == emit_at[i]) continue;  // made inside the match
+        if (prod > int(i))
+          throw Error("rewrite: pattern " + pname + " is emitted at node " + std::to_string(i) + " but reads value " +
+                      std::to_string(v) + ", made later by node " + std::to_string(prod));
+        mapped(v, "pattern " + pname);
       }
     m.emit(dst, r.map);
     for (int mn : m.nodes)

@@ -267,43 +267,34 @@ core::Pattern residual_layernorm_backward_fusion() {
     if (sum.op != OpKind::add || sum.inputs[0] == sum.inputs[1]) return std::nullopt;
     const ValueId dres = sum.inputs[0] == dxl ? sum.inputs[1] : sum.inputs[0];
     if (!(g.meta(dres) == g.meta(dxl))) return std::nullopt;  // no broadcast, no mixed dtypes
+    // The fused op is emitted where the add stood, so nothing between the
+    // LayerNorm backward and the add may read its weight and bias gradients
+    // (autograd accumulates them after the add).
+    for (ValueId v : {lnb.outputs[1], lnb.outputs[2]})
+      for (int r : uses.readers(v))
+        if (r < j) return std::nullopt;
     const ValueId s = sum.outputs[0];
     // A cast narrowing the sum (the gradient of a bf16/f16 residual branch)
-    // becomes the fused op's narrowed output. The op is then emitted where
-    // the cast stood, so the cast must be the sum's first reader (readers
-    // are listed in node order).
+    // becomes the fused op's narrowed output.
     int k = -1;
     DType narrow_to = DType::f32;
-    const std::vector<int>& readers = uses.readers(s);
-    if (g.meta(s).dtype == DType::f32 && !readers.empty() && g.nodes()[size_t(readers[0])].op == OpKind::cast) {
-      const DType to = g.meta(g.nodes()[size_t(readers[0])].outputs[0]).dtype;
-      if (to == DType::bf16 || to == DType::f16) k = readers[0], narrow_to = to;
-    }
-    // Autograd accumulates the LayerNorm's weight and bias gradients right
-    // after the add, before the cast: such readers of dweight/dbias move
-    // with the fused op, re-emitted after it in their order, when nothing
-    // reads what they write before the cast.
-    std::vector<int> moved;
-    for (int r = i + 1; r < k; ++r) {
-      const core::Node& n = g.nodes()[size_t(r)];
-      if (std::find_first_of(n.inputs.begin(), n.inputs.end(), lnb.outputs.begin() + 1, lnb.outputs.end()) ==
-          n.inputs.end())
-        continue;
-      for (ValueId o : n.outputs)
-        for (int later : uses.readers(o))
-          if (later <= k) return std::nullopt;
-      moved.push_back(r);
-    }
+    if (g.meta(s).dtype == DType::f32)
+      for (int r : uses.readers(s)) {
+        const core::Node& c = g.nodes()[size_t(r)];
+        const DType to = g.meta(c.outputs[0]).dtype;
+        if (c.op == OpKind::cast && (to == DType::bf16 || to == DType::f16)) {
+          k = r, narrow_to = to;
+          break;
+        }
+      }
     core::Match m;
     m.nodes = {i, j};
     if (k >= 0) m.nodes.push_back(k);
-    m.nodes.insert(m.nodes.end(), moved.begin(), moved.end());
-    std::vector<core::Node> moved_nodes;
-    for (int r : moved) moved_nodes.push_back(g.nodes()[size_t(r)]);
+    m.emit_at = j;
     const float eps = std::get<LayerNormParams>(lnb.params).eps;
-    m.emit = [in = lnb.inputs, dres, outs = lnb.outputs, s, narrowed = k >= 0 ? g.nodes()[size_t(k)].outputs[0]
-                                                                             : core::kNoValue,
-              params = LayerNormParams{eps, narrow_to}, moved_nodes](Graph& dst, std::vector<ValueId>& map) {
+    m.emit = [in = lnb.inputs, dres, outs = lnb.outputs, s,
+              narrowed = k >= 0 ? g.nodes()[size_t(k)].outputs[0] : core::kNoValue,
+              params = LayerNormParams{eps, narrow_to}](Graph& dst, std::vector<ValueId>& map) {
       std::vector<ValueId> args;
       for (ValueId v : in) args.push_back(map[size_t(v)]);
       args.push_back(map[size_t(dres)]);
@@ -312,12 +303,6 @@ core::Pattern residual_layernorm_backward_fusion() {
       map[size_t(outs[1])] = out[1];
       map[size_t(outs[2])] = out[2];
       if (narrowed != core::kNoValue) map[size_t(narrowed)] = out[3];
-      for (const core::Node& n : moved_nodes) {
-        std::vector<ValueId> n_in;
-        for (ValueId v : n.inputs) n_in.push_back(map[size_t(v)]);
-        const std::vector<ValueId> n_out = dst.add_node(n.op, std::move(n_in), n.params);
-        for (size_t o = 0; o < n_out.size(); ++o) map[size_t(n.outputs[o])] = n_out[o];
-      }
     };
     return m;
   };

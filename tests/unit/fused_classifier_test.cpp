@@ -368,6 +368,58 @@ TEST(RewritePass, PatternThatDropsAUsedValueIsAnError) {
   EXPECT_THROW(core::rewrite(h.g, {drop}), core::Error);
 }
 
+// Match::emit_at: a match emitted at its first node instead of its last.
+// x -> a = gelu(x) [0] -> s = scale(a) [1] -> e = add(a, x) [2]: the match
+// {0, 2} emitted at 0 puts the new gelu and add before the replayed scale,
+// which reads the new a. Emitting at a node outside the match, or before an
+// outside value the match reads is made, is an error that names the pattern.
+TEST(RewritePass, EmitAtPlacesTheReplacementAtAnEarlierMatchedNode) {
+  for (int variant = 0; variant < 3; ++variant) {
+    SCOPED_TRACE("variant " + std::to_string(variant));
+    Graph g;
+    const ValueId x = g.input("x", {4}, DType::f32);
+    const ValueId a = ops::gelu(g, x);
+    const ValueId s = ops::scale(g, a, 2.f);
+    // variant 2: the add reads the scale's output, made after the emit point.
+    const ValueId e = ops::add(g, variant == 2 ? s : a, x);
+    g.mark_output(s);
+    g.mark_output(e);
+    core::Pattern p;
+    p.name = "early";
+    p.match = [variant](const Graph& gr, int i, const core::GraphUses&) -> std::optional<core::Match> {
+      if (gr.nodes()[size_t(i)].op != OpKind::gelu) return std::nullopt;
+      core::Match m;
+      m.nodes = {i, i + 2};
+      m.emit_at = variant == 1 ? i + 1 : i;
+      m.emit = [nodes = std::vector<core::Node>{gr.nodes()[size_t(i)], gr.nodes()[size_t(i + 2)]}](
+                   Graph& dst, std::vector<ValueId>& map) {
+        for (const core::Node& n : nodes) {  // the same two nodes, emitted together
+          std::vector<ValueId> in;
+          for (ValueId v : n.inputs) in.push_back(map[size_t(v)]);
+          map[size_t(n.outputs[0])] = dst.add_node1(n.op, std::move(in), n.params);
+        }
+      };
+      return m;
+    };
+    if (variant > 0) {
+      try {
+        core::rewrite(g, {p});
+        ADD_FAILURE() << "no error";
+      } catch (const core::Error& err) {
+        EXPECT_NE(std::string(err.what()).find("pattern early"), std::string::npos) << err.what();
+      }
+      continue;
+    }
+    const core::RewriteResult r = core::rewrite(g, {p});
+    ASSERT_EQ(r.graph.nodes().size(), 3u);
+    EXPECT_EQ(r.graph.nodes()[0].op, OpKind::gelu);
+    EXPECT_EQ(r.graph.nodes()[1].op, OpKind::add);
+    EXPECT_EQ(r.graph.nodes()[2].op, OpKind::scale);
+    EXPECT_EQ(r.graph.nodes()[2].inputs[0], r.map[size_t(a)]);
+    EXPECT_EQ(r.graph.value(r.map[size_t(e)]).producer, 1);
+  }
+}
+
 // ---- in the model ---------------------------------------------------------------------
 
 namespace {

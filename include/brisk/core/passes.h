@@ -45,6 +45,11 @@ struct Match {
   // read the matched nodes' outside inputs through it, and set it for every
   // matched output that something else still reads (rewrite() checks).
   std::function<void(Graph& dst, std::vector<ValueId>& map)> emit;
+  // Emitted where this one of `nodes` stood instead (-1: the last): earlier,
+  // when unmatched nodes between read what the replacement makes (they are
+  // replayed after it). Every outside value the match reads must then be
+  // made before emit_at (rewrite() checks).
+  int emit_at = -1;
 };
 
 struct Pattern {
