@@ -11,22 +11,20 @@ namespace brisk::ops {
 using namespace detail;
 
 namespace {
-
 constexpr double kSqrt2OverPi = 0.7978845608028654;  // sqrt(2 / pi)
 constexpr double kCubic = 0.044715;
+}  // namespace
 
-double gelu_value(double x) {
+double detail::gelu_tanh(double x) {
   const double t = std::tanh(kSqrt2OverPi * (x + kCubic * x * x * x));
   return 0.5 * x * (1.0 + t);
 }
 
 // d gelu / dx = 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 c x^2)
-double gelu_derivative(double x) {
+double detail::gelu_tanh_derivative(double x) {
   const double t = std::tanh(kSqrt2OverPi * (x + kCubic * x * x * x));
   return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * kSqrt2OverPi * (1.0 + 3.0 * kCubic * x * x);
 }
-
-}  // namespace
 
 // ---- gelu -----------------------------------------------------------------------
 core::OpDef gelu_def() {
@@ -42,7 +40,7 @@ core::OpDef gelu_def() {
     return {g.add_node1(OpKind::gelu_backward, {n.inputs[0], dy[0]})};
   };
   d.reference = [](const KernelCall& c) {
-    for (int64_t i = 0; i < c.in(0).numel(); ++i) st(c.out(0), i, gelu_value(ld(c.in(0), i)));
+    for (int64_t i = 0; i < c.in(0).numel(); ++i) st(c.out(0), i, gelu_tanh(ld(c.in(0), i)));
   };
   d.test_cases = [] {
     std::vector<TestCase> cases;
@@ -72,7 +70,7 @@ core::OpDef gelu_backward_def() {
   };
   d.reference = [](const KernelCall& c) {
     for (int64_t i = 0; i < c.in(0).numel(); ++i)
-      st(c.out(0), i, gelu_derivative(ld(c.in(0), i)) * ld(c.in(1), i));
+      st(c.out(0), i, gelu_tanh_derivative(ld(c.in(0), i)) * ld(c.in(1), i));
   };
   d.test_cases = [] {
     std::vector<TestCase> cases;

@@ -33,6 +33,11 @@ void check_count(std::string_view op, std::span<const TensorMeta> inputs, size_t
 void layernorm_rows_reference(const TensorView& x, const TensorView& w, const TensorView& b, double eps,
                               const TensorView& y, const TensorView& mean, const TensorView& rstd);
 
+// GPT-2's tanh-approximated GELU and its derivative in double
+// (activation.cpp): shared by the reference kernels of the GELU ops.
+double gelu_tanh(double x);
+double gelu_tanh_derivative(double x);
+
 // Spec of a random float input in [lo, hi).
 inline InputSpec spec(Shape s, DType t = DType::f32, double lo = -1.0, double hi = 1.0) {
   return InputSpec{TensorMeta{s, t}, lo, hi, core::dtype_is_float(t), {}};

@@ -88,6 +88,9 @@ double graph_matmul_flops(const core::Graph& g) {
       case OpKind::linear_gelu:
         f += 2.0 * double(out.numel()) * double(g.shape(n.inputs[1])[1]);
         break;
+      case OpKind::matmul_gelu_backward:  // (rows, out) x (out, in): the product is w's out-features deep
+        f += 2.0 * double(out.numel()) * double(g.shape(n.inputs[1])[0]);
+        break;
       case OpKind::attention:
       case OpKind::flash_attention:
       case OpKind::attention_backward:

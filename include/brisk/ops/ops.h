@@ -94,6 +94,13 @@ core::Pattern residual_layernorm_fusion();
 // that gradient as its sixth input; a cast narrowing the sum (the gradient
 // of a bf16/f16 residual branch) becomes its narrowed fourth output.
 core::Pattern residual_layernorm_backward_fusion();
+// (dy W) * gelu'(h): the input gradient of a Linear whose input is gelu(h),
+// through the GELU; dy (..., out), W (out, in), h (..., in) -> h's shape.
+ValueId matmul_gelu_backward(Graph& g, ValueId dy, ValueId w, ValueId h);
+// The backward pass: the product dy W of a Linear's input gradient (matmul,
+// then a reshape or not) read only by a gelu_backward becomes one
+// matmul_gelu_backward (cuBLASLt's DGELU epilogue on CUDA).
+core::Pattern gelu_backward_fusion();
 
 // ---- reductions ---------------------------------------------------------------
 ValueId sum(Graph& g, ValueId x, int axis = ReduceParams::kAllAxes, bool keepdim = false);

@@ -1,4 +1,5 @@
-// CPU kernels of linear_gelu (src/ops/linear_gelu.cpp): h = x W^T + b, y = gelu(h).
+// CPU kernels of linear_gelu (src/ops/linear_gelu.cpp): h = x W^T + b, y = gelu(h),
+// and of matmul_gelu_backward (at the end).
 //
 // f32: each thread takes a contiguous block of rows and finishes it: the
 // bias broadcast into its h rows, one single-threaded OpenBLAS gemm on top
@@ -104,6 +105,32 @@ void linear_gelu_composed(const KernelCall& c) {
   act(gc);
 }
 
+// matmul_gelu_backward (dy, W, h) -> dh: matmul's kernel into dh over the
+// (rows, out) x (out, in) views, then gelu_backward's over dh in place. The
+// same kernels as the unfused pair, so the same bits; on this backend the
+// fusion saves nothing measurable (the product dominates, and GELU's
+// backward is compute bound), but every CPU run exercises the fused graph
+// that a GPU runs with cuBLASLt's DGELU epilogue.
+void matmul_gelu_backward_composed(const KernelCall& c) {
+  const core::DType t = c.in(0).dtype();
+  const core::KernelFn mm = composed_kernels().find(core::OpKind::matmul, t);
+  const core::KernelFn act = composed_kernels().find(core::OpKind::gelu_backward, t);
+  const int64_t out = c.in(1).shape()[0], in = c.in(1).shape()[1];
+  const int64_t rows = c.out(0).numel() / std::max<int64_t>(in, 1);
+  const core::TensorView mm_in[] = {{c.in(0).data, {core::Shape{rows, out}, t}}, c.in(1)};
+  const core::TensorView mm_out[] = {{c.out(0).data, {core::Shape{rows, in}, t}}};
+  const core::OpParams params = core::MatmulParams{};
+  KernelCall mc = c;
+  mc.params = &params;
+  mc.inputs = mm_in;
+  mc.outputs = mm_out;
+  mm(mc);
+  const core::TensorView act_in[] = {c.in(2), c.out(0)};  // gelu'(h) * the product, element by element
+  KernelCall ac = c;
+  ac.inputs = act_in;
+  act(ac);
+}
+
 }  // namespace
 
 void register_linear_gelu_kernels(core::KernelRegistry& r) {
@@ -112,6 +139,10 @@ void register_linear_gelu_kernels(core::KernelRegistry& r) {
   for (DType t : {DType::bf16, DType::f16})
     if (composed_kernels().supports(core::OpKind::linear, t) && composed_kernels().supports(core::OpKind::gelu, t))
       r.add(core::OpKind::linear_gelu, t, linear_gelu_composed);
+  for (DType t : {DType::f32, DType::bf16, DType::f16})
+    if (composed_kernels().supports(core::OpKind::matmul, t) &&
+        composed_kernels().supports(core::OpKind::gelu_backward, t))
+      r.add(core::OpKind::matmul_gelu_backward, t, matmul_gelu_backward_composed);
 }
 
 }  // namespace brisk::cpu

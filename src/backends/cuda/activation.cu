@@ -13,9 +13,22 @@
 // Each thread moves 128-bit packs (4 f32 or 8 bf16) when the pointers are
 // 16-byte aligned, one element at a time otherwise; bf16 computes in f32 and
 // rounds once.
+//
+// matmul_gelu_backward (dy, W, h) -> dh = (dy W) * gelu'(h) is here too: in
+// bf16/f16 one cuBLASLt product with the DGELU epilogue, which reads h as
+// its "aux" input and applies gelu'(h) to the fp32 accumulator on the way
+// out, so the (rows, in) product is never written and read back (the
+// reference rounds the product to bf16 first: half an ulp inside gelu').
+// f32 does not use it, for the reason linear_gelu.cu gives for GELU_AUX
+// (cuBLASLt's GELU is an approximation, not the exact fp32 the default mode
+// promises). f32, and any shape cuBLASLt refuses the epilogue for (in not a
+// multiple of 8, misaligned buffers), run the product into dh and then
+// gelu_backward_kernel over dh in place: the unfused graph's two kernels.
 #include <cstdint>
+#include <string>
 
 #include "cuda_util.cuh"
+#include "gemm.h"
 
 namespace brisk::cuda {
 namespace {
@@ -109,6 +122,40 @@ void gelu_backward_op(const KernelCall& c) {
   check_launch(D == DType::f32 ? "gelu_backward(f32)" : "gelu_backward(bf16)");
 }
 
+template <DType D>
+void matmul_gelu_backward_op(const KernelCall& c) {
+  using T = device_t<D>;
+  constexpr int N = 16 / int(sizeof(T));
+  const core::TensorView &dy = c.in(0), &w = c.in(1), &h = c.in(2), &dh = c.out(0);
+  const int64_t out = w.shape()[0], in = w.shape()[1];
+  const int64_t rows = in > 0 ? dh.numel() / in : 0;
+  if (rows == 0 || in == 0) return;
+  GemmArgs g;
+  g.dtype = D;
+  g.M = rows;  // (rows, out) x (out, in)
+  g.N = in;
+  g.K = out;
+  g.A = dy.data;
+  g.B = w.data;
+  g.C = dh.data;
+  const core::ExecContext& ctx = context_of(c);
+  if (D != DType::f32 && out > 0) {
+    GemmArgs fused = g;
+    fused.epilogue = Epilogue::dgelu;
+    fused.aux = h.data;
+    if (lt_matmul(fused, ctx)) return;
+  }
+  run_gemm(g, ctx);
+  const int64_t n = rows * in;
+  const T* x = h.as<const T>();
+  T* d = dh.as<T>();
+  if (aligned16(x) && aligned16(d))
+    gelu_backward_kernel<N, T><<<grid_for((n + N - 1) / N, kThreads), kThreads, 0, stream_of(c)>>>(x, d, d, n);
+  else
+    gelu_backward_kernel<1, T><<<grid_for(n, kThreads), kThreads, 0, stream_of(c)>>>(x, d, d, n);
+  check_launch("matmul_gelu_backward(gelu_backward)");
+}
+
 }  // namespace
 
 void register_activation_kernels(core::KernelRegistry& r) {
@@ -116,6 +163,8 @@ void register_activation_kernels(core::KernelRegistry& r) {
   r.add(OpKind::gelu, DType::bf16, gelu_op<DType::bf16>);
   r.add(OpKind::gelu_backward, DType::f32, gelu_backward_op<DType::f32>);
   r.add(OpKind::gelu_backward, DType::bf16, gelu_backward_op<DType::bf16>);
+  r.add(OpKind::matmul_gelu_backward, DType::f32, matmul_gelu_backward_op<DType::f32>);
+  r.add(OpKind::matmul_gelu_backward, DType::bf16, matmul_gelu_backward_op<DType::bf16>);
 }
 
 }  // namespace brisk::cuda

@@ -96,7 +96,7 @@ class CudaBackend final : public core::Backend {
 // Registration entry points of the kernel files, as on the CPU backend.
 void register_elementwise_kernels(core::KernelRegistry& r);
 void register_matmul_kernels(core::KernelRegistry& r);
-void register_activation_kernels(core::KernelRegistry& r);  // gelu, gelu_backward
+void register_activation_kernels(core::KernelRegistry& r);  // gelu, gelu_backward, matmul_gelu_backward
 void register_memory_ops_kernels(core::KernelRegistry& r);  // cast, fill, copy, accumulate
 void register_shape_ops_kernels(core::KernelRegistry& r);  // reshape, permute, split, concat
 void register_reduce_kernels(core::KernelRegistry& r);  // sum, mean, expand

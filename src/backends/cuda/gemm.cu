@@ -114,7 +114,7 @@ std::string gemm_str(const GemmArgs& g) {
 DType c_type(const GemmArgs& g) { return g.c_f32 ? DType::f32 : g.dtype; }
 
 bool has_bias(Epilogue e) { return e == Epilogue::bias || e == Epilogue::gelu_aux_bias; }
-bool has_aux(Epilogue e) { return e == Epilogue::gelu_aux || e == Epilogue::gelu_aux_bias; }
+bool has_aux(Epilogue e) { return e == Epilogue::gelu_aux || e == Epilogue::gelu_aux_bias || e == Epilogue::dgelu; }
 
 cublasLtEpilogue_t lt_epilogue(Epilogue e) {
   switch (e) {
@@ -122,6 +122,7 @@ cublasLtEpilogue_t lt_epilogue(Epilogue e) {
     case Epilogue::bias: return CUBLASLT_EPILOGUE_BIAS;
     case Epilogue::gelu_aux: return CUBLASLT_EPILOGUE_GELU_AUX;
     case Epilogue::gelu_aux_bias: return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    case Epilogue::dgelu: return CUBLASLT_EPILOGUE_DGELU;
   }
   return CUBLASLT_EPILOGUE_DEFAULT;
 }

@@ -1,6 +1,7 @@
 // The CUDA kernels' one entry point to a matrix product, through cuBLASLt:
 //   C[b] (M, N) = alpha * op(A[b]) op(B[b]) [+ bias] + beta * C[b]   (row-major)
-// optionally with a GELU epilogue that writes the pre-activation to `aux`.
+// optionally with a GELU epilogue that writes the pre-activation to `aux`,
+// or GELU's gradient epilogue that reads it from there.
 //
 // cuBLASLt descriptors, layouts and the heuristic's algorithm are built once
 // per shape and kept in a GemmCache inside the backend's LtState, which the
@@ -35,6 +36,7 @@ enum class Epilogue : uint8_t {
   bias,           // D = AB + bias
   gelu_aux,       // aux = AB,        D = gelu_tanh(aux)
   gelu_aux_bias,  // aux = AB + bias, D = gelu_tanh(aux)
+  dgelu,          // D = AB * gelu_tanh'(aux): aux is read (the GELU's input), not written
 };
 
 struct GemmArgs {
@@ -52,7 +54,7 @@ struct GemmArgs {
   float alpha = 1.f, beta = 0.f;
   Epilogue epilogue = Epilogue::none;
   const void* bias = nullptr;  // (N): one value per output column
-  void* aux = nullptr;         // (M, N), leading dimension N (gelu epilogues only)
+  const void* aux = nullptr;   // (M, N), leading dimension N (gelu epilogues only; written by gelu_aux*)
 };
 
 class GemmCache;
