@@ -197,6 +197,7 @@ void apply_variant(const std::string& variant, models::GptConfig& model, optim::
     else if (key == "fuse_bias_gelu") model.fuse_bias_gelu = flag();
     else if (key == "fuse_residual_layernorm") model.fuse_residual_layernorm = flag();
     else if (key == "fuse_layernorm_backward") model.fuse_layernorm_backward = value;  // auto | on | off
+    else if (key == "fuse_gelu_backward") model.fuse_gelu_backward = value;  // auto | on | off
     else if (key == "fused_adamw") adamw.fused = flag();
     else if (key == "recompute") model.recompute = value;
     else if (key == "precision") {
@@ -206,7 +207,7 @@ void apply_variant(const std::string& variant, models::GptConfig& model, optim::
     } else {
       throw core::ConfigError("variant: unknown key '" + key +
                               "' (allowed: attention, fused_classifier, fuse_bias_gelu, fuse_residual_layernorm, "
-                              "fuse_layernorm_backward, fused_adamw, recompute, precision)");
+                              "fuse_layernorm_backward, fuse_gelu_backward, fused_adamw, recompute, precision)");
     }
   }
   model.validate();

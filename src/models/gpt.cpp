@@ -80,9 +80,11 @@ void GptConfig::validate() const {
                       std::to_string(n_head) + ")");
   if (attention != "flash" && attention != "plain")
     throw ConfigError("model.attention: unknown value '" + attention + "' (allowed: flash, plain)");
-  if (fuse_layernorm_backward != "auto" && fuse_layernorm_backward != "on" && fuse_layernorm_backward != "off")
-    throw ConfigError("model.fuse_layernorm_backward: unknown value '" + fuse_layernorm_backward +
-                      "' (allowed: auto, on, off)");
+  for (const auto& [key, value] : {std::pair<const char*, const std::string&>{"fuse_layernorm_backward",
+                                                                              fuse_layernorm_backward},
+                                    {"fuse_gelu_backward", fuse_gelu_backward}})
+    if (value != "auto" && value != "on" && value != "off")
+      throw ConfigError("model." + std::string(key) + ": unknown value '" + value + "' (allowed: auto, on, off)");
   if (recompute != "none" && recompute != "selective" && recompute != "full")
     throw ConfigError("train.recompute: unknown value '" + recompute + "' (allowed: none, selective, full)");
   if (!core::dtype_is_float(compute))
@@ -218,14 +220,17 @@ void fuse(GptProgram& p, const GptConfig& c, bool train, bool on_device) {
   adopt_rewrite(p, core::rewrite(p.graph, patterns));
 }
 
-// The backward fusion on the finished train graph (fuse_layernorm_backward):
-// each LayerNorm's backward takes in the residual gradient it is added to
-// (and writes the narrowed copy a low-precision branch reads). "auto" leaves
-// it off on a GPU until its CUDA kernel has run on one.
+// The backward fusions on the finished train graph: each LayerNorm's backward
+// takes in the residual gradient it is added to (and writes the narrowed copy
+// a low-precision branch reads: fuse_layernorm_backward), and the MLP's GELU
+// backward rides on the product before it (fuse_gelu_backward). "auto" leaves
+// each off on a GPU until its CUDA path has run on one.
 void fuse_backward(GptProgram& p, const GptConfig& c, bool on_device) {
-  const std::string& mode = c.fuse_layernorm_backward;
-  if (mode == "off" || (mode == "auto" && on_device)) return;
-  adopt_rewrite(p, core::rewrite(p.graph, {ops::residual_layernorm_backward_fusion()}));
+  auto wanted = [on_device](const std::string& mode) { return mode == "on" || (mode == "auto" && !on_device); };
+  std::vector<core::Pattern> patterns;
+  if (wanted(c.fuse_layernorm_backward)) patterns.push_back(ops::residual_layernorm_backward_fusion());
+  if (wanted(c.fuse_gelu_backward)) patterns.push_back(ops::gelu_backward_fusion());
+  if (!patterns.empty()) adopt_rewrite(p, core::rewrite(p.graph, patterns));
 }
 
 // ---- recomputation (train.recompute) -------------------------------------------------

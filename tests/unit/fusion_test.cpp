@@ -1,6 +1,7 @@
 // The bias+GELU and residual+LayerNorm fusions (linear_gelu, add_layernorm and
-// their rewrite patterns) and the backward fusion of a LayerNorm's backward
-// with the residual gradient (layernorm_backward's dres input) on the CPU
+// their rewrite patterns) and the backward fusions (a LayerNorm's backward
+// with the residual gradient: layernorm_backward's dres input; GELU's
+// backward with the product before it: matmul_gelu_backward) on the CPU
 // backend. The op harness checks each op against its reference kernel and its
 // backward by finite differences; this file checks what the harness cannot:
 // (1) the fused CPU kernels against the unfused CPU kernels they replace, at
@@ -22,6 +23,7 @@
 #include "brisk/models/gpt.h"
 #include "brisk/ops/ops.h"
 #include "brisk/train/config.h"
+#include "brisk/train/tune.h"
 #include "test_models.h"
 #include "test_util.h"
 
@@ -332,6 +334,101 @@ TEST(FusionPatterns, LayerNormBackwardFusionFiresOnResidualGradientsOnly) {
   }
 }
 
+// ---- the backward fusion: matmul (+ reshape) + gelu_backward -----------------------------
+
+// The same function as the unfused graph, to the bit (the CPU composes the
+// same two kernels), with the MLP unfused or as linear_gelu, with and without
+// selective recomputation (which redoes GELU, not its input), fp32 and bf16.
+TEST(FusionPatterns, GeluBackwardRidesOnTheProduct) {
+  const int64_t B = 2, T = 17, L = 3;
+  std::vector<int32_t> x(size_t(B * T)), y(x.size());
+  for (size_t i = 0; i < x.size(); ++i) x[i] = int32_t((i * 5 + 1) % 61), y[i] = int32_t((i * 13 + 2) % 61);
+  for (DType compute : {DType::f32, DType::bf16})
+    for (int form = 0; form < 3; ++form) {
+      SCOPED_TRACE(std::string(core::dtype_name(compute)) + " form " + std::to_string(form));
+      models::GptConfig cfg{61, L, 24, 3, 40};
+      cfg.compute = compute;
+      cfg.fuse_bias_gelu = form == 1;
+      cfg.recompute = form == 2 ? "selective" : "none";
+      cfg.fuse_gelu_backward = "off";
+      models::Gpt plain(cfg, backend());
+      cfg.fuse_gelu_backward = "auto";  // on for the CPU
+      models::Gpt fused(cfg, backend());
+      plain.init_weights(6);
+      fused.init_weights(6);
+      EXPECT_EQ(fused.train_micro_step(x.data(), y.data(), B, T, 2.0),
+                plain.train_micro_step(x.data(), y.data(), B, T, 2.0));
+
+      // One per block: the MLP's GELU backward and the product before it.
+      const Graph& gp = plain.program(true, B, T).graph;
+      const Graph& gf = fused.program(true, B, T).graph;
+      EXPECT_EQ(count_ops(gp, OpKind::matmul_gelu_backward, false), 0);
+      EXPECT_EQ(count_ops(gf, OpKind::matmul_gelu_backward, false), L);
+      EXPECT_EQ(count_ops(gf, OpKind::gelu_backward, false), 0);
+      EXPECT_EQ(count_ops(gp, OpKind::matmul, false) - count_ops(gf, OpKind::matmul, false), L);
+      EXPECT_EQ(train::graph_matmul_flops(gf), train::graph_matmul_flops(gp)) << "brisk plan's GFLOP/step";
+
+      int checked = 0;
+      for (const auto& [name, e] : plain.params().entries()) {
+        const Tensor& gf_t = fused.params().entries().at(name).grad;
+        ASSERT_EQ(gf_t.numel(), e.grad.numel()) << name;
+        int64_t differ = 0;
+        for (int64_t i = 0; i < e.grad.numel(); ++i) differ += e.grad.item(i) != gf_t.item(i);
+        EXPECT_EQ(differ, 0) << name;
+        ++checked;
+      }
+      EXPECT_GT(checked, 20);
+    }
+}
+
+// Where the pattern fires: (0) a Linear reading gelu(h) of rank 3 (its
+// input gradient is reshaped back): fused; (1) the same of rank 2 (no
+// reshape): fused; (2) gelu(h) read by two Linears, so its gradient is a sum
+// of two products: not fused; (3) a Linear reading h itself beside the GELU
+// (h's gradient gets another piece; the GELU's still fuses).
+TEST(FusionPatterns, GeluBackwardFusionFiresOnALinearsInputGradientOnly) {
+  for (int variant = 0; variant < 4; ++variant) {
+    SCOPED_TRACE("variant " + std::to_string(variant));
+    Graph g;
+    const core::Shape xs = variant == 1 ? core::Shape{6, 8} : core::Shape{2, 3, 8};
+    const ValueId x = g.input("x", xs, DType::f32, true);
+    const ValueId h = ops::linear(g, x, g.param("w1", {16, 8}), g.param("b1", {16}));
+    const ValueId a = ops::gelu(g, h);
+    ValueId out = ops::linear(g, a, g.param("w2", {8, 16}), g.param("b2", {8}));
+    if (variant == 2) out = ops::add(g, out, ops::linear(g, a, g.param("w3", {8, 16})));
+    if (variant == 3) out = ops::add(g, out, ops::linear(g, h, g.param("w3", {8, 16})));
+    const ValueId loss = ops::sum(g, out);
+    g.mark_output(loss);
+    core::backward(g, loss);
+    const core::RewriteResult r = core::rewrite(g, {ops::gelu_backward_fusion()});
+    const int want = variant == 2 ? 0 : 1;
+    EXPECT_EQ(applied(r, "gelu_backward_fusion"), want);
+    EXPECT_EQ(count_ops(r.graph, OpKind::matmul_gelu_backward, false), want);
+    EXPECT_EQ(count_ops(r.graph, OpKind::gelu_backward, false), 1 - want);
+    EXPECT_EQ(r.graph.backward_start(), g.backward_start());
+    // The fused graph computes the same gradients (fp32: the CPU composes
+    // the same kernels, so to the bit).
+    core::ParameterStore store;
+    store.adopt(g);
+    uint64_t seed = 11;  // weights wide enough to put h in GELU's curved region and tails
+    for (auto& [name, e] : store.entries())
+      e.value.copy_from(Tensor::randn(e.value.shape(), DType::f32, seed++, 0.f, 0.5f));
+    std::vector<float> xt(size_t(xs.numel()));
+    for (size_t i = 0; i < xt.size(); ++i) xt[i] = float(std::sin(0.7 * double(i)) * 2.0);
+    std::vector<std::vector<float>> dx;
+    for (const Graph* gr : std::initializer_list<const Graph*>{&g, &r.graph}) {
+      core::Executor e(*gr, backend());
+      e.bind(store);
+      e.write(gr->at("x"), xt.data(), xt.size() * sizeof(float));
+      e.run();
+      dx.emplace_back(xt.size());
+      const ValueId gx = gr == &g ? g.grad_of(g.at("x")) : r.graph.grad_of(r.map[size_t(g.at("x"))]);
+      e.read(gx, dx.back().data(), xt.size() * sizeof(float));
+    }
+    EXPECT_EQ(dx[0], dx[1]);
+  }
+}
+
 TEST(FusionPatterns, ConfigKeysRoundTrip) {
   const train::TrainConfig c =
       train::load_train_config("", {"model.fuse_bias_gelu=true", "model.fuse_residual_layernorm=false"});
@@ -351,6 +448,17 @@ TEST(FusionPatterns, ConfigKeysRoundTrip) {
     ADD_FAILURE() << "an unknown value was accepted";
   } catch (const core::ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("fuse_layernorm_backward: unknown value 'yes' (allowed: auto, on, off)"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(d.model.fuse_gelu_backward, "auto");
+  EXPECT_NE(toml.find("fuse_gelu_backward = \"auto\""), std::string::npos) << toml;
+  EXPECT_EQ(train::load_train_config("", {"model.fuse_gelu_backward=on"}).model.fuse_gelu_backward, "on");
+  try {
+    train::load_train_config("", {"model.fuse_gelu_backward=sometimes"});
+    ADD_FAILURE() << "an unknown value was accepted";
+  } catch (const core::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("fuse_gelu_backward: unknown value 'sometimes' (allowed: auto, on, off)"),
               std::string::npos)
         << e.what();
   }

@@ -74,6 +74,14 @@ struct GptConfig {
   // there were three. "auto" (the default): on for the CPU; off on a GPU
   // until its CUDA kernel has run on one (docs/gpu.md). "on" | "off".
   std::string fuse_layernorm_backward = "auto";
+  // Train programs: the MLP's second Linear's input-gradient product and the
+  // GELU backward after it as one matmul_gelu_backward
+  // (ops::gelu_backward_fusion; cuBLASLt's DGELU epilogue on a GPU, so the
+  // (B, T, 4C) product is not written and read back). The CPU composes the
+  // same two kernels (same bits, no speed change). "auto" (the default): on
+  // for the CPU; off on a GPU until its CUDA path has run on one
+  // (docs/gpu.md). "on" | "off".
+  std::string fuse_gelu_backward = "auto";
   // Compute dtype of the graph (mixed precision): f32, bf16 or f16. The
   // ParameterStore keeps fp32 master weights and grads whatever this says;
   // a low-precision graph casts each weight at its use (the cast's backward
