@@ -71,8 +71,9 @@ struct GptConfig {
   // into the residual stream's gradient (and, in mixed precision, the cast
   // narrowing that sum for the branch below) as one layernorm_backward
   // (ops::residual_layernorm_backward_fusion): one pass over the rows where
-  // there were three. "auto" (the default): on for the CPU; off on a GPU
-  // until its CUDA kernel has run on one (docs/gpu.md). "on" | "off".
+  // there were two (three in mixed precision). "auto" (the default): on for
+  // the CPU; off on a GPU until its CUDA kernel has run on one
+  // (docs/gpu.md). "on" | "off".
   std::string fuse_layernorm_backward = "auto";
   // Train programs: the MLP's second Linear's input-gradient product and the
   // GELU backward after it as one matmul_gelu_backward
