@@ -44,9 +44,11 @@ def run_brisk(args, run_dir, extra_sets=()):
     ms = sorted(row["ms_per_step"] for row in rows[args.warmup:])
     m = re.search(r"peak (\d+) GFLOP/s", r.stderr)
     head = [l for l in r.stderr.splitlines() if l.startswith(("brisk train:", "precision", "recompute"))]
+    # The driver's figure beside the plan's (what brisk tune's fixed GPU share is checked against).
+    memory = [l for l in r.stdout.splitlines() if l.startswith("GPU memory")]
     return {"engine": "brisk", "median_ms": ms[len(ms) // 2], "min_ms": ms[0], "max_ms": ms[-1],
             "losses": [row["loss"] for row in rows], "peak_gflops": float(m.group(1)) if m else 0.0,
-            "startup": head}
+            "startup": head, "gpu_memory": memory[0] if memory else ""}
 
 
 def run_torch(args):

@@ -195,6 +195,9 @@ struct Trainer::Impl {
   void open_run_dir();
   void measure_peak();
   void print_header();
+  // The planner's figures of this run: the train program's arena,
+  // parameters, gradients and the optimizer state (this rank's share).
+  core::MemoryReport planned_memory();
   double evaluate();
   void observe_plateau();
   void step();
@@ -429,6 +432,13 @@ void Trainer::Impl::measure_peak() {
   tokens_per_step = cfg.batch * cfg.seq * cfg.grad_accum;
 }
 
+core::MemoryReport Trainer::Impl::planned_memory() {
+  core::MemoryReport m = model.program(true, batch_local, cfg.seq).executor->plan().report;
+  m.optimizer_state = adamw.sharded() ? adamw.shard_exp_avg().bytes() + adamw.shard_exp_avg_sq().bytes()
+                                      : model.params().state_bytes();
+  return m;
+}
+
 void Trainer::Impl::print_header() {
   const std::string where =
       on_gpu ? "cuda: " + backend.description()
@@ -448,9 +458,7 @@ void Trainer::Impl::print_header() {
   else
     std::fprintf(stderr, "precision %s (%s: %s)\n", precision_name(precision.effective), precision.path.c_str(),
                  precision.reason.c_str());
-  core::MemoryReport full = model.program(true, batch_local, cfg.seq).executor->plan().report;
-  full.optimizer_state = adamw.sharded() ? adamw.shard_exp_avg().bytes() + adamw.shard_exp_avg_sq().bytes()
-                                         : model.params().state_bytes();
+  const core::MemoryReport full = planned_memory();
   if (dp)
     std::fprintf(stderr,
                  "data parallel: %d ranks (%s) x batch %lld | %zu gradient buckets of <= %g MiB | ZeRO-%d | %.1f MiB over "
@@ -679,6 +687,11 @@ TrainResult Trainer::finish() {
     t.result.loss_scale = t.scaler->scale();
   }
   t.result.median_tokens_per_s = t.step_times.empty() ? 0 : double(t.tokens_per_step) / median(t.step_times);
+  if (const auto mem = t.backend.device_memory()) {
+    t.result.device_memory_used = mem->total - mem->free;
+    t.result.device_memory_total = mem->total;
+    t.result.device_memory_planned = t.planned_memory().total();
+  }
   // Rank 0's run directory: run_summary.json and recommendations.json for
   // `brisk report` (run_record.h). A refused write costs the report, not the run.
   if (t.metrics) {

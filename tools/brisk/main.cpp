@@ -78,6 +78,12 @@ int cmd_train(const std::string& config_path, const std::vector<std::string>& se
                 r.comm_s > 0 ? 100 * std::max(0.0, r.comm_s - r.comm_exposed_s) / r.comm_s : 0.0,
                 100 * r.comm_exposed_s / r.step_time_s);
   std::printf("wall time      %.1f s, peak RSS %.0f MiB\n", dt, double(monitor::peak_rss_bytes()) / (1 << 20));
+  if (r.device_memory_total > 0)  // what brisk tune's GPU estimate adds to the plan (train::kCudaProcessBytes)
+    std::printf("GPU memory     %.0f of %.0f MiB in use at the end; the plan accounts for %.0f, the rest (CUDA context, "
+                "cuBLASLt workspace, an eval arena, other processes) is %.0f\n",
+                double(r.device_memory_used) / (1 << 20), double(r.device_memory_total) / (1 << 20),
+                double(r.device_memory_planned) / (1 << 20),
+                (double(r.device_memory_used) - double(r.device_memory_planned)) / (1 << 20));
   std::printf("checkpoint     %s\n", r.last_checkpoint.c_str());
   std::printf("metrics        %s/metrics.jsonl\n", cfg.out_dir.c_str());
   if (cfg.tensorboard) std::printf("tensorboard    tensorboard --logdir %s\n", cfg.out_dir.c_str());

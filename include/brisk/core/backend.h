@@ -6,6 +6,7 @@
 
 #include <array>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -60,6 +61,13 @@ class Backend {
   virtual void zero(void* dst, size_t bytes);
   // What the device is, for start-up lines and reports ("NVIDIA H100 80GB HBM3").
   virtual std::string description() const { return std::string(name()); }
+  // The device's memory as its driver reports it now (cudaMemGetInfo):
+  // what a run holds there, context included, is total - free. None on the
+  // host, where peak RSS says it.
+  struct MemoryInfo {
+    size_t free = 0, total = 0;
+  };
+  virtual std::optional<MemoryInfo> device_memory() const { return std::nullopt; }
 
   // ---- whole-step graphs (CUDA graphs) ----
   // A backend that can record the kernels queued between capture_begin() and

@@ -42,6 +42,11 @@ struct TrainResult {
   // the steps waited for them (the rest was hidden behind backward).
   int rank = 0, world = 1;
   double comm_s = 0, comm_exposed_s = 0;
+  // On a GPU, at the end of the run: the device memory in use (the driver's
+  // total - free: this process's allocations, its CUDA context and anything
+  // else on the card), the card's total, and the part the planner accounts
+  // for (train arena, parameters, gradients, optimizer state). 0 on the CPU.
+  size_t device_memory_used = 0, device_memory_total = 0, device_memory_planned = 0;
 };
 
 struct TrainOptions {

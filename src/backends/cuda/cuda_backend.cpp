@@ -178,6 +178,13 @@ void CudaBackend::copy_to_device_async(void* dst, const void* host_src, size_t b
   check_cuda(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, stream_), "cudaMemcpyAsync(H2D)");
 }
 
+std::optional<core::Backend::MemoryInfo> CudaBackend::device_memory() const {
+  check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+  MemoryInfo m;
+  check_cuda(cudaMemGetInfo(&m.free, &m.total), "cudaMemGetInfo");
+  return m;
+}
+
 void CudaBackend::zero(void* dst, size_t bytes) {
   if (bytes) check_cuda(cudaMemsetAsync(dst, 0, bytes, stream_), "cudaMemsetAsync");
 }

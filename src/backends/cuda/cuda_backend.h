@@ -74,6 +74,7 @@ class CudaBackend final : public core::Backend {
   void copy_to_device_async(void* dst, const void* host_src, size_t bytes) override;
   void zero(void* dst, size_t bytes) override;
   std::string description() const override { return description_; }
+  std::optional<MemoryInfo> device_memory() const override;
   bool supports_graphs() const override { return true; }
   void capture_begin() override;
   void* capture_end() override;
