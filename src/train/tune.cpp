@@ -1,4 +1,4 @@
-// Memory-budget tuning (tune.h): the run's planned peak RSS part by part, the
+// Memory-budget tuning (tune.h): the run's planned peak RSS (or GPU memory) part by part, the
 // search over (recompute, fused_classifier) and micro-batch, and the choice at
 // trainer start-up. Everything here plans; nothing runs a step. Each
 // candidate setting gets one model at a time (its weights are the only real
@@ -16,6 +16,7 @@
 
 #include "brisk/core/allocator.h"
 #include "brisk/core/error.h"
+#include "brisk/cpu/cpu_backend.h"
 #include "brisk/models/gpt.h"
 #include "brisk/train/checkpoint.h"
 
@@ -147,6 +148,7 @@ uint64_t shard_bytes(const std::string& dir) {
 struct Shared {
   const TrainConfig& cfg;
   core::Backend& backend;
+  bool gpu = false;  // train.device = "cuda": plan GPU memory
   core::DType compute = core::DType::f32;
   uint64_t data = 0;
   std::map<std::pair<int64_t, bool>, uint64_t> eval_arena;  // by (micro-batch, fused classifier)
@@ -159,6 +161,8 @@ class SettingPlanner {
     mc.compute = s_.compute;
     mc.recompute = recompute;
     mc.fused_classifier = fused;
+    // The GPU's classifier chunks, as the trainer on a GPU asks for them.
+    if (s_.gpu && mc.classifier_chunk_floats == 0) mc.classifier_chunk_floats = models::kDeviceClassifierChunkFloats;
     model_ = std::make_unique<models::Gpt>(mc, s_.backend);
     for (const auto& [name, e] : model_->params().entries()) {
       // AdamW keeps two fp32 moments per parameter element.
@@ -183,6 +187,11 @@ class SettingPlanner {
       if (it == s_.eval_arena.end())
         it = s_.eval_arena.emplace(key, core::plan_memory(model_->eval_graph(batch, cfg.seq)).report.arena).first;
       m.eval_arena = it->second;
+    }
+    if (s_.gpu) {  // the rest lives on the host
+      m.gpu = true;
+      m.baseline = kCudaProcessBytes;
+      return m;
     }
     // The ring of workers x 2 + 1 slots, each inputs and targets (the
     // trainer's prefetch factor is 2), and the trainer's eval x and y.
@@ -210,9 +219,9 @@ int level_rank(const std::string& r) {
 }
 
 Shared make_shared_state(const TrainConfig& cfg, core::Backend& backend) {
-  Shared s{cfg, backend, core::DType::f32, 0, {}};
-  s.compute = compute_dtype(resolve_precision(cfg.precision, cfg.precision_fallback, "cpu").effective);
-  s.data = shard_bytes(cfg.data_dir);
+  Shared s{cfg, backend, cfg.device == "cuda", core::DType::f32, 0, {}};
+  s.compute = compute_dtype(resolve_precision(cfg.precision, cfg.precision_fallback, cfg.device).effective);
+  s.data = s.gpu ? 0 : shard_bytes(cfg.data_dir);
   return s;
 }
 
@@ -312,17 +321,22 @@ TuneResult search_budget(const TrainConfig& cfg, uint64_t budget, core::Backend&
   r.chosen.memory_budget.clear();  // the choice is made: the tuned config describes the run
 
   std::string s = "memory budget " + format_bytes(budget) + ": " +
-                  describe(best.batch, best.grad_accum, best.recompute, best.fused_classifier) + ", planned peak " +
-                  format_bytes(best.memory.total()) + ".";
+                  describe(best.batch, best.grad_accum, best.recompute, best.fused_classifier) +
+                  (best.memory.gpu ? ", planned GPU memory " : ", planned peak ") + format_bytes(best.memory.total()) +
+                  ".";
   const bool same = best.batch == cfg.batch && best.recompute == cfg.model.recompute &&
                     best.fused_classifier == cfg.model.fused_classifier;
   if (same) {
     s += " The config as given fits and nothing cheaper in compute does better.";
   } else {
+    const double given_per_token = r.original.flops_per_micro_step / double(cfg.batch * cfg.seq);
+    const bool cheaper = best.flops_per_token < given_per_token * (1 - 1e-9);
     s += " The config as given (" + describe(cfg.batch, cfg.grad_accum, cfg.model.recompute, cfg.model.fused_classifier) +
          ") plans " + format_bytes(r.original.total()) +
-         (r.original.total() <= budget ? ", which fits, but this setting is cheaper per token."
-                                       : ", over the budget.");
+         (r.original.total() > budget ? ", over the budget."
+          : cheaper                   ? ", which fits, but this setting is cheaper per token."
+                                      : ", which fits, but this setting runs a larger micro-batch for the same FLOPs "
+                                        "per token.");
   }
   if (best.grad_accum != cfg.grad_accum)
     s += " train.grad_accum " + std::to_string(cfg.grad_accum) + " -> " + std::to_string(best.grad_accum) +
@@ -367,11 +381,12 @@ std::string candidates_table(const TuneResult& r) {
 
 TrainConfig apply_memory_budget(const TrainConfig& cfg, core::Backend& backend, std::string* report) {
   if (cfg.memory_budget.empty()) return cfg;
-  if (cfg.device != "cpu")
-    throw ConfigError("train.memory_budget plans the host memory (peak RSS) of a CPU run; with train.device = \"" +
-                      cfg.device + "\" size the run with `brisk plan` instead");
   const uint64_t budget = parse_byte_size(cfg.memory_budget, "train.memory_budget");
-  const TuneResult r = tune_for_budget(cfg, budget, backend);
+  // A GPU run is planned on the host (as `brisk plan` does): the search
+  // builds a model per setting, whose weights need not visit the GPU.
+  std::unique_ptr<cpu::CpuBackend> host;
+  if (!backend.device().is_host()) host = std::make_unique<cpu::CpuBackend>(1);
+  const TuneResult r = tune_for_budget(cfg, budget, host ? *host : backend);
   if (report) *report = "train.memory_budget: " + r.summary + "\n" + candidates_table(r);
   return r.chosen;
 }

@@ -81,6 +81,30 @@ TEST_F(TuneCli, TimeTopTrainsTheBestCandidates) {
   EXPECT_NE(r.out.find("tokens/s"), std::string::npos) << r.out;
 }
 
+// train.device = "cuda": the budget is GPU memory, planned on this machine
+// (no GPU needed) as the GPU runs the config; a budget just under the
+// config's own plan makes the tuner choose a smaller plan that fits, by the
+// library's GPU estimate. --time-top, which trains on the CPU, is refused.
+TEST_F(TuneCli, GpuBudgetIsPlannedHere) {
+  const std::vector<std::string> gpu = {"train.device=cuda", "train.precision=bf16"};
+  const uint64_t as_given = planned(gpu);
+  EXPECT_GE(as_given, train::kCudaProcessBytes);
+  const std::string out = tmp_.file("gpu.toml");
+  const CliResult r = run_cli({"tune", config_, "--set", gpu[0], "--set", gpu[1], "-m",
+                               std::to_string(as_given - 1), "-o", out});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("GPU memory (cuda) budget"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("= planned GPU memory"), std::string::npos) << r.out;
+  const train::TrainConfig t = train::load_train_config(out, {});
+  EXPECT_EQ(t.device, "cuda");
+  EXPECT_EQ(t.batch * t.grad_accum, 4) << r.out;
+  cpu::CpuBackend backend(1);
+  EXPECT_LE(train::estimate_run_memory(t, backend).total(), as_given - 1);
+  const CliResult timed = run_cli({"tune", config_, "--set", gpu[0], "-m", "8GiB", "--time-top", "1"});
+  EXPECT_EQ(timed.exit_code, 2);
+  EXPECT_NE(timed.err.find("--time-top trains on this machine's CPU"), std::string::npos) << timed.err;
+}
+
 TEST_F(TuneCli, TrainAppliesTheBudgetAndRecordsTheChoice) {
   const uint64_t budget = planned() - 1;
   const std::string run = tmp_.file("run");

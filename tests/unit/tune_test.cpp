@@ -9,7 +9,9 @@
 #include <set>
 
 #include "brisk/core/error.h"
+#include "brisk/core/planner.h"
 #include "brisk/cpu/cpu_backend.h"
+#include "brisk/models/gpt.h"
 #include "brisk/train/config.h"
 #include "brisk/train/tune.h"
 
@@ -238,7 +240,50 @@ TEST(Tune, ApplyMemoryBudget) {
   EXPECT_EQ(t.memory_budget, "");
   EXPECT_EQ(t.batch, 8);
   EXPECT_NE(report.find("train.memory_budget: memory budget 64.00 GiB"), std::string::npos) << report;
+  // A GPU run's budget is GPU memory, planned here on the host.
   c.device = "cuda";
-  EXPECT_NE(message_of([&] { train::apply_memory_budget(c, backend, nullptr); }).find("train.memory_budget"),
-            std::string::npos);
+  const train::TrainConfig g = train::apply_memory_budget(c, backend, &report);
+  EXPECT_EQ(g.batch, 8);
+  EXPECT_NE(report.find("planned GPU memory"), std::string::npos) << report;
+}
+
+// train.device = "cuda": the estimate is GPU memory, as the GPU runs it
+// (its bf16 graph and classifier chunks, `brisk plan`'s figures) plus the
+// CUDA process's fixed share; the host's parts (loader, shards, checkpoint
+// staging, the process baseline) are not in it.
+TEST(TuneEstimate, GpuPlansDeviceMemoryOnly) {
+  cpu::CpuBackend backend(1);
+  train::TrainConfig c = tiny_config(4, 1);
+  c.precision = train::Precision::bf16;
+  c.model.fused_classifier = true;
+  const train::RunMemoryEstimate host = train::estimate_run_memory(c, backend);
+  EXPECT_FALSE(host.gpu);
+  EXPECT_GT(host.loader, 0u);
+  c.device = "cuda";
+  const train::RunMemoryEstimate gpu = train::estimate_run_memory(c, backend);
+  EXPECT_TRUE(gpu.gpu);
+  EXPECT_EQ(gpu.loader + gpu.data + gpu.checkpoint, 0u);
+  EXPECT_EQ(gpu.baseline, train::kCudaProcessBytes);
+  models::GptConfig mc = c.model;
+  mc.compute = core::DType::bf16;  // the GPU's bf16 is native: no fp32 fallback as on this CPU
+  mc.classifier_chunk_floats = models::kDeviceClassifierChunkFloats;
+  models::Gpt model(mc, backend);
+  const core::MemoryReport want = core::plan_memory(model.train_graph(c.batch, c.seq)).report;
+  EXPECT_EQ(gpu.train.arena, want.arena);
+  EXPECT_EQ(gpu.train.params, want.params);
+  EXPECT_EQ(gpu.total(), want.total() + gpu.train.optimizer_state + gpu.eval_arena + train::kCudaProcessBytes);
+  // The search over GPU plans: at a budget of micro-batch 2's plan, the
+  // choice fits it and says it is GPU memory.
+  c.batch = 1;
+  c.grad_accum = 4;
+  const uint64_t at2 = [&] {
+    train::TrainConfig t = c;
+    t.batch = 2;
+    return train::estimate_run_memory(t, backend).total();
+  }();
+  const train::TuneResult r = train::search_budget(c, at2, backend);
+  ASSERT_TRUE(r.fits()) << r.summary;
+  EXPECT_LE(r.candidates.front().memory.total(), at2);
+  EXPECT_TRUE(r.candidates.front().memory.gpu);
+  EXPECT_NE(r.summary.find("planned GPU memory"), std::string::npos) << r.summary;
 }

@@ -1,5 +1,6 @@
 // `brisk tune`: plans every (recompute, fused_classifier) setting of a config
-// at the largest micro-batch that fits a memory budget (train::tune_for_budget:
+// at the largest micro-batch that fits a memory budget (host RSS, or GPU
+// memory for train.device = "cuda"; train::tune_for_budget:
 // the planner only, nothing allocated but one model's weights at a time),
 // prints the candidates ranked by estimated throughput and the planned peak
 // of the chosen one part by part, and writes the tuned config with to_toml
@@ -42,6 +43,12 @@ void print_breakdown(const char* title, const train::RunMemoryEstimate& m) {
   std::printf("%s\n", title);
   std::printf("  parameters %.1f + gradients %.1f + AdamW moments %.1f + train arena %.1f MiB (the planner)\n",
               mib(m.train.params), mib(m.train.grads), mib(m.train.optimizer_state), mib(m.train.arena));
+  if (m.gpu) {
+    std::printf("  + eval arena %.1f + CUDA context, cuBLASLt workspace and allocation rounding %.1f MiB\n",
+                mib(m.eval_arena), mib(m.baseline));
+    std::printf("  = planned GPU memory %.1f MiB (%llu bytes)\n", mib(m.total()), (unsigned long long)m.total());
+    return;
+  }
   std::printf("  + eval arena %.1f + loader and eval buffers %.1f + token shards %.1f + checkpoint staging %.1f + "
               "process baseline %.1f MiB\n",
               mib(m.eval_arena), mib(m.loader), mib(m.data), mib(m.checkpoint), mib(m.baseline));
@@ -72,18 +79,20 @@ int run_tune(const TuneArgs& a) {
   const uint64_t budget = train::parse_byte_size(a.budget, "--memory-budget");
   if (a.time_top < 0) throw core::ConfigError("--time-top must be >= 0, got " + std::to_string(a.time_top));
   if (a.time_steps < 2) throw core::ConfigError("--time-steps must be at least 2, got " + std::to_string(a.time_steps));
-  if (cfg.device != "cpu")
-    throw core::ConfigError("brisk tune plans the host memory (peak RSS) of a CPU run; train.device is \"" + cfg.device +
-                            "\" (size GPU runs with brisk plan)");
+  const bool gpu = cfg.device == "cuda";
+  if (gpu && a.time_top > 0)
+    throw core::ConfigError("--time-top trains on this machine's CPU; with train.device = \"cuda\" time the "
+                            "candidates with brisk train on the GPU");
   cfg.memory_budget.clear();  // the budget on the command line is the one searched for
-  if (!fs::is_directory(cfg.data_dir))
+  if (!gpu && !fs::is_directory(cfg.data_dir))
     std::fprintf(stderr, "note: data.dir '%s' not found: its token shards (mapped, part of a run's RSS) are not in the "
                  "estimate\n", cfg.data_dir.c_str());
   cpu::CpuBackend backend(cfg.threads);
 
   train::TuneResult r = train::search_budget(cfg, budget, backend);
-  std::printf("brisk tune: %s | budget %s | global batch %lld x seq %lld = %lld tokens per optimizer step (kept)\n",
-              a.config.c_str(), train::format_bytes(budget).c_str(), (long long)r.global_batch, (long long)cfg.seq,
+  std::printf("brisk tune: %s | %s budget %s | global batch %lld x seq %lld = %lld tokens per optimizer step (kept)\n",
+              a.config.c_str(), gpu ? "GPU memory (cuda)" : "host memory (peak RSS)",
+              train::format_bytes(budget).c_str(), (long long)r.global_batch, (long long)cfg.seq,
               (long long)(r.global_batch * cfg.seq));
   print_breakdown(("as given: " + std::to_string(cfg.batch) + " x accum " + std::to_string(cfg.grad_accum) +
                    ", recompute " + cfg.model.recompute + ", fused classifier " +
@@ -150,7 +159,9 @@ TuneCommand add_tune_command(CLI::App& parent) {
       "tune", "Largest micro-batch, cheapest recompute level and classifier setting that fit a memory budget");
   auto args = std::make_shared<TuneArgs>();
   tune->add_option("config,-c,--config", args->config, "TOML config (see configs/)")->check(CLI::ExistingFile)->required();
-  tune->add_option("--memory-budget,-m", args->budget, "Peak RSS to fit: 4GiB, 512MiB, 1.5GB or bytes")->required();
+  tune->add_option("--memory-budget,-m", args->budget,
+                   "Peak RSS to fit (GPU memory with train.device = \"cuda\"): 4GiB, 512MiB, 1.5GB or bytes")
+      ->required();
   tune->add_option("--set", args->sets, "Override a key, e.g. --set train.seq=128 (repeatable)");
   tune->add_option("--preset", args->preset, "Run preset: high-performance | memory-constrained | production");
   tune->add_option("--time-top", args->time_top, "Train the N best candidates for a few steps and keep the fastest")

@@ -49,7 +49,19 @@ double graph_matmul_flops(const core::Graph& g);
 // (docs/tuning.md); 32 keeps a run planned just under a budget under it.
 inline constexpr uint64_t kProcessBaselineBytes = uint64_t(32) << 20;
 
-// The planned peak RSS of a run of `cfg` on the CPU, part by part.
+// The same for a run with train.device = "cuda", in GPU memory: the CUDA
+// context (the driver's own reservation and the loaded kernel images),
+// cuBLASLt's handle and its 32 MiB workspace, and the rounding of the
+// parameter store's one allocation per tensor. A GPU run reports what it
+// held (`brisk train`'s summary: the driver's total - free beside the
+// plan's figures), which is what this figure is checked against
+// (docs/tuning.md).
+inline constexpr uint64_t kCudaProcessBytes = uint64_t(1) << 30;
+
+// The planned peak of a run of `cfg`, part by part: its peak RSS on the
+// CPU; with train.device = "cuda" its GPU memory, where the host's parts
+// (loader, data, checkpoint staging) are 0 and the baseline is
+// kCudaProcessBytes.
 struct RunMemoryEstimate {
   core::MemoryReport train;   // params, grads, AdamW moments, the train arena
   uint64_t eval_arena = 0;    // the eval program's arena (train.eval_every > 0)
@@ -57,15 +69,17 @@ struct RunMemoryEstimate {
   uint64_t data = 0;          // the token shards of data.dir (mapped and read whole)
   uint64_t checkpoint = 0;    // a checkpoint write's staging (the largest transposed block weight)
   uint64_t baseline = kProcessBaselineBytes;
+  bool gpu = false;           // GPU memory (train.device = "cuda"), not host RSS
   double flops_per_micro_step = 0;  // graph_matmul_flops of the train program
   uint64_t total() const {
     return train.total() + eval_arena + loader + data + checkpoint + baseline;
   }
 };
 
-// Plans `cfg` as `brisk train` would run it on one CPU process (its batch,
-// recompute level, classifier setting, precision). Builds a model (weights
-// allocated) on `backend` to know the parameters; plans, never runs.
+// Plans `cfg` as `brisk train` would run it in one process (its batch,
+// recompute level, classifier setting, precision; on a GPU as the GPU runs
+// it, as `brisk plan` does). Builds a model (weights allocated) on `backend`
+// (the CPU's, for either device) to know the parameters; plans, never runs.
 RunMemoryEstimate estimate_run_memory(const TrainConfig& cfg, core::Backend& backend);
 
 // The largest b in [1, max_batch] with fits(b), where fits is monotone
@@ -114,7 +128,8 @@ std::string candidates_table(const TuneResult& r);
 // train.memory_budget at start-up: `cfg` tuned to its budget (memory_budget
 // cleared, so the result describes the run), and the lines saying what was
 // chosen and why in *report. A config without a budget comes back as it is.
-// Throws ConfigError for train.device = "cuda" (the estimate is host RSS).
+// With train.device = "cuda" the budget is GPU memory; `backend` is the
+// run's, the planning happens on a CPU backend of its own.
 TrainConfig apply_memory_budget(const TrainConfig& cfg, core::Backend& backend, std::string* report);
 
 }  // namespace brisk::train
