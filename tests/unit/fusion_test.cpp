@@ -232,14 +232,31 @@ TEST(FusionPatterns, MixedPrecisionGptFusesEveryResidualLayerNorm) {
       const Graph& g = fused.program(train, B, T).graph;
       EXPECT_EQ(count_ops(g, OpKind::add_layernorm), 2 * L + 1);
       EXPECT_EQ(count_ops(g, OpKind::layernorm), 0);
-      for (const core::Node& n : g.nodes())
-        if (n.op == OpKind::add_layernorm) EXPECT_EQ(g.meta(n.outputs[1]).dtype, DType::bf16);
+      for (const core::Node& n : g.nodes()) {
+        if (n.op == OpKind::add_layernorm) {
+          EXPECT_EQ(g.meta(n.outputs[1]).dtype, DType::bf16);
+        }
+      }
     }
     for (const auto& [name, e] : plain.params().entries()) {
       SCOPED_TRACE(name);
       EXPECT_LE(normalized_error(e.grad, fused.params().entries().at(name).grad), 1e-3);
     }
   }
+}
+
+// Every parameter gradient of two models equal element by element.
+void expect_same_gradients(const models::Gpt& plain, const models::Gpt& fused) {
+  int checked = 0;
+  for (const auto& [name, e] : plain.params().entries()) {
+    const Tensor& f = fused.params().entries().at(name).grad;
+    ASSERT_EQ(f.numel(), e.grad.numel()) << name;
+    int64_t differ = 0;
+    for (int64_t i = 0; i < e.grad.numel(); ++i) differ += e.grad.item(i) != f.item(i);
+    EXPECT_EQ(differ, 0) << name;
+    ++checked;
+  }
+  EXPECT_GT(checked, 20);
 }
 
 // ---- the backward fusion: layernorm_backward + residual add (+ narrowing cast) ------------
@@ -291,16 +308,7 @@ TEST(FusionPatterns, LayerNormBackwardTakesTheResidualGradient) {
       EXPECT_EQ(gf.nodes().size() - gf.backward_start(),
                 gp.nodes().size() - gp.backward_start() - size_t(compute == DType::f32 ? 2 * L : 4 * L - 1));
 
-      int checked = 0;
-      for (const auto& [name, e] : plain.params().entries()) {
-        const Tensor& gf_t = fused.params().entries().at(name).grad;
-        ASSERT_EQ(gf_t.numel(), e.grad.numel()) << name;
-        int64_t differ = 0;
-        for (int64_t i = 0; i < e.grad.numel(); ++i) differ += e.grad.item(i) != gf_t.item(i);
-        EXPECT_EQ(differ, 0) << name;
-        ++checked;
-      }
-      EXPECT_GT(checked, 20);
+      expect_same_gradients(plain, fused);
     }
 }
 
@@ -368,16 +376,7 @@ TEST(FusionPatterns, GeluBackwardRidesOnTheProduct) {
       EXPECT_EQ(count_ops(gp, OpKind::matmul, false) - count_ops(gf, OpKind::matmul, false), L);
       EXPECT_EQ(train::graph_matmul_flops(gf), train::graph_matmul_flops(gp)) << "brisk plan's GFLOP/step";
 
-      int checked = 0;
-      for (const auto& [name, e] : plain.params().entries()) {
-        const Tensor& gf_t = fused.params().entries().at(name).grad;
-        ASSERT_EQ(gf_t.numel(), e.grad.numel()) << name;
-        int64_t differ = 0;
-        for (int64_t i = 0; i < e.grad.numel(); ++i) differ += e.grad.item(i) != gf_t.item(i);
-        EXPECT_EQ(differ, 0) << name;
-        ++checked;
-      }
-      EXPECT_GT(checked, 20);
+      expect_same_gradients(plain, fused);
     }
 }
 

@@ -15,7 +15,7 @@
 // rounds once.
 //
 // matmul_gelu_backward (dy, W, h) -> dh = (dy W) * gelu'(h) is here too: in
-// bf16/f16 one cuBLASLt product with the DGELU epilogue, which reads h as
+// bf16 one cuBLASLt product with the DGELU epilogue, which reads h as
 // its "aux" input and applies gelu'(h) to the fp32 accumulator on the way
 // out, so the (rows, in) product is never written and read back (the
 // reference rounds the product to bf16 first: half an ulp inside gelu').
@@ -25,7 +25,6 @@
 // multiple of 8, misaligned buffers), run the product into dh and then
 // gelu_backward_kernel over dh in place: the unfused graph's two kernels.
 #include <cstdint>
-#include <string>
 
 #include "cuda_util.cuh"
 #include "gemm.h"
