@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "brisk/core/error.h"
 
@@ -162,15 +163,23 @@ StepCounters summarize_steps(const std::vector<MetricsRow>& rows) {
   return c;
 }
 
-size_t machine_ram_bytes() {
+namespace {
+// One "Key:   123 kB" line of /proc/meminfo, in bytes; 0 where missing.
+size_t meminfo_bytes(const std::string& want) {
   std::ifstream f("/proc/meminfo");
-  std::string key;
-  size_t kib = 0;
-  std::string unit;
-  while (f >> key >> kib >> unit)
-    if (key == "MemTotal:") return kib * 1024;
+  std::string line;
+  while (std::getline(f, line)) {
+    std::istringstream in(line);
+    std::string key;
+    size_t kib = 0;
+    if (in >> key >> kib && key == want) return kib * 1024;
+  }
   return 0;
 }
+}  // namespace
+
+size_t machine_ram_bytes() { return meminfo_bytes("MemTotal:"); }
+size_t available_ram_bytes() { return meminfo_bytes("MemAvailable:"); }
 
 json to_json(const RunSummary& s) {
   json profile = json::array();

@@ -200,7 +200,8 @@ TrainConfig config_from_table(const toml::table& file) {
     c.memory_budget = std::to_string(n->value<int64_t>().value());
   else
     r.get("train", "memory_budget", c.memory_budget);
-  if (!c.memory_budget.empty()) parse_byte_size(c.memory_budget, "config: train.memory_budget");
+  if (!c.memory_budget.empty() && c.memory_budget != "auto")  // "auto" is read at start-up (tune.h)
+    parse_byte_size(c.memory_budget, "config: train.memory_budget");
   r.get("checkpoint", "dir", c.out_dir);
   r.get("checkpoint", "every", c.checkpoint_every);
   r.get("checkpoint", "keep", c.keep_checkpoints);

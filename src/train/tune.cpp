@@ -18,6 +18,7 @@
 #include "brisk/core/error.h"
 #include "brisk/cpu/cpu_backend.h"
 #include "brisk/models/gpt.h"
+#include "brisk/monitor/run_summary.h"
 #include "brisk/train/checkpoint.h"
 
 namespace brisk::train {
@@ -379,15 +380,39 @@ std::string candidates_table(const TuneResult& r) {
   return out;
 }
 
+uint64_t resolve_memory_budget(const std::string& text, const std::string& what, const TrainConfig& cfg,
+                               const core::Backend& backend, std::string* how) {
+  if (text != "auto") return parse_byte_size(text, what);
+  uint64_t budget = 0;
+  std::string line;
+  if (cfg.device == "cuda") {
+    const auto mem = backend.device_memory();
+    if (!mem)
+      throw ConfigError(what + " = \"auto\" reads the free memory of the GPU the run trains on, and none is open "
+                        "here (brisk tune plans without one): give the card's size, e.g. 79GiB for an 80 GB H100");
+    budget = uint64_t(double(mem->free) * kAutoDeviceShare);
+    line = "auto: " + format_bytes(budget) + " = 95% of the GPU's free " + format_bytes(mem->free) + " of " +
+           format_bytes(mem->total);
+  } else {
+    const uint64_t available = monitor::available_ram_bytes();
+    if (available == 0) throw ConfigError(what + " = \"auto\": /proc/meminfo has no MemAvailable here; give a size");
+    budget = uint64_t(double(available) * kAutoHostShare);
+    line = "auto: " + format_bytes(budget) + " = 90% of the host's MemAvailable " + format_bytes(available);
+  }
+  if (how) *how = line;
+  return budget;
+}
+
 TrainConfig apply_memory_budget(const TrainConfig& cfg, core::Backend& backend, std::string* report) {
   if (cfg.memory_budget.empty()) return cfg;
-  const uint64_t budget = parse_byte_size(cfg.memory_budget, "train.memory_budget");
+  std::string how;
+  const uint64_t budget = resolve_memory_budget(cfg.memory_budget, "train.memory_budget", cfg, backend, &how);
   // A GPU run is planned on the host (as `brisk plan` does): the search
   // builds a model per setting, whose weights need not visit the GPU.
   std::unique_ptr<cpu::CpuBackend> host;
   if (!backend.device().is_host()) host = std::make_unique<cpu::CpuBackend>(1);
   const TuneResult r = tune_for_budget(cfg, budget, host ? *host : backend);
-  if (report) *report = "train.memory_budget: " + r.summary + "\n" + candidates_table(r);
+  if (report) *report = "train.memory_budget: " + (how.empty() ? "" : how + "; ") + r.summary + "\n" + candidates_table(r);
   return r.chosen;
 }
 

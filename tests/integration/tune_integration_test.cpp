@@ -60,7 +60,9 @@ TEST_F(TuneCli, TightBudgetFitsAndKeepsTokensPerStep) {
   EXPECT_TRUE(t.batch < 4 || t.model.recompute != "none" || t.model.fused_classifier) << r.out;
   cpu::CpuBackend backend(1);
   EXPECT_LE(train::estimate_run_memory(t, backend).total(), budget);
-  if (t.grad_accum != 1) EXPECT_NE(r.out.find("keeps the global batch at 4"), std::string::npos) << r.out;
+  if (t.grad_accum != 1) {
+    EXPECT_NE(r.out.find("keeps the global batch at 4"), std::string::npos) << r.out;
+  }
 }
 
 TEST_F(TuneCli, ErrorsAreClear) {
@@ -103,6 +105,16 @@ TEST_F(TuneCli, GpuBudgetIsPlannedHere) {
   const CliResult timed = run_cli({"tune", config_, "--set", gpu[0], "-m", "8GiB", "--time-top", "1"});
   EXPECT_EQ(timed.exit_code, 2);
   EXPECT_NE(timed.err.find("--time-top trains on this machine's CPU"), std::string::npos) << timed.err;
+}
+
+TEST_F(TuneCli, AutoBudgetReadsTheHostsAvailableMemory) {
+  const CliResult r = run_cli({"tune", config_, "--memory-budget", "auto"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("auto: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("of the host's MemAvailable"), std::string::npos) << r.out;
+  const CliResult gpu = run_cli({"tune", config_, "--set", "train.device=cuda", "--memory-budget", "auto"});
+  EXPECT_EQ(gpu.exit_code, 2);
+  EXPECT_NE(gpu.err.find("give the card's size"), std::string::npos) << gpu.err;
 }
 
 TEST_F(TuneCli, TrainAppliesTheBudgetAndRecordsTheChoice) {

@@ -12,6 +12,7 @@
 #include "brisk/core/planner.h"
 #include "brisk/cpu/cpu_backend.h"
 #include "brisk/models/gpt.h"
+#include "brisk/monitor/run_summary.h"
 #include "brisk/train/config.h"
 #include "brisk/train/tune.h"
 
@@ -286,4 +287,35 @@ TEST(TuneEstimate, GpuPlansDeviceMemoryOnly) {
   EXPECT_LE(r.candidates.front().memory.total(), at2);
   EXPECT_TRUE(r.candidates.front().memory.gpu);
   EXPECT_NE(r.summary.find("planned GPU memory"), std::string::npos) << r.summary;
+}
+
+// "auto": 90% of MemAvailable for a CPU run, said where it came from; a
+// GPU run's "auto" needs its CUDA backend (an error on the host backend);
+// sizes pass through; the config reader accepts "auto" and still refuses
+// other words.
+TEST(Tune, AutoBudget) {
+  cpu::CpuBackend backend(1);
+  train::TrainConfig c = tiny_config(8, 1);
+  std::string how;
+  const uint64_t b = train::resolve_memory_budget("auto", "train.memory_budget", c, backend, &how);
+  const uint64_t available = monitor::available_ram_bytes();
+  ASSERT_GT(available, 0u) << "this test reads /proc/meminfo";
+  EXPECT_GT(b, available / 2);
+  EXPECT_LE(b, available);
+  EXPECT_NE(how.find("MemAvailable"), std::string::npos) << how;
+  EXPECT_EQ(train::resolve_memory_budget("4GiB", "k", c, backend, nullptr), uint64_t(4) << 30);
+  c.device = "cuda";
+  EXPECT_NE(message_of([&] { train::resolve_memory_budget("auto", "--memory-budget", c, backend, nullptr); })
+                .find("--memory-budget = \"auto\" reads the free memory of the GPU"),
+            std::string::npos);
+  EXPECT_EQ(train::load_train_config("", {"train.memory_budget=auto"}).memory_budget, "auto");
+  EXPECT_NE(message_of([] { train::load_train_config("", {"train.memory_budget=automatic"}); })
+                .find("'automatic' is not a memory size"),
+            std::string::npos);
+  c.device = "cpu";
+  c.memory_budget = "auto";
+  std::string report;
+  const train::TrainConfig t = train::apply_memory_budget(c, backend, &report);
+  EXPECT_EQ(t.memory_budget, "");
+  EXPECT_NE(report.find("train.memory_budget: auto: "), std::string::npos) << report;
 }

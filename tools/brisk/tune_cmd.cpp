@@ -76,7 +76,9 @@ int run_tune(const TuneArgs& a) {
   std::vector<std::string> sets = a.sets;
   if (!a.preset.empty()) sets.insert(sets.begin(), "train.preset=" + a.preset);
   train::TrainConfig cfg = train::load_train_config(a.config, sets);
-  const uint64_t budget = train::parse_byte_size(a.budget, "--memory-budget");
+  cpu::CpuBackend backend(cfg.threads);
+  std::string how;
+  const uint64_t budget = train::resolve_memory_budget(a.budget, "--memory-budget", cfg, backend, &how);
   if (a.time_top < 0) throw core::ConfigError("--time-top must be >= 0, got " + std::to_string(a.time_top));
   if (a.time_steps < 2) throw core::ConfigError("--time-steps must be at least 2, got " + std::to_string(a.time_steps));
   const bool gpu = cfg.device == "cuda";
@@ -87,13 +89,12 @@ int run_tune(const TuneArgs& a) {
   if (!gpu && !fs::is_directory(cfg.data_dir))
     std::fprintf(stderr, "note: data.dir '%s' not found: its token shards (mapped, part of a run's RSS) are not in the "
                  "estimate\n", cfg.data_dir.c_str());
-  cpu::CpuBackend backend(cfg.threads);
-
   train::TuneResult r = train::search_budget(cfg, budget, backend);
   std::printf("brisk tune: %s | %s budget %s | global batch %lld x seq %lld = %lld tokens per optimizer step (kept)\n",
               a.config.c_str(), gpu ? "GPU memory (cuda)" : "host memory (peak RSS)",
               train::format_bytes(budget).c_str(), (long long)r.global_batch, (long long)cfg.seq,
               (long long)(r.global_batch * cfg.seq));
+  if (!how.empty()) std::printf("%s\n", how.c_str());
   print_breakdown(("as given: " + std::to_string(cfg.batch) + " x accum " + std::to_string(cfg.grad_accum) +
                    ", recompute " + cfg.model.recompute + ", fused classifier " +
                    (cfg.model.fused_classifier ? "on" : "off"))
@@ -160,7 +161,8 @@ TuneCommand add_tune_command(CLI::App& parent) {
   auto args = std::make_shared<TuneArgs>();
   tune->add_option("config,-c,--config", args->config, "TOML config (see configs/)")->check(CLI::ExistingFile)->required();
   tune->add_option("--memory-budget,-m", args->budget,
-                   "Peak RSS to fit (GPU memory with train.device = \"cuda\"): 4GiB, 512MiB, 1.5GB or bytes")
+                   "Peak RSS to fit (GPU memory with train.device = \"cuda\"): 4GiB, 512MiB, 1.5GB, bytes, or auto "
+                   "(90% of MemAvailable)")
       ->required();
   tune->add_option("--set", args->sets, "Override a key, e.g. --set train.seq=128 (repeatable)");
   tune->add_option("--preset", args->preset, "Run preset: high-performance | memory-constrained | production");

@@ -118,6 +118,9 @@ std::vector<double> grad_norm_spike_ratios(const std::vector<double>& grad_norms
 
 // MemTotal from /proc/meminfo, bytes (0 where unreadable).
 size_t machine_ram_bytes();
+// MemAvailable from /proc/meminfo: what can be allocated now without
+// swapping, page cache it may reclaim included; bytes (0 where unreadable).
+size_t available_ram_bytes();
 
 // JSON both ways; from_json tolerates missing keys (older files) but throws
 // IoError naming `path` for keys of the wrong type.

@@ -32,6 +32,16 @@ namespace brisk::train {
 // case-insensitive; one optional space). Throws ConfigError naming `what`
 // (the key or option) and the accepted forms.
 uint64_t parse_byte_size(const std::string& text, const std::string& what);
+
+// A budget as written ("auto" or a size for parse_byte_size), in bytes.
+// "auto" is what the run may use, read when it starts: for a CPU run
+// kAutoHostShare of the host's MemAvailable; for a GPU run (train.device =
+// "cuda") kAutoDeviceShare of the device's free memory, which needs the
+// run's own CUDA backend (Backend::device_memory(); elsewhere it is an
+// error). `how` receives the line saying where an "auto" figure came from.
+inline constexpr double kAutoHostShare = 0.9, kAutoDeviceShare = 0.95;
+uint64_t resolve_memory_budget(const std::string& text, const std::string& what, const TrainConfig& cfg,
+                               const core::Backend& backend, std::string* how);
 // Bytes as "1.50 GiB" / "512.0 MiB" / "900 B": for messages and tables.
 std::string format_bytes(uint64_t bytes);
 
