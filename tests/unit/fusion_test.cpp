@@ -438,27 +438,22 @@ TEST(FusionPatterns, ConfigKeysRoundTrip) {
   EXPECT_NE(toml.find("fuse_residual_layernorm = false"), std::string::npos) << toml;
   const train::TrainConfig d = train::load_train_config("", {"model.fuse_residual_layernorm=true"});
   EXPECT_TRUE(d.model.fuse_residual_layernorm);
-  EXPECT_EQ(d.model.fuse_layernorm_backward, "auto");
-  EXPECT_NE(toml.find("fuse_layernorm_backward = \"auto\""), std::string::npos) << toml;
-  EXPECT_EQ(train::load_train_config("", {"model.fuse_layernorm_backward=off"}).model.fuse_layernorm_backward,
-            "off");
-  try {
-    train::load_train_config("", {"model.fuse_layernorm_backward=yes"});
-    ADD_FAILURE() << "an unknown value was accepted";
-  } catch (const core::ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("fuse_layernorm_backward: unknown value 'yes' (allowed: auto, on, off)"),
-              std::string::npos)
-        << e.what();
-  }
-  EXPECT_EQ(d.model.fuse_gelu_backward, "auto");
-  EXPECT_NE(toml.find("fuse_gelu_backward = \"auto\""), std::string::npos) << toml;
-  EXPECT_EQ(train::load_train_config("", {"model.fuse_gelu_backward=on"}).model.fuse_gelu_backward, "on");
-  try {
-    train::load_train_config("", {"model.fuse_gelu_backward=sometimes"});
-    ADD_FAILURE() << "an unknown value was accepted";
-  } catch (const core::ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("fuse_gelu_backward: unknown value 'sometimes' (allowed: auto, on, off)"),
-              std::string::npos)
-        << e.what();
+  // The backward fusions' keys: auto by default, in config.toml, on | off,
+  // and a clear error for anything else.
+  for (const auto& [key, member] :
+       {std::pair{"fuse_layernorm_backward", &models::GptConfig::fuse_layernorm_backward},
+        std::pair{"fuse_gelu_backward", &models::GptConfig::fuse_gelu_backward}}) {
+    SCOPED_TRACE(key);
+    const std::string k = key;
+    EXPECT_EQ(d.model.*member, "auto");
+    EXPECT_NE(toml.find(k + " = \"auto\""), std::string::npos) << toml;
+    EXPECT_EQ(train::load_train_config("", {"model." + k + "=off"}).model.*member, "off");
+    try {
+      train::load_train_config("", {"model." + k + "=yes"});
+      ADD_FAILURE() << "an unknown value was accepted";
+    } catch (const core::ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find(k + ": unknown value 'yes' (allowed: auto, on, off)"), std::string::npos)
+          << e.what();
+    }
   }
 }
