@@ -385,19 +385,21 @@ uint64_t resolve_memory_budget(const std::string& text, const std::string& what,
   if (text != "auto") return parse_byte_size(text, what);
   uint64_t budget = 0;
   std::string line;
+  auto percent = [](double share) { return std::to_string(int(std::lround(share * 100))) + "%"; };
   if (cfg.device == "cuda") {
     const auto mem = backend.device_memory();
     if (!mem)
       throw ConfigError(what + " = \"auto\" reads the free memory of the GPU the run trains on, and none is open "
                         "here (brisk tune plans without one): give the card's size, e.g. 79GiB for an 80 GB H100");
     budget = uint64_t(double(mem->free) * kAutoDeviceShare);
-    line = "auto: " + format_bytes(budget) + " = 95% of the GPU's free " + format_bytes(mem->free) + " of " +
-           format_bytes(mem->total);
+    line = "auto: " + format_bytes(budget) + " = " + percent(kAutoDeviceShare) + " of the GPU's free " +
+           format_bytes(mem->free) + " of " + format_bytes(mem->total);
   } else {
     const uint64_t available = monitor::available_ram_bytes();
     if (available == 0) throw ConfigError(what + " = \"auto\": /proc/meminfo has no MemAvailable here; give a size");
     budget = uint64_t(double(available) * kAutoHostShare);
-    line = "auto: " + format_bytes(budget) + " = 90% of the host's MemAvailable " + format_bytes(available);
+    line = "auto: " + format_bytes(budget) + " = " + percent(kAutoHostShare) + " of the host's MemAvailable " +
+           format_bytes(available);
   }
   if (how) *how = line;
   return budget;
