@@ -149,8 +149,8 @@ uint64_t shard_bytes(const std::string& dir) {
 struct Shared {
   const TrainConfig& cfg;
   core::Backend& backend;
-  bool gpu = false;  // train.device = "cuda": plan GPU memory
-  core::DType compute = core::DType::f32;
+  bool gpu = false;        // train.device = "cuda": plan GPU memory
+  models::GptConfig model;  // planned_model_config(cfg)
   uint64_t data = 0;
   std::map<std::pair<int64_t, bool>, uint64_t> eval_arena;  // by (micro-batch, fused classifier)
 };
@@ -158,12 +158,9 @@ struct Shared {
 class SettingPlanner {
  public:
   SettingPlanner(Shared& shared, const std::string& recompute, bool fused) : s_(shared) {
-    models::GptConfig mc = s_.cfg.model;  // as the trainer builds it
-    mc.compute = s_.compute;
+    models::GptConfig mc = s_.model;
     mc.recompute = recompute;
     mc.fused_classifier = fused;
-    // The GPU's classifier chunks, as the trainer on a GPU asks for them.
-    if (s_.gpu && mc.classifier_chunk_floats == 0) mc.classifier_chunk_floats = models::kDeviceClassifierChunkFloats;
     model_ = std::make_unique<models::Gpt>(mc, s_.backend);
     for (const auto& [name, e] : model_->params().entries()) {
       // AdamW keeps two fp32 moments per parameter element.
@@ -220,8 +217,7 @@ int level_rank(const std::string& r) {
 }
 
 Shared make_shared_state(const TrainConfig& cfg, core::Backend& backend) {
-  Shared s{cfg, backend, cfg.device == "cuda", core::DType::f32, 0, {}};
-  s.compute = compute_dtype(resolve_precision(cfg.precision, cfg.precision_fallback, cfg.device).effective);
+  Shared s{cfg, backend, cfg.device == "cuda", planned_model_config(cfg), 0, {}};
   s.data = s.gpu ? 0 : shard_bytes(cfg.data_dir);
   return s;
 }
@@ -232,6 +228,14 @@ std::string describe(int64_t batch, int64_t accum, const std::string& recompute,
 }
 
 }  // namespace
+
+models::GptConfig planned_model_config(const TrainConfig& cfg) {
+  models::GptConfig mc = cfg.model;
+  mc.compute = compute_dtype(resolve_precision(cfg.precision, cfg.precision_fallback, cfg.device).effective);
+  if (cfg.device == "cuda" && mc.classifier_chunk_floats == 0)
+    mc.classifier_chunk_floats = models::kDeviceClassifierChunkFloats;
+  return mc;
+}
 
 RunMemoryEstimate estimate_run_memory(const TrainConfig& cfg, core::Backend& backend) {
   Shared shared = make_shared_state(cfg, backend);

@@ -60,9 +60,7 @@ int run_plan(const std::string& path, const std::vector<std::string>& sets, int 
                             std::to_string(ranks) + " ranks");
   const int64_t global_batch = cfg.batch;
   cfg.batch /= ranks;  // what each rank's step holds
-  // A CUDA run is planned as the GPU runs it: its precision (not this CPU's
-  // fallback) and its classifier chunks. The graph is otherwise the same:
-  // the CPU backend has a kernel for every (op, dtype) the GPT uses on the GPU.
+  // A CUDA run is planned as the GPU runs it (train::planned_model_config).
   const bool cuda = cfg.device == "cuda";
   const train::PrecisionChoice precision =
       train::resolve_precision(cfg.precision, cfg.precision_fallback, cfg.device);
@@ -72,10 +70,8 @@ int run_plan(const std::string& path, const std::vector<std::string>& sets, int 
   std::vector<Row> rows;
   size_t state_bytes = 0, zero1_bytes = 0;
   for (const char* level : {"none", "selective", "full"}) {
-    models::GptConfig mc = cfg.model;  // as the trainer builds it
-    mc.compute = train::compute_dtype(precision.effective);
+    models::GptConfig mc = train::planned_model_config(cfg);  // as the trainer builds it
     mc.recompute = level;
-    if (cuda && mc.classifier_chunk_floats == 0) mc.classifier_chunk_floats = models::kDeviceClassifierChunkFloats;
     models::Gpt model(mc, backend);
     const core::Graph g = model.train_graph(cfg.batch, cfg.seq);
     if (rows.empty()) {  // AdamW's moments, as the trainer allocates them (same for every level)

@@ -102,10 +102,20 @@ void gelu_op(const KernelCall& c) {
   check_launch(D == DType::f32 ? "gelu(f32)" : "gelu(bf16)");
 }
 
+// dx = gelu'(x) * dy over n elements (dx may be dy), in packs where every
+// pointer allows them.
+template <class T>
+void launch_gelu_backward(const T* x, const T* dy, T* dx, int64_t n, cudaStream_t s) {
+  constexpr int N = 16 / int(sizeof(T));
+  if (aligned16(x) && aligned16(dy) && aligned16(dx))
+    gelu_backward_kernel<N, T><<<grid_for((n + N - 1) / N, kThreads), kThreads, 0, s>>>(x, dy, dx, n);
+  else
+    gelu_backward_kernel<1, T><<<grid_for(n, kThreads), kThreads, 0, s>>>(x, dy, dx, n);
+}
+
 template <DType D>
 void gelu_backward_op(const KernelCall& c) {
   using T = device_t<D>;
-  constexpr int N = 16 / int(sizeof(T));
   if (c.in(0).meta != c.in(1).meta)
     throw core::ShapeError("gelu_backward: x " + c.in(0).meta.str() + " and dy " + c.in(1).meta.str() +
                            " must have the same shape and dtype");
@@ -114,17 +124,13 @@ void gelu_backward_op(const KernelCall& c) {
   T* dx = c.out(0).as<T>();
   const int64_t n = c.in(0).numel();
   if (n == 0) return;
-  if (aligned16(x) && aligned16(dy) && aligned16(dx))
-    gelu_backward_kernel<N, T><<<grid_for((n + N - 1) / N, kThreads), kThreads, 0, stream_of(c)>>>(x, dy, dx, n);
-  else
-    gelu_backward_kernel<1, T><<<grid_for(n, kThreads), kThreads, 0, stream_of(c)>>>(x, dy, dx, n);
+  launch_gelu_backward(x, dy, dx, n, stream_of(c));
   check_launch(D == DType::f32 ? "gelu_backward(f32)" : "gelu_backward(bf16)");
 }
 
 template <DType D>
 void matmul_gelu_backward_op(const KernelCall& c) {
   using T = device_t<D>;
-  constexpr int N = 16 / int(sizeof(T));
   const core::TensorView &dy = c.in(0), &w = c.in(1), &h = c.in(2), &dh = c.out(0);
   const int64_t out = w.shape()[0], in = w.shape()[1];
   const int64_t rows = in > 0 ? dh.numel() / in : 0;
@@ -145,13 +151,7 @@ void matmul_gelu_backward_op(const KernelCall& c) {
     if (lt_matmul(fused, ctx)) return;
   }
   run_gemm(g, ctx);
-  const int64_t n = rows * in;
-  const T* x = h.as<const T>();
-  T* d = dh.as<T>();
-  if (aligned16(x) && aligned16(d))
-    gelu_backward_kernel<N, T><<<grid_for((n + N - 1) / N, kThreads), kThreads, 0, stream_of(c)>>>(x, d, d, n);
-  else
-    gelu_backward_kernel<1, T><<<grid_for(n, kThreads), kThreads, 0, stream_of(c)>>>(x, d, d, n);
+  launch_gelu_backward(h.as<const T>(), dh.as<const T>(), dh.as<T>(), rows * in, stream_of(c));
   check_launch("matmul_gelu_backward(gelu_backward)");
 }
 
