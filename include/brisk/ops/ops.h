@@ -101,6 +101,15 @@ ValueId matmul_gelu_backward(Graph& g, ValueId dy, ValueId w, ValueId h);
 // then a reshape or not) read only by a gelu_backward becomes one
 // matmul_gelu_backward (cuBLASLt's DGELU epilogue on CUDA).
 core::Pattern gelu_backward_fusion();
+// A Linear's parameter gradients in one op: dw = dw_into + dy^T x and
+// db = db_into + the column sums of dy, over dy (rows, out), x (rows, in),
+// f32 accumulators written in place. Returns {dw, db}.
+std::vector<ValueId> linear_param_grad(Graph& g, ValueId dy, ValueId x, ValueId dw_into, ValueId db_into);
+// The backward pass: a weight gradient summed into its accumulator
+// (matmul(dy, x, into) with dy transposed) and the column sums of the same dy
+// summed into the bias's become one linear_param_grad (cuBLASLt's BGRADB
+// epilogue on CUDA).
+core::Pattern bias_grad_fusion();
 
 // ---- reductions ---------------------------------------------------------------
 ValueId sum(Graph& g, ValueId x, int axis = ReduceParams::kAllAxes, bool keepdim = false);

@@ -42,6 +42,7 @@ CpuBackend::CpuBackend(int num_threads)
   register_optim_kernels(r);
   register_fused_classifier_kernels(r);
   register_linear_gelu_kernels(r);
+  register_linear_param_grad_kernels(r);
   register_add_layernorm_kernels(r);
   register_quant_linear_kernels(r);
   register_linear_packed_kernels(r);

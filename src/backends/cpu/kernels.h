@@ -21,6 +21,7 @@ void register_memory_kernels(core::KernelRegistry& r);
 void register_optim_kernels(core::KernelRegistry& r);
 void register_fused_classifier_kernels(core::KernelRegistry& r);
 void register_linear_gelu_kernels(core::KernelRegistry& r);
+void register_linear_param_grad_kernels(core::KernelRegistry& r);
 void register_add_layernorm_kernels(core::KernelRegistry& r);
 void register_quant_linear_kernels(core::KernelRegistry& r);
 void register_linear_packed_kernels(core::KernelRegistry& r);

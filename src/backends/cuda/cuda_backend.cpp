@@ -144,6 +144,7 @@ CudaBackend::CudaBackend(int device) : device_(device), allocator_(device) {
   register_attention_kernels(kernels());
   register_flash_attention_kernels(kernels());
   register_linear_gelu_kernels(kernels());
+  register_linear_param_grad_kernels(kernels());
   register_fused_classifier_kernels(kernels());
 }
 

@@ -101,6 +101,9 @@ void register_activation_kernels(core::KernelRegistry& r);  // gelu, gelu_backwa
 void register_memory_ops_kernels(core::KernelRegistry& r);  // cast, fill, copy, accumulate
 void register_shape_ops_kernels(core::KernelRegistry& r);  // reshape, permute, split, concat
 void register_reduce_kernels(core::KernelRegistry& r);  // sum, mean, expand
+// sum's kernel for x's dtype (f32, bf16, f16), for ops that compose it.
+void sum_kernel(const core::KernelCall& c);
+void register_linear_param_grad_kernels(core::KernelRegistry& r);  // linear_param_grad
 void register_layernorm_kernels(core::KernelRegistry& r);  // layernorm, layernorm_backward, add_layernorm
 void register_softmax_kernels(core::KernelRegistry& r);  // softmax, softmax_backward
 void register_cross_entropy_kernels(core::KernelRegistry& r);  // cross_entropy, cross_entropy_backward

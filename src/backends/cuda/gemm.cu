@@ -113,7 +113,7 @@ std::string gemm_str(const GemmArgs& g) {
 // C's (and D's) dtype.
 DType c_type(const GemmArgs& g) { return g.c_f32 ? DType::f32 : g.dtype; }
 
-bool has_bias(Epilogue e) { return e == Epilogue::bias || e == Epilogue::gelu_aux_bias; }
+bool has_bias(Epilogue e) { return e == Epilogue::bias || e == Epilogue::gelu_aux_bias || e == Epilogue::bias_grad; }
 bool has_aux(Epilogue e) { return e == Epilogue::gelu_aux || e == Epilogue::gelu_aux_bias || e == Epilogue::dgelu; }
 
 cublasLtEpilogue_t lt_epilogue(Epilogue e) {
@@ -123,6 +123,7 @@ cublasLtEpilogue_t lt_epilogue(Epilogue e) {
     case Epilogue::gelu_aux: return CUBLASLT_EPILOGUE_GELU_AUX;
     case Epilogue::gelu_aux_bias: return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
     case Epilogue::dgelu: return CUBLASLT_EPILOGUE_DGELU;
+    case Epilogue::bias_grad: return CUBLASLT_EPILOGUE_BGRADB;  // reduces cuBLASLt's B, our A
   }
   return CUBLASLT_EPILOGUE_DEFAULT;
 }
@@ -347,6 +348,8 @@ bool lt_matmul(const GemmArgs& g, const core::ExecContext& ctx) {
     if (g.N % 8 != 0 || g.batch != 1 || !g.aux) return false;
   }
   if (has_bias(g.epilogue) && !g.bias) return false;
+  // A bias gradient has D's type (cuBLASLt's rule): f32 here, for an f32 parameter's gradient.
+  if (g.epilogue == Epilogue::bias_grad && c_type(g) != DType::f32) return false;
   const GemmKey key = key_of(g, ws);
   std::lock_guard lock(st.mu);
   auto& plans = st.cache->plans;
@@ -382,8 +385,9 @@ bool lt_matmul(const GemmArgs& g, const core::ExecContext& ctx) {
 }
 
 void run_gemm(const GemmArgs& g, const core::ExecContext& ctx) {
-  if (has_aux(g.epilogue))
-    throw core::BackendError("cuda: run_gemm: GELU epilogues go through lt_matmul (the caller owns the fallback)");
+  if (has_aux(g.epilogue) || g.epilogue == Epilogue::bias_grad)
+    throw core::BackendError(
+        "cuda: run_gemm: the GELU and bias-gradient epilogues go through lt_matmul (the caller owns the fallback)");
   auto stream = static_cast<cudaStream_t>(ctx.stream);
   const size_t es = core::dtype_size(g.dtype), ces = core::dtype_size(c_type(g));
   const void* bias = g.epilogue == Epilogue::bias ? g.bias : nullptr;

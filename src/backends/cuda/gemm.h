@@ -1,7 +1,8 @@
 // The CUDA kernels' one entry point to a matrix product, through cuBLASLt:
 //   C[b] (M, N) = alpha * op(A[b]) op(B[b]) [+ bias] + beta * C[b]   (row-major)
 // optionally with a GELU epilogue that writes the pre-activation to `aux`,
-// or GELU's gradient epilogue that reads it from there.
+// or GELU's gradient epilogue that reads it from there, or a bias gradient
+// summed from A on its way through.
 //
 // cuBLASLt descriptors, layouts and the heuristic's algorithm are built once
 // per shape and kept in a GemmCache inside the backend's LtState, which the
@@ -37,12 +38,17 @@ enum class Epilogue : uint8_t {
   gelu_aux,       // aux = AB,        D = gelu_tanh(aux)
   gelu_aux_bias,  // aux = AB + bias, D = gelu_tanh(aux)
   dgelu,          // D = AB * gelu_tanh'(aux): aux is read (the GELU's input), not written
+  // D = AB, and `bias` (M values of D's type, which must be f32: c_f32 or
+  // an f32 product) is *written* with the sums of op(A) over K: row i of
+  // op(A) summed, i.e. with A = dy^T (trans_a, dy stored (K, M)) the column
+  // sums of dy, a bias gradient. cuBLASLt's BGRADB (our A is its B).
+  bias_grad,
 };
 
 struct GemmArgs {
   core::DType dtype = core::DType::f32;  // A, B, C (and bias, aux)
   // C in f32 whatever `dtype` is (bf16/f16 products summed into an f32
-  // gradient with beta = 1). No bias or aux with it.
+  // gradient with beta = 1). No bias or aux with it, except bias_grad's.
   bool c_f32 = false;
   bool trans_a = false, trans_b = false;
   int64_t M = 0, N = 0, K = 0;
@@ -53,7 +59,7 @@ struct GemmArgs {
   int64_t batch = 1, stride_a = 0, stride_b = 0, stride_c = 0;
   float alpha = 1.f, beta = 0.f;
   Epilogue epilogue = Epilogue::none;
-  const void* bias = nullptr;  // (N): one value per output column
+  const void* bias = nullptr;  // (N): one value per output column; bias_grad: (M) f32, written
   const void* aux = nullptr;   // (M, N), leading dimension N (gelu epilogues only; written by gelu_aux*)
 };
 

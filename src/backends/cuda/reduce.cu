@@ -356,6 +356,15 @@ void expand_op(const KernelCall& c) {
 
 }  // namespace
 
+void sum_kernel(const KernelCall& c) {
+  switch (c.in(0).dtype()) {
+    case DType::f32: return reduce_op<DType::f32, false>(c);
+    case DType::bf16: return reduce_op<DType::bf16, false>(c);
+    case DType::f16: return reduce_op<DType::f16, false>(c);
+    default: throw core::DTypeError("cuda: sum: no kernel for " + c.in(0).meta.str());
+  }
+}
+
 void register_reduce_kernels(core::KernelRegistry& r) {
   r.add(OpKind::sum, DType::f32, reduce_op<DType::f32, false>);
   r.add(OpKind::sum, DType::bf16, reduce_op<DType::bf16, false>);
