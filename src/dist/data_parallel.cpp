@@ -144,6 +144,12 @@ void DataParallel::attach(core::Executor& exec) {
     auto it = index.find(name);
     if (it == index.end())
       throw core::Error("data parallel: the train graph has a gradient for unknown 'grad:" + name + "'");
+    // One node may complete several gradients (linear_param_grad: a
+    // Linear's weight and bias); completing_accumulates lists them in node order.
+    if (!nodes.empty() && nodes.back() == i) {
+      node_params_.back().push_back(it->second);
+      continue;
+    }
     nodes.push_back(i);
     node_params_.push_back({it->second});
   }
