@@ -39,7 +39,7 @@ struct Variant {
 
 constexpr const char* kBaseline =
     "attention=plain,fused_classifier=0,fuse_bias_gelu=0,fuse_residual_layernorm=0,fuse_layernorm_backward=off,"
-    "fuse_gelu_backward=off,fused_adamw=0,"
+    "fuse_gelu_backward=off,fuse_bias_backward=off,fused_adamw=0,"
     "recompute=none,precision=fp32";
 
 std::vector<Variant> variants(bool bf16_fast) {
@@ -52,6 +52,7 @@ std::vector<Variant> variants(bool bf16_fast) {
       {"+ residual+LayerNorm", base + ",fuse_residual_layernorm=1"},
       {"+ LayerNorm backward+residual", base + ",fuse_layernorm_backward=on"},
       {"+ GELU backward in the product", base + ",fuse_gelu_backward=on"},
+      {"+ bias gradient in the product", base + ",fuse_bias_backward=on"},
       {"+ fused AdamW", base + ",fused_adamw=1"},
       {"+ recompute selective", base + ",recompute=selective"},
       {"+ recompute full", base + ",recompute=full"},
@@ -60,7 +61,8 @@ std::vector<Variant> variants(bool bf16_fast) {
   // All on: every technique, bf16 only where this machine has a fast path
   // for it (elsewhere the trainer itself would fall back to fp32).
   v.push_back({"all on", base + ",attention=flash,fused_classifier=1,fuse_bias_gelu=1,fuse_residual_layernorm=1,"
-                                "fuse_layernorm_backward=on,fuse_gelu_backward=on,fused_adamw=1,recompute=selective" +
+                                "fuse_layernorm_backward=on,fuse_gelu_backward=on,fuse_bias_backward=on,fused_adamw=1,"
+                                "recompute=selective" +
                                 (bf16_fast ? ",precision=bf16" : "")});
   v.push_back({"brisk defaults", ""});
   return v;

@@ -192,12 +192,15 @@ void apply_variant(const std::string& variant, models::GptConfig& model, optim::
       if (value == "0" || value == "false") return false;
       throw core::ConfigError("variant: " + key + " takes 0 or 1, got '" + value + "'");
     };
+    // A fusion mode (auto | on | off, checked by validate() below); 0 / 1 mean off / on.
+    auto mode = [&]() -> std::string { return value == "1" ? "on" : value == "0" ? "off" : value; };
     if (key == "attention") model.attention = value;
     else if (key == "fused_classifier") model.fused_classifier = flag();
     else if (key == "fuse_bias_gelu") model.fuse_bias_gelu = flag();
-    else if (key == "fuse_residual_layernorm") model.fuse_residual_layernorm = flag();
-    else if (key == "fuse_layernorm_backward") model.fuse_layernorm_backward = value;  // auto | on | off
-    else if (key == "fuse_gelu_backward") model.fuse_gelu_backward = value;  // auto | on | off
+    else if (key == "fuse_residual_layernorm") model.fuse_residual_layernorm = mode();
+    else if (key == "fuse_layernorm_backward") model.fuse_layernorm_backward = mode();
+    else if (key == "fuse_gelu_backward") model.fuse_gelu_backward = mode();
+    else if (key == "fuse_bias_backward") model.fuse_bias_backward = mode();
     else if (key == "fused_adamw") adamw.fused = flag();
     else if (key == "recompute") model.recompute = value;
     else if (key == "precision") {
@@ -207,7 +210,7 @@ void apply_variant(const std::string& variant, models::GptConfig& model, optim::
     } else {
       throw core::ConfigError("variant: unknown key '" + key +
                               "' (allowed: attention, fused_classifier, fuse_bias_gelu, fuse_residual_layernorm, "
-                              "fuse_layernorm_backward, fuse_gelu_backward, fused_adamw, recompute, precision)");
+                              "fuse_layernorm_backward, fuse_gelu_backward, fuse_bias_backward, fused_adamw, recompute, precision)");
     }
   }
   model.validate();

@@ -27,7 +27,8 @@ namespace {
 
 const detail::KnownKeys kKnownKeys = {
     {"model", {"preset", "vocab_size", "n_layer", "n_embd", "n_head", "block_size", "attention", "fused_classifier",
-               "fuse_bias_gelu", "fuse_residual_layernorm", "fuse_layernorm_backward", "fuse_gelu_backward"}},
+               "fuse_bias_gelu", "fuse_residual_layernorm", "fuse_layernorm_backward", "fuse_gelu_backward",
+               "fuse_bias_backward"}},
     {"data", {"dir"}},
     {"train", {"batch", "seq", "grad_accum", "steps", "lr", "min_lr_ratio", "warmup", "schedule", "weight_decay",
                "grad_clip", "beta1", "beta2", "eps", "seed", "threads", "device", "eval_every", "eval_batches", "log_every",
@@ -152,9 +153,15 @@ TrainConfig config_from_table(const toml::table& file) {
   r.get("model", "attention", c.model.attention);  // checked (flash | plain) by validate() below
   r.get("model", "fused_classifier", c.model.fused_classifier);
   r.get("model", "fuse_bias_gelu", c.model.fuse_bias_gelu);
-  r.get("model", "fuse_residual_layernorm", c.model.fuse_residual_layernorm);
+  // auto | on | off (checked by validate()); true / false, its values when it
+  // was a switch, still mean on / off.
+  if (const toml::node* n = root.at_path("model.fuse_residual_layernorm").node(); n && n->is_boolean())
+    c.model.fuse_residual_layernorm = n->value<bool>().value() ? "on" : "off";
+  else
+    r.get("model", "fuse_residual_layernorm", c.model.fuse_residual_layernorm);
   r.get("model", "fuse_layernorm_backward", c.model.fuse_layernorm_backward);  // checked (auto | on | off) by validate()
   r.get("model", "fuse_gelu_backward", c.model.fuse_gelu_backward);  // likewise
+  r.get("model", "fuse_bias_backward", c.model.fuse_bias_backward);  // likewise
   r.get("data", "dir", c.data_dir);
   r.get("train", "batch", c.batch);
   r.get("train", "seq", c.seq);
@@ -307,9 +314,10 @@ std::string to_toml(const TrainConfig& c) {
     << "\nattention = " << toml_string(c.model.attention) << "\nfused_classifier = "
     << (c.model.fused_classifier ? "true" : "false")
     << "\nfuse_bias_gelu = " << (c.model.fuse_bias_gelu ? "true" : "false")
-    << "\nfuse_residual_layernorm = " << (c.model.fuse_residual_layernorm ? "true" : "false")
+    << "\nfuse_residual_layernorm = " << toml_string(c.model.fuse_residual_layernorm)
     << "\nfuse_layernorm_backward = " << toml_string(c.model.fuse_layernorm_backward)
     << "\nfuse_gelu_backward = " << toml_string(c.model.fuse_gelu_backward)
+    << "\nfuse_bias_backward = " << toml_string(c.model.fuse_bias_backward)
     << "\n\n[data]\ndir = " << toml_string(c.data_dir) << "\n\n[train]\nbatch = " << c.batch << "\nseq = " << c.seq << "\ngrad_accum = " << c.grad_accum
     << "\nsteps = " << c.steps << "\nlr = " << c.schedule.max_lr << "\nmin_lr_ratio = " << c.schedule.min_lr_ratio
     << "\nwarmup = " << c.schedule.warmup_steps << "\nschedule = \"" << kinds[int(c.schedule.kind)]

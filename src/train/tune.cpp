@@ -93,6 +93,9 @@ double graph_matmul_flops(const core::Graph& g) {
       case OpKind::matmul_gelu_backward:  // (rows, out) x (out, in): the product is w's out-features deep
         f += 2.0 * double(out.numel()) * double(g.shape(n.inputs[1])[0]);
         break;
+      case OpKind::linear_param_grad:  // dy^T x: (out, in), rows deep
+        f += 2.0 * double(out.numel()) * double(g.shape(n.inputs[0])[0]);
+        break;
       case OpKind::attention:
       case OpKind::flash_attention:
       case OpKind::attention_backward:
@@ -230,7 +233,7 @@ std::string describe(int64_t batch, int64_t accum, const std::string& recompute,
 }  // namespace
 
 models::GptConfig planned_model_config(const TrainConfig& cfg) {
-  models::GptConfig mc = cfg.model;
+  models::GptConfig mc = cfg.model.with_fusions_for(cfg.device == "cuda");
   mc.compute = compute_dtype(resolve_precision(cfg.precision, cfg.precision_fallback, cfg.device).effective);
   if (cfg.device == "cuda" && mc.classifier_chunk_floats == 0)
     mc.classifier_chunk_floats = models::kDeviceClassifierChunkFloats;

@@ -399,7 +399,8 @@ TEST(Planner, PlacementsAgreeWithAnIndependentLivenessSimulation) {
        }},
       {"gpt fused bias+gelu, residual+layernorm, recompute=selective",
        [](models::GptConfig& c) {
-         c.fuse_bias_gelu = c.fuse_residual_layernorm = true;
+         c.fuse_bias_gelu = true;
+         c.fuse_residual_layernorm = "on";
          c.recompute = "selective";
        }},
       {"gpt bf16", [](models::GptConfig& c) { c.compute = core::DType::bf16; }},

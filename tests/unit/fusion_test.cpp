@@ -173,7 +173,7 @@ TEST(FusionPatterns, GptGivesTheSameLossLogitsAndGradients) {
     SCOPED_TRACE("variant " + std::to_string(variant));
     models::GptConfig cfg = base;
     cfg.fuse_bias_gelu = variant != 1;
-    cfg.fuse_residual_layernorm = variant != 0;
+    cfg.fuse_residual_layernorm = variant != 0 ? "on" : "off";
     cfg.fused_classifier = variant == 3;
     models::Gpt fused(cfg, backend());
     fused.init_weights(9);
@@ -190,8 +190,8 @@ TEST(FusionPatterns, GptGivesTheSameLossLogitsAndGradients) {
       const Graph& g = fused.program(train, B, T).graph;
       EXPECT_EQ(count_ops(g, OpKind::linear_gelu), cfg.fuse_bias_gelu ? 3 : 0);
       EXPECT_EQ(count_ops(g, OpKind::gelu), cfg.fuse_bias_gelu ? 0 : 3);
-      EXPECT_EQ(count_ops(g, OpKind::add_layernorm), cfg.fuse_residual_layernorm ? 7 : 0);
-      EXPECT_EQ(count_ops(g, OpKind::layernorm), cfg.fuse_residual_layernorm ? 0 : 7);
+      EXPECT_EQ(count_ops(g, OpKind::add_layernorm), cfg.fuse_residual_layernorm == "on" ? 7 : 0);
+      EXPECT_EQ(count_ops(g, OpKind::layernorm), cfg.fuse_residual_layernorm == "on" ? 0 : 7);
       EXPECT_EQ(count_ops(g, OpKind::classifier_train), train && cfg.fused_classifier ? 1 : 0);
     }
 
@@ -222,7 +222,7 @@ TEST(FusionPatterns, MixedPrecisionGptFusesEveryResidualLayerNorm) {
   for (const std::string recompute : {"none", "selective"}) {
     SCOPED_TRACE("recompute " + recompute);
     models::GptConfig cfg = base;
-    cfg.fuse_residual_layernorm = true;
+    cfg.fuse_residual_layernorm = "on";
     cfg.recompute = recompute;
     models::Gpt fused(cfg, backend());
     fused.init_weights(6);
@@ -284,7 +284,7 @@ TEST(FusionPatterns, LayerNormBackwardTakesTheResidualGradient) {
       SCOPED_TRACE(std::string(core::dtype_name(compute)) + (ln_fused ? ", add_layernorm" : ""));
       models::GptConfig cfg{61, L, 24, 3, 40};
       cfg.compute = compute;
-      cfg.fuse_residual_layernorm = ln_fused;
+      cfg.fuse_residual_layernorm = ln_fused ? "on" : "off";
       cfg.fuse_layernorm_backward = "off";
       models::Gpt plain(cfg, backend());
       cfg.fuse_layernorm_backward = "auto";  // on for the CPU
@@ -429,31 +429,163 @@ TEST(FusionPatterns, GeluBackwardFusionFiresOnALinearsInputGradientOnly) {
 }
 
 TEST(FusionPatterns, ConfigKeysRoundTrip) {
-  const train::TrainConfig c =
-      train::load_train_config("", {"model.fuse_bias_gelu=true", "model.fuse_residual_layernorm=false"});
+  const train::TrainConfig c = train::load_train_config("", {"model.fuse_bias_gelu=true"});
   EXPECT_TRUE(c.model.fuse_bias_gelu);
-  EXPECT_FALSE(c.model.fuse_residual_layernorm);
   const std::string toml = train::to_toml(c);
   EXPECT_NE(toml.find("fuse_bias_gelu = true"), std::string::npos) << toml;
-  EXPECT_NE(toml.find("fuse_residual_layernorm = false"), std::string::npos) << toml;
-  const train::TrainConfig d = train::load_train_config("", {"model.fuse_residual_layernorm=true"});
-  EXPECT_TRUE(d.model.fuse_residual_layernorm);
-  // The backward fusions' keys: auto by default, in config.toml, on | off,
-  // and a clear error for anything else.
+  // The fusion modes: auto by default, in config.toml, on | off, and a clear
+  // error for anything else.
   for (const auto& [key, member] :
-       {std::pair{"fuse_layernorm_backward", &models::GptConfig::fuse_layernorm_backward},
-        std::pair{"fuse_gelu_backward", &models::GptConfig::fuse_gelu_backward}}) {
+       {std::pair{"fuse_residual_layernorm", &models::GptConfig::fuse_residual_layernorm},
+        std::pair{"fuse_layernorm_backward", &models::GptConfig::fuse_layernorm_backward},
+        std::pair{"fuse_gelu_backward", &models::GptConfig::fuse_gelu_backward},
+        std::pair{"fuse_bias_backward", &models::GptConfig::fuse_bias_backward}}) {
     SCOPED_TRACE(key);
     const std::string k = key;
-    EXPECT_EQ(d.model.*member, "auto");
+    EXPECT_EQ(c.model.*member, "auto");
     EXPECT_NE(toml.find(k + " = \"auto\""), std::string::npos) << toml;
-    EXPECT_EQ(train::load_train_config("", {"model." + k + "=off"}).model.*member, "off");
+    const train::TrainConfig off = train::load_train_config("", {"model." + k + "=off"});
+    EXPECT_EQ(off.model.*member, "off");
+    EXPECT_NE(train::to_toml(off).find(k + " = \"off\""), std::string::npos);
     try {
       train::load_train_config("", {"model." + k + "=yes"});
       ADD_FAILURE() << "an unknown value was accepted";
     } catch (const core::ConfigError& e) {
       EXPECT_NE(std::string(e.what()).find(k + ": unknown value 'yes' (allowed: auto, on, off)"), std::string::npos)
           << e.what();
+    }
+  }
+  // fuse_residual_layernorm was a switch: true / false still mean on / off.
+  EXPECT_EQ(train::load_train_config("", {"model.fuse_residual_layernorm=true"}).model.fuse_residual_layernorm, "on");
+  EXPECT_EQ(train::load_train_config("", {"model.fuse_residual_layernorm=false"}).model.fuse_residual_layernorm,
+            "off");
+}
+
+// "auto" per device: on the CPU the residual add + LayerNorm stays unfused
+// (no gain there) and every backward fusion is on; on a GPU the forward
+// fusion is on and the bias-gradient fusion off (slower there). An explicit
+// on / off is kept either way.
+TEST(FusionPatterns, AutoFusionModesResolvePerDevice) {
+  const models::GptConfig a;
+  const models::GptConfig cpu = a.with_fusions_for(false), gpu = a.with_fusions_for(true);
+  EXPECT_EQ(cpu.fuse_residual_layernorm, "off");
+  EXPECT_EQ(gpu.fuse_residual_layernorm, "on");
+  for (const models::GptConfig* r : {&cpu, &gpu}) {
+    EXPECT_EQ(r->fuse_layernorm_backward, "on");
+    EXPECT_EQ(r->fuse_gelu_backward, "on");
+  }
+  EXPECT_EQ(cpu.fuse_bias_backward, "on");
+  EXPECT_EQ(gpu.fuse_bias_backward, "off");
+  models::GptConfig e;
+  e.fuse_residual_layernorm = "off";
+  e.fuse_bias_backward = "on";
+  e.fuse_gelu_backward = "off";
+  const models::GptConfig eg = e.with_fusions_for(true);
+  EXPECT_EQ(eg.fuse_residual_layernorm, "off");
+  EXPECT_EQ(eg.fuse_bias_backward, "on");
+  EXPECT_EQ(eg.fuse_gelu_backward, "off");
+  // brisk plan / the tuner plan a GPU run with the GPU's fusions.
+  train::TrainConfig t = train::load_train_config("", {"train.device=\"cuda\""});
+  EXPECT_EQ(train::planned_model_config(t).fuse_residual_layernorm, "on");
+  EXPECT_EQ(train::planned_model_config(t).fuse_bias_backward, "off");
+  t.device = "cpu";
+  EXPECT_EQ(train::planned_model_config(t).fuse_residual_layernorm, "off");
+}
+
+// ---- the backward fusion: weight-gradient matmul + bias column sums ----------------------
+
+// The same function as the unfused graph, to the bit (the CPU composes the
+// same two kernels): fp32 and bf16, with the other fusions off and on, and
+// with selective recomputation.
+TEST(FusionPatterns, BiasGradientRidesOnTheWeightProduct) {
+  const int64_t B = 2, T = 17, L = 3;
+  std::vector<int32_t> x(size_t(B * T)), y(x.size());
+  for (size_t i = 0; i < x.size(); ++i) x[i] = int32_t((i * 3 + 4) % 61), y[i] = int32_t((i * 7 + 1) % 61);
+  for (DType compute : {DType::f32, DType::bf16})
+    for (int form = 0; form < 3; ++form) {
+      SCOPED_TRACE(std::string(core::dtype_name(compute)) + " form " + std::to_string(form));
+      models::GptConfig cfg{61, L, 24, 3, 40};
+      cfg.compute = compute;
+      const std::string others = form == 0 ? "off" : "on";
+      cfg.fuse_bias_gelu = form != 0;
+      cfg.fuse_residual_layernorm = cfg.fuse_layernorm_backward = cfg.fuse_gelu_backward = others;
+      cfg.recompute = form == 2 ? "selective" : "none";
+      cfg.fuse_bias_backward = "off";
+      models::Gpt plain(cfg, backend());
+      cfg.fuse_bias_backward = "auto";  // on for the CPU
+      models::Gpt fused(cfg, backend());
+      plain.init_weights(8);
+      fused.init_weights(8);
+      EXPECT_EQ(fused.train_micro_step(x.data(), y.data(), B, T, 2.0),
+                plain.train_micro_step(x.data(), y.data(), B, T, 2.0));
+
+      // Four Linears with a bias per block (QKV, attention projection, MLP
+      // in and out), each with its weight and bias gradient in one op.
+      const Graph& gp = plain.program(true, B, T).graph;
+      const Graph& gf = fused.program(true, B, T).graph;
+      EXPECT_EQ(count_ops(gp, OpKind::linear_param_grad, false), 0);
+      EXPECT_EQ(count_ops(gf, OpKind::linear_param_grad, false), 4 * L);
+      EXPECT_EQ(count_ops(gp, OpKind::matmul, false) - count_ops(gf, OpKind::matmul, false), 4 * L);
+      EXPECT_EQ(count_ops(gp, OpKind::sum, false) - count_ops(gf, OpKind::sum, false), 4 * L);
+      EXPECT_EQ(train::graph_matmul_flops(gf), train::graph_matmul_flops(gp)) << "brisk plan's GFLOP/step";
+
+      expect_same_gradients(plain, fused);
+    }
+}
+
+// Where the pattern fires: (0) a Linear with a bias: fused; (1) without one:
+// nothing to fuse; (2) a bias shared by two Linears and (3) a weight shared
+// by two: each parameter's gradient is still summed in place, piece by
+// piece, so both Linears fuse; (4) one output feature: the bias gradient is
+// not summed in place (sum's accumulator wants >= 2 columns): not fused.
+TEST(FusionPatterns, BiasGradFusionFiresOnInPlaceParameterGradientsOnly) {
+  for (int variant = 0; variant < 5; ++variant) {
+    SCOPED_TRACE("variant " + std::to_string(variant));
+    Graph g;
+    const ValueId x = g.input("x", {2, 3, 8}, DType::f32, true);
+    const int64_t n_out = variant == 4 ? 1 : 6;
+    const ValueId w = g.param("w", {n_out, 8}), b = g.param("b", {n_out});
+    ValueId out = ops::linear(g, x, w, variant == 1 ? core::kNoValue : b);
+    if (variant == 2) out = ops::add(g, out, ops::linear(g, x, g.param("w2", {6, 8}), b));
+    if (variant == 3) out = ops::add(g, out, ops::linear(g, x, w, g.param("b2", {6})));
+    const ValueId loss = ops::sum(g, ops::mul(g, out, out));
+    g.mark_output(loss);
+    core::backward(g, loss);
+    const core::RewriteResult r = core::rewrite(g, {ops::bias_grad_fusion()});
+    const int want = variant == 0 ? 1 : variant == 2 || variant == 3 ? 2 : 0;
+    EXPECT_EQ(applied(r, "bias_grad_fusion"), want);
+    EXPECT_EQ(count_ops(r.graph, OpKind::linear_param_grad, false), want);
+    EXPECT_EQ(r.graph.backward_start(), g.backward_start());
+    // Same gradients for every parameter, to the bit.
+    core::ParameterStore a, c;
+    a.adopt(g);
+    c.adopt(r.graph);
+    uint64_t seed = 3;
+    for (auto& [name, e] : a.entries()) {
+      e.value.copy_from(Tensor::randn(e.value.shape(), DType::f32, seed, 0.f, 0.5f));
+      c.entries().at(name).value.copy_from(Tensor::randn(e.value.shape(), DType::f32, seed++, 0.f, 0.5f));
+    }
+    std::vector<float> xt(48);
+    for (size_t i = 0; i < xt.size(); ++i) xt[i] = float(std::cos(0.3 * double(i)));
+    using Run = std::pair<const Graph*, core::ParameterStore*>;
+    for (auto [gr, store] : {Run{&g, &a}, Run{&r.graph, &c}}) {
+      core::Executor e(*gr, backend());
+      e.bind(*store);
+      e.write(gr->at("x"), xt.data(), xt.size() * sizeof(float));
+      e.run();
+    }
+    for (const auto& [name, e] : a.entries()) {
+      const Tensor& f = c.entries().at(name).grad;
+      int64_t differ = 0;
+      double mass = 0.0;
+      for (int64_t i = 0; i < e.grad.numel(); ++i) {
+        differ += e.grad.item(i) != f.item(i);
+        mass += std::abs(e.grad.item(i));
+      }
+      EXPECT_EQ(differ, 0) << name;
+      if (!(variant == 1 && name == "b")) {  // b is unused there
+        EXPECT_GT(mass, 0.0) << name << ": a gradient that was never computed";
+      }
     }
   }
 }

@@ -63,6 +63,11 @@ TEST(GradSink, WeightAndTableGradientsAreWrittenInPlace) {
           EXPECT_NE(into.find("ln_"), std::string::npos) << "only LayerNorm gradients are accumulated: " << into;
         }
         if (n.op == OpKind::sum && n.inputs.size() == 2) ++into_sums;
+        if (n.op == OpKind::linear_param_grad) {  // both of a Linear's parameter gradients, in place
+          ++into_products;
+          ++into_sums;
+          EXPECT_EQ(out.dtype, DType::f32);
+        }
         if (n.op == OpKind::cast && out.dtype == DType::f32) {  // a widened weight-gradient product (dy^T x)?
           const core::Node& src = g.nodes()[size_t(g.value(n.inputs[0]).producer)];
           EXPECT_FALSE(src.op == OpKind::matmul && std::get<core::MatmulParams>(src.params).trans_a)

@@ -44,7 +44,8 @@ models::GptConfig small_gpt(const std::string& level, core::DType compute = core
   models::GptConfig c{64, 2, 32, 4, 64};
   c.recompute = level;
   c.compute = compute;
-  c.fuse_bias_gelu = c.fuse_residual_layernorm = fused;
+  c.fuse_bias_gelu = fused;
+  c.fuse_residual_layernorm = fused ? "on" : "off";
   return c;
 }
 

@@ -89,8 +89,9 @@ struct RunMemoryEstimate {
 // The model config a run of `cfg` builds, as its device runs it, for
 // planning on this machine (`brisk plan`, the tuner): the compute dtype of
 // train.precision on train.device (a GPU's native bf16, not this CPU's
-// fp32 fallback) and, on a GPU, its classifier chunks
-// (models::kDeviceClassifierChunkFloats) unless the config sets them. The
+// fp32 fallback), its fusions (GptConfig::with_fusions_for) and, on a GPU,
+// its classifier chunks (models::kDeviceClassifierChunkFloats) unless the
+// config sets them. The
 // graph is otherwise the same: the CPU backend has a kernel for every
 // (op, dtype) the GPT uses on the GPU.
 models::GptConfig planned_model_config(const TrainConfig& cfg);
