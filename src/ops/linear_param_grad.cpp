@@ -6,11 +6,13 @@
 // place. The unfused train graph runs these as two nodes reading dy: the
 // weight-gradient matmul (beta = 1 into the parameter's gradient) and the
 // column sums of dy (sum with an accumulator). bias_grad_fusion() below puts
-// this op in their place. The point is CUDA: cuBLASLt's BGRADB epilogue sums
-// dy's columns while the product streams dy through the tensor cores, so the
-// (rows, out) gradient is not read a second time (src/backends/cuda/
-// linear_grad.cu). The CPU composes matmul's and sum's kernels (the same
-// bits as the two nodes).
+// this op in their place. It was written for CUDA: cuBLASLt's BGRADB
+// epilogue sums dy's columns while the product streams dy through the tensor
+// cores, so the (rows, out) gradient is not read a second time
+// (src/backends/cuda/linear_grad.cu). On an H200 that made the products
+// slower by about what the separate pass cost, so a GPU run leaves the
+// fusion off by default (GptConfig::fuse_bias_backward). The CPU composes
+// matmul's and sum's kernels (the same bits as the two nodes).
 #include <algorithm>
 
 #include "brisk/core/passes.h"

@@ -8,6 +8,9 @@
 // separate pass reading all of dy (rows, out) again. Where cuBLASLt refuses
 // the epilogue (alignment, a type it lacks), the product and sum's kernel
 // run one after the other: the two kernels of the unfused graph.
+// Measured on an H200 (G1, docs/gpu.md): correct, but the epilogue's
+// reduction slows each product by about what the separate column sums cost,
+// and the step was 1% slower; the GPT leaves the fusion off on a GPU.
 #include <cstdint>
 
 #include "cuda_backend.h"
