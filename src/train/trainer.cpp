@@ -458,6 +458,14 @@ void Trainer::Impl::print_header() {
   else
     std::fprintf(stderr, "precision %s (%s: %s)\n", precision_name(precision.effective), precision.path.c_str(),
                  precision.reason.c_str());
+  // The graph fusions as this device resolves "auto" (GptConfig::with_fusions_for).
+  const models::GptConfig fused = cfg.model.with_fusions_for(on_gpu);
+  std::fprintf(stderr,
+               "fusions: bias+GELU %s | residual+LayerNorm %s | LayerNorm backward %s | GELU backward %s | bias "
+               "gradient %s | classifier %s\n",
+               fused.fuse_bias_gelu ? "on" : "off", fused.fuse_residual_layernorm.c_str(),
+               fused.fuse_layernorm_backward.c_str(), fused.fuse_gelu_backward.c_str(),
+               fused.fuse_bias_backward.c_str(), fused.fused_classifier ? "on" : "off");
   const core::MemoryReport full = planned_memory();
   if (dp)
     std::fprintf(stderr,

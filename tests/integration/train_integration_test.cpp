@@ -123,6 +123,25 @@ TEST_F(TrainIntegration, TrainFourThenResumeFourIsBitExact) {
   EXPECT_LT(straight.losses.back(), straight.losses.front());
 }
 
+// The start-up lines say which fusions this device runs: "auto" resolved
+// (on the CPU: the backward fusions on, residual add + LayerNorm off), and an
+// explicit setting as given.
+TEST_F(TrainIntegration, StartupLineNamesTheFusionsAsResolved) {
+  const std::string cfg = config("fusions", 1, 0, "constant");
+  const CliResult a = run_cli({"train", "--config", cfg, "--no-progress"});
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  EXPECT_NE(a.err.find("fusions: bias+GELU off | residual+LayerNorm off | LayerNorm backward on | GELU backward on | "
+                       "bias gradient on"),
+            std::string::npos)
+      << a.err;
+  const CliResult b = run_cli({"train", "--config", cfg, "--no-progress", "--set", "model.fuse_residual_layernorm=on",
+                               "--set", "model.fuse_bias_backward=off"});
+  ASSERT_EQ(b.exit_code, 0) << b.err;
+  EXPECT_NE(b.err.find("residual+LayerNorm on | LayerNorm backward on | GELU backward on | bias gradient off"),
+            std::string::npos)
+      << b.err;
+}
+
 // Dynamic loss scaling resumes where it stopped: with growth every 3 clean
 // steps from scale 1, the straight run doubles at steps 3 and 6 (scale 4).
 // A resume that forgot the scaler would restart at 1 and end at 2; the
