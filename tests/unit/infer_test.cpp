@@ -34,19 +34,27 @@ models::GptConfig small_config() {
   return c;
 }
 
-// A random small GPT saved as a brisk checkpoint (once per process).
+// A random small GPT saved as a brisk checkpoint (once per process, under a
+// directory removed at exit: ctest runs every test in a process of its own).
 const std::string& checkpoint() {
-  static const std::string dir = [] {
-    const fs::path root = fs::temp_directory_path() / ("brisk_infer_test_" + std::to_string(::getpid()));
-    fs::remove_all(root);
-    const models::GptConfig c = small_config();
-    testing::TinyGpt t;
-    t.layers = c.n_layer, t.width = c.n_embd, t.heads = c.n_head, t.context = c.block_size, t.vocab = c.vocab_size;
-    t.seed = 7;
-    t.scale = 4.f;  // logits far from uniform: greedy choices well separated
-    return testing::save_tiny_gpt(root.string(), t);
-  }();
-  return dir;
+  static const struct Saved {
+    fs::path root = fs::temp_directory_path() / ("brisk_infer_test_" + std::to_string(::getpid()));
+    std::string dir = save(root);
+    static std::string save(const fs::path& root) {
+      fs::remove_all(root);
+      const models::GptConfig c = small_config();
+      testing::TinyGpt t;
+      t.layers = c.n_layer, t.width = c.n_embd, t.heads = c.n_head, t.context = c.block_size, t.vocab = c.vocab_size;
+      t.seed = 7;
+      t.scale = 4.f;  // logits far from uniform: greedy choices well separated
+      return testing::save_tiny_gpt(root.string(), t);
+    }
+    ~Saved() {
+      std::error_code ec;
+      fs::remove_all(root, ec);
+    }
+  } saved;
+  return saved.dir;
 }
 
 std::vector<int32_t> prompt_of(int n, int salt = 0) {
