@@ -26,6 +26,7 @@ inline constexpr int64_t kQ4Group = 32;
 // x * (127 / max|x|) to nearest even, computed in float: vector kernels that
 // multiply by the same reciprocal get the same codes.
 inline float quantize_int8(const float* x, int64_t n, int8_t* q) {
+  if (n <= 0) return 0.f;  // also tells GCC the fill below has a sane length (-Wstringop-overflow)
   float amax = 0.f;
   for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
   if (amax == 0.f) {
