@@ -99,6 +99,12 @@ void Generation::cancel() {
     if (!builders_[i].finished()) scheduler_.cancel(channels_[i]);
 }
 
+// Reads only channels_, which no one changes after the constructor; the
+// scheduler's cancel is thread-safe and does nothing to a finished channel.
+void Generation::abandon() {
+  for (const auto& ch : channels_) scheduler_.cancel(ch);
+}
+
 void Generation::record(size_t choice, const std::vector<infer::TokenEvent>& events) {
   if (cache_) recorded_[choice].insert(recorded_[choice].end(), events.begin(), events.end());
 }

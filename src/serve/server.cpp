@@ -13,6 +13,7 @@
 
 #include "brisk/core/error.h"
 #include "brisk/data/tokenizer.h"
+#include "brisk/serve/peer_watch.h"
 #include "brisk/serve/response_cache.h"
 
 namespace brisk::serve {
@@ -217,7 +218,17 @@ struct Server::Impl {
       throw;
     }
     if (!r.stream) {
-      send_json(res, 200, gen->response());
+      json answer;
+      {
+        // A client that gives up before its answer is ready frees its slot
+        // at the next engine step instead of when every token is made.
+        const PeerWatch watch(
+            gen->from_cache() ? -1
+                              : find_connection_socket(req.local_addr, req.local_port, req.remote_addr, req.remote_port),
+            [gen] { gen->abandon(); });
+        answer = gen->response();
+      }
+      send_json(res, 200, answer);
       return;
     }
     res.set_header("Cache-Control", "no-cache");

@@ -2,7 +2,8 @@
 // requests through HAProxy's port succeed, and keep succeeding with the same
 // greedy text after one replica is killed outright (SIGKILL), because HAProxy
 // retries a refused connection on the other replica and its health check
-// takes the dead one out. Skipped when haproxy is not installed.
+// takes the dead one out; a client that gives up frees its replica's slot.
+// Skipped when haproxy is not installed.
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <netinet/in.h>
@@ -209,6 +210,44 @@ TEST(LbReplicas, RequestsSurviveAKilledReplica) {
   EXPECT_NE(::kill(rs.replica_pids[1], 0), 0) << "the surviving replica still running";
   httplib::Client after("127.0.0.1", front);
   EXPECT_FALSE(after.Get("/health")) << "the front port still answers";
+}
+
+// A client that gives up on a non-streamed request it sent through HAProxy
+// frees the replica's slot: HAProxy passes the close on (option
+// abortonclose in deploy/haproxy.cfg.in; without it the replica generated
+// every token for nobody), the replica sees its connection hang up and
+// drops the sequence, answering 499.
+TEST(LbReplicas, AClientThatGivesUpFreesTheReplicasSlot) {
+  if (!have_haproxy()) GTEST_SKIP() << "haproxy is not installed (scripts/install_deps.sh installs it)";
+  TempDir dir;
+  testing::TinyGpt slow;  // 400 tokens take a few hundred ms
+  slow.layers = 4, slow.width = 256, slow.context = 512, slow.seed = 5;
+  const std::string ckpt = testing::save_tiny_gpt(dir.file("run"), slow);
+  const int front = free_port();
+  ASSERT_GT(front, 0);
+  Replicas rs({"/bin/bash", replicas_script().string(), "--brisk", cli_path(), "--replicas", "1", "--front-port",
+               std::to_string(front), "--base-port", "0", "--logs", dir.file("logs"), "--model", ckpt,
+               "--model-name", "slow", "--threads", "1", "--slots", "2"});
+  ASSERT_TRUE(rs.ready) << rs.out;
+  {
+    httplib::Client impatient("127.0.0.1", front);
+    impatient.set_read_timeout(0, 50 * 1000);
+    const json body{{"prompt", "Hi"}, {"max_tokens", 400}, {"temperature", 0}};
+    ASSERT_FALSE(impatient.Post("/v1/completions", body.dump(), "application/json"));
+  }
+  httplib::Client c("127.0.0.1", front);
+  c.set_read_timeout(30, 0);
+  std::string metrics;
+  const std::string cancelled = "brisk_requests_total{path=\"/v1/completions\",status=\"499\"} 1";
+  for (int i = 0; i < 250 && metrics.find(cancelled) == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (auto r = c.Get("/metrics")) metrics = r->body;
+  }
+  EXPECT_NE(metrics.find(cancelled), std::string::npos) << metrics;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(metrics, m, std::regex(R"(\nbrisk_generation_tokens_total (\d+))"))) << metrics;
+  EXPECT_LT(std::stoi(m[1]), 400) << "the sequence ran to its end";
+  EXPECT_EQ(rs.stop(), 0) << rs.out;
 }
 
 }  // namespace

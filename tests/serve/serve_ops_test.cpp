@@ -351,6 +351,45 @@ TEST(ServeDisconnect, AHungUpStreamFreesItsSlotWithinAFewSteps) {
   EXPECT_EQ(m.at("brisk_kv_blocks_used"), 0);
 }
 
+// A client of a non-streamed request that gives up (here: its read timeout)
+// frees its slot too, though the server writes nothing it could fail on
+// before the answer is complete: the server watches the connection and
+// drops the sequence at the next step, counting the request as 499.
+TEST(ServeDisconnect, AClientThatGivesUpOnANonStreamedRequestFreesItsSlot) {
+  Served s("", /*slow=*/true);
+  const json body = {{"prompt", "And"}, {"max_tokens", 400}, {"temperature", 0}};
+  {
+    httplib::Client impatient("127.0.0.1", s.port);
+    impatient.set_read_timeout(0, 30 * 1000);  // 400 tokens take ~150 ms here, longer under load
+    auto r = impatient.Post("/v1/completions", body.dump(), kJson);
+    ASSERT_FALSE(r) << r->status << " " << r->body.substr(0, 300);  // timed out and closed the connection
+  }
+  auto c = s.client();
+  const double steps_at_close = metrics_of(c).at("brisk_engine_steps_total");
+  std::map<std::string, double> m;
+  for (int i = 0; i < 1000; ++i) {
+    m = metrics_of(c);
+    if (m.at("brisk_slots_busy") == 0 && m["brisk_requests_total{path=\"/v1/completions\",status=\"499\"}"] == 1)
+      break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  EXPECT_EQ(m.at("brisk_slots_busy"), 0);
+  EXPECT_EQ((m["brisk_requests_total{path=\"/v1/completions\",status=\"499\"}"]), 1);
+  // The watch polls every 20 ms; allow the margin of the streamed case.
+  EXPECT_LE(m.at("brisk_engine_steps_total") - steps_at_close, 100);
+  std::printf("slot free %.0f engine steps after the client gave up, %.0f tokens generated\n",
+              m.at("brisk_engine_steps_total") - steps_at_close, m.at("brisk_generation_tokens_total"));
+  EXPECT_LT(m.at("brisk_generation_tokens_total"), 400);
+  EXPECT_EQ(m.at("brisk_kv_blocks_used"), 0);
+  // A patient client of the same request still gets its whole answer.
+  json shorter = body;
+  shorter["max_tokens"] = 5;
+  auto r = c.Post("/v1/completions", shorter.dump(), kJson);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(json::parse(r->body)["usage"]["completion_tokens"], 5);
+}
+
 TEST(ServeTimeout, ARequestOverTheLimitEndsWith504) {
   Served s("", /*slow=*/true, 0, /*request_timeout_s=*/0.05);
   auto c = s.client();

@@ -56,6 +56,10 @@ class Generation {
   bool from_cache() const { return from_cache_; }
   // Drops the choices still queued or running.
   void cancel();
+  // The same from another thread while response() waits (the client of a
+  // non-streamed request hung up): every choice is dropped, and response()
+  // throws the 499 "cancelled" of the first one not finished.
+  void abandon();
 
  private:
   struct Inbox;
