@@ -13,6 +13,7 @@
 
 #include "brisk/core/error.h"
 #include "brisk/data/tokenizer.h"
+#include "brisk/serve/access_log.h"
 #include "brisk/serve/peer_watch.h"
 #include "brisk/serve/response_cache.h"
 
@@ -103,6 +104,8 @@ struct Server::Impl {
     // after that --api-key guards every route but /health (load balancers
     // probe it without a key).
     http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+      request_note() = RequestNote{};
+      request_note().start = std::chrono::steady_clock::now();
       if (!ready) {
         res.set_header("Retry-After", "1");
         if (req.path == "/health") send_json(res, 503, {{"status", "loading"}});
@@ -124,6 +127,11 @@ struct Server::Impl {
     // sent); those answered while loading have no metrics to go to.
     http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
       if (ready) metrics->count_request(req.path, res.status);
+      if (options.access_log)
+        options.access_log(access_log_line(std::chrono::system_clock::now(),
+                                           req.remote_addr + ":" + std::to_string(req.remote_port), req.method,
+                                           req.path, res.status, request_note(), std::chrono::steady_clock::now()));
+      request_note() = RequestNote{};  // a next request answered without routing shows no duration
     });
     http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
       if (metrics->draining) send_json(res, 503, {{"status", "draining"}});
@@ -209,6 +217,7 @@ struct Server::Impl {
     const std::shared_ptr<void> held = open_request();
     refuse_if_draining();
     const Request r = api == Api::chat ? parse_chat(req.body, model, *tok) : parse_completions(req.body, model, *tok);
+    request_note().stream = r.stream ? 1 : 0;
     const std::string id = (api == Api::chat ? "chat" : "") + next_id();
     std::shared_ptr<Generation> gen;
     try {
@@ -228,6 +237,7 @@ struct Server::Impl {
             [gen] { gen->abandon(); });
         answer = gen->response();
       }
+      request_note().set_usage(answer["usage"]);
       send_json(res, 200, answer);
       return;
     }
@@ -237,7 +247,10 @@ struct Server::Impl {
         [gen, held](size_t, httplib::DataSink& sink) {
           // A failed write means the client is gone: the releaser cancels.
           if (!gen->pump([&](const std::string& data) { return write_event(sink, data); })) return false;
-          if (gen->done()) sink.done();
+          if (gen->done()) {
+            request_note().set_usage(gen->usage());  // the provider runs on the request's thread
+            sink.done();
+          }
           return true;
         },
         [gen](bool success) {

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <filesystem>
 #include <map>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <sstream>
@@ -54,7 +55,7 @@ struct Served {
   int port = 0;
 
   explicit Served(const std::string& api_key = "", bool slow = false, int64_t response_cache_bytes = 0,
-                  double request_timeout_s = 0) {
+                  double request_timeout_s = 0, std::function<void(const std::string&)> access_log = {}) {
     infer::EngineOptions eo;
     eo.max_seqs = 4;
     eo.threads = 1;
@@ -66,6 +67,7 @@ struct Served {
     so.http_threads = 16;
     so.api_key = api_key;
     so.response_cache_bytes = response_cache_bytes;
+    so.access_log = std::move(access_log);
     server = std::make_unique<serve::Server>(*scheduler, *tok,
                                              serve::ModelInfo{"tiny", 256, engine->model().config.block_size}, so);
     port = server->bind();
@@ -388,6 +390,49 @@ TEST(ServeDisconnect, AClientThatGivesUpOnANonStreamedRequestFreesItsSlot) {
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200) << r->body;
   EXPECT_EQ(json::parse(r->body)["usage"]["completion_tokens"], 5);
+}
+
+// --log-requests: one logfmt line per answered request, written after its
+// response, with the token counts of generation requests.
+TEST(ServeAccessLog, OneLinePerRequestWithItsStatusAndTokens) {
+  std::mutex m;
+  std::vector<std::string> lines;
+  Served s("", false, 0, 0, [&](const std::string& line) {
+    std::lock_guard lk(m);
+    lines.push_back(line);
+  });
+  auto c = s.client();
+  const json body = {{"prompt", "In the beginning"}, {"max_tokens", 6}, {"temperature", 0}};
+  ASSERT_EQ(c.Post("/v1/completions", body.dump(), kJson)->status, 200);
+  json streamed = body;
+  streamed["stream"] = true;
+  ASSERT_EQ(c.Post("/v1/completions", streamed.dump(), kJson)->status, 200);
+  ASSERT_EQ(c.Get("/health")->status, 200);
+  ASSERT_EQ(c.Post("/v1/completions", "{not json", kJson)->status, 400);
+  ASSERT_EQ(c.Get("/no such \"path\"")->status, 404);
+  // The logger runs after the response is written: the last line may come
+  // a moment after the client has read its answer.
+  for (int i = 0; i < 500; ++i) {
+    {
+      std::lock_guard lk(m);
+      if (lines.size() >= 5) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  std::lock_guard lk(m);
+  ASSERT_EQ(lines.size(), 5u);
+  const std::regex common(R"(^time=\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z client=127\.0\.0\.1:\d+ method=\w+ path=.* status=\d{3} ms=\d+\.\d.*)");
+  for (const std::string& l : lines) EXPECT_TRUE(std::regex_match(l, common)) << l;
+  EXPECT_NE(lines[0].find("method=POST path=/v1/completions status=200 "), std::string::npos) << lines[0];
+  EXPECT_NE(lines[0].find(" stream=0 prompt_tokens=16 completion_tokens=6 cached_tokens="), std::string::npos)
+      << lines[0];
+  EXPECT_NE(lines[1].find(" stream=1 prompt_tokens=16 completion_tokens=6 cached_tokens="), std::string::npos)
+      << lines[1];
+  EXPECT_NE(lines[2].find("method=GET path=/health status=200 ms="), std::string::npos) << lines[2];
+  EXPECT_EQ(lines[2].find("stream="), std::string::npos) << lines[2];
+  EXPECT_NE(lines[3].find("status=400"), std::string::npos) << lines[3];
+  EXPECT_EQ(lines[3].find("tokens="), std::string::npos) << lines[3];  // refused before it ran
+  EXPECT_NE(lines[4].find(R"(path="/no such \"path\"" status=404)"), std::string::npos) << lines[4];
 }
 
 TEST(ServeTimeout, ARequestOverTheLimitEndsWith504) {

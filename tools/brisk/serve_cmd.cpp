@@ -28,7 +28,7 @@ struct ServeArgs {
   std::string api_key;
   double drain_timeout = 30;
   int64_t response_cache_mb = 0;
-  bool no_prefix_cache = false;
+  bool no_prefix_cache = false, log_requests = false;
   double request_timeout = 600;
 };
 
@@ -67,6 +67,8 @@ int run_serve(const ServeArgs& a) {
   so.http_threads = a.slots + a.max_queue + 4;  // every running and queued request holds an HTTP thread
   so.api_key = a.api_key;
   so.response_cache_bytes = a.response_cache_mb << 20;
+  if (a.log_requests)  // one fprintf per line: stdio's lock keeps lines from different threads whole
+    so.access_log = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
   serve::Server server(so);
   const int port = server.bind();
   std::thread listener([&] { server.listen(); });
@@ -173,6 +175,9 @@ ServeCommand add_serve_command(CLI::App& app) {
                 "Keep answers of deterministic requests (greedy or seeded) up to this many MiB, least recently used "
                 "out first (0 = off)")
       ->capture_default_str();
+  s->add_flag("--log-requests", a->log_requests,
+              "Write one line per answered request to stderr (logfmt: time, client, method, path, status, ms, "
+              "stream, token counts)");
   s->add_option("--drain-timeout", a->drain_timeout,
                 "Seconds running requests may take to finish after SIGTERM/SIGINT")
       ->capture_default_str();

@@ -54,6 +54,9 @@ class Generation {
   // The stream has written its "[DONE]".
   bool done() const { return done_; }
   bool from_cache() const { return from_cache_; }
+  // OpenAI's `usage` object for the tokens so far (every sequence's; each
+  // prompt counted once). Not while another thread runs response() or pump().
+  nlohmann::json usage() const;
   // Drops the choices still queued or running.
   void cancel();
   // The same from another thread while response() waits (the client of a
@@ -63,7 +66,6 @@ class Generation {
 
  private:
   struct Inbox;
-  nlohmann::json usage() const;
   void record(size_t choice, const std::vector<infer::TokenEvent>& events);
   void store_if_complete();
   Scheduler& scheduler_;

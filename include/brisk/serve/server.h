@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -23,6 +24,9 @@ struct ServerOptions {
   int http_threads = 0;        // 0: enough for every slot and queued request
   std::string api_key;         // non-empty: every route but /health needs "Authorization: Bearer <key>"
   int64_t response_cache_bytes = 0;  // 0: no response cache (response_cache.h)
+  // Called with one line per answered request (access_log.h), from the HTTP
+  // thread that answered it; empty: no access log.
+  std::function<void(const std::string&)> access_log;
 };
 
 class Server {
