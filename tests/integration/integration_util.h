@@ -7,10 +7,13 @@
 // learning, so a 2-layer, 32-wide model on a few kilobytes of text is enough.
 #pragma once
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -157,6 +160,22 @@ inline std::string asan_options_for_mpi_ranks() {
   const char* cur = std::getenv("ASAN_OPTIONS");
   if (!cur) return "";
   return std::string(cur) + (*cur ? ":" : "") + "detect_leaks=0";
+}
+
+// A port nothing listens on now (the kernel's pick for a socket bound to 0
+// and closed again): for servers the tests start on a port of their choice.
+inline int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  int port = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0)
+    port = ntohs(a.sin_port);
+  ::close(fd);
+  return port;
 }
 
 // Runs `brisk <args>`.

@@ -37,21 +37,6 @@ fs::path replicas_script() {
   return fs::absolute(fs::path(__FILE__)).parent_path().parent_path().parent_path() / "deploy" / "replicas.sh";
 }
 
-// A port nothing listens on now (the kernel's pick for a socket bound to 0).
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  int port = 0;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0)
-    port = ntohs(a.sin_port);
-  ::close(fd);
-  return port;
-}
-
 // deploy/replicas.sh as a child in its own process group, so that whatever
 // happens in the test every replica can be ended with the group; HAProxy runs
 // in its own session, so its pid is kept too.

@@ -140,21 +140,6 @@ TEST(ServeCli, TheOfficialOpenAiClientWorksAgainstIt) {
   EXPECT_EQ(s.stop(SIGTERM), 0);
 }
 
-// A port nobody listens on now (the kernel's pick for a socket just closed).
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  int port = 0;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0)
-    port = ntohs(a.sin_port);
-  ::close(fd);
-  return port;
-}
-
 // The server listens while its model loads: /health and the API say 503
 // (so a load balancer keeps it out of rotation), then 200 once it is ready.
 // A stop signal while loading ends the process at once, exit code 0.
