@@ -55,9 +55,12 @@ std::vector<ChatMessage> read_messages(const json& body) {
     if (!m.is_object()) throw bad_message(i, " must be an object with role and content");
     auto role = m.find("role");
     if (role == m.end() || !role->is_string()) throw bad_message(i, ".role must be a string");
-    const std::string r = role->get<std::string>();
+    std::string r = role->get<std::string>();
+    // OpenAI's newer name for the system message (o1 and later models);
+    // clients written for them send it, and it means the same here.
+    if (r == "developer") r = "system";
     if (r != "system" && r != "user" && r != "assistant")
-      throw bad_message(i, ".role must be system, user or assistant, not " + dump(json(r)));
+      throw bad_message(i, ".role must be system, developer, user or assistant, not " + dump(json(r)));
     out.push_back({r, read_content(m, i)});
   }
   return out;

@@ -796,6 +796,22 @@ TEST(ChatTemplate, DefaultStopEndsBeforeTheNextUserTurn) {
             "System: S\nUser: U\nAssistant: A\nUser: V\nAssistant:");
 }
 
+// "developer" is OpenAI's newer name for the system message: the same prompt.
+TEST_F(ServeTest, ChatDeveloperRoleIsTheSystemMessage) {
+  auto ask = [&](const char* role) {
+    const json body = {{"messages", {{{"role", role}, {"content", "Be brief."}}, {{"role", "user"}, {"content", "Hi"}}}},
+                       {"max_tokens", 4},
+                       {"temperature", 0}};
+    auto r = post("/v1/chat/completions", body);
+    EXPECT_TRUE(r);
+    EXPECT_EQ(r->status, 200) << r->body;
+    return json::parse(r->body);
+  };
+  const json system = ask("system"), developer = ask("developer");
+  EXPECT_EQ(developer["usage"]["prompt_tokens"], system["usage"]["prompt_tokens"]);
+  EXPECT_EQ(developer["choices"][0]["message"]["content"], system["choices"][0]["message"]["content"]);
+}
+
 TEST_F(ServeTest, ChatErrorsNameTheField) {
   expect_error(post("/v1/chat/completions", {{"max_tokens", 3}}), 400, "messages", {"messages"});
   expect_error(post("/v1/chat/completions", {{"messages", json::array()}}), 400, "messages", {"messages"});
