@@ -71,8 +71,9 @@ void Metrics::count_request(const std::string& path, int status) {
   static const char* const kRoutes[] = {"/v1/completions", "/v1/chat/completions", "/v1/models", "/health",
                                         "/metrics", "/tokenize", "/detokenize"};
   const bool known = std::find(std::begin(kRoutes), std::end(kRoutes), path) != std::end(kRoutes);
+  const bool one_model = path.rfind("/v1/models/", 0) == 0;  // one series for every id asked for
   std::lock_guard lk(m_);
-  ++requests_[{known ? path : std::string("other"), status}];
+  ++requests_[{known ? path : one_model ? std::string("/v1/models/{id}") : std::string("other"), status}];
 }
 
 std::string Metrics::render() const {

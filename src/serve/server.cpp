@@ -141,14 +141,16 @@ struct Server::Impl {
       res.set_content(metrics->render(), "text/plain; version=0.0.4; charset=utf-8");
     });
     http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
-      send_json(res, 200,
-                {{"object", "list"},
-                 {"data", json::array({{{"id", model.name},
-                                        {"object", "model"},
-                                        {"created", started},
-                                        {"owned_by", "brisk"},
-                                        {"max_model_len", model.context}}})}});
+      send_json(res, 200, {{"object", "list"}, {"data", json::array({model_object()})}});
     });
+    // Retrieve one model (the OpenAI clients' models.retrieve); httplib has
+    // decoded the id, which may hold a '/'.
+    http.Get(R"(/v1/models/(.+))", [this](const httplib::Request& req, httplib::Response& res) { guarded(res, [&] {
+      const std::string id = req.matches[1];
+      if (id != model.name)
+        throw ApiError(404, "The model '" + id + "' does not exist (this server has '" + model.name + "')", "model");
+      send_json(res, 200, model_object());
+    }); });
     http.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) { guarded(res, [&] {
       const json j = parse_body(req.body);
       auto it = j.find("prompt");
@@ -190,6 +192,14 @@ struct Server::Impl {
     } catch (const std::exception& e) {
       send_error(res, ApiError(500, e.what(), "", "server_error"));
     }
+  }
+
+  json model_object() const {
+    return {{"id", model.name},
+            {"object", "model"},
+            {"created", started},
+            {"owned_by", "brisk"},
+            {"max_model_len", model.context}};
   }
 
   std::string next_id() {

@@ -10,7 +10,7 @@ const assert = require('node:assert/strict');
 const path = require('node:path');
 
 const [modules, baseURL, apiKey, model, contextText] = process.argv.slice(2);
-const { OpenAI, AuthenticationError, BadRequestError } = require(path.join(modules, 'openai'));
+const { OpenAI, AuthenticationError, BadRequestError, NotFoundError } = require(path.join(modules, 'openai'));
 const context = Number(contextText);
 
 // maxRetries 0: a failure shows at once instead of after the SDK's retries.
@@ -25,10 +25,17 @@ async function collect(stream) {
 const checks = [];
 const check = (name, fn) => checks.push([name, fn]);
 
-check('models.list names the served model', async () => {
+check('models.list names the served model; models.retrieve finds it and no other', async () => {
   const ids = [];
   for await (const m of client.models.list()) ids.push(m.id);
   assert.deepEqual(ids, [model]);
+  const m = await client.models.retrieve(model);
+  assert.equal(m.id, model);
+  assert.equal(m.object, 'model');
+  await assert.rejects(client.models.retrieve(model + '-other'), (e) => {
+    assert.ok(e instanceof NotFoundError, String(e));
+    return true;
+  });
 });
 
 check('completions: text, usage, finish_reason, logprobs', async () => {
@@ -62,7 +69,7 @@ check('completions stream: the same text, one id, a usage chunk', async () => {
 });
 
 check('chat: assistant message; the stream starts with the role and ends like the whole answer', async () => {
-  const body = { model, messages: [{ role: 'system', content: 'Be brief.' }, { role: 'user', content: 'Hello' }],
+  const body = { model, messages: [{ role: 'developer', content: 'Be brief.' }, { role: 'user', content: 'Hello' }],
                  max_tokens: 6, temperature: 0, seed: 3 };
   const r = await client.chat.completions.create(body);
   assert.equal(r.object, 'chat.completion');

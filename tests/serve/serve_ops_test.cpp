@@ -125,6 +125,7 @@ TEST(ServeMetrics, CountRequestsTokensAndLatencies) {
     else completion_tokens += 6;  // max_tokens, no stop string: every token is generated
   }
   ASSERT_EQ(c.Get("/no/such/route")->status, 404);
+  ASSERT_EQ(c.Get("/v1/models/no-such-model")->status, 404);
 
   // A request is counted after its response is sent, which can be a moment
   // after the client has read the end of it...
@@ -137,13 +138,15 @@ TEST(ServeMetrics, CountRequestsTokensAndLatencies) {
     m = parse_metrics(r->body);
     // ... and the gauges are published after the step that ended the last one.
     if (m["brisk_requests_total{path=\"/v1/completions\",status=\"200\"}"] >= 2 &&
-        m["brisk_requests_total{path=\"other\",status=\"404\"}"] >= 1 && m["brisk_slots_busy"] == 0 &&
+        m["brisk_requests_total{path=\"other\",status=\"404\"}"] >= 1 &&
+        m["brisk_requests_total{path=\"/v1/models/{id}\",status=\"404\"}"] >= 1 && m["brisk_slots_busy"] == 0 &&
         m["brisk_kv_blocks_used"] == 0)
       break;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   EXPECT_EQ(m.at("brisk_requests_total{path=\"/v1/completions\",status=\"200\"}"), 2);
   EXPECT_EQ(m.at("brisk_requests_total{path=\"other\",status=\"404\"}"), 1);  // unknown paths share one label
+  EXPECT_EQ(m.at("brisk_requests_total{path=\"/v1/models/{id}\",status=\"404\"}"), 1);  // so do model ids
   EXPECT_EQ(m.at("brisk_generation_tokens_total"), double(completion_tokens));
   EXPECT_EQ(m.at("brisk_prompt_tokens_total"), 2.0 * 16);  // "In the beginning": 16 bytes, twice
   EXPECT_EQ(m.at("brisk_time_to_first_token_seconds_count"), 2);

@@ -207,6 +207,18 @@ TEST_F(ServeTest, HealthAndModels) {
   ASSERT_EQ(j.at("data").size(), 1u);
   EXPECT_EQ(j["data"][0].at("id"), "tiny");
   EXPECT_EQ(j["data"][0].at("object"), "model");
+  // One model by id: the list's entry; another id is a 404 naming both.
+  auto one = client().Get("/v1/models/tiny");
+  ASSERT_TRUE(one);
+  ASSERT_EQ(one->status, 200) << one->body;
+  EXPECT_EQ(json::parse(one->body), j["data"][0]);
+  auto other = client().Get("/v1/models/gpt-4o");
+  ASSERT_TRUE(other);
+  EXPECT_EQ(other->status, 404);
+  const json e = json::parse(other->body).at("error");
+  EXPECT_NE(e.at("message").get<std::string>().find("'gpt-4o' does not exist"), std::string::npos) << e;
+  EXPECT_NE(e.at("message").get<std::string>().find("'tiny'"), std::string::npos) << e;
+  EXPECT_EQ(e.at("param"), "model");
 }
 
 TEST_F(ServeTest, CompletionShapeAndUsage) {
