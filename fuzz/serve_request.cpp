@@ -7,12 +7,17 @@
 // becomes sequences the engine accepts as they are: prompt ids in the
 // vocabulary, prompt + max_tokens within the context, sampling parameters
 // that pass infer::validate, and no more choices than the server allows.
+// The same bytes as a request's path, method and client in the access log
+// (--log-requests) make one line with no control byte in it: a client
+// cannot forge or split log lines.
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
 
 #include "brisk/core/error.h"
 #include "brisk/data/tokenizer.h"
+#include "brisk/serve/access_log.h"
 #include "brisk/serve/completions.h"
 #include "fuzz_util.h"
 
@@ -70,5 +75,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } catch (const serve::ApiError& e) {
     check_refusal(e);
   }
+  serve::RequestNote note;
+  note.start = std::chrono::steady_clock::time_point{} + std::chrono::seconds(1);
+  note.stream = int(size % 2);
+  const std::string line = serve::access_log_line(std::chrono::system_clock::time_point{}, body, body, body, 400,
+                                                  note, note.start + std::chrono::milliseconds(5));
+  FUZZ_CHECK(line.rfind("time=1970-01-01T00:00:00.000Z client=", 0) == 0);
+  for (unsigned char c : line) FUZZ_CHECK(c >= 0x20 && c != 0x7f);
   return 0;
 }
