@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # Pruning's cost in quality on W1, and what fine-tuning wins back
 # (docs/pruning.md, "W1"). From a trained W1 checkpoint:
-#   dense, magnitude 0.5 and 2:4, each evaluated as is and after
+#   dense, magnitude 0.5 (each matrix, and one line over all of them:
+#   --scope global) and 2:4, each evaluated as is and after
 #   FT_STEPS steps of fine-tuning (the pruned ones with train.keep_mask;
 #   dense gets the same fine-tuning as the control).
 # Perplexity = exp(validation loss) from `brisk eval` on the KJV validation
 # split, the same batches for every row. Prints a table and writes JSON.
 #
-#   bash bench/prune_w1.sh CHECKPOINT [WORKDIR]     (FT_STEPS=100, FT_LR=1e-4)
+#   bash bench/prune_w1.sh CHECKPOINT [WORKDIR]     (FT_STEPS=100, FT_LR=1e-4,
+#                                                    METHODS="dense magnitude magnitude-global 2:4";
+#                                                    dense first: the others are compared with it)
 set -euo pipefail
 CKPT=${1:?usage: bench/prune_w1.sh CHECKPOINT [WORKDIR]}
 WORK=${2:-runs/prune-w1}
@@ -30,14 +33,19 @@ finetune() {  # $1 = starting checkpoint, $2 = run dir, $3 = keep_mask
 }
 
 rows=()
-for method in dense magnitude 2:4; do
+METHODS=${METHODS:-dense magnitude magnitude-global 2:4}
+[[ ${METHODS%% *} == dense ]] || { echo "prune_w1.sh: METHODS must start with dense" >&2; exit 2; }
+for method in $METHODS; do
   name=${method/:/-}
   if [[ $method == dense ]]; then
     start=$CKPT keep=false
   else
     start=$WORK/$name
     rm -rf "$start"
-    "$B" prune --checkpoint "$CKPT" --method "$method" --sparsity 0.5 --out "$start" > "$WORK/$name.prune.txt"
+    scope=layer
+    [[ $method == magnitude-global ]] && scope=global
+    "$B" prune --checkpoint "$CKPT" --method "${method%-global}" --scope "$scope" --sparsity 0.5 --out "$start" \
+      > "$WORK/$name.prune.txt"
     keep=true
   fi
   before=$(val_loss "$start")
@@ -55,9 +63,9 @@ for r in rows:
     res.append({"model": m, "val_loss": float(before), "ppl": math.exp(float(before)),
                 "val_loss_ft": float(after), "ppl_ft": math.exp(float(after))})
 base, base_ft = res[0]["ppl"], res[0]["ppl_ft"]
-print(f"{'model':<10} {'ppl':>9} {'vs dense':>9} {'ppl after ' + steps + ' ft steps':>24} {'vs dense ft':>12}")
+print(f"{'model':<16} {'ppl':>9} {'vs dense':>9} {'ppl after ' + steps + ' ft steps':>24} {'vs dense ft':>12}")
 for r in res:
-    print(f"{r['model']:<10} {r['ppl']:9.3f} {100 * (r['ppl'] / base - 1):+8.2f}% {r['ppl_ft']:24.3f} "
+    print(f"{r['model']:<16} {r['ppl']:9.3f} {100 * (r['ppl'] / base - 1):+8.2f}% {r['ppl_ft']:24.3f} "
           f"{100 * (r['ppl_ft'] / base_ft - 1):+11.2f}%")
 json.dump({"checkpoint": ckpt, "finetune_steps": int(steps), "finetune_lr": float(lr), "rows": res},
           open(out, "w"), indent=2)

@@ -23,6 +23,14 @@ PruneMethod parse_prune_method(const std::string& name) {
 
 const char* prune_method_name(PruneMethod m) { return m == PruneMethod::two_four ? "2:4" : "magnitude"; }
 
+PruneScope parse_prune_scope(const std::string& name) {
+  if (name == "layer") return PruneScope::layer;
+  if (name == "global") return PruneScope::global;
+  throw ConfigError("unknown pruning scope '" + name + "' (allowed: layer, global)");
+}
+
+const char* prune_scope_name(PruneScope s) { return s == PruneScope::global ? "global" : "layer"; }
+
 bool is_prunable(const std::string& name) {
   if (name.rfind("h.", 0) != 0) return false;  // block parameters only
   for (const char* s : {".attn.c_attn.weight", ".attn.c_proj.weight", ".mlp.c_fc.weight", ".mlp.c_proj.weight"}) {
@@ -100,18 +108,58 @@ void check_matrix(const std::string& name, const core::Tensor& t) {
 
 }  // namespace
 
-void check_prune_options(PruneMethod method, double sparsity) {
+void check_prune_options(PruneMethod method, double sparsity, PruneScope scope) {
   if (!(sparsity >= 0.0 && sparsity < 1.0))  // also rejects NaN
     throw ConfigError("pruning sparsity must be in [0, 1), got " + number(sparsity));
   if (method == PruneMethod::two_four && sparsity != 0.5)
     throw ConfigError("2:4 pruning keeps 2 of every 4 weights, so its sparsity is 0.5; got " + number(sparsity) +
                       " (use method magnitude for other sparsities)");
+  if (method == PruneMethod::two_four && scope == PruneScope::global)
+    throw ConfigError("2:4 pruning chooses within groups of 4 weights of one row, so it has no global scope; use "
+                      "scope layer, or method magnitude with scope global");
 }
 
-PruneReport prune(core::ParameterStore& store, PruneMethod method, double sparsity) {
-  check_prune_options(method, sparsity);
+namespace {
+
+// Global magnitude pruning of host copies of the matrices, in store order:
+// the k smallest by (|w|, matrix, index) become 0. The k-th smallest
+// magnitude is found on one copy of all magnitudes; every entry below it
+// goes, and of those equal to it the first ones in (matrix, index) order.
+void prune_global(std::vector<core::Tensor>& ws, double sparsity) {
+  int64_t n = 0;
+  for (const core::Tensor& w : ws) n += w.numel();
+  const auto k = std::min<int64_t>(n, std::llround(sparsity * double(n)));
+  if (k <= 0) return;
+  std::vector<float> mags;
+  mags.reserve(size_t(n));
+  for (const core::Tensor& w : ws) {
+    const float* p = w.data_as<float>();
+    for (int64_t i = 0; i < w.numel(); ++i) mags.push_back(std::fabs(p[i]));
+  }
+  std::nth_element(mags.begin(), mags.begin() + (k - 1), mags.end());
+  const float cut = mags[size_t(k - 1)];
+  int64_t below = 0;
+  for (const core::Tensor& w : ws) {
+    const float* p = w.data_as<float>();
+    for (int64_t i = 0; i < w.numel(); ++i) below += std::fabs(p[i]) < cut;
+  }
+  int64_t equal_to_cut = k - below;  // how many entries of magnitude `cut` go
+  for (core::Tensor& w : ws) {
+    float* p = w.data_as<float>();
+    for (int64_t i = 0; i < w.numel(); ++i) {
+      const float a = std::fabs(p[i]);
+      if (a < cut || (a == cut && equal_to_cut-- > 0)) p[i] = 0.0f;
+    }
+  }
+}
+
+}  // namespace
+
+PruneReport prune(core::ParameterStore& store, PruneMethod method, double sparsity, PruneScope scope) {
+  check_prune_options(method, sparsity, scope);
   PruneReport report;
   report.method = prune_method_name(method);
+  if (method == PruneMethod::magnitude) report.scope = prune_scope_name(scope);
   report.requested = sparsity;
   report.model_params = store.num_params();
   // Every shape is checked before any weight changes, so a refused model is left as it was.
@@ -122,16 +170,31 @@ PruneReport prune(core::ParameterStore& store, PruneMethod method, double sparsi
       throw ConfigError("cannot 2:4-prune '" + name + "': its rows hold " + std::to_string(e.value.shape()[1]) +
                         " weights, not a multiple of 4");
   }
-  for (auto& [name, e] : store.entries()) {
-    if (!is_prunable(name)) continue;
-    // A host store is pruned in place; a device store through a host copy.
-    core::Tensor w = store.download(e.value);
-    const int64_t rows = w.shape()[0], cols = w.shape()[1];
-    float* p = w.data_as<float>();
-    if (method == PruneMethod::magnitude) prune_magnitude(p, rows * cols, sparsity);
-    else prune_two_four(p, rows, cols);
-    if (store.on_device()) store.upload(e.value, w);
-    report.layers.push_back({name, rows, cols, count_zeros(p, rows * cols)});
+  // A host store is pruned in place (download() of a host tensor is the
+  // tensor itself); a device store through host copies.
+  if (scope == PruneScope::global) {
+    std::vector<core::Tensor> ws;
+    for (const auto& [name, e] : store.entries())
+      if (is_prunable(name)) ws.push_back(store.download(e.value));
+    prune_global(ws, sparsity);
+    size_t i = 0;
+    for (auto& [name, e] : store.entries()) {
+      if (!is_prunable(name)) continue;
+      const core::Tensor& w = ws[i++];
+      if (store.on_device()) store.upload(e.value, w);
+      report.layers.push_back({name, w.shape()[0], w.shape()[1], count_zeros(w.data_as<float>(), w.numel())});
+    }
+  } else {
+    for (auto& [name, e] : store.entries()) {
+      if (!is_prunable(name)) continue;
+      core::Tensor w = store.download(e.value);
+      const int64_t rows = w.shape()[0], cols = w.shape()[1];
+      float* p = w.data_as<float>();
+      if (method == PruneMethod::magnitude) prune_magnitude(p, rows * cols, sparsity);
+      else prune_two_four(p, rows, cols);
+      if (store.on_device()) store.upload(e.value, w);
+      report.layers.push_back({name, rows, cols, count_zeros(p, rows * cols)});
+    }
   }
   if (report.layers.empty()) throw ConfigError("nothing to prune: the model has no block Linear weights");
   return report;

@@ -6,6 +6,7 @@
 // message naming the problem.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <map>
@@ -144,6 +145,29 @@ TEST_F(PruneIntegration, MagnitudeWritesCheckpointAndReport) {
   EXPECT_NE(ev.out.find("val loss"), std::string::npos) << ev.out;
 }
 
+TEST_F(PruneIntegration, GlobalScopeThroughTheCli) {
+  const std::string out = tmp_->file("global60");
+  const CliResult r = prune(out, {"--method", "magnitude", "--sparsity", "0.6", "--scope", "global"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("method magnitude, scope global, sparsity 0.6"), std::string::npos) << r.out;
+  const auto report = nlohmann::json::parse(read_text(out + "/prune_report.json"));
+  EXPECT_EQ(report.at("scope"), "global");
+  EXPECT_EQ(nlohmann::json::parse(read_text(out + "/state.json")).at("pruning").at("scope"), "global");
+  // The whole is exact; the layers are not held to it.
+  const int64_t total = report.at("total").at("numel").get<int64_t>();
+  EXPECT_EQ(report.at("total").at("zeros").get<int64_t>(), std::llround(0.6 * double(total)));
+  double lo = 1, hi = 0;
+  for (const auto& l : report.at("layers")) {
+    lo = std::min(lo, l.at("sparsity").get<double>());
+    hi = std::max(hi, l.at("sparsity").get<double>());
+  }
+  EXPECT_GT(hi - lo, 0.01) << report.dump(1);
+  // The layer scope is the default and says so.
+  const auto layer = prune(tmp_->file("layer60"), {"--method", "magnitude", "--sparsity", "0.6"});
+  ASSERT_EQ(layer.exit_code, 0) << layer.err;
+  EXPECT_EQ(nlohmann::json::parse(read_text(tmp_->file("layer60") + "/prune_report.json")).at("scope"), "layer");
+}
+
 TEST_F(PruneIntegration, TwoFourThroughTheCli) {
   const std::string out = tmp_->file("two_four");
   const CliResult r = prune(out, {"--method", "2:4"});  // --sparsity defaults to 0.5
@@ -223,6 +247,8 @@ TEST_F(PruneIntegration, BadInputsExitTwo) {
   expect_clear_error(prune(out, {"--method", "magnitude", "--sparsity=-0.1"}), {"sparsity", "got -0.1"});
   expect_clear_error(prune(out, {"--method", "foo"}), {"method", "'foo'"});
   expect_clear_error(prune(out, {"--method", "2:4", "--sparsity", "0.3"}), {"2:4", "0.5"});
+  expect_clear_error(prune(out, {"--method", "magnitude", "--scope", "model"}), {"scope", "'model'", "layer, global"});
+  expect_clear_error(prune(out, {"--method", "2:4", "--scope", "global"}), {"2:4", "no global scope"});
   EXPECT_FALSE(fs::exists(out));
 
   // Not a checkpoint: a directory with no state.json, and one whose state.json is garbage.

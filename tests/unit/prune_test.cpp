@@ -173,6 +173,88 @@ TEST(Prune, GptMagnitudePerLayerAndOthersUnchanged) {
   }
 }
 
+// Global scope: the k smallest |w| of all prunable matrices together, k =
+// round(s x all of them), checked against one full sort over the whole
+// model (ties by matrix in store order, then index); layers end unequal.
+TEST(Prune, GptMagnitudeGlobalIsOneLineOverAllMatrices) {
+  models::Gpt model(tiny(), backend());
+  model.init_weights(8);
+  // Layers of different scales, as trained models have: block 1's MLP
+  // output weights are 4x smaller, so they should lose the most.
+  for (auto& [name, e] : model.params().entries())
+    if (name == "h.1.mlp.c_proj.weight")
+      for (int64_t i = 0; i < e.value.numel(); ++i) e.value.data_as<float>()[i] *= 0.25f;
+  std::vector<std::string> names;
+  for (const auto& [name, e] : model.params().entries())
+    if (models::is_prunable(name)) names.push_back(name);
+  const auto before = snapshot(model.params());
+  std::vector<float> all;
+  for (const std::string& n : names) all.insert(all.end(), before.at(n).begin(), before.at(n).end());
+  const double s = 0.4;
+  const auto k = int64_t(std::llround(s * double(all.size())));
+  const std::vector<int64_t> want = smallest_by_sort(all, k);
+
+  const models::PruneReport r = models::prune(model, models::PruneMethod::magnitude, s, models::PruneScope::global);
+  EXPECT_EQ(r.scope, "global");
+  EXPECT_EQ(r.zeros(), k);  // exact over the whole model
+  std::vector<float> after_all;
+  const auto after = snapshot(model.params());
+  for (const std::string& n : names) after_all.insert(after_all.end(), after.at(n).begin(), after.at(n).end());
+  EXPECT_EQ(zero_positions(after_all), want);
+  double lo = 1, hi = 0;
+  for (const models::LayerSparsity& l : r.layers) {
+    EXPECT_EQ(l.zeros, int64_t(zero_positions(after.at(l.name)).size())) << l.name;
+    lo = std::min(lo, l.sparsity());
+    hi = std::max(hi, l.sparsity());
+  }
+  EXPECT_GT(hi - lo, 0.2) << "one line over all layers should prune them unequally";
+  EXPECT_GT(r.layers.back().sparsity(), 0.8) << r.layers.back().name;  // h.1.mlp.c_proj: the small one
+  EXPECT_EQ(r.layers.back().name, "h.1.mlp.c_proj.weight");
+  for (const auto& [name, w] : before)
+    if (!models::is_prunable(name)) {
+      EXPECT_EQ(after.at(name), w) << name << " changed";
+    }
+  // The layer scope on the same weights ends every layer at s instead.
+  models::Gpt again(tiny(), backend());
+  again.init_weights(8);
+  for (const models::LayerSparsity& l :
+       models::prune(again, models::PruneMethod::magnitude, s, models::PruneScope::layer).layers)
+    EXPECT_LE(std::fabs(double(l.zeros) - s * double(l.numel())), 1.0) << l.name;
+  // 2:4 has no global scope; scope names parse and are listed in the error.
+  try {
+    models::prune(model, models::PruneMethod::two_four, 0.5, models::PruneScope::global);
+    ADD_FAILURE() << "no error for 2:4 global";
+  } catch (const core::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("no global scope"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(models::parse_prune_scope("global"), models::PruneScope::global);
+  try {
+    models::parse_prune_scope("model");
+    ADD_FAILURE() << "no error for scope model";
+  } catch (const core::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("allowed: layer, global"), std::string::npos) << e.what();
+  }
+}
+
+// Equal magnitudes at the line: the earlier matrix (store order), then the
+// lower index, loses first, so the count is exact.
+TEST(Prune, GlobalTiesAtTheLineGoInMatrixThenIndexOrder) {
+  core::Graph g;
+  g.param("h.0.attn.c_attn.weight", {1, 4});
+  g.param("h.0.mlp.c_fc.weight", {1, 4});
+  core::ParameterStore store;
+  store.adopt(g);
+  const float a[4] = {1, -2, 3, 4}, b[4] = {2, -2, 5, 6};
+  std::copy(a, a + 4, store.at("h.0.attn.c_attn.weight").value.data_as<float>());
+  std::copy(b, b + 4, store.at("h.0.mlp.c_fc.weight").value.data_as<float>());
+  // 3 of 8: |1|, then the first two of the three 2s.
+  const models::PruneReport r = models::prune(store, models::PruneMethod::magnitude, 0.375, models::PruneScope::global);
+  EXPECT_EQ(r.zeros(), 3);
+  const auto after = snapshot(store);
+  EXPECT_EQ(after.at("h.0.attn.c_attn.weight"), (std::vector<float>{0, 0, 3, 4}));
+  EXPECT_EQ(after.at("h.0.mlp.c_fc.weight"), (std::vector<float>{0, -2, 5, 6}));
+}
+
 TEST(Prune, GptTwoFourExactlyHalf) {
   models::Gpt model(tiny(), backend());
   model.init_weights(4);

@@ -31,7 +31,7 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 struct PruneArgs {
-  std::string checkpoint, method, out, json_path;
+  std::string checkpoint, method, out, json_path, scope = "layer";
   double sparsity = 0.5;
   int threads = 0;
 };
@@ -48,6 +48,7 @@ json report_json(const models::PruneReport& r, const std::string& source) {
           {"version", 1},
           {"source", source},
           {"method", r.method},
+          {"scope", r.scope.empty() ? json(nullptr) : json(r.scope)},
           {"sparsity", r.requested},
           {"shape_layout", "out, in"},
           {"layers", layers},
@@ -58,8 +59,8 @@ json report_json(const models::PruneReport& r, const std::string& source) {
 }
 
 void print_table(const models::PruneReport& r, const std::string& source, const std::string& out) {
-  std::printf("brisk prune: %s -> %s | method %s, sparsity %g\n\n", source.c_str(), out.c_str(), r.method.c_str(),
-              r.requested);
+  std::printf("brisk prune: %s -> %s | method %s%s%s, sparsity %g\n\n", source.c_str(), out.c_str(),
+              r.method.c_str(), r.scope.empty() ? "" : ", scope ", r.scope.c_str(), r.requested);
   std::printf("%-28s %16s %12s %12s %9s\n", "layer", "shape (out, in)", "weights", "zeros", "sparsity");
   for (const models::LayerSparsity& l : r.layers) {
     const std::string shape = "(" + std::to_string(l.rows) + ", " + std::to_string(l.cols) + ")";
@@ -87,7 +88,8 @@ fs::path output_dir(const std::string& out) {
 int run_prune(const PruneArgs& a) {
   // Everything the command line decides is checked before any file is read.
   const models::PruneMethod method = models::parse_prune_method(a.method);
-  models::check_prune_options(method, a.sparsity);
+  const models::PruneScope scope = models::parse_prune_scope(a.scope);
+  models::check_prune_options(method, a.sparsity, scope);
   const fs::path out = output_dir(a.out);
   if (!a.json_path.empty()) {
     const fs::path parent = fs::absolute(a.json_path).parent_path();
@@ -106,7 +108,7 @@ int run_prune(const PruneArgs& a) {
   models::Gpt model(cfg, backend);
   train::load_checkpoint(dir, model, nullptr);
 
-  const models::PruneReport report = models::prune(model, method, a.sparsity);
+  const models::PruneReport report = models::prune(model, method, a.sparsity, scope);
   const json rj = report_json(report, dir);
 
   // Staged next to the output, so the final rename stays on one file system.
@@ -120,6 +122,7 @@ int run_prune(const PruneArgs& a) {
   json st = json::parse(core::read_file(state_path));
   st["pruning"] = {{"method", report.method},    {"sparsity", report.requested}, {"source", dir},
                    {"zeros", report.zeros()},    {"weights", report.numel()}};
+  if (!report.scope.empty()) st["pruning"]["scope"] = report.scope;
   core::write_file_atomic(state_path, st.dump(2) + "\n");
   core::write_file_atomic((ckpt / "prune_report.json").string(), rj.dump(2) + "\n");
   fs::rename(ckpt, out);  // replaces an empty directory of that name
@@ -139,9 +142,15 @@ PruneCommand add_prune_command(CLI::App& parent) {
   auto args = std::make_shared<PruneArgs>();
   prune->add_option("--checkpoint", args->checkpoint, "Checkpoint directory, or a run directory (newest is used)")
       ->required();
-  prune->add_option("--method", args->method, "magnitude (per layer, unstructured) | 2:4 (2 of every 4 along rows)")
+  prune->add_option("--method", args->method, "magnitude (unstructured) | 2:4 (2 of every 4 along rows)")
       ->required();
-  prune->add_option("--sparsity", args->sparsity, "Share of each block weight matrix to zero, in [0, 1); 2:4 needs 0.5")
+  prune->add_option("--sparsity", args->sparsity,
+                    "Share of the block weights to zero, in [0, 1): of each matrix (scope layer) or of all of them "
+                    "(scope global); 2:4 needs 0.5")
+      ->capture_default_str();
+  prune->add_option("--scope", args->scope,
+                    "Magnitude pruning's line: layer (each matrix on its own) | global (the smallest weights of all "
+                    "block matrices together)")
       ->capture_default_str();
   prune->add_option("--out", args->out, "Output checkpoint directory (must not exist, or be empty)")->required();
   prune->add_option("--json", args->json_path, "Also write the per-layer report here (it is always in <out>)");

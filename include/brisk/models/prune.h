@@ -28,15 +28,24 @@
 namespace brisk::models {
 
 enum class PruneMethod { magnitude, two_four };
+// Where magnitude pruning draws its line: in each matrix on its own (every
+// layer ends at the sparsity asked for), or once over all of them together
+// (torch.nn.utils.prune.global_unstructured: the smallest weights of the
+// whole model go, so layers of small weights lose more than the others).
+enum class PruneScope { layer, global };
 
 // "magnitude" or "2:4"; anything else throws ConfigError listing both.
 PruneMethod parse_prune_method(const std::string& name);
 const char* prune_method_name(PruneMethod m);
+// "layer" or "global"; anything else throws ConfigError listing both.
+PruneScope parse_prune_scope(const std::string& name);
+const char* prune_scope_name(PruneScope s);
 
-// ConfigError for a sparsity outside [0, 1) (NaN included) or a 2:4 sparsity
-// other than 0.5: what prune() checks first, for callers that want to refuse
+// ConfigError for a sparsity outside [0, 1) (NaN included), a 2:4 sparsity
+// other than 0.5, or 2:4 with the global scope (its groups are 4 weights of
+// one row): what prune() checks first, for callers that want to refuse
 // before loading a model.
-void check_prune_options(PruneMethod method, double sparsity);
+void check_prune_options(PruneMethod method, double sparsity, PruneScope scope = PruneScope::layer);
 
 // True for the parameters pruning touches: names ending in attn.c_attn.weight,
 // attn.c_proj.weight, mlp.c_fc.weight or mlp.c_proj.weight.
@@ -52,6 +61,7 @@ struct LayerSparsity {
 
 struct PruneReport {
   std::string method;       // "magnitude", "2:4", or "" for a plain count
+  std::string scope;        // "layer" or "global" (magnitude), "" otherwise
   double requested = 0;     // the sparsity asked for
   std::vector<LayerSparsity> layers;  // prunable weights, in the store's (name) order
   int64_t model_params = 0;           // every parameter of the store, pruned or not
@@ -69,9 +79,14 @@ struct PruneReport {
 // rows' length a multiple of 4. ConfigError for a sparsity outside [0, 1), a
 // 2:4 sparsity other than 0.5, a row length 2:4 cannot split, or a store
 // without any prunable weight. Works on a host or a device store.
-PruneReport prune(core::ParameterStore& store, PruneMethod method, double sparsity);
-inline PruneReport prune(Gpt& model, PruneMethod method, double sparsity) {
-  return prune(model.params(), method, sparsity);
+// With PruneScope::global (magnitude only) the round(sparsity x numel) entries
+// of smallest |w| over all prunable matrices together become 0, ties going to
+// the earlier matrix (store order) and then the lower index; the total is
+// exact and each layer ends where its weights fall.
+PruneReport prune(core::ParameterStore& store, PruneMethod method, double sparsity,
+                  PruneScope scope = PruneScope::layer);
+inline PruneReport prune(Gpt& model, PruneMethod method, double sparsity, PruneScope scope = PruneScope::layer) {
+  return prune(model.params(), method, sparsity, scope);
 }
 
 // The zeros in each prunable weight, changing nothing.
