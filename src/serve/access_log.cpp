@@ -7,6 +7,7 @@
 namespace brisk::serve {
 
 void RequestNote::set_usage(const nlohmann::json& usage) {
+  if (!usage.is_object()) return;
   prompt_tokens = usage.value("prompt_tokens", int64_t(-1));
   completion_tokens = usage.value("completion_tokens", int64_t(-1));
   const auto details = usage.find("prompt_tokens_details");

@@ -22,6 +22,10 @@ TEST(AccessLog, LineHoldsWhatIsKnownInLogfmt) {
                                    t0 + microseconds(152345)),
             "time=2026-11-28T02:31:07.412Z client=10.0.0.7:51234 method=POST path=/v1/completions status=200 "
             "ms=152.3 stream=1 prompt_tokens=12 completion_tokens=8 cached_tokens=4");
+  serve::RequestNote none;
+  none.set_usage(nullptr);  // no usage object: nothing known, nothing thrown
+  EXPECT_EQ(none.prompt_tokens, -1);
+  EXPECT_EQ(none.completion_tokens, -1);
   // A request that never reached routing has no start, so no duration; not a generation request: no tokens.
   EXPECT_EQ(serve::access_log_line(when, "[::1]:80", "POST", "/v1/completions", 413, serve::RequestNote{}, t0),
             "time=2026-11-28T02:31:07.412Z client=[::1]:80 method=POST path=/v1/completions status=413");
