@@ -236,17 +236,18 @@ struct Server::Impl {
       if (e.status == 429) res.set_header("Retry-After", "1");
       throw;
     }
+    // A client that gives up frees its slot (or its place in the queue) at
+    // the next engine step: a non-streamed request writes nothing until it
+    // is done, and a stream nothing while it waits for a slot, so without
+    // the watch neither would notice before its first write.
+    std::shared_ptr<PeerWatch> watch;
+    if (!gen->from_cache())
+      watch = std::make_shared<PeerWatch>(
+          find_connection_socket(req.local_addr, req.local_port, req.remote_addr, req.remote_port),
+          [gen] { gen->abandon(); });
     if (!r.stream) {
-      json answer;
-      {
-        // A client that gives up before its answer is ready frees its slot
-        // at the next engine step instead of when every token is made.
-        const PeerWatch watch(
-            gen->from_cache() ? -1
-                              : find_connection_socket(req.local_addr, req.local_port, req.remote_addr, req.remote_port),
-            [gen] { gen->abandon(); });
-        answer = gen->response();
-      }
+      json answer = gen->response();
+      watch.reset();
       request_note().set_usage(answer["usage"]);
       send_json(res, 200, answer);
       return;
@@ -254,7 +255,9 @@ struct Server::Impl {
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
         "text/event-stream",
-        [gen, held](size_t, httplib::DataSink& sink) {
+        // The watch lives as long as the stream: httplib destroys the
+        // provider with the response, before it closes the connection.
+        [gen, held, watch](size_t, httplib::DataSink& sink) {
           // A failed write means the client is gone: the releaser cancels.
           if (!gen->pump([&](const std::string& data) { return write_event(sink, data); })) return false;
           if (gen->done()) {

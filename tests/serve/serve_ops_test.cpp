@@ -395,6 +395,46 @@ TEST(ServeDisconnect, AClientThatGivesUpOnANonStreamedRequestFreesItsSlot) {
   EXPECT_EQ(json::parse(r->body)["usage"]["completion_tokens"], 5);
 }
 
+// A client that leaves while its request waits for a slot takes it out of
+// the queue, streamed or not: it is never admitted, so its prompt is never
+// prefilled (without the watch a queued stream would be, once a slot freed,
+// and dropped only at its first write).
+TEST(ServeDisconnect, AClientThatLeavesWhileQueuedLeavesTheQueue) {
+  Served s("", /*slow=*/true);  // 4 slots
+  const json blocker = {{"prompt", "And"}, {"max_tokens", 500}, {"temperature", 0}};
+  std::vector<std::thread> blockers;
+  std::atomic<int> answered{0};
+  for (int i = 0; i < 4; ++i)
+    blockers.emplace_back([&] {
+      auto c = s.client();
+      auto r = c.Post("/v1/completions", blocker.dump(), kJson);
+      if (r && r->status == 200) ++answered;
+    });
+  auto c = s.client();
+  for (int i = 0; i < 500 && metrics_of(c).at("brisk_slots_busy") < 4; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_EQ(metrics_of(c).at("brisk_slots_busy"), 4);
+  for (bool stream : {false, true}) {
+    httplib::Client impatient("127.0.0.1", s.port);
+    impatient.set_read_timeout(0, 30 * 1000);
+    const json body = {{"prompt", "Hello there"}, {"max_tokens", 8}, {"temperature", 0}, {"stream", stream}};
+    EXPECT_FALSE(impatient.Post("/v1/completions", body.dump(), kJson)) << "stream " << stream;
+  }
+  for (auto& t : blockers) t.join();
+  EXPECT_EQ(answered, 4);
+  std::map<std::string, double> m;
+  for (int i = 0; i < 500; ++i) {
+    m = metrics_of(c);
+    if (m["brisk_requests_total{path=\"/v1/completions\",status=\"499\"}"] == 1 && m.at("brisk_queue_length") == 0)
+      break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  // The non-streamed one; a stream's status is 200 once its headers are out.
+  EXPECT_EQ((m["brisk_requests_total{path=\"/v1/completions\",status=\"499\"}"]), 1);
+  EXPECT_EQ(m.at("brisk_queue_length"), 0);
+  EXPECT_EQ(m.at("brisk_prompt_tokens_total"), 4 * 3) << "a queued request whose client left was prefilled";
+}
+
 // --log-requests: one logfmt line per answered request, written after its
 // response, with the token counts of generation requests.
 TEST(ServeAccessLog, OneLinePerRequestWithItsStatusAndTokens) {
