@@ -13,6 +13,10 @@ namespace brisk::serve {
 
 namespace {
 
+// What poll() reports for a peer that is gone: it closed its side (FIN), reset
+// the connection, or the descriptor is no longer a socket.
+constexpr short kHungUp = POLLRDHUP | POLLHUP | POLLERR | POLLNVAL;
+
 // addr:port of a socket address in getnameinfo's numeric form.
 bool numeric_name(const sockaddr_storage& a, socklen_t len, std::string& host, int& port) {
   char h[NI_MAXHOST], s[NI_MAXSERV];
@@ -63,30 +67,74 @@ int find_connection_socket(const std::string& local_addr, int local_port, const 
 bool peer_hung_up(int fd) {
   pollfd p{fd, short(POLLIN | POLLRDHUP), 0};
   if (poll(&p, 1, 0) <= 0) return false;
-  return (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0;
+  return (p.revents & kHungUp) != 0;
 }
 
-PeerWatch::PeerWatch(int fd, std::function<void()> on_gone, std::chrono::milliseconds every) {
-  if (fd < 0) return;
-  thread_ = std::thread([this, fd, every, on_gone = std::move(on_gone)] {
-    std::unique_lock lk(m_);
-    while (!cv_.wait_for(lk, every, [&] { return stop_; }))
-      if (peer_hung_up(fd)) {
-        lk.unlock();
-        on_gone();
-        return;
-      }
-  });
-}
+PeerWatcher::PeerWatcher(std::chrono::milliseconds every) : every_(every), thread_([this] { run(); }) {}
 
-PeerWatch::~PeerWatch() {
-  if (!thread_.joinable()) return;
+PeerWatcher::~PeerWatcher() {
   {
     std::lock_guard lk(m_);
     stop_ = true;
   }
   cv_.notify_all();
   thread_.join();
+}
+
+std::unique_ptr<PeerWatcher::Watch> PeerWatcher::watch(int fd, std::function<void()> on_gone) {
+  if (fd < 0) return nullptr;
+  uint64_t id;
+  {
+    std::lock_guard lk(m_);
+    id = next_id_++;
+    entries_.push_back({id, fd, std::move(on_gone)});
+  }
+  cv_.notify_all();  // the thread sleeps while there is nothing to watch
+  return std::unique_ptr<Watch>(new Watch(*this, id));
+}
+
+PeerWatcher::Watch::~Watch() { watcher_.unwatch(id_); }
+
+void PeerWatcher::unwatch(uint64_t id) {
+  std::lock_guard lk(m_);
+  for (size_t i = 0; i < entries_.size(); ++i)
+    if (entries_[i].id == id) {
+      entries_.erase(entries_.begin() + std::ptrdiff_t(i));
+      return;
+    }
+}
+
+size_t PeerWatcher::watching() const {
+  std::lock_guard lk(m_);
+  return entries_.size();
+}
+
+// The descriptors are polled under the lock, so one whose watch has ended
+// (and that may have been closed and reused since) is never polled; the
+// callbacks of the hung-up ones run after it is released, so a callback may
+// take its time or end watches.
+void PeerWatcher::run() {
+  std::vector<pollfd> fds;
+  std::vector<std::function<void()>> gone;
+  std::unique_lock lk(m_);
+  while (true) {
+    if (entries_.empty()) cv_.wait(lk, [&] { return stop_ || !entries_.empty(); });
+    else cv_.wait_for(lk, every_, [&] { return stop_; });
+    if (stop_) return;
+    fds.clear();
+    for (const Entry& e : entries_) fds.push_back({e.fd, short(POLLIN | POLLRDHUP), 0});
+    if (fds.empty() || poll(fds.data(), fds.size(), 0) <= 0) continue;
+    for (size_t i = fds.size(); i-- > 0;)
+      if (fds[i].revents & kHungUp) {
+        gone.push_back(std::move(entries_[i].on_gone));
+        entries_.erase(entries_.begin() + std::ptrdiff_t(i));
+      }
+    if (gone.empty()) continue;
+    lk.unlock();
+    for (auto& f : gone) f();
+    gone.clear();
+    lk.lock();
+  }
 }
 
 }  // namespace brisk::serve

@@ -50,6 +50,7 @@ struct Server::Impl {
   std::atomic<bool> ready{false};
   ServerOptions options;
   int64_t started = std::time(nullptr);
+  PeerWatcher watcher;  // before `http`: it outlives every handler's watch
   httplib::Server http;
   std::mutex id_mutex;
   std::mt19937_64 id_rng{std::random_device{}()};
@@ -240,11 +241,10 @@ struct Server::Impl {
     // the next engine step: a non-streamed request writes nothing until it
     // is done, and a stream nothing while it waits for a slot, so without
     // the watch neither would notice before its first write.
-    std::shared_ptr<PeerWatch> watch;
+    std::shared_ptr<PeerWatcher::Watch> watch;
     if (!gen->from_cache())
-      watch = std::make_shared<PeerWatch>(
-          find_connection_socket(req.local_addr, req.local_port, req.remote_addr, req.remote_port),
-          [gen] { gen->abandon(); });
+      watch = watcher.watch(find_connection_socket(req.local_addr, req.local_port, req.remote_addr, req.remote_port),
+                            [gen] { gen->abandon(); });
     if (!r.stream) {
       json answer = gen->response();
       watch.reset();

@@ -90,29 +90,39 @@ TEST(PeerWatch, AClosedClientIsSeenAndUnreadDataIsNot) {
   EXPECT_TRUE(hung_up_soon(c.server));
 }
 
-TEST(PeerWatch, CallsBackOnceWhenThePeerLeavesAndNotAfterItIsDestroyed) {
-  Connection c;
-  std::atomic<int> calls{0};
-  {
-    serve::PeerWatch watch(c.find(), [&] { ++calls; }, std::chrono::milliseconds(2));
-    EXPECT_TRUE(watch.watching());
-    std::this_thread::sleep_for(std::chrono::milliseconds(30));
-    EXPECT_EQ(calls, 0);  // the client is still there
-    close(c.client);
-    c.client = -1;
-    for (int i = 0; i < 1000 && calls == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    EXPECT_EQ(calls, 1);
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  EXPECT_EQ(calls, 1);  // once, though the peer stays gone
-  serve::PeerWatch unwatched(-1, [&] { ++calls; });
-  EXPECT_FALSE(unwatched.watching());
-  Connection live;
-  { serve::PeerWatch stopped(live.find(), [&] { ++calls; }, std::chrono::milliseconds(2)); }
-  close(live.client);  // after the watch ended: no call
-  live.client = -1;
+// Waits up to a second for `pred`.
+template <class Pred>
+bool soon(Pred pred) {
+  for (int i = 0; i < 1000 && !pred(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  return pred();
+}
+
+TEST(PeerWatch, OneWatcherCallsBackOnceForTheConnectionThatLeft) {
+  serve::PeerWatcher watcher(std::chrono::milliseconds(2));
+  Connection a, b;
+  std::atomic<int> a_calls{0}, b_calls{0};
+  auto wa = watcher.watch(a.find(), [&] { ++a_calls; });
+  auto wb = watcher.watch(b.find(), [&] { ++b_calls; });
+  ASSERT_TRUE(wa && wb);
+  EXPECT_EQ(watcher.watching(), 2u);
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  EXPECT_EQ(a_calls + b_calls, 0);  // both clients are still there
+  close(a.client);
+  a.client = -1;
+  EXPECT_TRUE(soon([&] { return a_calls == 1; }));
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(a_calls, 1);  // once, though the peer stays gone
+  EXPECT_EQ(b_calls, 0);
+  EXPECT_EQ(watcher.watching(), 1u);  // a called back is no longer watched
+  wa.reset();                         // ending it after the callback is fine
+  // A watch that ended before its client left calls nothing.
+  wb.reset();
+  EXPECT_EQ(watcher.watching(), 0u);
+  close(b.client);
+  b.client = -1;
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(b_calls, 0);
+  EXPECT_EQ(watcher.watch(-1, [&] { ++b_calls; }), nullptr);  // no socket found: nothing to watch
 }
 
 }  // namespace

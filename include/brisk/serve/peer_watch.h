@@ -1,21 +1,25 @@
-// Noticing that the client of a non-streamed request has hung up.
+// Noticing that the client of a generation request has hung up.
 //
 // A stream learns it at its next failed write; a non-streamed request
-// writes nothing until its answer is complete, so without a watch a client
-// that gave up (a timeout, Ctrl-C) would hold its slot until every token it
-// asked for was generated. cpp-httplib does not hand a handler its socket,
-// but a TCP connection is named by its two addresses: the socket whose
-// local and peer addresses are the request's is the connection's. While the
-// handler runs that socket is open (httplib closes it after the handler
-// returns), so the descriptor found cannot be another connection's.
+// writes nothing until its answer is complete, and a stream nothing while it
+// waits in the queue, so without a watch a client that gave up (a timeout,
+// Ctrl-C) would hold its slot until every token it asked for was generated.
+// cpp-httplib does not hand a handler its socket, but a TCP connection is
+// named by its two addresses: the socket whose local and peer addresses are
+// the request's is the connection's. While the request is answered that
+// socket is open (httplib closes it after the response is destroyed), so
+// the descriptor found cannot be another connection's.
 #pragma once
 
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace brisk::serve {
 
@@ -29,23 +33,50 @@ int find_connection_socket(const std::string& local_addr, int local_port, const 
 // sent that nobody has read yet (a pipelined request) does not count.
 bool peer_hung_up(int fd);
 
-// Polls a connection every `every` in a thread of its own and calls
-// `on_gone` once, from that thread, when the peer has hung up. Stops (and
-// joins) when destroyed. A connection whose socket is not found is not
-// watched (watching() is false).
-class PeerWatch {
+// One thread that polls every watched connection together, every `every`
+// (one poll() over all of them, however many requests are open), and calls
+// a watch's `on_gone` once, from that thread, when its peer has hung up.
+class PeerWatcher {
  public:
-  PeerWatch(int fd, std::function<void()> on_gone,
-            std::chrono::milliseconds every = std::chrono::milliseconds(20));
-  ~PeerWatch();
-  PeerWatch(const PeerWatch&) = delete;
-  PeerWatch& operator=(const PeerWatch&) = delete;
-  bool watching() const { return thread_.joinable(); }
+  explicit PeerWatcher(std::chrono::milliseconds every = std::chrono::milliseconds(20));
+  ~PeerWatcher();
+  PeerWatcher(const PeerWatcher&) = delete;
+  PeerWatcher& operator=(const PeerWatcher&) = delete;
+
+  // Watching one connection until destroyed. Once destroyed its descriptor
+  // is never polled again (it may be closed and reused); an `on_gone`
+  // already under way may still finish.
+  class Watch {
+   public:
+    ~Watch();
+    Watch(const Watch&) = delete;
+    Watch& operator=(const Watch&) = delete;
+
+   private:
+    friend class PeerWatcher;
+    Watch(PeerWatcher& w, uint64_t id) : watcher_(w), id_(id) {}
+    PeerWatcher& watcher_;
+    uint64_t id_;
+  };
+  // nullptr for fd < 0 (a connection whose socket was not found).
+  std::unique_ptr<Watch> watch(int fd, std::function<void()> on_gone);
+  size_t watching() const;  // connections watched now
 
  private:
-  std::mutex m_;
+  struct Entry {
+    uint64_t id;
+    int fd;
+    std::function<void()> on_gone;
+  };
+  void run();
+  void unwatch(uint64_t id);
+
+  const std::chrono::milliseconds every_;
+  mutable std::mutex m_;
   std::condition_variable cv_;
   bool stop_ = false;
+  uint64_t next_id_ = 0;
+  std::vector<Entry> entries_;
   std::thread thread_;
 };
 
