@@ -7,7 +7,6 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
-#include <numeric>
 
 #include "brisk/core/error.h"
 
@@ -54,21 +53,43 @@ int64_t PruneReport::numel() const {
 
 double PruneReport::sparsity() const { return numel() ? double(zeros()) / double(numel()) : 0.0; }
 
-int64_t prune_magnitude(float* w, int64_t n, double sparsity) {
+namespace {
+
+struct Span {
+  float* w;
+  int64_t n;
+};
+
+// Zeroes the round(sparsity x n) entries of the spans (n entries in all) that
+// come first in the strict order (|w|, position), a position running through
+// the spans one after another, so equal magnitudes (zeros above all) are cut
+// in position order and the count is exact. The k-th magnitude is found on
+// one copy of the magnitudes (4 bytes a weight); every entry below it goes,
+// and of those equal to it the first ones. Returns the count.
+int64_t zero_smallest(const std::vector<Span>& spans, double sparsity) {
+  int64_t n = 0;
+  for (const Span& s : spans) n += s.n;
   const auto k = std::min<int64_t>(n, std::llround(sparsity * double(n)));
   if (k <= 0) return 0;
-  // The k smallest by (|w|, index): a strict order, so equal magnitudes
-  // (zeros above all) are cut in index order and the count is exact.
-  std::vector<int64_t> idx(static_cast<size_t>(n));
-  std::iota(idx.begin(), idx.end(), int64_t(0));
-  auto smaller = [w](int64_t a, int64_t b) {
-    const float fa = std::fabs(w[a]), fb = std::fabs(w[b]);
-    return fa < fb || (fa == fb && a < b);
-  };
-  std::nth_element(idx.begin(), idx.begin() + (k - 1), idx.end(), smaller);
-  for (int64_t i = 0; i < k; ++i) w[idx[size_t(i)]] = 0.0f;
+  std::vector<float> mags;
+  mags.reserve(size_t(n));
+  for (const Span& s : spans)
+    for (int64_t i = 0; i < s.n; ++i) mags.push_back(std::fabs(s.w[i]));
+  std::nth_element(mags.begin(), mags.begin() + (k - 1), mags.end());
+  const float cut = mags[size_t(k - 1)];
+  int64_t equal_to_cut = k;  // how many entries of magnitude `cut` go: k less those below it
+  for (const float a : mags) equal_to_cut -= a < cut;
+  for (const Span& s : spans)
+    for (int64_t i = 0; i < s.n; ++i) {
+      const float a = std::fabs(s.w[i]);
+      if (a < cut || (a == cut && equal_to_cut-- > 0)) s.w[i] = 0.0f;
+    }
   return k;
 }
+
+}  // namespace
+
+int64_t prune_magnitude(float* w, int64_t n, double sparsity) { return zero_smallest({{w, n}}, sparsity); }
 
 void prune_two_four(float* w, int64_t rows, int64_t cols) {
   for (int64_t r = 0; r < rows; ++r) {
@@ -119,42 +140,6 @@ void check_prune_options(PruneMethod method, double sparsity, PruneScope scope) 
                       "scope layer, or method magnitude with scope global");
 }
 
-namespace {
-
-// Global magnitude pruning of host copies of the matrices, in store order:
-// the k smallest by (|w|, matrix, index) become 0. The k-th smallest
-// magnitude is found on one copy of all magnitudes; every entry below it
-// goes, and of those equal to it the first ones in (matrix, index) order.
-void prune_global(std::vector<core::Tensor>& ws, double sparsity) {
-  int64_t n = 0;
-  for (const core::Tensor& w : ws) n += w.numel();
-  const auto k = std::min<int64_t>(n, std::llround(sparsity * double(n)));
-  if (k <= 0) return;
-  std::vector<float> mags;
-  mags.reserve(size_t(n));
-  for (const core::Tensor& w : ws) {
-    const float* p = w.data_as<float>();
-    for (int64_t i = 0; i < w.numel(); ++i) mags.push_back(std::fabs(p[i]));
-  }
-  std::nth_element(mags.begin(), mags.begin() + (k - 1), mags.end());
-  const float cut = mags[size_t(k - 1)];
-  int64_t below = 0;
-  for (const core::Tensor& w : ws) {
-    const float* p = w.data_as<float>();
-    for (int64_t i = 0; i < w.numel(); ++i) below += std::fabs(p[i]) < cut;
-  }
-  int64_t equal_to_cut = k - below;  // how many entries of magnitude `cut` go
-  for (core::Tensor& w : ws) {
-    float* p = w.data_as<float>();
-    for (int64_t i = 0; i < w.numel(); ++i) {
-      const float a = std::fabs(p[i]);
-      if (a < cut || (a == cut && equal_to_cut-- > 0)) p[i] = 0.0f;
-    }
-  }
-}
-
-}  // namespace
-
 PruneReport prune(core::ParameterStore& store, PruneMethod method, double sparsity, PruneScope scope) {
   check_prune_options(method, sparsity, scope);
   PruneReport report;
@@ -172,29 +157,24 @@ PruneReport prune(core::ParameterStore& store, PruneMethod method, double sparsi
   }
   // A host store is pruned in place (download() of a host tensor is the
   // tensor itself); a device store through host copies.
-  if (scope == PruneScope::global) {
-    std::vector<core::Tensor> ws;
-    for (const auto& [name, e] : store.entries())
-      if (is_prunable(name)) ws.push_back(store.download(e.value));
-    prune_global(ws, sparsity);
-    size_t i = 0;
-    for (auto& [name, e] : store.entries()) {
-      if (!is_prunable(name)) continue;
-      const core::Tensor& w = ws[i++];
-      if (store.on_device()) store.upload(e.value, w);
-      report.layers.push_back({name, w.shape()[0], w.shape()[1], count_zeros(w.data_as<float>(), w.numel())});
-    }
+  std::vector<core::Tensor> ws;  // the prunable weights' host forms, in store order
+  for (const auto& [name, e] : store.entries())
+    if (is_prunable(name)) ws.push_back(store.download(e.value));
+  if (method == PruneMethod::two_four) {
+    for (core::Tensor& w : ws) prune_two_four(w.data_as<float>(), w.shape()[0], w.shape()[1]);
+  } else if (scope == PruneScope::global) {
+    std::vector<Span> spans;
+    for (core::Tensor& w : ws) spans.push_back({w.data_as<float>(), w.numel()});
+    zero_smallest(spans, sparsity);
   } else {
-    for (auto& [name, e] : store.entries()) {
-      if (!is_prunable(name)) continue;
-      core::Tensor w = store.download(e.value);
-      const int64_t rows = w.shape()[0], cols = w.shape()[1];
-      float* p = w.data_as<float>();
-      if (method == PruneMethod::magnitude) prune_magnitude(p, rows * cols, sparsity);
-      else prune_two_four(p, rows, cols);
-      if (store.on_device()) store.upload(e.value, w);
-      report.layers.push_back({name, rows, cols, count_zeros(p, rows * cols)});
-    }
+    for (core::Tensor& w : ws) prune_magnitude(w.data_as<float>(), w.numel(), sparsity);
+  }
+  size_t i = 0;
+  for (const auto& [name, e] : store.entries()) {
+    if (!is_prunable(name)) continue;
+    const core::Tensor& w = ws[i++];
+    if (store.on_device()) store.upload(e.value, w);
+    report.layers.push_back({name, w.shape()[0], w.shape()[1], count_zeros(w.data_as<float>(), w.numel())});
   }
   if (report.layers.empty()) throw ConfigError("nothing to prune: the model has no block Linear weights");
   return report;

@@ -94,14 +94,9 @@ Generation::~Generation() {
   for (std::thread& t : readers_) t.join();
 }
 
-void Generation::cancel() {
-  for (size_t i = 0; i < channels_.size(); ++i)
-    if (!builders_[i].finished()) scheduler_.cancel(channels_[i]);
-}
-
 // Reads only channels_, which no one changes after the constructor; the
 // scheduler's cancel is thread-safe and does nothing to a finished channel.
-void Generation::abandon() {
+void Generation::cancel() {
   for (const auto& ch : channels_) scheduler_.cancel(ch);
 }
 

@@ -105,8 +105,7 @@ struct Server::Impl {
     // after that --api-key guards every route but /health (load balancers
     // probe it without a key).
     http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-      request_note() = RequestNote{};
-      request_note().start = std::chrono::steady_clock::now();
+      request_note().start = std::chrono::steady_clock::now();  // the logger reset the note after the last request
       if (!ready) {
         res.set_header("Retry-After", "1");
         if (req.path == "/health") send_json(res, 503, {{"status", "loading"}});
@@ -244,7 +243,7 @@ struct Server::Impl {
     std::shared_ptr<PeerWatcher::Watch> watch;
     if (!gen->from_cache())
       watch = watcher.watch(find_connection_socket(req.local_addr, req.local_port, req.remote_addr, req.remote_port),
-                            [gen] { gen->abandon(); });
+                            [gen] { gen->cancel(); });
     if (!r.stream) {
       json answer = gen->response();
       watch.reset();

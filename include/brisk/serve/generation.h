@@ -57,12 +57,11 @@ class Generation {
   // OpenAI's `usage` object for the tokens so far (every sequence's; each
   // prompt counted once). Not while another thread runs response() or pump().
   nlohmann::json usage() const;
-  // Drops the choices still queued or running.
+  // Drops the choices still queued or running. Safe from another thread
+  // while response() or pump() runs (the connection watch calls it when the
+  // client hangs up): response() then throws the 499 "cancelled" of the
+  // first choice not finished.
   void cancel();
-  // The same from another thread while response() waits (the client of a
-  // non-streamed request hung up): every choice is dropped, and response()
-  // throws the 499 "cancelled" of the first one not finished.
-  void abandon();
 
  private:
   struct Inbox;
