@@ -466,16 +466,31 @@ TEST(ServeAccessLog, OneLinePerRequestWithItsStatusAndTokens) {
   ASSERT_EQ(lines.size(), 5u);
   const std::regex common(R"(^time=\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z client=127\.0\.0\.1:\d+ method=\w+ path=.* status=\d{3} ms=\d+\.\d.*)");
   for (const std::string& l : lines) EXPECT_TRUE(std::regex_match(l, common)) << l;
-  EXPECT_NE(lines[0].find("method=POST path=/v1/completions status=200 "), std::string::npos) << lines[0];
-  EXPECT_NE(lines[0].find(" stream=0 prompt_tokens=16 completion_tokens=6 cached_tokens="), std::string::npos)
-      << lines[0];
-  EXPECT_NE(lines[1].find(" stream=1 prompt_tokens=16 completion_tokens=6 cached_tokens="), std::string::npos)
-      << lines[1];
-  EXPECT_NE(lines[2].find("method=GET path=/health status=200 ms="), std::string::npos) << lines[2];
-  EXPECT_EQ(lines[2].find("stream="), std::string::npos) << lines[2];
-  EXPECT_NE(lines[3].find("status=400"), std::string::npos) << lines[3];
-  EXPECT_EQ(lines[3].find("tokens="), std::string::npos) << lines[3];  // refused before it ran
-  EXPECT_NE(lines[4].find(R"(path="/no such \"path\"" status=404)"), std::string::npos) << lines[4];
+  // Each logger runs after its response is written, so a request the client
+  // sent later (on another connection) can log first: lines are found by
+  // what they hold, not by their place.
+  auto line_with = [&](const std::string& needle) -> std::string {
+    std::string found;
+    for (const std::string& l : lines)
+      if (l.find(needle) != std::string::npos) {
+        EXPECT_TRUE(found.empty()) << "two lines hold " << needle << ":\n" << found << "\n" << l;
+        found = l;
+      }
+    EXPECT_FALSE(found.empty()) << "no line holds " << needle;
+    return found;
+  };
+  const std::string whole = line_with(" stream=0 "), streamed_line = line_with(" stream=1 "),
+                    health = line_with("path=/health"), bad = line_with("status=400"),
+                    missing = line_with("status=404");
+  EXPECT_NE(whole.find("method=POST path=/v1/completions status=200 "), std::string::npos) << whole;
+  EXPECT_NE(whole.find(" stream=0 prompt_tokens=16 completion_tokens=6 cached_tokens="), std::string::npos) << whole;
+  EXPECT_NE(streamed_line.find(" stream=1 prompt_tokens=16 completion_tokens=6 cached_tokens="), std::string::npos)
+      << streamed_line;
+  EXPECT_NE(health.find("method=GET path=/health status=200 ms="), std::string::npos) << health;
+  EXPECT_EQ(health.find("stream="), std::string::npos) << health;
+  EXPECT_NE(bad.find("method=POST path=/v1/completions status=400"), std::string::npos) << bad;
+  EXPECT_EQ(bad.find("tokens="), std::string::npos) << bad;  // refused before it ran
+  EXPECT_NE(missing.find(R"(path="/no such \"path\"" status=404)"), std::string::npos) << missing;
 }
 
 TEST(ServeTimeout, ARequestOverTheLimitEndsWith504) {
