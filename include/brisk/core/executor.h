@@ -90,7 +90,6 @@ class Executor {
   // Moves every arena-planned value and workspace to `base` (a SharedArena
   // that grew); the recorded step graph, holding the old addresses, is dropped.
   void rebase_arena(void* base);
-  SharedArena* shared_ = nullptr;
   std::vector<ValueId> view_value_;  // per slot of views_: the value it shows
   struct Step {
     KernelFn fn;
@@ -103,6 +102,7 @@ class Executor {
   const Graph& graph_;
   Backend& backend_;
   MemoryPlan plan_;
+  SharedArena* shared_ = nullptr;  // after plan_: the constructor initialises them in this order
   void* arena_ = nullptr;
   ExecContext ctx_;
   std::vector<Step> steps_;
