@@ -24,10 +24,11 @@
 // layernorm_backward overwrites dweight and dbias with sums over all rows.
 // Float atomics would make them depend on scheduling, so each block folds
 // the rows of its warps in a fixed order (every lane always owns the same
-// columns, so a warp accumulates its rows in registers), writes one partial
-// row to the backend's scratch, and a second kernel adds the partials in
-// block order. The block count depends only on the shape: the same inputs
-// give the same bits on every run.
+// columns, so a warp accumulates its rows in its own shared memory), writes
+// one partial row to the backend's scratch, and a second kernel adds the
+// partials in block order. The block count depends only on the shape and
+// the GPU (one wave of blocks): the same inputs give the same bits on every
+// run on one kind of GPU.
 #include <climits>
 #include <cstdint>
 #include <string>
@@ -44,7 +45,7 @@ using core::OpKind;
 constexpr int kWarps = 8;  // warps (rows) per block of the warp-per-row kernels
 constexpr int kThreads = kWarps * 32;
 constexpr int kBlockThreads = 256;  // block-per-row fallback
-constexpr int kMaxBackwardBlocks = 256;  // partial rows of dweight/dbias (about one wave on an H100)
+constexpr int kMaxBackwardBlocks = 256;  // partial rows of dweight/dbias in the fallback (about one wave on an H100)
 
 // 16 bytes of T: what one vectorised load moves.
 template <class T>
@@ -319,41 +320,61 @@ __device__ __forceinline__ void store_narrowed(const NarrowedDx& nd, int64_t i, 
   }
 }
 
-// One warp per row (rows strided over the grid), dy and x held as packs.
-// Each block writes its dweight/dbias partial to part[block] = (dw[C], db[C]).
+// One warp per row (rows strided over a grid of one wave), dy, x and dres
+// loaded together as packs, so a warp has its whole row in flight at once.
+// Each warp sums its rows' dweight/dbias terms in shared memory of its own
+// (element e of lane l's pack k at word (k * P + e) * 32 + l: no bank
+// conflicts), which leaves the registers to the row data: three blocks fit
+// on an SM (G1's C = 768) where sums in registers allowed two. The block then adds its warps'
+// sums in warp order and writes part[block] = (dw[C], db[C]).
+template <class T, int NV>
+constexpr int backward_slots() {
+  return NV * Pack<T>::n * 32;  // one warp's dweight (or dbias) words
+}
+template <class T, int NV>
+constexpr size_t backward_smem() {
+  return size_t(kWarps) * 2 * backward_slots<T, NV>() * sizeof(float);
+}
+
 template <class T, class G, int NV>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, NV > 6 ? 2 : 3)  // NV 8 spills at 3
     layernorm_backward_warp_kernel(const G* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ w,
                                    const float* __restrict__ mean, const float* __restrict__ rstd,
                                    const T* __restrict__ dres, T* __restrict__ dx, NarrowedDx nd,
                                    float* __restrict__ part, int64_t rows, int C) {
-  extern __shared__ float sacc[];  // 2 * C floats
+  extern __shared__ float sacc[];  // backward_smem<T, NV>()
   constexpr int P = Pack<T>::n;
+  constexpr int kSlots = backward_slots<T, NV>();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int nvec = C / P;
   const float inv_c = 1.f / float(C);
   const Pack<T>* wp = reinterpret_cast<const Pack<T>*>(w);
-
-  float dw[NV][P], db[NV][P];
-#pragma unroll
-  for (int k = 0; k < NV; ++k)
-#pragma unroll
-    for (int e = 0; e < P; ++e) dw[k][e] = db[k][e] = 0.f;
+  float* my_dw = sacc + warp * 2 * kSlots;
+  float* my_db = my_dw + kSlots;
+  for (int i = lane; i < 2 * kSlots; i += 32) my_dw[i] = 0.f;
+  __syncwarp();  // each warp touches only its own sums until the barrier below
 
   const int64_t stride = int64_t(gridDim.x) * kWarps;
   for (int64_t row = int64_t(blockIdx.x) * kWarps + warp; row < rows; row += stride) {
     const float mu = mean[row], rs = rstd[row];
     const Lanes<G, P>* gr = reinterpret_cast<const Lanes<G, P>*>(dy + row * C);
     const Pack<T>* xr = reinterpret_cast<const Pack<T>*>(x + row * C);
+    const Pack<T>* rr = dres ? reinterpret_cast<const Pack<T>*>(dres + row * C) : nullptr;
     Lanes<G, P> g[NV];
     Pack<T> xv[NV];
-    float s1 = 0.f, s2 = 0.f;
 #pragma unroll
     for (int k = 0; k < NV; ++k) {
       const int j = lane + 32 * k;
       if (j < nvec) {
         g[k] = gr[j];
         xv[k] = xr[j];
+      }
+    }
+    float s1 = 0.f, s2 = 0.f;
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+      const int j = lane + 32 * k;
+      if (j < nvec) {
         const Pack<T> pw = wp[j];
 #pragma unroll
         for (int e = 0; e < P; ++e) {
@@ -361,8 +382,9 @@ __global__ void __launch_bounds__(kThreads)
           const float gw = gg * widen(pw.e[e]);
           s1 += gw;
           s2 += gw * xh;
-          dw[k][e] += gg * xh;
-          db[k][e] += gg;
+          const int a = (k * P + e) * 32 + lane;
+          my_dw[a] += gg * xh;
+          my_db[a] += gg;
         }
       }
     }
@@ -380,8 +402,8 @@ __global__ void __launch_bounds__(kThreads)
           const float xh = (widen(xv[k].e[e]) - mu) * rs;
           out.e[e] = narrow<T>(rs * (widen(g[k].e[e]) * widen(pw.e[e]) - s1 - xh * s2));
         }
-        if (dres) {
-          const Pack<T> pr = reinterpret_cast<const Pack<T>*>(dres + row * C)[j];
+        if (rr) {
+          const Pack<T> pr = rr[j];
 #pragma unroll
           for (int e = 0; e < P; ++e) out.e[e] = narrow<T>(__fadd_rn(widen(pr.e[e]), widen(out.e[e])));
         }
@@ -391,27 +413,20 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
 
-  // The block's warps add into shared memory one after another (fixed order);
-  // warp 0 covers every column, so it initialises the sums.
-  for (int wi = 0; wi < kWarps; ++wi) {
-    if (warp == wi) {
-#pragma unroll
-      for (int k = 0; k < NV; ++k) {
-        const int j = lane + 32 * k;
-        if (j < nvec) {
-#pragma unroll
-          for (int e = 0; e < P; ++e) {
-            const int i = j * P + e;
-            sacc[i] = wi == 0 ? dw[k][e] : sacc[i] + dw[k][e];
-            sacc[C + i] = wi == 0 ? db[k][e] : sacc[C + i] + db[k][e];
-          }
-        }
-      }
-    }
-    __syncthreads();
-  }
+  __syncthreads();
   float* pb = part + int64_t(blockIdx.x) * 2 * C;
-  for (int i = threadIdx.x; i < 2 * C; i += blockDim.x) pb[i] = sacc[i];
+  for (int i = threadIdx.x; i < nvec * P; i += blockDim.x) {
+    const int j = i / P, e = i - j * P, k = j / 32;
+    const int a = (k * P + e) * 32 + (j - 32 * k);
+    float sw = 0.f, sb = 0.f;
+#pragma unroll
+    for (int wi = 0; wi < kWarps; ++wi) {
+      sw += sacc[wi * 2 * kSlots + a];
+      sb += sacc[wi * 2 * kSlots + kSlots + a];
+    }
+    pb[i] = sw;
+    pb[C + i] = sb;
+  }
 }
 
 // dx of one row per block, any C and alignment.
@@ -466,17 +481,20 @@ __global__ void __launch_bounds__(kBlockThreads)
 }
 
 // dw[c], db[c] = sums of the partials in partial order. A block covers 32
-// columns with 8 slices of partials (coalesced reads), combined in slice order.
+// columns with 32 slices of partials (coalesced reads, a few partials per
+// thread: the G1 shape has 24 such blocks for some 400 partials), combined
+// in slice order.
+constexpr int kFinalSlices = 32;
 template <class T>
-__global__ void __launch_bounds__(256)
+__global__ void __launch_bounds__(32 * kFinalSlices)
     layernorm_backward_finalize_kernel(const float* __restrict__ part, int nparts, int64_t C, T* __restrict__ dw,
                                        T* __restrict__ db) {
-  __shared__ float sw[8][32], sb[8][32];
+  __shared__ float sw[kFinalSlices][32], sb[kFinalSlices][32];
   const int cx = threadIdx.x & 31, sl = threadIdx.x >> 5;
   const int64_t col = int64_t(blockIdx.x) * 32 + cx;
   float aw = 0.f, ab = 0.f;
   if (col < C)
-    for (int p = sl; p < nparts; p += 8) {
+    for (int p = sl; p < nparts; p += kFinalSlices) {
       aw += part[int64_t(p) * 2 * C + col];
       ab += part[int64_t(p) * 2 * C + C + col];
     }
@@ -486,13 +504,29 @@ __global__ void __launch_bounds__(256)
   if (sl == 0 && col < C) {
     float tw = 0.f, tb = 0.f;
 #pragma unroll
-    for (int k = 0; k < 8; ++k) {
+    for (int k = 0; k < kFinalSlices; ++k) {
       tw += sw[k][cx];
       tb += sb[k][cx];
     }
     dw[col] = narrow<T>(tw);
     db[col] = narrow<T>(tb);
   }
+}
+
+// Blocks of `kernel` (kThreads threads, `smem` bytes each) resident on the
+// whole GPU at once: the backward's grid is one full wave, so no SM idles
+// in a second, partial one.
+template <class K>
+int64_t one_wave(K kernel, size_t smem) {
+  int device = 0, sms = 0, per_sm = 0;
+  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
+  if (smem > 48 * 1024)
+    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
+               "cudaFuncSetAttribute");
+  check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem),
+             "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+  return int64_t(std::max(sms, 1)) * std::max(per_sm, 1);
 }
 
 // G: dy's storage, x's or (the gradient of a narrowed y) a narrower one.
@@ -537,16 +571,16 @@ void layernorm_backward_kernel(const KernelCall& c) {
                          (!dres || aligned16(dres)) && (!nd.data || aligned16(nd.data));
     const int nv = aligned ? packs_per_lane<T>(C, true) : 0;
     if (nv) {
-      nparts = int(std::min<int64_t>({(rows + kWarps - 1) / kWarps, kMaxBackwardBlocks, part_rows_fit}));
-      const size_t smem = 2 * size_t(C) * sizeof(float);
+      const int64_t want = std::min<int64_t>((rows + kWarps - 1) / kWarps, part_rows_fit);
       const int c32 = int(C);
-#define BRISK_LN_BWD(NV)                                                                              \
-  case NV:                                                                                            \
-    if constexpr (NV * Pack<T>::n <= 32)                                                              \
-      layernorm_backward_warp_kernel<T, G, NV><<<unsigned(nparts), kThreads, smem, st>>>(dy, x, w, mean, \
-                                                                                      rstd, dres, dx, \
-                                                                                      nd, part, rows, \
-                                                                                      c32);           \
+#define BRISK_LN_BWD(NV)                                                                                  \
+  case NV:                                                                                                \
+    if constexpr (NV * Pack<T>::n <= 32) {                                                                \
+      const auto kernel = layernorm_backward_warp_kernel<T, G, NV>;                                       \
+      constexpr size_t smem = backward_smem<T, NV>();                                                     \
+      nparts = int(std::min<int64_t>(want, one_wave(kernel, smem)));                                      \
+      kernel<<<unsigned(nparts), kThreads, smem, st>>>(dy, x, w, mean, rstd, dres, dx, nd, part, rows, c32); \
+    }                                                                                                     \
     break;
       switch (nv) {
         BRISK_LN_BWD(1)
@@ -573,7 +607,7 @@ void layernorm_backward_kernel(const KernelCall& c) {
     }
   }
   // No rows: nparts = 0 and the sums come out zero, as the reference's.
-  layernorm_backward_finalize_kernel<T><<<unsigned((C + 31) / 32), 256, 0, st>>>(part, nparts, C, dw, db);
+  layernorm_backward_finalize_kernel<T><<<unsigned((C + 31) / 32), 32 * kFinalSlices, 0, st>>>(part, nparts, C, dw, db);
   check_launch(what);
 }
 
