@@ -7,8 +7,11 @@
 // which does not cancel for negative x the way 1 + tanh(u) does, and forms
 // e s (<= 1) before multiplying by x so the far negative tail cannot overflow
 // to inf * 0. exp's argument is capped at 80 so 1 + e stays finite.
-// expf (not __expf) keeps the f32 error near 1 ulp: the kernels are bound by
-// memory bandwidth, so the accurate exp costs nothing measurable.
+// In f32, expf (not __expf) keeps the error near 1 ulp: there the kernels
+// are bound by memory bandwidth. A bf16/f16 gelu moves half the bytes per
+// element, so its arithmetic (about 25 instructions an element with the IEEE
+// exp and division) is as long as its traffic on an H100/H200; it takes
+// __expf and __fdividef, whose few fp32 ulp vanish in the 16-bit rounding.
 //
 // Each thread moves 128-bit packs (4 f32 or 8 bf16) when the pointers are
 // 16-byte aligned, one element at a time otherwise; bf16 computes in f32 and
@@ -47,6 +50,17 @@ __device__ __forceinline__ float gelu_e(float x) {
 
 __device__ __forceinline__ float gelu_one(float x) { return x / (1.f + gelu_e(x)); }
 
+// The 16-bit forward's arithmetic (header): fast exp and division.
+__device__ __forceinline__ float gelu_one_fast(float x) {
+  const float u = kSqrt2OverPi * (x + kCubic * x * x * x);
+  return __fdividef(x, 1.f + __expf(fminf(-2.f * u, 80.f)));  // 1 + e <= 1 + e^80 < 2^126: no flush to 0
+}
+template <class T>
+__device__ __forceinline__ float gelu_of(float x) {
+  if constexpr (sizeof(T) == 2) return gelu_one_fast(x);
+  else return gelu_one(x);
+}
+
 __device__ __forceinline__ float gelu_grad_one(float x, float dy) {
   const float e = gelu_e(x);
   const float s = 1.f / (1.f + e);
@@ -64,10 +78,10 @@ __global__ void gelu_kernel(const T* x, T* y, int64_t n) {
     const P px = reinterpret_cast<const P*>(x)[i];
     P py;
 #pragma unroll
-    for (int j = 0; j < N; ++j) py.v[j] = narrow<T>(gelu_one(widen(px.v[j])));
+    for (int j = 0; j < N; ++j) py.v[j] = narrow<T>(gelu_of<T>(widen(px.v[j])));
     reinterpret_cast<P*>(y)[i] = py;
   }
-  for (int64_t i = np * N + first; i < n; i += stride) y[i] = narrow<T>(gelu_one(widen(x[i])));
+  for (int64_t i = np * N + first; i < n; i += stride) y[i] = narrow<T>(gelu_of<T>(widen(x[i])));
 }
 
 template <int N, class T>
