@@ -201,6 +201,7 @@ void apply_variant(const std::string& variant, models::GptConfig& model, optim::
     else if (key == "fuse_layernorm_backward") model.fuse_layernorm_backward = mode();
     else if (key == "fuse_gelu_backward") model.fuse_gelu_backward = mode();
     else if (key == "fuse_bias_backward") model.fuse_bias_backward = mode();
+    else if (key == "fuse_weight_casts") model.fuse_weight_casts = mode();
     else if (key == "fused_adamw") adamw.fused = flag();
     else if (key == "recompute") model.recompute = value;
     else if (key == "precision") {
@@ -210,7 +211,8 @@ void apply_variant(const std::string& variant, models::GptConfig& model, optim::
     } else {
       throw core::ConfigError("variant: unknown key '" + key +
                               "' (allowed: attention, fused_classifier, fuse_bias_gelu, fuse_residual_layernorm, "
-                              "fuse_layernorm_backward, fuse_gelu_backward, fuse_bias_backward, fused_adamw, recompute, precision)");
+                              "fuse_layernorm_backward, fuse_gelu_backward, fuse_bias_backward, fuse_weight_casts, fused_adamw, "
+                              "recompute, precision)");
     }
   }
   model.validate();

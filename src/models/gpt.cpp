@@ -84,7 +84,8 @@ void GptConfig::validate() const {
                                                                               fuse_residual_layernorm},
                                     {"fuse_layernorm_backward", fuse_layernorm_backward},
                                     {"fuse_gelu_backward", fuse_gelu_backward},
-                                    {"fuse_bias_backward", fuse_bias_backward}})
+                                    {"fuse_bias_backward", fuse_bias_backward},
+                                    {"fuse_weight_casts", fuse_weight_casts}})
     if (value != "auto" && value != "on" && value != "off")
       throw ConfigError("model." + std::string(key) + ": unknown value '" + value + "' (allowed: auto, on, off)");
   if (recompute != "none" && recompute != "selective" && recompute != "full")
@@ -108,6 +109,7 @@ GptConfig GptConfig::with_fusions_for(bool on_device) const {
   resolve(c.fuse_layernorm_backward, true);
   resolve(c.fuse_gelu_backward, true);
   resolve(c.fuse_bias_backward, !on_device);        // slower on a GPU (G1: 34.1 vs 33.7 ms)
+  resolve(c.fuse_weight_casts, true);
   return c;
 }
 
@@ -239,7 +241,8 @@ void fuse(GptProgram& p, const GptConfig& c, bool train, bool on_device) {
 // a low-precision branch reads: fuse_layernorm_backward), the MLP's GELU
 // backward rides on the product before it (fuse_gelu_backward), and each
 // Linear's bias gradient on its weight gradient's product
-// (fuse_bias_backward). "auto" is resolved per device by
+// (fuse_bias_backward), and the forward's weight casts become one node
+// (fuse_weight_casts). "auto" is resolved per device by
 // GptConfig::with_fusions_for.
 void fuse_backward(GptProgram& p, const GptConfig& config, bool on_device) {
   const GptConfig c = config.with_fusions_for(on_device);
@@ -247,6 +250,9 @@ void fuse_backward(GptProgram& p, const GptConfig& config, bool on_device) {
   if (c.fuse_layernorm_backward == "on") patterns.push_back(ops::residual_layernorm_backward_fusion());
   if (c.fuse_gelu_backward == "on") patterns.push_back(ops::gelu_backward_fusion());
   if (c.fuse_bias_backward == "on") patterns.push_back(ops::bias_grad_fusion());
+  // Recomputation replays the casts of a block with the block: hoisting them
+  // to the start would keep every copy alive through the whole forward.
+  if (c.fuse_weight_casts == "on" && c.recompute == "none") patterns.push_back(ops::weight_cast_fusion());
   if (!patterns.empty()) adopt_rewrite(p, core::rewrite(p.graph, patterns));
 }
 

@@ -1,4 +1,5 @@
-// Memory ops: cast between dtypes, fill with a constant, copy, and the
+// Memory ops: cast between dtypes (cast_many: several tensors in one node),
+// fill with a constant, copy, and the
 // in-place accumulate that sums gradients. Mixed precision is built from
 // casts, so cast's kernel is picked by its *input* dtype (one kernel per
 // source type handles every destination); fill has no input, so its kernel
@@ -6,6 +7,7 @@
 // planner sees the alias and never gives the output memory of its own.
 #include <cstring>
 
+#include "brisk/core/passes.h"
 #include "op_util.h"
 
 namespace brisk::ops {
@@ -64,6 +66,53 @@ core::OpDef cast_def() {
     cases.push_back({"i32 to bf16", {int_spec({33}, -100, 100)}, CastParams{DType::bf16}});
     cases.push_back({"f32 to i32", {no_grad(spec({5, 9}, DType::f32, -100.0, 100.0))}, CastParams{DType::i32}});
     cases.push_back({"i32 to i64", {int_spec({17}, -1000, 1000)}, CastParams{DType::i64}});
+    return cases;
+  };
+  return d;
+}
+
+// ---- cast_many: one node for many float casts ---------------------------------------------
+// Output i is input i cast to `to`. Made by weight_cast_fusion() on a finished
+// train graph, so it has no backward rule.
+core::OpDef cast_many_def() {
+  OpDef d;
+  d.kind = OpKind::cast_many;
+  d.name = "cast_many";
+  d.infer = [](std::span<const TensorMeta> in, const core::OpParams& p) {
+    const DType to = std::get<CastParams>(p).to;
+    if (in.empty()) throw core::ShapeError("cast_many: needs at least one input");
+    if (!core::dtype_is_float(to))
+      throw core::DTypeError("cast_many: casts to a float dtype, not " + std::string(core::dtype_name(to)));
+    std::vector<TensorMeta> out;
+    for (size_t i = 0; i < in.size(); ++i) {
+      if (!core::dtype_is_float(in[i].dtype))
+        throw core::DTypeError("cast_many: input " + std::to_string(i) + " is " + in[i].str() +
+                               "; it casts float tensors only");
+      out.push_back(TensorMeta{in[i].shape, to});
+    }
+    return out;
+  };
+  d.reference = [](const KernelCall& c) {
+    for (size_t t = 0; t < c.inputs.size(); ++t)
+      for (int64_t i = 0; i < c.in(int(t)).numel(); ++i) st(c.out(int(t)), i, ld(c.in(int(t)), i));
+  };
+  d.kernel_dtype_input = 0;
+  d.test_cases = [] {
+    std::vector<TestCase> cases;
+    // Odd sizes (a multi-tensor kernel's tails), one long enough for several
+    // blocks of a GPU chunk, and an input whose dtype differs from the first.
+    for (DType to : {DType::bf16, DType::f16, DType::f32}) {
+      const std::string name = "f32 to " + std::string(core::dtype_name(to));
+      cases.push_back({name,
+                       {no_grad(spec({37}, DType::f32, -4.0, 4.0)), no_grad(spec({8, 100}, DType::f32, -4.0, 4.0)),
+                        no_grad(spec({3, 5, 7}, DType::f32, -100.0, 100.0)),
+                        no_grad(spec({2, 20001}, DType::f32, -4.0, 4.0))},
+                       CastParams{to}});
+    }
+    cases.push_back({"one tensor", {no_grad(spec({3, 333}, DType::f32, -4.0, 4.0))}, CastParams{DType::bf16}});
+    cases.push_back({"bf16 and f16 to f32",
+                     {no_grad(spec({5, 9}, DType::bf16, -4.0, 4.0)), no_grad(spec({41}, DType::f16, -4.0, 4.0))},
+                     CastParams{DType::f32}});
     return cases;
   };
   return d;
@@ -159,10 +208,54 @@ core::OpDef accumulate_def() {
   return d;
 }
 
+// ---- the pass: the forward's weight casts  =>  one cast_many -----------------------------------
+core::Pattern weight_cast_fusion() {
+  core::Pattern p;
+  p.name = "weight_cast_fusion";
+  p.match = [](const Graph& g, int i, const core::GraphUses&) -> std::optional<core::Match> {
+    // A forward cast of an f32 parameter to a 16-bit dtype (to: that dtype, or any when f32).
+    auto weight_cast = [&g](size_t k, DType to) {
+      const core::Node& n = g.nodes()[k];
+      if (n.op != OpKind::cast) return false;
+      const core::Value& x = g.value(n.inputs[0]);
+      const DType t = std::get<CastParams>(n.params).to;
+      return x.role == core::ValueRole::param && x.meta.dtype == DType::f32 &&
+             (t == DType::bf16 || t == DType::f16) && (to == DType::f32 || t == to);
+    };
+    // Fires at the first such cast and claims all of them: a later one never
+    // starts a match of its own (rewrite() skips claimed nodes).
+    const size_t forward_end = g.backward_start();
+    if (size_t(i) >= forward_end || !weight_cast(size_t(i), DType::f32)) return std::nullopt;
+    const DType to = std::get<CastParams>(g.nodes()[size_t(i)].params).to;
+    core::Match m;
+    std::vector<ValueId> xs, ys;
+    for (size_t k = size_t(i); k < forward_end; ++k)
+      if (weight_cast(k, to)) {
+        m.nodes.push_back(int(k));
+        xs.push_back(g.nodes()[k].inputs[0]);
+        ys.push_back(g.nodes()[k].outputs[0]);
+      }
+    if (m.nodes.size() < 2) return std::nullopt;
+    m.emit_at = i;  // parameters exist from the start: every copy is made before its first reader
+    m.emit = [xs, ys, to](Graph& dst, std::vector<ValueId>& map) {
+      std::vector<ValueId> in;
+      for (ValueId x : xs) in.push_back(map[size_t(x)]);
+      const std::vector<ValueId> out = cast_many(dst, in, to);
+      for (size_t k = 0; k < ys.size(); ++k) map[size_t(ys[k])] = out[k];
+    };
+    return m;
+  };
+  return p;
+}
+
 // ---- builders -----------------------------------------------------------------------------------
 ValueId cast(Graph& g, ValueId x, core::DType to) {
   register_ops();
   return g.add_node1(OpKind::cast, {x}, CastParams{to});
+}
+std::vector<ValueId> cast_many(Graph& g, const std::vector<ValueId>& xs, core::DType to) {
+  register_ops();
+  return g.add_node(OpKind::cast_many, std::vector<ValueId>(xs), CastParams{to});
 }
 ValueId fill(Graph& g, const core::Shape& shape, core::DType dtype, double value) {
   register_ops();

@@ -28,7 +28,7 @@ namespace {
 const detail::KnownKeys kKnownKeys = {
     {"model", {"preset", "vocab_size", "n_layer", "n_embd", "n_head", "block_size", "attention", "fused_classifier",
                "fuse_bias_gelu", "fuse_residual_layernorm", "fuse_layernorm_backward", "fuse_gelu_backward",
-               "fuse_bias_backward"}},
+               "fuse_bias_backward", "fuse_weight_casts"}},
     {"data", {"dir"}},
     {"train", {"batch", "seq", "grad_accum", "steps", "lr", "min_lr_ratio", "warmup", "schedule", "weight_decay",
                "grad_clip", "beta1", "beta2", "eps", "seed", "threads", "device", "eval_every", "eval_batches", "log_every",
@@ -162,6 +162,7 @@ TrainConfig config_from_table(const toml::table& file) {
   r.get("model", "fuse_layernorm_backward", c.model.fuse_layernorm_backward);  // checked (auto | on | off) by validate()
   r.get("model", "fuse_gelu_backward", c.model.fuse_gelu_backward);  // likewise
   r.get("model", "fuse_bias_backward", c.model.fuse_bias_backward);  // likewise
+  r.get("model", "fuse_weight_casts", c.model.fuse_weight_casts);    // likewise
   r.get("data", "dir", c.data_dir);
   r.get("train", "batch", c.batch);
   r.get("train", "seq", c.seq);
@@ -318,6 +319,7 @@ std::string to_toml(const TrainConfig& c) {
     << "\nfuse_layernorm_backward = " << toml_string(c.model.fuse_layernorm_backward)
     << "\nfuse_gelu_backward = " << toml_string(c.model.fuse_gelu_backward)
     << "\nfuse_bias_backward = " << toml_string(c.model.fuse_bias_backward)
+    << "\nfuse_weight_casts = " << toml_string(c.model.fuse_weight_casts)
     << "\n\n[data]\ndir = " << toml_string(c.data_dir) << "\n\n[train]\nbatch = " << c.batch << "\nseq = " << c.seq << "\ngrad_accum = " << c.grad_accum
     << "\nsteps = " << c.steps << "\nlr = " << c.schedule.max_lr << "\nmin_lr_ratio = " << c.schedule.min_lr_ratio
     << "\nwarmup = " << c.schedule.warmup_steps << "\nschedule = \"" << kinds[int(c.schedule.kind)]

@@ -462,10 +462,12 @@ void Trainer::Impl::print_header() {
   const models::GptConfig fused = cfg.model.with_fusions_for(on_gpu);
   std::fprintf(stderr,
                "fusions: bias+GELU %s | residual+LayerNorm %s | LayerNorm backward %s | GELU backward %s | bias "
-               "gradient %s | classifier %s\n",
+               "gradient %s | weight casts %s | classifier %s\n",
                fused.fuse_bias_gelu ? "on" : "off", fused.fuse_residual_layernorm.c_str(),
                fused.fuse_layernorm_backward.c_str(), fused.fuse_gelu_backward.c_str(),
-               fused.fuse_bias_backward.c_str(), fused.fused_classifier ? "on" : "off");
+               fused.fuse_bias_backward.c_str(),
+               fused.recompute == "none" ? fused.fuse_weight_casts.c_str() : "off (recompute)",
+               fused.fused_classifier ? "on" : "off");
   const core::MemoryReport full = planned_memory();
   if (dp)
     std::fprintf(stderr,

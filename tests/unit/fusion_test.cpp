@@ -439,7 +439,8 @@ TEST(FusionPatterns, ConfigKeysRoundTrip) {
        {std::pair{"fuse_residual_layernorm", &models::GptConfig::fuse_residual_layernorm},
         std::pair{"fuse_layernorm_backward", &models::GptConfig::fuse_layernorm_backward},
         std::pair{"fuse_gelu_backward", &models::GptConfig::fuse_gelu_backward},
-        std::pair{"fuse_bias_backward", &models::GptConfig::fuse_bias_backward}}) {
+        std::pair{"fuse_bias_backward", &models::GptConfig::fuse_bias_backward},
+        std::pair{"fuse_weight_casts", &models::GptConfig::fuse_weight_casts}}) {
     SCOPED_TRACE(key);
     const std::string k = key;
     EXPECT_EQ(c.model.*member, "auto");
@@ -473,6 +474,7 @@ TEST(FusionPatterns, AutoFusionModesResolvePerDevice) {
   for (const models::GptConfig* r : {&cpu, &gpu}) {
     EXPECT_EQ(r->fuse_layernorm_backward, "on");
     EXPECT_EQ(r->fuse_gelu_backward, "on");
+    EXPECT_EQ(r->fuse_weight_casts, "on");
   }
   EXPECT_EQ(cpu.fuse_bias_backward, "on");
   EXPECT_EQ(gpu.fuse_bias_backward, "off");
@@ -531,6 +533,63 @@ TEST(FusionPatterns, BiasGradientRidesOnTheWeightProduct) {
 
       expect_same_gradients(plain, fused);
     }
+}
+
+// ---- the forward's weight casts as one cast_many -------------------------------------------
+
+// Forward casts whose input is a parameter.
+int weight_casts(const Graph& g) {
+  int n = 0;
+  for (size_t i = 0; i < g.backward_start(); ++i) {
+    const core::Node& node = g.nodes()[i];
+    n += node.op == OpKind::cast && g.value(node.inputs[0]).role == core::ValueRole::param;
+  }
+  return n;
+}
+
+// Mixed precision: every weight and bias cast (4 Linears of a block, 2
+// tensors each, and the tied head's copy of the embedding) becomes one node
+// at the start, with the same losses and gradients to the bit and no higher
+// a peak of live memory. Not where there is nothing to cast (f32) or where
+// recomputation replays the casts (selective).
+TEST(FusionPatterns, WeightCastsBecomeOneNode) {
+  const int64_t B = 2, T = 17, L = 3;
+  std::vector<int32_t> x(size_t(B * T)), y(x.size());
+  for (size_t i = 0; i < x.size(); ++i) x[i] = int32_t((i * 5 + 2) % 61), y[i] = int32_t((i * 3 + 7) % 61);
+  for (int form = 0; form < 3; ++form) {
+    SCOPED_TRACE("form " + std::to_string(form));
+    models::GptConfig cfg{61, L, 24, 3, 40};
+    cfg.compute = form == 1 ? DType::f32 : DType::bf16;
+    cfg.recompute = form == 2 ? "selective" : "none";
+    cfg.fuse_weight_casts = "off";
+    models::Gpt plain(cfg, backend());
+    cfg.fuse_weight_casts = "auto";  // on
+    models::Gpt fused(cfg, backend());
+    plain.init_weights(5);
+    fused.init_weights(5);
+    EXPECT_EQ(fused.train_micro_step(x.data(), y.data(), B, T, 1.0),
+              plain.train_micro_step(x.data(), y.data(), B, T, 1.0));
+    expect_same_gradients(plain, fused);
+
+    const models::GptProgram& pp = plain.program(true, B, T);
+    const models::GptProgram& pf = fused.program(true, B, T);
+    const int casts = weight_casts(pp.graph);
+    EXPECT_EQ(casts, form == 1 ? 0 : 8 * L + 1);
+    const bool merged = form == 0;
+    EXPECT_EQ(weight_casts(pf.graph), merged ? 0 : casts);
+    EXPECT_EQ(count_ops(pf.graph, OpKind::cast_many), merged ? 1 : 0);
+    if (merged) {
+      // At the start: before the first product reads a copy.
+      const auto& nodes = pf.graph.nodes();
+      const auto at = std::find_if(nodes.begin(), nodes.end(), [](const core::Node& n) { return n.op == OpKind::cast_many; });
+      const auto first_product = std::find_if(nodes.begin(), nodes.end(), [](const core::Node& n) {
+        return n.op == OpKind::linear || n.op == OpKind::linear_gelu;
+      });
+      EXPECT_LT(at, first_product);
+      EXPECT_EQ(int(at->inputs.size()), casts);
+      EXPECT_LE(pf.executor->plan().report.live_lower_bound, pp.executor->plan().report.live_lower_bound);
+    }
+  }
 }
 
 // Where the pattern fires: (0) a Linear with a bias: fused; (1) without one:

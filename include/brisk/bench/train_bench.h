@@ -49,8 +49,8 @@ struct TrainBenchOptions {
 // Applies a variant ("attention=flash,fused_adamw=0,...") to a model and an
 // optimizer config. Keys: attention (plain|flash), fused_classifier,
 // fuse_bias_gelu, fused_adamw (0|1), the fusion modes fuse_residual_layernorm,
-// fuse_layernorm_backward, fuse_gelu_backward, fuse_bias_backward
-// (auto|on|off; 1 / 0 mean on / off), recompute
+// fuse_layernorm_backward, fuse_gelu_backward, fuse_bias_backward,
+// fuse_weight_casts (auto|on|off; 1 / 0 mean on / off), recompute
 // (none|selective|full), precision (fp32|bf16: the graph's compute dtype,
 // run even where it has no fast path). Throws ConfigError naming a bad pair.
 void apply_variant(const std::string& variant, models::GptConfig& model, optim::AdamWConfig& adamw);

@@ -97,6 +97,13 @@ struct GptConfig {
   // reduction slowed the product by what the separate pass cost (G1 on an
   // H200: 34.1 against 33.7 ms per step, docs/gpu.md). "on" | "off".
   std::string fuse_bias_backward = "auto";
+  // Train programs without recomputation: the forward's casts of the f32
+  // weights and biases to the compute dtype (mixed precision: 96 in G1) as
+  // one cast_many at the step's start (ops::weight_cast_fusion): one
+  // multi-tensor kernel where there were 96 launches. Same bits; the copies
+  // are all alive at the end of the forward either way, so the peak memory
+  // does not grow. "auto" (the default): on. "on" | "off".
+  std::string fuse_weight_casts = "auto";
   // Compute dtype of the graph (mixed precision): f32, bf16 or f16. The
   // ParameterStore keeps fp32 master weights and grads whatever this says;
   // a low-precision graph casts each weight at its use (the cast's backward

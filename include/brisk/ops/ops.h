@@ -110,6 +110,12 @@ std::vector<ValueId> linear_param_grad(Graph& g, ValueId dy, ValueId x, ValueId 
 // summed into the bias's become one linear_param_grad (cuBLASLt's BGRADB
 // epilogue on CUDA).
 core::Pattern bias_grad_fusion();
+// Train graphs in mixed precision: the forward's casts of f32 parameters to
+// the compute dtype (one per weight and bias: 96 in G1) as one cast_many at
+// the first of them. The casts read only parameters, so they may all run at
+// the start of the step; the copies were alive until the backward anyway
+// (the input-gradient products read them).
+core::Pattern weight_cast_fusion();
 
 // ---- reductions ---------------------------------------------------------------
 ValueId sum(Graph& g, ValueId x, int axis = ReduceParams::kAllAxes, bool keepdim = false);
@@ -130,6 +136,10 @@ ValueId concat(Graph& g, const std::vector<ValueId>& xs, int axis);
 
 // ---- memory -------------------------------------------------------------------
 ValueId cast(Graph& g, ValueId x, core::DType to);
+// Every x cast to `to` (float dtypes) as one node: one multi-tensor kernel
+// where there were xs.size() (weight_cast_fusion). Not differentiable: it is
+// made by a pass on a finished train graph.
+std::vector<ValueId> cast_many(Graph& g, const std::vector<ValueId>& xs, core::DType to);
 ValueId fill(Graph& g, const core::Shape& shape, core::DType dtype, double value);
 ValueId copy(Graph& g, ValueId x);
 // dst += src in place; returns the new version of dst (same memory).

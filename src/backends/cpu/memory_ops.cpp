@@ -1,4 +1,5 @@
-// CPU kernels for cast, fill, copy (every dtype) and accumulate (f32, bf16).
+// CPU kernels for cast (and cast_many, tensor by tensor), fill, copy (every
+// dtype) and accumulate (f32, bf16).
 //
 // cast is picked by its input dtype, so each kernel switches on the target.
 // The conversions mixed precision runs every step (f32 <-> bf16, f32 <-> f16)
@@ -89,6 +90,21 @@ void cast_from_f16(const KernelCall& c) {
   cast_generic(c);
 }
 
+// cast_many: each tensor through cast's kernel for its dtype.
+void cast_many_any(const KernelCall& c) {
+  for (size_t t = 0; t < c.inputs.size(); ++t) {
+    KernelCall one = c;
+    one.inputs = c.inputs.subspan(t, 1);
+    one.outputs = c.outputs.subspan(t, 1);
+    switch (c.in(int(t)).dtype()) {
+      case DType::f32: cast_from_f32(one); break;
+      case DType::bf16: cast_from_bf16(one); break;
+      case DType::f16: cast_from_f16(one); break;
+      default: cast_generic(one); break;
+    }
+  }
+}
+
 // ---- fill, copy --------------------------------------------------------------------
 template <class E>
 void fill_typed(void* data, int64_t n, const void* element) {
@@ -157,6 +173,7 @@ void register_memory_kernels(core::KernelRegistry& r) {
     r.add(OpKind::fill, dt, fill_any);
     r.add(OpKind::copy, dt, copy_any);
   }
+  for (DType t : {DType::f32, DType::bf16, DType::f16}) r.add(OpKind::cast_many, t, cast_many_any);
   r.add(OpKind::accumulate, DType::f32, accumulate_f32);
   r.add(OpKind::accumulate, DType::bf16, accumulate_bf16);
 }

@@ -65,6 +65,29 @@ inline unsigned blocks_for(int64_t rows, int warps) { return unsigned((rows + wa
 
 inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
+// Device code of a float dtype for the multi-tensor kernels: 0 f32, 1 bf16, 2 f16.
+inline uint8_t float_code(core::DType t, const char* op) {
+  switch (t) {
+    case core::DType::f32: return 0;
+    case core::DType::bf16: return 1;
+    case core::DType::f16: return 2;
+    default: throw core::DTypeError(std::string(op) + ": expects f32, bf16 or f16 tensors, got " +
+                                    std::string(core::dtype_name(t)));
+  }
+}
+
+// Multi-tensor kernels (AdamW, the gradient norm, cast_many): the tensor of
+// a batch that block `b` belongs to, the last t with start[t] <= b.
+__device__ __forceinline__ int tensor_of(const int32_t* start, int count, int b) {
+  int lo = 0, hi = count - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (start[mid] <= b) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;

@@ -1,4 +1,5 @@
-// cast, fill, copy (every dtype) and accumulate (f32, bf16) on CUDA.
+// cast, fill, copy (every dtype), cast_many (float tensors, one launch) and
+// accumulate (f32, bf16) on CUDA.
 //
 // cast is picked by its input dtype, like on the CPU, so each registered
 // kernel switches on the destination and launches one instantiation of a
@@ -16,6 +17,7 @@
 // conversion) and replicates the element's bytes; all-zero bytes become a
 // cudaMemsetAsync. copy is a device-to-device cudaMemcpyAsync. accumulate is
 // the elementwise add with the output aliasing dst.
+#include <climits>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -126,6 +128,106 @@ void cast_op(const KernelCall& c) {
   }
 }
 
+// ---- cast_many ----------------------------------------------------------------------
+// Many float tensors in one launch: each block converts kCastChunk elements
+// of one tensor (the batch's block_start says which), so G1's weight casts
+// (96 per step, from 768 to 2.4M elements) are one kernel whose blocks fill
+// the GPU instead of 96 launches, most too small to. Float to float, so each
+// element rounds exactly as cast's kernel rounds it.
+constexpr int kCastTensors = 96;
+constexpr int kCastChunk = 8192;  // elements per block: 32 per thread, as 8 packs of 4
+
+struct CastBatch {
+  const void* x[kCastTensors];
+  void* y[kCastTensors];
+  int64_t n[kCastTensors];
+  int32_t block_start[kCastTensors + 1];
+  uint8_t from[kCastTensors], to[kCastTensors];  // 0 f32, 1 bf16, 2 f16
+  uint8_t vec[kCastTensors];                     // both buffers aligned for packs of 4
+  int count;
+};
+static_assert(sizeof(CastBatch) <= 4000, "kernel parameters are limited to 4 KB");
+
+template <class From, class To>
+__device__ void cast_chunk(const void* xv, void* yv, int64_t begin, int64_t end, bool vec) {
+  const From* x = static_cast<const From*>(xv);
+  To* y = static_cast<To*>(yv);
+  int64_t i0 = begin;
+  if (vec) {  // begin is a multiple of kCastChunk: the packs stay aligned
+    const int64_t nq = (end - begin) / 4;
+    for (int64_t q = threadIdx.x; q < nq; q += blockDim.x) {
+      const Pack<From, 4> px = reinterpret_cast<const Pack<From, 4>*>(x + begin)[q];
+      Pack<To, 4> py;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) py.v[j] = narrow<To>(widen(px.v[j]));
+      reinterpret_cast<Pack<To, 4>*>(y + begin)[q] = py;
+    }
+    i0 = begin + 4 * nq;
+  }
+  for (int64_t i = i0 + threadIdx.x; i < end; i += blockDim.x) y[i] = narrow<To>(widen(x[i]));
+}
+
+template <class From>
+__device__ void cast_chunk_to(int to, const void* x, void* y, int64_t begin, int64_t end, bool vec) {
+  switch (to) {
+    case 0: cast_chunk<From, float>(x, y, begin, end, vec); break;
+    case 1: cast_chunk<From, bf16_t>(x, y, begin, end, vec); break;
+    default: cast_chunk<From, f16_t>(x, y, begin, end, vec); break;
+  }
+}
+
+__global__ void __launch_bounds__(kThreads) cast_many_kernel(const __grid_constant__ CastBatch b) {
+  const int t = tensor_of(b.block_start, b.count, int(blockIdx.x));
+  const int64_t begin = int64_t(int(blockIdx.x) - b.block_start[t]) * kCastChunk;
+  const int64_t end = begin + kCastChunk < b.n[t] ? begin + kCastChunk : b.n[t];
+  switch (b.from[t]) {
+    case 0: cast_chunk_to<float>(b.to[t], b.x[t], b.y[t], begin, end, b.vec[t]); break;
+    case 1: cast_chunk_to<bf16_t>(b.to[t], b.x[t], b.y[t], begin, end, b.vec[t]); break;
+    default: cast_chunk_to<f16_t>(b.to[t], b.x[t], b.y[t], begin, end, b.vec[t]); break;
+  }
+}
+
+void cast_many_op(const KernelCall& c) {
+  const DType to = c.p<core::CastParams>().to;
+  if (c.inputs.size() != c.outputs.size())
+    throw core::ShapeError("cast_many: expects one output per input");
+  for (size_t t = 0; t < c.inputs.size(); ++t) {  // all checked before the first launch
+    const core::TensorView &x = c.in(int(t)), &y = c.out(int(t));
+    float_code(x.dtype(), "cast_many");
+    if (y.dtype() != to || y.numel() != x.numel())
+      throw core::ShapeError("cast_many: output " + std::to_string(t) + " " + y.meta.str() + " does not match input " +
+                             x.meta.str() + " cast to " + std::string(core::dtype_name(to)));
+    if ((x.numel() + kCastChunk - 1) / kCastChunk > INT_MAX)
+      throw core::ShapeError("cast_many: input " + std::to_string(t) + " is too large for one launch");
+  }
+  const uint8_t to_code = float_code(to, "cast_many");
+  const cudaStream_t st = stream_of(c);
+  CastBatch b{};
+  auto flush = [&] {
+    if (b.count == 0) return;
+    cast_many_kernel<<<unsigned(b.block_start[b.count]), kThreads, 0, st>>>(b);
+    check_launch("cast_many");
+    b = CastBatch{};
+  };
+  for (size_t t = 0; t < c.inputs.size(); ++t) {
+    const core::TensorView &x = c.in(int(t)), &y = c.out(int(t));
+    const int64_t n = x.numel();
+    if (n == 0) continue;
+    const int64_t blocks = (n + kCastChunk - 1) / kCastChunk;
+    if (b.count == kCastTensors || int64_t(b.block_start[b.count]) + blocks > INT_MAX) flush();
+    const int i = b.count;
+    b.x[i] = x.data;
+    b.y[i] = y.data;
+    b.n[i] = n;
+    b.from[i] = float_code(x.dtype(), "cast_many");
+    b.to[i] = to_code;
+    b.vec[i] = aligned_to(x.data, 4 * core::dtype_size(x.dtype())) && aligned_to(y.data, 4 * core::dtype_size(to));
+    b.block_start[i + 1] = b.block_start[i] + int32_t(blocks);
+    b.count = i + 1;
+  }
+  flush();
+}
+
 // ---- fill ---------------------------------------------------------------------------
 // y holds `bytes` bytes; `pattern` is the element replicated over 16 bytes.
 // Whole 16-byte packs first (y is 16-byte aligned), then the tail element by element.
@@ -232,6 +334,7 @@ void register_memory_ops_kernels(core::KernelRegistry& r) {
     r.add(OpKind::fill, DType(t), fill_op);
     r.add(OpKind::copy, DType(t), copy_op);
   }
+  for (DType t : {DType::f32, DType::bf16, DType::f16}) r.add(OpKind::cast_many, t, cast_many_op);
   r.add(OpKind::accumulate, DType::f32, accumulate_op<DType::f32>);
   r.add(OpKind::accumulate, DType::bf16, accumulate_op<DType::bf16>);
 }

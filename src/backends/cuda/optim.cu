@@ -53,28 +53,6 @@ struct alignas(4 * sizeof(T)) Quad {
 
 bool aligned(const void* p, size_t bytes) { return (reinterpret_cast<uintptr_t>(p) % bytes) == 0; }
 
-// Device code of a float dtype: 0 f32, 1 bf16, 2 f16.
-uint8_t float_code(DType t, const char* op) {
-  switch (t) {
-    case DType::f32: return 0;
-    case DType::bf16: return 1;
-    case DType::f16: return 2;
-    default: throw core::DTypeError(std::string(op) + ": expects f32, bf16 or f16 tensors, got " +
-                                    std::string(core::dtype_name(t)));
-  }
-}
-
-// The tensor of a batch that block `b` belongs to: the last t with start[t] <= b.
-__device__ __forceinline__ int tensor_of(const int32_t* start, int count, int b) {
-  int lo = 0, hi = count - 1;
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (start[mid] <= b) lo = mid;
-    else hi = mid - 1;
-  }
-  return lo;
-}
-
 // ---- grad_norm -----------------------------------------------------------------------
 
 constexpr int kNormTensors = 96;
