@@ -35,6 +35,8 @@ def run_brisk(args, run_dir, extra_sets=()):
         if kv.startswith("env."):  # an environment variable for this run, e.g. env.BRISK_CUDA_GEMM_TUNE=1
             name, _, value = kv[4:].partition("=")
             env[name] = value
+        elif kv.startswith("bin="):  # another brisk binary, e.g. the build before a change, in the same rounds
+            cmd[0] = kv[4:]
         else:
             cmd += ["--set", kv]
     r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env)
@@ -79,7 +81,7 @@ def main():
     ap.add_argument("--variant", action="append", default=[], metavar="NAME:KEY=VALUE[,KEY=VALUE]",
                     help="another brisk configuration run in every round beside the default one "
                          "(reported, never the headline), e.g. unfused:model.fuse_bias_gelu=false; "
-                         "env.NAME=VALUE sets an environment variable instead")
+                         "env.NAME=VALUE sets an environment variable instead, bin=PATH runs another brisk binary")
     ap.add_argument("--out", help="JSON report path")
     args = ap.parse_args()
 
@@ -124,7 +126,11 @@ def main():
     for name, sets in variants:
         s = summary([x["variants"][name] for x in rounds])
         if s:
-            report.setdefault("variants", {})[name] = dict(s, sets=sets)
+            # The default's speed over the variant's, formed within each round like the peer's ratio.
+            over = [x["variants"][name]["median_ms"] / x["brisk"]["median_ms"] for x in rounds
+                    if "median_ms" in x["variants"][name] and "median_ms" in x["brisk"]]
+            report.setdefault("variants", {})[name] = dict(s, sets=sets, brisk_over_variant={
+                "median": statistics.median(over), "min": min(over), "max": max(over)} if over else None)
     ratios = [x["pytorch"]["median_ms"] / x["brisk"]["median_ms"] for x in rounds
               if x["pytorch"] and "median_ms" in x["pytorch"] and "median_ms" in x["brisk"]]
     if ratios:
@@ -143,8 +149,10 @@ def main():
             print(f"  {side:8s} failed: {errs[0][-600:] if errs else 'not run'}")
     for name, v in report.get("variants", {}).items():
         mfu = f"{100 * v['mfu']:.1f}%" if v["mfu"] else "-"
+        q = v.get("brisk_over_variant")
+        vs = f", brisk / it {q['median']:.3f}x ({q['min']:.3f}-{q['max']:.3f})" if q else ""
         print(f"  variant {name} ({','.join(v['sets'])}): {v['tokens_per_s']:.0f} tok/s "
-              f"({v['tokens_per_s_min']:.0f}-{v['tokens_per_s_max']:.0f}), {v['ms_per_step']:.1f} ms/step, MFU {mfu}")
+              f"({v['tokens_per_s_min']:.0f}-{v['tokens_per_s_max']:.0f}), {v['ms_per_step']:.1f} ms/step, MFU {mfu}{vs}")
     if ratios:
         q = report["ratio_brisk_over_pytorch"]
         print(f"  brisk / pytorch tokens/s: {q['median']:.2f}x ({q['min']:.2f}-{q['max']:.2f} over rounds)")

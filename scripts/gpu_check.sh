@@ -8,7 +8,9 @@
 #   4. a per-op profile of one G1 step on the GPU (brisk train --profile),
 #      and a trace of two steps summarised by kernel and shape;
 #   5. (kernels) PyTorch's time for the same pieces one at a time
-#      (bench/torch_gpu_kernels.py), to set beside that trace.
+#      (bench/torch_gpu_kernels.py), to set beside that trace;
+#   6. (ncu) two G1 steps under Nsight Compute: every kernel's time, DRAM
+#      traffic and SM load, summarised by scripts/ncu_summary.py.
 # Binaries come from .gpu/bundle.tar.xz when present (scripts/gpu_pack.sh
 # makes it on a machine with brisk's build dependencies), else this builds
 # into build/gpu (needs those dependencies here).
@@ -64,6 +66,11 @@ sets=()
 for kv in $G1_SET; do sets+=(--set "$kv"); done
 variants=()
 for v in $G1_VARIANTS; do variants+=(--variant "$v"); done
+# An earlier build packed beside this one (gpu_pack.sh's BASE_BUILD): timed in
+# every round as "base", with its own CUDA library and its own defaults.
+if [ -n "${root:-}" ] && [ -x "$root/base/brisk" ]; then
+  variants+=(--variant "base:bin=$root/base/brisk,env.BRISK_CUDA_LIBRARY=$root/base/libbrisk_cuda.so")
+fi
 # g1_bench NAME BATCH ROUNDS [--variant ...]: one G1 benchmark into $OUT/NAME.{json,log}.
 g1_bench() {
   local name=$1 batch=$2 rounds=$3
@@ -73,6 +80,7 @@ g1_bench() {
   tail -8 "$OUT/$name.log"
 }
 for stage in $STAGES; do
+  started=$SECONDS
   case $stage in
     ops)
       timeout "$STAGE_TIMEOUT" "$BIN/brisk_op_tests" >"$OUT/ops.log" 2>&1 || status=1
@@ -99,7 +107,18 @@ for stage in $STAGES; do
         >"$OUT/profile.log" 2>&1 || status=1
       tail -30 "$OUT/profile.log"
       "$PY" scripts/trace_summary.py "$OUT/trace.json" 2>&1 | tee "$OUT/trace_summary.txt" | head -30 ;;
+    ncu)
+      # --profile: ops one by one (no graph); ncu replays each kernel alone.
+      NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+      if [ -z "$NCU" ]; then echo "ncu stage: no ncu on this machine"; status=1; continue; fi
+      timeout "$STAGE_TIMEOUT" "$NCU" --clock-control none --csv --page raw \
+        --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed \
+        "$BIN/brisk" train --config configs/g1.toml --no-progress --profile --set train.steps=2 \
+        --set "train.batch=$G1_BATCH" --set "data.dir=$DATA" --set checkpoint.dir=/tmp/brisk-g1-ncu "${sets[@]}" \
+        >"$OUT/ncu.csv" 2>"$OUT/ncu.err" || status=1
+      "$PY" scripts/ncu_summary.py "$OUT/ncu.csv" --steps 2 2>&1 | tee "$OUT/ncu_summary.txt" | head -45 ;;
     *) echo "unknown stage $stage" ;;
   esac
+  echo "stage $stage: $((SECONDS - started)) s"
 done
 exit $status

@@ -6,6 +6,10 @@
 # C runtime, and the GPT-2 token shards of the G1 benchmark, into one
 # compressed tarball (.gpu/bundle.tar.xz, ignored by git).
 #   bash scripts/gpu_pack.sh [BUILD_DIR]
+# With BASE_BUILD=DIR (a folder holding an earlier build's `brisk` and
+# `libbrisk_cuda.so`), those two go into the bundle's base/ as well, and
+# gpu_check.sh times them in every G1 round as the variant "base": a change
+# measured against the code before it on the same GPU, in the same rounds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build/release}
@@ -23,6 +27,9 @@ for f in "${bins[@]}" "$BUILD/lib/libbrisk_cuda.so"; do
 done | sort -u | grep -v -E '/(libc|libm|libpthread|libdl|librt|ld-linux[^/]*|libcuda|libcudart|libcublas[^/]*|libnccl)\.so' |
   while read -r lib; do cp -L "$lib" "$stage/lib/"; done
 [ -d data/kjv-gpt2 ] && cp -r data/kjv-gpt2 "$stage/data/"
+if [ -n "${BASE_BUILD:-}" ]; then
+  mkdir -p "$stage/base" && cp "$BASE_BUILD/brisk" "$BASE_BUILD/libbrisk_cuda.so" "$stage/base/"
+fi
 mkdir -p .gpu
 tar -C "$stage" -cJf .gpu/bundle.tar.xz .
 grep -qxF '/.gpu/' .git/info/exclude 2>/dev/null || echo '/.gpu/' >> .git/info/exclude
