@@ -108,15 +108,25 @@ for stage in $STAGES; do
       tail -30 "$OUT/profile.log"
       "$PY" scripts/trace_summary.py "$OUT/trace.json" 2>&1 | tee "$OUT/trace_summary.txt" | head -30 ;;
     ncu)
-      # --profile: ops one by one (no graph); ncu replays each kernel alone.
+      # --profile: ops one by one (no graph); ncu replays each kernel alone,
+      # saving and restoring the memory it writes: on an H200 a whole G1 step
+      # took 100 s that way, and cuBLAS's splitKreduce_kernel could not be
+      # profiled. NCU_KERNELS (a regex over kernel names) and NCU_COUNT (the
+      # first N of those) keep the stage short; then the summary's per-step
+      # figures are per profiled call set, not per step.
       NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
       if [ -z "$NCU" ]; then echo "ncu stage: no ncu on this machine"; status=1; continue; fi
-      timeout "$STAGE_TIMEOUT" "$NCU" --clock-control none --csv --page raw \
-        --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed \
-        "$BIN/brisk" train --config configs/g1.toml --no-progress --profile --set train.steps=2 \
+      ncu_args=(--clock-control none --csv --page raw
+        --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed)
+      [ -n "${NCU_KERNELS:-}" ] && ncu_args+=(--kernel-name "regex:$NCU_KERNELS")
+      [ -n "${NCU_COUNT:-}" ] && ncu_args+=(--launch-count "$NCU_COUNT")
+      ncu_steps=${NCU_STEPS:-2}
+      timeout "$STAGE_TIMEOUT" "$NCU" "${ncu_args[@]}" \
+        "$BIN/brisk" train --config configs/g1.toml --no-progress --profile --set "train.steps=$ncu_steps" \
         --set "train.batch=$G1_BATCH" --set "data.dir=$DATA" --set checkpoint.dir=/tmp/brisk-g1-ncu "${sets[@]}" \
         >"$OUT/ncu.csv" 2>"$OUT/ncu.err" || status=1
-      "$PY" scripts/ncu_summary.py "$OUT/ncu.csv" --steps 2 2>&1 | tee "$OUT/ncu_summary.txt" | head -45 ;;
+      "$PY" scripts/ncu_summary.py "$OUT/ncu.csv" --steps "$([ -n "${NCU_COUNT:-}" ] && echo 1 || echo "$ncu_steps")" 2>&1 |
+        tee "$OUT/ncu_summary.txt" | head -45 ;;
     *) echo "unknown stage $stage" ;;
   esac
   echo "stage $stage: $((SECONDS - started)) s"
