@@ -25,26 +25,26 @@ READ = "dram__bytes_read.sum"
 WRITE = "dram__bytes_write.sum"
 SM = "sm__throughput.avg.pct_of_peak_sustained_elapsed"
 # Unit multipliers to seconds and bytes.
-SCALE = {"nsecond": 1e-9, "usecond": 1e-6, "msecond": 1e-3, "second": 1.0,
-         "byte": 1.0, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "%": 1.0, "": 1.0}
+SCALE = {"ns": 1e-9, "nsecond": 1e-9, "us": 1e-6, "usecond": 1e-6, "ms": 1e-3, "msecond": 1e-3, "s": 1.0,
+         "second": 1.0, "byte": 1.0, "Kbyte": 1e3, "KB": 1e3, "Mbyte": 1e6, "MB": 1e6, "Gbyte": 1e9, "GB": 1e9,
+         "%": 1.0, "": 1.0}
 
 
 def short_name(full):
     """The kernel's name without namespaces and argument list."""
-    name = full.replace("(anonymous namespace)::", "")
-    depth, cut = 0, len(name)
+    name = re.sub(r"^void ", "", full)
+    # The anonymous namespace, as the demangler or ncu writes it ("unnamed>::": ncu drops the '<').
+    name = re.sub(r"\(anonymous namespace\)::|<?unnamed>::", "", name)
+    depth = 0
     for i, ch in enumerate(name):  # the argument list: the first '(' outside template brackets
         if ch == "<":
             depth += 1
         elif ch == ">":
             depth -= 1
         elif ch == "(" and depth == 0 and i > 0:
-            cut = i
+            name = name[:i]
             break
-    name = name[:cut]
-    name = re.sub(r"^void ", "", name)
-    name = re.sub(r"\bbrisk::cuda::", "", name)
-    return name[:110]
+    return re.sub(r"\bbrisk::cuda::", "", name)[:110]
 
 
 def read_rows(path):
@@ -99,7 +99,7 @@ def main():
     for name, (calls, secs, nbytes, smw) in ordered[:args.top]:
         bw = nbytes / secs / 1e12 if secs > 0 else 0.0
         sm = smw / secs if secs > 0 else 0.0
-        print(f"{1e3 * secs / n:8.3f} {100 * secs / total:5.1f}% {calls / n:6.0f} {nbytes / n / 1e9:8.3f} "
+        print(f"{1e3 * secs / n:8.3f} {100 * secs / total:5.1f}% {calls / n:6.1f} {nbytes / n / 1e9:8.3f} "
               f"{bw:6.2f} {sm:5.1f}  {name}")
     rest = ordered[args.top:]
     if rest:
