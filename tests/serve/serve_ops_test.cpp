@@ -354,6 +354,14 @@ TEST(ServeDisconnect, AHungUpStreamFreesItsSlotWithinAFewSteps) {
               m.at("brisk_engine_steps_total") - steps_at_close, m.at("brisk_generation_tokens_total"));
   EXPECT_LT(m.at("brisk_generation_tokens_total"), 400);  // the sequence did not run to its end
   EXPECT_EQ(m.at("brisk_kv_blocks_used"), 0);
+  // Counted as a client that closed (499), not as the 200 its headers said.
+  const std::string gone = "brisk_requests_total{path=\"/v1/completions\",status=\"499\"}";
+  for (int i = 0; i < 500 && m[gone] == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    m = metrics_of(c);
+  }
+  EXPECT_EQ(m[gone], 1);
+  EXPECT_EQ((m["brisk_requests_total{path=\"/v1/completions\",status=\"200\"}"]), 0);
 }
 
 // A client of a non-streamed request that gives up (here: its read timeout)
@@ -425,12 +433,12 @@ TEST(ServeDisconnect, AClientThatLeavesWhileQueuedLeavesTheQueue) {
   std::map<std::string, double> m;
   for (int i = 0; i < 500; ++i) {
     m = metrics_of(c);
-    if (m["brisk_requests_total{path=\"/v1/completions\",status=\"499\"}"] == 1 && m.at("brisk_queue_length") == 0)
+    if (m["brisk_requests_total{path=\"/v1/completions\",status=\"499\"}"] == 2 && m.at("brisk_queue_length") == 0)
       break;
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
-  // The non-streamed one; a stream's status is 200 once its headers are out.
-  EXPECT_EQ((m["brisk_requests_total{path=\"/v1/completions\",status=\"499\"}"]), 1);
+  // Both: the stream's failed write marks its client gone, whatever its headers said.
+  EXPECT_EQ((m["brisk_requests_total{path=\"/v1/completions\",status=\"499\"}"]), 2);
   EXPECT_EQ(m.at("brisk_queue_length"), 0);
   EXPECT_EQ(m.at("brisk_prompt_tokens_total"), 4 * 3) << "a queued request whose client left was prefilled";
 }
