@@ -98,11 +98,13 @@ struct GptConfig {
   // H200: 34.1 against 33.7 ms per step, docs/gpu.md). "on" | "off".
   std::string fuse_bias_backward = "auto";
   // Train programs without recomputation: the forward's casts of the f32
-  // weights and biases to the compute dtype (mixed precision: 96 in G1) as
-  // one cast_many at the step's start (ops::weight_cast_fusion): one
-  // multi-tensor kernel where there were 96 launches. Same bits; the copies
+  // weights and biases to the compute dtype (mixed precision: 97 in G1) as
+  // one cast_many at the step's start (ops::weight_cast_fusion): a
+  // multi-tensor kernel where there were 97 launches. Same bits; the copies
   // are all alive at the end of the forward either way, so the peak memory
-  // does not grow. "auto" (the default): on. "on" | "off".
+  // does not grow. G1 on an H200 measured no gain (1.001x: in a replayed
+  // graph the 97 casts cost about 0.03 ms, docs/gpu.md); it stays on as one
+  // node instead of 97. "auto" (the default): on. "on" | "off".
   std::string fuse_weight_casts = "auto";
   // Compute dtype of the graph (mixed precision): f32, bf16 or f16. The
   // ParameterStore keeps fp32 master weights and grads whatever this says;

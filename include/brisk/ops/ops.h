@@ -111,10 +111,11 @@ std::vector<ValueId> linear_param_grad(Graph& g, ValueId dy, ValueId x, ValueId 
 // epilogue on CUDA).
 core::Pattern bias_grad_fusion();
 // Train graphs in mixed precision: the forward's casts of f32 parameters to
-// the compute dtype (one per weight and bias: 96 in G1) as one cast_many at
-// the first of them. The casts read only parameters, so they may all run at
-// the start of the step; the copies were alive until the backward anyway
-// (the input-gradient products read them).
+// the compute dtype (one per weight and bias and the tied head's copy: 97 in
+// G1) as one cast_many at the first of them. The casts read only
+// parameters, so they may all run at the start of the step; the weights'
+// copies were alive until the backward anyway (the input-gradient products
+// read them), so the peak, at the end of the forward, does not grow.
 core::Pattern weight_cast_fusion();
 
 // ---- reductions ---------------------------------------------------------------

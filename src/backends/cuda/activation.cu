@@ -10,8 +10,9 @@
 // In f32, expf (not __expf) keeps the error near 1 ulp: there the kernels
 // are bound by memory bandwidth. A bf16/f16 gelu moves half the bytes per
 // element, so its arithmetic (about 25 instructions an element with the IEEE
-// exp and division) is as long as its traffic on an H100/H200; it takes
-// __expf and __fdividef, whose few fp32 ulp vanish in the 16-bit rounding.
+// exp and division, by count) is about as long as its traffic on an
+// H100/H200; it takes __expf and __fdividef, whose few fp32 ulp vanish in
+// the 16-bit rounding (G1 on an H200: 0.85 -> 0.71 ms per step, traced).
 //
 // Each thread moves 128-bit packs (4 f32 or 8 bf16) when the pointers are
 // 16-byte aligned, one element at a time otherwise; bf16 computes in f32 and

@@ -320,13 +320,13 @@ __device__ __forceinline__ void store_narrowed(const NarrowedDx& nd, int64_t i, 
   }
 }
 
-// One warp per row (rows strided over a grid of one wave), dy, x and dres
-// loaded together as packs, so a warp has its whole row in flight at once.
-// Each warp sums its rows' dweight/dbias terms in shared memory of its own
-// (element e of lane l's pack k at word (k * P + e) * 32 + l: no bank
-// conflicts), which leaves the registers to the row data: three blocks fit
-// on an SM (G1's C = 768) where sums in registers allowed two. The block then adds its warps'
-// sums in warp order and writes part[block] = (dw[C], db[C]).
+// One warp per row (rows strided over a grid of one wave), dy and x held as
+// packs; dres is read while dx is written. Each warp sums its rows'
+// dweight/dbias terms in shared memory of its own (element e of lane l's
+// pack k at word (k * P + e) * 32 + l: no bank conflicts), which leaves the
+// registers to the row data: three blocks fit on an SM at G1's C = 768
+// (80 registers), where sums in registers (128) allowed two. The block then
+// adds its warps' sums in warp order and writes part[block] = (dw[C], db[C]).
 template <class T, int NV>
 constexpr int backward_slots() {
   return NV * Pack<T>::n * 32;  // one warp's dweight (or dbias) words

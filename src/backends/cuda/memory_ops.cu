@@ -131,9 +131,10 @@ void cast_op(const KernelCall& c) {
 // ---- cast_many ----------------------------------------------------------------------
 // Many float tensors in one launch: each block converts kCastChunk elements
 // of one tensor (the batch's block_start says which), so G1's weight casts
-// (96 per step, from 768 to 2.4M elements) are one kernel whose blocks fill
-// the GPU instead of 96 launches, most too small to. Float to float, so each
-// element rounds exactly as cast's kernel rounds it.
+// (97 per step, from 768 to 38.6M elements) are two kernels (96 tensors fit
+// in one launch's 4 KB of parameters) whose blocks fill the GPU, instead of
+// 97 launches, most too small to. Float to float, so each element rounds
+// exactly as cast's kernel rounds it.
 constexpr int kCastTensors = 96;
 constexpr int kCastChunk = 8192;  // elements per block: 32 per thread, as 8 packs of 4
 
