@@ -213,31 +213,33 @@ core::Pattern weight_cast_fusion() {
   core::Pattern p;
   p.name = "weight_cast_fusion";
   p.match = [](const Graph& g, int i, const core::GraphUses&) -> std::optional<core::Match> {
-    // A forward cast of an f32 parameter to a 16-bit dtype (to: that dtype, or any when f32).
-    auto weight_cast = [&g](size_t k, DType to) {
+    // The 16-bit dtype node k casts an f32 parameter to, if it is such a cast.
+    auto weight_cast_to = [&g](size_t k) -> std::optional<DType> {
       const core::Node& n = g.nodes()[k];
-      if (n.op != OpKind::cast) return false;
+      if (n.op != OpKind::cast) return std::nullopt;
       const core::Value& x = g.value(n.inputs[0]);
       const DType t = std::get<CastParams>(n.params).to;
-      return x.role == core::ValueRole::param && x.meta.dtype == DType::f32 &&
-             (t == DType::bf16 || t == DType::f16) && (to == DType::f32 || t == to);
+      if (x.role != core::ValueRole::param || x.meta.dtype != DType::f32 || (t != DType::bf16 && t != DType::f16))
+        return std::nullopt;
+      return t;
     };
     // Fires at the first such cast and claims all of them: a later one never
     // starts a match of its own (rewrite() skips claimed nodes).
     const size_t forward_end = g.backward_start();
-    if (size_t(i) >= forward_end || !weight_cast(size_t(i), DType::f32)) return std::nullopt;
-    const DType to = std::get<CastParams>(g.nodes()[size_t(i)].params).to;
+    if (size_t(i) >= forward_end) return std::nullopt;
+    const std::optional<DType> to = weight_cast_to(size_t(i));
+    if (!to) return std::nullopt;
     core::Match m;
     std::vector<ValueId> xs, ys;
     for (size_t k = size_t(i); k < forward_end; ++k)
-      if (weight_cast(k, to)) {
+      if (weight_cast_to(k) == to) {
         m.nodes.push_back(int(k));
         xs.push_back(g.nodes()[k].inputs[0]);
         ys.push_back(g.nodes()[k].outputs[0]);
       }
     if (m.nodes.size() < 2) return std::nullopt;
     m.emit_at = i;  // parameters exist from the start: every copy is made before its first reader
-    m.emit = [xs, ys, to](Graph& dst, std::vector<ValueId>& map) {
+    m.emit = [xs, ys, to = *to](Graph& dst, std::vector<ValueId>& map) {
       std::vector<ValueId> in;
       for (ValueId x : xs) in.push_back(map[size_t(x)]);
       const std::vector<ValueId> out = cast_many(dst, in, to);

@@ -126,12 +126,11 @@ struct Server::Impl {
     // Every answered request, by path and status (after its response is
     // sent); those answered while loading have no metrics to go to.
     http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
-      const int status = request_note().client_gone ? 499 : res.status;
-      if (ready) metrics->count_request(req.path, status);
+      if (ready) metrics->count_request(req.path, res.status);
       if (options.access_log)
         options.access_log(access_log_line(std::chrono::system_clock::now(),
                                            req.remote_addr + ":" + std::to_string(req.remote_port), req.method,
-                                           req.path, status, request_note(), std::chrono::steady_clock::now()));
+                                           req.path, res.status, request_note(), std::chrono::steady_clock::now()));
       request_note() = RequestNote{};  // a next request answered without routing shows no duration
     });
     http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
@@ -257,10 +256,13 @@ struct Server::Impl {
         "text/event-stream",
         // The watch lives as long as the stream: httplib destroys the
         // provider with the response, before it closes the connection.
-        [gen, held, watch](size_t, httplib::DataSink& sink) {
+        // httplib writes through `res` and logs it after the provider is done.
+        [gen, held, watch, &res](size_t, httplib::DataSink& sink) {
           // A failed write means the client is gone: the releaser cancels.
+          // The headers said 200; what is logged and counted is 499, as
+          // nginx logs a client that closed.
           if (!gen->pump([&](const std::string& data) { return write_event(sink, data); })) {
-            request_note().client_gone = true;  // the provider runs on the request's thread
+            res.status = 499;
             return false;
           }
           if (gen->done()) {

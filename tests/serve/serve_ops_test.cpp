@@ -233,6 +233,18 @@ std::map<std::string, double> metrics_of(httplib::Client& c) {
   return r ? parse_metrics(r->body) : std::map<std::string, double>{};
 }
 
+// The metrics once `done` holds of them, polled every 2 ms (at most `tries`
+// times: then the last ones read, for the caller's assertions to report).
+template <class Done>
+std::map<std::string, double> metrics_when(httplib::Client& c, Done done, int tries = 500) {
+  std::map<std::string, double> m = metrics_of(c);
+  for (int i = 1; i < tries && !done(m); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    m = metrics_of(c);
+  }
+  return m;
+}
+
 TEST(ServeResponseCache, DeterministicRequestsAreAnsweredFromTheCache) {
   Served s("", false, 1 << 20);
   auto c = s.client();
@@ -339,12 +351,7 @@ TEST(ServeDisconnect, AHungUpStreamFreesItsSlotWithinAFewSteps) {
       stream_request(body, [&](const char*, size_t, uint64_t, uint64_t) { return ++chunks < 3; });  // then hang up
   c.send(req);
   const double steps_at_close = metrics_of(c).at("brisk_engine_steps_total");
-  std::map<std::string, double> m;
-  for (int i = 0; i < 500; ++i) {
-    m = metrics_of(c);
-    if (m.at("brisk_slots_busy") == 0) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
+  std::map<std::string, double> m = metrics_when(c, [](auto& m) { return m.at("brisk_slots_busy") == 0; });
   EXPECT_EQ(m.at("brisk_slots_busy"), 0);
   // Usually 0-3 steps; the HTTP thread that sees the failed write competes
   // with the engine's threads for 2 cores, so allow a margin that still
@@ -356,10 +363,7 @@ TEST(ServeDisconnect, AHungUpStreamFreesItsSlotWithinAFewSteps) {
   EXPECT_EQ(m.at("brisk_kv_blocks_used"), 0);
   // Counted as a client that closed (499), not as the 200 its headers said.
   const std::string gone = "brisk_requests_total{path=\"/v1/completions\",status=\"499\"}";
-  for (int i = 0; i < 500 && m[gone] == 0; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    m = metrics_of(c);
-  }
+  m = metrics_when(c, [&](auto& m) { return m[gone] > 0; });
   EXPECT_EQ(m[gone], 1);
   EXPECT_EQ((m["brisk_requests_total{path=\"/v1/completions\",status=\"200\"}"]), 0);
 }
@@ -379,13 +383,12 @@ TEST(ServeDisconnect, AClientThatGivesUpOnANonStreamedRequestFreesItsSlot) {
   }
   auto c = s.client();
   const double steps_at_close = metrics_of(c).at("brisk_engine_steps_total");
-  std::map<std::string, double> m;
-  for (int i = 0; i < 1000; ++i) {
-    m = metrics_of(c);
-    if (m.at("brisk_slots_busy") == 0 && m["brisk_requests_total{path=\"/v1/completions\",status=\"499\"}"] == 1)
-      break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
+  std::map<std::string, double> m = metrics_when(
+      c,
+      [](auto& m) {
+        return m.at("brisk_slots_busy") == 0 && m["brisk_requests_total{path=\"/v1/completions\",status=\"499\"}"] == 1;
+      },
+      1000);
   EXPECT_EQ(m.at("brisk_slots_busy"), 0);
   EXPECT_EQ((m["brisk_requests_total{path=\"/v1/completions\",status=\"499\"}"]), 1);
   // The watch polls every 20 ms; allow the margin of the streamed case.
@@ -430,14 +433,10 @@ TEST(ServeDisconnect, AClientThatLeavesWhileQueuedLeavesTheQueue) {
   }
   for (auto& t : blockers) t.join();
   EXPECT_EQ(answered, 4);
-  std::map<std::string, double> m;
-  for (int i = 0; i < 500; ++i) {
-    m = metrics_of(c);
-    if (m["brisk_requests_total{path=\"/v1/completions\",status=\"499\"}"] == 2 && m.at("brisk_queue_length") == 0)
-      break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-  // Both: the stream's failed write marks its client gone, whatever its headers said.
+  std::map<std::string, double> m = metrics_when(c, [](auto& m) {
+    return m["brisk_requests_total{path=\"/v1/completions\",status=\"499\"}"] == 2 && m.at("brisk_queue_length") == 0;
+  });
+  // Both: the stream's failed write answers 499, whatever its headers said.
   EXPECT_EQ((m["brisk_requests_total{path=\"/v1/completions\",status=\"499\"}"]), 2);
   EXPECT_EQ(m.at("brisk_queue_length"), 0);
   EXPECT_EQ(m.at("brisk_prompt_tokens_total"), 4 * 3) << "a queued request whose client left was prefilled";

@@ -22,9 +22,6 @@ struct RequestNote {
   std::chrono::steady_clock::time_point start{};  // unset: the request never reached routing
   int stream = -1;                                 // -1: not a generation request
   int64_t prompt_tokens = -1, completion_tokens = -1, cached_tokens = -1;
-  // A stream whose write failed: its client left. Logged and counted as 499
-  // (as nginx logs a client that closed), not as the 200 its headers said.
-  bool client_gone = false;
   // Takes the counts of an OpenAI `usage` object.
   void set_usage(const nlohmann::json& usage);
 };

@@ -29,6 +29,7 @@
 // partials in block order. The block count depends only on the shape and
 // the GPU (one wave of blocks): the same inputs give the same bits on every
 // run on one kind of GPU.
+#include <atomic>
 #include <climits>
 #include <cstdint>
 #include <string>
@@ -513,20 +514,29 @@ __global__ void __launch_bounds__(32 * kFinalSlices)
   }
 }
 
-// Blocks of `kernel` (kThreads threads, `smem` bytes each) resident on the
-// whole GPU at once: the backward's grid is one full wave, so no SM idles
-// in a second, partial one.
-template <class K>
-int64_t one_wave(K kernel, size_t smem) {
-  int device = 0, sms = 0, per_sm = 0;
+// Blocks of the backward warp kernel <T, G, NV> (kThreads threads, its
+// shared memory) resident on the whole GPU at once: its grid is one full
+// wave, so no SM idles in a second, partial one. Worked out (and the shared
+// memory opted into) once per kernel and device, not at every launch.
+template <class T, class G, int NV>
+int64_t backward_wave() {
+  constexpr int kDevices = 64;
+  static std::atomic<int64_t> wave[kDevices] = {};
+  int device = 0;
   check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  if (device < kDevices && wave[device].load(std::memory_order_relaxed) > 0) return wave[device];
+  const auto kernel = layernorm_backward_warp_kernel<T, G, NV>;
+  constexpr size_t smem = backward_smem<T, NV>();
+  int sms = 0, per_sm = 0;
   check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
   if (smem > 48 * 1024)
     check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
                "cudaFuncSetAttribute");
   check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem),
              "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
-  return int64_t(std::max(sms, 1)) * std::max(per_sm, 1);
+  const int64_t blocks = int64_t(std::max(sms, 1)) * std::max(per_sm, 1);
+  if (device < kDevices) wave[device] = blocks;  // racing first calls store the same value
+  return blocks;
 }
 
 // G: dy's storage, x's or (the gradient of a narrowed y) a narrower one.
@@ -576,10 +586,9 @@ void layernorm_backward_kernel(const KernelCall& c) {
 #define BRISK_LN_BWD(NV)                                                                                  \
   case NV:                                                                                                \
     if constexpr (NV * Pack<T>::n <= 32) {                                                                \
-      const auto kernel = layernorm_backward_warp_kernel<T, G, NV>;                                       \
-      constexpr size_t smem = backward_smem<T, NV>();                                                     \
-      nparts = int(std::min<int64_t>(want, one_wave(kernel, smem)));                                      \
-      kernel<<<unsigned(nparts), kThreads, smem, st>>>(dy, x, w, mean, rstd, dres, dx, nd, part, rows, c32); \
+      nparts = int(std::min<int64_t>(want, backward_wave<T, G, NV>()));                                   \
+      layernorm_backward_warp_kernel<T, G, NV><<<unsigned(nparts), kThreads, backward_smem<T, NV>(), st>>>( \
+          dy, x, w, mean, rstd, dres, dx, nd, part, rows, c32);                                           \
     }                                                                                                     \
     break;
       switch (nv) {
