@@ -87,6 +87,8 @@ std::vector<TestCase> linear_packed_cases() {
       c("13x1024 -> 40", {13, 1024}, 40, true),
       c("16x256 -> 200 no bias", {16, 256}, 200, false),
       c("40x64 -> 33", {40, 64}, 33, true),
+      // 131 panels, the last partial: 16- and 8-row wide tiles (AVX-512) and a 3-row rest.
+      c("27x40 -> 2085", {27, 40}, 2085, true),
   };
 }
 

@@ -1,0 +1,70 @@
+// linear_packed (the inference engine's fp32 Linear) on the CPU backend over
+// row counts that take each of its tiles: 16- and 8-row wide tiles (AVX-512,
+// over a head-sized output), six-row groups, and row blocks past 48. Each
+// row's output must be bit for bit what the same row gives alone (decoding
+// is batch-invariant only if this holds), and close to a double-precision
+// product.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "brisk/core/tensor.h"
+#include "brisk/cpu/cpu_features.h"
+#include "brisk/ops/ops.h"
+#include "brisk/ops/packed_linear.h"
+#include "test_util.h"
+
+using namespace brisk;
+using core::DType;
+using core::Tensor;
+using core::TensorView;
+
+namespace {
+
+// y (rows, n) = x W^T + bias through the linear_packed kernel.
+std::vector<float> run_packed(const float* x, int64_t rows, const Tensor& wp, const Tensor& bias, int64_t n,
+                              int64_t k) {
+  Tensor xt = Tensor::empty({rows, k}, DType::f32);
+  std::memcpy(xt.data_as<float>(), x, size_t(rows * k) * sizeof(float));
+  Tensor y = Tensor::empty({rows, n}, DType::f32);
+  const std::vector<TensorView> in{xt.as_view(), wp.as_view(), bias.as_view()}, out{y.as_view()};
+  core::run_op(testing_util::backend(), core::OpKind::linear_packed, in, out, ops::PackedLinearParams{n});
+  return std::vector<float>(y.data_as<float>(), y.data_as<float>() + rows * n);
+}
+
+}  // namespace
+
+TEST(PackedLinear, EveryRowAsAloneAtEveryRowCount) {
+  ops::register_ops();
+  std::printf("[ info ] linear_packed path: %s\n", cpu::packed_path_name(cpu::cpu_features().packed));
+  // n = 2085: 131 panels, the last one partial, and at least 64 panels per
+  // thread on 2 threads (where the wide tiles start).
+  for (const int64_t k : {40, 256}) {
+    const int64_t n = 2085, max_rows = 59;
+    SCOPED_TRACE("k " + std::to_string(k));
+    const Tensor w = Tensor::uniform({n, k}, DType::f32, 3 + k, -1.f, 1.f);
+    const Tensor bias = Tensor::uniform({n}, DType::f32, 5, -1.f, 1.f);
+    const Tensor x = Tensor::uniform({max_rows, k}, DType::f32, 7, -2.f, 2.f);
+    Tensor wp = Tensor::empty(ops::packed::packed_shape(n, k), DType::f32);
+    ops::packed::pack(w.data_as<float>(), n, k, wp.data_as<float>());
+    std::vector<std::vector<float>> alone(max_rows);
+    for (int64_t r = 0; r < max_rows; ++r) alone[r] = run_packed(x.data_as<float>() + r * k, 1, wp, bias, n, k);
+    for (const int64_t rows : {2, 7, 8, 13, 16, 24, 27, 48, 59}) {
+      SCOPED_TRACE("rows " + std::to_string(rows));
+      const std::vector<float> y = run_packed(x.data_as<float>(), rows, wp, bias, n, k);
+      for (int64_t r = 0; r < rows; ++r) {
+        ASSERT_EQ(std::memcmp(y.data() + r * n, alone[r].data(), size_t(n) * sizeof(float)), 0)
+            << "row " << r << " differs from the same row alone";
+      }
+      for (int64_t r = 0; r < rows; r += 5)
+        for (int64_t o = 0; o < n; o += 97) {
+          double want = bias.data_as<float>()[o];
+          for (int64_t t = 0; t < k; ++t) want += double(x.data_as<float>()[r * k + t]) * w.data_as<float>()[o * k + t];
+          ASSERT_NEAR(y[r * n + o], want, 1e-4 * std::sqrt(double(k)) + 1e-5) << "row " << r << " output " << o;
+        }
+    }
+  }
+}
