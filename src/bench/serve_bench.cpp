@@ -306,9 +306,11 @@ int run_serve_bench(const ServeBenchOptions& in) {
               ratio, spread(round_ratio, "%.2f").c_str());
   for (const auto& e : error_examples) std::printf("  error: %s\n", e.get<std::string>().c_str());
   std::printf("content chunks %lld for %lld tokens\n", (long long)chunks, (long long)tokens);
+  // The growth over the mark may be negative (fmt() prints negatives as "-", its "not measured").
+  char over_mark[64] = "";
+  if (rss.at_mark > 0) std::snprintf(over_mark, sizeof over_mark, ", %+.1f%% over the mark", growth(rss.at_mark, rss_end));
   std::printf("server RSS MiB: start %s, after %g s %s, end %s (%+.1f%% over start%s)\n", fmt(rss_start).c_str(),
-              mark_s, fmt(rss.at_mark).c_str(), fmt(rss_end).c_str(), growth(rss_start, rss_end),
-              rss.at_mark > 0 ? (", " + fmt(growth(rss.at_mark, rss_end), "%+.1f") + "% over the mark").c_str() : "");
+              mark_s, fmt(rss.at_mark).c_str(), fmt(rss_end).c_str(), growth(rss_start, rss_end), over_mark);
   std::printf("CPU during the load (share of the machine): server %s%%, load generator %s%%, others %s%%\n",
               fmt(server_pct).c_str(), fmt(own_pct).c_str(), fmt(others_pct).c_str());
   std::printf("server on SIGTERM: %s\n", exit_how.c_str());
