@@ -6,6 +6,9 @@
 // batch instead (masked_attention, masked_flash_attention), with sequence
 // lengths spread evenly over [T/2, T] as a bucketed batch has them (E1's
 // shape: --batch 32 --seq 256 --embd 128 --heads 4).
+// `--bf16` times the causal ops in bf16 (q, k, v, y, dy and dqkv bf16; the
+// probabilities and lse f32), on the path the CPU takes (bf16-native where it
+// has avx512_bf16, bf16-emulated elsewhere; BRISK_BF16=emulated forces it).
 // Times are medians over --reps runs after 3 warm-up runs; both ops run on
 // the same random inputs, interleaved, so drift hits both alike. GFLOP/s
 // counts the products only (4 T L hd per head forward, 8 T L hd backward).
@@ -21,6 +24,7 @@
 
 #include "brisk/core/op.h"
 #include "brisk/cpu/cpu_backend.h"
+#include "brisk/cpu/cpu_features.h"
 #include "brisk/ops/ops.h"
 
 using namespace brisk;
@@ -34,7 +38,7 @@ namespace {
 struct Options {
   int64_t B = 8, T = 256, C = 384;
   int heads = 6, threads = 2, reps = 20;
-  bool masked = false;
+  bool masked = false, bf16 = false;
   std::string json_path = "bench/results/attention.json";
 };
 
@@ -57,12 +61,17 @@ Options parse(int argc, char** argv) {
     else if (a == "--reps") o.reps = std::atoi(value());
     else if (a == "--json") o.json_path = value();
     else if (a == "--masked") o.masked = true;
+    else if (a == "--bf16") o.bf16 = true;
     else {
       std::fprintf(stderr,
                    "usage: bench_attention [--batch 8] [--seq 256] [--embd 384] [--heads 6] [--threads 2] "
-                   "[--reps 20] [--masked] [--json PATH]\n");
+                   "[--reps 20] [--masked | --bf16] [--json PATH]\n");
       std::exit(a == "--help" ? 0 : 2);
     }
+  }
+  if (o.masked && o.bf16) {
+    std::fprintf(stderr, "bench_attention: --bf16 times the causal ops only (no --masked)\n");
+    std::exit(2);
   }
   return o;
 }
@@ -103,14 +112,16 @@ int main(int argc, char** argv) {
   cpu::CpuBackend be(o.threads);
   const ops::AttentionParams p{o.heads, 0.f};
   const int64_t B = o.B, T = o.T, C = o.C, H = o.heads;
-  std::printf("bench_attention: B %lld, T %lld, C %lld, heads %d, threads %d, median of %d after 3 warm-up\n",
-              (long long)B, (long long)T, (long long)C, o.heads, o.threads, o.reps);
+  const DType dt = o.bf16 ? DType::bf16 : DType::f32;
+  std::printf("bench_attention: B %lld, T %lld, C %lld, heads %d, threads %d, %s, median of %d after 3 warm-up\n",
+              (long long)B, (long long)T, (long long)C, o.heads, o.threads,
+              o.bf16 ? cpu::bf16_path_name(cpu::cpu_features().bf16) : "f32", o.reps);
 
-  const Tensor qkv = Tensor::uniform({B, T, 3 * C}, DType::f32, 1, -1.f, 1.f);
-  const Tensor dy = Tensor::uniform({B, T, C}, DType::f32, 2, -1.f, 1.f);
-  const Tensor y_p = Tensor::empty({B, T, C}, DType::f32), probs = Tensor::empty({B, H, T, T}, DType::f32);
-  const Tensor y_f = Tensor::empty({B, T, C}, DType::f32), lse = Tensor::empty({B, H, T}, DType::f32);
-  const Tensor dq_p = Tensor::empty(qkv.shape(), DType::f32), dq_f = Tensor::empty(qkv.shape(), DType::f32);
+  const Tensor qkv = Tensor::uniform({B, T, 3 * C}, dt, 1, -1.f, 1.f);
+  const Tensor dy = Tensor::uniform({B, T, C}, dt, 2, -1.f, 1.f);
+  const Tensor y_p = Tensor::empty({B, T, C}, dt), probs = Tensor::empty({B, H, T, T}, DType::f32);
+  const Tensor y_f = Tensor::empty({B, T, C}, dt), lse = Tensor::empty({B, H, T}, DType::f32);
+  const Tensor dq_p = Tensor::empty(qkv.shape(), dt), dq_f = Tensor::empty(qkv.shape(), dt);
   // --masked: lengths spread evenly over [T/2, T], the first sequence full.
   const Tensor lengths = Tensor::empty({B}, DType::i32);
   double key_pairs = 0;  // sum over sequences of T x (keys each query sees)
@@ -156,7 +167,8 @@ int main(int argc, char** argv) {
 
   const nlohmann::json out = {
       {"config", {{"batch", B}, {"seq", T}, {"embd", C}, {"heads", H}, {"threads", o.threads}, {"reps", o.reps},
-                  {"masked", o.masked}}},
+                  {"masked", o.masked},
+                  {"dtype", o.bf16 ? cpu::bf16_path_name(cpu::cpu_features().bf16) : "f32"}}},
       {"plain", {{"fwd_ms", 1e3 * median(tp_f)}, {"bwd_ms", 1e3 * median(tp_b)}, {"total_ms", 1e3 * median(tp)},
                  {"saved_bytes", saved_p}, {"fwd_gflops", gflops(fwd_flops, median(tp_f))},
                  {"bwd_gflops", gflops(bwd_flops, median(tp_b))}}},
