@@ -83,8 +83,9 @@ int32_t argmax(const float* logits, int64_t vocab) {
     const float* chunk = logits + c0;
     const int64_t n = std::min(kChunk, vocab - c0);
     float top = -std::numeric_limits<float>::infinity();
+    // std::max(top, x) spelled out: GCC 12 keeps the loop scalar with std::max itself.
 #pragma omp simd reduction(max : top)
-    for (int64_t i = 0; i < n; ++i) top = std::max(top, chunk[i]);
+    for (int64_t i = 0; i < n; ++i) top = top < chunk[i] ? chunk[i] : top;
     if (top > best) {
       best = top;
       at = c0 + (std::find(chunk, chunk + n, top) - chunk);

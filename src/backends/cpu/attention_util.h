@@ -80,7 +80,7 @@ void for_each_head(const AttentionDims& d, size_t floats, Fn&& fn) {
 inline void softmax_row(float* row, int64_t n, int64_t len) {
   float mx = row[0];
 #pragma omp simd reduction(max : mx)
-  for (int64_t j = 1; j < n; ++j) mx = std::max(mx, row[j]);
+  for (int64_t j = 1; j < n; ++j) mx = max_step(mx, row[j]);
   float sum = 0.f;
 #pragma omp simd reduction(+ : sum)
   for (int64_t j = 0; j < n; ++j) {

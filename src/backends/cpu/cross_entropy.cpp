@@ -49,7 +49,7 @@ void cross_entropy_kernel(const KernelCall& c) {
       const T* xr = x + r * v;
       float mx = -std::numeric_limits<float>::infinity();
 #pragma omp simd reduction(max : mx)
-      for (int64_t j = 0; j < v; ++j) mx = std::max(mx, widen(xr[j]));
+      for (int64_t j = 0; j < v; ++j) mx = max_step(mx, widen(xr[j]));
       float s = 0.f;
 #pragma omp simd reduction(+ : s)
       for (int64_t j = 0; j < v; ++j) s += fast_exp(widen(xr[j]) - mx);

@@ -83,7 +83,7 @@ void forward_head(const float* q, const float* k, const float* v, int64_t ld, fl
         const int64_t n = valid_keys(i0 + r, j0, w);
         float mx = first ? -std::numeric_limits<float>::infinity() : m[r];
 #pragma omp simd reduction(max : mx)
-        for (int64_t j = 0; j < n; ++j) mx = std::max(mx, s[j]);
+        for (int64_t j = 0; j < n; ++j) mx = max_step(mx, s[j]);
         float sum = 0.f;
 #pragma omp simd reduction(+ : sum)
         for (int64_t j = 0; j < n; ++j) {

@@ -111,7 +111,7 @@ void softmax_grad_rows(const Setup& s, int64_t r0, int64_t rows, bool narrow_row
       }
       float mx = -std::numeric_limits<float>::infinity();
 #pragma omp simd reduction(max : mx)
-      for (int64_t j = 0; j < v; ++j) mx = std::max(mx, l[j]);
+      for (int64_t j = 0; j < v; ++j) mx = max_step(mx, l[j]);
       const float target_logit = l[tr];
       float sum = 0.f;
 #pragma omp simd reduction(+ : sum)

@@ -18,7 +18,7 @@ template <class T>
 float row_max(const T* x, int64_t n) {
   float mx = -std::numeric_limits<float>::infinity();
 #pragma omp simd reduction(max : mx)
-  for (int64_t i = 0; i < n; ++i) mx = std::max(mx, widen(x[i]));
+  for (int64_t i = 0; i < n; ++i) mx = max_step(mx, widen(x[i]));
   return mx;
 }
 
