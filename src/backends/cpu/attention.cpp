@@ -4,7 +4,7 @@
 // a time, parallel_for_each): each pair writes its own columns of
 // y / dqkv and its own (T, T) block of probs, so no two threads touch the same
 // bytes and nothing needs a reduction across threads. Within a pair the query
-// rows go in blocks of kBlock; block [i0, i1) only needs keys [0, i1), so the
+// rows go in blocks (kGemmBlock, kTileBlock); block [i0, i1) only needs keys [0, i1), so the
 // matrix products (OpenBLAS, single-threaded inside our parallel region) cover
 // the causal lower triangle plus half of one diagonal block, and the masked
 // work is skipped. Scores are written straight into the probs output. The
@@ -41,9 +41,14 @@ namespace {
 
 using core::KernelCall;
 
-// Query rows per block: large enough for efficient GEMMs, small enough that
-// the wasted half of a diagonal block stays a small fraction for T >= 128.
-constexpr int64_t kBlock = 64;
+// Query rows per block: large enough for efficient products, small enough
+// that the wasted half of a diagonal block stays a small fraction. Through
+// gemm.h (oneDNN on AVX-512 CPUs, f32 and bf16) 128 rows: fewer, larger
+// calls; bench_attention at W2's shape (B 8, T 256, hd 64) on a Zen 5 gave
+// fwd+bwd 6.84 -> 6.26 ms (f32) and 4.99 -> 4.67 ms (bf16-native) against
+// 64 rows, and 256 rows was slower than both. The register tiles keep 64.
+constexpr int64_t kGemmBlock = 128;
+constexpr int64_t kTileBlock = 64;
 
 using Dims = AttentionDims;
 
@@ -72,13 +77,13 @@ void masked_row(const float* src, int64_t n, int64_t len, E* dst) {
 }
 
 // One head. q, k, v: T rows of hd values, `ld` apart; y: T rows `ldy` apart;
-// P: the head's (T, T) f32 probabilities. `pw` (kBlock * T values) holds a
+// P: the head's (T, T) f32 probabilities. `pw` (kGemmBlock * T values) holds a
 // block of P as the operand type when that is not f32.
 template <class E>
 void forward_head(GemmCache& cache, const E* q, const E* k, const E* v, int64_t ld, E* y, int64_t ldy, float* P,
                   int64_t T, int64_t hd, float scale, E* pw) {
-  for (int64_t i0 = 0; i0 < T; i0 += kBlock) {
-    const int64_t bs = std::min(kBlock, T - i0), i1 = i0 + bs;
+  for (int64_t i0 = 0; i0 < T; i0 += kGemmBlock) {
+    const int64_t bs = std::min(kGemmBlock, T - i0), i1 = i0 + bs;
     float* Pb = P + i0 * T;
     // S = scale * Q[i0:i1] K[0:i1]^T, f32
     mm(cache, false, true, bs, i1, hd, scale, q + i0 * ld, ld, k, ld, 0.f, Pb, T);
@@ -95,19 +100,19 @@ void forward_head(GemmCache& cache, const E* q, const E* k, const E* v, int64_t 
 
 // One head of the backward. Inputs as in forward_head plus dy (rows `lddy`
 // apart) and P; dq is written in place (rows `lddq` apart), dk and dv are
-// f32 accumulators (rows `lddkv` apart). `work` holds 2 * kBlock * T floats,
-// `ew` 2 * kBlock * T operand values (used when E is not f32).
+// f32 accumulators (rows `lddkv` apart). `work` holds 2 * kGemmBlock * T floats,
+// `ew` 2 * kGemmBlock * T operand values (used when E is not f32).
 template <class E>
 void backward_head(GemmCache& cache, const E* q, const E* k, const E* v, int64_t ld, const E* dy, int64_t lddy,
                    const float* P, E* dq, int64_t lddq, float* dk, float* dv, int64_t lddkv, int64_t T, int64_t hd,
                    float scale, float* work, E* ew) {
   zero_key_grads(dk, dv, lddkv, T, hd);
   float* dS = work;  // (bs, i1): dP, then dS
-  E* Pm = reinterpret_cast<E*>(work + kBlock * T);  // (bs, i1): P with the mask applied
+  E* Pm = reinterpret_cast<E*>(work + kGemmBlock * T);  // (bs, i1): P with the mask applied
   E* dSe = reinterpret_cast<E*>(dS);                // dS as the operand type
-  if constexpr (!std::is_same_v<E, float>) Pm = ew, dSe = ew + kBlock * T;
-  for (int64_t i0 = 0; i0 < T; i0 += kBlock) {
-    const int64_t bs = std::min(kBlock, T - i0), i1 = i0 + bs;
+  if constexpr (!std::is_same_v<E, float>) Pm = ew, dSe = ew + kGemmBlock * T;
+  for (int64_t i0 = 0; i0 < T; i0 += kGemmBlock) {
+    const int64_t bs = std::min(kGemmBlock, T - i0), i1 = i0 + bs;
     const E* dyb = dy + i0 * lddy;
     for (int64_t r = 0; r < bs; ++r) masked_row(P + (i0 + r) * T, i0 + r + 1, i1, Pm + r * i1);
     // dP = dY[i0:i1] V[0:i1]^T
@@ -148,8 +153,8 @@ void forward_head_tiles(const float* q, const float* k, const float* v, int64_t 
   namespace tiles = attention_tiles;
   tiles::pack_transposed(k, ld, T, hd, w.keys);
   tiles::copy_rows(v, ld, T, hd, w.rows);
-  for (int64_t i0 = 0; i0 < T; i0 += kBlock) {
-    const int64_t bs = std::min(kBlock, T - i0), i1 = i0 + bs;
+  for (int64_t i0 = 0; i0 < T; i0 += kTileBlock) {
+    const int64_t bs = std::min(kTileBlock, T - i0), i1 = i0 + bs;
     float* Pb = P + i0 * T;
     tiles::copy_rows(q + i0 * ld, ld, bs, hd, w.qb);
     tiles::scores(w.qb, hd, w.keys, bs, i1, hd, scale, Pb, T);
@@ -158,7 +163,7 @@ void forward_head_tiles(const float* q, const float* k, const float* v, int64_t 
   }
 }
 
-// dS and Pm: kBlock * T floats each (dP then dS; the block of P with its mask applied).
+// dS and Pm: kTileBlock * T floats each (dP then dS; the block of P with its mask applied).
 void backward_head_tiles(const float* q, const float* k, const float* v, int64_t ld, const float* dy, int64_t lddy,
                          const float* P, float* dq, float* dk, float* dv, int64_t ldd, int64_t T, int64_t hd,
                          float scale, float* dS, float* Pm, const HeadWork& w) {
@@ -166,8 +171,8 @@ void backward_head_tiles(const float* q, const float* k, const float* v, int64_t
   zero_key_grads(dk, dv, ldd, T, hd);
   tiles::pack_transposed(v, ld, T, hd, w.keys);
   tiles::copy_rows(k, ld, T, hd, w.rows);
-  for (int64_t i0 = 0; i0 < T; i0 += kBlock) {
-    const int64_t bs = std::min(kBlock, T - i0), i1 = i0 + bs;
+  for (int64_t i0 = 0; i0 < T; i0 += kTileBlock) {
+    const int64_t bs = std::min(kTileBlock, T - i0), i1 = i0 + bs;
     tiles::copy_rows(dy + i0 * lddy, lddy, bs, hd, w.dyb);
     tiles::copy_rows(q + i0 * ld, ld, bs, hd, w.qb);
     for (int64_t r = 0; r < bs; ++r) masked_row(P + (i0 + r) * T, i0 + r + 1, i1, Pm + r * i1);
@@ -189,12 +194,12 @@ void attention_f32(const KernelCall& c) {
   float* probs = c.out(1).as<float>();
   GemmCache& cache = gemm_cache_of(c.ctx);
   const bool tiles = cpu_features().attention_tiles;
-  for_each_head(d, tiles ? HeadWork::floats(d.T, d.hd, kBlock) : 0, [&](const HeadOffsets& o, float* w) {
+  for_each_head(d, tiles ? HeadWork::floats(d.T, d.hd, kTileBlock) : 0, [&](const HeadOffsets& o, float* w) {
     const float* q = qkv + o.qkv;
     float *yh = y + o.y, *P = probs + o.probs;
     if (tiles)
       forward_head_tiles(q, q + d.C, q + 2 * d.C, 3 * d.C, yh, d.C, P, d.T, d.hd, d.scale,
-                         HeadWork(w, d.T, d.hd, kBlock));
+                         HeadWork(w, d.T, d.hd, kTileBlock));
     else
       forward_head<float>(cache, q, q + d.C, q + 2 * d.C, 3 * d.C, yh, d.C, P, d.T, d.hd, d.scale, nullptr);
   });
@@ -208,15 +213,15 @@ void attention_backward_f32(const KernelCall& c) {
   float* dqkv = c.out(0).as<float>();
   GemmCache& cache = gemm_cache_of(c.ctx);
   const bool tiles = cpu_features().attention_tiles;
-  const size_t work_floats = size_t(2 * kBlock * d.T);
-  const size_t floats = work_floats + (tiles ? HeadWork::floats(d.T, d.hd, kBlock) : 0);
+  const size_t work_floats = size_t(2 * (tiles ? kTileBlock : kGemmBlock) * d.T);
+  const size_t floats = work_floats + (tiles ? HeadWork::floats(d.T, d.hd, kTileBlock) : 0);
   for_each_head(d, floats, [&](const HeadOffsets& o, float* work) {
     const float *q = qkv + o.qkv, *dyh = dy + o.y, *P = probs + o.probs;
     float* dq = dqkv + o.qkv;
     if (tiles)
       backward_head_tiles(q, q + d.C, q + 2 * d.C, 3 * d.C, dyh, d.C, P, dq, dq + d.C, dq + 2 * d.C, 3 * d.C, d.T,
-                          d.hd, d.scale, work, work + kBlock * d.T,
-                          HeadWork(work + work_floats, d.T, d.hd, kBlock));
+                          d.hd, d.scale, work, work + kTileBlock * d.T,
+                          HeadWork(work + work_floats, d.T, d.hd, kTileBlock));
     else
       backward_head<float>(cache, q, q + d.C, q + 2 * d.C, 3 * d.C, dyh, d.C, P, dq, 3 * d.C, dq + d.C, dq + 2 * d.C,
                            3 * d.C, d.T, d.hd, d.scale, work, nullptr);
@@ -238,7 +243,7 @@ void attention_bf16_native(const KernelCall& c) {
   float* probs = c.out(1).as<float>();
   GemmCache& cache = gemm_cache_of(c.ctx);
   parallel_for(d.B * d.nh, 1, [&](int64_t lo, int64_t hi) {
-    uint16_t* pw = scratch16(size_t(kBlock * d.T));
+    uint16_t* pw = scratch16(size_t(kGemmBlock * d.T));
     for (int64_t bh = lo; bh < hi; ++bh) {
       const int64_t b = bh / d.nh, h = bh % d.nh;
       const uint16_t* q = qkv + b * d.T * 3 * d.C + h * d.hd;
@@ -257,9 +262,9 @@ void attention_backward_bf16_native(const KernelCall& c) {
   GemmCache& cache = gemm_cache_of(c.ctx);
   const int64_t n = d.T * d.hd;
   parallel_for(d.B * d.nh, 1, [&](int64_t lo, int64_t hi) {
-    float* buf = scratch(size_t(2 * n + 2 * kBlock * d.T));
+    float* buf = scratch(size_t(2 * n + 2 * kGemmBlock * d.T));
     float *dk = buf, *dv = buf + n, *work = buf + 2 * n;
-    uint16_t* ew = scratch16(size_t(2 * kBlock * d.T));
+    uint16_t* ew = scratch16(size_t(2 * kGemmBlock * d.T));
     for (int64_t bh = lo; bh < hi; ++bh) {
       const int64_t b = bh / d.nh, h = bh % d.nh;
       const int64_t off = b * d.T * 3 * d.C + h * d.hd;
@@ -305,7 +310,7 @@ void attention_backward_bf16_emulated(const KernelCall& c) {
   GemmCache& cache = gemm_cache_of(c.ctx);
   const int64_t n = d.T * d.hd;
   parallel_for(d.B * d.nh, 1, [&](int64_t lo, int64_t hi) {
-    float* buf = scratch(size_t(7 * n + 2 * kBlock * d.T));
+    float* buf = scratch(size_t(7 * n + 2 * kGemmBlock * d.T));
     float *q = buf, *k = buf + n, *v = buf + 2 * n, *g = buf + 3 * n;
     float *dq = buf + 4 * n, *dk = buf + 5 * n, *dv = buf + 6 * n, *work = buf + 7 * n;
     for (int64_t bh = lo; bh < hi; ++bh) {
