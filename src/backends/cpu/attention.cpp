@@ -4,8 +4,8 @@
 // a time, parallel_for_each): each pair writes its own columns of
 // y / dqkv and its own (T, T) block of probs, so no two threads touch the same
 // bytes and nothing needs a reduction across threads. Within a pair the query
-// rows go in blocks (kGemmBlock, kTileBlock); block [i0, i1) only needs keys [0, i1), so the
-// matrix products (OpenBLAS, single-threaded inside our parallel region) cover
+// rows go in blocks (kGemmBlock, kTileBlock rows); block [i0, i1) only
+// needs keys [0, i1), so the matrix products (OpenBLAS, single-threaded inside our parallel region) cover
 // the causal lower triangle plus half of one diagonal block, and the masked
 // work is skipped. Scores are written straight into the probs output. The
 // f32 products run as AVX2 + FMA register tiles where cpu_features() says so
@@ -41,10 +41,10 @@ namespace {
 
 using core::KernelCall;
 
-// Query rows per block: large enough for efficient products, small enough
-// that the wasted half of a diagonal block stays a small fraction. Through
-// gemm.h (oneDNN on AVX-512 CPUs, f32 and bf16) 128 rows: fewer, larger
-// calls; bench_attention at W2's shape (B 8, T 256, hd 64) on a Zen 5 gave
+// Query rows per block, a trade: larger blocks make fewer, larger products,
+// but compute more masked scores above the diagonal (at T = 256, blocks of
+// 128 compute 1.5x the causal triangle, blocks of 64 1.25x). Through gemm.h
+// (oneDNN on AVX-512 CPUs, f32 and bf16) 128 rows; bench_attention at W2's shape (B 8, T 256, hd 64) on a Zen 5 gave
 // fwd+bwd 6.84 -> 6.26 ms (f32) and 4.99 -> 4.67 ms (bf16-native) against
 // 64 rows, and 256 rows was slower than both. The register tiles keep 64.
 constexpr int64_t kGemmBlock = 128;

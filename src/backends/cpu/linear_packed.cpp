@@ -9,7 +9,9 @@
 // batch 1 runs at memory speed, a batch of 16 rows at the FMA units' speed.
 //
 // Tiles (accumulator registers <= 12 of AVX2's 16):
-//   1 row x 4 panels, 2 rows x 2 panels, 3-6 rows x 1 panel.
+//   1 row x 4 panels, 2 rows x 2 panels, 3-6 rows x 1 panel;
+// on AVX-512 (24 of 32): 1-6 rows x 4 panels, and over many panels (the LM
+// head) 16 or 8 rows x 1 panel (the wide tiles below).
 // Every output is bias + x[0] w[0] + x[1] w[1] + ... in the order of k, one
 // FMA chain whatever the tile, so a row's result does not depend on how many
 // rows share the call: the same prompt decodes the same alone or in a batch.
@@ -106,11 +108,11 @@ using S = Avx512;
 #undef BRISK_PACKED_TARGET
 }  // namespace avx512
 
-// AVX-512, 16 (or 8) rows at once: a batch-16 decode step's LM head. Six-row groups
-// walk each block of weights three times (6 + 6 + 4 rows), and only the
-// first walk overlaps its FMAs with the stream from memory; one 16-row walk
-// keeps the memory stream and all of the arithmetic together (the 16-row W1
-// head went from 1.48 to ~1 ms, bench_decode). The rows' activations are
+// AVX-512, 16 (or 8) rows at once: a batch-16 decode step's LM head.
+// Six-row groups walk each block of weights three times (6 + 6 + 4 rows),
+// and only the first walk overlaps its FMAs with the stream from memory; one
+// 16-row walk keeps the memory stream and all of the arithmetic together (the
+// 16-row W1 head went from 1.48 to 0.95 ms, bench_decode). The rows' activations are
 // first transposed into xt (k-major, 16 per k), so one pointer serves all 16
 // broadcasts; the sums are the same chain in the same order as the other
 // tiles, so a row's result still does not depend on its neighbours.
