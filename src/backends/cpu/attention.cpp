@@ -4,10 +4,11 @@
 // a time, parallel_for_each): each pair writes its own columns of
 // y / dqkv and its own (T, T) block of probs, so no two threads touch the same
 // bytes and nothing needs a reduction across threads. Within a pair the query
-// rows go in blocks (kGemmBlock, kTileBlock rows); block [i0, i1) only
-// needs keys [0, i1), so the matrix products (OpenBLAS, single-threaded inside our parallel region) cover
-// the causal lower triangle plus half of one diagonal block, and the masked
-// work is skipped. Scores are written straight into the probs output. The
+// rows go in blocks (kGemmBlock, kTileBlock rows); block [i0, i1) only needs
+// keys [0, i1), so the matrix products (single-threaded inside our parallel
+// region) cover the causal lower triangle plus half of one diagonal block,
+// and the rest of the masked work is skipped. Scores are written straight
+// into the probs output. The
 // f32 products run as AVX2 + FMA register tiles where cpu_features() says so
 // (attention_tiles.h), otherwise through gemm.h like the bf16 ones.
 //
