@@ -243,7 +243,7 @@ TEST(InferEngine, PackedWeightsKeepTheModelsFunction) {
 // A sequence samples the same tokens alone, with others, and when it joins
 // a batch that is already decoding (continuous batching).
 TEST(InferEngine, SeededSamplingIgnoresBatchComposition) {
-  for (infer::Scheme scheme : {infer::Scheme::f32, infer::Scheme::int8}) {
+  for (infer::Scheme scheme : {infer::Scheme::f32, infer::Scheme::int8, infer::Scheme::int4}) {
     SCOPED_TRACE(infer::scheme_name(scheme));
     infer::Model m = infer::load_model(checkpoint());
     if (scheme != infer::Scheme::f32) m = infer::quantize(m, scheme);

@@ -4,15 +4,16 @@
 // Both first quantize the activations into the workspace, then run integer
 // dot products, one path per CPU (cpu_features().int8, chosen at run time):
 //
-//  - avx512_vnni / avx_vnni: vpdpbusd multiplies unsigned by signed bytes.
-//    linear_q8 stores the activations as x + 128 (unsigned) and subtracts
-//    128 * sum(w) (itself a vpdpbusd of ones with w, in the same pass);
-//    linear_q4's unpacked weight codes q + 8 are the unsigned side and the
-//    kernel subtracts 8 * sum(x) per group (summed at quantization time).
-//  - avx2: vpmaddubsw to 16 bits, vpmaddwd to 32. For int8 weights the
-//    unsigned side is |w| and x takes w's sign (vpsignb), so no pair sum can
-//    saturate 16 bits (2 * 127 * 127 < 32767); 4-bit codes are small enough
-//    to be the unsigned side directly.
+//  - avx512_vnni / avx_vnni (linear_q8): vpdpbusd multiplies unsigned by
+//    signed bytes. linear_q8 stores the activations as x + 128 (unsigned)
+//    and subtracts 128 * sum(w) (itself a vpdpbusd of ones with w, in the
+//    same pass).
+//  - avx2 (linear_q8 on AVX2 CPUs, linear_q4 on every CPU with AVX2):
+//    vpmaddubsw to 16 bits, vpmaddwd to 32. For int8 weights the unsigned
+//    side is |w| and x takes w's sign (vpsignb), so no pair sum can saturate
+//    16 bits (2 * 127 * 127 < 32767); 4-bit codes (q + 8) are small enough
+//    to be the unsigned side directly, and the kernel subtracts 8 * sum(x)
+//    per group (summed at quantization time).
 //  - scalar: plain loops, for CPUs without AVX2 and as the tail of rows
 //    whose length is not a multiple of the vector.
 //
@@ -403,10 +404,8 @@ Q4Rows q4_rows(const KernelCall& c, const Dims& d) {
 }
 
 // out[r] = sum over groups of dot(codes_u, x) * sx * sw for rows r < nr
-// (codes_u = q + 8, the correction applied by the caller).
-using DotQ4 = void (*)(const Q4Rows& q, int64_t row0, int nr, int64_t padded, int64_t groups, const uint8_t* w,
-                       const float* ws, float* out);
-
+// (codes_u = q + 8, the correction applied by the caller): the path of CPUs
+// without AVX2.
 void dot_q4_scalar(const Q4Rows& q, int64_t row0, int nr, int64_t padded, int64_t groups, const uint8_t* w,
                    const float* ws, float* out) {
   for (int r = 0; r < nr; ++r) {
@@ -426,61 +425,6 @@ __attribute__((target("avx2"))) inline __m256i unpack_q4(const uint8_t* group) {
   const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(group));
   const __m128i mask = _mm_set1_epi8(0x0f);
   return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(b, 4), mask), _mm_and_si128(b, mask));
-}
-
-__attribute__((target("avx2,fma"))) float hsum_ps256(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-__attribute__((target("avx2,fma,avxvnni"))) void dot_q4_avxvnni(const Q4Rows& q, int64_t row0, int nr,
-                                                                 int64_t padded, int64_t groups, const uint8_t* w,
-                                                                 const float* ws, float* out) {
-  __m256 acc[kRowBlock];
-  for (int r = 0; r < kRowBlock; ++r) acc[r] = _mm256_setzero_ps();
-  for (int64_t g = 0; g < groups; ++g) {
-    const __m256i codes = unpack_q4(w + g * 16);
-    for (int r = 0; r < nr; ++r) {
-      const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q.codes + (row0 + r) * padded + g * 32));
-      const __m256i s32 = _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), codes, xv);
-      const __m256 scale = _mm256_set1_ps(q.scale[(row0 + r) * groups + g] * ws[g]);
-      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s32), scale, acc[r]);
-    }
-  }
-  for (int r = 0; r < nr; ++r) out[r] = hsum_ps256(acc[r]);
-}
-
-// Two groups per 512-bit vector: lanes 0-7 sum the first, 8-15 the second.
-__attribute__((target("avx512f,avx512bw,avx512vnni,avx2,fma"))) void dot_q4_avx512(
-    const Q4Rows& q, int64_t row0, int nr, int64_t padded, int64_t groups, const uint8_t* w, const float* ws,
-    float* out) {
-  __m512 acc[kRowBlock];
-  for (int r = 0; r < kRowBlock; ++r) acc[r] = _mm512_setzero_ps();
-  int64_t g = 0;
-  for (; g + 2 <= groups; g += 2) {
-    const __m512i codes = _mm512_inserti64x4(_mm512_castsi256_si512(unpack_q4(w + g * 16)), unpack_q4(w + g * 16 + 16), 1);
-    for (int r = 0; r < nr; ++r) {
-      const int64_t row = row0 + r;
-      const __m512i xv = _mm512_loadu_si512(q.codes + row * padded + g * 32);
-      const __m512i s32 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), codes, xv);
-      const __m512 scale = _mm512_mask_blend_ps(__mmask16(0xff00), _mm512_set1_ps(q.scale[row * groups + g] * ws[g]),
-                                                _mm512_set1_ps(q.scale[row * groups + g + 1] * ws[g + 1]));
-      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s32), scale, acc[r]);
-    }
-  }
-  for (int r = 0; r < nr; ++r) {
-    float tail = 0.f;
-    if (g < groups) {  // an odd last group
-      const int64_t row = row0 + r;
-      const int8_t* x = q.codes + row * padded + g * 32;
-      int32_t s = 0;
-      for (int j = 0; j < 32; ++j) s += (quant::q4_code(w + g * 16, j) + 8) * x[j];
-      tail = float(s) * (q.scale[row * groups + g] * ws[g]);
-    }
-    out[r] = _mm512_reduce_add_ps(acc[r]) + tail;
-  }
 }
 
 // avx2 tiles (see "avx2: tiles" above): lane r * kW + o of the result is
@@ -608,21 +552,16 @@ void q4_tiles_avx2(const Q4Rows& q, const Dims& d, const uint8_t* w, const float
   }
 }
 
-DotQ4 dot_q4_for(Int8Dot path) {
-  switch (path) {
-    case Int8Dot::avx512_vnni: return dot_q4_avx512;
-    case Int8Dot::avx_vnni: return dot_q4_avxvnni;
-    case Int8Dot::avx2:  // q4_tiles_avx2 instead
-    case Int8Dot::scalar: return dot_q4_scalar;
-  }
-  return dot_q4_scalar;
-}
-
 void linear_q4_f32(const KernelCall& c) {
   const Dims d = dims_of(c);
   const int64_t groups = d.k / quant::kQ4Group;
   const Q4Rows q = q4_rows(c, d);
-  const bool avx2 = cpu_features().int8 == Int8Dot::avx2;
+  // Every SIMD path takes the AVX2 tiles: on a Zen 5 (avx512_vnni and
+  // avx_vnni) they ran W1's Linears 2-3.5x faster than one weight row at a
+  // time against vpdpbusd, which unpacked every group's nibbles once per row
+  // block and summed each dot product on its own (bench_decode, LM head:
+  // 406 -> 121 us at 1 row, 3165 -> 1404 us at 16).
+  const bool avx2 = cpu_features().int8 != Int8Dot::scalar;
   const float* x = c.in(0).as<float>();
   parallel_for(d.rows, 4, [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r)
@@ -650,7 +589,6 @@ void linear_q4_f32(const KernelCall& c) {
     });
     return;
   }
-  const DotQ4 dot = dot_q4_for(cpu_features().int8);
   parallel_for(d.n, grain, [&](int64_t nb, int64_t ne) {
     float dots[kRowBlock];
     for (int64_t o = nb; o < ne; ++o) {
@@ -658,7 +596,7 @@ void linear_q4_f32(const KernelCall& c) {
       const float bo = bias ? bias[o] : 0.f;
       for (int64_t r0 = 0; r0 < d.rows; r0 += kRowBlock) {
         const int nr = int(std::min<int64_t>(kRowBlock, d.rows - r0));
-        dot(q, r0, nr, d.padded, groups, w + o * (d.k / 2), ws, dots);
+        dot_q4_scalar(q, r0, nr, d.padded, groups, w + o * (d.k / 2), ws, dots);
         for (int r = 0; r < nr; ++r) {
           float corr = 0.f;  // the +8 of every weight code, group by group
           for (int64_t g = 0; g < groups; ++g) corr += q.corr[(r0 + r) * groups + g] * ws[g];
