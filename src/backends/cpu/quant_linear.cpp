@@ -388,7 +388,7 @@ struct Q4Rows {
   int8_t* codes;
   float* scale;  // rows x groups
   float* corr;   // rows x groups: scale * sum(codes) * 8
-  float* scale4;  // avx2: rows x groups x 4, each scale four times
+  float* scale4;  // the AVX2 tiles: rows x groups x 4, each scale four times
 };
 
 Q4Rows q4_rows(const KernelCall& c, const Dims& d) {
@@ -561,7 +561,7 @@ void linear_q4_f32(const KernelCall& c) {
   // time against vpdpbusd, which unpacked every group's nibbles once per row
   // block and summed each dot product on its own (bench_decode, LM head:
   // 406 -> 121 us at 1 row, 3165 -> 1404 us at 16).
-  const bool avx2 = cpu_features().int8 != Int8Dot::scalar;
+  const bool tiles = cpu_features().int8 != Int8Dot::scalar;
   const float* x = c.in(0).as<float>();
   parallel_for(d.rows, 4, [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r)
@@ -572,9 +572,9 @@ void linear_q4_f32(const KernelCall& c) {
         for (int j = 0; j < 32; ++j) sum += codes[j];
         q.scale[r * groups + g] = s;
         q.corr[r * groups + g] = s * float(8 * sum);
-        if (avx2) std::fill_n(q.scale4 + (r * groups + g) * 4, 4, s);
+        if (tiles) std::fill_n(q.scale4 + (r * groups + g) * 4, 4, s);
       }
-    if (avx2)
+    if (tiles)
       for (int64_t r = b; r < e; ++r) q4_pair_layout(q.codes + r * d.padded, groups);
   });
   const uint8_t* w = c.in(1).as<uint8_t>();
@@ -582,7 +582,7 @@ void linear_q4_f32(const KernelCall& c) {
   const float* bias = c.inputs.size() == 4 ? c.in(3).as<float>() : nullptr;
   float* y = c.out(0).as<float>();
   const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(d.k * d.rows, 1));
-  if (avx2) {
+  if (tiles) {
     const int64_t blocks = (d.n + kBlockW - 1) / kBlockW;
     parallel_for(blocks, std::max<int64_t>(1, grain / kBlockW), [&](int64_t b, int64_t e) {
       q4_tiles_avx2(q, d, w, wscale, bias, y, b * kBlockW, std::min(d.n, e * kBlockW));
