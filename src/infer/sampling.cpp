@@ -1,17 +1,27 @@
-// The sampler (sampler.h). Top-k keeps the k largest logits with a partial
-// selection (std::nth_element, O(vocab)) and sorts only those; without top-k
-// but with top-p, the candidates are the tokens whose logit is within ~30
-// nats of the best (the rest cannot matter to any p < 1 in float) before
-// sorting. Greedy is one pass.
+// The sampler (sampler.h). A draw is a few passes over the vocabulary, and
+// nothing sorts it:
+//  - the weights exp((logit - top) / T) in one vectorised pass
+//    (core/fast_math.h), zero below the filters' floor (30 nats under the
+//    top, where nothing any filter keeps can be, and min-p's cut);
+//  - top-k selects the k best logits by value (std::nth_element) and sorts
+//    only those;
+//  - top-p finds the smallest set of best tokens whose weight reaches p of
+//    the total by a weighted quickselect (linear on average), not a sort;
+//  - the draw walks chunk sums of the weights, then one chunk.
+// Sorting every candidate, as this file once did, is n log n over a whole
+// 50k vocabulary when the distribution is broad (docs/inference.md has the
+// cost). Greedy is one pass.
 #include "brisk/infer/sampler.h"
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <numeric>
 #include <random>
 
 #include "brisk/core/error.h"
+#include "brisk/core/fast_math.h"
 
 namespace brisk::infer {
 
@@ -68,6 +78,13 @@ void apply_penalties(float* logits, const SamplingParams& p, const SequenceHisto
       if (const int32_t n = h.count(t); n > 0) logits[t] -= float(n) * p.frequency_penalty + p.presence_penalty;
 }
 
+float max_logit(const float* logits, int64_t vocab) {
+  float top = -std::numeric_limits<float>::infinity();
+#pragma omp simd reduction(max : top)
+  for (int64_t i = 0; i < vocab; ++i) top = core::max_step(top, logits[i]);
+  return top;
+}
+
 // The first index of the largest logit, in one pass over memory: a
 // vectorised max per chunk of 1024, and a search only in a chunk that raises
 // it (that chunk is still in L1). std::max_element's compare-and-track chain
@@ -82,10 +99,7 @@ int32_t argmax(const float* logits, int64_t vocab) {
   for (int64_t c0 = 0; c0 < vocab; c0 += kChunk) {
     const float* chunk = logits + c0;
     const int64_t n = std::min(kChunk, vocab - c0);
-    float top = -std::numeric_limits<float>::infinity();
-    // std::max(top, x) spelled out: GCC 12 keeps the loop scalar with std::max itself.
-#pragma omp simd reduction(max : top)
-    for (int64_t i = 0; i < n; ++i) top = top < chunk[i] ? chunk[i] : top;
+    const float top = max_logit(chunk, n);
     if (top > best) {
       best = top;
       at = c0 + (std::find(chunk, chunk + n, top) - chunk);
@@ -94,23 +108,195 @@ int32_t argmax(const float* logits, int64_t vocab) {
   return int32_t(at);
 }
 
-// log(sum(exp(logits))) over the whole vocabulary.
+// The order of "more likely": the larger logit, ties to the lower id.
+bool better(float la, int32_t a, float lb, int32_t b) { return la > lb || (la == lb && a < b); }
+
+// Tokens at or above a logit value: how many, and (given weights) their weight.
+struct Above {
+  int64_t count = 0;
+  double mass = 0;
+};
+
+Above above(const float* logits, const float* w, int64_t vocab, float t) {
+  Above a;
+  int64_t n = 0;
+  double m = 0;
+  if (w) {
+#pragma omp simd reduction(+ : n, m)
+    for (int64_t i = 0; i < vocab; ++i) {
+      const bool in = logits[i] >= t;
+      n += in;
+      m += in ? double(w[i]) : 0.0;
+    }
+  } else {
+#pragma omp simd reduction(+ : n)
+    for (int64_t i = 0; i < vocab; ++i) n += logits[i] >= t;
+  }
+  a.count = n;
+  a.mass = m;
+  return a;
+}
+
+// The last token (in the order of `better`) of the smallest set of best
+// tokens that holds k of them, or (given weights w) weight `need`: the
+// boundary of top-k and of top-p. Bisection on the logit value, one
+// vectorised pass per step, narrows a band [lo, hi) that holds the boundary
+// to a few tokens (the tokens >= hi fall short of the goal, those >= lo reach
+// it); then the band's tokens alone are sorted and walked. `bottom` is a value
+// no candidate is below. A sort of all candidates (a broad distribution's
+// whole 50k vocabulary) was n log n per drawn token.
+struct Boundary {
+  float logit;
+  int32_t id;
+  bool found;  // false: no token reaches the goal (NaN logits); keep every candidate
+};
+
+Boundary boundary_of(const float* logits, const float* w, int64_t vocab, float top, float bottom, int64_t k,
+                     double need, SamplerScratch& work) {
+  constexpr int64_t kBand = 64;
+  const auto reached = [&](const Above& a) { return w ? a.mass >= need : a.count >= k; };
+  // The tokens still in play: the whole vocabulary, then (once the band is
+  // an eighth of them) copies of the band's logits, weights and ids, so
+  // that later passes read only the band. `base` counts the tokens above
+  // the copies.
+  const float* cl = logits;
+  const float* cw = w;
+  int64_t cn = vocab;
+  bool whole = true;
+  Above base;
+  const auto above_all = [&](float t) {
+    Above a = above(cl, cw, cn, t);
+    a.count += base.count;
+    a.mass += base.mass;
+    return a;
+  };
+  float lo = top, hi = std::numeric_limits<float>::infinity();
+  Above at_lo = above_all(lo), at_hi;
+  // Keeps the tokens in [lo, hi) (in place once they are copies).
+  const auto narrow = [&] {
+    if (whole) {
+      work.band_logits.resize(size_t(vocab));
+      work.band_weights.resize(w ? size_t(vocab) : 0);
+      work.band.resize(size_t(vocab));
+    }
+    float* nl = work.band_logits.data();
+    float* nw = w ? work.band_weights.data() : nullptr;
+    int32_t* ni = work.band.data();
+    int64_t m = 0;
+    for (int64_t j = 0; j < cn; ++j)
+      if (cl[j] >= lo && cl[j] < hi) {
+        nl[m] = cl[j];
+        if (nw) nw[m] = cw[j];
+        ni[m] = whole ? int32_t(j) : ni[j];
+        ++m;
+      }
+    cl = nl, cw = nw, cn = m, whole = false, base = at_hi;
+  };
+  if (!reached(at_lo)) {  // the boundary is below the top: bisect [bottom, top)
+    hi = top;
+    at_hi = at_lo;
+    lo = bottom;
+    at_lo = above_all(lo);
+    while (at_lo.count - at_hi.count > kBand) {
+      if (8 * (at_lo.count - at_hi.count) <= cn) narrow();
+      const float mid = lo + (hi - lo) / 2;
+      if (!(mid > lo && mid < hi)) break;  // the band is one value wide: ties
+      const Above at_mid = above_all(mid);
+      if (reached(at_mid)) {
+        lo = mid;
+        at_lo = at_mid;
+      } else {
+        hi = mid;
+        at_hi = at_mid;
+      }
+    }
+  }
+  narrow();
+  std::vector<int32_t>& band = work.band;
+  band.resize(size_t(cn));
+  std::sort(band.begin(), band.end(), [&](int32_t a, int32_t b) { return better(logits[a], a, logits[b], b); });
+  Above acc = at_hi;
+  for (int32_t id : band) {
+    acc.count += 1;
+    if (w) acc.mass += w[id];
+    if (reached(acc)) return {logits[id], id, true};
+  }
+  if (!band.empty()) return {logits[band.back()], band.back(), true};  // rounding: the whole band
+  return {0.f, 0, false};
+}
+
+// Whether token (l, i) is the boundary or better than it.
+bool kept_by(const Boundary& b, float l, int32_t i) { return !b.found || l > b.logit || (l == b.logit && i <= b.id); }
+
+// The min(k, vocab) best tokens, best first, into ids.
+void top_ids(const float* logits, int64_t vocab, int64_t k, SamplerScratch& work) {
+  std::vector<int32_t>& ids = work.ids;
+  ids.clear();
+  k = std::min(k, vocab);
+  if (k <= 0) return;
+  const float top = max_logit(logits, vocab);
+  float bottom = top;
+#pragma omp simd reduction(min : bottom)
+  for (int64_t i = 0; i < vocab; ++i) bottom = logits[i] < bottom ? logits[i] : bottom;
+  const Boundary b = boundary_of(logits, nullptr, vocab, top, bottom, k, 0, work);
+  for (int32_t i = 0; i < vocab; ++i)
+    if (kept_by(b, logits[i], i) && logits[i] == logits[i]) ids.push_back(i);
+  std::sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) { return better(logits[a], a, logits[b], b); });
+}
+
+// log(sum(exp(logits))) over the whole vocabulary: float exps, summed in double.
 double log_sum_exp(const float* logits, int64_t vocab) {
-  const float top = *std::max_element(logits, logits + vocab);
+  const float top = max_logit(logits, vocab);
   double s = 0;
-  for (int64_t i = 0; i < vocab; ++i) s += std::exp(double(logits[i]) - top);
+#pragma omp simd reduction(+ : s)
+  for (int64_t i = 0; i < vocab; ++i) s += double(core::fast_exp(logits[i] - top));
   return top + std::log(s);
 }
 
-void fill_logprobs(const float* logits, int64_t vocab, int n, TokenChoice& c, std::vector<int32_t>& scratch) {
+void fill_logprobs(const float* logits, int64_t vocab, int n, TokenChoice& c, SamplerScratch& work) {
   const double lse = log_sum_exp(logits, vocab);
   c.logprob = float(double(logits[c.token]) - lse);
   if (n <= 0) return;
-  scratch.resize(size_t(vocab));
-  std::iota(scratch.begin(), scratch.end(), 0);
-  const auto better = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
-  std::partial_sort(scratch.begin(), scratch.begin() + n, scratch.end(), better);
-  for (int i = 0; i < n; ++i) c.top.push_back({scratch[size_t(i)], float(double(logits[scratch[size_t(i)]]) - lse)});
+  top_ids(logits, vocab, n, work);
+  for (int32_t id : work.ids) c.top.push_back({id, float(double(logits[id]) - lse)});
+}
+
+// The place in [0, n) where the running sum of weight(j) first reaches u,
+// skipping zero weights. Chunk sums find the chunk, then one chunk is
+// walked; where rounding leaves u above every sum, the last weighted place.
+// Returns n when no weight is positive.
+template <class Weight>
+size_t draw_place(size_t n, const Weight& weight, double u, std::vector<double>& chunk_sums) {
+  constexpr size_t kChunk = 512;
+  size_t c0 = 0;
+  for (; c0 < chunk_sums.size() && u > chunk_sums[c0]; ++c0) u -= chunk_sums[c0];
+  size_t last = n;
+  for (size_t j = std::min(n, c0 * kChunk); j < n; ++j)
+    if (const float w = weight(j); w > 0) {
+      last = j;
+      u -= w;
+      if (u <= 0) return j;
+    }
+  for (size_t j = std::min(n, c0 * kChunk); j-- > 0 && last == n;)  // u was past the end: the last weighted place
+    if (weight(j) > 0) last = j;
+  return last;
+}
+
+// Fills chunk_sums (chunks of draw_place's size) and returns their total.
+template <class Weight>
+double chunk_totals(size_t n, const Weight& weight, std::vector<double>& chunk_sums) {
+  constexpr size_t kChunk = 512;
+  chunk_sums.clear();
+  double total = 0;
+  for (size_t c0 = 0; c0 < n; c0 += kChunk) {
+    const size_t c1 = std::min(n, c0 + kChunk);
+    double s = 0;
+#pragma omp simd reduction(+ : s)
+    for (size_t j = c0; j < c1; ++j) s += double(weight(j));
+    chunk_sums.push_back(s);
+    total += s;
+  }
+  return total;
 }
 
 }  // namespace
@@ -118,72 +304,82 @@ void fill_logprobs(const float* logits, int64_t vocab, int n, TokenChoice& c, st
 TokenChoice score_token(const float* logits, int64_t vocab, int32_t token, int n, SamplerScratch& work) {
   TokenChoice c;
   c.token = token;
-  fill_logprobs(logits, vocab, n, c, work.ids);
+  fill_logprobs(logits, vocab, n, c, work);
   return c;
 }
 
 TokenChoice sample(float* logits, int64_t vocab, const SamplingParams& p, const SequenceHistory& history,
                    uint64_t index, SamplerScratch& work) {
-  std::vector<int32_t>& scratch = work.ids;
-  std::vector<double>& prob = work.prob;
   apply_penalties(logits, p, history);
   TokenChoice c;
   if (p.temperature == 0.f) {
     c.token = argmax(logits, vocab);
-    if (p.logprobs >= 0) fill_logprobs(logits, vocab, p.logprobs, c, scratch);
+    if (p.logprobs >= 0) fill_logprobs(logits, vocab, p.logprobs, c, work);
     return c;
   }
-  // Candidates: the top-k, or every token that can carry probability.
-  const float top = *std::max_element(logits, logits + vocab);
+  const float top = max_logit(logits, vocab);
   const float inv_t = 1.f / p.temperature;
-  scratch.clear();
-  const auto better = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
-  if (p.top_k > 0 && p.top_k < vocab) {
-    scratch.resize(size_t(vocab));
-    std::iota(scratch.begin(), scratch.end(), 0);
-    std::nth_element(scratch.begin(), scratch.begin() + (p.top_k - 1), scratch.end(), better);
-    scratch.resize(size_t(p.top_k));
-  } else {
-    const float floor = top - 30.f * p.temperature;  // exp(-30) ~ 1e-13 of the top: nothing any filter keeps
-    for (int32_t i = 0; i < vocab; ++i)
-      if (logits[i] >= floor) scratch.push_back(i);
-  }
-  std::sort(scratch.begin(), scratch.end(), better);
-  // Probabilities of the candidates (relative to the top one).
-  prob.resize(scratch.size());
-  double total = 0;
-  for (size_t i = 0; i < scratch.size(); ++i) total += prob[i] = std::exp(double(logits[scratch[i]] - top) * inv_t);
-  size_t keep = scratch.size();
-  if (p.min_p > 0) {  // prob[0] is the top token's (1 before normalising)
-    size_t n = 1;
-    while (n < keep && prob[n] >= p.min_p * prob[0]) ++n;
-    keep = n;
-  }
-  if (p.top_p < 1.f) {
-    double all = 0;
-    for (size_t i = 0; i < keep; ++i) all += prob[i];
-    double cum = 0;
-    size_t n = 0;
-    while (n < keep && cum < p.top_p * all) cum += prob[n++];
-    keep = std::max<size_t>(1, n);
-  }
-  total = 0;
-  for (size_t i = 0; i < keep; ++i) total += prob[i];
+  // exp(-30) ~ 1e-13 of the top: nothing any filter keeps, and nothing a draw can reach.
+  const float floor = top - 30.f * p.temperature;
+  const float min_w = p.min_p;  // the top token's weight is exp(0) = 1
+  std::vector<SampleCandidate>& cand = work.candidates;
   // A counter-based draw: (seed, index) -> u, the same wherever the sequence runs.
   std::mt19937_64 rng(p.seed * 0x9e3779b97f4a7c15ull ^ (index + 1) * 0xbf58476d1ce4e5b9ull);
-  double u = std::uniform_real_distribution<double>(0, total)(rng);
-  c.token = scratch[keep - 1];
-  for (size_t i = 0; i < keep; ++i) {
-    u -= prob[i];
-    if (u <= 0) {
-      c.token = scratch[i];
-      break;
+  const auto uniform = [&](double total) { return std::uniform_real_distribution<double>(0, total)(rng); };
+  const auto draw_candidate = [&](size_t keep) {
+    const auto weight = [&](size_t j) { return cand[j].weight; };
+    const double total = chunk_totals(keep, weight, work.chunk_sums);
+    const size_t at = draw_place(keep, weight, uniform(total), work.chunk_sums);
+    return at < keep ? cand[at].id : cand.front().id;
+  };
+
+  if (p.top_k > 0 && p.top_k < vocab) {
+    // The k best, best first; then min-p and top-p on that order.
+    top_ids(logits, vocab, p.top_k, work);
+    cand.clear();
+    for (int32_t id : work.ids) {
+      const float w = core::fast_exp((logits[id] - top) * inv_t);
+      if (logits[id] >= floor && w >= min_w) cand.push_back({logits[id], w, id});
     }
+    if (cand.empty()) {  // NaN logits only
+      const int32_t id = work.ids.empty() ? 0 : work.ids.front();
+      cand.push_back({logits[id], 1.f, id});
+    }
+    size_t keep = cand.size();
+    if (p.top_p < 1.f) {
+      double all = 0;
+      for (const SampleCandidate& x : cand) all += x.weight;
+      double cum = 0;
+      size_t n = 0;
+      while (n < keep && cum < double(p.top_p) * all) cum += cand[n++].weight;
+      keep = std::max<size_t>(1, n);
+    }
+    c.token = draw_candidate(keep);
+  } else {
+    // Every token's weight in one vectorised pass, zero where a filter drops it.
+    work.values.resize(size_t(vocab));
+    float* w = work.values.data();
+#pragma omp simd
+    for (int64_t i = 0; i < vocab; ++i) {
+      const float e = core::fast_exp((logits[i] - top) * inv_t);
+      w[i] = logits[i] >= floor && e >= min_w ? e : 0.f;
+    }
+    Boundary b{0.f, 0, false};  // not found: every weighted token is kept
+    if (p.top_p < 1.f) {
+      double all = 0;
+#pragma omp simd reduction(+ : all)
+      for (int64_t i = 0; i < vocab; ++i) all += double(w[i]);
+      b = boundary_of(logits, w, vocab, top, floor, 0, double(p.top_p) * all, work);
+    }
+    const auto weight = [&](size_t j) { return kept_by(b, logits[j], int32_t(j)) ? w[j] : 0.f; };
+    const double total = chunk_totals(size_t(vocab), weight, work.chunk_sums);
+    const size_t at = draw_place(size_t(vocab), weight, uniform(total), work.chunk_sums);
+    c.token = at < size_t(vocab) ? int32_t(at) : argmax(logits, vocab);  // argmax: NaN logits only
   }
   if (p.logprobs >= 0) {
     // Log-probabilities under the temperature-scaled softmax, before filtering.
     for (int64_t i = 0; i < vocab; ++i) logits[i] *= inv_t;
-    fill_logprobs(logits, vocab, p.logprobs, c, scratch);
+    fill_logprobs(logits, vocab, p.logprobs, c, work);
   }
   return c;
 }

@@ -62,11 +62,23 @@ class SequenceHistory {
   std::vector<int32_t> generated_;
 };
 
-// Candidate ids and their probabilities: kept by the caller between calls so
-// that sampling does not allocate once they have grown.
+// A token that may be drawn: its (penalized) logit, its weight exp((logit -
+// top) / temperature) and its id.
+struct SampleCandidate {
+  float logit;
+  float weight;
+  int32_t id;
+};
+
+// Working memory of the sampler: kept by the caller between calls so that
+// sampling does not allocate once it has grown.
 struct SamplerScratch {
   std::vector<int32_t> ids;
-  std::vector<double> prob;
+  std::vector<int32_t> band;               // the tokens around a top-k / top-p boundary: ids,
+  std::vector<float> band_logits, band_weights;  // logits and weights
+  std::vector<float> values;               // a vocabulary's weights
+  std::vector<SampleCandidate> candidates;
+  std::vector<double> chunk_sums;          // of the weights, for the draw
 };
 
 // `token`'s log-probability under the plain softmax of `logits`, and the n
