@@ -5,7 +5,9 @@ GPT-2 decoding with a key/value cache, written the way a careful PyTorch user
 would: weights loaded from the same brisk checkpoint (model.safetensors, Hugging
 Face layout), torch.inference_mode(), keys and values preallocated per layer
 (B, H, max_len, D) and written in place, the LM head applied only to the last
-position, greedy argmax. One prefill pass over the prompt, then one forward per
+position, greedy argmax, or with --temperature > 0 the usual top-p sampling
+(softmax, a descending sort, the cumulative sum cut at --top-p,
+torch.multinomial). One prefill pass over the prompt, then one forward per
 new token. The environment is set up as in torch_peer.py (OpenBLAS, threads,
 AVX-512 kernels). Prints one JSON line per run: prefill and decode times of
 each round and the tokens produced, so the caller can check they match its own.
@@ -51,6 +53,9 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--blas", choices=("openmp", "system"), default="openmp")
+    ap.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    ap.add_argument("--top-p", type=float, default=1.0)
+    ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args()
 
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -108,6 +113,19 @@ def main():
             x = x + F.linear(h, w[p + "mlp.c_proj.weight"], w[p + "mlp.c_proj.bias"])
         return F.linear(layer_norm(x[:, -1], "ln_f"), wte)
 
+    gen = torch.Generator().manual_seed(args.seed)
+
+    def pick(logits):
+        """The next token per sequence: argmax, or a top-p draw at the temperature."""
+        if args.temperature == 0:
+            return logits.argmax(dim=-1)
+        probs = torch.softmax(logits / args.temperature, dim=-1)
+        sorted_p, order = probs.sort(dim=-1, descending=True)
+        before = sorted_p.cumsum(dim=-1) - sorted_p  # the mass of the tokens ahead of each
+        sorted_p = sorted_p.masked_fill(before >= args.top_p, 0.0)  # the top one always stays
+        choice = torch.multinomial(sorted_p, 1, generator=gen)
+        return order.gather(-1, choice).squeeze(-1)
+
     runs = []
     with torch.inference_mode():
         for r in range(args.rounds + 1):  # round 0 warms up
@@ -115,11 +133,11 @@ def main():
             vc = [torch.empty(B, H, total, D) for _ in range(L)]
             ids = torch.tensor([prompt] * B, dtype=torch.long)
             t0 = time.perf_counter()
-            nxt = forward(ids, 0, kc, vc).argmax(dim=-1)
+            nxt = pick(forward(ids, 0, kc, vc))
             t1 = time.perf_counter()
             out = [nxt[0].item()]
             for i in range(1, args.new):
-                nxt = forward(nxt.view(B, 1), P + i - 1, kc, vc).argmax(dim=-1)
+                nxt = pick(forward(nxt.view(B, 1), P + i - 1, kc, vc))
                 out.append(nxt[0].item())
             t2 = time.perf_counter()
             if r > 0:

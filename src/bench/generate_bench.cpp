@@ -8,6 +8,9 @@
 //   both sides: the first token comes out of the prefill pass and is timed
 //   with it. Batch rows decode the same prompt `batch` times at once and
 //   count every sequence's tokens.
+// - Greedy rows, plus one sampled row per side at the batch size (temperature
+//   0.8, top-p 0.95): what a chat client asks for, and where the sampler
+//   itself is timed (each side draws from its own seeded generator).
 // - Memory: the weights and the key/value pool brisk allocates, and the
 //   peer's RSS growth over its own baseline (torch imported).
 #include "brisk/bench/generate_bench.h"
@@ -44,16 +47,21 @@ struct Run {
   std::vector<int32_t> tokens;  // the first sequence's
 };
 
-// One greedy generation of `batch` copies of the prompt.
+// The sampled rows' settings.
+constexpr float kSampleTemperature = 0.8f, kSampleTopP = 0.95f;
+
+// One generation of `batch` copies of the prompt: greedy, or top-p sampling.
 Run run_engine(const infer::Model& model, const std::vector<int32_t>& prompt, int64_t new_tokens, int64_t batch,
-               int threads) {
+               int threads, bool sampled) {
   infer::EngineOptions eo;
   eo.max_seqs = int(batch);
   eo.threads = threads;
   eo.max_step_tokens = std::max<int64_t>(512, batch * int64_t(prompt.size()));
   infer::Engine engine(model, eo);
   infer::SamplingParams sp;
-  sp.temperature = 0;
+  sp.temperature = sampled ? kSampleTemperature : 0.f;
+  sp.top_p = sampled ? kSampleTopP : 1.f;
+  sp.seed = 1;
   sp.max_tokens = new_tokens;
   std::vector<int64_t> ids;
   for (int64_t b = 0; b < batch; ++b) ids.push_back(engine.add(prompt, sp));
@@ -75,6 +83,7 @@ Run run_engine(const infer::Model& model, const std::vector<int32_t>& prompt, in
 struct Row {
   std::string name, engine, format;
   int64_t batch = 1;
+  bool sampled = false;  // top-p sampling instead of greedy
   std::vector<double> prefill_ms, decode_tok_s;
   std::vector<int32_t> tokens;
   double memory_mib = 0;
@@ -148,6 +157,16 @@ int run_generate_bench(const GenerateBenchOptions& o) {
       s.row.name = "brisk " + s.row.format + " b" + std::to_string(b);
       sides.push_back(s);
     }
+  {
+    Side s;
+    s.model = &fp32;
+    s.row.engine = "brisk";
+    s.row.format = "fp32";
+    s.row.batch = o.batch;
+    s.row.sampled = true;
+    s.row.name = "brisk fp32 b" + std::to_string(o.batch) + " top-p";
+    sides.push_back(s);
+  }
   std::vector<Row> peers;
   for (int64_t b : {int64_t(1), o.batch}) {
     Row r;
@@ -157,6 +176,15 @@ int run_generate_bench(const GenerateBenchOptions& o) {
     r.name = "pytorch fp32 b" + std::to_string(b);
     peers.push_back(r);
   }
+  {
+    Row r;
+    r.engine = "pytorch";
+    r.format = "fp32";
+    r.batch = o.batch;
+    r.sampled = true;
+    r.name = "pytorch fp32 b" + std::to_string(o.batch) + " top-p";
+    peers.push_back(r);
+  }
   std::string prompt_csv;
   for (int32_t t : prompt) prompt_csv += (prompt_csv.empty() ? "" : ",") + std::to_string(t);
   const std::string peer_script = (root / "bench" / "torch_generate_peer.py").string();
@@ -164,7 +192,7 @@ int run_generate_bench(const GenerateBenchOptions& o) {
   for (int round = 0; round < o.rounds; ++round) {
     std::fprintf(stderr, "  round %d/%d\n", round + 1, o.rounds);
     for (Side& s : sides) {
-      const Run r = run_engine(*s.model, prompt, o.new_tokens, s.row.batch, o.threads);
+      const Run r = run_engine(*s.model, prompt, o.new_tokens, s.row.batch, o.threads, s.row.sampled);
       s.row.prefill_ms.push_back(r.prefill_ms);
       s.row.decode_tok_s.push_back(double(s.row.batch * (o.new_tokens - 1)) / (r.decode_ms / 1e3));
       s.row.tokens = r.tokens;
@@ -172,9 +200,14 @@ int run_generate_bench(const GenerateBenchOptions& o) {
     }
     if (!o.peer) continue;
     for (Row& p : peers) {
-      const ChildResult c = run_child({o.python, peer_script, "--checkpoint", ckpt, "--prompt", prompt_csv, "--new",
+      std::vector<std::string> args = {o.python, peer_script, "--checkpoint", ckpt, "--prompt", prompt_csv, "--new",
                                        std::to_string(o.new_tokens), "--batch", std::to_string(p.batch), "--rounds", "1",
-                                       "--threads", std::to_string(o.threads)});
+                                       "--threads", std::to_string(o.threads)};
+      if (p.sampled)
+        for (const std::string& a : {std::string("--temperature"), std::to_string(kSampleTemperature),
+                                     std::string("--top-p"), std::to_string(kSampleTopP)})
+          args.push_back(a);
+      const ChildResult c = run_child(args);
       const auto rep = report_of(c.out);
       if (c.exit_code != 0 || !rep || !rep->contains("runs")) {
         p.error = rep && rep->contains("error") ? (*rep)["error"].get<std::string>() : "peer failed (exit " + std::to_string(c.exit_code) + ")";
@@ -223,11 +256,13 @@ int run_generate_bench(const GenerateBenchOptions& o) {
     const double tps = median(r.decode_tok_s);
     double own_b1 = 0;
     for (const Row& q : rows)
-      if (q.engine == r.engine && q.format == r.format && q.batch == 1 && !q.decode_tok_s.empty()) own_b1 = median(q.decode_tok_s);
+      if (q.engine == r.engine && q.format == r.format && q.batch == 1 && !q.sampled && !q.decode_tok_s.empty())
+        own_b1 = median(q.decode_tok_s);
     std::printf("%-20s %26s %24s %9s %10s %10.1f\n", r.name.c_str(), range(r.decode_tok_s, "%.0f").c_str(),
                 range(r.prefill_ms, "%.2f").c_str(), peer_b1 > 0 ? (std::to_string(tps / peer_b1).substr(0, 5) + "x").c_str() : "-",
                 (std::to_string(tps / own_b1).substr(0, 5) + "x").c_str(), r.memory_mib);
     jrows.push_back({{"row", r.name}, {"engine", r.engine}, {"format", r.format}, {"batch", r.batch},
+                     {"sampling", r.sampled ? "top-p" : "greedy"},
                      {"decode_tokens_per_s", r.decode_tok_s}, {"prefill_ms", r.prefill_ms},
                      {"median_decode_tokens_per_s", tps}, {"vs_peer_batch1", peer_b1 > 0 ? tps / peer_b1 : 0},
                      {"vs_own_batch1", tps / own_b1},
@@ -238,6 +273,15 @@ int run_generate_bench(const GenerateBenchOptions& o) {
   std::printf("greedy fp32 tokens: %s the recompute path (%zu tokens)%s\n", same_as_recompute ? "identical to" : "DIFFER from",
               recompute.size(),
               o.peer ? (same_as_peer ? "; identical to pytorch" : "; differ from pytorch") : "");
+  // The sampled rows side by side, the ratio formed per round.
+  const Row& ours_sampled = sides.back().row;
+  std::vector<double> sampled_ratio;
+  if (o.peer && peers.back().error.empty())
+    for (size_t i = 0; i < std::min(ours_sampled.decode_tok_s.size(), peers.back().decode_tok_s.size()); ++i)
+      sampled_ratio.push_back(ours_sampled.decode_tok_s[i] / peers.back().decode_tok_s[i]);
+  std::printf("top-p sampling (temperature %.1f, top-p %.2f) at batch %lld: brisk %.0f tok/s, %s pytorch\n",
+              kSampleTemperature, kSampleTopP, (long long)o.batch, median(ours_sampled.decode_tok_s),
+              sampled_ratio.empty() ? "no" : (range(sampled_ratio, "%.2f") + "x").c_str());
 
   json quality = nullptr;
   if (o.quality) {
@@ -293,7 +337,7 @@ int run_generate_bench(const GenerateBenchOptions& o) {
                        {"threads", o.threads},      {"rounds", o.rounds},
                        {"cpu", monitor::cpu_model()}, {"int8_path", cpu::int8_dot_name(cpu::cpu_features().int8)},
                        {"rows", jrows},             {"greedy_identical_to_recompute", same_as_recompute},
-                       {"greedy_identical_to_peer", same_as_peer}, {"quality", quality},
+                       {"greedy_identical_to_peer", same_as_peer}, {"sampled_vs_peer", sampled_ratio}, {"quality", quality},
                        {"date", now_iso()}};
   const std::string tmp = path + ".tmp";
   std::ofstream(tmp) << report.dump(2) << "\n";
