@@ -15,9 +15,7 @@
 
 #include <algorithm>
 #include <cmath>
-#include <functional>
 #include <limits>
-#include <numeric>
 #include <random>
 
 #include "brisk/core/error.h"

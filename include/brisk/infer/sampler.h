@@ -62,8 +62,8 @@ class SequenceHistory {
   std::vector<int32_t> generated_;
 };
 
-// A token that may be drawn: its (penalized) logit, its weight exp((logit -
-// top) / temperature) and its id.
+// A token top-k keeps: its (penalized) logit, its weight exp((logit - top) /
+// temperature) and its id.
 struct SampleCandidate {
   float logit;
   float weight;
@@ -73,12 +73,12 @@ struct SampleCandidate {
 // Working memory of the sampler: kept by the caller between calls so that
 // sampling does not allocate once it has grown.
 struct SamplerScratch {
-  std::vector<int32_t> ids;
-  std::vector<int32_t> band;               // the tokens around a top-k / top-p boundary: ids,
-  std::vector<float> band_logits, band_weights;  // logits and weights
-  std::vector<float> values;               // a vocabulary's weights
-  std::vector<SampleCandidate> candidates;
-  std::vector<double> chunk_sums;          // of the weights, for the draw
+  std::vector<int32_t> ids;                      // the best tokens (top-k, logprobs), best first
+  std::vector<int32_t> band;                     // tokens near a top-k / top-p boundary: ids,
+  std::vector<float> band_logits, band_weights;  // and their logits and weights
+  std::vector<float> values;                     // every token's weight
+  std::vector<SampleCandidate> candidates;       // top-k's kept tokens, best first
+  std::vector<double> chunk_sums;                // of the weights, for the draw
 };
 
 // `token`'s log-probability under the plain softmax of `logits`, and the n
