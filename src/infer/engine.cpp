@@ -233,6 +233,10 @@ struct Engine::Impl {
   Model model;
   EngineOptions opt;
   const data::Tokenizer* tokenizer;
+  // Tokens a draw may produce: the tokenizer's, where the model's embedding
+  // is padded past them (GPT-2's 50,257 padded to 50,304). A padded id has a
+  // trained, finite logit, so sampling could draw one, and it has no text.
+  int64_t drawable_vocab;
   cpu::CpuBackend backend;
   KvPool pool;
   std::vector<std::unique_ptr<Seq>> seqs;  // active, in admission order
@@ -252,7 +256,12 @@ struct Engine::Impl {
   std::vector<TokenChoice> choices;      // per sampled row of a step
 
   Impl(Model m, const EngineOptions& o, const data::Tokenizer* tok)
-      : model(std::move(m)), opt(o), tokenizer(tok), backend(o.threads), pool(model.config, o) {
+      : model(std::move(m)),
+        opt(o),
+        tokenizer(tok),
+        drawable_vocab(tok ? std::min(model.config.vocab_size, tok->vocab_size()) : model.config.vocab_size),
+        backend(o.threads),
+        pool(model.config, o) {
     const int64_t c = model.config.n_embd;
     max_rows = opt.max_step_tokens;
     for (auto* b : {&x, &a, &att, &t}) b->resize(size_t(max_rows * c));
@@ -409,7 +418,8 @@ struct Engine::Impl {
     if (scratch.size() < size_t(std::max(threads, 1))) scratch.resize(size_t(std::max(threads, 1)));
     auto one = [&](int64_t i, SamplerScratch& work) {
       const Seq& s = *samplers[size_t(i)];
-      choices[size_t(i)] = sample(logits.data() + i * vocab, vocab, s.params, s.history, uint64_t(s.generated), work);
+      choices[size_t(i)] =
+          sample(logits.data() + i * vocab, drawable_vocab, s.params, s.history, uint64_t(s.generated), work);
     };
     if (threads <= 1) {
       for (int64_t i = 0; i < n; ++i) one(i, scratch[0]);

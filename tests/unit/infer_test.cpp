@@ -281,6 +281,35 @@ TEST(InferEngine, DifferentSeedsDiffer) {
   EXPECT_NE(out[a], out[b]);
 }
 
+// A model whose embedding is padded past its tokenizer's tokens (as GPT-2's
+// 50,257 are padded to 50,304): with the tokenizer, no draw is a padded id,
+// whose text does not exist (`brisk serve` once died decoding one); without
+// it, the draws span the model's whole vocabulary.
+TEST(InferEngine, DrawsStayInsideTheTokenizersVocabulary) {
+  const fs::path root = fs::temp_directory_path() / ("brisk_infer_padded_" + std::to_string(::getpid()));
+  fs::remove_all(root);
+  testing::TinyGpt t;
+  t.vocab = 320;  // 64 ids past the byte tokenizer's 256
+  const infer::Model model = infer::load_model(testing::save_tiny_gpt(root.string(), t));
+  auto tok = data::make_byte_tokenizer();
+  infer::SamplingParams sp;
+  sp.temperature = 5.f;  // near uniform: a fifth of each draw's mass is on padded ids
+  sp.max_tokens = 40;
+  int32_t highest_with = 0, highest_without = 0;
+  for (const bool with_tokenizer : {true, false}) {
+    infer::Engine e(model, opts(), with_tokenizer ? tok.get() : nullptr);
+    for (int i = 0; i < 4; ++i) {
+      sp.seed = uint64_t(i);
+      e.add(prompt_of(5, i), sp);
+    }
+    for (const auto& [seq, tokens] : drain(e))
+      for (int32_t id : tokens) (with_tokenizer ? highest_with : highest_without) = std::max(with_tokenizer ? highest_with : highest_without, id);
+  }
+  fs::remove_all(root);
+  EXPECT_LT(highest_with, 256);
+  EXPECT_GE(highest_without, 256);  // 160 draws, each ~1/5 padded: the test would see a broken filter
+}
+
 TEST(InferEngine, StopsAtContextMaxTokensStopTokenAndStopString) {
   auto tok = data::make_byte_tokenizer();
   infer::Engine e(infer::load_model(checkpoint()), opts(), tok.get());

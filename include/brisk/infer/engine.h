@@ -86,7 +86,9 @@ struct ScoreResult {
 
 class Engine {
  public:
-  // `tokenizer` (optional) lets stop strings match the decoded text.
+  // `tokenizer` (optional) lets stop strings match the decoded text, and
+  // keeps draws to its tokens where the model's vocabulary is padded past
+  // them (the padded ids have logits but no text).
   Engine(Model model, const EngineOptions& options, const data::Tokenizer* tokenizer = nullptr);
   ~Engine();
   Engine(const Engine&) = delete;
