@@ -167,8 +167,18 @@ bool Generation::pump(const std::function<bool(const std::string&)>& write) {
   for (Inbox::Item& item : inbox_->take()) {
     CompletionBuilder& b = builders_[item.choice];
     record(item.choice, item.events);
-    for (const infer::TokenEvent& e : item.events)
-      if (const json c = b.add(e); !c.is_null() && !write(dump(c))) return false;
+    try {
+      for (const infer::TokenEvent& e : item.events)
+        if (const json c = b.add(e); !c.is_null() && !write(dump(c))) return false;
+    } catch (const std::exception& ex) {
+      // The text could not be built (the server's fault, not the request's).
+      // This runs on an HTTP thread inside httplib's content provider, where
+      // an escaping exception ends the process: end this stream instead.
+      done_ = true;
+      cancel();
+      const ApiError err(500, std::string("cannot build the text: ") + ex.what(), "", "server_error");
+      return write(dump(error_json(err))) && write("[DONE]");
+    }
     if (item.closed && !b.finished()) {
       // One choice failed: the stream ends with its error, the others are dropped.
       done_ = true;
