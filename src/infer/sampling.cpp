@@ -117,22 +117,64 @@ struct Above {
 
 Above above(const float* logits, const float* w, int64_t vocab, float t) {
   Above a;
-  int64_t n = 0;
-  double m = 0;
-  if (w) {
-#pragma omp simd reduction(+ : n, m)
-    for (int64_t i = 0; i < vocab; ++i) {
-      const bool in = logits[i] >= t;
-      n += in;
-      m += in ? double(w[i]) : 0.0;
-    }
-  } else {
+  if (!w) {
+    int64_t n = 0;
 #pragma omp simd reduction(+ : n)
     for (int64_t i = 0; i < vocab; ++i) n += logits[i] >= t;
+    a.count = n;
+    return a;
   }
-  a.count = n;
-  a.mass = m;
+  // Weights summed in float within chunks of 512 (16 lanes, 32 terms each:
+  // a few 1e-6 of error at worst), the chunks in double.
+  for (int64_t c0 = 0; c0 < vocab; c0 += 512) {
+    const int64_t c1 = std::min<int64_t>(vocab, c0 + 512);
+    int64_t n = 0;
+    float m = 0;
+#pragma omp simd reduction(+ : n, m)
+    for (int64_t i = c0; i < c1; ++i) {
+      const bool in = logits[i] >= t;
+      n += in;
+      m += in ? w[i] : 0.f;
+    }
+    a.count += n;
+    a.mass += double(m);
+  }
   return a;
+}
+
+// One pass of the boundary search's narrowing: the tokens of (l, w, ids)
+// with lo <= l < hi go to (nl, nw, ni), in order (in place when they are
+// the same arrays), and the ids of those at or above hi are appended to
+// over. Branch-free: every token is written and the cursors advance by the
+// tests; with a branch per token (mispredicted whenever the band is a
+// sizeable share) this pass was most of a top-p draw. kWhole: the tokens
+// are the vocabulary itself, ids 0, 1, ...
+template <bool kWhole>
+int64_t compact(const float* l, const float* w, const int32_t* ids, int64_t n, float lo, float hi, float* nl, float* nw,
+                int32_t* ni, int32_t* over, int64_t& n_over) {
+  constexpr int64_t kBlock = 64;
+  int64_t m = 0, o = n_over;
+  for (int64_t j0 = 0; j0 < n; j0 += kBlock) {
+    const int64_t j1 = std::min(n, j0 + kBlock);
+    // A block with nothing at or above lo is skipped after one vectorised test
+    // (most of them when the band is high: top-k, logprobs).
+    int64_t any = 0;
+#pragma omp simd reduction(+ : any)
+    for (int64_t j = j0; j < j1; ++j) any += l[j] >= lo;
+    if (any == 0) continue;
+    for (int64_t j = j0; j < j1; ++j) {
+      const float x = l[j];
+      const int32_t id = kWhole ? int32_t(j) : ids[j];
+      nl[m] = x;
+      nw[m] = w[j];
+      ni[m] = id;
+      over[o] = id;
+      m += int64_t(x >= lo) & int64_t(x < hi);
+      o += int64_t(x >= hi);
+    }
+  }
+  n_over = o;
+  return m;
 }
 
 // The last token (in the order of `better`) of the smallest set of best
@@ -141,16 +183,20 @@ Above above(const float* logits, const float* w, int64_t vocab, float t) {
 // vectorised pass per step, narrows a band [lo, hi) that holds the boundary
 // to a few tokens (the tokens >= hi fall short of the goal, those >= lo reach
 // it); then the band's tokens alone are sorted and walked. `bottom` is a value
-// no candidate is below. A sort of all candidates (a broad distribution's
+// no candidate is below; at_top and at_bottom are above() at top and bottom,
+// which the caller has from a pass of its own. A sort of all candidates (a broad distribution's
 // whole 50k vocabulary) was n log n per drawn token.
 struct Boundary {
-  float logit;
-  int32_t id;
-  bool found;  // false: no token reaches the goal (NaN logits); keep every candidate
+  float logit = 0.f;
+  int32_t id = 0;
+  bool found = false;  // false: no token reaches the goal (NaN logits); keep every candidate
+  // When found: the kept tokens are work.over[0, over) (those above the
+  // band, in id order) and work.band[0, in_band) (the band's, best first).
+  size_t over = 0, in_band = 0;
 };
 
 Boundary boundary_of(const float* logits, const float* w, int64_t vocab, float top, float bottom, int64_t k,
-                     double need, SamplerScratch& work) {
+                     double need, const Above& at_top, const Above& at_bottom, SamplerScratch& work) {
   constexpr int64_t kBand = 64;
   const auto reached = [&](const Above& a) { return w ? a.mass >= need : a.count >= k; };
   // The tokens still in play: the whole vocabulary, then (once the band is
@@ -169,34 +215,33 @@ Boundary boundary_of(const float* logits, const float* w, int64_t vocab, float t
     return a;
   };
   float lo = top, hi = std::numeric_limits<float>::infinity();
-  Above at_lo = above_all(lo), at_hi;
-  // Keeps the tokens in [lo, hi) (in place once they are copies).
+  Above at_lo = at_top, at_hi;
+  // Keeps the tokens in [lo, hi) (in place once they are copies) and adds
+  // those at or above hi to work.over.
+  if (work.band.size() < size_t(vocab) + 1) {
+    work.band_logits.resize(size_t(vocab) + 1);
+    work.band_weights.resize(size_t(vocab) + 1);
+    work.band.resize(size_t(vocab) + 1);
+    work.over.resize(size_t(vocab) + 1);
+  }
+  float* const nl = work.band_logits.data();
+  float* const nw = work.band_weights.data();
+  int32_t* const ni = work.band.data();
+  int64_t n_over = 0;
   const auto narrow = [&] {
-    if (whole) {
-      work.band_logits.resize(size_t(vocab));
-      work.band_weights.resize(w ? size_t(vocab) : 0);
-      work.band.resize(size_t(vocab));
-    }
-    float* nl = work.band_logits.data();
-    float* nw = w ? work.band_weights.data() : nullptr;
-    int32_t* ni = work.band.data();
-    int64_t m = 0;
-    for (int64_t j = 0; j < cn; ++j)
-      if (cl[j] >= lo && cl[j] < hi) {
-        nl[m] = cl[j];
-        if (nw) nw[m] = cw[j];
-        ni[m] = whole ? int32_t(j) : ni[j];
-        ++m;
-      }
-    cl = nl, cw = nw, cn = m, whole = false, base = at_hi;
+    // Without weights the logits stand in for them: copied, never read.
+    const float* weights = cw ? cw : cl;
+    cn = whole ? compact<true>(cl, weights, ni, cn, lo, hi, nl, nw, ni, work.over.data(), n_over)
+               : compact<false>(cl, weights, ni, cn, lo, hi, nl, nw, ni, work.over.data(), n_over);
+    cl = nl, cw = w ? nw : nullptr, whole = false, base = at_hi;
   };
   if (!reached(at_lo)) {  // the boundary is below the top: bisect [bottom, top)
     hi = top;
     at_hi = at_lo;
     lo = bottom;
-    at_lo = above_all(lo);
+    at_lo = at_bottom;
     while (at_lo.count - at_hi.count > kBand) {
-      if (8 * (at_lo.count - at_hi.count) <= cn) narrow();
+      if (8 * (at_lo.count - at_hi.count) <= cn) narrow();  // the band is an eighth of the tokens in play
       const float mid = lo + (hi - lo) / 2;
       if (!(mid > lo && mid < hi)) break;  // the band is one value wide: ties
       const Above at_mid = above_all(mid);
@@ -210,17 +255,15 @@ Boundary boundary_of(const float* logits, const float* w, int64_t vocab, float t
     }
   }
   narrow();
-  std::vector<int32_t>& band = work.band;
-  band.resize(size_t(cn));
-  std::sort(band.begin(), band.end(), [&](int32_t a, int32_t b) { return better(logits[a], a, logits[b], b); });
+  std::sort(ni, ni + cn, [&](int32_t a, int32_t b) { return better(logits[a], a, logits[b], b); });
   Above acc = at_hi;
-  for (int32_t id : band) {
+  for (int64_t j = 0; j < cn; ++j) {
     acc.count += 1;
-    if (w) acc.mass += w[id];
-    if (reached(acc)) return {logits[id], id, true};
+    if (w) acc.mass += w[ni[j]];
+    if (reached(acc) || j + 1 == cn)  // the last: rounding left the goal short, keep the whole band
+      return {logits[ni[j]], ni[j], true, size_t(n_over), size_t(j + 1)};
   }
-  if (!band.empty()) return {logits[band.back()], band.back(), true};  // rounding: the whole band
-  return {0.f, 0, false};
+  return {};
 }
 
 // Whether token (l, i) is the boundary or better than it.
@@ -236,9 +279,16 @@ void top_ids(const float* logits, int64_t vocab, int64_t k, SamplerScratch& work
   float bottom = top;
 #pragma omp simd reduction(min : bottom)
   for (int64_t i = 0; i < vocab; ++i) bottom = logits[i] < bottom ? logits[i] : bottom;
-  const Boundary b = boundary_of(logits, nullptr, vocab, top, bottom, k, 0, work);
-  for (int32_t i = 0; i < vocab; ++i)
-    if (kept_by(b, logits[i], i) && logits[i] == logits[i]) ids.push_back(i);
+  const Boundary b = boundary_of(logits, nullptr, vocab, top, bottom, k, 0, above(logits, nullptr, vocab, top),
+                                 above(logits, nullptr, vocab, bottom), work);
+  if (b.found) {
+    ids.assign(work.over.begin(), work.over.begin() + std::ptrdiff_t(b.over));
+    ids.insert(ids.end(), work.band.begin(), work.band.begin() + std::ptrdiff_t(b.in_band));
+  } else {  // NaN logits only
+    for (int32_t i = 0; i < vocab; ++i)
+      if (logits[i] == logits[i]) ids.push_back(i);
+    ids.resize(std::min(ids.size(), size_t(k)));
+  }
   std::sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) { return better(logits[a], a, logits[b], b); });
 }
 
@@ -259,35 +309,36 @@ void fill_logprobs(const float* logits, int64_t vocab, int n, TokenChoice& c, Sa
   for (int32_t id : work.ids) c.top.push_back({id, float(double(logits[id]) - lse)});
 }
 
+// Tokens per chunk sum of the draw.
+constexpr size_t kDrawChunk = 512;
+
 // The place in [0, n) where the running sum of weight(j) first reaches u,
 // skipping zero weights. Chunk sums find the chunk, then one chunk is
 // walked; where rounding leaves u above every sum, the last weighted place.
 // Returns n when no weight is positive.
 template <class Weight>
 size_t draw_place(size_t n, const Weight& weight, double u, std::vector<double>& chunk_sums) {
-  constexpr size_t kChunk = 512;
   size_t c0 = 0;
   for (; c0 < chunk_sums.size() && u > chunk_sums[c0]; ++c0) u -= chunk_sums[c0];
   size_t last = n;
-  for (size_t j = std::min(n, c0 * kChunk); j < n; ++j)
+  for (size_t j = std::min(n, c0 * kDrawChunk); j < n; ++j)
     if (const float w = weight(j); w > 0) {
       last = j;
       u -= w;
       if (u <= 0) return j;
     }
-  for (size_t j = std::min(n, c0 * kChunk); j-- > 0 && last == n;)  // u was past the end: the last weighted place
+  for (size_t j = std::min(n, c0 * kDrawChunk); j-- > 0 && last == n;)  // u was past the end: the last weighted place
     if (weight(j) > 0) last = j;
   return last;
 }
 
-// Fills chunk_sums (chunks of draw_place's size) and returns their total.
+// Fills chunk_sums (of kDrawChunk weights each) and returns their total.
 template <class Weight>
 double chunk_totals(size_t n, const Weight& weight, std::vector<double>& chunk_sums) {
-  constexpr size_t kChunk = 512;
   chunk_sums.clear();
   double total = 0;
-  for (size_t c0 = 0; c0 < n; c0 += kChunk) {
-    const size_t c1 = std::min(n, c0 + kChunk);
+  for (size_t c0 = 0; c0 < n; c0 += kDrawChunk) {
+    const size_t c1 = std::min(n, c0 + kDrawChunk);
     double s = 0;
 #pragma omp simd reduction(+ : s)
     for (size_t j = c0; j < c1; ++j) s += double(weight(j));
@@ -354,25 +405,44 @@ TokenChoice sample(float* logits, int64_t vocab, const SamplingParams& p, const 
     }
     c.token = draw_candidate(keep);
   } else {
-    // Every token's weight in one vectorised pass, zero where a filter drops it.
+    // Every token's weight, zero where a filter drops it, with the draw's
+    // chunk sums and the counts the top-p search starts from, in one
+    // vectorised pass.
     work.values.resize(size_t(vocab));
     float* w = work.values.data();
-#pragma omp simd
-    for (int64_t i = 0; i < vocab; ++i) {
-      const float e = core::fast_exp((logits[i] - top) * inv_t);
-      w[i] = logits[i] >= floor && e >= min_w ? e : 0.f;
+    work.chunk_sums.clear();
+    Above at_top, at_floor;  // tokens tied at the top; tokens at or above the floor (all the weight)
+    for (int64_t c0 = 0; c0 < vocab; c0 += int64_t(kDrawChunk)) {
+      const int64_t c1 = std::min(vocab, c0 + int64_t(kDrawChunk));
+      double s = 0;
+      int64_t n_top = 0, n_floor = 0;
+#pragma omp simd reduction(+ : s, n_top, n_floor)
+      for (int64_t i = c0; i < c1; ++i) {
+        const float e = core::fast_exp((logits[i] - top) * inv_t);
+        const float wi = logits[i] >= floor && e >= min_w ? e : 0.f;
+        w[i] = wi;
+        s += double(wi);
+        n_top += logits[i] == top;
+        n_floor += logits[i] >= floor;
+      }
+      work.chunk_sums.push_back(s);
+      at_floor.mass += s;
+      at_top.count += n_top;
+      at_floor.count += n_floor;
     }
-    Boundary b{0.f, 0, false};  // not found: every weighted token is kept
+    at_top.mass = double(at_top.count);  // each weighs exp(0) = 1, which min-p (<= 1) keeps
+    const auto draw_token = [&](const auto& weight, double total) {
+      const size_t at = draw_place(size_t(vocab), weight, uniform(total), work.chunk_sums);
+      return at < size_t(vocab) ? int32_t(at) : argmax(logits, vocab);  // argmax: NaN logits only
+    };
     if (p.top_p < 1.f) {
-      double all = 0;
-#pragma omp simd reduction(+ : all)
-      for (int64_t i = 0; i < vocab; ++i) all += double(w[i]);
-      b = boundary_of(logits, w, vocab, top, floor, 0, double(p.top_p) * all, work);
+      const Boundary b =
+          boundary_of(logits, w, vocab, top, floor, 0, double(p.top_p) * at_floor.mass, at_top, at_floor, work);
+      const auto weight = [&](size_t j) { return kept_by(b, logits[j], int32_t(j)) ? w[j] : 0.f; };
+      c.token = draw_token(weight, chunk_totals(size_t(vocab), weight, work.chunk_sums));
+    } else {
+      c.token = draw_token([&](size_t j) { return w[j]; }, at_floor.mass);
     }
-    const auto weight = [&](size_t j) { return kept_by(b, logits[j], int32_t(j)) ? w[j] : 0.f; };
-    const double total = chunk_totals(size_t(vocab), weight, work.chunk_sums);
-    const size_t at = draw_place(size_t(vocab), weight, uniform(total), work.chunk_sums);
-    c.token = at < size_t(vocab) ? int32_t(at) : argmax(logits, vocab);  // argmax: NaN logits only
   }
   if (p.logprobs >= 0) {
     // Log-probabilities under the temperature-scaled softmax, before filtering.

@@ -76,6 +76,7 @@ struct SamplerScratch {
   std::vector<int32_t> ids;                      // the best tokens (top-k, logprobs), best first
   std::vector<int32_t> band;                     // tokens near a top-k / top-p boundary: ids,
   std::vector<float> band_logits, band_weights;  // and their logits and weights
+  std::vector<int32_t> over;                     // tokens above that band
   std::vector<float> values;                     // every token's weight
   std::vector<SampleCandidate> candidates;       // top-k's kept tokens, best first
   std::vector<double> chunk_sums;                // of the weights, for the draw
