@@ -157,6 +157,7 @@ int run_serve_bench(const ServeBenchOptions& in) {
   if (o.concurrency < 1 || o.slots < 1 || o.requests < 0 || o.prompt_tokens < 1 || o.new_tokens < 2 ||
       o.threads < 0 || o.single_requests < 1 || o.rounds < 1)
     throw core::ConfigError("concurrency, slots, prompt tokens, single requests and rounds must be >= 1, new tokens >= 2");
+  if (!(o.temperature >= 0)) throw core::ConfigError("temperature must be >= 0 (0 = greedy)");
   const fs::path root = repo_root();
   const std::string data_dir = o.data_dir.empty() ? (root / "data" / "kjv-gpt2").string() : o.data_dir;
   std::string weights_note = "checkpoint " + o.checkpoint;
@@ -186,7 +187,7 @@ int run_serve_bench(const ServeBenchOptions& in) {
   RssSampler rss(server, o.rss_every_s, mark_s);
   {
     StreamClient c(server.port());
-    const StreamResult warm = c.complete(prompts[0], o.new_tokens);
+    const StreamResult warm = c.complete(prompts[0], o.new_tokens, o.temperature);
     if (!warm.error.empty()) throw core::Error("the first request failed: " + warm.error);
   }
   for (int round = 0; round < rounds; ++round) {
@@ -194,7 +195,7 @@ int run_serve_bench(const ServeBenchOptions& in) {
     {
       StreamClient c(server.port());
       for (int i = 0; i < o.single_requests; ++i) {
-        single.push_back(c.complete(prompts[size_t(round * o.single_requests + i + 1) % prompts.size()], o.new_tokens));
+        single.push_back(c.complete(prompts[size_t(round * o.single_requests + i + 1) % prompts.size()], o.new_tokens, o.temperature));
         const StreamResult& r = single.back();
         if (!r.error.empty()) throw core::Error("a single-stream request failed: " + r.error);
         round_tokens += double(r.tokens);
@@ -217,7 +218,7 @@ int run_serve_bench(const ServeBenchOptions& in) {
           for (;;) {
             const int64_t i = next++;
             if (i >= max_requests || (o.duration_s > 0 && steady_now() - t0 >= o.duration_s)) break;
-            got[size_t(k)].push_back(c.complete(prompts[size_t(i) % prompts.size()], o.new_tokens));
+            got[size_t(k)].push_back(c.complete(prompts[size_t(i) % prompts.size()], o.new_tokens, o.temperature));
           }
         });
       for (std::thread& t : threads) t.join();
@@ -287,9 +288,11 @@ int run_serve_bench(const ServeBenchOptions& in) {
   };
   auto growth = [](double from, double to) { return from > 0 && to > 0 ? 100.0 * (to / from - 1) : 0.0; };
 
-  std::printf("\n== bench serve %s: %d concurrent streams, %lld-token prompts, %lld new tokens, greedy, "
+  char sampling[48] = "greedy";
+  if (o.temperature > 0) std::snprintf(sampling, sizeof sampling, "temperature %g", o.temperature);
+  std::printf("\n== bench serve %s: %d concurrent streams, %lld-token prompts, %lld new tokens, %s, "
               "%d slots, %d engine threads ==\n",
-              o.workload.c_str(), o.concurrency, (long long)o.prompt_tokens, (long long)o.new_tokens, o.slots,
+              o.workload.c_str(), o.concurrency, (long long)o.prompt_tokens, (long long)o.new_tokens, sampling, o.slots,
               o.threads);
   std::printf("server: %s\n", server.start_line().c_str());
   std::printf("single stream (%d requests per round): %.0f %s output tok/s (decode %.0f tok/s = 1 / median TPOT); "
@@ -327,6 +330,7 @@ int run_serve_bench(const ServeBenchOptions& in) {
       {"threads", o.threads},
       {"prompt_tokens", o.prompt_tokens},
       {"new_tokens", o.new_tokens},
+      {"temperature", o.temperature},
       {"requests_target", o.requests > 0 ? json(o.requests) : json(nullptr)},  // null: until the duration ends
       {"duration_s", o.duration_s},
       {"server", server.start_line()},

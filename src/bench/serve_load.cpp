@@ -152,9 +152,9 @@ StreamClient::StreamClient(int port) : http_(std::make_unique<httplib::Client>("
 
 StreamClient::~StreamClient() = default;
 
-StreamResult StreamClient::complete(const std::vector<int32_t>& prompt, int64_t max_tokens) {
+StreamResult StreamClient::complete(const std::vector<int32_t>& prompt, int64_t max_tokens, double temperature) {
   const json body = {{"prompt", prompt},          {"max_tokens", max_tokens},
-                     {"temperature", 0},          {"stream", true},
+                     {"temperature", temperature}, {"stream", true},
                      {"stream_options", {{"include_usage", true}}}};
   StreamResult r;
   std::string pending, error_event;

@@ -61,9 +61,10 @@ class StreamClient {
  public:
   explicit StreamClient(int port);
   ~StreamClient();
-  // Greedy (temperature 0), no stop strings, usage requested; an answer
-  // with other than `max_tokens` tokens counts as an error.
-  StreamResult complete(const std::vector<int32_t>& prompt, int64_t max_tokens);
+  // Greedy (temperature 0) or sampled without a seed, no stop strings,
+  // usage requested; an answer with other than `max_tokens` tokens counts
+  // as an error (the server stops early only at a stop string or token).
+  StreamResult complete(const std::vector<int32_t>& prompt, int64_t max_tokens, double temperature = 0);
 
  private:
   std::unique_ptr<httplib::Client> http_;

@@ -104,6 +104,9 @@ BenchCommand add_bench_command(CLI::App& parent) {
   srv->add_option("--requests", so->requests, "Requests per round (default: 2 x concurrency; unbounded with --duration-s)");
   srv->add_option("--prompt-tokens", so->prompt_tokens, "Prompt length in tokens")->capture_default_str();
   srv->add_option("--new", so->new_tokens, "New tokens per request")->capture_default_str();
+  srv->add_option("--temperature", so->temperature, "Requests' temperature (0 = greedy, as the workloads; > 0 samples)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   srv->add_option("--slots", so->slots, "Server --slots (default: the concurrency, at most 64)");
   srv->add_option("--threads", so->threads, "Server engine threads")->capture_default_str();
   srv->add_option("--rounds", so->rounds, "Rounds of single stream then load; medians and ranges over them")

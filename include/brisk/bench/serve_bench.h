@@ -20,6 +20,7 @@ struct ServeBenchOptions {
   int64_t requests = 0;         // per round; 0: 2 x concurrency (unbounded with --duration-s)
   int64_t prompt_tokens = 32;
   int64_t new_tokens = 128;
+  double temperature = 0;       // 0: greedy (the workloads); > 0: each request samples, unseeded
   int slots = 0;                // 0: the concurrency, at most 64
   int threads = 2;              // the server engine's CPU threads
   int single_requests = 3;      // the single-stream baseline per round (after one untimed request)
