@@ -501,9 +501,13 @@ TEST(ServeAccessLog, OneLinePerRequestWithItsStatusAndTokens) {
 }
 
 TEST(ServeTimeout, ARequestOverTheLimitEndsWith504) {
-  Served s("", /*slow=*/true, 0, /*request_timeout_s=*/0.05);
+  // The limit must strike mid-generation on fast CPUs too: on a Zen 5 core
+  // 400 tokens of the slow model sometimes finished inside a 50 ms limit. So
+  // 500 tokens against 20 ms; the first token follows a 3-token prefill, so
+  // the stream has started by then.
+  Served s("", /*slow=*/true, 0, /*request_timeout_s=*/0.02);
   auto c = s.client();
-  const json body = {{"prompt", "And"}, {"max_tokens", 400}, {"temperature", 0}};
+  const json body = {{"prompt", "And"}, {"max_tokens", 500}, {"temperature", 0}};
   auto r = c.Post("/v1/completions", body.dump(), kJson);
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 504);
