@@ -284,12 +284,12 @@ void top_ids(const float* logits, int64_t vocab, int64_t k, SamplerScratch& work
   if (b.found) {
     ids.assign(work.over.begin(), work.over.begin() + std::ptrdiff_t(b.over));
     ids.insert(ids.end(), work.band.begin(), work.band.begin() + std::ptrdiff_t(b.in_band));
-  } else {  // NaN logits only
+  } else {  // NaN logits only: the others, best first, then the first k
     for (int32_t i = 0; i < vocab; ++i)
       if (logits[i] == logits[i]) ids.push_back(i);
-    ids.resize(std::min(ids.size(), size_t(k)));
   }
   std::sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) { return better(logits[a], a, logits[b], b); });
+  if (ids.size() > size_t(k)) ids.resize(size_t(k));
 }
 
 // log(sum(exp(logits))) over the whole vocabulary: float exps, summed in double.

@@ -197,6 +197,35 @@ TEST(Sampler, LogprobsNameTheBestTokensAtFullVocabulary) {
   }
 }
 
+// NaN logits (a broken model) must not take the sampler out of bounds: each
+// setting still names a token of the vocabulary. The sanitizer build runs this.
+TEST(Sampler, NanLogitsStillGiveATokenInRange) {
+  constexpr int64_t kVocab = 3000;
+  std::mt19937 rng(13);
+  std::normal_distribution<float> normal(0.f, 2.f);
+  for (const int nan_every : {7, 1}) {  // some NaNs; all NaN
+    std::vector<float> l(static_cast<size_t>(kVocab));
+    for (size_t i = 0; i < l.size(); ++i) l[i] = i % size_t(nan_every) == 0 ? std::nanf("") : normal(rng);
+    for (const infer::SamplingParams& p : {params(0, 0, 1, 0), params(1, 0, 1, 0), params(1, 0, 0.9f, 0),
+                                           params(1, 20, 1, 0), params(1, 0, 1, 0.1f), params(1, 20, 0.5f, 0.05f)}) {
+      infer::SamplingParams q = p;
+      q.logprobs = 5;
+      infer::SequenceHistory h(kVocab);
+      infer::SamplerScratch scratch;
+      for (uint64_t i = 0; i < 20; ++i) {
+        auto x = l;
+        const infer::TokenChoice c = infer::sample(x.data(), kVocab, q, h, i, scratch);
+        EXPECT_GE(c.token, 0);
+        EXPECT_LT(c.token, kVocab);
+        for (const auto& [id, lp] : c.top) {
+          EXPECT_GE(id, 0);
+          EXPECT_LT(id, kVocab);
+        }
+      }
+    }
+  }
+}
+
 TEST(Sampler, PenaltiesAndLogprobs) {
   infer::SamplerScratch scratch;
   infer::SequenceHistory h(10);
