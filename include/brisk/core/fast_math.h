@@ -20,7 +20,10 @@ namespace brisk::core {
 // GELU's x * e / (1 + e) finite without extra selects.
 inline float fast_exp_clamped(float x) {
   constexpr float kHi = 88.f, kLo = -87.3365447504019f;
-  const float xc = std::min(std::max(x, kLo), kHi);
+  // The clamp sends NaN to kLo (NaN < anything is false): converting a NaN
+  // n to int below would be undefined. fast_exp puts the NaN back.
+  const float above_lo = kLo < x ? x : kLo;
+  const float xc = above_lo < kHi ? above_lo : kHi;
   // Round to nearest by the 1.5 * 2^23 trick: branch-free and vectorisable.
   const float n = (xc * 1.44269504088896341f + 12582912.f) - 12582912.f;
   const float r = xc - n * 0.693359375f + n * 2.12194440e-4f;
