@@ -124,10 +124,11 @@ Above above(const float* logits, const float* w, int64_t vocab, float t) {
     a.count = n;
     return a;
   }
-  // Weights summed in float within chunks of 512 (16 lanes, 32 terms each:
-  // a few 1e-6 of error at worst), the chunks in double.
-  for (int64_t c0 = 0; c0 < vocab; c0 += 512) {
-    const int64_t c1 = std::min<int64_t>(vocab, c0 + 512);
+  // Weights summed in float within chunks (16 lanes, 32 terms each: a few
+  // 1e-6 of error at worst), the chunks in double.
+  constexpr int64_t kFloatSum = 512;
+  for (int64_t c0 = 0; c0 < vocab; c0 += kFloatSum) {
+    const int64_t c1 = std::min(vocab, c0 + kFloatSum);
     int64_t n = 0;
     float m = 0;
 #pragma omp simd reduction(+ : n, m)
@@ -269,18 +270,24 @@ Boundary boundary_of(const float* logits, const float* w, int64_t vocab, float t
 // Whether token (l, i) is the boundary or better than it.
 bool kept_by(const Boundary& b, float l, int32_t i) { return !b.found || l > b.logit || (l == b.logit && i <= b.id); }
 
-// The min(k, vocab) best tokens, best first, into ids.
-void top_ids(const float* logits, int64_t vocab, int64_t k, SamplerScratch& work) {
+// The min(k, vocab) best tokens, best first, into ids; top = the largest logit.
+void top_ids(const float* logits, int64_t vocab, float top, int64_t k, SamplerScratch& work) {
   std::vector<int32_t>& ids = work.ids;
   ids.clear();
   k = std::min(k, vocab);
   if (k <= 0) return;
-  const float top = max_logit(logits, vocab);
+  // The smallest logit, and how many are at or above it (all but NaNs), in one pass.
   float bottom = top;
-#pragma omp simd reduction(min : bottom)
-  for (int64_t i = 0; i < vocab; ++i) bottom = logits[i] < bottom ? logits[i] : bottom;
-  const Boundary b = boundary_of(logits, nullptr, vocab, top, bottom, k, 0, above(logits, nullptr, vocab, top),
-                                 above(logits, nullptr, vocab, bottom), work);
+  int64_t numbers = 0;
+#pragma omp simd reduction(min : bottom) reduction(+ : numbers)
+  for (int64_t i = 0; i < vocab; ++i) {
+    bottom = logits[i] < bottom ? logits[i] : bottom;
+    numbers += logits[i] == logits[i];
+  }
+  Above at_bottom;
+  at_bottom.count = numbers;
+  const Boundary b =
+      boundary_of(logits, nullptr, vocab, top, bottom, k, 0, above(logits, nullptr, vocab, top), at_bottom, work);
   if (b.found) {
     ids.assign(work.over.begin(), work.over.begin() + std::ptrdiff_t(b.over));
     ids.insert(ids.end(), work.band.begin(), work.band.begin() + std::ptrdiff_t(b.in_band));
@@ -292,9 +299,9 @@ void top_ids(const float* logits, int64_t vocab, int64_t k, SamplerScratch& work
   if (ids.size() > size_t(k)) ids.resize(size_t(k));
 }
 
-// log(sum(exp(logits))) over the whole vocabulary: float exps, summed in double.
-double log_sum_exp(const float* logits, int64_t vocab) {
-  const float top = max_logit(logits, vocab);
+// log(sum(exp(logits))) over the whole vocabulary (top = its largest logit):
+// float exps, summed in double.
+double log_sum_exp(const float* logits, int64_t vocab, float top) {
   double s = 0;
 #pragma omp simd reduction(+ : s)
   for (int64_t i = 0; i < vocab; ++i) s += double(core::fast_exp(logits[i] - top));
@@ -302,10 +309,11 @@ double log_sum_exp(const float* logits, int64_t vocab) {
 }
 
 void fill_logprobs(const float* logits, int64_t vocab, int n, TokenChoice& c, SamplerScratch& work) {
-  const double lse = log_sum_exp(logits, vocab);
+  const float top = max_logit(logits, vocab);
+  const double lse = log_sum_exp(logits, vocab, top);
   c.logprob = float(double(logits[c.token]) - lse);
   if (n <= 0) return;
-  top_ids(logits, vocab, n, work);
+  top_ids(logits, vocab, top, n, work);
   for (int32_t id : work.ids) c.top.push_back({id, float(double(logits[id]) - lse)});
 }
 
@@ -384,7 +392,7 @@ TokenChoice sample(float* logits, int64_t vocab, const SamplingParams& p, const 
 
   if (p.top_k > 0 && p.top_k < vocab) {
     // The k best, best first; then min-p and top-p on that order.
-    top_ids(logits, vocab, p.top_k, work);
+    top_ids(logits, vocab, top, p.top_k, work);
     cand.clear();
     for (int32_t id : work.ids) {
       const float w = core::fast_exp((logits[id] - top) * inv_t);

@@ -164,6 +164,12 @@ bool Generation::pump(const std::function<bool(const std::string&)>& write) {
     for (const CompletionBuilder& b : builders_)
       if (const json c = b.first_chunk(); !c.is_null() && !write(dump(c))) return false;
   }
+  // Ends the stream with an error: the other choices are dropped.
+  const auto end_with = [&](const ApiError& err) {
+    done_ = true;
+    cancel();
+    return write(dump(error_json(err))) && write("[DONE]");
+  };
   for (Inbox::Item& item : inbox_->take()) {
     CompletionBuilder& b = builders_[item.choice];
     record(item.choice, item.events);
@@ -173,18 +179,10 @@ bool Generation::pump(const std::function<bool(const std::string&)>& write) {
     } catch (const std::exception& ex) {
       // The text could not be built (the server's fault, not the request's).
       // This runs on an HTTP thread inside httplib's content provider, where
-      // an escaping exception ends the process: end this stream instead.
-      done_ = true;
-      cancel();
-      const ApiError err(500, std::string("cannot build the text: ") + ex.what(), "", "server_error");
-      return write(dump(error_json(err))) && write("[DONE]");
+      // an escaping exception ends the process.
+      return end_with(ApiError(500, std::string("cannot build the text: ") + ex.what(), "", "server_error"));
     }
-    if (item.closed && !b.finished()) {
-      // One choice failed: the stream ends with its error, the others are dropped.
-      done_ = true;
-      cancel();
-      return write(dump(error_json(channel_error(*channels_[item.choice])))) && write("[DONE]");
-    }
+    if (item.closed && !b.finished()) return end_with(channel_error(*channels_[item.choice]));  // one choice failed
   }
   for (const CompletionBuilder& b : builders_)
     if (!b.finished()) return true;
