@@ -154,7 +154,12 @@ struct Config {
 constexpr Config kConfigs[] = {{2, 7, 12, 3},  {1, 13, 20, 4},  {2, 5, 6, 1},    {3, 16, 24, 2},
                                {1, 33, 18, 3}, {1, 130, 32, 2}, {1, 300, 10, 1}, {2, 17, 64, 2},
                                {1, 83, 48, 2}, {1, 70, 128, 2}};
-constexpr Config kBf16Configs[] = {{2, 7, 12, 3}, {1, 70, 12, 2}, {1, 290, 16, 2}};
+// bf16 with head_dim 64 takes the CUDA tensor-core kernels: 64-row tiles
+// below T 512 (T 200: a ragged last tile), 128-row query tiles in the forward
+// and 128-key tiles in the backward from 512 on (T 600 and 530: ragged tiles
+// of both, over two batches and two heads).
+constexpr Config kBf16Configs[] = {{2, 7, 12, 3},    {1, 70, 12, 2},   {1, 290, 16, 2},
+                                   {1, 200, 128, 2}, {1, 600, 128, 2}, {2, 530, 64, 1}};
 
 std::string label_of(const Config& k, DType t) {
   return std::string(core::dtype_name(t)) + " B" + std::to_string(k.B) + " T" + std::to_string(k.T) + " C" +
