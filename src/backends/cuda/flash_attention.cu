@@ -17,7 +17,8 @@
 // memory (no opt-in, nothing to set up before a graph capture).
 //
 // The backward is deterministic without atomics: one kernel per key tile
-// walks the query tiles below it and accumulates dK, dV in registers; a
+// walks the query tiles below it and accumulates dK, dV in registers (64
+// keys, 16 per warp; from T 512 on, 128 keys, 32 per warp); a
 // second kernel per query tile walks the key tiles and accumulates dQ (32
 // rows per warp, each key tile in two halves of 32 keys to stay within 255
 // registers). That recomputes S and dP once more (7 products instead of
@@ -145,6 +146,29 @@ __device__ __forceinline__ void mma_abt(float (&acc)[MI][NT][4], const uint32_t 
         mma(acc[mi][2 * np + 1], a[mi][kk], b[2], b[3]);
       }
     }
+}
+// As mma_abt, with the A operand X[mi] (16 x 64, rows 16 mi.. of the tile at
+// `x`) read from shared memory one k-step at a time instead of held in
+// registers.
+template <int MI, int NT>
+__device__ __forceinline__ void mma_abt_sa(float (&acc)[MI][NT][4], const bf16_t* x, const bf16_t* y, int lane) {
+  const bf16_t* base = y + bn_off(lane);
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    uint32_t a[MI][4];
+#pragma unroll
+    for (int mi = 0; mi < MI; ++mi) ldsm_x4(a[mi], x + mi * 16 * kLd + a_off(lane) + kk * 16);
+#pragma unroll
+    for (int np = 0; np < NT / 2; ++np) {
+      uint32_t b[4];
+      ldsm_x4(b, base + np * 16 * kLd + kk * 16);
+#pragma unroll
+      for (int mi = 0; mi < MI; ++mi) {
+        mma(acc[mi][2 * np], a[mi], b[0], b[1]);
+        mma(acc[mi][2 * np + 1], a[mi], b[2], b[3]);
+      }
+    }
+  }
 }
 // acc[mi] (16 x 64) += P[mi] (16 x 8 NT accumulator, rounded to bf16) * Y,
 // with Y the 8 NT rows [k][n] of a tile from `y` on.
@@ -326,14 +350,19 @@ __global__ void __launch_bounds__(kThreads) fwd_tc_kernel(const bf16_t* __restri
 
 // ---- tensor-core backward ------------------------------------------------------------
 
-// lse (as log2) and D of rows r0.. of a tile into shared memory; rows past T
-// get lse = +inf, which makes their probabilities exactly zero.
+// lse (as log2) and D of kRows rows r0.. of a tile into shared memory (the
+// first kRows threads take lse, the next kRows D); rows past T get lse =
+// +inf, which makes their probabilities exactly zero.
+template <int kRows = kTile>
 __device__ __forceinline__ void load_stats(float* sl, float* sd, const float* lse, const float* D, int r0, int T) {
-  const int i = int(threadIdx.x) & 63, r = r0 + i;
-  if (threadIdx.x < 64)
-    sl[i] = r < T ? lse[r] * kLog2e : INFINITY;
-  else
-    sd[i] = r < T ? D[r] : 0.f;
+  static_assert(2 * kRows <= kThreads);
+  const int t = int(threadIdx.x);
+  if (t < kRows) {
+    sl[t] = r0 + t < T ? lse[r0 + t] * kLog2e : INFINITY;
+  } else if (t < 2 * kRows) {
+    const int i = t - kRows;
+    sd[i] = r0 + i < T ? D[r0 + i] : 0.f;
+  }
 }
 
 // dK, dV of one key tile (64 keys, 16 per warp): walks the query tiles from
@@ -417,6 +446,111 @@ __global__ void __launch_bounds__(kThreads) bwd_dkdv_tc_kernel(const bf16_t* __r
           __floats2bfloat162_rn(dv[0][n][2 * r], dv[0][n][2 * r + 1]);
     }
   }
+}
+
+// dK, dV of one tile of 128 keys, 32 per warp: the same function as
+// bwd_dkdv_tc_kernel, but each B fragment read from shared memory serves two
+// 16-key slices (4 mma per ldmatrix.x4 instead of 2, the bound above). To fit
+// the dK, dV accumulators of 32 keys in registers, the query tiles are 32
+// rows (S^T and dP^T are 32 x 32 per warp) and V stays in shared memory, its
+// A fragments read per product. K is staged in the query buffers first.
+// grid.y = key tiles, lightest last.
+constexpr int kKeysWide = 128;
+constexpr int kRowsNarrow = 32;
+__global__ void __launch_bounds__(kThreads) bwd_dkdv_wide_tc_kernel(const bf16_t* __restrict__ qkv,
+                                                                    const bf16_t* __restrict__ dy,
+                                                                    const float* __restrict__ lse,
+                                                                    const float* __restrict__ Dv,
+                                                                    bf16_t* __restrict__ dqkv, int T, int nh, int C,
+                                                                    float scale_log2, float scale) {
+  constexpr int kRowsQ = kRowsNarrow;
+  // V (128 rows), then two buffers of (Q, dO) tiles of 32 rows, which hold
+  // the K tile (128 rows) until its fragments are in registers.
+  __shared__ __align__(16) bf16_t smem[2 * kKeysWide * kLd];
+  __shared__ float s_l[2][kRowsQ], s_d[2][kRowsQ];
+  bf16_t* const sv = smem;
+  bf16_t* const bufs = smem + kKeysWide * kLd;
+  const int bh = int(blockIdx.x), b = bh / nh, h = bh % nh;
+  const int k0 = int(blockIdx.y) * kKeysWide;
+  const int64_t ld = 3 * int64_t(C);
+  const bf16_t* q = qkv + int64_t(b) * T * ld + int64_t(h) * kHd;
+  const bf16_t* k = q + C;
+  const bf16_t* v = q + 2 * int64_t(C);
+  const bf16_t* go = dy + int64_t(b) * T * C + int64_t(h) * kHd;
+  const float* lse_bh = lse + int64_t(bh) * T;
+  const float* D_bh = Dv + int64_t(bh) * T;
+  const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31, g = lane >> 2, t4 = lane & 3;
+
+  load_tile<kKeysWide>(bufs, k, ld, k0, T);
+  load_tile<kKeysWide>(sv, v, ld, k0, T);
+  cp_async_commit();
+  const int kw0 = k0 + warp * 32;  // the warp's keys: kw0 + 16 mi + g + 8 r
+  uint32_t kf[2][4][4];
+  cp_async_wait_all();
+  __syncthreads();
+#pragma unroll
+  for (int mi = 0; mi < 2; ++mi) load_a(kf[mi], bufs + (warp * 32 + mi * 16) * kLd, lane);
+  __syncthreads();  // the K staging area becomes the query buffers
+
+  // Queries before k0 see none of the tile's keys.
+  const int i0 = k0 / kRowsQ, nq = (T + kRowsQ - 1) / kRowsQ;
+  load_tile<kRowsQ>(bufs, q, ld, k0, T);
+  load_tile<kRowsQ>(bufs + kRowsQ * kLd, go, C, k0, T);
+  load_stats<kRowsQ>(s_l[0], s_d[0], lse_bh, D_bh, k0, T);
+  cp_async_commit();
+
+  float dk[2][8][4] = {}, dv[2][8][4] = {};
+  for (int i = i0; i < nq; ++i) {
+    const int buf = (i - i0) & 1;
+    cp_async_wait_all();
+    __syncthreads();  // tile i landed; every warp is done with tile i-1
+    if (i + 1 < nq) {
+      bf16_t* next = bufs + 2 * (buf ^ 1) * kRowsQ * kLd;
+      load_tile<kRowsQ>(next, q, ld, (i + 1) * kRowsQ, T);
+      load_tile<kRowsQ>(next + kRowsQ * kLd, go, C, (i + 1) * kRowsQ, T);
+      load_stats<kRowsQ>(s_l[buf ^ 1], s_d[buf ^ 1], lse_bh, D_bh, (i + 1) * kRowsQ, T);
+      cp_async_commit();
+    }
+    const int q0 = i * kRowsQ;
+    if (q0 + kRowsQ - 1 < kw0) continue;  // every query of the tile comes before the warp's keys
+    const bool masked = q0 < kw0 + 31;    // the tile crosses the warp's diagonal
+    const bf16_t* sq = bufs + 2 * buf * kRowsQ * kLd;
+    const bf16_t* sg = sq + kRowsQ * kLd;
+    const float* sl = s_l[buf];
+    const float* sd = s_d[buf];
+    // P^T = exp2(K Q^T * scale log2e - lse): rows are keys, columns queries.
+    float p[2][4][4] = {};
+    mma_abt<2, 4>(p, kf, sq, lane);
+    for_each_elem(p, [&](int mi, int n, int r, int e, float& x) {
+      const int col = n * 8 + 2 * t4 + e;
+      x = fast_exp2(x * scale_log2 - sl[col]);
+      if (masked && q0 + col < kw0 + 16 * mi + g + 8 * r) x = 0.f;
+    });
+    mma_pb<2, 4>(dv, p, sg, lane);  // dV += P^T dO
+    // dS^T = P^T (V dO^T - D)
+    float ds[2][4][4] = {};
+    mma_abt_sa<2, 4>(ds, sv + warp * 32 * kLd, sg, lane);
+    for_each_elem(ds, [&](int mi, int n, int r, int e, float& x) {
+      x = p[mi][n][2 * r + e] * (x - sd[n * 8 + 2 * t4 + e]);
+    });
+    mma_pb<2, 4>(dk, ds, sq, lane);  // dK += dS^T Q
+  }
+
+#pragma unroll
+  for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int kj = kw0 + 16 * mi + g + 8 * r;
+      if (kj >= T) continue;
+      bf16_t* dst = dqkv + (int64_t(b) * T + kj) * ld + int64_t(h) * kHd + 2 * t4;
+#pragma unroll
+      for (int n = 0; n < 8; ++n) {
+        *reinterpret_cast<__nv_bfloat162*>(dst + C + 8 * n) =
+            __floats2bfloat162_rn(dk[mi][n][2 * r] * scale, dk[mi][n][2 * r + 1] * scale);
+        *reinterpret_cast<__nv_bfloat162*>(dst + 2 * int64_t(C) + 8 * n) =
+            __floats2bfloat162_rn(dv[mi][n][2 * r], dv[mi][n][2 * r + 1]);
+      }
+    }
 }
 
 // dQ of one query tile (64 MI rows, 16 MI per warp): walks the key tiles up
@@ -760,9 +894,17 @@ void flash_attention_bwd(const KernelCall& c) {
     check_launch(what);
     if (fast) {
       if constexpr (DT == DType::bf16) {
-        const dim3 grid(unsigned(nb * d.nh), unsigned((d.T + kTile - 1) / kTile));
-        bwd_dkdv_tc_kernel<<<grid, kThreads, 0, s>>>(qkv_b, dy_b, lse_b, Dbuf, dqkv_b, T, nh, C,
-                                                     d.scale * kLog2e, d.scale);
+        // 128-key tiles once there are enough of them to fill the GPU (as
+        // the forward's 128-row query tiles); short sequences keep 64.
+        if (d.T >= 512) {
+          const dim3 grid(unsigned(nb * d.nh), unsigned((d.T + kKeysWide - 1) / kKeysWide));
+          bwd_dkdv_wide_tc_kernel<<<grid, kThreads, 0, s>>>(qkv_b, dy_b, lse_b, Dbuf, dqkv_b, T, nh, C,
+                                                            d.scale * kLog2e, d.scale);
+        } else {
+          const dim3 grid(unsigned(nb * d.nh), unsigned((d.T + kTile - 1) / kTile));
+          bwd_dkdv_tc_kernel<<<grid, kThreads, 0, s>>>(qkv_b, dy_b, lse_b, Dbuf, dqkv_b, T, nh, C,
+                                                       d.scale * kLog2e, d.scale);
+        }
         check_launch(what);
         const dim3 grid_q(unsigned(nb * d.nh), unsigned((d.T + 2 * kTile - 1) / (2 * kTile)));
         bwd_dq_tc_kernel<2><<<grid_q, kThreads, 0, s>>>(qkv_b, dy_b, lse_b, Dbuf, dqkv_b, T, nh, C,
