@@ -65,6 +65,22 @@ def run_torch(args):
     return json.loads(lines[-1])
 
 
+def loss_agreement(pairs):
+    """How far a variant's per-step losses stray from the default's in the
+    same rounds (a change that should not alter the math shows 0): the
+    largest difference over every round's steps, and at the last step."""
+    diffs, last = [], []
+    for a, b in pairs:
+        la, lb = a.get("losses") or [], b.get("losses") or []
+        n = min(len(la), len(lb))
+        if n:
+            diffs += [abs(x - y) for x, y in zip(la[:n], lb[:n])]
+            last.append(abs(la[n - 1] - lb[n - 1]))
+    if not diffs:
+        return None
+    return {"max_abs_diff": max(diffs), "last_abs_diff": max(last), "steps": len(diffs) // len(last)}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--brisk", default=os.path.join(ROOT, "build", "release", "brisk"))
@@ -130,7 +146,8 @@ def main():
             over = [x["variants"][name]["median_ms"] / x["brisk"]["median_ms"] for x in rounds
                     if "median_ms" in x["variants"][name] and "median_ms" in x["brisk"]]
             report.setdefault("variants", {})[name] = dict(s, sets=sets, brisk_over_variant={
-                "median": statistics.median(over), "min": min(over), "max": max(over)} if over else None)
+                "median": statistics.median(over), "min": min(over), "max": max(over)} if over else None,
+                losses_vs_brisk=loss_agreement([(x["brisk"], x["variants"][name]) for x in rounds]))
     ratios = [x["pytorch"]["median_ms"] / x["brisk"]["median_ms"] for x in rounds
               if x["pytorch"] and "median_ms" in x["pytorch"] and "median_ms" in x["brisk"]]
     if ratios:
@@ -151,6 +168,10 @@ def main():
         mfu = f"{100 * v['mfu']:.1f}%" if v["mfu"] else "-"
         q = v.get("brisk_over_variant")
         vs = f", brisk / it {q['median']:.3f}x ({q['min']:.3f}-{q['max']:.3f})" if q else ""
+        agree = v.get("losses_vs_brisk")
+        if agree:
+            vs += (f"; losses {'equal' if agree['max_abs_diff'] == 0 else 'within %.2g' % agree['max_abs_diff']}"
+                   f" over {agree['steps']} steps (last step within {agree['last_abs_diff']:.2g})")
         print(f"  variant {name} ({','.join(v['sets'])}): {v['tokens_per_s']:.0f} tok/s "
               f"({v['tokens_per_s_min']:.0f}-{v['tokens_per_s_max']:.0f}), {v['ms_per_step']:.1f} ms/step, MFU {mfu}{vs}")
     if ratios:
