@@ -441,7 +441,9 @@ struct Engine::Impl {
   // SamplingParams::prompt_logprobs: row rows_at[i] of x holds the next
   // unscored prompt position of of[i] (a sequence's rows in order); each is
   // scored against the prompt token after it, through the head in chunks
-  // of its buffers' size (max_seqs rows).
+  // of its buffers' size (max_seqs rows). Like a drawn token's logprobs,
+  // they are over the drawable ids: the same distribution, and top entries
+  // the tokenizer can decode.
   void score_prompt_rows(const std::vector<int64_t>& rows_at, const std::vector<Seq*>& of) {
     const int64_t vocab = model.config.vocab_size;
     if (scratch.empty()) scratch.resize(1);
@@ -453,7 +455,8 @@ struct Engine::Impl {
         Seq& s = *of[i0 + i];
         const int32_t target = s.prompt[s.prompt_choices.size() + 1];
         s.prompt_choices.push_back(
-            score_token(logits.data() + int64_t(i) * vocab, vocab, target, s.params.prompt_logprobs, scratch[0]));
+            score_token(logits.data() + int64_t(i) * vocab, drawable_vocab, target, s.params.prompt_logprobs,
+                        scratch[0]));
       }
     }
   }

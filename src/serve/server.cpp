@@ -4,6 +4,7 @@
 #include <httplib.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <ctime>
@@ -66,6 +67,10 @@ struct Server::Impl {
     tok = &t;
     metrics = &s.metrics();
     model = std::move(m);
+    // A prompt may hold only ids the tokenizer has: the model's embedding may
+    // be padded past them (GPT-2's 50,257 to 50,304), and a padded id has no
+    // text to echo or to stop on.
+    model.vocab = std::min<int64_t>(model.vocab, int64_t(t.vocab_size()));
     cache = std::make_unique<ResponseCache>(options.response_cache_bytes, *metrics);
     ready = true;
   }

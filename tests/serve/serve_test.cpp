@@ -70,19 +70,22 @@ struct Running {
   std::thread thread;
   int port = 0;
 
-  Running(int slots, int max_queue, int64_t max_body) {
+  // model_dir: another checkpoint, given to the server with its own vocabulary
+  // (as `brisk serve` does), else the tiny 256-token model.
+  Running(int slots, int max_queue, int64_t max_body, const std::string& model_dir = "") {
     infer::EngineOptions eo;
     eo.max_seqs = slots;
     eo.threads = 2;
     eo.max_step_tokens = 64;
-    engine = std::make_unique<infer::Engine>(infer::load_model(checkpoint()), eo, tok.get());
+    engine = std::make_unique<infer::Engine>(infer::load_model(model_dir.empty() ? checkpoint() : model_dir), eo,
+                                             tok.get());
     scheduler = std::make_unique<serve::Scheduler>(*engine, max_queue);
     serve::ServerOptions so;
     so.port = 0;
     so.max_body = max_body;
     so.http_threads = slots + max_queue + 4;
     // As many choices per request as the queue can hold (at least one).
-    const serve::ModelInfo info{"tiny", 256, kContext, std::max(1, max_queue)};
+    const serve::ModelInfo info{"tiny", engine->model().config.vocab_size, kContext, std::max(1, max_queue)};
     server = std::make_unique<serve::Server>(*scheduler, *tok, info, so);
     port = server->bind();
     thread = std::thread([this] { server->listen(); });
@@ -602,6 +605,37 @@ TEST_F(ServeTest, TokenizeRoundTrip) {
   EXPECT_EQ(json::parse(d->body).at("prompt"), "hello, world");
   expect_error(post("/detokenize", {{"tokens", {1, 300}}}), 400, "tokens", {"300"});
   expect_error(post("/tokenize", {{"prompt", 5}}), 400, "prompt", {"prompt"});
+}
+
+// A model whose embedding is padded past its tokenizer (GPT-2's 50,257 ids to
+// 50,304; here the 256 bytes to 320), given to the server with the model's
+// vocabulary as `brisk serve` gives it. A padded id has no text: in a prompt
+// of token ids it is refused by name (it was a 500 when echoed), and the
+// prompt's logprobs, like a drawn token's, never offer one.
+TEST(ServePaddedVocab, PromptIdsPastTheTokenizerAreRefusedAndNeverOffered) {
+  testing::TinyGpt t;
+  t.vocab = 320;
+  t.width = 64;
+  t.context = kContext;
+  t.seed = 5;
+  Running padded(2, 4, 4096, testing::save_tiny_gpt((temp_root() / "padded").string(), t));
+  httplib::Client c("127.0.0.1", padded.port);
+  c.set_read_timeout(60, 0);
+  auto post = [&](const json& body) { return c.Post("/v1/completions", body.dump(), "application/json"); };
+  expect_error(post({{"prompt", {65, 300, 66}}, {"echo", true}, {"max_tokens", 0}}), 400, "prompt", {"300"});
+  expect_error(post({{"prompt", {65, 300, 66}}, {"max_tokens", 2}}), 400, "prompt", {"300"});
+  // The top 20 of 320 random logits hold a padded id at about 99% of
+  // positions; each would fail to decode (a 500).
+  auto r = post({{"prompt", "padded ids"}, {"echo", true}, {"logprobs", 20}, {"max_tokens", 4}, {"temperature", 0}});
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const json lp = json::parse(r->body)["choices"][0]["logprobs"];
+  ASSERT_EQ(lp["tokens"].size(), 10u + 4u);
+  ASSERT_EQ(lp["top_logprobs"].size(), 10u + 4u);
+  for (size_t i = 1; i < lp["top_logprobs"].size(); ++i) {
+    EXPECT_FALSE(lp["top_logprobs"][i].empty()) << "position " << i;
+    for (const auto& [text, v] : lp["top_logprobs"][i].items()) EXPECT_LE(v.get<double>(), 0.0) << "position " << i;
+  }
 }
 
 TEST(ServeQueue, FullQueueGets429WithRetryAfter) {

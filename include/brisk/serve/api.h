@@ -18,7 +18,7 @@ namespace brisk::serve {
 // What the API knows of the served model and the server's limits.
 struct ModelInfo {
   std::string name;
-  int64_t vocab = 0;    // token ids a prompt may hold
+  int64_t vocab = 0;    // token ids a prompt may hold (the server lowers it to its tokenizer's)
   int64_t context = 0;  // prompt + completion tokens at most
   // Sequences one request may ask for (n times the prompts). Set it to the
   // scheduler's queue capacity: a request whose choices could never all
