@@ -219,7 +219,9 @@ void use_bf16_path(cpu::Bf16Path p) {
 // steps down from the best one, cpu_features.h); the others are a visible
 // skip in Int8Paths.EveryPathTheCpuHas.
 
-bool is_int8_op(core::OpKind k) { return k == core::OpKind::linear_q8 || k == core::OpKind::linear_q4; }
+bool is_int8_op(core::OpKind k) {
+  return k == core::OpKind::linear_q8 || k == core::OpKind::linear_q4 || k == core::OpKind::linear_q8_packed;
+}
 
 std::vector<cpu::Int8Dot> int8_paths() {
   std::vector<cpu::Int8Dot> v;
@@ -250,6 +252,7 @@ const std::set<core::OpKind>& cpu_only_ops() {
       core::OpKind::linear_q8,
       core::OpKind::linear_q4,
       core::OpKind::linear_packed,
+      core::OpKind::linear_q8_packed,
       core::OpKind::kv_attention,
       core::OpKind::masked_attention,
       core::OpKind::masked_attention_backward,

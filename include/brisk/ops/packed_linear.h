@@ -29,4 +29,27 @@ void pack(const float* w, int64_t n, int64_t k, float* out);
 // Row `o` of the original W (k values) from the packed layout.
 void unpack_row(const float* packed, int64_t k, int64_t o, float* row);
 
+// linear_q8_packed's weight (src/ops/linear_q8_packed.cpp): linear_q8's
+// int8 W (N, K) in the same panels of kPanel outputs, with k in groups of 4
+// bytes, each byte offset by 128:
+//
+//   packed[p][g][j][b] = uint8(W[p * kPanel + j][4 g + b] + 128)
+//                        (128, i.e. a zero weight, past N or past K)
+//
+// One 64-byte load is 4 consecutive k of 16 outputs, exactly the operand of
+// AVX-512 VNNI's vpdpbusd (unsigned bytes times signed bytes, 4 products
+// summed per 32-bit lane), against the 4 activation codes of one row
+// broadcast: 16 outputs' dot products grow in one register, with no
+// horizontal sums at the end (linear_q8's layout needs 45 instructions per
+// 16 results). The +128 comes off as 128 * sum(activation codes) per row.
+constexpr int64_t kQ8Group = 4;
+inline int64_t q8_groups(int64_t k) { return (k + kQ8Group - 1) / kQ8Group; }
+inline core::Shape q8_packed_shape(int64_t n, int64_t k) { return core::Shape{panels(n), q8_groups(k), kPanel * kQ8Group}; }
+void pack_q8(const int8_t* w, int64_t n, int64_t k, uint8_t* out);
+// W[o][i] from the packed layout.
+inline int8_t q8_weight(const uint8_t* packed, int64_t k, int64_t o, int64_t i) {
+  const int64_t at = ((o / kPanel) * q8_groups(k) + i / kQ8Group) * (kPanel * kQ8Group) + (o % kPanel) * kQ8Group + i % kQ8Group;
+  return int8_t(int(packed[at]) - 128);
+}
+
 }  // namespace brisk::ops::packed

@@ -46,6 +46,7 @@ CpuBackend::CpuBackend(int num_threads)
   register_add_layernorm_kernels(r);
   register_quant_linear_kernels(r);
   register_linear_packed_kernels(r);
+  register_linear_q8_packed_kernels(r);
   register_kv_attention_kernels(r);
   register_masked_attention_kernels(r);
   register_masked_flash_attention_kernels(r);

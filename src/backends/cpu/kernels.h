@@ -25,6 +25,7 @@ void register_linear_param_grad_kernels(core::KernelRegistry& r);
 void register_add_layernorm_kernels(core::KernelRegistry& r);
 void register_quant_linear_kernels(core::KernelRegistry& r);
 void register_linear_packed_kernels(core::KernelRegistry& r);
+void register_linear_q8_packed_kernels(core::KernelRegistry& r);
 void register_kv_attention_kernels(core::KernelRegistry& r);
 void register_masked_attention_kernels(core::KernelRegistry& r);
 void register_masked_flash_attention_kernels(core::KernelRegistry& r);

@@ -1,0 +1,185 @@
+// CPU kernel of linear_q8_packed (src/ops/linear_q8_packed.cpp; the weight
+// layout in brisk/ops/packed_linear.h).
+//
+// avx512_vnni: tiles of NP panels (16 outputs each) x NR activation rows,
+// one 512-bit int32 accumulator per (panel, row). Per group of 4 k: one
+// 64-byte load per panel (w + 128, the unsigned operand) and one broadcast
+// of a row's 4 activation codes (signed) per row feed NP x NR vpdpbusd; no
+// horizontal sum anywhere. NP x NR <= 16 accumulators, and at least 8 where
+// there are few rows, so that vpdpbusd's latency is covered. A block's
+// panels stay in L1 while each group of rows passes over them. The result,
+// float(sum - 128 * sum(codes)) * (sx * sw) + b as one FMA, is what
+// linear_q8's AVX-512 kernel computes from the same exact int32 sum: the
+// two give the same bits.
+//
+// Elsewhere a scalar loop over the same layout: the engine packs int8
+// weights only where the CPU has avx512_vnni, and the harness runs both.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+// GCC 12 reports the deliberately undefined upper halves inside its own
+// AVX-512 intrinsics as uninitialized (as in quant_linear.cpp).
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#ifndef __clang__  // a GCC-only warning; clang would warn about the unknown group
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+#include "brisk/cpu/cpu_features.h"
+#include "brisk/ops/packed_linear.h"
+#include "brisk/ops/quant.h"
+#include "cpu_util.h"
+#include "kernels.h"
+
+namespace brisk::cpu {
+namespace {
+
+using core::KernelCall;
+namespace packed = ops::packed;
+
+constexpr int64_t kPanelBytes = packed::kPanel * packed::kQ8Group;  // 64: one group of one panel
+
+struct Call {
+  const int8_t* codes;  // activation codes, rows `stride` bytes apart, zero from K to the row's end
+  int64_t stride;
+  const float* xscale;  // per row
+  const int32_t* xsum;  // per row: the sum of its codes (the +128 of the weights comes off as 128 * it)
+  const uint8_t* wp;
+  const float *wscale, *bias;
+  float* y;
+  int64_t rows, n, panels, groups;
+};
+
+// Rows r0 .. r0 + NR against panels p0 .. p0 + NP, of which the first `np`
+// exist (the others repeat the last one and are not stored).
+template <int NP, int NR>
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) void tile_avx512(const Call& c, int64_t p0, int np,
+                                                                                  int64_t r0) {
+  const uint8_t* w[NP];
+  for (int i = 0; i < NP; ++i) w[i] = c.wp + (p0 + std::min(i, np - 1)) * c.groups * kPanelBytes;
+  const int8_t* x = c.codes + r0 * c.stride;
+  __m512i acc[NP][NR];
+#pragma GCC unroll 16
+  for (int i = 0; i < NP; ++i)
+#pragma GCC unroll 16
+    for (int r = 0; r < NR; ++r) acc[i][r] = _mm512_setzero_si512();
+  for (int64_t g = 0; g < c.groups; ++g) {
+    __m512i wv[NP];
+#pragma GCC unroll 8
+    for (int i = 0; i < NP; ++i) {
+      wv[i] = _mm512_loadu_si512(w[i] + g * kPanelBytes);
+      _mm_prefetch(reinterpret_cast<const char*>(w[i] + (g + NP * c.groups) * kPanelBytes), _MM_HINT_T0);  // the next tile's panel
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; ++r) {
+      int32_t four;
+      std::memcpy(&four, x + r * c.stride + g * packed::kQ8Group, sizeof(four));
+      const __m512i xb = _mm512_set1_epi32(four);
+#pragma GCC unroll 8
+      for (int i = 0; i < NP; ++i) acc[i][r] = _mm512_dpbusd_epi32(acc[i][r], wv[i], xb);
+    }
+  }
+  for (int i = 0; i < np; ++i) {
+    const int64_t o0 = (p0 + i) * packed::kPanel;
+    const int no = int(std::min<int64_t>(packed::kPanel, c.n - o0));
+    const __mmask16 m = __mmask16((1u << no) - 1);
+    const __m512 sw = _mm512_maskz_loadu_ps(m, c.wscale + o0);
+    const __m512 b = c.bias ? _mm512_maskz_loadu_ps(m, c.bias + o0) : _mm512_setzero_ps();
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; ++r) {
+      const __m512 dots = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[i][r], _mm512_set1_epi32(128 * c.xsum[r0 + r])));
+      const __m512 s = _mm512_mul_ps(_mm512_set1_ps(c.xscale[r0 + r]), sw);
+      _mm512_mask_storeu_ps(c.y + (r0 + r) * c.n + o0, m, _mm512_fmadd_ps(dots, s, b));
+    }
+  }
+}
+
+// Panels per tile for NR rows: 16 accumulators at most, 8 or more where the
+// rows are few.
+template <int NR>
+constexpr int kTilePanels = NR == 1 ? 8 : NR <= 4 ? 4 : 2;
+
+template <int NR>
+void rows_avx512(const Call& c, int64_t p0, int64_t p1, int64_t r0) {
+  constexpr int NP = kTilePanels<NR>;
+  for (int64_t p = p0; p < p1; p += NP) tile_avx512<NP, NR>(c, p, int(std::min<int64_t>(NP, p1 - p)), r0);
+}
+
+// Panels p0 .. p1 against every row: rows in tiles of 8, then the rest.
+void panels_avx512(const Call& c, int64_t p0, int64_t p1) {
+  int64_t r0 = 0;
+  for (; r0 + 8 <= c.rows; r0 += 8) rows_avx512<8>(c, p0, p1, r0);
+  switch (c.rows - r0) {
+    case 7: rows_avx512<7>(c, p0, p1, r0); break;
+    case 6: rows_avx512<6>(c, p0, p1, r0); break;
+    case 5: rows_avx512<5>(c, p0, p1, r0); break;
+    case 4: rows_avx512<4>(c, p0, p1, r0); break;
+    case 3: rows_avx512<3>(c, p0, p1, r0); break;
+    case 2: rows_avx512<2>(c, p0, p1, r0); break;
+    case 1: rows_avx512<1>(c, p0, p1, r0); break;
+    default: break;
+  }
+}
+
+void panels_scalar(const Call& c, int64_t k, int64_t p0, int64_t p1) {
+  for (int64_t r = 0; r < c.rows; ++r)
+    for (int64_t o = p0 * packed::kPanel; o < std::min(c.n, p1 * packed::kPanel); ++o) {
+      int32_t sum = 0;
+      for (int64_t i = 0; i < k; ++i) sum += int32_t(c.codes[r * c.stride + i]) * packed::q8_weight(c.wp, k, o, i);
+      c.y[r * c.n + o] = float(sum) * (c.xscale[r] * c.wscale[o]) + (c.bias ? c.bias[o] : 0.f);
+    }
+}
+
+void linear_q8_packed_f32(const KernelCall& c) {
+  const int64_t k = c.in(0).shape().last(), rows = c.in(0).shape().rows();
+  const int64_t n = c.p<core::PackedLinearParams>().out;
+  const int64_t stride = (k + 63) / 64 * 64;  // >= the groups' 4 * ceil(K/4) bytes
+  auto* codes = static_cast<int8_t*>(c.workspace);
+  auto* xscale = reinterpret_cast<float*>(codes + rows * stride);
+  auto* xsum = reinterpret_cast<int32_t*>(xscale + rows);
+  const float* x = c.in(0).as<float>();
+  parallel_for(rows, 4, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      int8_t* q = codes + r * stride;
+      xscale[r] = ops::quant::quantize_int8(x + r * k, k, q);
+      std::memset(q + k, 0, size_t(stride - k));  // the last group's padding meets zeros
+      int32_t s = 0;
+      for (int64_t i = 0; i < k; ++i) s += q[i];
+      xsum[r] = s;
+    }
+  });
+  const Call call{codes,
+                  stride,
+                  xscale,
+                  xsum,
+                  c.in(1).as<uint8_t>(),
+                  c.in(2).as<float>(),
+                  c.inputs.size() == 4 ? c.in(3).as<float>() : nullptr,
+                  c.out(0).as<float>(),
+                  rows,
+                  n,
+                  packed::panels(n),
+                  packed::q8_groups(k)};
+  const bool vnni = cpu_features().int8 == Int8Dot::avx512_vnni;
+  // Blocks of 8 panels (a tile's most) split over the threads, enough work
+  // per thread to wake the team.
+  constexpr int64_t kBlock = 8;
+  const int64_t blocks = (call.panels + kBlock - 1) / kBlock;
+  const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(kBlock * packed::kPanel * k * rows, 1));
+  parallel_for(blocks, grain, [&](int64_t b, int64_t e) {
+    for (int64_t blk = b; blk < e; ++blk) {  // one block at a time: its panels stay in L1 across the row tiles
+      const int64_t p0 = blk * kBlock, p1 = std::min(call.panels, p0 + kBlock);
+      if (vnni) panels_avx512(call, p0, p1);
+      else panels_scalar(call, k, p0, p1);
+    }
+  });
+}
+
+}  // namespace
+
+void register_linear_q8_packed_kernels(core::KernelRegistry& r) {
+  r.add(core::OpKind::linear_q8_packed, core::DType::f32, linear_q8_packed_f32);
+}
+
+}  // namespace brisk::cpu
