@@ -65,12 +65,26 @@ void pack_linear(QLinear& l) {
   l.w = std::move(p);
   l.packed = true;
 }
+
+void pack_int8_linear(QLinear& l) {
+  if (l.scheme != Scheme::int8 || l.packed) return;
+  core::Tensor p = core::Tensor::empty(ops::packed::q8_packed_shape(l.out, l.in), core::DType::u8);
+  ops::packed::pack_q8(l.w.data_as<int8_t>(), l.out, l.in, p.data_as<uint8_t>());
+  l.w = std::move(p);
+  l.packed = true;
+}
 }  // namespace
 
 void pack_f32_linears(Model& m) {
   pack_linear(m.head);
   for (Layer& l : m.layers)
     for (QLinear* q : {&l.qkv, &l.proj, &l.fc, &l.fc_proj}) pack_linear(*q);
+}
+
+void pack_int8_linears(Model& m) {
+  pack_int8_linear(m.head);
+  for (Layer& l : m.layers)
+    for (QLinear* q : {&l.qkv, &l.proj, &l.fc, &l.fc_proj}) pack_int8_linear(*q);
 }
 
 void Model::embed(int32_t id, int64_t pos, float* out) const {
@@ -88,8 +102,13 @@ void Model::embed(int32_t id, int64_t pos, float* out) const {
       break;
     }
     case Scheme::int8: {
-      const int8_t* e = head.w.data_as<int8_t>() + int64_t(id) * c;
       const float s = head.scale.data_as<float>()[id];
+      if (head.packed) {  // the row is spread over its panel's groups
+        for (int64_t i = 0; i < c; ++i)
+          out[i] = float(ops::packed::q8_weight(head.w.data_as<uint8_t>(), c, id, i)) * s + p[i];
+        break;
+      }
+      const int8_t* e = head.w.data_as<int8_t>() + int64_t(id) * c;
       for (int64_t i = 0; i < c; ++i) out[i] = float(e[i]) * s + p[i];
       break;
     }

@@ -17,7 +17,8 @@
 //
 // Every op runs through the backend's kernel registry (core::run_op): fp32
 // Linears through `linear_packed` (repacked once when the engine is made),
-// quantized ones through `linear_q8`/`linear_q4`,
+// int8 ones through `linear_q8_packed` where the CPU has avx512_vnni (also
+// repacked) and `linear_q8` elsewhere, int4 ones through `linear_q4`,
 // attention through `kv_attention`. CPU only for now.
 //
 // Context length: a prompt must leave room for at least one new token; a

@@ -27,8 +27,10 @@ Scheme parse_scheme(const std::string& name);
 // One Linear: y = x W^T + b. f32: w (out, in) f32; int8: w (out, in) i8 and
 // scale (out); int4: w (out, in / 2) u8 codes and scale (out, in / 32).
 // bias is undefined where the layer has none (the LM head).
-// packed (f32 only, set by pack_f32_linears): w is in linear_packed's panels,
-// (ceil(out/16), in, 16) (brisk/ops/packed_linear.h).
+// packed: w is in panels of 16 outputs (brisk/ops/packed_linear.h): f32 in
+// linear_packed's (ceil(out/16), in, 16), set by pack_f32_linears; int8 in
+// linear_q8_packed's (ceil(out/16), ceil(in/4), 64) bytes, set by
+// pack_int8_linears.
 struct QLinear {
   Scheme scheme = Scheme::f32;
   int64_t out = 0, in = 0;
@@ -68,6 +70,10 @@ Model load_model(const std::string& path);
 // then run as broadcast tiles, engine.cpp). The memory is the same up to
 // the last panel's padding. Quantized Linears are left as they are.
 void pack_f32_linears(Model& m);
+// The same for every int8 Linear, into linear_q8_packed's panels (the
+// engine does this where the CPU has avx512_vnni, whose vpdpbusd the layout
+// is made for). int4 and fp32 Linears are left as they are.
+void pack_int8_linears(Model& m);
 
 // The fp32 model's Linears in `s` (weights only; the activations are
 // quantized as the ops run). Throws ConfigError if `m` is already quantized.
