@@ -220,7 +220,8 @@ void use_bf16_path(cpu::Bf16Path p) {
 // skip in Int8Paths.EveryPathTheCpuHas.
 
 bool is_int8_op(core::OpKind k) {
-  return k == core::OpKind::linear_q8 || k == core::OpKind::linear_q4 || k == core::OpKind::linear_q8_packed;
+  return k == core::OpKind::linear_q8 || k == core::OpKind::linear_q4 || k == core::OpKind::linear_q8_packed ||
+         k == core::OpKind::linear_q4_packed;
 }
 
 std::vector<cpu::Int8Dot> int8_paths() {
@@ -253,6 +254,7 @@ const std::set<core::OpKind>& cpu_only_ops() {
       core::OpKind::linear_q4,
       core::OpKind::linear_packed,
       core::OpKind::linear_q8_packed,
+      core::OpKind::linear_q4_packed,
       core::OpKind::kv_attention,
       core::OpKind::masked_attention,
       core::OpKind::masked_attention_backward,

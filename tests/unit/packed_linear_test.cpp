@@ -15,6 +15,7 @@
 #include "brisk/cpu/cpu_features.h"
 #include "brisk/ops/ops.h"
 #include "brisk/ops/packed_linear.h"
+#include "brisk/ops/quant.h"
 #include "test_util.h"
 
 using namespace brisk;
@@ -71,7 +72,7 @@ TEST(PackedLinear, EveryRowAsAloneAtEveryRowCount) {
 
 namespace {
 
-// y (rows, n) through linear_q8 (w as stored) or linear_q8_packed (wp).
+// y (rows, n) through one of the quantized Linears (w and scale as the op takes them).
 std::vector<float> run_q8(core::OpKind op, const float* x, int64_t rows, const Tensor& w, const Tensor& scale,
                           const Tensor& bias, int64_t n, int64_t k) {
   Tensor xt = Tensor::empty({rows, k}, DType::f32);
@@ -81,8 +82,8 @@ std::vector<float> run_q8(core::OpKind op, const float* x, int64_t rows, const T
   const core::OpDef& def = core::op_def(op);
   std::vector<core::TensorMeta> metas;
   for (const TensorView& v : in) metas.push_back(v.meta);
-  const core::OpParams params = op == core::OpKind::linear_q8_packed ? core::OpParams{ops::PackedLinearParams{n}}
-                                                                      : core::OpParams{};
+  const bool packed = op == core::OpKind::linear_q8_packed || op == core::OpKind::linear_q4_packed;
+  const core::OpParams params = packed ? core::OpParams{ops::PackedLinearParams{n}} : core::OpParams{};
   std::vector<std::byte> ws(def.workspace_bytes(metas, params));
   core::run_op(testing_util::backend(), op, in, out, params, ws.data(), ws.size());
   return std::vector<float>(y.data_as<float>(), y.data_as<float>() + rows * n);
@@ -134,4 +135,46 @@ TEST(PackedLinearQ8, SameBitsAsLinearQ8AndEveryRowAsAlone) {
     }
   }
   if (!vnni) std::printf("[ skip ] this CPU has no avx512_vnni: the bit-for-bit comparison with linear_q8 did not run\n");
+}
+
+// linear_q4_packed (the engine's int4 Linear on avx512_vnni CPUs): each row's
+// output is bit for bit the same row alone at every row count, the scalar
+// path gives the same bits as the AVX-512 one (same sums in the same order),
+// and both stay within float rounding of linear_q4 over the unpacked codes.
+TEST(PackedLinearQ4, EveryRowAsAloneAndEveryPathTheSameBits) {
+  ops::register_ops();
+  const bool vnni = cpu::cpu_features().int8 == cpu::Int8Dot::avx512_vnni;
+  const int64_t n = 300, k = 256, max_rows = 19;
+  const Tensor w = Tensor::uniform({n, k / 2}, DType::u8, 11, 0, 256);
+  const Tensor scale = Tensor::uniform({n, k / 32}, DType::f32, 3, 0.001f, 0.05f);
+  const Tensor bias = Tensor::uniform({n}, DType::f32, 5, -1.f, 1.f);
+  const Tensor x = Tensor::uniform({max_rows, k}, DType::f32, 7, -2.f, 2.f);
+  Tensor wp = Tensor::empty(ops::packed::q4_packed_shape(n, k), DType::u8);
+  Tensor sp = Tensor::empty(ops::packed::q4_packed_scale_shape(n, k), DType::f32);
+  ops::packed::pack_q4(w.data_as<uint8_t>(), scale.data_as<float>(), n, k, wp.data_as<uint8_t>(), sp.data_as<float>());
+  for (int64_t o : {0L, 17L, 299L})
+    for (int64_t i : {0L, 5L, 31L, 100L, k - 1})
+      ASSERT_EQ(ops::packed::q4_packed_code(wp.data_as<uint8_t>(), k, o, i),
+                ops::quant::q4_code(w.data_as<uint8_t>() + o * (k / 2) + (i / 32) * 16, int(i % 32)));
+  std::vector<std::vector<float>> alone(max_rows);
+  for (int64_t r = 0; r < max_rows; ++r)
+    alone[r] = run_q8(core::OpKind::linear_q4_packed, x.data_as<float>() + r * k, 1, wp, sp, bias, n, k);
+  for (const int64_t rows : {1, 2, 3, 5, 8, 9, 16, 19}) {
+    SCOPED_TRACE("rows " + std::to_string(rows));
+    const std::vector<float> y = run_q8(core::OpKind::linear_q4_packed, x.data_as<float>(), rows, wp, sp, bias, n, k);
+    for (int64_t r = 0; r < rows; ++r)
+      ASSERT_EQ(std::memcmp(y.data() + r * n, alone[r].data(), size_t(n) * sizeof(float)), 0)
+          << "row " << r << " differs from the same row alone";
+    const std::vector<float> plain = run_q8(core::OpKind::linear_q4, x.data_as<float>(), rows, w, scale, bias, n, k);
+    for (size_t i = 0; i < y.size(); ++i) ASSERT_NEAR(y[i], plain[i], 1e-5 * (1 + std::abs(plain[i])));
+  }
+  setenv("BRISK_INT8", "scalar", 1);
+  cpu::reload_cpu_features();
+  const std::vector<float> scalar = run_q8(core::OpKind::linear_q4_packed, x.data_as<float>(), max_rows, wp, sp, bias, n, k);
+  unsetenv("BRISK_INT8");
+  cpu::reload_cpu_features();
+  for (int64_t r = 0; r < max_rows; ++r)
+    ASSERT_EQ(std::memcmp(scalar.data() + r * n, alone[r].data(), size_t(n) * sizeof(float)), 0)
+        << "row " << r << ": the scalar path gives other bits";
+  if (!vnni) std::printf("[ skip ] this CPU has no avx512_vnni: both runs took the scalar path\n");
 }

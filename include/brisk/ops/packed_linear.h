@@ -46,6 +46,28 @@ constexpr int64_t kQ8Group = 4;
 inline int64_t q8_groups(int64_t k) { return (k + kQ8Group - 1) / kQ8Group; }
 inline core::Shape q8_packed_shape(int64_t n, int64_t k) { return core::Shape{panels(n), q8_groups(k), kPanel * kQ8Group}; }
 void pack_q8(const int8_t* w, int64_t n, int64_t k, uint8_t* out);
+// linear_q4_packed's weight (src/ops/linear_q4_packed.cpp): linear_q4's
+// 4-bit codes c = q + 8 in the same panels. Per group of 32 k, four 64-byte
+// vectors; vector t holds the k-quads 2t (low nibbles) and 2t + 1 (high
+// nibbles) of the 16 outputs in vpdpbusd's order:
+//
+//   packed[p][g][t][4 j + b] = c(16p + j, 32g + 8t + b) | c(16p + j, 32g + 8t + 4 + b) << 4
+//
+// (c = 8, a zero weight, past N), so one load and an AND (and a shift) give
+// two vpdpbusd operands. The scales go in panels too, one 16-float vector
+// per (panel, group): scales[p][g][j] = scale[16p + j][g] (0 past N).
+constexpr int64_t kQ4GroupBytes = kPanel * 16;  // 32 codes of 16 outputs: 256 bytes
+inline core::Shape q4_packed_shape(int64_t n, int64_t k) { return core::Shape{panels(n), k / 32, kQ4GroupBytes}; }
+inline core::Shape q4_packed_scale_shape(int64_t n, int64_t k) { return core::Shape{panels(n), k / 32, kPanel}; }
+// w (n, k/2) and scale (n, k/32) as linear_q4 takes them -> wp, sp.
+void pack_q4(const uint8_t* w, const float* scale, int64_t n, int64_t k, uint8_t* wp, float* sp);
+// q[o][i] in [-8, 7] from the packed codes.
+inline int q4_packed_code(const uint8_t* packed, int64_t k, int64_t o, int64_t i) {
+  const int64_t g = i / 32, t = (i % 32) / 8;
+  const uint8_t byte = packed[((o / kPanel) * (k / 32) + g) * kQ4GroupBytes + t * 64 + (o % kPanel) * 4 + i % 4];
+  return ((i % 8) < 4 ? int(byte & 0x0f) : int(byte >> 4)) - 8;
+}
+
 // W[o][i] from the packed layout.
 inline int8_t q8_weight(const uint8_t* packed, int64_t k, int64_t o, int64_t i) {
   const int64_t at = ((o / kPanel) * q8_groups(k) + i / kQ8Group) * (kPanel * kQ8Group) + (o % kPanel) * kQ8Group + i % kQ8Group;

@@ -1,5 +1,6 @@
-// CPU kernel of linear_q8_packed (src/ops/linear_q8_packed.cpp; the weight
-// layout in brisk/ops/packed_linear.h).
+// CPU kernels of linear_q8_packed and linear_q4_packed
+// (src/ops/linear_q8_packed.cpp, linear_q4_packed.cpp; the layouts in
+// brisk/ops/packed_linear.h). linear_q8_packed first, linear_q4_packed below.
 //
 // avx512_vnni: tiles of NP panels (16 outputs each) x NR activation rows,
 // one 512-bit int32 accumulator per (panel, row). Per group of 4 k: one
@@ -17,6 +18,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 // GCC 12 reports the deliberately undefined upper halves inside its own
@@ -176,10 +178,178 @@ void linear_q8_packed_f32(const KernelCall& c) {
   });
 }
 
+// ---- linear_q4_packed ---------------------------------------------------------------
+// The same tiles over 4-bit codes: per group of 32 k, four 64-byte loads per
+// panel, each an AND (low nibbles) and a shift + AND (high) into two
+// vpdpbusd operands against a row's next two broadcast code quads, into an
+// int32 accumulator per (panel, row); at the group's end it loses the codes'
+// + 8 (8 x the group's code sum), becomes float and is added to the
+// (panel, row)'s float sum times sx[row][group] x the panel's 16 scales.
+// Each output is bias + the groups in order, whatever the tile: a row's
+// result is the same bits alone or in a batch. Int and float accumulators
+// both live in registers, so a tile holds at most 8 (panel, row) pairs.
+
+struct Q4Call {
+  const int8_t* codes;  // activation codes, K bytes per row
+  const float* xscale;  // rows x groups
+  const int32_t* xsum;  // rows x groups
+  const uint8_t* wp;
+  const float *sp, *bias;
+  float* y;
+  int64_t rows, k, n, panels, groups;
+};
+
+template <int NP, int NR>
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) void tile_q4_avx512(const Q4Call& c, int64_t p0, int np,
+                                                                                     int64_t r0) {
+  const uint8_t* w[NP];
+  const float* s[NP];
+  for (int i = 0; i < NP; ++i) {
+    const int64_t p = p0 + std::min(i, np - 1);
+    w[i] = c.wp + p * c.groups * packed::kQ4GroupBytes;
+    s[i] = c.sp + p * c.groups * packed::kPanel;
+  }
+  const int8_t* x = c.codes + r0 * c.k;
+  const __m512i low4 = _mm512_set1_epi8(0x0f);
+  __m512 acc[NP][NR];
+#pragma GCC unroll 8
+  for (int i = 0; i < NP; ++i)
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; ++r) acc[i][r] = _mm512_setzero_ps();
+  auto quad = [&](int r, int64_t at) {  // 4 activation codes of row r, broadcast
+    int32_t four;
+    std::memcpy(&four, x + r * c.k + at, sizeof(four));
+    return _mm512_set1_epi32(four);
+  };
+  for (int64_t g = 0; g < c.groups; ++g) {
+    __m512i dot[NP][NR];
+#pragma GCC unroll 8
+    for (int i = 0; i < NP; ++i)
+#pragma GCC unroll 8
+      for (int r = 0; r < NR; ++r) dot[i][r] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+    for (int t = 0; t < 4; ++t)
+#pragma GCC unroll 8
+      for (int i = 0; i < NP; ++i) {
+        const __m512i v = _mm512_loadu_si512(w[i] + g * packed::kQ4GroupBytes + t * 64);
+        const __m512i lo = _mm512_and_si512(v, low4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+#pragma GCC unroll 8
+        for (int r = 0; r < NR; ++r) {
+          dot[i][r] = _mm512_dpbusd_epi32(dot[i][r], lo, quad(r, g * 32 + t * 8));
+          dot[i][r] = _mm512_dpbusd_epi32(dot[i][r], hi, quad(r, g * 32 + t * 8 + 4));
+        }
+      }
+#pragma GCC unroll 8
+    for (int i = 0; i < NP; ++i) {
+      _mm_prefetch(reinterpret_cast<const char*>(w[i] + (g + 1) * packed::kQ4GroupBytes + NP * c.groups * packed::kQ4GroupBytes),
+                   _MM_HINT_T0);
+      const __m512 sw = _mm512_loadu_ps(s[i] + g * packed::kPanel);
+#pragma GCC unroll 8
+      for (int r = 0; r < NR; ++r) {
+        const int64_t rg = (r0 + r) * c.groups + g;
+        const __m512 d = _mm512_cvtepi32_ps(_mm512_sub_epi32(dot[i][r], _mm512_set1_epi32(8 * c.xsum[rg])));
+        acc[i][r] = _mm512_fmadd_ps(d, _mm512_mul_ps(_mm512_set1_ps(c.xscale[rg]), sw), acc[i][r]);
+      }
+    }
+  }
+  for (int i = 0; i < np; ++i) {
+    const int64_t o0 = (p0 + i) * packed::kPanel;
+    const int no = int(std::min<int64_t>(packed::kPanel, c.n - o0));
+    const __mmask16 m = __mmask16((1u << no) - 1);
+    const __m512 b = c.bias ? _mm512_maskz_loadu_ps(m, c.bias + o0) : _mm512_setzero_ps();
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; ++r) _mm512_mask_storeu_ps(c.y + (r0 + r) * c.n + o0, m, _mm512_add_ps(b, acc[i][r]));
+  }
+}
+
+template <int NR>
+constexpr int kQ4TilePanels = NR == 1 ? 8 : NR == 2 ? 4 : NR <= 4 ? 2 : 1;
+
+template <int NR>
+void q4_rows_avx512(const Q4Call& c, int64_t p0, int64_t p1, int64_t r0) {
+  constexpr int NP = kQ4TilePanels<NR>;
+  for (int64_t p = p0; p < p1; p += NP) tile_q4_avx512<NP, NR>(c, p, int(std::min<int64_t>(NP, p1 - p)), r0);
+}
+
+void q4_panels_avx512(const Q4Call& c, int64_t p0, int64_t p1) {
+  int64_t r0 = 0;
+  for (; r0 + 8 <= c.rows; r0 += 8) q4_rows_avx512<8>(c, p0, p1, r0);
+  switch (c.rows - r0) {
+    case 7: q4_rows_avx512<7>(c, p0, p1, r0); break;
+    case 6: q4_rows_avx512<6>(c, p0, p1, r0); break;
+    case 5: q4_rows_avx512<5>(c, p0, p1, r0); break;
+    case 4: q4_rows_avx512<4>(c, p0, p1, r0); break;
+    case 3: q4_rows_avx512<3>(c, p0, p1, r0); break;
+    case 2: q4_rows_avx512<2>(c, p0, p1, r0); break;
+    case 1: q4_rows_avx512<1>(c, p0, p1, r0); break;
+    default: break;
+  }
+}
+
+// The same sums in the same order (bias + groups in order, each group's
+// int32 sum scaled as above), one output at a time.
+void q4_panels_scalar(const Q4Call& c, int64_t p0, int64_t p1) {
+  for (int64_t r = 0; r < c.rows; ++r)
+    for (int64_t o = p0 * packed::kPanel; o < std::min(c.n, p1 * packed::kPanel); ++o) {
+      float acc = 0.f;
+      for (int64_t g = 0; g < c.groups; ++g) {
+        int32_t sum = 0;
+        for (int64_t i = g * 32; i < g * 32 + 32; ++i)
+          sum += int32_t(c.codes[r * c.k + i]) * packed::q4_packed_code(c.wp, c.k, o, i);
+        const float sw = c.sp[((o / packed::kPanel) * c.groups + g) * packed::kPanel + o % packed::kPanel];
+        acc = std::fma(float(sum), c.xscale[r * c.groups + g] * sw, acc);
+      }
+      c.y[r * c.n + o] = (c.bias ? c.bias[o] : 0.f) + acc;
+    }
+}
+
+void linear_q4_packed_f32(const KernelCall& c) {
+  const int64_t k = c.in(0).shape().last(), rows = c.in(0).shape().rows();
+  const int64_t n = c.p<core::PackedLinearParams>().out, groups = k / ops::quant::kQ4Group;
+  auto* codes = static_cast<int8_t*>(c.workspace);
+  auto* xscale = reinterpret_cast<float*>(codes + (rows * k + 3) / 4 * 4);
+  auto* xsum = reinterpret_cast<int32_t*>(xscale + rows * groups);
+  const float* x = c.in(0).as<float>();
+  parallel_for(rows, 4, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r)
+      for (int64_t g = 0; g < groups; ++g) {
+        int8_t* q = codes + r * k + g * 32;
+        xscale[r * groups + g] = ops::quant::quantize_int8(x + r * k + g * 32, 32, q);
+        int32_t s = 0;
+        for (int j = 0; j < 32; ++j) s += q[j];
+        xsum[r * groups + g] = s;
+      }
+  });
+  const Q4Call call{codes,
+                    xscale,
+                    xsum,
+                    c.in(1).as<uint8_t>(),
+                    c.in(2).as<float>(),
+                    c.inputs.size() == 4 ? c.in(3).as<float>() : nullptr,
+                    c.out(0).as<float>(),
+                    rows,
+                    k,
+                    n,
+                    packed::panels(n),
+                    groups};
+  const bool vnni = cpu_features().int8 == Int8Dot::avx512_vnni;
+  constexpr int64_t kBlock = 8;
+  const int64_t blocks = (call.panels + kBlock - 1) / kBlock;
+  const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(kBlock * packed::kPanel * k * rows, 1));
+  parallel_for(blocks, grain, [&](int64_t b, int64_t e) {
+    for (int64_t blk = b; blk < e; ++blk) {
+      const int64_t p0 = blk * kBlock, p1 = std::min(call.panels, p0 + kBlock);
+      if (vnni) q4_panels_avx512(call, p0, p1);
+      else q4_panels_scalar(call, p0, p1);
+    }
+  });
+}
+
 }  // namespace
 
 void register_linear_q8_packed_kernels(core::KernelRegistry& r) {
   r.add(core::OpKind::linear_q8_packed, core::DType::f32, linear_q8_packed_f32);
+  r.add(core::OpKind::linear_q4_packed, core::DType::f32, linear_q4_packed_f32);
 }
 
 }  // namespace brisk::cpu
