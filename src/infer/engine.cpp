@@ -301,10 +301,11 @@ struct Engine::Impl {
       else run(OpKind::linear_packed, {xv, l.w.as_view()}, {yv}, params);
       return;
     }
-    if (l.packed) {  // int8 in linear_q8_packed's panels
+    if (l.packed) {  // int8 / int4 in linear_q8_packed's / linear_q4_packed's panels
       const core::PackedLinearParams params{l.out};
-      if (l.bias.defined()) run(OpKind::linear_q8_packed, {xv, l.w.as_view(), l.scale.as_view(), l.bias.as_view()}, {yv}, params);
-      else run(OpKind::linear_q8_packed, {xv, l.w.as_view(), l.scale.as_view()}, {yv}, params);
+      const OpKind op = l.scheme == Scheme::int8 ? OpKind::linear_q8_packed : OpKind::linear_q4_packed;
+      if (l.bias.defined()) run(op, {xv, l.w.as_view(), l.scale.as_view(), l.bias.as_view()}, {yv}, params);
+      else run(op, {xv, l.w.as_view(), l.scale.as_view()}, {yv}, params);
       return;
     }
     const OpKind op = l.scheme == Scheme::int8 ? OpKind::linear_q8 : OpKind::linear_q4;
@@ -599,7 +600,7 @@ Engine::Engine(Model model, const EngineOptions& options, const data::Tokenizer*
   if (model.scheme == Scheme::int4 && model.config.n_embd % 32 != 0)
     throw core::ConfigError("int4 needs n_embd to be a multiple of 32");
   pack_f32_linears(model);
-  if (cpu::cpu_features().int8 == cpu::Int8Dot::avx512_vnni) pack_int8_linears(model);
+  if (cpu::cpu_features().int8 == cpu::Int8Dot::avx512_vnni) pack_quantized_linears(model);
   impl_ = std::make_unique<Impl>(std::move(model), options, tokenizer);
 }
 

@@ -66,12 +66,22 @@ void pack_linear(QLinear& l) {
   l.packed = true;
 }
 
-void pack_int8_linear(QLinear& l) {
-  if (l.scheme != Scheme::int8 || l.packed) return;
-  core::Tensor p = core::Tensor::empty(ops::packed::q8_packed_shape(l.out, l.in), core::DType::u8);
-  ops::packed::pack_q8(l.w.data_as<int8_t>(), l.out, l.in, p.data_as<uint8_t>());
-  l.w = std::move(p);
-  l.packed = true;
+void pack_quantized_linear(QLinear& l) {
+  if (l.packed) return;
+  if (l.scheme == Scheme::int8) {
+    core::Tensor p = core::Tensor::empty(ops::packed::q8_packed_shape(l.out, l.in), core::DType::u8);
+    ops::packed::pack_q8(l.w.data_as<int8_t>(), l.out, l.in, p.data_as<uint8_t>());
+    l.w = std::move(p);
+    l.packed = true;
+  } else if (l.scheme == Scheme::int4) {
+    core::Tensor p = core::Tensor::empty(ops::packed::q4_packed_shape(l.out, l.in), core::DType::u8);
+    core::Tensor s = core::Tensor::empty(ops::packed::q4_packed_scale_shape(l.out, l.in), core::DType::f32);
+    ops::packed::pack_q4(l.w.data_as<uint8_t>(), l.scale.data_as<float>(), l.out, l.in, p.data_as<uint8_t>(),
+                         s.data_as<float>());
+    l.w = std::move(p);
+    l.scale = std::move(s);
+    l.packed = true;
+  }
 }
 }  // namespace
 
@@ -81,10 +91,10 @@ void pack_f32_linears(Model& m) {
     for (QLinear* q : {&l.qkv, &l.proj, &l.fc, &l.fc_proj}) pack_linear(*q);
 }
 
-void pack_int8_linears(Model& m) {
-  pack_int8_linear(m.head);
+void pack_quantized_linears(Model& m) {
+  pack_quantized_linear(m.head);
   for (Layer& l : m.layers)
-    for (QLinear* q : {&l.qkv, &l.proj, &l.fc, &l.fc_proj}) pack_int8_linear(*q);
+    for (QLinear* q : {&l.qkv, &l.proj, &l.fc, &l.fc_proj}) pack_quantized_linear(*q);
 }
 
 void Model::embed(int32_t id, int64_t pos, float* out) const {
@@ -114,6 +124,14 @@ void Model::embed(int32_t id, int64_t pos, float* out) const {
     }
     case Scheme::int4: {
       const int64_t groups = c / ops::quant::kQ4Group;
+      if (head.packed) {  // codes and scales in the row's panel
+        const float* sp = head.scale.data_as<float>() + (id / ops::packed::kPanel) * groups * ops::packed::kPanel;
+        for (int64_t i = 0; i < c; ++i)
+          out[i] = float(ops::packed::q4_packed_code(head.w.data_as<uint8_t>(), c, id, i)) *
+                       sp[(i / 32) * ops::packed::kPanel + id % ops::packed::kPanel] +
+                   p[i];
+        break;
+      }
       const uint8_t* e = head.w.data_as<uint8_t>() + int64_t(id) * (c / 2);
       const float* s = head.scale.data_as<float>() + int64_t(id) * groups;
       for (int64_t g = 0; g < groups; ++g)

@@ -224,18 +224,25 @@ TEST(InferEngine, PackedWeightsKeepTheModelsFunction) {
     EXPECT_EQ(a, b) << "token " << id;
   }
   EXPECT_THROW(infer::quantize(packed, infer::Scheme::int8), core::ConfigError);
-  // int8 in linear_q8_packed's panels: the embedding rows are the same.
-  const infer::Model q8 = infer::quantize(plain, infer::Scheme::int8);
-  infer::Model q8_packed = q8;
-  infer::pack_int8_linears(q8_packed);
-  ASSERT_TRUE(q8_packed.head.packed);
+  // int8 and int4 in linear_q8_packed's / linear_q4_packed's panels: the
+  // embedding rows are the same.
+  const infer::Model q8 = infer::quantize(plain, infer::Scheme::int8), q4 = infer::quantize(plain, infer::Scheme::int4);
+  infer::Model q8_packed = q8, q4_packed = q4;
+  infer::pack_quantized_linears(q8_packed);
+  infer::pack_quantized_linears(q4_packed);
+  ASSERT_TRUE(q8_packed.head.packed && q4_packed.head.packed);
   EXPECT_EQ(q8_packed.head.w.shape(), (core::Shape{16, 16, 64}));  // 250 outputs in 16 panels, 64 = 16 groups of 4
   EXPECT_EQ(q8_packed.layers[0].fc.w.shape(), (core::Shape{16, 16, 64}));  // 256 outputs
-  EXPECT_FALSE(q8.head.packed);
+  EXPECT_EQ(q4_packed.head.w.shape(), (core::Shape{16, 2, 256}));  // 2 groups of 32
+  EXPECT_EQ(q4_packed.head.scale.shape(), (core::Shape{16, 2, 16}));
+  EXPECT_FALSE(q8.head.packed || q4.head.packed);
   for (int32_t id : {0, 1, 15, 16, 200, 240, 249}) {
     q8.embed(id, 3, a.data());
     q8_packed.embed(id, 3, b.data());
     EXPECT_EQ(a, b) << "int8 token " << id;
+    q4.embed(id, 3, a.data());
+    q4_packed.embed(id, 3, b.data());
+    EXPECT_EQ(a, b) << "int4 token " << id;
   }
 
   cpu::CpuBackend be(2);

@@ -17,8 +17,9 @@
 //
 // Every op runs through the backend's kernel registry (core::run_op): fp32
 // Linears through `linear_packed` (repacked once when the engine is made),
-// int8 ones through `linear_q8_packed` where the CPU has avx512_vnni (also
-// repacked) and `linear_q8` elsewhere, int4 ones through `linear_q4`,
+// quantized ones through `linear_q8_packed` / `linear_q4_packed` where the
+// CPU has avx512_vnni (also repacked) and `linear_q8` / `linear_q4`
+// elsewhere,
 // attention through `kv_attention`. CPU only for now.
 //
 // Context length: a prompt must leave room for at least one new token; a

@@ -29,8 +29,9 @@ Scheme parse_scheme(const std::string& name);
 // bias is undefined where the layer has none (the LM head).
 // packed: w is in panels of 16 outputs (brisk/ops/packed_linear.h): f32 in
 // linear_packed's (ceil(out/16), in, 16), set by pack_f32_linears; int8 in
-// linear_q8_packed's (ceil(out/16), ceil(in/4), 64) bytes, set by
-// pack_int8_linears.
+// linear_q8_packed's (ceil(out/16), ceil(in/4), 64) bytes and int4 in
+// linear_q4_packed's (ceil(out/16), in/32, 256) bytes with scale
+// (ceil(out/16), in/32, 16), set by pack_quantized_linears.
 struct QLinear {
   Scheme scheme = Scheme::f32;
   int64_t out = 0, in = 0;
@@ -70,10 +71,11 @@ Model load_model(const std::string& path);
 // then run as broadcast tiles, engine.cpp). The memory is the same up to
 // the last panel's padding. Quantized Linears are left as they are.
 void pack_f32_linears(Model& m);
-// The same for every int8 Linear, into linear_q8_packed's panels (the
-// engine does this where the CPU has avx512_vnni, whose vpdpbusd the layout
-// is made for). int4 and fp32 Linears are left as they are.
-void pack_int8_linears(Model& m);
+// The same for every int8 and int4 Linear, into linear_q8_packed's and
+// linear_q4_packed's panels (the engine does this where the CPU has
+// avx512_vnni, whose vpdpbusd the layouts are made for). fp32 Linears are
+// left as they are.
+void pack_quantized_linears(Model& m);
 
 // The fp32 model's Linears in `s` (weights only; the activations are
 // quantized as the ops run). Throws ConfigError if `m` is already quantized.
