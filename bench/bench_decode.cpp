@@ -1,7 +1,10 @@
 // The Linears of one decoding step (W1: qkv, attention projection, MLP in
 // and out, the LM head) at 1 to 16 rows: fp32 as training stores it
 // (`linear`, "fp32"), fp32 in the engine's panels (`linear_packed`,
-// "packed"), int8 (`linear_q8`) and int4 (`linear_q4`, random codes), through the CPU backend's kernels, next to this machine's
+// "packed"), int8 (`linear_q8`), int8 in the engine's panels
+// (`linear_q8_packed`, "int8p"), int4 (`linear_q4`, random codes) and int4
+// in the engine's panels (`linear_q4_packed`, "int4p"), through the CPU
+// backend's kernels, next to this machine's
 // measured FMA peak and memory bandwidth: how close batched decoding's
 // products come to what the cores and memory can do, and so how much
 // batching can gain over one row.
@@ -137,8 +140,15 @@ int main(int argc, char** argv) {
     const Tensor w4scale = Tensor::uniform({s.out, s.in / ops::quant::kQ4Group}, DType::f32, seed++, 0.001f, 0.01f);
     Tensor wp = Tensor::empty(ops::packed::packed_shape(s.out, s.in), DType::f32);
     ops::packed::pack(w.data_as<float>(), s.out, s.in, wp.data_as<float>());
-    for (const char* kind : {"fp32", "packed", "int8", "int4"}) {
-      const bool q8 = std::string(kind) == "int8", q4 = std::string(kind) == "int4",
+    Tensor wq_packed = Tensor::empty(ops::packed::q8_packed_shape(s.out, s.in), DType::u8);
+    ops::packed::pack_q8(wq.data_as<int8_t>(), s.out, s.in, wq_packed.data_as<uint8_t>());
+    Tensor w4_packed = Tensor::empty(ops::packed::q4_packed_shape(s.out, s.in), DType::u8);
+    Tensor w4scale_packed = Tensor::empty(ops::packed::q4_packed_scale_shape(s.out, s.in), DType::f32);
+    ops::packed::pack_q4(w4.data_as<uint8_t>(), w4scale.data_as<float>(), s.out, s.in, w4_packed.data_as<uint8_t>(),
+                         w4scale_packed.data_as<float>());
+    for (const char* kind : {"fp32", "packed", "int8", "int8p", "int4", "int4p"}) {
+      const bool q8p = std::string(kind) == "int8p", q8 = std::string(kind) == "int8" || q8p,
+                 q4p = std::string(kind) == "int4p", q4 = std::string(kind) == "int4" || q4p,
                  packed = std::string(kind) == "packed";
       std::vector<Tensor> xs, ys;
       std::vector<Call> calls;
@@ -147,7 +157,11 @@ int main(int argc, char** argv) {
         ys.push_back(Tensor::empty({n, s.out}, DType::f32));
       }
       for (size_t i = 0; i < row_counts.size(); ++i)
-        calls.push_back(q8       ? make_call(OpKind::linear_q8, {&xs[i], &wq, &wscale, &bias}, ys[i])
+        calls.push_back(q8p      ? make_call(OpKind::linear_q8_packed, {&xs[i], &wq_packed, &wscale, &bias}, ys[i],
+                                             core::PackedLinearParams{s.out})
+                        : q4p    ? make_call(OpKind::linear_q4_packed, {&xs[i], &w4_packed, &w4scale_packed, &bias},
+                                             ys[i], core::PackedLinearParams{s.out})
+                        : q8     ? make_call(OpKind::linear_q8, {&xs[i], &wq, &wscale, &bias}, ys[i])
                         : q4     ? make_call(OpKind::linear_q4, {&xs[i], &w4, &w4scale, &bias}, ys[i])
                         : packed ? make_call(OpKind::linear_packed, {&xs[i], &wp, &bias}, ys[i],
                                              core::PackedLinearParams{s.out})
