@@ -231,7 +231,9 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) void tile_q4_avx
     for (int t = 0; t < 4; ++t)
 #pragma GCC unroll 8
       for (int i = 0; i < NP; ++i) {
-        const __m512i v = _mm512_loadu_si512(w[i] + g * packed::kQ4GroupBytes + t * 64);
+        const uint8_t* line = w[i] + g * packed::kQ4GroupBytes + t * 64;
+        const __m512i v = _mm512_loadu_si512(line);
+        _mm_prefetch(reinterpret_cast<const char*>(line + NP * c.groups * packed::kQ4GroupBytes), _MM_HINT_T0);  // the next tile's panel
         const __m512i lo = _mm512_and_si512(v, low4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
 #pragma GCC unroll 8
         for (int r = 0; r < NR; ++r) {
@@ -241,8 +243,6 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) void tile_q4_avx
       }
 #pragma GCC unroll 8
     for (int i = 0; i < NP; ++i) {
-      _mm_prefetch(reinterpret_cast<const char*>(w[i] + (g + 1) * packed::kQ4GroupBytes + NP * c.groups * packed::kQ4GroupBytes),
-                   _MM_HINT_T0);
       const __m512 sw = _mm512_loadu_ps(s[i] + g * packed::kPanel);
 #pragma GCC unroll 8
       for (int r = 0; r < NR; ++r) {
