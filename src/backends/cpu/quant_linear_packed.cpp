@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 // GCC 12 reports the deliberately undefined upper halves inside its own
 // AVX-512 intrinsics as uninitialized (as in quant_linear.cpp).
@@ -52,6 +53,38 @@ struct Call {
   float* y;
   int64_t rows, n, panels, groups;
 };
+
+// Rows in tiles of 8, then the rest as one tile: tile_rows(NR as an
+// integral_constant, first row) for each (a tile's row count is a template
+// argument of the kernels).
+template <class TileRows>
+void for_row_tiles(int64_t rows, TileRows&& tile_rows) {
+  int64_t r0 = 0;
+  for (; r0 + 8 <= rows; r0 += 8) tile_rows(std::integral_constant<int, 8>{}, r0);
+  switch (rows - r0) {
+    case 7: tile_rows(std::integral_constant<int, 7>{}, r0); break;
+    case 6: tile_rows(std::integral_constant<int, 6>{}, r0); break;
+    case 5: tile_rows(std::integral_constant<int, 5>{}, r0); break;
+    case 4: tile_rows(std::integral_constant<int, 4>{}, r0); break;
+    case 3: tile_rows(std::integral_constant<int, 3>{}, r0); break;
+    case 2: tile_rows(std::integral_constant<int, 2>{}, r0); break;
+    case 1: tile_rows(std::integral_constant<int, 1>{}, r0); break;
+    default: break;
+  }
+}
+
+// Panels in blocks of 8 (a tile's most) split over the threads, each block
+// run whole before the next, so that its panels stay in L1 across the row
+// tiles; enough work per thread to wake the team. block(first panel, end).
+template <class Block>
+void for_panel_blocks(int64_t panels, int64_t k, int64_t rows, Block&& block) {
+  constexpr int64_t kBlock = 8;
+  const int64_t blocks = (panels + kBlock - 1) / kBlock;
+  const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(kBlock * packed::kPanel * k * rows, 1));
+  parallel_for(blocks, grain, [&](int64_t b, int64_t e) {
+    for (int64_t blk = b; blk < e; ++blk) block(blk * kBlock, std::min(panels, blk * kBlock + kBlock));
+  });
+}
 
 // Rows r0 .. r0 + NR against panels p0 .. p0 + NP, of which the first `np`
 // exist (the others repeat the last one and are not stored).
@@ -102,26 +135,12 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) void tile_avx512
 template <int NR>
 constexpr int kTilePanels = NR == 1 ? 8 : NR <= 4 ? 4 : 2;
 
-template <int NR>
-void rows_avx512(const Call& c, int64_t p0, int64_t p1, int64_t r0) {
-  constexpr int NP = kTilePanels<NR>;
-  for (int64_t p = p0; p < p1; p += NP) tile_avx512<NP, NR>(c, p, int(std::min<int64_t>(NP, p1 - p)), r0);
-}
-
-// Panels p0 .. p1 against every row: rows in tiles of 8, then the rest.
+// Panels p0 .. p1 against every row.
 void panels_avx512(const Call& c, int64_t p0, int64_t p1) {
-  int64_t r0 = 0;
-  for (; r0 + 8 <= c.rows; r0 += 8) rows_avx512<8>(c, p0, p1, r0);
-  switch (c.rows - r0) {
-    case 7: rows_avx512<7>(c, p0, p1, r0); break;
-    case 6: rows_avx512<6>(c, p0, p1, r0); break;
-    case 5: rows_avx512<5>(c, p0, p1, r0); break;
-    case 4: rows_avx512<4>(c, p0, p1, r0); break;
-    case 3: rows_avx512<3>(c, p0, p1, r0); break;
-    case 2: rows_avx512<2>(c, p0, p1, r0); break;
-    case 1: rows_avx512<1>(c, p0, p1, r0); break;
-    default: break;
-  }
+  for_row_tiles(c.rows, [&](auto nr, int64_t r0) {
+    constexpr int NR = decltype(nr)::value, NP = kTilePanels<NR>;
+    for (int64_t p = p0; p < p1; p += NP) tile_avx512<NP, NR>(c, p, int(std::min<int64_t>(NP, p1 - p)), r0);
+  });
 }
 
 void panels_scalar(const Call& c, int64_t k, int64_t p0, int64_t p1) {
@@ -164,17 +183,9 @@ void linear_q8_packed_f32(const KernelCall& c) {
                   packed::panels(n),
                   packed::q8_groups(k)};
   const bool vnni = cpu_features().int8 == Int8Dot::avx512_vnni;
-  // Blocks of 8 panels (a tile's most) split over the threads, enough work
-  // per thread to wake the team.
-  constexpr int64_t kBlock = 8;
-  const int64_t blocks = (call.panels + kBlock - 1) / kBlock;
-  const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(kBlock * packed::kPanel * k * rows, 1));
-  parallel_for(blocks, grain, [&](int64_t b, int64_t e) {
-    for (int64_t blk = b; blk < e; ++blk) {  // one block at a time: its panels stay in L1 across the row tiles
-      const int64_t p0 = blk * kBlock, p1 = std::min(call.panels, p0 + kBlock);
-      if (vnni) panels_avx512(call, p0, p1);
-      else panels_scalar(call, k, p0, p1);
-    }
+  for_panel_blocks(call.panels, k, rows, [&](int64_t p0, int64_t p1) {
+    if (vnni) panels_avx512(call, p0, p1);
+    else panels_scalar(call, k, p0, p1);
   });
 }
 
@@ -265,25 +276,11 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) void tile_q4_avx
 template <int NR>
 constexpr int kQ4TilePanels = NR == 1 ? 8 : NR == 2 ? 4 : NR <= 4 ? 2 : 1;
 
-template <int NR>
-void q4_rows_avx512(const Q4Call& c, int64_t p0, int64_t p1, int64_t r0) {
-  constexpr int NP = kQ4TilePanels<NR>;
-  for (int64_t p = p0; p < p1; p += NP) tile_q4_avx512<NP, NR>(c, p, int(std::min<int64_t>(NP, p1 - p)), r0);
-}
-
 void q4_panels_avx512(const Q4Call& c, int64_t p0, int64_t p1) {
-  int64_t r0 = 0;
-  for (; r0 + 8 <= c.rows; r0 += 8) q4_rows_avx512<8>(c, p0, p1, r0);
-  switch (c.rows - r0) {
-    case 7: q4_rows_avx512<7>(c, p0, p1, r0); break;
-    case 6: q4_rows_avx512<6>(c, p0, p1, r0); break;
-    case 5: q4_rows_avx512<5>(c, p0, p1, r0); break;
-    case 4: q4_rows_avx512<4>(c, p0, p1, r0); break;
-    case 3: q4_rows_avx512<3>(c, p0, p1, r0); break;
-    case 2: q4_rows_avx512<2>(c, p0, p1, r0); break;
-    case 1: q4_rows_avx512<1>(c, p0, p1, r0); break;
-    default: break;
-  }
+  for_row_tiles(c.rows, [&](auto nr, int64_t r0) {
+    constexpr int NR = decltype(nr)::value, NP = kQ4TilePanels<NR>;
+    for (int64_t p = p0; p < p1; p += NP) tile_q4_avx512<NP, NR>(c, p, int(std::min<int64_t>(NP, p1 - p)), r0);
+  });
 }
 
 // The same sums in the same order (bias + groups in order, each group's
@@ -333,15 +330,9 @@ void linear_q4_packed_f32(const KernelCall& c) {
                     packed::panels(n),
                     groups};
   const bool vnni = cpu_features().int8 == Int8Dot::avx512_vnni;
-  constexpr int64_t kBlock = 8;
-  const int64_t blocks = (call.panels + kBlock - 1) / kBlock;
-  const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(kBlock * packed::kPanel * k * rows, 1));
-  parallel_for(blocks, grain, [&](int64_t b, int64_t e) {
-    for (int64_t blk = b; blk < e; ++blk) {
-      const int64_t p0 = blk * kBlock, p1 = std::min(call.panels, p0 + kBlock);
-      if (vnni) q4_panels_avx512(call, p0, p1);
-      else q4_panels_scalar(call, p0, p1);
-    }
+  for_panel_blocks(call.panels, k, rows, [&](int64_t p0, int64_t p1) {
+    if (vnni) q4_panels_avx512(call, p0, p1);
+    else q4_panels_scalar(call, p0, p1);
   });
 }
 
