@@ -13,13 +13,17 @@
 // cost). Greedy is one pass.
 #include "brisk/infer/sampler.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <random>
 
 #include "brisk/core/error.h"
 #include "brisk/core/fast_math.h"
+#include "brisk/cpu/cpu_features.h"
 
 namespace brisk::infer {
 
@@ -150,9 +154,47 @@ Above above(const float* logits, const float* w, int64_t vocab, float t) {
 // tests; with a branch per token (mispredicted whenever the band is a
 // sizeable share) this pass was most of a top-p draw. kWhole: the tokens
 // are the vocabulary itself, ids 0, 1, ...
+//
+// With AVX-512, 16 tokens a step: each of the four streams is compressed
+// into a register (vcompress) and stored whole, the lanes past the kept
+// ones to be overwritten by the next step (the buffers have kSlack slots
+// past the vocabulary for the last step). Compressing straight to memory is
+// slow on AMD's Zen 4 and 5. The same tokens in the same order as the loop
+// below. In place, a step writes at most up to its own last lane, which it
+// has read.
+constexpr size_t kSlack = 16;
+
+template <bool kWhole>
+__attribute__((target("avx512f"))) int64_t compact_avx512(const float* l, const float* w, const int32_t* ids, int64_t n,
+                                                          float lo, float hi, float* nl, float* nw, int32_t* ni,
+                                                          int32_t* over, int64_t& n_over) {
+  int64_t m = 0, o = n_over;
+  const __m512 vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);
+  const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  for (int64_t j = 0; j < n; j += 16) {
+    const __mmask16 live = n - j >= 16 ? __mmask16(0xffff) : __mmask16((1u << (n - j)) - 1);
+    const __m512 x = _mm512_maskz_loadu_ps(live, l + j);
+    const __m512 wv = _mm512_maskz_loadu_ps(live, w + j);
+    const __m512i id = kWhole ? _mm512_add_epi32(lane, _mm512_set1_epi32(int32_t(j))) : _mm512_maskz_loadu_epi32(live, ids + j);
+    const __mmask16 at_lo = _mm512_mask_cmp_ps_mask(live, x, vlo, _CMP_GE_OQ);  // false for NaN, as x >= lo
+    const __mmask16 at_hi = _mm512_mask_cmp_ps_mask(live, x, vhi, _CMP_GE_OQ);
+    const __mmask16 band = __mmask16(at_lo & ~at_hi);
+    _mm512_storeu_ps(nl + m, _mm512_maskz_compress_ps(band, x));
+    _mm512_storeu_ps(nw + m, _mm512_maskz_compress_ps(band, wv));
+    _mm512_storeu_si512(ni + m, _mm512_maskz_compress_epi32(band, id));
+    _mm512_storeu_si512(over + o, _mm512_maskz_compress_epi32(at_hi, id));
+    m += std::popcount(unsigned(band));
+    o += std::popcount(unsigned(at_hi));
+  }
+  n_over = o;
+  return m;
+}
+
 template <bool kWhole>
 int64_t compact(const float* l, const float* w, const int32_t* ids, int64_t n, float lo, float hi, float* nl, float* nw,
                 int32_t* ni, int32_t* over, int64_t& n_over) {
+  if (cpu::cpu_features().packed == cpu::CpuFeatures::PackedPath::avx512)
+    return compact_avx512<kWhole>(l, w, ids, n, lo, hi, nl, nw, ni, over, n_over);
   constexpr int64_t kBlock = 64;
   int64_t m = 0, o = n_over;
   for (int64_t j0 = 0; j0 < n; j0 += kBlock) {
@@ -219,11 +261,11 @@ Boundary boundary_of(const float* logits, const float* w, int64_t vocab, float t
   Above at_lo = at_top, at_hi;
   // Keeps the tokens in [lo, hi) (in place once they are copies) and adds
   // those at or above hi to work.over.
-  if (work.band.size() < size_t(vocab) + 1) {
-    work.band_logits.resize(size_t(vocab) + 1);
-    work.band_weights.resize(size_t(vocab) + 1);
-    work.band.resize(size_t(vocab) + 1);
-    work.over.resize(size_t(vocab) + 1);
+  if (work.band.size() < size_t(vocab) + kSlack) {
+    work.band_logits.resize(size_t(vocab) + kSlack);
+    work.band_weights.resize(size_t(vocab) + kSlack);
+    work.band.resize(size_t(vocab) + kSlack);
+    work.over.resize(size_t(vocab) + kSlack);
   }
   float* const nl = work.band_logits.data();
   float* const nw = work.band_weights.data();

@@ -6,11 +6,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <numeric>
 #include <random>
 #include <set>
 #include <vector>
 
+#include "brisk/cpu/cpu_features.h"
 #include "brisk/infer/sampler.h"
 
 namespace brisk {
@@ -256,4 +259,65 @@ TEST(Sampler, PenaltiesAndLogprobs) {
 }
 
 }  // namespace
+}  // namespace brisk
+
+namespace brisk {
+namespace {
+
+// Each setting's tokens and top-5 logprobs for 200 seeded draws.
+std::vector<infer::TokenChoice> choices(const std::vector<float>& logits, const infer::SamplingParams& p) {
+  const int64_t vocab = int64_t(logits.size());
+  infer::SequenceHistory h(vocab);
+  infer::SamplerScratch scratch;
+  std::vector<infer::TokenChoice> out;
+  for (uint64_t i = 0; i < 200; ++i) {
+    auto l = logits;
+    out.push_back(infer::sample(l.data(), vocab, p, h, i, scratch));
+  }
+  return out;
+}
+
+}  // namespace
+
+// The boundary search's compaction with AVX-512 (vcompress, 16 tokens a
+// step) and the portable loop (BRISK_FEW_ROWS=portable) keep the same tokens
+// in the same order, so every draw and every logprob is the same: at GPT-2's
+// padded vocabulary, and at one that is not a multiple of 16 with NaN logits.
+TEST(Sampler, Avx512AndPortableCompactionDrawTheSame) {
+  if (cpu::cpu_features().packed != cpu::CpuFeatures::PackedPath::avx512) {
+    std::printf("[ skip ] this CPU has no AVX-512: only the portable compaction runs here\n");
+    GTEST_SKIP() << "no AVX-512";
+  }
+  std::mt19937 rng(21);
+  std::normal_distribution<float> normal(0.f, 1.5f);
+  for (const int64_t vocab : {50304L, 3001L}) {
+    std::vector<float> l(static_cast<size_t>(vocab));
+    for (size_t i = 0; i < l.size(); ++i) l[i] = vocab == 3001 && i % 997 == 5 ? std::nanf("") : normal(rng);
+    // Top-k 1 and a tiny top-p keep the top token alone: the band starts at
+    // the top logit itself.
+    for (infer::SamplingParams p : {params(0.8f, 0, 0.95f, 0), params(1, 40, 1, 0), params(0.7f, 50, 0.9f, 0),
+                                    params(0, 0, 1, 0), params(1, 1, 1, 0), params(0.5f, 0, 0.01f, 0)}) {
+      p.logprobs = 5;
+      const std::vector<infer::TokenChoice> simd = choices(l, p);
+      setenv("BRISK_FEW_ROWS", "portable", 1);
+      cpu::reload_cpu_features();
+      const std::vector<infer::TokenChoice> portable = choices(l, p);
+      unsetenv("BRISK_FEW_ROWS");
+      cpu::reload_cpu_features();
+      ASSERT_EQ(simd.size(), portable.size());
+      for (size_t i = 0; i < simd.size(); ++i) {
+        // (With NaN logits the logprobs are NaN on both paths.)
+        const auto same = [](float a, float b) { return a == b || (std::isnan(a) && std::isnan(b)); };
+        ASSERT_EQ(simd[i].token, portable[i].token) << "vocab " << vocab << ", draw " << i;
+        ASSERT_TRUE(same(simd[i].logprob, portable[i].logprob)) << simd[i].logprob << " " << portable[i].logprob;
+        ASSERT_EQ(simd[i].top.size(), portable[i].top.size());
+        for (size_t j = 0; j < simd[i].top.size(); ++j) {
+          ASSERT_EQ(simd[i].top[j].first, portable[i].top[j].first);
+          ASSERT_TRUE(same(simd[i].top[j].second, portable[i].top[j].second));
+        }
+      }
+    }
+  }
+}
+
 }  // namespace brisk
