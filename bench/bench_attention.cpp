@@ -26,6 +26,9 @@
 #include "brisk/cpu/cpu_backend.h"
 #include "brisk/cpu/cpu_features.h"
 #include "brisk/ops/ops.h"
+#include "bench_cli.h"
+
+using brisk::bench_cli::median;
 
 using namespace brisk;
 using core::DType;
@@ -46,13 +49,7 @@ Options parse(int argc, char** argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    auto value = [&]() -> const char* {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "%s needs a value\n", a.c_str());
-        std::exit(2);
-      }
-      return argv[++i];
-    };
+    auto value = [&] { return bench_cli::flag_value(argc, argv, i, "bench_attention"); };
     if (a == "--batch") o.B = std::atoll(value());
     else if (a == "--seq") o.T = std::atoll(value());
     else if (a == "--embd") o.C = std::atoll(value());
@@ -97,11 +94,6 @@ double seconds_of(core::Backend& be, Call& c, const ops::AttentionParams& p) {
   const auto t0 = std::chrono::steady_clock::now();
   core::run_op(be, c.kind, c.in, c.out, p, c.ws.data(), c.ws.size());
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 }  // namespace

@@ -33,6 +33,7 @@
 #include "brisk/data/converters.h"
 #include "brisk/data/record_store.h"
 #include "brisk/data/tokenizer.h"
+#include "bench_cli.h"
 
 using namespace brisk;
 using namespace brisk::data;
@@ -320,10 +321,7 @@ int main(int argc, char** argv) {
   Opts o;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    auto value = [&] {
-      if (i + 1 >= argc) die(a + " needs a value");
-      return std::string(argv[++i]);
-    };
+    auto value = [&] { return std::string(bench_cli::flag_value(argc, argv, i, "bench_data")); };
     if (a == "--quick") {
       o.quick = true;
       o.reps = 3;

@@ -30,6 +30,9 @@
 #include "brisk/ops/ops.h"
 #include "brisk/ops/packed_linear.h"
 #include "brisk/ops/quant.h"
+#include "bench_cli.h"
+
+using brisk::bench_cli::median;
 
 using namespace brisk;
 using core::DType;
@@ -48,13 +51,7 @@ Options parse(int argc, char** argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "bench_decode: %s needs a value\n", a.c_str());
-        std::exit(2);
-      }
-      return argv[++i];
-    };
+    auto value = [&] { return std::string(bench_cli::flag_value(argc, argv, i, "bench_decode")); };
     if (a == "--threads") o.threads = std::atoi(value().c_str());
     else if (a == "--reps") o.reps = std::atoi(value().c_str());
     else if (a == "--json") o.json_path = value();
@@ -68,11 +65,6 @@ Options parse(int argc, char** argv) {
     std::exit(2);
   }
   return o;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 struct Shape {

@@ -43,6 +43,7 @@
 
 #include "brisk/cpu/cpu_features.h"
 #include "brisk/monitor/peak.h"
+#include "bench_cli.h"
 
 namespace {
 
@@ -69,13 +70,7 @@ Options parse_args(int argc, char** argv) {
   o.threads = omp_get_num_procs();
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "missing value for %s\n", a.c_str());
-        std::exit(2);
-      }
-      return argv[++i];
-    };
+    auto value = [&] { return std::string(brisk::bench_cli::flag_value(argc, argv, i, "bench_gemm")); };
     if (a == "--threads") o.threads = std::max(1, std::atoi(value().c_str()));
     else if (a == "--quick") o.quick = true;
     else if (a == "--target-s") o.target_s = std::atof(value().c_str());

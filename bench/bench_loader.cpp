@@ -38,6 +38,7 @@
 
 #include "brisk/data/loader.h"
 #include "brisk/data/shards.h"
+#include "bench_cli.h"
 
 namespace {
 
@@ -77,13 +78,7 @@ Options parse(int argc, char** argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        usage();
-        std::exit(2);
-      }
-      return argv[++i];
-    };
+    auto value = [&] { return std::string(brisk::bench_cli::flag_value(argc, argv, i, "bench_loader")); };
     if (a == "--workers") o.workers = std::stoi(value());
     else if (a == "--w1-ms") o.w1_ms = std::stod(value());
     else if (a == "--w2-ms") o.w2_ms = std::stod(value());

@@ -21,6 +21,9 @@
 #include <vector>
 
 #include "brisk/infer/sampler.h"
+#include "bench_cli.h"
+
+using brisk::bench_cli::median;
 
 using namespace brisk;
 
@@ -35,13 +38,7 @@ Options parse(int argc, char** argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "bench_sample: %s needs a value\n", a.c_str());
-        std::exit(2);
-      }
-      return argv[++i];
-    };
+    auto value = [&] { return std::string(bench_cli::flag_value(argc, argv, i, "bench_sample")); };
     if (a == "--reps") o.reps = std::atoi(value().c_str());
     else if (a == "--draws") o.draws = std::atoi(value().c_str());
     else if (a == "--json") o.json_path = value();
@@ -55,11 +52,6 @@ Options parse(int argc, char** argv) {
     std::exit(2);
   }
   return o;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 struct Setting {

@@ -191,10 +191,9 @@ __attribute__((target("avx512f"))) int64_t compact_avx512(const float* l, const 
 }
 
 template <bool kWhole>
-int64_t compact(const float* l, const float* w, const int32_t* ids, int64_t n, float lo, float hi, float* nl, float* nw,
-                int32_t* ni, int32_t* over, int64_t& n_over) {
-  if (cpu::cpu_features().packed == cpu::CpuFeatures::PackedPath::avx512)
-    return compact_avx512<kWhole>(l, w, ids, n, lo, hi, nl, nw, ni, over, n_over);
+int64_t compact(bool avx512, const float* l, const float* w, const int32_t* ids, int64_t n, float lo, float hi,
+                float* nl, float* nw, int32_t* ni, int32_t* over, int64_t& n_over) {
+  if (avx512) return compact_avx512<kWhole>(l, w, ids, n, lo, hi, nl, nw, ni, over, n_over);
   constexpr int64_t kBlock = 64;
   int64_t m = 0, o = n_over;
   for (int64_t j0 = 0; j0 < n; j0 += kBlock) {
@@ -271,11 +270,13 @@ Boundary boundary_of(const float* logits, const float* w, int64_t vocab, float t
   float* const nw = work.band_weights.data();
   int32_t* const ni = work.band.data();
   int64_t n_over = 0;
+  // Read once per search (cpu_features() takes a lock).
+  const bool avx512 = cpu::cpu_features().packed == cpu::CpuFeatures::PackedPath::avx512;
   const auto narrow = [&] {
     // Without weights the logits stand in for them: copied, never read.
     const float* weights = cw ? cw : cl;
-    cn = whole ? compact<true>(cl, weights, ni, cn, lo, hi, nl, nw, ni, work.over.data(), n_over)
-               : compact<false>(cl, weights, ni, cn, lo, hi, nl, nw, ni, work.over.data(), n_over);
+    cn = whole ? compact<true>(avx512, cl, weights, ni, cn, lo, hi, nl, nw, ni, work.over.data(), n_over)
+               : compact<false>(avx512, cl, weights, ni, cn, lo, hi, nl, nw, ni, work.over.data(), n_over);
     cl = nl, cw = w ? nw : nullptr, whole = false, base = at_hi;
   };
   if (!reached(at_lo)) {  // the boundary is below the top: bisect [bottom, top)

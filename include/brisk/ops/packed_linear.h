@@ -29,7 +29,7 @@ void pack(const float* w, int64_t n, int64_t k, float* out);
 // Row `o` of the original W (k values) from the packed layout.
 void unpack_row(const float* packed, int64_t k, int64_t o, float* row);
 
-// linear_q8_packed's weight (src/ops/linear_q8_packed.cpp): linear_q8's
+// linear_q8_packed's weight (src/ops/quant_linear_packed.cpp): linear_q8's
 // int8 W (N, K) in the same panels of kPanel outputs, with k in groups of 4
 // bytes, each byte offset by 128:
 //
@@ -46,7 +46,7 @@ constexpr int64_t kQ8Group = 4;
 inline int64_t q8_groups(int64_t k) { return (k + kQ8Group - 1) / kQ8Group; }
 inline core::Shape q8_packed_shape(int64_t n, int64_t k) { return core::Shape{panels(n), q8_groups(k), kPanel * kQ8Group}; }
 void pack_q8(const int8_t* w, int64_t n, int64_t k, uint8_t* out);
-// linear_q4_packed's weight (src/ops/linear_q4_packed.cpp): linear_q4's
+// linear_q4_packed's weight (src/ops/quant_linear_packed.cpp): linear_q4's
 // 4-bit codes c = q + 8 in the same panels. Per group of 32 k, four 64-byte
 // vectors; vector t holds the k-quads 2t (low nibbles) and 2t + 1 (high
 // nibbles) of the 16 outputs in vpdpbusd's order:

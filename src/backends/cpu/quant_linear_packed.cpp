@@ -1,5 +1,5 @@
 // CPU kernels of linear_q8_packed and linear_q4_packed
-// (src/ops/linear_q8_packed.cpp, linear_q4_packed.cpp; the layouts in
+// (src/ops/quant_linear_packed.cpp; the layouts in
 // brisk/ops/packed_linear.h). linear_q8_packed first, linear_q4_packed below.
 //
 // avx512_vnni: tiles of NP panels (16 outputs each) x NR activation rows,
