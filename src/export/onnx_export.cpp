@@ -77,7 +77,7 @@ void write_model_atomic(const onnx::ModelProto& model, const std::string& path) 
 }  // namespace
 
 OnnxExportSummary write_onnx(const models::Gpt& model, const std::string& out_path,
-                             const std::map<std::string, std::string>& metadata) {
+                             const std::map<std::string, std::string>& metadata, const OnnxExportOptions& options) {
   check_output_path(out_path);
   const models::GptConfig& cfg = model.config();
 
@@ -98,13 +98,14 @@ OnnxExportSummary write_onnx(const models::Gpt& model, const std::string& out_pa
   props["n_embd"] = std::to_string(cfg.n_embd);
   props["n_head"] = std::to_string(cfg.n_head);
   props["block_size"] = std::to_string(cfg.block_size);
+  props["kv_cache"] = options.kv_cache ? "true" : "false";
   for (const auto& [k, v] : props) {
     onnx::StringStringEntryProto* e = proto.add_metadata_props();
     e->set_key(k);
     e->set_value(v);
   }
 
-  const GptGraphStats stats = build_gpt_graph(model, *proto.mutable_graph());
+  const GptGraphStats stats = build_gpt_graph(model, *proto.mutable_graph(), options.kv_cache);
 
   // protobuf cannot serialize a message of 2 GiB or more; such a model would
   // need ONNX's external-data files, which this exporter does not write.
@@ -122,10 +123,12 @@ OnnxExportSummary write_onnx(const models::Gpt& model, const std::string& out_pa
   s.initializers = stats.initializers;
   s.parameters = stats.parameters;
   s.bytes = bytes;
+  s.kv_cache = options.kv_cache;
   return s;
 }
 
-OnnxExportSummary export_onnx(const std::string& checkpoint, const std::string& out_path) {
+OnnxExportSummary export_onnx(const std::string& checkpoint, const std::string& out_path,
+                              const OnnxExportOptions& options) {
   // The output path first: a typo there should not cost a model load.
   check_output_path(out_path);
   if (checkpoint.empty()) throw core::ConfigError("--checkpoint: empty path");
@@ -142,7 +145,7 @@ OnnxExportSummary export_onnx(const std::string& checkpoint, const std::string& 
 
   std::map<std::string, std::string> meta{{"step", std::to_string(state.step)}};
   if (!state.tokenizer.empty()) meta["tokenizer"] = state.tokenizer;
-  OnnxExportSummary s = write_onnx(model, out_path, meta);
+  OnnxExportSummary s = write_onnx(model, out_path, meta, options);
   s.checkpoint_dir = dir;
   return s;
 }

@@ -8,6 +8,14 @@
 //     x += c_proj(gelu_tanh(c_fc(LayerNormalization(x, ln_2))))
 //   logits = Gemm(LayerNormalization(x, ln_f) as (B*T, C), wte, transB) -> (B, T, V)
 //
+// The KV-cache variant also takes each layer's keys and values of P earlier
+// positions, (B, H, P, D), P read from the first layer's past keys at run
+// time (0 for a prompt). input_ids then sit at positions [P, P + T): their
+// position embeddings are rows [P, P + T) of wpe, their keys and values are
+// appended to the past ones (Concat on the length axis, returned as the
+// layer's present), and query i attends to keys [0, P + i]: rows [P, P + T)
+// and columns [0, P + T) of the causal mask.
+//
 // Every Linear is MatMul + Add with its weight stored (in, out), which is
 // Hugging Face's Conv1D layout, so the initializers have model.safetensors'
 // names and layouts. The head reuses wte through Gemm's transB instead of a
@@ -29,10 +37,34 @@ constexpr float kLayerNormEps = 1e-5f;  // models::Gpt's LayerNorms
 constexpr float kSqrt2OverPi = 0.7978845608028654f;
 constexpr float kGeluCubic = 0.044715f;
 
+// A tensor dimension of a graph input or output: a size, or a symbol.
+struct Dim {
+  int64_t value = 0;
+  std::string symbol;
+};
+
+void declare(onnx::ValueInfoProto* v, const std::string& name, int32_t elem_type, const std::vector<Dim>& dims,
+             const std::string& doc) {
+  v->set_name(name);
+  v->set_doc_string(doc);
+  onnx::TypeProto_Tensor* t = v->mutable_type()->mutable_tensor_type();
+  t->set_elem_type(elem_type);
+  for (const Dim& d : dims) {
+    onnx::TensorShapeProto_Dimension* out = t->mutable_shape()->add_dim();
+    if (d.symbol.empty()) out->set_dim_value(d.value);
+    else out->set_dim_param(d.symbol);
+  }
+}
+
 class GptGraph {
  public:
-  GptGraph(const models::Gpt& model, onnx::GraphProto& graph)
-      : model_(model), graph_(graph), g_(graph), C_(model.config().n_embd), H_(model.config().n_head) {}
+  GptGraph(const models::Gpt& model, onnx::GraphProto& graph, bool kv_cache)
+      : model_(model),
+        graph_(graph),
+        g_(graph),
+        C_(model.config().n_embd),
+        H_(model.config().n_head),
+        kv_cache_(kv_cache) {}
 
   GptGraphStats build();
 
@@ -43,7 +75,8 @@ class GptGraph {
   std::string layernorm(const std::string& x, const std::string& prefix);
   std::string linear(const std::string& x, const std::string& prefix);
   std::string gelu(const std::string& x, const std::string& prefix);
-  std::string attention(const std::string& x, const std::string& prefix);
+  std::string attention(const std::string& x, int64_t layer);
+  void declare_interface();
   std::string block(const std::string& x, int64_t layer);
   void shared_constants();
 
@@ -51,8 +84,9 @@ class GptGraph {
   onnx::GraphProto& graph_;
   OnnxGraph g_;
   int64_t C_, H_;
+  bool kv_cache_;
   int64_t parameters_ = 0;
-  std::string mask_;  // (T, T) bool, true where a query may attend to a key
+  std::string mask_;  // (T, P + T) bool, true where a query may attend to a key (P = 0 without a cache)
 };
 
 std::string GptGraph::param(const std::string& name, bool transpose) {
@@ -96,7 +130,9 @@ std::string GptGraph::gelu(const std::string& x, const std::string& prefix) {
 
 // Causal self-attention over c_attn's (B, T, 3C) output, columns [q, k, v]
 // with the heads contiguous inside each (as brisk's attention op reads them).
-std::string GptGraph::attention(const std::string& x, const std::string& prefix) {
+// With the KV cache, k and v are appended to the layer's past ones first.
+std::string GptGraph::attention(const std::string& x, int64_t layer) {
+  const std::string prefix = "h." + std::to_string(layer) + ".attn";
   const std::string qkv = linear(x, prefix + ".c_attn");
   const auto parts = g_.op_multi("Split", {qkv, "const.qkv_split"}, prefix + ".split",
                                  {prefix + ".q", prefix + ".k", prefix + ".v"}, {attr_int("axis", 2)});
@@ -104,10 +140,20 @@ std::string GptGraph::attention(const std::string& x, const std::string& prefix)
     const std::string r = g_.op("Reshape", {v, "const.split_heads"}, name + ".heads");  // (B, T, H, D)
     return g_.op("Transpose", {r}, name + ".t", {attr_ints("perm", perm)});
   };
-  const std::string q = heads(parts[0], {0, 2, 1, 3}, parts[0]);   // (B, H, T, D)
-  const std::string kt = heads(parts[1], {0, 2, 3, 1}, parts[1]);  // (B, H, D, T)
-  const std::string v = heads(parts[2], {0, 2, 1, 3}, parts[2]);   // (B, H, T, D)
-  const std::string s = g_.op("MatMul", {q, kt}, prefix + ".scores");
+  const std::string q = heads(parts[0], {0, 2, 1, 3}, parts[0]);  // (B, H, T, D)
+  std::string kt, v;
+  if (kv_cache_) {
+    const std::string k = heads(parts[1], {0, 2, 1, 3}, parts[1]);  // (B, H, T, D)
+    const std::string present_k = g_.op("Concat", {past_name(layer, "key"), k}, present_name(layer, "key"),
+                                        {attr_int("axis", 2)});  // (B, H, P + T, D)
+    kt = g_.op("Transpose", {present_k}, prefix + ".kt", {attr_ints("perm", {0, 1, 3, 2})});
+    v = g_.op("Concat", {past_name(layer, "value"), heads(parts[2], {0, 2, 1, 3}, parts[2])},
+              present_name(layer, "value"), {attr_int("axis", 2)});
+  } else {
+    kt = heads(parts[1], {0, 2, 3, 1}, parts[1]);  // (B, H, D, T)
+    v = heads(parts[2], {0, 2, 1, 3}, parts[2]);   // (B, H, T, D)
+  }
+  const std::string s = g_.op("MatMul", {q, kt}, prefix + ".scores");  // (B, H, T, P + T)
   const std::string ss = g_.op("Mul", {s, "const.attn_scale"}, prefix + ".scaled");
   // Where, not an additive mask: a masked score becomes exactly the lowest
   // float, whose exp underflows to 0, like the keys brisk never visits.
@@ -121,7 +167,7 @@ std::string GptGraph::attention(const std::string& x, const std::string& prefix)
 
 std::string GptGraph::block(const std::string& x, int64_t layer) {
   const std::string p = "h." + std::to_string(layer);
-  const std::string a = attention(layernorm(x, p + ".ln_1"), p + ".attn");
+  const std::string a = attention(layernorm(x, p + ".ln_1"), layer);
   const std::string x1 = g_.op("Add", {x, a}, p + ".residual_attn");
   const std::string h = gelu(linear(layernorm(x1, p + ".ln_2"), p + ".mlp.c_fc"), p + ".mlp.gelu");
   const std::string m = linear(h, p + ".mlp.c_proj");
@@ -144,7 +190,8 @@ void GptGraph::shared_constants() {
   g_.i64("const.zero", {0});
   g_.i64("const.one_i64", {1});
   g_.i64("const.two", {2});
-  g_.i64("const.zeros2", {0, 0});
+  if (kv_cache_) g_.i64("const.three", {3});
+  if (!kv_cache_) g_.i64("const.zeros2", {0, 0});
   g_.i64("const.axes01", {0, 1});
   // The causal mask for the longest sequence; each run slices its (T, T) corner.
   std::vector<uint8_t> tril(size_t(block * block), 0);
@@ -153,40 +200,52 @@ void GptGraph::shared_constants() {
   g_.boolean("const.causal_mask", {block, block}, tril);
 }
 
+void GptGraph::declare_interface() {
+  const models::GptConfig& cfg = model_.config();
+  const Dim batch{0, "batch"}, seq{0, "seq"}, heads{H_, ""}, head_dim{C_ / H_, ""};
+  declare(graph_.add_input(), kInputName, onnx::TensorProto::INT64, {batch, seq},
+          "token ids in [0, " + std::to_string(cfg.vocab_size) + "); seq at most " + std::to_string(cfg.block_size) +
+              (kv_cache_ ? " minus the past length" : ""));
+  declare(graph_.add_output(), kOutputName, onnx::TensorProto::FLOAT, {batch, seq, Dim{cfg.vocab_size, ""}},
+          "next-token logits at every position");
+  if (!kv_cache_) return;
+  // Inputs first, then outputs, each layer's key before its value (Optimum's order).
+  for (int64_t l = 0; l < cfg.n_layer; ++l)
+    for (const char* kv : {"key", "value"})
+      declare(graph_.add_input(), past_name(l, kv), onnx::TensorProto::FLOAT,
+              {batch, heads, Dim{0, "past_seq"}, head_dim},
+              std::string("the layer's ") + kv + "s of the positions before input_ids (past_seq 0 for a prompt)");
+  for (int64_t l = 0; l < cfg.n_layer; ++l)
+    for (const char* kv : {"key", "value"})
+      declare(graph_.add_output(), present_name(l, kv), onnx::TensorProto::FLOAT,
+              {batch, heads, Dim{0, "past_seq + seq"}, head_dim},
+              std::string("the past ") + kv + "s followed by input_ids' own: the next call's past");
+}
+
 GptGraphStats GptGraph::build() {
   const models::GptConfig& cfg = model_.config();
-  onnx::GraphProto& graph = graph_;
-  graph.set_name("brisk_gpt");
-
-  onnx::ValueInfoProto* in = graph.add_input();
-  in->set_name(kInputName);
-  in->set_doc_string("token ids in [0, " + std::to_string(cfg.vocab_size) + "); seq at most " +
-                     std::to_string(cfg.block_size));
-  onnx::TypeProto_Tensor* it = in->mutable_type()->mutable_tensor_type();
-  it->set_elem_type(onnx::TensorProto::INT64);
-  it->mutable_shape()->add_dim()->set_dim_param("batch");
-  it->mutable_shape()->add_dim()->set_dim_param("seq");
-
-  onnx::ValueInfoProto* out = graph.add_output();
-  out->set_name(kOutputName);
-  out->set_doc_string("next-token logits at every position");
-  onnx::TypeProto_Tensor* ot = out->mutable_type()->mutable_tensor_type();
-  ot->set_elem_type(onnx::TensorProto::FLOAT);
-  ot->mutable_shape()->add_dim()->set_dim_param("batch");
-  ot->mutable_shape()->add_dim()->set_dim_param("seq");
-  ot->mutable_shape()->add_dim()->set_dim_value(cfg.vocab_size);
-
+  graph_.set_name("brisk_gpt");
+  declare_interface();
   shared_constants();
 
-  // --- embeddings and the (T, T) mask, from the input's run-time shape
+  // --- embeddings and the causal mask, from the inputs' run-time shapes
   const std::string shape = g_.op("Shape", {kInputName}, "input_shape");  // [B, T]
   const std::string seq = g_.op("Slice", {shape, "const.one_i64", "const.two"}, "seq_len");  // [T]
+  std::string first = "const.zero", last = seq;  // positions [P, P + T), P = 0 without a cache
+  if (kv_cache_) {
+    const std::string past_shape = g_.op("Shape", {past_name(0, "key")}, "past_shape");  // [B, H, P, D]
+    first = g_.op("Slice", {past_shape, "const.two", "const.three"}, "past_len");         // [P]
+    last = g_.op("Add", {first, seq}, "total_len");                                       // [P + T]
+  }
   const std::string wte = param("wte.weight");
   const std::string tok = g_.op("Gather", {wte, kInputName}, "tok_emb", {attr_int("axis", 0)});
-  const std::string pos = g_.op("Slice", {param("wpe.weight"), "const.zero", seq, "const.zero"}, "pos_emb");
+  const std::string pos = g_.op("Slice", {param("wpe.weight"), first, last, "const.zero"}, "pos_emb");
   std::string x = g_.op("Add", {tok, pos}, "embed");
-  const std::string mask_end = g_.op("Concat", {seq, seq}, "mask_end", {attr_int("axis", 0)});
-  mask_ = g_.op("Slice", {"const.causal_mask", "const.zeros2", mask_end, "const.axes01"}, "causal_mask");
+  // Rows [P, P + T) (the queries), columns [0, P + T) (the keys).
+  const std::string mask_start =
+      kv_cache_ ? g_.op("Concat", {first, "const.zero"}, "mask_start", {attr_int("axis", 0)}) : "const.zeros2";
+  const std::string mask_end = g_.op("Concat", {last, last}, "mask_end", {attr_int("axis", 0)});
+  mask_ = g_.op("Slice", {"const.causal_mask", mask_start, mask_end, "const.axes01"}, "causal_mask");
 
   for (int64_t l = 0; l < cfg.n_layer; ++l) x = block(x, l);
 
@@ -202,8 +261,16 @@ GptGraphStats GptGraph::build() {
 
 }  // namespace
 
-GptGraphStats build_gpt_graph(const models::Gpt& model, onnx::GraphProto& graph) {
-  return GptGraph(model, graph).build();
+std::string past_name(int64_t layer, const char* kv) {
+  return "past_key_values." + std::to_string(layer) + "." + kv;
+}
+
+std::string present_name(int64_t layer, const char* kv) {
+  return "present." + std::to_string(layer) + "." + kv;
+}
+
+GptGraphStats build_gpt_graph(const models::Gpt& model, onnx::GraphProto& graph, bool kv_cache) {
+  return GptGraph(model, graph, kv_cache).build();
 }
 
 }  // namespace brisk::exporter

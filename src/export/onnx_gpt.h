@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "brisk/models/gpt.h"
 #include "onnx.pb.h"
@@ -12,13 +13,21 @@ namespace brisk::exporter {
 inline constexpr const char* kInputName = "input_ids";
 inline constexpr const char* kOutputName = "logits";
 
+// The KV-cache variant's per-layer inputs and outputs (Hugging Face Optimum's
+// names for GPT-2): past_key_values.<l>.key / .value in, present.<l>.key /
+// .value out, each (batch, n_head, length, head_dim).
+std::string past_name(int64_t layer, const char* kv);     // kv: "key" or "value"
+std::string present_name(int64_t layer, const char* kv);
+
 struct GptGraphStats {
   int64_t nodes = 0;
   int64_t initializers = 0;
   int64_t parameters = 0;  // weight elements from the model (constants not counted)
 };
 
-// Fills `graph` (empty) with inputs, outputs, nodes and initializers.
-GptGraphStats build_gpt_graph(const models::Gpt& model, onnx::GraphProto& graph);
+// Fills `graph` (empty) with inputs, outputs, nodes and initializers. With
+// `kv_cache` the graph also takes every layer's cached keys and values of the
+// positions before input_ids and returns them extended by input_ids' own.
+GptGraphStats build_gpt_graph(const models::Gpt& model, onnx::GraphProto& graph, bool kv_cache = false);
 
 }  // namespace brisk::exporter

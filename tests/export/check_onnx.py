@@ -1,14 +1,17 @@
 #!/usr/bin/env python3
 """Checks a model written by `brisk export onnx` with ONNX's own tools.
 
-    check_onnx.py MODEL --vocab V --embd C --layers L --block N
+    check_onnx.py MODEL --vocab V --embd C --layers L --block N [--kv-cache --heads H]
 
 onnx.checker.check_model(full_check=True) (the IR and every node against
 its opset-17 schema, then strict shape and type inference), then what
 docs/export.md promises about the interface: opset 17 of the default domain
 only, one input `input_ids` int64 (batch, seq) and one output `logits`
 float32 (batch, seq, V) with symbolic batch and seq, the weights as float32
-initializers under their model.safetensors names. Exits 1 with the reason
+initializers under their model.safetensors names. With --kv-cache also the
+inputs past_key_values.<l>.key/.value and the outputs present.<l>.key/.value,
+float32 (batch, H, length, C / H) with the same batch symbol and symbolic
+lengths, in Optimum's order (every input after input_ids, key before value). Exits 1 with the reason
 on any failure, including a missing python3-onnx.
 """
 import argparse
@@ -42,7 +45,11 @@ def main():
     ap.add_argument("--embd", type=int, required=True)
     ap.add_argument("--layers", type=int, required=True)
     ap.add_argument("--block", type=int, required=True)
+    ap.add_argument("--kv-cache", action="store_true")
+    ap.add_argument("--heads", type=int)
     a = ap.parse_args()
+    if a.kv_cache and not a.heads:
+        ap.error("--kv-cache needs --heads")
 
     model = onnx.load(a.model)
     try:
@@ -61,10 +68,13 @@ def main():
     if any(n.domain not in ("", "ai.onnx") for n in g.node):
         fail("a node outside the default domain")
 
-    if [i.name for i in g.input] != ["input_ids"]:
-        fail(f"graph inputs {[i.name for i in g.input]}, expected ['input_ids']")
-    if [o.name for o in g.output] != ["logits"]:
-        fail(f"graph outputs {[o.name for o in g.output]}, expected ['logits']")
+    cache = [f"{layer}.{kv}" for layer in range(a.layers) for kv in ("key", "value")] if a.kv_cache else []
+    want_in = ["input_ids"] + [f"past_key_values.{c}" for c in cache]
+    want_out = ["logits"] + [f"present.{c}" for c in cache]
+    if [i.name for i in g.input] != want_in:
+        fail(f"graph inputs {[i.name for i in g.input]}, expected {want_in}")
+    if [o.name for o in g.output] != want_out:
+        fail(f"graph outputs {[o.name for o in g.output]}, expected {want_out}")
     inp, out = g.input[0], g.output[0]
     if inp.type.tensor_type.elem_type != TensorProto.INT64:
         fail("input_ids is not int64")
@@ -75,6 +85,17 @@ def main():
         fail(f"input_ids dims {di}, expected two symbolic ones")
     if len(do) != 3 or do[:2] != di or do[2] != a.vocab:
         fail(f"logits dims {do}, expected [{di[0] if di else '?'}, {di[1] if len(di) > 1 else '?'}, {a.vocab}]")
+    lengths = set()
+    for v in list(g.input[1:]) + list(g.output[1:]):
+        dv = dims(v)
+        if v.type.tensor_type.elem_type != TensorProto.FLOAT:
+            fail(f"{v.name} is not float32")
+        if len(dv) != 4 or dv[0] != di[0] or dv[1] != a.heads or dv[3] != a.embd // a.heads or \
+                not (isinstance(dv[2], str) and dv[2]):
+            fail(f"{v.name} dims {dv}, expected [{di[0]}, {a.heads}, <symbolic length>, {a.embd // a.heads}]")
+        lengths.add((v.name.startswith("past"), dv[2]))
+    if a.kv_cache and (len(lengths) != 2 or len({length for _, length in lengths}) != 2):
+        fail(f"cache lengths {sorted(lengths)}: every past should share one symbol, every present another")
 
     inits = {t.name: t for t in g.initializer}
     expect = {"wte.weight": [a.vocab, a.embd], "wpe.weight": [a.block, a.embd],
@@ -100,8 +121,10 @@ def main():
             fail(f"initializer {name} holds {len(t.raw_data)} raw bytes, expected {4 * n}")
     n_params = sum(len(inits[k].raw_data) // 4 for k in expect)
 
+    cache_note = f", {len(cache)} cache inputs and as many outputs" if cache else ""
     print(f"check_onnx: OK {a.model}: ir_version {model.ir_version}, opset 17, {len(g.node)} nodes, "
-          f"{len(inits)} initializers ({n_params} weights), input_ids {di}, logits {do}; ops: {', '.join(ops)}")
+          f"{len(inits)} initializers ({n_params} weights), input_ids {di}, logits {do}{cache_note}; "
+          f"ops: {', '.join(ops)}")
 
 
 if __name__ == "__main__":

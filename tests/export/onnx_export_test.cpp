@@ -9,6 +9,9 @@
 //     several (batch, seq) shapes, seq = block_size included, against
 //     models::Gpt::logits() on the CPU backend for the same checkpoint and
 //     ids: max |difference| <= 1e-4;
+//   - the same for the `--kv-cache` export run as a generation loop runs it
+//     (a prompt with an empty past, then one token per call on the returned
+//     keys and values), up to block_size positions;
 //   - user errors (missing or damaged checkpoint, unusable output path):
 //     exit code 2, a message naming the path, no file left behind.
 // A missing python3-onnx, node or onnxruntime-node fails the test and says
@@ -108,8 +111,8 @@ void randomize(models::Gpt& model, uint64_t seed) {
 // One checkpoint and its export, made once per test process.
 struct Exported {
   TempDir dir;
-  std::string run_dir, checkpoint, model;
-  CliResult export_result;
+  std::string run_dir, checkpoint, model, kv_model;
+  CliResult export_result, kv_export_result;
 };
 
 const Exported& exported() {
@@ -128,6 +131,9 @@ const Exported& exported() {
     x->model = x->dir.file("model.onnx");
     // The run directory, not the step: the CLI must pick the newest checkpoint.
     x->export_result = run_cli({"export", "onnx", "--checkpoint", x->run_dir, "--out", x->model});
+    x->kv_model = x->dir.file("model_kv.onnx");
+    x->kv_export_result =
+        run_cli({"export", "onnx", "--checkpoint", x->run_dir, "--out", x->kv_model, "--kv-cache"});
     return x;
   }();
   return *e;
@@ -160,17 +166,35 @@ TEST(OnnxExport, CliWritesModelAtomically) {
   EXPECT_FALSE(fs::exists(e.model + ".tmp"));
 }
 
+ProgramResult check_onnx(const std::string& model, bool kv_cache) {
+  std::vector<std::string> argv{"/usr/bin/python3", script("check_onnx.py"), model, "--vocab",
+                                std::to_string(kConfig.vocab_size), "--embd", std::to_string(kConfig.n_embd),
+                                "--layers", std::to_string(kConfig.n_layer), "--block",
+                                std::to_string(kConfig.block_size)};
+  if (kv_cache) argv.insert(argv.end(), {"--kv-cache", "--heads", std::to_string(kConfig.n_head)});
+  return run_program(argv);
+}
+
 TEST(OnnxExport, OnnxCheckerAcceptsModel) {
   const Exported& e = exported();
   ASSERT_EQ(e.export_result.exit_code, 0) << e.export_result.err;
-  const ProgramResult r = run_program({"/usr/bin/python3", script("check_onnx.py"), e.model, "--vocab",
-                                       std::to_string(kConfig.vocab_size), "--embd", std::to_string(kConfig.n_embd),
-                                       "--layers", std::to_string(kConfig.n_layer), "--block",
-                                       std::to_string(kConfig.block_size)});
+  const ProgramResult r = check_onnx(e.model, false);
   ASSERT_EQ(r.exit_code, 0) << "check_onnx.py failed (it needs Debian's python3-onnx: apt-get install python3-onnx, "
                                "or scripts/install_deps.sh):\n"
                             << r.output;
   std::printf("%s", r.output.c_str());
+}
+
+TEST(OnnxExport, OnnxCheckerAcceptsKvCacheModel) {
+  const Exported& e = exported();
+  ASSERT_EQ(e.kv_export_result.exit_code, 0) << e.kv_export_result.out << e.kv_export_result.err;
+  EXPECT_NE(e.kv_export_result.out.find("present.{0..1}.key/.value"), std::string::npos) << e.kv_export_result.out;
+  const ProgramResult r = check_onnx(e.kv_model, true);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::printf("%s", r.output.c_str());
+  // The checker tells the two interfaces apart.
+  EXPECT_NE(check_onnx(e.kv_model, false).exit_code, 0);
+  EXPECT_NE(check_onnx(e.model, true).exit_code, 0);
 }
 
 // The checker is only worth running if it can say no: a truncated file must fail.
@@ -187,9 +211,15 @@ TEST(OnnxExport, OnnxCheckerRejectsTruncatedModel) {
   EXPECT_EQ(r.output.find("cannot import onnx"), std::string::npos) << r.output;
 }
 
-TEST(OnnxExport, OnnxRuntimeMatchesBriskLogits) {
-  const Exported& e = exported();
-  ASSERT_EQ(e.export_result.exit_code, 0) << e.export_result.err;
+struct RuntimeCase {
+  int64_t batch, seq;
+  int64_t prompt = 0;  // KV-cache model: tokens in the first call (the rest one per call)
+};
+
+// Runs `cases` through ONNX Runtime (run_onnx.js) on random ids and compares
+// every logit with models::Gpt::logits() of the same checkpoint and ids.
+void expect_runtime_matches_brisk(const Exported& e, const std::string& onnx_model, bool kv_cache,
+                                  const std::vector<RuntimeCase>& cases) {
   const std::string modules = npm_modules();
   ASSERT_TRUE(fs::exists(fs::path(modules) / "onnxruntime-node" / "package.json"))
       << "onnxruntime-node is not installed under " << modules
@@ -202,13 +232,12 @@ TEST(OnnxExport, OnnxRuntimeMatchesBriskLogits) {
   models::Gpt model(train::read_checkpoint_config(e.checkpoint), backend);
   train::load_checkpoint(e.checkpoint, model, nullptr);
 
-  struct Case {
-    int64_t batch, seq;
-  };
-  const std::vector<Case> cases{{2, 17}, {3, kConfig.block_size}, {1, 1}};
   TempDir dir;
   std::mt19937_64 rng(99);
-  std::vector<std::string> argv{"node", script("run_onnx.js"), modules, e.model};
+  std::vector<std::string> argv{"node", script("run_onnx.js"), modules, onnx_model};
+  if (kv_cache)
+    argv.insert(argv.end(), {"--kv", std::to_string(kConfig.n_layer), std::to_string(kConfig.n_head),
+                             std::to_string(kConfig.n_embd / kConfig.n_head)});
   std::vector<std::vector<int32_t>> ids(cases.size());
   for (size_t c = 0; c < cases.size(); ++c) {
     const int64_t n = cases[c].batch * cases[c].seq;
@@ -220,8 +249,9 @@ TEST(OnnxExport, OnnxRuntimeMatchesBriskLogits) {
     const std::vector<int64_t> wide(ids[c].begin(), ids[c].end());
     const std::string in = dir.file("ids" + std::to_string(c) + ".bin");
     write_bytes(in, wide.data(), wide.size() * sizeof(int64_t));
-    argv.insert(argv.end(), {std::to_string(cases[c].batch), std::to_string(cases[c].seq), in,
-                             dir.file("logits" + std::to_string(c) + ".bin")});
+    argv.insert(argv.end(), {std::to_string(cases[c].batch), std::to_string(cases[c].seq)});
+    if (kv_cache) argv.push_back(std::to_string(cases[c].prompt));
+    argv.insert(argv.end(), {in, dir.file("logits" + std::to_string(c) + ".bin")});
   }
   const ProgramResult r = run_program(argv);
   ASSERT_NE(r.exit_code, 127) << "could not start `node`: install Node.js and npm (Debian: apt-get install nodejs "
@@ -239,12 +269,33 @@ TEST(OnnxExport, OnnxRuntimeMatchesBriskLogits) {
       max_diff = std::max(max_diff, std::fabs(double(ort[size_t(i)]) - double(ref[i])));
       max_abs = std::max(max_abs, std::fabs(double(ref[i])));
     }
-    std::printf("batch %lld seq %lld: max |onnxruntime - brisk| = %.3g (max |logit| %.3g)\n", (long long)B,
-                (long long)T, max_diff, max_abs);
+    std::printf("%sbatch %lld seq %lld", kv_cache ? "KV cache, " : "", (long long)B, (long long)T);
+    if (kv_cache) std::printf(" (prompt %lld, then %lld calls of one token)", (long long)cases[c].prompt,
+                              (long long)(T - cases[c].prompt));
+    std::printf(": max |onnxruntime - brisk| = %.3g (max |logit| %.3g)\n", max_diff, max_abs);
     // Logits of a few units: a 1e-4 bound is tight enough to catch any wiring mistake.
     EXPECT_GT(max_abs, 1.0) << "logits too small for the comparison to mean much";
     EXPECT_LE(max_diff, kTolerance) << "case batch " << B << " seq " << T;
   }
+}
+
+TEST(OnnxExport, OnnxRuntimeMatchesBriskLogits) {
+  const Exported& e = exported();
+  ASSERT_EQ(e.export_result.exit_code, 0) << e.export_result.err;
+  expect_runtime_matches_brisk(e, e.model, false, {{2, 17}, {3, kConfig.block_size}, {1, 1}});
+}
+
+// Token by token on the returned keys and values, as a generation loop runs
+// the model: every position's logits as brisk computes them over the whole
+// sequence. A cache appended in the wrong place, positions or mask rows not
+// offset by the past length, or a past ignored, each moves the later logits.
+TEST(OnnxExport, KvCacheModelMatchesBriskLogitsTokenByToken) {
+  const Exported& e = exported();
+  ASSERT_EQ(e.kv_export_result.exit_code, 0) << e.kv_export_result.out << e.kv_export_result.err;
+  expect_runtime_matches_brisk(e, e.kv_model, true,
+                               {{2, 20, 7},                                  // a prompt, then 13 single tokens
+                                {1, kConfig.block_size, 1},                  // one token per call, to block_size
+                                {3, 9, 9}});                                 // a whole sequence, empty past
 }
 
 TEST(OnnxExport, MissingCheckpointIsUserError) {

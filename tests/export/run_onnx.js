@@ -1,13 +1,19 @@
 // Runs a model written by `brisk export onnx` in ONNX Runtime (npm
-// onnxruntime-node, CPU execution provider), once per (batch, seq) case, in
-// one session, so the symbolic axes are exercised with several shapes:
+// onnxruntime-node, CPU execution provider), once per case, in one session,
+// so the symbolic axes are exercised with several shapes:
 //
 //   node run_onnx.js NODE_MODULES MODEL  B T IDS_FILE OUT_FILE  [B T IDS_FILE OUT_FILE ...]
+//   node run_onnx.js NODE_MODULES MODEL --kv LAYERS HEADS HEAD_DIM  B T PROMPT IDS_FILE OUT_FILE  [...]
 //
 // IDS_FILE holds B*T little-endian int64 token ids; OUT_FILE receives the
-// logits as little-endian float32, (B, T, V) row-major. One JSON line per case
-// on stdout. Exit 3 when onnxruntime-node cannot be loaded, 1 on any other
-// failure, with the reason on stderr.
+// logits as little-endian float32, (B, T, V) row-major. With --kv the model is
+// the KV-cache export: the first PROMPT tokens of each row go in one call with
+// an empty past (past_seq 0), then every later token alone, with the previous
+// call's present keys and values as its past, as a generation loop runs it;
+// the logits of all calls are written in position order, so OUT_FILE has the
+// same layout either way. The present outputs' shapes are checked at every
+// call. One JSON line per case on stdout. Exit 3 when onnxruntime-node cannot
+// be loaded, 1 on any other failure, with the reason on stderr.
 'use strict';
 
 const fs = require('fs');
@@ -18,9 +24,16 @@ function die(msg, code = 1) {
   process.exit(code);
 }
 
-const [modules, model, ...rest] = process.argv.slice(2);
-if (!modules || !model || rest.length === 0 || rest.length % 4 !== 0)
-  die('usage: run_onnx.js NODE_MODULES MODEL B T IDS_FILE OUT_FILE [B T IDS_FILE OUT_FILE ...]', 2);
+const [modules, model, ...args] = process.argv.slice(2);
+let kv = null;  // {layers, heads, headDim}
+let rest = args;
+if (args[0] === '--kv') {
+  kv = {layers: Number(args[1]), heads: Number(args[2]), headDim: Number(args[3])};
+  rest = args.slice(4);
+}
+const perCase = kv ? 5 : 4;
+if (!modules || !model || rest.length === 0 || rest.length % perCase !== 0)
+  die('usage: run_onnx.js NODE_MODULES MODEL [--kv LAYERS HEADS HEAD_DIM] B T [PROMPT] IDS_FILE OUT_FILE ...', 2);
 
 let ort;
 try {
@@ -35,25 +48,80 @@ function sameList(a, b) {
   return a.length === b.length && a.every((x, i) => x === b[i]);
 }
 
+function cacheNames(prefix) {
+  const names = [];
+  for (let l = 0; l < kv.layers; ++l) names.push(`${prefix}.${l}.key`, `${prefix}.${l}.value`);
+  return names;
+}
+
+// Columns [from, to) of every row of (batch, seq) ids, as a (batch, to - from) tensor.
+function columns(ids, batch, seq, from, to) {
+  const out = new BigInt64Array(batch * (to - from));
+  for (let b = 0; b < batch; ++b) out.set(ids.subarray(b * seq + from, b * seq + to), b * (to - from));
+  return new ort.Tensor('int64', out, [batch, to - from]);
+}
+
+// Runs one case through the KV-cache model; returns (B, T, V) logits.
+async function runWithCache(session, ids, batch, seq, prompt) {
+  const pastNames = cacheNames('past_key_values'), presentNames = cacheNames('present');
+  let past = {};
+  for (const n of pastNames) past[n] = new ort.Tensor('float32', new Float32Array(0), [batch, kv.heads, 0, kv.headDim]);
+  let logits = null, vocab = 0;
+  for (let from = 0; from < seq;) {
+    const to = from === 0 ? prompt : from + 1;
+    const out = await session.run({input_ids: columns(ids, batch, seq, from, to), ...past});
+    const step = out.logits;
+    if (step.type !== 'float32') die(`logits type ${step.type}`);
+    if (step.dims.length !== 3 || step.dims[0] !== batch || step.dims[1] !== to - from)
+      die(`logits dims ${JSON.stringify(step.dims)} for input (${batch}, ${to - from}) at position ${from}`);
+    if (!logits) {
+      vocab = step.dims[2];
+      logits = new Float32Array(batch * seq * vocab);
+    }
+    for (let b = 0; b < batch; ++b)
+      logits.set(step.data.subarray(b * (to - from) * vocab, (b + 1) * (to - from) * vocab), (b * seq + from) * vocab);
+    past = {};
+    presentNames.forEach((n, i) => {
+      const t = out[n];
+      if (!t || !sameList(t.dims, [batch, kv.heads, to, kv.headDim]))
+        die(`${n} dims ${t && JSON.stringify(t.dims)} after position ${to}, expected ` +
+            JSON.stringify([batch, kv.heads, to, kv.headDim]));
+      past[pastNames[i]] = t;
+    });
+    from = to;
+  }
+  return logits;
+}
+
 async function main() {
   // One thread: the tests share a small machine, and the model is tiny.
   const session = await ort.InferenceSession.create(model, {executionProviders: ['cpu'], intraOpNumThreads: 1});
-  if (!sameList(session.inputNames, ['input_ids'])) die(`inputs ${JSON.stringify(session.inputNames)}`);
-  if (!sameList(session.outputNames, ['logits'])) die(`outputs ${JSON.stringify(session.outputNames)}`);
-  for (let i = 0; i < rest.length; i += 4) {
+  const inputs = ['input_ids', ...(kv ? cacheNames('past_key_values') : [])];
+  const outputs = ['logits', ...(kv ? cacheNames('present') : [])];
+  if (!sameList(session.inputNames, inputs)) die(`inputs ${JSON.stringify(session.inputNames)}`);
+  if (!sameList(session.outputNames, outputs)) die(`outputs ${JSON.stringify(session.outputNames)}`);
+  for (let i = 0; i < rest.length; i += perCase) {
     const batch = Number(rest[i]), seq = Number(rest[i + 1]);
-    const bytes = fs.readFileSync(rest[i + 2]);
-    if (bytes.length !== batch * seq * 8) die(`${rest[i + 2]}: ${bytes.length} bytes, expected ${batch * seq * 8}`);
+    const prompt = kv ? Number(rest[i + 2]) : seq;
+    const [idsFile, outFile] = rest.slice(i + perCase - 2, i + perCase);
+    if (!(prompt >= 1 && prompt <= seq)) die(`prompt ${prompt} outside [1, ${seq}]`);
+    const bytes = fs.readFileSync(idsFile);
+    if (bytes.length !== batch * seq * 8) die(`${idsFile}: ${bytes.length} bytes, expected ${batch * seq * 8}`);
     // Copy into a fresh ArrayBuffer: a Buffer's offset need not be 8-aligned.
     const ids = new BigInt64Array(bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.length));
-    const out = await session.run({input_ids: new ort.Tensor('int64', ids, [batch, seq])});
-    const logits = out.logits;
-    if (logits.type !== 'float32') die(`logits type ${logits.type}`);
-    if (logits.dims.length !== 3 || logits.dims[0] !== batch || logits.dims[1] !== seq)
-      die(`logits dims ${JSON.stringify(logits.dims)} for input (${batch}, ${seq})`);
-    const d = logits.data;
-    fs.writeFileSync(rest[i + 3], Buffer.from(d.buffer, d.byteOffset, d.byteLength));
-    console.log(JSON.stringify({batch, seq, dims: logits.dims}));
+    let d;
+    if (kv) {
+      d = await runWithCache(session, ids, batch, seq, prompt);
+    } else {
+      const out = await session.run({input_ids: new ort.Tensor('int64', ids, [batch, seq])});
+      const logits = out.logits;
+      if (logits.type !== 'float32') die(`logits type ${logits.type}`);
+      if (logits.dims.length !== 3 || logits.dims[0] !== batch || logits.dims[1] !== seq)
+        die(`logits dims ${JSON.stringify(logits.dims)} for input (${batch}, ${seq})`);
+      d = logits.data;
+    }
+    fs.writeFileSync(outFile, Buffer.from(d.buffer, d.byteOffset, d.byteLength));
+    console.log(JSON.stringify({batch, seq, prompt, calls: kv ? 1 + seq - prompt : 1}));
   }
 }
 

@@ -1,6 +1,7 @@
 // ONNX export of a brisk GPT (docs/export.md): one self-contained .onnx file,
 // opset 17, input `input_ids` int64 (batch, seq), output `logits` float32
-// (batch, seq, vocab), both axes symbolic; weights are float32 initializers
+// (batch, seq, vocab), both axes symbolic; with the KV cache also every
+// layer's past keys and values in and present ones out; weights are float32 initializers
 // named and laid out as in model.safetensors (Hugging Face GPT-2). The file is
 // written to `<out>.tmp` and renamed, so a failed export never leaves a
 // half-written model behind (an existing file at `out` stays as it was).
@@ -14,6 +15,14 @@
 
 namespace brisk::exporter {
 
+struct OnnxExportOptions {
+  // Also take past_key_values.<l>.key/.value (batch, n_head, past_seq, head_dim)
+  // and return present.<l>.key/.value (batch, n_head, past_seq + seq, head_dim),
+  // so that a runtime can generate one token per call without re-running the
+  // prefix. past_seq may be 0 (a prompt), so one model serves both phases.
+  bool kv_cache = false;
+};
+
 // What an export wrote.
 struct OnnxExportSummary {
   std::string checkpoint_dir;  // the checkpoint actually read (newest step_* of a run directory)
@@ -23,6 +32,7 @@ struct OnnxExportSummary {
   int64_t initializers = 0;
   int64_t parameters = 0;  // weights in the file (the tied wte counted once)
   uint64_t bytes = 0;      // size of the .onnx file
+  bool kv_cache = false;
 };
 
 inline constexpr int64_t kOnnxOpset = 17;
@@ -32,11 +42,13 @@ inline constexpr int64_t kOnnxOpset = 17;
 // missing or damaged checkpoint or a write that fails, ConfigError for an
 // output path that cannot be a file (missing directory, a directory itself)
 // or a model past protobuf's 2 GiB limit; each message names the path.
-OnnxExportSummary export_onnx(const std::string& checkpoint, const std::string& out_path);
+OnnxExportSummary export_onnx(const std::string& checkpoint, const std::string& out_path,
+                              const OnnxExportOptions& options = {});
 
 // The same from a model in memory; `metadata` goes into the model's
 // metadata_props next to the model shape.
 OnnxExportSummary write_onnx(const models::Gpt& model, const std::string& out_path,
-                             const std::map<std::string, std::string>& metadata = {});
+                             const std::map<std::string, std::string>& metadata = {},
+                             const OnnxExportOptions& options = {});
 
 }  // namespace brisk::exporter
