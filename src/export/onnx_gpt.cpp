@@ -10,11 +10,13 @@
 //
 // The KV-cache variant also takes each layer's keys and values of P earlier
 // positions, (B, H, P, D), P read from the first layer's past keys at run
-// time (0 for a prompt). input_ids then sit at positions [P, P + T): their
-// position embeddings are rows [P, P + T) of wpe, their keys and values are
-// appended to the past ones (Concat on the length axis, returned as the
-// layer's present), and query i attends to keys [0, P + i]: rows [P, P + T)
-// and columns [0, P + T) of the causal mask.
+// time (0 for a prompt), with attention_mask (B, P + T) and position_ids
+// (B, T), so that rows of different lengths can share a batch (left padding).
+// Its position embeddings are rows position_ids of wpe; each layer appends
+// input_ids' keys and values to the past ones (Concat on the length axis,
+// returned as the layer's present); query i attends to key j where j <= P + i
+// (rows [P, P + T) and columns [0, P + T) of the causal mask) and
+// attention_mask[b, j] is 1.
 //
 // Every Linear is MatMul + Add with its weight stored (in, out), which is
 // Hugging Face's Conv1D layout, so the initializers have model.safetensors'
@@ -191,6 +193,7 @@ void GptGraph::shared_constants() {
   g_.i64("const.one_i64", {1});
   g_.i64("const.two", {2});
   if (kv_cache_) g_.i64("const.three", {3});
+  if (kv_cache_) g_.i64("const.axes12", {1, 2});
   if (!kv_cache_) g_.i64("const.zeros2", {0, 0});
   g_.i64("const.axes01", {0, 1});
   // The causal mask for the longest sequence; each run slices its (T, T) corner.
@@ -209,7 +212,11 @@ void GptGraph::declare_interface() {
   declare(graph_.add_output(), kOutputName, onnx::TensorProto::FLOAT, {batch, seq, Dim{cfg.vocab_size, ""}},
           "next-token logits at every position");
   if (!kv_cache_) return;
-  // Inputs first, then outputs, each layer's key before its value (Optimum's order).
+  const Dim total{0, "past_seq + seq"};
+  declare(graph_.add_input(), kAttentionMaskName, onnx::TensorProto::INT64, {batch, total},
+          "1 for the positions to attend to (past and new), 0 for padding");
+  declare(graph_.add_input(), kPositionsName, onnx::TensorProto::INT64, {batch, seq},
+          "input_ids' positions in [0, " + std::to_string(cfg.block_size) + "): the row's real tokens before them");
   for (int64_t l = 0; l < cfg.n_layer; ++l)
     for (const char* kv : {"key", "value"})
       declare(graph_.add_input(), past_name(l, kv), onnx::TensorProto::FLOAT,
@@ -217,8 +224,7 @@ void GptGraph::declare_interface() {
               std::string("the layer's ") + kv + "s of the positions before input_ids (past_seq 0 for a prompt)");
   for (int64_t l = 0; l < cfg.n_layer; ++l)
     for (const char* kv : {"key", "value"})
-      declare(graph_.add_output(), present_name(l, kv), onnx::TensorProto::FLOAT,
-              {batch, heads, Dim{0, "past_seq + seq"}, head_dim},
+      declare(graph_.add_output(), present_name(l, kv), onnx::TensorProto::FLOAT, {batch, heads, total, head_dim},
               std::string("the past ") + kv + "s followed by input_ids' own: the next call's past");
 }
 
@@ -231,7 +237,7 @@ GptGraphStats GptGraph::build() {
   // --- embeddings and the causal mask, from the inputs' run-time shapes
   const std::string shape = g_.op("Shape", {kInputName}, "input_shape");  // [B, T]
   const std::string seq = g_.op("Slice", {shape, "const.one_i64", "const.two"}, "seq_len");  // [T]
-  std::string first = "const.zero", last = seq;  // positions [P, P + T), P = 0 without a cache
+  std::string first = "const.zero", last = seq;  // the queries' rows of the causal mask, [P, P + T)
   if (kv_cache_) {
     const std::string past_shape = g_.op("Shape", {past_name(0, "key")}, "past_shape");  // [B, H, P, D]
     first = g_.op("Slice", {past_shape, "const.two", "const.three"}, "past_len");         // [P]
@@ -239,13 +245,20 @@ GptGraphStats GptGraph::build() {
   }
   const std::string wte = param("wte.weight");
   const std::string tok = g_.op("Gather", {wte, kInputName}, "tok_emb", {attr_int("axis", 0)});
-  const std::string pos = g_.op("Slice", {param("wpe.weight"), first, last, "const.zero"}, "pos_emb");
+  const std::string pos =
+      kv_cache_ ? g_.op("Gather", {param("wpe.weight"), kPositionsName}, "pos_emb", {attr_int("axis", 0)})
+                : g_.op("Slice", {param("wpe.weight"), first, last, "const.zero"}, "pos_emb");
   std::string x = g_.op("Add", {tok, pos}, "embed");
   // Rows [P, P + T) (the queries), columns [0, P + T) (the keys).
   const std::string mask_start =
       kv_cache_ ? g_.op("Concat", {first, "const.zero"}, "mask_start", {attr_int("axis", 0)}) : "const.zeros2";
   const std::string mask_end = g_.op("Concat", {last, last}, "mask_end", {attr_int("axis", 0)});
   mask_ = g_.op("Slice", {"const.causal_mask", mask_start, mask_end, "const.axes01"}, "causal_mask");
+  if (kv_cache_) {  // and only the keys attention_mask keeps: (T, P + T) & (B, 1, 1, P + T)
+    const std::string keep = g_.op("Cast", {kAttentionMaskName}, "keep", {attr_int("to", onnx::TensorProto::BOOL)});
+    const std::string keep4 = g_.op("Unsqueeze", {keep, "const.axes12"}, "keep.b11k");
+    mask_ = g_.op("And", {mask_, keep4}, "attention_mask.causal");  // (B, 1, T, P + T)
+  }
 
   for (int64_t l = 0; l < cfg.n_layer; ++l) x = block(x, l);
 

@@ -9,9 +9,10 @@ docs/export.md promises about the interface: opset 17 of the default domain
 only, one input `input_ids` int64 (batch, seq) and one output `logits`
 float32 (batch, seq, V) with symbolic batch and seq, the weights as float32
 initializers under their model.safetensors names. With --kv-cache also the
-inputs past_key_values.<l>.key/.value and the outputs present.<l>.key/.value,
-float32 (batch, H, length, C / H) with the same batch symbol and symbolic
-lengths, in Optimum's order (every input after input_ids, key before value). Exits 1 with the reason
+inputs attention_mask int64 (batch, total), position_ids int64 (batch, seq)
+and past_key_values.<l>.key/.value, and the outputs present.<l>.key/.value,
+float32 (batch, H, length, C / H): the same batch symbol throughout, one
+length symbol for every past, another (total) for every present and the mask. Exits 1 with the reason
 on any failure, including a missing python3-onnx.
 """
 import argparse
@@ -69,7 +70,8 @@ def main():
         fail("a node outside the default domain")
 
     cache = [f"{layer}.{kv}" for layer in range(a.layers) for kv in ("key", "value")] if a.kv_cache else []
-    want_in = ["input_ids"] + [f"past_key_values.{c}" for c in cache]
+    want_in = ["input_ids"] + (["attention_mask", "position_ids"] if cache else []) + \
+        [f"past_key_values.{c}" for c in cache]
     want_out = ["logits"] + [f"present.{c}" for c in cache]
     if [i.name for i in g.input] != want_in:
         fail(f"graph inputs {[i.name for i in g.input]}, expected {want_in}")
@@ -85,17 +87,29 @@ def main():
         fail(f"input_ids dims {di}, expected two symbolic ones")
     if len(do) != 3 or do[:2] != di or do[2] != a.vocab:
         fail(f"logits dims {do}, expected [{di[0] if di else '?'}, {di[1] if len(di) > 1 else '?'}, {a.vocab}]")
-    lengths = set()
-    for v in list(g.input[1:]) + list(g.output[1:]):
+    past_lengths, total_lengths = set(), set()  # the symbols of the past and the past + new lengths
+    if cache:
+        mask, positions = g.input[1], g.input[2]
+        for v in (mask, positions):
+            if v.type.tensor_type.elem_type != TensorProto.INT64:
+                fail(f"{v.name} is not int64")
+        dm = dims(mask)
+        if len(dm) != 2 or dm[0] != di[0] or not (isinstance(dm[1], str) and dm[1]):
+            fail(f"attention_mask dims {dm}, expected [{di[0]}, <symbolic length>]")
+        total_lengths.add(dm[1])
+        if dims(positions) != di:
+            fail(f"position_ids dims {dims(positions)}, expected those of input_ids {di}")
+    for v in list(g.input[3 if cache else 1:]) + list(g.output[1:]):
         dv = dims(v)
         if v.type.tensor_type.elem_type != TensorProto.FLOAT:
             fail(f"{v.name} is not float32")
         if len(dv) != 4 or dv[0] != di[0] or dv[1] != a.heads or dv[3] != a.embd // a.heads or \
                 not (isinstance(dv[2], str) and dv[2]):
             fail(f"{v.name} dims {dv}, expected [{di[0]}, {a.heads}, <symbolic length>, {a.embd // a.heads}]")
-        lengths.add((v.name.startswith("past"), dv[2]))
-    if a.kv_cache and (len(lengths) != 2 or len({length for _, length in lengths}) != 2):
-        fail(f"cache lengths {sorted(lengths)}: every past should share one symbol, every present another")
+        (past_lengths if v.name.startswith("past") else total_lengths).add(dv[2])
+    if cache and (len(past_lengths) != 1 or len(total_lengths) != 1 or past_lengths == total_lengths):
+        fail(f"cache lengths: pasts {sorted(past_lengths)}, presents and attention_mask {sorted(total_lengths)}: "
+             "expected one symbol for the pasts and another for the rest")
 
     inits = {t.name: t for t in g.initializer}
     expect = {"wte.weight": [a.vocab, a.embd], "wpe.weight": [a.block, a.embd],

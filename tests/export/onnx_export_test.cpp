@@ -11,7 +11,8 @@
 //     ids: max |difference| <= 1e-4;
 //   - the same for the `--kv-cache` export run as a generation loop runs it
 //     (a prompt with an empty past, then one token per call on the returned
-//     keys and values), up to block_size positions;
+//     keys and values), up to block_size positions, and with left-padded
+//     rows of different lengths against each row alone;
 //   - user errors (missing or damaged checkpoint, unusable output path):
 //     exit code 2, a message naming the path, no file left behind.
 // A missing python3-onnx, node or onnxruntime-node fails the test and says
@@ -213,7 +214,8 @@ TEST(OnnxExport, OnnxCheckerRejectsTruncatedModel) {
 
 struct RuntimeCase {
   int64_t batch, seq;
-  int64_t prompt = 0;  // KV-cache model: tokens in the first call (the rest one per call)
+  int64_t prompt = 0;         // KV-cache model: columns in the first call (the rest one per call)
+  std::vector<int64_t> pads;  // KV-cache model: left padding of each row (attention_mask 0)
 };
 
 // Runs `cases` through ONNX Runtime (run_onnx.js) on random ids and compares
@@ -250,7 +252,12 @@ void expect_runtime_matches_brisk(const Exported& e, const std::string& onnx_mod
     const std::string in = dir.file("ids" + std::to_string(c) + ".bin");
     write_bytes(in, wide.data(), wide.size() * sizeof(int64_t));
     argv.insert(argv.end(), {std::to_string(cases[c].batch), std::to_string(cases[c].seq)});
-    if (kv_cache) argv.push_back(std::to_string(cases[c].prompt));
+    if (kv_cache) {
+      std::string pads;
+      for (int64_t b = 0; b < cases[c].batch; ++b)
+        pads += (b ? "," : "") + std::to_string(cases[c].pads.empty() ? 0 : cases[c].pads[size_t(b)]);
+      argv.insert(argv.end(), {std::to_string(cases[c].prompt), pads});
+    }
     argv.insert(argv.end(), {in, dir.file("logits" + std::to_string(c) + ".bin")});
   }
   const ProgramResult r = run_program(argv);
@@ -263,15 +270,24 @@ void expect_runtime_matches_brisk(const Exported& e, const std::string& onnx_mod
     const int64_t B = cases[c].batch, T = cases[c].seq, V = kConfig.vocab_size;
     const std::vector<float> ort = read_floats(dir.file("logits" + std::to_string(c) + ".bin"));
     ASSERT_EQ(int64_t(ort.size()), B * T * V) << "case " << B << "x" << T;
-    const float* ref = model.logits(ids[c].data(), B, T);  // (B*T, V)
+    // Each row's real tokens (after its padding) alone through brisk: the
+    // logits at the row's positions [pad, T), which must not depend on the
+    // padding's ids or on the other rows.
     double max_diff = 0, max_abs = 0;
-    for (int64_t i = 0; i < B * T * V; ++i) {
-      max_diff = std::max(max_diff, std::fabs(double(ort[size_t(i)]) - double(ref[i])));
-      max_abs = std::max(max_abs, std::fabs(double(ref[i])));
+    for (int64_t b = 0; b < B; ++b) {
+      const int64_t pad = cases[c].pads.empty() ? 0 : cases[c].pads[size_t(b)];
+      const float* ref = model.logits(ids[c].data() + b * T + pad, 1, T - pad);  // (T - pad, V)
+      const float* got = ort.data() + (b * T + pad) * V;
+      for (int64_t i = 0; i < (T - pad) * V; ++i) {
+        max_diff = std::max(max_diff, std::fabs(double(got[i]) - double(ref[i])));
+        max_abs = std::max(max_abs, std::fabs(double(ref[i])));
+      }
     }
     std::printf("%sbatch %lld seq %lld", kv_cache ? "KV cache, " : "", (long long)B, (long long)T);
     if (kv_cache) std::printf(" (prompt %lld, then %lld calls of one token)", (long long)cases[c].prompt,
                               (long long)(T - cases[c].prompt));
+    for (size_t b = 0; b < cases[c].pads.size(); ++b)
+      std::printf("%s%lld", b ? "," : ", left padding ", (long long)cases[c].pads[b]);
     std::printf(": max |onnxruntime - brisk| = %.3g (max |logit| %.3g)\n", max_diff, max_abs);
     // Logits of a few units: a 1e-4 bound is tight enough to catch any wiring mistake.
     EXPECT_GT(max_abs, 1.0) << "logits too small for the comparison to mean much";
@@ -282,7 +298,7 @@ void expect_runtime_matches_brisk(const Exported& e, const std::string& onnx_mod
 TEST(OnnxExport, OnnxRuntimeMatchesBriskLogits) {
   const Exported& e = exported();
   ASSERT_EQ(e.export_result.exit_code, 0) << e.export_result.err;
-  expect_runtime_matches_brisk(e, e.model, false, {{2, 17}, {3, kConfig.block_size}, {1, 1}});
+  expect_runtime_matches_brisk(e, e.model, false, {{2, 17, 0, {}}, {3, kConfig.block_size, 0, {}}, {1, 1, 0, {}}});
 }
 
 // Token by token on the returned keys and values, as a generation loop runs
@@ -293,9 +309,19 @@ TEST(OnnxExport, KvCacheModelMatchesBriskLogitsTokenByToken) {
   const Exported& e = exported();
   ASSERT_EQ(e.kv_export_result.exit_code, 0) << e.kv_export_result.out << e.kv_export_result.err;
   expect_runtime_matches_brisk(e, e.kv_model, true,
-                               {{2, 20, 7},                                  // a prompt, then 13 single tokens
-                                {1, kConfig.block_size, 1},                  // one token per call, to block_size
-                                {3, 9, 9}});                                 // a whole sequence, empty past
+                               {{2, 20, 7, {}},                  // a prompt, then 13 single tokens
+                                {1, kConfig.block_size, 1, {}},  // one token per call, to block_size
+                                {3, 9, 9, {}}});                 // a whole sequence, empty past
+}
+
+// Prompts of 10, 6 and 1 tokens in one batch, left-padded with random ids:
+// each row's logits are those of its real tokens alone, before and after the
+// single-token calls, so attention_mask hides the padding from every query
+// and position_ids place the real tokens from 0.
+TEST(OnnxExport, KvCacheModelLeftPaddedRowsMatchEachRowAlone) {
+  const Exported& e = exported();
+  ASSERT_EQ(e.kv_export_result.exit_code, 0) << e.kv_export_result.out << e.kv_export_result.err;
+  expect_runtime_matches_brisk(e, e.kv_model, true, {{3, 24, 10, {0, 4, 9}}, {2, 12, 12, {5, 0}}});
 }
 
 TEST(OnnxExport, MissingCheckpointIsUserError) {

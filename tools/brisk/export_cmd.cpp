@@ -31,10 +31,11 @@ int run_onnx(const std::string& checkpoint, const std::string& out, const export
     std::printf("  output   logits float32 [batch, seq, %lld]\n", (long long)c.vocab_size);
     return 0;
   }
-  std::printf("  inputs   input_ids int64 [batch, seq], past_key_values.{0..%lld}.key/.value float32 "
-              "[batch, %lld, past_seq, %lld], past_seq + seq <= %lld\n",
+  std::printf("  inputs   input_ids int64 [batch, seq], attention_mask int64 [batch, past_seq + seq], position_ids "
+              "int64 [batch, seq],\n           past_key_values.{0..%lld}.key/.value float32 [batch, %lld, past_seq, "
+              "%lld], past_seq + seq <= %lld\n",
               (long long)c.n_layer - 1, (long long)c.n_head, head_dim, (long long)c.block_size);
-  std::printf("  outputs  logits float32 [batch, seq, %lld], present.{0..%lld}.key/.value float32 "
+  std::printf("  outputs  logits float32 [batch, seq, %lld],\n           present.{0..%lld}.key/.value float32 "
               "[batch, %lld, past_seq + seq, %lld]\n",
               (long long)c.vocab_size, (long long)c.n_layer - 1, (long long)c.n_head, head_dim);
   return 0;

@@ -1,7 +1,8 @@
 // ONNX export of a brisk GPT (docs/export.md): one self-contained .onnx file,
 // opset 17, input `input_ids` int64 (batch, seq), output `logits` float32
-// (batch, seq, vocab), both axes symbolic; with the KV cache also every
-// layer's past keys and values in and present ones out; weights are float32 initializers
+// (batch, seq, vocab), both axes symbolic; with the KV cache also an
+// attention mask, position ids and every layer's past keys and values in and
+// present ones out; weights are float32 initializers
 // named and laid out as in model.safetensors (Hugging Face GPT-2). The file is
 // written to `<out>.tmp` and renamed, so a failed export never leaves a
 // half-written model behind (an existing file at `out` stays as it was).
@@ -16,10 +17,12 @@
 namespace brisk::exporter {
 
 struct OnnxExportOptions {
-  // Also take past_key_values.<l>.key/.value (batch, n_head, past_seq, head_dim)
-  // and return present.<l>.key/.value (batch, n_head, past_seq + seq, head_dim),
-  // so that a runtime can generate one token per call without re-running the
-  // prefix. past_seq may be 0 (a prompt), so one model serves both phases.
+  // Also take attention_mask (batch, past_seq + seq), position_ids (batch,
+  // seq) and past_key_values.<l>.key/.value (batch, n_head, past_seq,
+  // head_dim), and return present.<l>.key/.value (batch, n_head, past_seq +
+  // seq, head_dim), so that a runtime can generate one token per call without
+  // re-running the prefix, rows of different lengths left-padded in one batch.
+  // past_seq may be 0 (a prompt), so one model serves both phases.
   bool kv_cache = false;
 };
 
