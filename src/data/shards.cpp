@@ -504,6 +504,35 @@ class ShardWriter {
 
 }  // namespace
 
+namespace {
+
+constexpr const char* kStagingDir = ".prepare.tmp";
+
+// A dataset is its meta.json plus every shard of each split, so shards left
+// from an earlier dataset would silently join the new one: they go first.
+bool dataset_file(const std::string& name) {
+  return name == "meta.json" || ((name.starts_with("train_") || name.starts_with("val_")) &&
+                                 (name.ends_with(".bin") || name.ends_with(".bin.tmp")));
+}
+
+// Moves the complete dataset in `staging` into `out` in place of the old one:
+// the old meta.json goes first and the new one comes last, so a crash in
+// between leaves a directory without meta.json, which the loader refuses as
+// unfinished, never a mix of the two datasets.
+void replace_dataset(const fs::path& staging, const fs::path& out) {
+  fs::remove(out / "meta.json");
+  for (const auto& e : fs::directory_iterator(out))
+    if (e.is_regular_file() && dataset_file(e.path().filename().string())) fs::remove(e.path());
+  for (const auto& e : fs::directory_iterator(staging))
+    if (e.path().filename() != "meta.json") fs::rename(e.path(), out / e.path().filename());
+  fs::rename(staging / "meta.json", out / "meta.json");
+  Fd d{::open(out.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
+  if (d.fd >= 0) ::fsync(d.fd);  // best effort, as in write_atomically
+  fs::remove(staging);
+}
+
+}  // namespace
+
 PrepareSummary prepare_dataset(const PrepareOptions& options) {
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
@@ -520,17 +549,22 @@ PrepareSummary prepare_dataset(const PrepareOptions& options) {
       options.threads > 0 ? options.threads
                           : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 
-  // A dataset is its meta.json plus every shard of the split, so shards left
-  // from an earlier run would silently join this one: clear them first.
+  // The new dataset is written into a staging directory inside out and moved
+  // in only once it is complete, so a failure (no text, invalid UTF-8, a full
+  // disk) leaves any dataset already in out as it was.
   const fs::path out(options.out_dir);
   fs::create_directories(out);
-  for (const auto& e : fs::directory_iterator(out)) {
-    std::string name = e.path().filename().string();
-    if (name == "meta.json" ||
-        ((name.starts_with("train_") || name.starts_with("val_")) &&
-         (name.ends_with(".bin") || name.ends_with(".bin.tmp"))))
-      fs::remove(e.path());
-  }
+  const fs::path staging = out / kStagingDir;
+  fs::remove_all(staging);  // left by an earlier run that died
+  fs::create_directory(staging);
+  struct RemoveOnFailure {
+    fs::path dir;
+    bool done = false;
+    ~RemoveOnFailure() {
+      std::error_code ec;
+      if (!done) fs::remove_all(dir, ec);
+    }
+  } cleanup{staging};
 
   PrepareSummary sum;
   int64_t total_bytes = 0;
@@ -540,8 +574,8 @@ PrepareSummary prepare_dataset(const PrepareOptions& options) {
   // Since total - val_tokens_for(total) never decreases as the stream grows,
   // everything before that point for the tokens seen so far is train for
   // certain and goes to disk; only the possible tail stays in memory.
-  ShardWriter train(out, "train", options.shard_tokens, tok->vocab_size());
-  ShardWriter val(out, "val", options.shard_tokens, tok->vocab_size());
+  ShardWriter train(staging, "train", options.shard_tokens, tok->vocab_size());
+  ShardWriter val(staging, "val", options.shard_tokens, tok->vocab_size());
   std::vector<int32_t> pending;  // tokens [committed, total): the possible val tail
   int64_t total = 0, committed = 0;
   const int32_t eot = tok->eot_token();
@@ -609,11 +643,12 @@ PrepareSummary prepare_dataset(const PrepareOptions& options) {
       {"files", file_list},
       {"bytes", sum.bytes},
   };
-  // meta.json last: a dataset directory without it is visibly unfinished.
   const std::string text = meta.dump(2) + "\n";
-  write_atomically((out / "meta.json").string(), [&](int fd, const std::string& tmp) {
+  write_atomically((staging / "meta.json").string(), [&](int fd, const std::string& tmp) {
     write_all(fd, text.data(), text.size(), tmp);
   });
+  replace_dataset(staging, out);
+  cleanup.done = true;
   sum.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   report(true);
   return sum;

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -379,6 +380,44 @@ TEST(PrepareDataset, ByteTokenizerSmallDirectory) {
   prepare_dataset(opt);
   EXPECT_FALSE(fs::exists(out.file("train_0001.bin")));
   EXPECT_EQ(TokenDataset(out.path().string(), "train").size(), sum.train_tokens);
+}
+
+// A prepare that fails part-way (input with no text, invalid UTF-8 under
+// --strict-utf8) leaves the dataset already in the directory as it was, and
+// no staging files behind.
+TEST(PrepareDataset, FailureKeepsTheExistingDataset) {
+  TempDir in, out;
+  write_bytes(in.file("good.txt"), std::string(4000, 'g'));
+  write_bytes(in.file("empty.txt"), "");
+  write_bytes(in.file("bad.txt"), std::string("abc\xff" "def"));
+  PrepareOptions opt;
+  opt.inputs = {in.file("good.txt")};
+  opt.tokenizer = "bytes";
+  opt.out_dir = out.path().string();
+  opt.shard_tokens = 1000;
+  opt.progress = false;
+  const PrepareSummary first = prepare_dataset(opt);
+  const std::string meta = read_bytes(out.file("meta.json"));
+  const std::string shard = read_bytes(out.file("train_0000.bin"));
+  auto listing = [&] {
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(out.path())) names.push_back(e.path().filename().string());
+    std::sort(names.begin(), names.end());
+    return names;
+  };
+  const std::vector<std::string> before = listing();
+
+  opt.inputs = {in.file("empty.txt")};
+  EXPECT_THROW(prepare_dataset(opt), core::IoError);
+  opt.inputs = {in.file("good.txt"), in.file("bad.txt")};
+  opt.strict_utf8 = true;
+  opt.shard_tokens = 100;  // the failed run would have written shards 0-39 of good.txt first
+  EXPECT_THROW(prepare_dataset(opt), core::IoError);
+
+  EXPECT_EQ(listing(), before);
+  EXPECT_EQ(read_bytes(out.file("meta.json")), meta);
+  EXPECT_EQ(read_bytes(out.file("train_0000.bin")), shard);
+  EXPECT_EQ(TokenDataset(out.path().string(), "train").size(), first.train_tokens);
 }
 
 TEST(PrepareDataset, BadInputsAreErrors) {
