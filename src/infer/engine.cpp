@@ -3,6 +3,7 @@
 #include "brisk/infer/engine.h"
 
 #include <omp.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -10,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <list>
+#include <new>
 #include <unordered_map>
 
 #include "brisk/core/error.h"
@@ -65,6 +67,12 @@ class KvPool {
   KvPool(const models::GptConfig& c, const EngineOptions& o) : block_(o.kv_block) {
     const int64_t per_block = 2 * c.n_layer * block_ * c.n_embd * int64_t(sizeof(float));
     blocks_per_seq_ = (c.block_size + block_ - 1) / block_;
+    // A pool past the machine's memory is a typo, not a request: say so before
+    // the size overflows or the allocation throws std::bad_alloc.
+    const int64_t ram_mb = int64_t(::sysconf(_SC_PHYS_PAGES)) * int64_t(::sysconf(_SC_PAGESIZE)) >> 20;
+    if (o.kv_mb > 0 && ram_mb > 0 && o.kv_mb > ram_mb)
+      throw core::ConfigError("--kv-mb " + std::to_string(o.kv_mb) + " is more than the machine's memory (" +
+                              std::to_string(ram_mb) + " MiB); 0 sizes the pool for a full context per sequence");
     const int64_t want = o.kv_mb > 0 ? (o.kv_mb << 20) / per_block : blocks_per_seq_ * o.max_seqs;
     if (want < 1)
       throw core::ConfigError("--kv-mb " + std::to_string(o.kv_mb) + " holds no block of " + std::to_string(block_) +
@@ -74,9 +82,16 @@ class KvPool {
     // request: no page faults inside decoding steps (they were two thirds of
     // a fresh engine's kv_attention time at 16 sequences), and a pool the
     // machine cannot hold fails at start-up, not in the middle of a request.
-    for (int64_t l = 0; l < c.n_layer; ++l) {
-      k_.push_back(Tensor::zeros(Shape{blocks_, block_, c.n_embd}, DType::f32));
-      v_.push_back(Tensor::zeros(Shape{blocks_, block_, c.n_embd}, DType::f32));
+    try {
+      for (int64_t l = 0; l < c.n_layer; ++l) {
+        k_.push_back(Tensor::zeros(Shape{blocks_, block_, c.n_embd}, DType::f32));
+        v_.push_back(Tensor::zeros(Shape{blocks_, block_, c.n_embd}, DType::f32));
+      }
+    } catch (const std::bad_alloc&) {
+      throw core::ConfigError("cannot allocate the key/value pool: " + std::to_string((blocks_ * per_block) >> 20) +
+                              " MiB for " + std::to_string(o.max_seqs) + " sequences" +
+                              (o.kv_mb > 0 ? " (--kv-mb " + std::to_string(o.kv_mb) + ")" : "") +
+                              "; lower --kv-mb or the number of sequences");
     }
     table_ = Tensor::empty(Shape{o.max_seqs, blocks_per_seq_}, DType::i32);
     std::fill_n(table_.data_as<int32_t>(), table_.numel(), 0);

@@ -30,7 +30,7 @@ namespace brisk::infer {
 void validate(const SamplingParams& p, int64_t vocab) {
   using core::ConfigError;
   if (p.max_tokens < 0) throw ConfigError("max_tokens must not be negative, got " + std::to_string(p.max_tokens));
-  if (!(p.temperature >= 0) || !std::isfinite(p.temperature)) throw ConfigError("temperature must be >= 0");
+  if (!(p.temperature >= 0) || !std::isfinite(p.temperature)) throw ConfigError("temperature must be a finite number >= 0 (0 = greedy)");
   if (p.top_k < 0) throw ConfigError("top_k must be >= 0, got " + std::to_string(p.top_k));
   if (!(p.top_p > 0 && p.top_p <= 1)) throw ConfigError("top_p must be in (0, 1]");
   if (!(p.min_p >= 0 && p.min_p <= 1)) throw ConfigError("min_p must be in [0, 1]");

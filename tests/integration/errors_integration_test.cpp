@@ -207,6 +207,58 @@ TEST_F(BadGenerate, BadSamplingOptions) {
   expect_clear_error(gen("--top-k", "many"), {"--top-k"});
 }
 
+// Counts and sizes out of range are refused up front, naming the option:
+// not run as 1 (--batch 0), not a NaN loss over 0 batches, not an internal
+// error from a vector or an allocation that cannot be made.
+TEST_F(BadGenerate, CountsAndSizesOutOfRangeNameTheOption) {
+  auto gen = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args{"generate", "--checkpoint", ckpt_, "--prompt", "the", "--max-new", "2"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return run_cli(args);
+  };
+  expect_clear_error(gen({"--batch", "0"}), {"--batch", "at least 1", "got 0"});
+  expect_clear_error(gen({"--threads", "-4"}), {"--threads", "at least 0"});
+  expect_clear_error(gen({"--kv-mb", "-1"}), {"--kv-mb", "at least 0"});
+  expect_clear_error(gen({"--kv-mb", "1000000000"}), {"--kv-mb 1000000000", "more than the machine's memory"});
+  expect_clear_error(gen({"--temperature", "inf"}), {"--temperature", "finite"});
+  expect_clear_error(gen({"--temperature", "nan"}), {"--temperature", "finite"});
+  const std::string prompts = tmp_.file("prompts.txt");
+  write_text(prompts, "one\ntwo\n");
+  expect_clear_error(gen({"--prompt-file", prompts}), {"--prompt", "--prompt-file"});
+
+  auto eval = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args{"eval", "--checkpoint", ckpt_, "--data", data_};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return run_cli(args);
+  };
+  expect_clear_error(eval({"--batches", "0"}), {"--batches", "at least 1"});
+  expect_clear_error(eval({"--batches", "-7"}), {"--batches", "at least 1"});
+  expect_clear_error(eval({"--batch", "0"}), {"--batch", "at least 1"});
+  expect_clear_error(eval({"--seq", "0"}), {"--seq", "at least 1"});
+  expect_clear_error(eval({"--batch", "100000000", "--seq", "32"}), {"--batch 100000000", "2^31"});
+
+  const std::string text = tmp_.file("calib.txt");
+  write_text(text, "In the beginning God created the heaven and the earth.");
+  for (const char* n : {"1", "-5"})
+    expect_clear_error(run_cli({"quantize", "--checkpoint", ckpt_, "--scheme", "int4", "--calibration", text,
+                                "--calibration-tokens", n, "--out", tmp_.file("q.safetensors")}),
+                       {"--calibration-tokens", "at least 2"});
+}
+
+// A loss over ids of another tokenizer is a number, but a meaningless one.
+TEST_F(BadGenerate, EvalOnDataOfAnotherTokenizerNamesBoth) {
+  const std::string other = copy_data("as_gpt2");
+  const std::string meta_path = other + "/meta.json";
+  std::string meta = read_text(meta_path);
+  const std::string from = "\"tokenizer\": \"bytes\"";
+  const auto at = meta.find(from);
+  ASSERT_NE(at, std::string::npos) << meta;
+  meta.replace(at, from.size(), "\"tokenizer\": \"gpt2\"");
+  write_text(meta_path, meta);
+  expect_clear_error(run_cli({"eval", "--checkpoint", ckpt_, "--data", other, "--batches", "1"}),
+                     {other, "gpt2", "bytes"});
+}
+
 TEST_F(BadGenerate, NonexistentCheckpointDir) {
   const std::string missing = tmp_.file("no_such_run");
   expect_clear_error(run_cli({"generate", "--checkpoint", missing, "--prompt", "hi"}), {missing});

@@ -13,6 +13,7 @@
 #include "brisk/data/tokenizer.h"
 #include "brisk/infer/engine.h"
 #include "brisk/monitor/machine.h"
+#include "cli_checks.h"
 
 namespace brisk::cli {
 
@@ -201,9 +202,11 @@ InferCommands add_infer_commands(CLI::App& app) {
   gen->add_option("--checkpoint", g->checkpoint,
                   "brisk checkpoint or run directory, a quantized .safetensors, or Hugging Face GPT-2 safetensors")
       ->required();
-  gen->add_option("--prompt", g->prompt, "Text to continue");
-  gen->add_option("--prompt-file", g->prompt_file, "Prompts, one per line, decoded together (see --batch)");
-  gen->add_option("--batch", g->batch, "Sequences at once: the first N prompts of --prompt-file, or N copies of --prompt");
+  auto* prompt = gen->add_option("--prompt", g->prompt, "Text to continue");
+  gen->add_option("--prompt-file", g->prompt_file, "Prompts, one per line, decoded together (see --batch)")
+      ->excludes(prompt);
+  gen->add_option("--batch", g->batch, "Sequences at once: the first N prompts of --prompt-file, or N copies of --prompt")
+      ->check(positive());
   gen->add_option("--max-new", g->sp.max_tokens, "Tokens to generate per sequence")->capture_default_str();
   gen->add_option("--temperature", g->sp.temperature, "0 = greedy")->capture_default_str();
   gen->add_option("--top-k", g->sp.top_k, "Keep the k most likely tokens (0 = all)")->capture_default_str();
@@ -217,8 +220,9 @@ InferCommands add_infer_commands(CLI::App& app) {
   gen->add_option("--stop", g->stop, "Stop when the text contains this (repeatable)");
   gen->add_option("--stop-token", g->stop_tokens, "Stop after this token id (repeatable)");
   gen->add_option("--vocab-dir", g->vocab_dir, "GPT-2 vocabulary directory (gpt2 models)");
-  gen->add_option("--threads", g->threads, "CPU threads (0 = all cores)");
-  gen->add_option("--kv-mb", g->kv_mb, "Key/value pool in MiB (0 = full context for every sequence)");
+  gen->add_option("--threads", g->threads, "CPU threads (0 = all cores)")->check(non_negative());
+  gen->add_option("--kv-mb", g->kv_mb, "Key/value pool in MiB (0 = full context for every sequence)")
+      ->check(non_negative());
   gen->add_flag("--no-stream", g->no_stream, "Print the text when done instead of token by token");
 
   auto q = std::make_shared<QuantizeArgs>();
@@ -226,7 +230,9 @@ InferCommands add_infer_commands(CLI::App& app) {
   quant->add_option("--checkpoint", q->checkpoint, "fp32 checkpoint (brisk or Hugging Face GPT-2)")->required();
   quant->add_option("--scheme", q->scheme, "int8 (per output row) | int4 (groups of 32)")->required();
   quant->add_option("--calibration", q->calibration, "Text file for int4's activation-aware scaling (AWQ-style)");
-  quant->add_option("--calibration-tokens", q->calibration_tokens, "Tokens of it to use")->capture_default_str();
+  quant->add_option("--calibration-tokens", q->calibration_tokens, "Tokens of it to use (at least 2)")
+      ->check(at_least(2))
+      ->capture_default_str();
   quant->add_option("--vocab-dir", q->vocab_dir, "GPT-2 vocabulary directory (gpt2 models)");
   quant->add_option("--out", q->out, "Output .safetensors")->required();
 

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <new>
 
 #include "brisk/core/error.h"
 #include "brisk/cpu/cpu_backend.h"
@@ -24,6 +25,7 @@
 #include "report_cmd.h"
 #include "export_cmd.h"
 #include "infer_cmds.h"
+#include "cli_checks.h"
 #include "prune_cmd.h"
 #include "serve_cmd.h"
 #include "autoencoder_cmds.h"
@@ -123,13 +125,28 @@ int cmd_eval(const std::string& checkpoint, const std::string& data_dir, int64_t
     throw core::ConfigError("data '" + data_dir + "' has vocab " + std::to_string(val.vocab_size()) + " (tokenizer " +
                             val.tokenizer() + ") but the checkpoint " + m.dir + " is a model of vocab " +
                             std::to_string(m.model->config().vocab_size));
+  // A GPT-2 model scored on byte ids (or the reverse within its vocabulary)
+  // gives a loss, but a meaningless one.
+  if (!m.state.tokenizer.empty() && m.state.tokenizer != val.tokenizer())
+    throw core::ConfigError("data '" + data_dir + "' was tokenized with " + val.tokenizer() + " but the checkpoint " +
+                            m.dir + " was trained on " + m.state.tokenizer + " tokens");
   if (seq <= 0) seq = m.model->config().block_size;
+  // The largest batch the eval step can take: batch x seq x vocab logits.
+  const int64_t cells_limit = int64_t(1) << 31;
+  if (batch > cells_limit / seq)
+    throw core::ConfigError("--batch " + std::to_string(batch) + " x --seq " + std::to_string(seq) + " is over 2^31 " +
+                            "tokens in one batch; lower --batch");
   data::WindowSampler sampler(val, batch, seq, 1);
   std::vector<int32_t> x(size_t(batch * seq)), y(x.size());
   double sum = 0;
-  for (int64_t i = 0; i < batches; ++i) {
-    sampler.next(x.data(), y.data());
-    sum += m.model->eval_loss(x.data(), y.data(), batch, seq);
+  try {
+    for (int64_t i = 0; i < batches; ++i) {
+      sampler.next(x.data(), y.data());
+      sum += m.model->eval_loss(x.data(), y.data(), batch, seq);
+    }
+  } catch (const std::bad_alloc&) {
+    throw core::ConfigError("not enough memory to evaluate batches of " + std::to_string(batch) + " x " +
+                            std::to_string(seq) + " tokens; lower --batch");
   }
   const double loss = sum / double(batches);
   std::printf("val loss %.4f (perplexity %.2f) over %lld batches of %lld x %lld tokens\n", loss, std::exp(loss),
@@ -175,10 +192,11 @@ int main(int argc, char** argv) {
   int64_t eval_batches = 20, eval_batch = 8, eval_seq = 0;
   eval_cmd->add_option("--checkpoint", checkpoint, "Checkpoint or run directory")->required();
   eval_cmd->add_option("--data", data_dir, "Dataset directory (from `brisk data prepare`)")->required();
-  eval_cmd->add_option("--batches", eval_batches, "Batches to average")->capture_default_str();
-  eval_cmd->add_option("--batch", eval_batch, "Batch size")->capture_default_str();
-  eval_cmd->add_option("--seq", eval_seq, "Sequence length (default: the model's block size)");
-  eval_cmd->add_option("--threads", threads, "CPU threads (0 = all cores)");
+  eval_cmd->add_option("--batches", eval_batches, "Batches to average")->check(cli::positive())->capture_default_str();
+  eval_cmd->add_option("--batch", eval_batch, "Batch size")->check(cli::positive())->capture_default_str();
+  eval_cmd->add_option("--seq", eval_seq, "Sequence length (default: the model's block size)")
+      ->check(cli::positive());
+  eval_cmd->add_option("--threads", threads, "CPU threads (0 = all cores)")->check(cli::non_negative());
 
   // ---- data
   auto* data_cmd = app.add_subcommand("data", "Prepare datasets");
