@@ -7,12 +7,30 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 
 #include "brisk/core/error.h"
 
 namespace brisk::core {
 
+void check_output_file(const std::string& path) {
+  namespace fs = std::filesystem;
+  if (path.empty()) throw ConfigError("empty output path; give a file name");
+  const fs::path p(path);
+  std::error_code ec;
+  if (fs::is_directory(p, ec))
+    throw ConfigError(path + ": is a directory; give a file name, e.g. " + (p / "out").string());
+  const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
+  if (!fs::exists(dir, ec)) throw ConfigError(path + ": directory " + dir.string() + " does not exist");
+  if (!fs::is_directory(dir, ec)) throw ConfigError(path + ": " + dir.string() + " is not a directory");
+  if (::access(dir.c_str(), W_OK) != 0)
+    throw IoError(path + ": directory " + dir.string() + " is not writable (" + std::strerror(errno) + ")");
+}
+
 AtomicFile::AtomicFile(std::string path) : path_(std::move(path)), tmp_(path_ + ".tmp") {
+  // rename() over a directory fails only after the whole file is written.
+  std::error_code ec;
+  if (std::filesystem::is_directory(path_, ec)) throw IoError(path_ + ": is a directory, not a file");
   fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd_ < 0) throw IoError(tmp_ + ": cannot create (" + std::strerror(errno) + ")");
 }

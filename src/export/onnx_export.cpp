@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <memory>
 
+#include "brisk/core/atomic_file.h"
 #include "brisk/core/error.h"
 #include "brisk/cpu/cpu_backend.h"
 #include "brisk/train/checkpoint.h"
@@ -29,20 +30,6 @@ namespace {
 
 // Opset 17 came with IR version 8 (ONNX 1.12); runtimes that read opset 17 read it.
 constexpr int64_t kIrVersion = 8;
-
-// Refuses an output path that cannot become a file before any work is done,
-// with a message that says which part of it is wrong.
-void check_output_path(const std::string& out) {
-  if (out.empty()) throw core::ConfigError("--out: empty path; give a file name such as model.onnx");
-  const fs::path p(out);
-  if (fs::is_directory(p))
-    throw core::ConfigError(out + ": is a directory; --out takes a file name such as " + (p / "model.onnx").string());
-  const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
-  if (!fs::exists(dir)) throw core::ConfigError(out + ": directory " + dir.string() + " does not exist");
-  if (!fs::is_directory(dir)) throw core::ConfigError(out + ": " + dir.string() + " is not a directory");
-  if (::access(dir.c_str(), W_OK) != 0)
-    throw core::IoError(out + ": directory " + dir.string() + " is not writable (" + std::strerror(errno) + ")");
-}
 
 std::string errno_text() { return std::strerror(errno); }
 
@@ -78,7 +65,7 @@ void write_model_atomic(const onnx::ModelProto& model, const std::string& path) 
 
 OnnxExportSummary write_onnx(const models::Gpt& model, const std::string& out_path,
                              const std::map<std::string, std::string>& metadata, const OnnxExportOptions& options) {
-  check_output_path(out_path);
+  core::check_output_file(out_path);
   const models::GptConfig& cfg = model.config();
 
   onnx::ModelProto proto;
@@ -130,7 +117,7 @@ OnnxExportSummary write_onnx(const models::Gpt& model, const std::string& out_pa
 OnnxExportSummary export_onnx(const std::string& checkpoint, const std::string& out_path,
                               const OnnxExportOptions& options) {
   // The output path first: a typo there should not cost a model load.
-  check_output_path(out_path);
+  core::check_output_file(out_path);
   if (checkpoint.empty()) throw core::ConfigError("--checkpoint: empty path");
   const std::string dir = train::latest_checkpoint(checkpoint);
   if (dir.empty())

@@ -245,6 +245,26 @@ TEST_F(BadGenerate, CountsAndSizesOutOfRangeNameTheOption) {
                        {"--calibration-tokens", "at least 2"});
 }
 
+// An --out that is a directory (or in one that does not exist) is refused
+// when the command line is read, not at the final rename after the work.
+TEST_F(BadGenerate, OutputPathsThatCannotBeFilesAreRefusedUpFront) {
+  const std::string dir = tmp_.file("outdir");
+  fs::create_directories(dir);
+  const std::string missing = tmp_.file("no_such_dir") + "/out.file";
+  const std::string run_dir = fs::path(ckpt_).parent_path().string();
+  const std::string config = tmp_.file("tune.toml");
+  write_text(config, good_config());
+  for (const std::string& out : {dir, missing}) {
+    const std::string says = out == dir ? "is a directory" : "does not exist";
+    expect_clear_error(run_cli({"quantize", "--checkpoint", ckpt_, "--scheme", "int8", "--out", out}), {"--out", out, says});
+    expect_clear_error(run_cli({"report", run_dir, "--out", out}), {"--out", out, says});
+    expect_clear_error(run_cli({"tune", config, "--memory-budget", "1GiB", "--out", out}), {"--out", out, says});
+    expect_clear_error(run_cli({"export", "onnx", "--checkpoint", ckpt_, "--out", out}), {out, says});
+  }
+  EXPECT_TRUE(fs::is_directory(dir));
+  EXPECT_TRUE(fs::is_empty(dir));
+}
+
 // A loss over ids of another tokenizer is a number, but a meaningless one.
 TEST_F(BadGenerate, EvalOnDataOfAnotherTokenizerNamesBoth) {
   const std::string other = copy_data("as_gpt2");

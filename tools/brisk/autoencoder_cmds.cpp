@@ -30,6 +30,7 @@
 #include "brisk/train/autoencoder_trainer.h"
 #include "brisk/train/checkpoint.h"
 #include "brisk/train/latents_file.h"
+#include "cli_checks.h"
 
 namespace brisk::cli {
 
@@ -174,7 +175,7 @@ AutoencoderCommands add_autoencoder_commands(CLI::App& parent) {
   c.encode->add_option("--input", args->inputs, "FASTA file(s), repeated or comma-separated")
       ->required()
       ->delimiter(',');
-  c.encode->add_option("--out", args->out, "Output .safetensors file")->required();
+  c.encode->add_option("--out", args->out, "Output .safetensors file")->required()->check(output_file());
   c.encode->add_option("--on-invalid", args->on_invalid,
                        "error: stop at a bad residue; skip: drop the record (and its latent)")
       ->check(CLI::IsMember({"error", "skip"}))
@@ -185,7 +186,7 @@ AutoencoderCommands add_autoencoder_commands(CLI::App& parent) {
   c.decode = parent.add_subcommand("decode", "Latents -> FASTA by greedy decoding with a sequence autoencoder");
   c.decode->add_option("--checkpoint", args->checkpoint, "Checkpoint or run directory")->required();
   c.decode->add_option("--latents", args->latents, "Latents file from brisk encode")->required();
-  c.decode->add_option("--out", args->out, "Output FASTA file (default: stdout)");
+  c.decode->add_option("--out", args->out, "Output FASTA file (default: stdout)")->check(output_file());
   c.decode->add_option("--threads", args->threads, "CPU threads (0 = all cores)");
 
   c.run = [args, e = c.encode]() { return *e ? run_encode(*args) : run_decode(*args); };

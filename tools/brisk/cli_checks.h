@@ -9,6 +9,9 @@
 #include <cstdint>
 #include <string>
 
+#include "brisk/core/atomic_file.h"
+#include "brisk/core/error.h"
+
 namespace brisk::cli {
 
 // An integer >= `least`.
@@ -25,5 +28,21 @@ inline CLI::Validator at_least(int64_t least) {
 
 inline CLI::Validator positive() { return at_least(1); }
 inline CLI::Validator non_negative() { return at_least(0); }
+
+// A path the command can write its output file to (core::check_output_file),
+// checked before any work is done: a directory given as --out used to fail
+// only at the final rename.
+inline CLI::Validator output_file() {
+  return CLI::Validator(
+      [](std::string& value) -> std::string {
+        try {
+          core::check_output_file(value);
+        } catch (const core::Error& e) {
+          return e.what();
+        }
+        return "";
+      },
+      "FILE");
+}
 
 }  // namespace brisk::cli

@@ -234,7 +234,7 @@ InferCommands add_infer_commands(CLI::App& app) {
       ->check(at_least(2))
       ->capture_default_str();
   quant->add_option("--vocab-dir", q->vocab_dir, "GPT-2 vocabulary directory (gpt2 models)");
-  quant->add_option("--out", q->out, "Output .safetensors")->required();
+  quant->add_option("--out", q->out, "Output .safetensors")->required()->check(output_file());
 
   InferCommands c;
   c.generate = gen;

@@ -17,6 +17,7 @@
 #include "brisk/core/safetensors.h"
 #include "brisk/monitor/compare.h"
 #include "brisk/monitor/report.h"
+#include "cli_checks.h"
 
 namespace brisk::cli {
 
@@ -62,7 +63,7 @@ ReportCommand add_report_command(CLI::App& parent) {
                   "Two run directories A B: flag regressions of B against A (tokens/s, MFU, final loss, memory) "
                   "beyond A's own spread")
       ->expected(2);
-  app->add_option("--out", args->out, "The HTML file to write")->capture_default_str();
+  app->add_option("--out", args->out, "The HTML file to write")->check(output_file())->capture_default_str();
   app->add_flag("--fail-on-regression", args->fail_on_regression,
                 "Exit code 1 when --compare finds a regression (default: 0, with REGRESSION in the table)");
   ReportCommand cmd;

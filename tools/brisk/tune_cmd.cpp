@@ -24,6 +24,7 @@
 #include "brisk/train/config.h"
 #include "brisk/train/trainer.h"
 #include "brisk/train/tune.h"
+#include "cli_checks.h"
 
 namespace brisk::cli {
 
@@ -169,7 +170,7 @@ TuneCommand add_tune_command(CLI::App& parent) {
   tune->add_option("--time-top", args->time_top, "Train the N best candidates for a few steps and keep the fastest")
       ->capture_default_str();
   tune->add_option("--time-steps", args->time_steps, "Steps per timed candidate")->capture_default_str();
-  tune->add_option("--out,-o", args->out, "Write the tuned config (TOML) here");
+  tune->add_option("--out,-o", args->out, "Write the tuned config (TOML) here")->check(output_file());
   TuneCommand cmd;
   cmd.app = tune;
   cmd.run = [args]() { return run_tune(*args); };

@@ -29,4 +29,10 @@ class AtomicFile {
 // The whole of `bytes` as one AtomicFile.
 void write_file_atomic(const std::string& path, const std::string& bytes);
 
+// Refuses, before any work is done, an output path that cannot become a
+// file: empty, an existing directory, in a directory that does not exist or
+// is not writable. Throws ConfigError (IoError for an unwritable directory)
+// naming the path.
+void check_output_file(const std::string& path);
+
 }  // namespace brisk::core
