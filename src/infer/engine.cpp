@@ -383,10 +383,11 @@ struct Engine::Impl {
       if (prompt[i] < 0 || prompt[i] >= cfg.vocab_size)
         throw core::ConfigError("prompt token " + std::to_string(prompt[i]) + " at position " + std::to_string(i) +
                                 " is outside the model's vocabulary [0, " + std::to_string(cfg.vocab_size) + ")");
-    if (int64_t(prompt.size()) >= cfg.block_size)
+    // A prompt may fill the context: its last position's logits give one
+    // token (sampled, never fed) or, with max_tokens 0, score it whole.
+    if (int64_t(prompt.size()) > cfg.block_size)
       throw core::ConfigError("the prompt has " + std::to_string(prompt.size()) + " tokens; this model's context is " +
-                              std::to_string(cfg.block_size) + " tokens, so a prompt may have at most " +
-                              std::to_string(cfg.block_size - 1));
+                              std::to_string(cfg.block_size) + " tokens");
     if (free_slots.empty()) return -1;
     // Every position this sequence can reach: the prompt, then max_tokens
     // new tokens (the last one is sampled but never fed), within the context.

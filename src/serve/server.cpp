@@ -156,34 +156,70 @@ struct Server::Impl {
         throw ApiError(404, "The model '" + id + "' does not exist (this server has '" + model.name + "')", "model");
       send_json(res, 200, model_object());
     }); });
-    http.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) { guarded(res, [&] {
-      const json j = parse_body(req.body);
-      auto it = j.find("prompt");
-      if (it == j.end() || !it->is_string()) throw ApiError(400, "prompt must be a string", "prompt");
-      const std::vector<int32_t> ids = tok->encode(it->get<std::string>());
-      send_json(res, 200, {{"tokens", ids}, {"count", ids.size()}});
-    }); });
-    http.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) { guarded(res, [&] {
-      const json j = parse_body(req.body);
-      auto it = j.find("tokens");
-      if (it == j.end() || !it->is_array()) throw ApiError(400, "tokens must be a list of token ids", "tokens");
-      std::vector<int32_t> ids;
-      for (const json& t : *it) {
-        if (!t.is_number_integer()) throw ApiError(400, "tokens must be a list of token ids", "tokens");
-        const int64_t id = t.get<int64_t>();
-        if (id < 0 || id >= tok->vocab_size())
-          throw ApiError(400, "token " + std::to_string(id) + " is outside the vocabulary [0, " +
-                                  std::to_string(tok->vocab_size()) + ")", "tokens");
-        ids.push_back(int32_t(id));
+    // Every POST reads its body through read_body, which holds it to --max-body.
+    http.Post("/tokenize", [this](const httplib::Request&, httplib::Response& res, const httplib::ContentReader& body) {
+      guarded(res, [&] { tokenize(read_body(body, res), res); });
+    });
+    http.Post("/detokenize", [this](const httplib::Request&, httplib::Response& res, const httplib::ContentReader& body) {
+      guarded(res, [&] { detokenize(read_body(body, res), res); });
+    });
+    http.Post("/v1/completions",
+              [this](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& body) {
+                guarded(res, [&] { generate(req, read_body(body, res), res, Api::completions); });
+              });
+    http.Post("/v1/chat/completions",
+              [this](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& body) {
+                guarded(res, [&] { generate(req, read_body(body, res), res, Api::chat); });
+              });
+  }
+
+  void tokenize(const std::string& body, httplib::Response& res) {
+    const json j = parse_body(body);
+    auto it = j.find("prompt");
+    if (it == j.end() || !it->is_string()) throw ApiError(400, "prompt must be a string", "prompt");
+    const std::vector<int32_t> ids = tok->encode(it->get<std::string>());
+    send_json(res, 200, {{"tokens", ids}, {"count", ids.size()}});
+  }
+
+  void detokenize(const std::string& body, httplib::Response& res) {
+    const json j = parse_body(body);
+    auto it = j.find("tokens");
+    if (it == j.end() || !it->is_array()) throw ApiError(400, "tokens must be a list of token ids", "tokens");
+    std::vector<int32_t> ids;
+    for (const json& t : *it) {
+      if (!t.is_number_integer()) throw ApiError(400, "tokens must be a list of token ids", "tokens");
+      const int64_t id = t.get<int64_t>();
+      if (id < 0 || id >= tok->vocab_size())
+        throw ApiError(400, "token " + std::to_string(id) + " is outside the vocabulary [0, " +
+                                std::to_string(tok->vocab_size()) + ")", "tokens");
+      ids.push_back(int32_t(id));
+    }
+    send_json(res, 200, {{"prompt", valid_utf8(tok->decode(ids))}});
+  }
+
+  // The request body, held to --max-body as it arrives. The library checks
+  // the limit only against a Content-Length header: a chunked body (or one
+  // that a Content-Encoding expands) was read whole, however large. Bytes
+  // are counted after decoding. The connection closes after a 413: the rest
+  // of the body is never read, so the stream holds no next request.
+  std::string read_body(const httplib::ContentReader& reader, httplib::Response& res) {
+    std::string body;
+    bool too_big = false;
+    const bool read = reader([&](const char* data, size_t n) {
+      if (body.size() + n > size_t(options.max_body)) {
+        too_big = true;
+        return false;
       }
-      send_json(res, 200, {{"prompt", valid_utf8(tok->decode(ids))}});
-    }); });
-    http.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
-      guarded(res, [&] { generate(req, res, Api::completions); });
+      body.append(data, n);
+      return true;
     });
-    http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
-      guarded(res, [&] { generate(req, res, Api::chat); });
-    });
+    if (too_big || res.status == 413) {  // 413: a Content-Length over the limit, refused by the library
+      res.set_header("Connection", "close");
+      throw ApiError(413, "the request body is larger than the server accepts (--max-body " +
+                              std::to_string(options.max_body) + " bytes)");
+    }
+    if (!read) throw ApiError(400, "the request body could not be read (a broken chunked or compressed body)");
+    return body;
   }
 
   // Runs a handler, answering its ApiError (or any other failure) as an
@@ -228,10 +264,10 @@ struct Server::Impl {
 
   // Answers a request of either route with any number of choices, streamed
   // or not, through a Generation (one engine sequence per choice).
-  void generate(const httplib::Request& req, httplib::Response& res, Api api) {
+  void generate(const httplib::Request& req, const std::string& body, httplib::Response& res, Api api) {
     const std::shared_ptr<void> held = open_request();
     refuse_if_draining();
-    const Request r = api == Api::chat ? parse_chat(req.body, model, *tok) : parse_completions(req.body, model, *tok);
+    const Request r = api == Api::chat ? parse_chat(body, model, *tok) : parse_completions(body, model, *tok);
     request_note().stream = r.stream ? 1 : 0;
     const std::string id = (api == Api::chat ? "chat" : "") + next_id();
     std::shared_ptr<Generation> gen;

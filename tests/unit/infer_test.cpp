@@ -468,10 +468,45 @@ TEST(InferEngine, PrefixCacheGivesWayWhenThePoolIsShort) {
   EXPECT_EQ(e.stats().cached_prompt_tokens, 0);
 }
 
+// A prompt as long as the context: its last position's logits exist, so it
+// is scored whole (max_tokens 0, as evaluation harnesses send full windows)
+// or gives exactly one token, the recompute path's greedy choice there.
+TEST(InferEngine, APromptMayFillTheContext) {
+  const std::vector<int32_t> ids = prompt_of(64, 3);
+  infer::Engine e(infer::load_model(checkpoint()), opts());
+  const infer::ScoreResult want = e.score(ids);
+  infer::SamplingParams scored;
+  scored.temperature = 0;
+  scored.max_tokens = 0;
+  scored.prompt_logprobs = 0;
+  infer::SamplingParams greedy;
+  greedy.temperature = 0;
+  greedy.max_tokens = 5;
+  const int64_t a = e.add(ids, scored), b = e.add(ids, greedy);
+  std::map<int64_t, std::vector<infer::TokenEvent>> events;
+  while (!e.idle())
+    for (auto& ev : e.step()) events[ev.seq].push_back(std::move(ev));
+  ASSERT_EQ(events[a].size(), 1u);
+  const std::vector<infer::TokenChoice>& lp = events[a][0].prompt_logprobs;
+  ASSERT_EQ(lp.size(), 63u);
+  double nll = 0;
+  for (const auto& c : lp) nll -= c.logprob;
+  EXPECT_NEAR(nll, want.nll_sum, 1e-4 * want.nll_sum);
+
+  cpu::CpuBackend be(2);
+  models::Gpt gpt(small_config(), be);
+  train::load_checkpoint(checkpoint(), gpt, nullptr);
+  const float* last = gpt.logits(ids.data(), 1, 64) + 63 * 256;
+  ASSERT_EQ(events[b].size(), 1u);
+  EXPECT_EQ(events[b][0].choice.token, int32_t(std::max_element(last, last + 256) - last));
+  EXPECT_EQ(events[b][0].finish, infer::Finish::length);
+  EXPECT_TRUE(events[b][0].context_full);
+}
+
 TEST(InferEngine, BadInputIsAClearError) {
   infer::Engine e(infer::load_model(checkpoint()), opts());
   infer::SamplingParams sp;
-  EXPECT_THROW(e.add(prompt_of(64), sp), core::ConfigError);  // no room left in the context
+  EXPECT_THROW(e.add(prompt_of(65), sp), core::ConfigError);  // longer than the context
   EXPECT_THROW(e.add({}, sp), core::ConfigError);
   EXPECT_THROW(e.add({1, 256}, sp), core::ConfigError);
   sp.top_p = 0;
