@@ -450,6 +450,21 @@ TEST_F(ServeTest, Errors) {
   expect_error(post("/v1/completions", {{"prompt", {"a", "b"}}, {"n", 9}}), 400, "n", {"9"});  // 2 x 9 > 16
   expect_error(post("/v1/completions", {{"prompt", "x"}, {"model", "other"}}), 404, "model", {"other"});
   expect_error(client().Post("/v1/completions", std::string(8192, ' '), "application/json"), 413, "", {"body"});
+  // The same body sent chunked (no Content-Length) in pieces of 1 KiB: held
+  // to --max-body as it arrives, not read whole.
+  auto chunked = [](std::string body) {
+    return [body = std::move(body)](size_t offset, httplib::DataSink& sink) {
+      if (offset < body.size()) sink.write(body.data() + offset, std::min<size_t>(1024, body.size() - offset));
+      else sink.done();
+      return true;
+    };
+  };
+  expect_error(client().Post("/v1/completions", chunked(std::string(8192, ' ')), "application/json"), 413, "",
+               {"body", "--max-body"});
+  auto small = client().Post("/v1/completions", chunked(json{{"prompt", "x"}, {"max_tokens", 2}}.dump()),
+                             "application/json");
+  ASSERT_TRUE(small);
+  EXPECT_EQ(small->status, 200) << small->body;
   expect_error(client().Get("/nope"), 404, "", {"/nope"});
   // The server still answers after all of that.
   auto r = post("/v1/completions", {{"prompt", "x"}, {"max_tokens", 2}});
