@@ -82,6 +82,7 @@ std::shared_ptr<Channel> Scheduler::submit(std::vector<int32_t> prompt, const in
       ch->fail(503, "the server is shutting down");
       return ch;
     }
+    if (queue_.size() >= max_queue_) drop_abandoned_locked();
     if (queue_.size() >= max_queue_) return nullptr;
     queue_.push_back(Pending{std::move(prompt), params, ch});
   }
@@ -113,10 +114,24 @@ void Scheduler::stop() {
   if (thread_.joinable()) thread_.join();
 }
 
+void Scheduler::drop_abandoned_locked() {
+  const double now = now_seconds();
+  std::erase_if(queue_, [&](const Pending& p) {
+    if (p.ch->cancel_) p.ch->fail(499, "cancelled");
+    else if (expired(*p.ch, now)) p.ch->fail(504, timeout_message());
+    else return false;
+    return true;
+  });
+}
+
 // Admits waiting requests in arrival order until the engine refuses one
 // (no free slot or cache blocks): it stays at the front for the next step,
 // so a long request is not overtaken forever by shorter ones.
 void Scheduler::admit() {
+  {
+    std::lock_guard lk(m_);
+    drop_abandoned_locked();
+  }
   for (;;) {
     Pending p;
     {

@@ -442,6 +442,37 @@ TEST(ServeDisconnect, AClientThatLeavesWhileQueuedLeavesTheQueue) {
   EXPECT_EQ(m.at("brisk_prompt_tokens_total"), 4 * 3) << "a queued request whose client left was prefilled";
 }
 
+// A waiting request whose client left gives up its place in the queue at
+// once, wherever it waits: behind a request the engine cannot take yet it
+// used to keep its place until it reached the front, and --max-queue
+// refused live requests (429) in its stead.
+TEST(ServeScheduler, ACancelledRequestBehindTheFrontFreesItsPlace) {
+  infer::EngineOptions eo;
+  eo.max_seqs = 1;
+  eo.threads = 1;
+  infer::Engine engine(infer::load_model(checkpoint(/*slow=*/true)), eo);
+  serve::Scheduler scheduler(engine, /*max_queue=*/3);
+  infer::SamplingParams long_run;
+  long_run.temperature = 0;
+  long_run.max_tokens = 500;
+  const std::vector<int32_t> prompt{10, 20, 30};
+  auto running = scheduler.submit(prompt, long_run);
+  for (int i = 0; i < 5000 && scheduler.running() < 1; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  ASSERT_EQ(scheduler.running(), 1);
+  auto b1 = scheduler.submit(prompt, long_run), b2 = scheduler.submit(prompt, long_run);
+  auto leaves = scheduler.submit(prompt, long_run);
+  ASSERT_TRUE(b1 && b2 && leaves);
+  EXPECT_EQ(scheduler.submit(prompt, long_run), nullptr) << "the queue of 3 is full";
+  scheduler.cancel(leaves);
+  auto d = scheduler.submit(prompt, long_run);
+  EXPECT_NE(d, nullptr) << "two live requests wait in a queue of 3";
+  std::vector<infer::TokenEvent> events;
+  EXPECT_FALSE(leaves->next(events));
+  EXPECT_EQ(leaves->error_status(), 499);
+  for (const auto& ch : {running, b1, b2, d}) scheduler.cancel(ch);
+  scheduler.stop();
+}
+
 // --log-requests: one logfmt line per answered request, written after its
 // response, with the token counts of generation requests.
 TEST(ServeAccessLog, OneLinePerRequestWithItsStatusAndTokens) {

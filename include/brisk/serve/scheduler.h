@@ -89,6 +89,11 @@ class Scheduler {
   };
   void run();
   void admit();
+  // Takes the waiting requests whose client left (499) or whose time is up
+  // (504) out of the queue, wherever they wait; m_ held. Otherwise they held
+  // their places until they reached the front, and --max-queue refused
+  // live requests (429) for them.
+  void drop_abandoned_locked();
   void cancel_running();
   std::string timeout_message() const;
   bool expired(const Channel& ch, double now) const { return timeout_s_ > 0 && now - ch.submitted_ > timeout_s_; }
