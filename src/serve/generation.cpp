@@ -167,6 +167,7 @@ bool Generation::pump(const std::function<bool(const std::string&)>& write) {
   // Ends the stream with an error: the other choices are dropped.
   const auto end_with = [&](const ApiError& err) {
     done_ = true;
+    error_status_ = err.status;
     cancel();
     return write(dump(error_json(err))) && write("[DONE]");
   };

@@ -307,7 +307,11 @@ struct Server::Impl {
             return false;
           }
           if (gen->done()) {
-            request_note().set_usage(gen->usage());  // the provider runs on the request's thread
+            // A stream that ended with an error event (timeout, drain) is
+            // logged and counted with that error's status and no token
+            // counts, as a failed non-streamed request is.
+            if (gen->error_status() != 0) res.status = gen->error_status();
+            else request_note().set_usage(gen->usage());  // the provider runs on the request's thread
             sink.done();
           }
           return true;

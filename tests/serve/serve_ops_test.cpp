@@ -559,6 +559,10 @@ TEST(ServeTimeout, ARequestOverTheLimitEndsWith504) {
     if (busy != 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
   EXPECT_EQ(busy, 0);
+  // Both are counted as 504, the stream too (its headers said 200).
+  const std::map<std::string, double> m = metrics_when(
+      c, [](auto& m) { return m["brisk_requests_total{path=\"/v1/completions\",status=\"504\"}"] == 2; });
+  EXPECT_EQ(m.count("brisk_requests_total{path=\"/v1/completions\",status=\"200\"}"), 0u);
   EXPECT_EQ(c.Get("/v1/models")->status, 200);  // the server goes on
 }
 

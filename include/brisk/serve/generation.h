@@ -53,6 +53,10 @@ class Generation {
   bool pump(const std::function<bool(const std::string&)>& write);
   // The stream has written its "[DONE]".
   bool done() const { return done_; }
+  // The HTTP status of the error event a done stream ended with (504 time
+  // out, 503 drain, 500, ...); 0 when it ended normally. The headers said
+  // 200, but the access log and the metrics should not.
+  int error_status() const { return error_status_; }
   bool from_cache() const { return from_cache_; }
   // OpenAI's `usage` object for the tokens so far (every sequence's; each
   // prompt counted once). Not while another thread runs response() or pump().
@@ -79,6 +83,7 @@ class Generation {
   std::shared_ptr<Inbox> inbox_;
   std::vector<std::thread> readers_;
   bool started_ = false, done_ = false;
+  int error_status_ = 0;
   // The response cache: where to store this request's events, and them.
   ResponseCache* cache_ = nullptr;
   std::string cache_key_;
