@@ -64,11 +64,15 @@ void Channel::fail(int status, const std::string& message) {
 Scheduler::Scheduler(infer::Engine& engine, int max_queue, double request_timeout_s)
     : engine_(engine),
       max_queue_(size_t(std::max(0, max_queue))),
-      timeout_s_(std::max(0.0, request_timeout_s)),
-      thread_([this] { run(); }) {
-  // Read only by /metrics; the thread above writes only the atomics.
+      timeout_s_(std::max(0.0, request_timeout_s)) {
+  // Set before the thread starts, which from then on owns the engine and
+  // writes only the atomics; /metrics reads them. The engine is idle: every
+  // block is free (kv_blocks_free was 0 until the first step, so a fresh
+  // server reported its whole pool as used).
   metrics_.slots_total = engine.options().max_seqs;
-  metrics_.kv_blocks_total = engine.kv_blocks_free();  // the engine is idle: every block is free
+  metrics_.kv_blocks_total = engine.kv_blocks_free();
+  metrics_.kv_blocks_free = metrics_.kv_blocks_total;
+  thread_ = std::thread([this] { run(); });
 }
 
 Scheduler::~Scheduler() { stop(); }

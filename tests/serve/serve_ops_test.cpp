@@ -100,6 +100,24 @@ std::map<std::string, double> parse_metrics(const std::string& text) {
   return out;
 }
 
+std::map<std::string, double> metrics_of(httplib::Client& c) {
+  auto r = c.Get("/metrics");
+  EXPECT_TRUE(r && r->status == 200);
+  return r ? parse_metrics(r->body) : std::map<std::string, double>{};
+}
+
+// The metrics once `done` holds of them, polled every 2 ms (at most `tries`
+// times: then the last ones read, for the caller's assertions to report).
+template <class Done>
+std::map<std::string, double> metrics_when(httplib::Client& c, Done done, int tries = 500) {
+  std::map<std::string, double> m = metrics_of(c);
+  for (int i = 1; i < tries && !done(m); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    m = metrics_of(c);
+  }
+  return m;
+}
+
 // A streamed /v1/completions request whose body bytes go to `receive` as
 // they arrive (returning false hangs up).
 httplib::Request stream_request(const json& body, httplib::ContentReceiverWithProgress receive) {
@@ -115,6 +133,13 @@ httplib::Request stream_request(const json& body, httplib::ContentReceiverWithPr
 TEST(ServeMetrics, CountRequestsTokensAndLatencies) {
   Served s;
   auto c = s.client();
+  {
+    // A fresh server: every key/value block free, nothing busy.
+    const std::map<std::string, double> fresh = metrics_of(c);
+    EXPECT_EQ(fresh.at("brisk_kv_blocks_used"), 0);
+    EXPECT_GT(fresh.at("brisk_kv_blocks_total"), 0);
+    EXPECT_EQ(fresh.at("brisk_slots_busy"), 0);
+  }
   int64_t completion_tokens = 0;
   for (bool stream : {false, true}) {
     const json body = {{"prompt", "In the beginning"}, {"max_tokens", 6}, {"temperature", 0}, {"stream", stream}};
@@ -225,24 +250,6 @@ TEST(ServeDrain, RunningStreamsFinishNewRequestsGet503) {
   // The stream counts as open until httplib releases it, just after its last write.
   for (int i = 0; i < 1000 && s.server->open_requests() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(2));
   EXPECT_EQ(s.server->open_requests(), 0);
-}
-
-std::map<std::string, double> metrics_of(httplib::Client& c) {
-  auto r = c.Get("/metrics");
-  EXPECT_TRUE(r && r->status == 200);
-  return r ? parse_metrics(r->body) : std::map<std::string, double>{};
-}
-
-// The metrics once `done` holds of them, polled every 2 ms (at most `tries`
-// times: then the last ones read, for the caller's assertions to report).
-template <class Done>
-std::map<std::string, double> metrics_when(httplib::Client& c, Done done, int tries = 500) {
-  std::map<std::string, double> m = metrics_of(c);
-  for (int i = 1; i < tries && !done(m); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    m = metrics_of(c);
-  }
-  return m;
 }
 
 TEST(ServeResponseCache, DeterministicRequestsAreAnsweredFromTheCache) {
