@@ -90,15 +90,16 @@ json CompletionBuilder::chunk(const std::string& piece, const json& lp) const {
 // no logprob (null, as OpenAI answers), the others the engine's prompt
 // logprobs (SamplingParams::prompt_logprobs).
 void CompletionBuilder::echo_prompt(const infer::TokenEvent& first, std::string& piece, json& lp) {
-  piece = valid_utf8(tok_.decode(std::span<const int32_t>(prompt_)));
+  const std::string prompt_bytes = tok_.decode(std::span<const int32_t>(prompt_));
+  piece = valid_utf8(prompt_bytes);
   echo_bytes_ = piece.size();
   if (logprobs_ < 0) return;
   json tokens = json::array(), values = json::array(), tops = json::array(), offsets = json::array();
-  size_t offset = 0;
+  size_t offset = 0;  // in the raw bytes; the text's offset is where that byte lands in `piece`
   for (size_t i = 0; i < prompt_.size(); ++i) {
     const std::string raw = tok_.decode(std::span<const int32_t>(&prompt_[i], 1));
     tokens.push_back(valid_utf8(raw));
-    offsets.push_back(std::min(offset, echo_bytes_));
+    offsets.push_back(valid_utf8_offset(prompt_bytes, offset));
     offset += raw.size();
     if (i == 0 || i - 1 >= first.prompt_logprobs.size()) {
       values.push_back(nullptr);

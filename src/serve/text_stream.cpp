@@ -65,6 +65,19 @@ std::string valid_utf8(const std::string& bytes) {
   return out;
 }
 
+size_t valid_utf8_offset(const std::string& bytes, size_t raw) {
+  const auto* p = reinterpret_cast<const unsigned char*>(bytes.data());
+  size_t out = 0;
+  for (size_t i = 0; i < bytes.size();) {  // the walk of valid_utf8
+    const int len = char_length(p, i, bytes.size());
+    const size_t step = len <= 0 ? 1 : size_t(len);
+    if (i + step > raw) break;
+    out += len <= 0 ? 3 : size_t(len);
+    i += step;
+  }
+  return out;
+}
+
 TextStream::TextStream(const data::Tokenizer& tok, std::vector<std::string> stop) : tok_(tok), stop_(std::move(stop)) {}
 
 std::string TextStream::emit(size_t end) {

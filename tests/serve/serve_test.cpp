@@ -511,6 +511,16 @@ TEST_F(ServeTest, EchoScoresThePrompt) {
   const std::vector<int32_t> ids(prompt.begin(), prompt.end());
   EXPECT_NEAR(nll, e.score(ids).nll_sum, 1e-4 * nll);
 
+  // A prompt of ill-formed bytes: the text shows U+FFFD (3 bytes) for each,
+  // and the offsets count the text's bytes, not the prompt's.
+  auto bad = post("/v1/completions", {{"prompt", {255, 65, 66, 128, 67}}, {"echo", true}, {"logprobs", 0},
+                                      {"max_tokens", 0}, {"temperature", 0}});
+  ASSERT_TRUE(bad);
+  ASSERT_EQ(bad->status, 200) << bad->body;
+  const json cb = json::parse(bad->body)["choices"][0];
+  EXPECT_EQ(cb.at("text"), "\xEF\xBF\xBD" "AB" "\xEF\xBF\xBD" "C");
+  EXPECT_EQ(cb["logprobs"]["text_offset"], json::array({0, 3, 4, 5, 8}));
+
   // Generating too: the prompt's entries, then the completion's, offsets running on.
   const json gen = {{"prompt", prompt}, {"echo", true}, {"logprobs", 2}, {"max_tokens", 5}, {"temperature", 0}};
   auto r5 = post("/v1/completions", gen);
@@ -684,6 +694,27 @@ TEST(TextStream, HoldsBackStopPrefixesAndSplitCharacters) {
   EXPECT_EQ(u.add(0x80), "\xEF\xBF\xBD");
   EXPECT_EQ(u.add(0xE2), "");
   EXPECT_EQ(u.finish(), "\xEF\xBF\xBD");
+}
+
+// text_offset counts bytes of the text a client gets, where each ill-formed
+// byte is the 3 bytes of U+FFFD: raw offsets drift after the first one.
+TEST(TextStream, OffsetsCountTheReplacedText) {
+  const std::string raw = "\xFF" "AB" "\xC3\xA9" "\x80" "C";  // bad, A, B, e-acute, stray continuation, C
+  EXPECT_EQ(serve::valid_utf8(raw), "\xEF\xBF\xBD" "AB" "\xC3\xA9" "\xEF\xBF\xBD" "C");
+  const std::vector<std::pair<size_t, size_t>> raw_to_text{{0, 0}, {1, 3}, {2, 4}, {3, 5}, {4, 5}, {5, 7}, {6, 10}, {7, 11}};
+  for (const auto& [r, t] : raw_to_text) EXPECT_EQ(serve::valid_utf8_offset(raw, r), t) << "raw " << r;
+  auto tok = data::make_byte_tokenizer();
+  serve::TextStream ts(*tok, {});
+  std::string text;
+  for (unsigned char c : raw) {
+    text += ts.add(c);
+    const size_t at = ts.offset_of_last();
+    if (c == 'A' || c == 'B' || c == 'C') {
+      EXPECT_EQ(text.substr(at, 1), std::string(1, char(c))) << text;
+    }
+  }
+  text += ts.finish();
+  EXPECT_EQ(text, serve::valid_utf8(raw));
 }
 
 // ---- /v1/chat/completions, n > 1 and lists of prompts ----

@@ -21,6 +21,10 @@ namespace brisk::serve {
 
 // `bytes` with every ill-formed byte replaced by U+FFFD.
 std::string valid_utf8(const std::string& bytes);
+// Where byte `raw` of `bytes` lands in valid_utf8(bytes): each U+FFFD is 3
+// bytes for 1, so offsets into the raw bytes drift from offsets into the
+// text a client gets. An offset inside a character maps to its start.
+size_t valid_utf8_offset(const std::string& bytes, size_t raw);
 
 class TextStream {
  public:
@@ -31,8 +35,9 @@ class TextStream {
   std::string finish_at_stop();
   // The sequence ended otherwise: everything still held back.
   std::string finish();
-  // Bytes of raw text before the token added last (logprobs' text_offset).
-  size_t offset_of_last() const { return last_offset_; }
+  // Where the token added last starts in the text sent (logprobs'
+  // text_offset): its raw bytes' offset, moved by the U+FFFD before it.
+  size_t offset_of_last() const { return valid_utf8_offset(raw_, last_offset_); }
 
  private:
   std::string emit(size_t end);
