@@ -43,6 +43,13 @@ void validate(const SamplingParams& p, int64_t vocab) {
   if (p.logprobs > 20) throw ConfigError("logprobs must be at most 20, got " + std::to_string(p.logprobs));
   if (p.prompt_logprobs > 20)
     throw ConfigError("prompt_logprobs must be at most 20, got " + std::to_string(p.prompt_logprobs));
+  for (const auto& [t, bias] : p.logit_bias) {
+    if (t < 0 || t >= vocab)
+      throw ConfigError("logit_bias token " + std::to_string(t) + " is outside the vocabulary [0, " +
+                        std::to_string(vocab) + ")");
+    if (!(bias >= -100 && bias <= 100))
+      throw ConfigError("logit_bias of token " + std::to_string(t) + " must be in [-100, 100]");
+  }
   for (int32_t t : p.stop_tokens)
     if (t < 0 || t >= vocab)
       throw ConfigError("stop token " + std::to_string(t) + " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
@@ -78,6 +85,7 @@ void apply_penalties(float* logits, const SamplingParams& p, const SequenceHisto
   if (p.frequency_penalty != 0.f || p.presence_penalty != 0.f)
     for (int32_t t : h.distinct())
       if (const int32_t n = h.count(t); n > 0) logits[t] -= float(n) * p.frequency_penalty + p.presence_penalty;
+  for (const auto& [t, bias] : p.logit_bias) logits[t] += bias;
 }
 
 float max_logit(const float* logits, int64_t vocab) {

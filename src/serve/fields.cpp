@@ -1,6 +1,8 @@
 // The fields both OpenAI routes share; see fields.h.
 #include "fields.h"
 
+#include <charconv>
+#include <climits>
 #include <random>
 
 #include "brisk/core/error.h"
@@ -72,6 +74,24 @@ std::vector<std::string> read_stop(const json& body) {
   return stop;
 }
 
+// OpenAI's logit_bias: {"<token id>": bias, ...}; the ids and biases are
+// range-checked with the other sampling fields (infer::validate).
+std::vector<std::pair<int32_t, float>> read_logit_bias(const json& body) {
+  std::vector<std::pair<int32_t, float>> out;
+  const json* v = field(body, "logit_bias");
+  if (!v) return out;
+  if (!v->is_object()) throw ApiError(400, "logit_bias must be an object of token ids to biases", "logit_bias");
+  for (const auto& [key, bias] : v->items()) {
+    int64_t id = -1;
+    const auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), id);
+    if (ec != std::errc() || end != key.data() + key.size() || id < 0 || id > INT32_MAX)
+      throw ApiError(400, "logit_bias keys must be token ids, got '" + key + "'", "logit_bias");
+    if (!bias.is_number()) throw ApiError(400, "logit_bias values must be numbers", "logit_bias");
+    out.emplace_back(int32_t(id), bias.get<float>());
+  }
+  return out;
+}
+
 }  // namespace
 
 bool read_sampling(const json& body, infer::SamplingParams& sp) {
@@ -90,6 +110,7 @@ bool read_sampling(const json& body, infer::SamplingParams& sp) {
     sp.seed = uint64_t(rd()) << 32 | rd();
   }
   sp.stop = read_stop(body);
+  sp.logit_bias = read_logit_bias(body);
   return seeded;
 }
 

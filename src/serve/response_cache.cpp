@@ -43,6 +43,11 @@ std::string ResponseCache::key_of(const Request& r, const std::string& model) {
     put_raw(k, p.repetition_penalty);
     put_raw(k, p.frequency_penalty);
     put_raw(k, p.presence_penalty);
+    put_raw(k, uint64_t(p.logit_bias.size()));
+    for (const auto& [t, bias] : p.logit_bias) {
+      put_raw(k, t);
+      put_raw(k, bias);
+    }
     put_raw(k, p.temperature == 0.f ? uint64_t(0) : p.seed);  // greedy: the seed changes nothing
     put_raw(k, uint64_t(p.stop_tokens.size()));
     k.append(reinterpret_cast<const char*>(p.stop_tokens.data()), p.stop_tokens.size() * sizeof(int32_t));

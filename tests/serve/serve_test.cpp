@@ -449,6 +449,11 @@ TEST_F(ServeTest, Errors) {
   expect_error(post("/v1/completions", {{"prompt", "x"}, {"stream", "yes"}}), 400, "stream", {"stream"});
   expect_error(post("/v1/completions", {{"prompt", {"a", "b"}}, {"n", 9}}), 400, "n", {"9"});  // 2 x 9 > 16
   expect_error(post("/v1/completions", {{"prompt", "x"}, {"model", "other"}}), 404, "model", {"other"});
+  expect_error(post("/v1/completions", {{"prompt", "x"}, {"logit_bias", {{"abc", 1}}}}), 400, "logit_bias", {"abc"});
+  expect_error(post("/v1/completions", {{"prompt", "x"}, {"logit_bias", {{"65", 101}}}}), 400, "logit_bias",
+               {"[-100, 100]"});
+  expect_error(post("/v1/completions", {{"prompt", "x"}, {"logit_bias", {{"999", 1}}}}), 400, "logit_bias", {"999"});
+  expect_error(post("/v1/completions", {{"prompt", "x"}, {"logit_bias", {1, 2}}}), 400, "logit_bias", {"object"});
   expect_error(client().Post("/v1/completions", std::string(8192, ' '), "application/json"), 413, "", {"body"});
   // The same body sent chunked (no Content-Length) in pieces of 1 KiB: held
   // to --max-body as it arrives, not read whole.
@@ -470,6 +475,31 @@ TEST_F(ServeTest, Errors) {
   auto r = post("/v1/completions", {{"prompt", "x"}, {"max_tokens", 2}});
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200);
+}
+
+// logit_bias moves the tokens it names, greedy or not: -100 keeps the
+// greedy choice out of the text, +100 makes one byte the whole completion;
+// the same request without it is not answered from what the biased one ran.
+TEST_F(ServeTest, LogitBiasBansAndForcesTokens) {
+  const json greedy = {{"prompt", "In the"}, {"max_tokens", 8}, {"temperature", 0}};
+  auto text_of = [&](const json& body) {
+    auto r = post("/v1/completions", body);
+    EXPECT_TRUE(r && r->status == 200) << (r ? r->body : "no answer");
+    return r ? json::parse(r->body)["choices"][0]["text"].get<std::string>() : std::string();
+  };
+  const std::string plain = text_of(greedy);
+  ASSERT_FALSE(plain.empty());
+  const unsigned char first = static_cast<unsigned char>(plain[0]);
+  json banned = greedy;
+  banned["logit_bias"] = {{std::to_string(first), -100}};
+  const std::string without = text_of(banned);
+  EXPECT_EQ(without.find(char(first)), std::string::npos) << without;
+  json forced = greedy;
+  forced["temperature"] = 0.9;
+  forced["seed"] = 3;
+  forced["logit_bias"] = {{"122", 100}};  // 'z'
+  EXPECT_EQ(text_of(forced), std::string(8, 'z'));
+  EXPECT_EQ(text_of(greedy), plain);
 }
 
 // echo: the answer starts with the prompt. With logprobs and max_tokens 0

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace brisk::infer {
@@ -20,6 +21,9 @@ struct SamplingParams {
   float repetition_penalty = 1.0f;  // 1: off; > 1 discourages tokens already in the context (CTRL / HF style)
   float frequency_penalty = 0.0f;   // subtracts count * this from a generated token's logit (OpenAI style)
   float presence_penalty = 0.0f;    // subtracts this once from every token generated so far
+  // Added to these tokens' logits after the penalties (OpenAI's logit_bias:
+  // -100 in effect bans a token, 100 forces it); each bias in [-100, 100].
+  std::vector<std::pair<int32_t, float>> logit_bias;
   uint64_t seed = 0;
   std::vector<int32_t> stop_tokens;   // end the sequence after producing one of these
   std::vector<std::string> stop;      // end the sequence when its text contains one of these
