@@ -202,6 +202,7 @@ struct Trainer::Impl {
   void observe_plateau();
   void step();
   void after_step(StepRow row);
+  void stop_if_diverged(const StepRow& row);
 };
 
 Trainer::Impl::Impl(const TrainConfig& c, core::Backend& b, const TrainOptions& o)
@@ -623,6 +624,23 @@ void Trainer::Impl::step() {
   after_step(row);
 }
 
+// A loss or gradient norm that is not finite, in a step the loss scaler did
+// not skip, has put NaN or inf into the weights: every later step would
+// compute garbage, and a checkpoint of them would become the newest one
+// (`--resume` and `generate` pick it). So the run ends here with an error
+// and the checkpoints already written stay as they are.
+void Trainer::Impl::stop_if_diverged(const StepRow& row) {
+  if (row.skipped || (std::isfinite(row.loss) && std::isfinite(row.grad_norm))) return;
+  progress.finish();
+  const std::string newest = latest_checkpoint(cfg.out_dir);
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "step %lld: the loss is %g and the gradient norm %g at lr %g: training diverged",
+                (long long)row.step, row.loss, row.grad_norm, double(row.lr));
+  throw core::Error(std::string(buf) + "; no checkpoint was written for it (" +
+                    (newest.empty() ? std::string("none was written before") : "the newest is " + newest) +
+                    "); lower train.lr or raise train.warmup");
+}
+
 // What follows an update: progress, evaluation and the metrics row when due,
 // then a checkpoint when due or when a stop signal arrived.
 void Trainer::Impl::after_step(StepRow row) {
@@ -640,6 +658,7 @@ void Trainer::Impl::after_step(StepRow row) {
   row.time_s = monitor::now_seconds() - run_start;
   if (metrics) metrics->write(row);
   if (events) write_events(*events, row);
+  stop_if_diverged(row);
 
   const bool stop = stop_agreed;
   if (stop || state.step == cfg.steps || (cfg.checkpoint_every > 0 && state.step % cfg.checkpoint_every == 0)) {

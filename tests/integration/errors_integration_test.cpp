@@ -106,6 +106,20 @@ TEST_F(BadInputs, ImpossibleModelShape) {
   expect_clear_error(train_with(edited("schedule = \"cosine\"", "schedule = \"wavy\"")), {"wavy"});
 }
 
+// A run whose loss turns NaN stops with an error instead of training on
+// garbage and saving it as the newest checkpoint: the checkpoint of the last
+// finite step stays the newest, and the message names it.
+TEST_F(BadInputs, DivergedRunStopsAndKeepsTheLastGoodCheckpoint) {
+  std::string toml = tiny_config_toml(data_, tmp_.file("diverge"), 4, 1, "cosine", 1);
+  const auto at = toml.find("lr = 3e-3");
+  ASSERT_NE(at, std::string::npos);
+  toml.replace(at, 9, "lr = 1e30");
+  const CliResult r = train_with(toml);
+  expect_clear_error(r, {"step 2", "diverged", "step_0000001", "train.lr"});
+  EXPECT_TRUE(fs::exists(tmp_.path() / "diverge" / "step_0000001"));
+  EXPECT_FALSE(fs::exists(tmp_.path() / "diverge" / "step_0000002"));
+}
+
 // ------------------------------------------------------------------ data --
 
 TEST_F(BadInputs, DataDirWithoutMeta) {
