@@ -222,6 +222,10 @@ TrainConfig config_from_table(const toml::table& file) {
   auto positive = [](int64_t v, const char* key) {
     if (v <= 0) throw ConfigError(std::string("config: ") + key + " must be positive, got " + std::to_string(v));
   };
+  // An empty path would name no directory: the errors it led to named
+  // neither the key nor the problem.
+  if (c.data_dir.empty()) throw ConfigError("config: data.dir must not be empty: give a dataset directory");
+  if (c.out_dir.empty()) throw ConfigError("config: checkpoint.dir must not be empty: give the run's directory");
   positive(c.batch, "train.batch");
   positive(c.seq, "train.seq");
   positive(c.grad_accum, "train.grad_accum");

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <map>
 #include <optional>
@@ -82,7 +83,18 @@ class Reader {
       if (!n->is_number()) throw ConfigError("config: " + full + " must be a number");
       out = T(n->value<double>().value());
     } else {
-      if (!n->is_integer()) throw ConfigError("config: " + full + " must be an integer");
+      if (!n->is_integer()) {
+        // A number past int64 does not parse as a TOML integer and reaches
+        // here as a bare string (--set) or a float: say it is too large.
+        const auto text = n->value<std::string>();
+        const bool digits = text && !text->empty() &&
+                            text->find_first_not_of("0123456789", (*text)[0] == '-' || (*text)[0] == '+') ==
+                                std::string::npos;
+        if (digits || (n->is_floating_point() && std::fabs(n->value<double>().value()) >= 9.2e18))
+          throw ConfigError("config: " + full + " is out of range: at most " +
+                            std::to_string(std::numeric_limits<T>::max()));
+        throw ConfigError("config: " + full + " must be an integer");
+      }
       const int64_t v = n->value<int64_t>().value();
       if (v < 0) throw ConfigError("config: " + full + " must not be negative, got " + std::to_string(v));
       // A narrower field (threads, keep) would silently wrap: 2^32 + 1 threads is 1.

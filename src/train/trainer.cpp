@@ -321,6 +321,12 @@ void Trainer::Impl::resume() {
   // Every step reads one global batch: batch_local windows on each rank.
   loader.set_position(state.data_position / uint64_t(cfg.batch));
   progress.line("resumed from " + ckpt + " at step " + std::to_string(state.step));
+  // Nothing to train: say so, not a summary of zero steps at 0 tokens/s.
+  if (state.step >= cfg.steps)
+    throw core::ConfigError("checkpoint " + ckpt + " is at step " + std::to_string(state.step) +
+                            " and train.steps is " + std::to_string(cfg.steps) +
+                            ": the run is already done; raise train.steps to train further (e.g. --set train.steps=" +
+                            std::to_string(state.step + cfg.steps) + ")");
 }
 
 // train.init_from: weights only. The run itself starts over (step 0, zero

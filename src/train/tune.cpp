@@ -39,6 +39,7 @@ uint64_t parse_byte_size(const std::string& text, const std::string& what) {
     ++i;
   }
   const std::string number = text.substr(num_begin, i - num_begin);
+  if (number.empty() && num_begin < text.size() && text[num_begin] == '-') throw bad("negative");
   if (number.empty() || number == ".") throw bad("no number");
   if (i < text.size() && text[i] == ' ') ++i;  // "4 GiB"
   std::string unit;

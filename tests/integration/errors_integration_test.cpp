@@ -95,6 +95,23 @@ TEST_F(BadInputs, WrongTypeIsNamed) {
   expect_clear_error(train_with(good_config(), {"--set", "train.steps=ten"}), {"train.steps", "integer"});
   expect_clear_error(train_with(edited("lr = 3e-3", "lr = \"fast\"")), {"train.lr", "number"});
   expect_clear_error(train_with(edited("steps = 2", "steps = -3")), {"train.steps", "-3"});
+  // Too large for an integer is not "not an integer"; an empty path names its key.
+  expect_clear_error(train_with(good_config(), {"--set", "train.steps=99999999999999999999"}),
+                     {"train.steps", "out of range"});
+  expect_clear_error(train_with(good_config(), {"--set", "checkpoint.dir="}), {"checkpoint.dir", "empty"});
+  expect_clear_error(train_with(good_config(), {"--set", "data.dir="}), {"data.dir", "empty"});
+  const std::string config = tmp_.file("tune.toml");
+  write_text(config, good_config());
+  expect_clear_error(run_cli({"tune", config, "--memory-budget", "-5GiB"}), {"-5GiB", "negative"});
+}
+
+// --resume of a run already at train.steps says so instead of printing a
+// summary of zero steps.
+TEST_F(BadInputs, ResumeOfAFinishedRunSaysItIsDone) {
+  const std::string toml = good_config();  // 2 steps, a checkpoint at step 2
+  ASSERT_EQ(train_with(toml).exit_code, 0);
+  expect_clear_error(train_with(toml, {"--resume"}), {"step_0000002", "train.steps is 2", "already done"});
+  EXPECT_EQ(train_with(toml, {"--resume", "--set", "train.steps=3"}).exit_code, 0);
 }
 
 TEST_F(BadInputs, SeqLongerThanBlockSize) {
