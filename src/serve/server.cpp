@@ -200,18 +200,24 @@ struct Server::Impl {
   // The request body, held to --max-body as it arrives. The library checks
   // the limit only against a Content-Length header: a chunked body (or one
   // that a Content-Encoding expands) was read whole, however large. Bytes
-  // are counted after decoding. The connection closes after a 413: the rest
-  // of the body is never read, so the stream holds no next request.
+  // are counted after decoding. Past the limit the bytes are dropped, and
+  // after up to kLinger more the reading stops: a client still sending a
+  // slightly larger body then gets its 413 instead of a reset connection,
+  // and a huge one costs the server no memory. The connection closes after
+  // a 413 either way.
   std::string read_body(const httplib::ContentReader& reader, httplib::Response& res) {
+    constexpr size_t kLinger = size_t(1) << 20;
     std::string body;
     bool too_big = false;
+    size_t dropped = 0;
     const bool read = reader([&](const char* data, size_t n) {
-      if (body.size() + n > size_t(options.max_body)) {
-        too_big = true;
-        return false;
+      if (!too_big && body.size() + n <= size_t(options.max_body)) {
+        body.append(data, n);
+        return true;
       }
-      body.append(data, n);
-      return true;
+      too_big = true;
+      dropped += n;
+      return dropped <= kLinger;
     });
     if (too_big || res.status == 413) {  // 413: a Content-Length over the limit, refused by the library
       res.set_header("Connection", "close");

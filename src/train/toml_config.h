@@ -87,10 +87,10 @@ class Reader {
         // A number past int64 does not parse as a TOML integer and reaches
         // here as a bare string (--set) or a float: say it is too large.
         const auto text = n->value<std::string>();
-        const bool digits = text && !text->empty() &&
-                            text->find_first_not_of("0123456789", (*text)[0] == '-' || (*text)[0] == '+') ==
-                                std::string::npos;
-        if (digits || (n->is_floating_point() && std::fabs(n->value<double>().value()) >= 9.2e18))
+        const size_t sign = text && !text->empty() && ((*text)[0] == '-' || (*text)[0] == '+') ? 1 : 0;
+        const bool huge_digits = text && text->size() > sign + 18 &&
+                                 text->find_first_not_of("0123456789", sign) == std::string::npos;
+        if (huge_digits || (n->is_floating_point() && std::fabs(n->value<double>().value()) >= 9.2e18))
           throw ConfigError("config: " + full + " is out of range: at most " +
                             std::to_string(std::numeric_limits<T>::max()));
         throw ConfigError("config: " + full + " must be an integer");
