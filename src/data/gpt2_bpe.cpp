@@ -461,4 +461,15 @@ std::unique_ptr<Tokenizer> load_gpt2_tokenizer(const std::string& dir) {
                                          eot == encoder.end() ? -1 : eot->second);
 }
 
+std::string byte_level_text(std::string_view bytes) {
+  static const auto cs = bytes_to_unicode();
+  std::string out;
+  for (unsigned char b : bytes) append_utf8(out, cs[b]);
+  return out;
+}
+
+std::vector<std::pair<std::string, std::string>> load_gpt2_merges(const std::string& dir) {
+  return read_merges(dir + "/vocab.bpe");
+}
+
 }  // namespace brisk::data

@@ -27,6 +27,7 @@
 #include <random>
 
 #include "../integration/integration_util.h"
+#include "export_test_util.h"
 #include "brisk/core/error.h"
 #include "brisk/core/tensor.h"
 #include "brisk/cpu/cpu_backend.h"
@@ -35,6 +36,7 @@
 #include "brisk/train/checkpoint.h"
 
 using namespace brisk;
+using namespace brisk::export_test;
 using itest::CliResult;
 using itest::run_cli;
 using itest::TempDir;
@@ -44,70 +46,6 @@ namespace {
 
 const models::GptConfig kConfig{256, 2, 64, 2, 64};  // vocab, n_layer, n_embd, n_head, block_size
 constexpr double kTolerance = 1e-4;
-
-std::string script(const char* name) { return std::string(BRISK_EXPORT_TEST_DIR) + "/" + name; }
-
-std::string npm_modules() {
-  const char* env = std::getenv("BRISK_NPM_MODULES");
-  return env && *env ? env : BRISK_NPM_MODULES;
-}
-
-struct ProgramResult {
-  int exit_code = -1;  // 127: the program could not be started
-  std::string output;  // stdout and stderr together
-};
-
-// Runs argv[0] (looked up in PATH) with a watchdog, capturing its output.
-ProgramResult run_program(const std::vector<std::string>& argv, double timeout_s = 120) {
-  ProgramResult r;
-  int fds[2];
-  if (::pipe(fds) != 0) return r;
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::dup2(fds[1], STDOUT_FILENO);
-    ::dup2(fds[1], STDERR_FILENO);
-    ::close(fds[0]);
-    ::close(fds[1]);
-    std::vector<char*> args;
-    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    ::execvp(args[0], args.data());
-    std::fprintf(stderr, "cannot run %s: %s\n", args[0], std::strerror(errno));
-    ::_exit(127);
-  }
-  ::close(fds[1]);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
-  for (;;) {
-    pollfd p{fds[0], POLLIN, 0};
-    if (std::chrono::steady_clock::now() > deadline) {
-      ::kill(pid, SIGKILL);
-      r.output += "\n[killed after " + std::to_string(timeout_s) + " s]";
-      break;
-    }
-    if (::poll(&p, 1, 200) <= 0) continue;
-    char buf[4096];
-    const ssize_t k = ::read(fds[0], buf, sizeof buf);
-    if (k <= 0) break;
-    r.output.append(buf, size_t(k));
-  }
-  ::close(fds[0]);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
-
-// Every parameter random, in ranges that keep the activations moderate:
-// logits of a few units, attention neither uniform nor one-hot.
-void randomize(models::Gpt& model, uint64_t seed) {
-  for (auto& [name, e] : model.params().entries()) {
-    const bool ln = name.find("ln_") != std::string::npos;
-    const bool bias = name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0;
-    const float mean = ln && !bias ? 1.f : 0.f;
-    const float std = ln && !bias ? 0.2f : bias ? 0.1f : name.rfind("wte", 0) == 0 || name.rfind("wpe", 0) == 0 ? 0.3f : 0.1f;
-    model.params().upload(e.value, core::Tensor::randn(e.value.shape(), core::DType::f32, seed++, mean, std));
-  }
-}
 
 // One checkpoint and its export, made once per test process.
 struct Exported {
@@ -138,20 +76,6 @@ const Exported& exported() {
     return x;
   }();
   return *e;
-}
-
-void write_bytes(const std::string& path, const void* data, size_t n) {
-  std::FILE* f = std::fopen(path.c_str(), "wb");
-  ASSERT_NE(f, nullptr) << path;
-  ASSERT_EQ(std::fwrite(data, 1, n, f), n) << path;
-  std::fclose(f);
-}
-
-std::vector<float> read_floats(const std::string& path) {
-  const std::string bytes = itest::read_text(path);
-  std::vector<float> v(bytes.size() / sizeof(float));
-  std::memcpy(v.data(), bytes.data(), v.size() * sizeof(float));
-  return v;
 }
 
 }  // namespace

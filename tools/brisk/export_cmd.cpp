@@ -1,15 +1,16 @@
-// `brisk export onnx`: reads a checkpoint (or the newest one of a run
-// directory) and writes one self-contained .onnx file through
-// brisk::exporter::export_onnx (with `--kv-cache`, a model that also takes and
-// returns each layer's keys and values). Errors (missing checkpoint, an output
-// path that cannot be written) are core::Errors, which main.cpp turns into
-// one line and exit code 2.
+// `brisk export onnx` and `brisk export gguf`: read a checkpoint (or the
+// newest one of a run directory) and write one self-contained file through
+// brisk::exporter::export_onnx (with `--kv-cache`, a model that also takes
+// and returns each layer's keys and values) or export_gguf (llama.cpp).
+// Errors (missing checkpoint, an output path that cannot be written) are
+// core::Errors, which main.cpp turns into one line and exit code 2.
 #include "export_cmd.h"
 
 #include <cstdio>
 #include <memory>
 #include <string>
 
+#include "brisk/export/gguf_export.h"
 #include "brisk/export/onnx_export.h"
 
 namespace brisk::cli {
@@ -41,10 +42,26 @@ int run_onnx(const std::string& checkpoint, const std::string& out, const export
   return 0;
 }
 
+int run_gguf(const std::string& checkpoint, const std::string& out, const std::string& type,
+             const std::string& vocab_dir) {
+  exporter::GgufExportOptions o;
+  o.type = exporter::parse_gguf_type(type);
+  o.vocab_dir = vocab_dir;
+  const exporter::GgufExportSummary s = exporter::export_gguf(checkpoint, out, o);
+  const models::GptConfig& c = s.config;
+  std::printf("exported %s -> %s\n", s.checkpoint_dir.c_str(), s.out_path.c_str());
+  std::printf("  model    GPT n_layer %lld, n_embd %lld, n_head %lld, vocab %lld, block %lld\n", (long long)c.n_layer,
+              (long long)c.n_embd, (long long)c.n_head, (long long)c.vocab_size, (long long)c.block_size);
+  std::printf("  file     GGUF v3, architecture gpt2, weights %s, %lld tensors, %.2f MB\n", exporter::gguf_type_name(o.type),
+              (long long)s.tensors, double(s.bytes) / 1e6);
+  std::printf("  vocab    %s tokenizer, %lld tokens\n", s.tokenizer.c_str(), (long long)s.vocab_tokens);
+  return 0;
+}
+
 }  // namespace
 
 ExportCommand add_export_command(CLI::App& parent) {
-  auto* exp = parent.add_subcommand("export", "Export a checkpoint to another format (onnx)");
+  auto* exp = parent.add_subcommand("export", "Export a checkpoint to another format (onnx, gguf)");
   exp->require_subcommand(1);
   auto* onnx = exp->add_subcommand("onnx", "Write a checkpoint as an ONNX model (opset 17, dynamic batch and seq)");
   auto checkpoint = std::make_shared<std::string>();
@@ -56,9 +73,23 @@ ExportCommand add_export_command(CLI::App& parent) {
   onnx->add_flag("--kv-cache", options->kv_cache,
                  "Also take each layer's past keys/values and return the present ones (past_key_values.<l>.key "
                  "-> present.<l>.key), for generating one token per call");
+  auto* gguf = exp->add_subcommand("gguf", "Write a checkpoint as GGUF for llama.cpp (architecture gpt2, tokenizer inside)");
+  auto gguf_checkpoint = std::make_shared<std::string>();
+  auto gguf_out = std::make_shared<std::string>();
+  auto gguf_type = std::make_shared<std::string>("f32");
+  auto vocab_dir = std::make_shared<std::string>();
+  gguf->add_option("--checkpoint", *gguf_checkpoint, "Checkpoint directory, or a run directory (newest is used)")
+      ->required();
+  gguf->add_option("--out", *gguf_out, "Output file, e.g. model.gguf (written atomically)")->required();
+  gguf->add_option("--type", *gguf_type, "Weights: f32 | f16 | q8_0 | q4_0 (ggml's block formats)")
+      ->capture_default_str();
+  gguf->add_option("--vocab-dir", *vocab_dir, "GPT-2 vocabulary directory (gpt2 models)");
   ExportCommand cmd;
   cmd.app = exp;
-  cmd.run = [checkpoint, out, options]() { return run_onnx(*checkpoint, *out, *options); };
+  cmd.run = [=]() {
+    if (*gguf) return run_gguf(*gguf_checkpoint, *gguf_out, *gguf_type, *vocab_dir);
+    return run_onnx(*checkpoint, *out, *options);
+  };
   return cmd;
 }
 

@@ -8,6 +8,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace brisk::data {
@@ -38,5 +39,12 @@ std::unique_ptr<Tokenizer> load_gpt2_tokenizer(const std::string& dir);
 std::unique_ptr<Tokenizer> make_tokenizer(std::string_view name, const std::string& vocab_dir = "");
 // Where scripts/fetch_data.sh puts the GPT-2 vocabulary (BRISK_GPT2_VOCAB overrides).
 std::string default_gpt2_vocab_dir();
+
+// For writing a tokenizer into other formats (GGUF): bytes spelled in GPT-2's
+// byte-to-unicode alphabet, as encoder.json, GGUF and Hugging Face tokenizers
+// spell every token (a space is "Ġ"), and GPT-2's merge rules from
+// `dir`/vocab.bpe in rank order.
+std::string byte_level_text(std::string_view bytes);
+std::vector<std::pair<std::string, std::string>> load_gpt2_merges(const std::string& dir);
 
 }  // namespace brisk::data

@@ -1,0 +1,45 @@
+// GGUF export of a brisk GPT (docs/export.md): one file that llama.cpp (and
+// what is built on it) loads as its `gpt2` architecture, with the model's
+// tokenizer inside. Linear weights and the tied token embedding in f32, f16,
+// Q8_0 or Q4_0 (ggml's block formats, quantized here from the fp32 master
+// weights with ggml's reference rounding); LayerNorms, biases and position
+// embeddings stay f32. Written to `<out>.tmp` and renamed, like every output.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "brisk/models/gpt.h"
+
+namespace brisk::exporter {
+
+enum class GgufType { f32, f16, q8_0, q4_0 };
+
+// "f32" | "f16" | "q8_0" | "q4_0"; throws ConfigError naming the choices.
+GgufType parse_gguf_type(const std::string& name);
+const char* gguf_type_name(GgufType t);
+
+struct GgufExportOptions {
+  GgufType type = GgufType::f32;
+  std::string vocab_dir;  // GPT-2 vocabulary (encoder.json, vocab.bpe) for gpt2-tokenized models; "" = the default
+};
+
+struct GgufExportSummary {
+  std::string checkpoint_dir;
+  std::string out_path;
+  models::GptConfig config;
+  std::string tokenizer;
+  int64_t tensors = 0;
+  int64_t vocab_tokens = 0;  // tokens written (the model's vocab: padding ids get placeholder tokens)
+  uint64_t bytes = 0;
+};
+
+// Reads a checkpoint (a checkpoint directory, or a run directory whose newest
+// step_* is used) and writes it as GGUF. Throws IoError / ConfigError naming
+// the path for a missing or damaged checkpoint, an output path that cannot be
+// a file, a missing vocabulary, or a shape the type cannot hold (Q8_0 and
+// Q4_0 need n_embd to be a multiple of 32).
+GgufExportSummary export_gguf(const std::string& checkpoint, const std::string& out_path,
+                              const GgufExportOptions& options = {});
+
+}  // namespace brisk::exporter
