@@ -25,6 +25,7 @@
 #include "brisk/cpu/cpu_backend.h"
 #include "brisk/data/tokenizer.h"
 #include "brisk/train/checkpoint.h"
+#include "checkpoint_source.h"
 
 namespace brisk::exporter {
 
@@ -226,11 +227,7 @@ const char* gguf_type_name(GgufType t) {
 GgufExportSummary export_gguf(const std::string& checkpoint, const std::string& out_path,
                               const GgufExportOptions& options) {
   core::check_output_file(out_path);  // before the model is loaded
-  if (checkpoint.empty()) throw core::ConfigError("--checkpoint: empty path");
-  const std::string dir = train::latest_checkpoint(checkpoint);
-  if (dir.empty())
-    throw core::IoError(checkpoint + ": no checkpoint found (expected a checkpoint directory holding state.json and "
-                        "model.safetensors, or a run directory with step_* checkpoints)");
+  const std::string dir = checkpoint_to_export(checkpoint);
   train::TrainState state;
   const models::GptConfig cfg = train::read_checkpoint_config(dir, &state);
   if ((options.type == GgufType::q8_0 || options.type == GgufType::q4_0) && cfg.n_embd % 32 != 0)

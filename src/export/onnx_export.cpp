@@ -19,6 +19,7 @@
 #include "brisk/core/error.h"
 #include "brisk/cpu/cpu_backend.h"
 #include "brisk/train/checkpoint.h"
+#include "checkpoint_source.h"
 #include "onnx.pb.h"
 #include "onnx_gpt.h"
 
@@ -118,11 +119,7 @@ OnnxExportSummary export_onnx(const std::string& checkpoint, const std::string& 
                               const OnnxExportOptions& options) {
   // The output path first: a typo there should not cost a model load.
   core::check_output_file(out_path);
-  if (checkpoint.empty()) throw core::ConfigError("--checkpoint: empty path");
-  const std::string dir = train::latest_checkpoint(checkpoint);
-  if (dir.empty())
-    throw core::IoError(checkpoint + ": no checkpoint found (expected a checkpoint directory holding state.json and "
-                        "model.safetensors, or a run directory with step_* checkpoints)");
+  const std::string dir = checkpoint_to_export(checkpoint);
   train::TrainState state;
   const models::GptConfig cfg = train::read_checkpoint_config(dir, &state);
   // The weights only pass through host memory: one thread, nothing is run.

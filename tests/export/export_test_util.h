@@ -18,7 +18,9 @@
 
 #include "../integration/integration_util.h"
 #include "brisk/core/tensor.h"
+#include "brisk/cpu/cpu_backend.h"
 #include "brisk/models/gpt.h"
+#include "brisk/train/checkpoint.h"
 
 namespace brisk::export_test {
 
@@ -105,6 +107,21 @@ inline std::vector<float> read_floats(const std::string& path) {
   std::vector<float> v(bytes.size() / sizeof(float));
   std::memcpy(v.data(), bytes.data(), v.size() * sizeof(float));
   return v;
+}
+
+// A GPT of `config` with random values in every parameter, saved as a
+// checkpoint of `run_dir` at `step` with the bytes tokenizer; returns its
+// directory.
+inline std::string save_random_checkpoint(const std::string& run_dir, const models::GptConfig& config, uint64_t seed,
+                                          int64_t step) {
+  cpu::CpuBackend backend(2);
+  models::Gpt model(config, backend);
+  model.init_weights(11);
+  randomize(model, seed);
+  train::TrainState st;
+  st.step = step;
+  st.tokenizer = "bytes";
+  return train::save_checkpoint(run_dir, model, nullptr, st, 0);
 }
 
 }  // namespace brisk::export_test

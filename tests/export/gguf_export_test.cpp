@@ -53,14 +53,7 @@ const Saved& saved() {
   static const std::unique_ptr<Saved> s = [] {
     auto x = std::make_unique<Saved>();
     x->run_dir = x->dir.file("run");
-    cpu::CpuBackend backend(2);
-    models::Gpt model(kConfig, backend);
-    model.init_weights(11);
-    randomize(model, 4321);
-    train::TrainState st;
-    st.step = 5;
-    st.tokenizer = "bytes";
-    x->checkpoint = train::save_checkpoint(x->run_dir, model, nullptr, st, 0);
+    x->checkpoint = save_random_checkpoint(x->run_dir, kConfig, 4321, 5);
     return x;
   }();
   return *s;

@@ -59,14 +59,7 @@ const Exported& exported() {
   static const std::unique_ptr<Exported> e = [] {
     auto x = std::make_unique<Exported>();
     x->run_dir = x->dir.file("run");
-    cpu::CpuBackend backend(2);
-    models::Gpt model(kConfig, backend);
-    model.init_weights(11);
-    randomize(model, 1234);
-    train::TrainState st;
-    st.step = 3;
-    st.tokenizer = "bytes";
-    x->checkpoint = train::save_checkpoint(x->run_dir, model, nullptr, st, 0);
+    x->checkpoint = save_random_checkpoint(x->run_dir, kConfig, 1234, 3);
     x->model = x->dir.file("model.onnx");
     // The run directory, not the step: the CLI must pick the newest checkpoint.
     x->export_result = run_cli({"export", "onnx", "--checkpoint", x->run_dir, "--out", x->model});
