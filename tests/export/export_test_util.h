@@ -24,6 +24,9 @@
 
 namespace brisk::export_test {
 
+// The exported model of the tests: vocab 256, 2 layers, 64 wide, 2 heads, block 64.
+inline const models::GptConfig kSmallGpt{256, 2, 64, 2, 64};
+
 inline std::string script(const char* name) { return std::string(BRISK_EXPORT_TEST_DIR) + "/" + name; }
 
 inline std::string npm_modules() {

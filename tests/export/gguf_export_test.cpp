@@ -41,7 +41,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const models::GptConfig kConfig{256, 2, 64, 2, 64};  // vocab, n_layer, n_embd, n_head, block_size
+const models::GptConfig kConfig = kSmallGpt;
 
 // One random checkpoint per test process, with the bytes tokenizer.
 struct Saved {

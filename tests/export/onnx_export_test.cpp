@@ -44,7 +44,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const models::GptConfig kConfig{256, 2, 64, 2, 64};  // vocab, n_layer, n_embd, n_head, block_size
+const models::GptConfig kConfig = kSmallGpt;
 constexpr double kTolerance = 1e-4;
 
 // One checkpoint and its export, made once per test process.
