@@ -36,6 +36,7 @@
 #include "brisk/monitor/machine.h"
 #include "brisk/optim/optimizer.h"
 #include "brisk/train/checkpoint.h"
+#include "divergence.h"
 #include "epoch_resume.h"
 #include "epoch_steps.h"
 #include "op_profile.h"
@@ -394,6 +395,9 @@ AutoencoderResult train_autoencoder(const AutoencoderConfig& cfg, const Autoenco
       const double hit = cached.stats().hit_rate();
       detail::write_step_row(metrics, {step + 1, epoch, loss, double(lr), st.grad_norm, dt, real, b.rows, T, hit,
                                        loader.last_wait_seconds()});
+      if (detail::diverged(loss, st.grad_norm))
+        throw detail::diverged_error(step + 1, loss, st.grad_norm, lr,
+                                     "the checkpoints in " + cfg.out_dir + " are from before it");
       ++step;
       if (step % cfg.log_every == 0 || step == schedule.total_steps) {
         say(detail::progress_line(step, schedule.total_steps, epoch + 1, loss, lr, hit, count,

@@ -30,6 +30,7 @@
 #include "brisk/monitor/machine.h"
 #include "brisk/optim/optimizer.h"
 #include "brisk/train/checkpoint.h"
+#include "divergence.h"
 #include "epoch_resume.h"
 #include "epoch_steps.h"
 #include "op_profile.h"
@@ -313,6 +314,9 @@ ClassifyResult train_classifier(const ClassifyConfig& cfg, const ClassifyOptions
       const double hit = cached.stats().hit_rate();
       detail::write_step_row(metrics, {step + 1, epoch, loss, double(lr), st.grad_norm, dt, real, b.rows, T, hit,
                                        loader.last_wait_seconds()});
+      if (detail::diverged(loss, st.grad_norm))
+        throw detail::diverged_error(step + 1, loss, st.grad_norm, lr,
+                                     "the checkpoints in " + cfg.out_dir + " are from before it");
       const std::pair<const char*, double> scalars[] = {
           {"epoch", double(epoch)}, {"loss", loss}, {"lr", lr}, {"grad_norm", st.grad_norm}, {"ms_per_step", dt * 1e3},
           {"tokens_per_s", double(real) / dt}, {"batch_width", double(T)},

@@ -39,6 +39,7 @@
 #include "brisk/train/checkpoint.h"
 #include "brisk/train/hf_weights.h"
 #include "brisk/train/tune.h"
+#include "divergence.h"
 #include "op_profile.h"
 #include "run_log.h"
 #include "run_record.h"
@@ -631,20 +632,14 @@ void Trainer::Impl::step() {
 }
 
 // A loss or gradient norm that is not finite, in a step the loss scaler did
-// not skip, has put NaN or inf into the weights: every later step would
-// compute garbage, and a checkpoint of them would become the newest one
-// (`--resume` and `generate` pick it). So the run ends here with an error
-// and the checkpoints already written stay as they are.
+// not skip, ends the run with an error (divergence.h); the checkpoints
+// already written stay as they are.
 void Trainer::Impl::stop_if_diverged(const StepRow& row) {
-  if (row.skipped || (std::isfinite(row.loss) && std::isfinite(row.grad_norm))) return;
+  if (row.skipped || !detail::diverged(row.loss, row.grad_norm)) return;
   progress.finish();
   const std::string newest = latest_checkpoint(cfg.out_dir);
-  char buf[160];
-  std::snprintf(buf, sizeof buf, "step %lld: the loss is %g and the gradient norm %g at lr %g: training diverged",
-                (long long)row.step, row.loss, row.grad_norm, double(row.lr));
-  throw core::Error(std::string(buf) + "; no checkpoint was written for it (" +
-                    (newest.empty() ? std::string("none was written before") : "the newest is " + newest) +
-                    "); lower train.lr or raise train.warmup");
+  throw detail::diverged_error(row.step, row.loss, row.grad_norm, row.lr,
+                               newest.empty() ? "none was written before" : "the newest is " + newest);
 }
 
 // What follows an update: progress, evaluation and the metrics row when due,

@@ -119,6 +119,18 @@ TEST_F(ClassifyCli, BadMessagesAndWrongCheckpointsAreRefusedByName) {
   expect_error(run_cli({"train", "--config", config_, "--set", "model.max_len=0"}), "model.max_len");
 }
 
+// The encoder's run stops as the GPT's does when its loss turns NaN: exit 2
+// naming the step and the lr, and no checkpoint of the NaN weights.
+TEST_F(ClassifyCli, ADivergedRunStopsWithoutACheckpoint) {
+  const CliResult r = run_cli({"train", "--config", config_, "--set", "train.lr=1e30", "--set", "train.warmup=0"});
+  expect_error(r, "diverged");
+  EXPECT_NE(r.err.find("train.lr"), std::string::npos) << r.err;
+  bool any = false;
+  if (fs::exists(tmp_.file("run")))
+    for (const auto& e : fs::directory_iterator(tmp_.file("run"))) any |= e.path().filename().string().rfind("step_", 0) == 0;
+  EXPECT_FALSE(any) << "a checkpoint was written";
+}
+
 // Ctrl-C in the middle of an epoch: exit 0 after a checkpoint at the step
 // reached, no test split or report; `--resume` then finishes the run with the
 // weights an uninterrupted run ends with, bit for bit.
