@@ -208,6 +208,7 @@ namespace {
 struct Corpus {
   std::vector<int64_t> lengths;
   std::vector<int32_t> split_labels;
+  std::vector<std::string> digests;  // data::token_digest of each record's residues
   int64_t empty = 0, duplicates = 0;
 };
 
@@ -216,15 +217,17 @@ Corpus scan(const data::RecordStore& store) {
   const int64_t n = store.size();
   c.lengths.resize(size_t(n));
   c.split_labels.resize(size_t(n));
+  c.digests.resize(size_t(n));
   std::unordered_set<std::string> seen;
   data::RecordReader reader(store);
   data::Record r;
   reader.seek(0);
   for (int64_t i = 0; i < n && reader.next(r); ++i) {
     c.lengths[size_t(i)] = int64_t(r.tokens.size());
+    c.digests[size_t(i)] = data::token_digest(r.tokens);
     if (r.tokens.empty()) {
       c.split_labels[size_t(i)] = -1, ++c.empty;
-    } else if (!seen.insert(data::token_digest(r.tokens)).second) {
+    } else if (!seen.insert(c.digests[size_t(i)]).second) {
       c.split_labels[size_t(i)] = -1, ++c.duplicates;
     }
   }
@@ -330,7 +333,8 @@ AutoencoderResult train_autoencoder(const AutoencoderConfig& cfg, const Autoenco
   res.epochs = cfg.epochs;
 
   // --- a resumed run: the newest checkpoint's weights, moments, dropout generator and place in the batch stream
-  EpochRunState stream = detail::epoch_run_state(cfg, per_epoch, int64_t(split.train.size()));
+  EpochRunState stream = detail::epoch_run_state(cfg, per_epoch, int64_t(split.train.size()),
+                                                 detail::split_digest(corpus.digests, split.train, nullptr));
   int64_t step = 0;
   const std::string resume_from = options.resume ? latest_checkpoint(cfg.out_dir) : std::string();
   if (options.resume && resume_from.empty()) say("resume: no checkpoint in " + cfg.out_dir + ", starting fresh\n");
@@ -340,6 +344,7 @@ AutoencoderResult train_autoencoder(const AutoencoderConfig& cfg, const Autoenco
     load_autoencoder_checkpoint(resume_from, model, &adamw);
     model.set_input_dropout(cfg.input_dropout, saved.run->input_dropout_state);
     step = res.start_step = saved.step;
+    res.checkpoint = resume_from;  // the newest, until this run writes one
     loader.set_position(uint64_t(step));
   }
 
@@ -358,7 +363,7 @@ AutoencoderResult train_autoencoder(const AutoencoderConfig& cfg, const Autoenco
                 split.val.size(), split.test.size(), (unsigned long long)cfg.split_seed, (long long)cfg.batch,
                 (long long)per_epoch, (long long)cfg.epochs, cfg.bucket ? "length-bucketed" : "shuffled (unbucketed)");
   say(line);
-  if (!resume_from.empty()) say(detail::resumed_line(resume_from, step, per_epoch));
+  if (!resume_from.empty()) say(detail::resumed_line(resume_from, step, per_epoch, schedule.total_steps));
 
   const std::vector<std::vector<int32_t>> val_seqs = sequences_of(store, split.val);
   double eval_seconds = 0;
@@ -436,6 +441,7 @@ AutoencoderResult train_autoencoder(const AutoencoderConfig& cfg, const Autoenco
   res.padded_tokens_per_s = count.seconds > 0 ? count.cells / count.seconds : 0;
   res.padding_waste = count.cells > 0 ? 1.0 - count.real_tokens / count.cells : 0;
   res.cache_hit_rate = cached.stats().hit_rate();
+  if (res.steps == res.start_step && res.start_step > 0) detail::no_training_figures(res);
 
   // --- the test split: teacher-forced and free-running reconstruction
   const double t_test = monitor::now_seconds();
@@ -482,6 +488,9 @@ AutoencoderResult train_autoencoder(const AutoencoderConfig& cfg, const Autoenco
                 (long long)res.steps, res.seconds, res.eval_seconds, res.tokens_per_s, res.padded_tokens_per_s,
                 100 * res.padding_waste, 100 * cs.hit_rate(), (unsigned long long)cs.hits,
                 (unsigned long long)cs.misses);
+  if (std::isnan(res.tokens_per_s))
+    std::snprintf(line, sizeof line, "done: %lld steps, none trained here (resumed at the last step)\n",
+                  (long long)res.steps);
   out << line;
   std::snprintf(line, sizeof line,
                 "test split: %lld sequences, %lld residues (%lld cut to max_len %lld), split seed %llu\n"

@@ -441,6 +441,7 @@ nlohmann::json body_state_json(const std::string& kind, const Info& info, const 
                  {"train_records", r.train_records}, {"bucket", r.bucket},
                  {"split_seed", r.split_seed}, {"train_frac", r.train_frac},
                  {"val_frac", r.val_frac},     {"input_dropout_state", r.input_dropout_state}};
+    if (!r.train_digest.empty()) st["run"]["train_digest"] = r.train_digest;
   }
   return st;
 }
@@ -482,6 +483,7 @@ Json read_body_state(const std::string& ckpt_dir, const std::string& kind, const
     r.train_frac = f.fraction(j, "run.train_frac", "train_frac");
     r.val_frac = f.fraction(j, "run.val_frac", "val_frac");
     r.input_dropout_state = f.unsigned_integer(j, "run.input_dropout_state", "input_dropout_state");
+    if (j.contains("train_digest")) r.train_digest = f.string(j, "run.train_digest", "train_digest");
     info.run = r;
   }
   return st;

@@ -25,6 +25,7 @@
 #include "brisk/data/record_cache.h"
 #include "brisk/data/loader.h"
 #include "brisk/data/record_store.h"
+#include "brisk/data/token_hash.h"
 #include "brisk/models/encoder.h"
 #include "brisk/monitor/event_writer.h"
 #include "brisk/monitor/machine.h"
@@ -53,6 +54,7 @@ struct Corpus {
   std::vector<int32_t> labels;
   std::vector<BowRecord> bow;
   std::vector<std::string> meta;
+  std::vector<std::string> digests;  // data::token_digest of each record's tokens
 };
 
 Corpus scan(const data::RecordStore& store, const ClassifyConfig& cfg) {
@@ -62,6 +64,7 @@ Corpus scan(const data::RecordStore& store, const ClassifyConfig& cfg) {
   c.labels.resize(size_t(n));
   c.bow.resize(size_t(n));
   c.meta.resize(size_t(n));
+  c.digests.resize(size_t(n));
   data::RecordReader reader(store);
   data::Record r;
   reader.seek(0);
@@ -74,6 +77,7 @@ Corpus scan(const data::RecordStore& store, const ClassifyConfig& cfg) {
     c.lengths[size_t(i)] = int64_t(r.tokens.size());
     c.labels[size_t(i)] = r.label;
     c.bow[size_t(i)] = bow_features(r.tokens, r.label, cfg.model.max_len);
+    c.digests[size_t(i)] = data::token_digest(r.tokens);
     c.meta[size_t(i)] = std::move(r.meta);
   }
   return c;
@@ -238,7 +242,8 @@ ClassifyResult train_classifier(const ClassifyConfig& cfg, const ClassifyOptions
   res.epochs = cfg.epochs;
 
   // --- a resumed run: the newest checkpoint's weights, moments and place in the batch stream
-  const EpochRunState stream = detail::epoch_run_state(cfg, per_epoch, int64_t(split.train.size()));
+  const EpochRunState stream = detail::epoch_run_state(cfg, per_epoch, int64_t(split.train.size()),
+                                                       detail::split_digest(corpus.digests, split.train, &corpus.labels));
   int64_t step = 0;
   const std::string resume_from = options.resume ? latest_checkpoint(cfg.out_dir) : std::string();
   if (options.resume && resume_from.empty()) say("resume: no checkpoint in " + cfg.out_dir + ", starting fresh\n");
@@ -247,6 +252,7 @@ ClassifyResult train_classifier(const ClassifyConfig& cfg, const ClassifyOptions
     detail::check_resumable(resume_from, {saved.step, saved.seed, saved.run}, cfg.seed, stream, schedule.total_steps);
     load_encoder_checkpoint(resume_from, model, &adamw);
     step = res.start_step = saved.step;
+    res.checkpoint = resume_from;  // the newest, until this run writes one
     loader.set_position(uint64_t(step));
   }
 
@@ -270,7 +276,7 @@ ClassifyResult train_classifier(const ClassifyConfig& cfg, const ClassifyOptions
                 (long long)res.dropped_empty, (long long)cfg.batch, (long long)per_epoch, (long long)cfg.epochs,
                 cfg.bucket ? "length-bucketed" : "shuffled (unbucketed)");
   say(line);
-  if (!resume_from.empty()) say(detail::resumed_line(resume_from, step, per_epoch));
+  if (!resume_from.empty()) say(detail::resumed_line(resume_from, step, per_epoch, schedule.total_steps));
 
   auto save = [&] {
     EncoderCheckpoint info{cfg.model, cfg.label_names, store.info().tokenizer, cfg.strip_headers, step, cfg.seed,
@@ -353,6 +359,7 @@ ClassifyResult train_classifier(const ClassifyConfig& cfg, const ClassifyOptions
   res.padded_tokens_per_s = count.seconds > 0 ? count.cells / count.seconds : 0;
   res.padding_waste = count.cells > 0 ? 1.0 - count.real_tokens / count.cells : 0;
   res.cache_hit_rate = cached.stats().hit_rate();
+  if (res.steps == res.start_step && res.start_step > 0) detail::no_training_figures(res);
 
   // --- the test split, and the baseline on the same split
   res.test = evaluate(model, store, corpus, split.test);
@@ -395,6 +402,9 @@ ClassifyResult train_classifier(const ClassifyConfig& cfg, const ClassifyOptions
                 (long long)res.steps, res.seconds, res.tokens_per_s, res.padded_tokens_per_s,
                 100 * res.padding_waste, 100 * cs.hit_rate(), (unsigned long long)cs.hits,
                 (unsigned long long)cs.misses);
+  if (std::isnan(res.tokens_per_s))
+    std::snprintf(line, sizeof line, "done: %lld steps, none trained here (resumed at the last step)\n",
+                  (long long)res.steps);
   out << line << "test split (" << split.test.size() << " records, split seed " << cfg.split_seed << "):\n"
       << "  encoder:\n" << format_metrics(res.test, cfg.label_names, "    ")
       << "  baseline (bag-of-words logistic regression, l2 " << res.baseline.l2 << "):\n"

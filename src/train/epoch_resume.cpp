@@ -1,8 +1,10 @@
 #include "epoch_resume.h"
 
+#include <cstring>
 #include <sstream>
 
 #include "brisk/core/error.h"
+#include "brisk/data/token_hash.h"
 #include "stop_signal.h"
 
 namespace brisk::train::detail {
@@ -45,13 +47,39 @@ void check_resumable(const std::string& ckpt, const SavedRun& saved, uint64_t se
                             " steps per epoch); the store gives " + std::to_string(now.train_records) + " (" +
                             std::to_string(now.steps_per_epoch) +
                             ") with the same split settings: data.store holds other records now");
+  if (!was.train_digest.empty() && was.train_digest != now.train_digest)
+    throw core::ConfigError("checkpoint " + ckpt + " was trained on other records: the train split's " +
+                            std::to_string(now.train_records) +
+                            " records differ from the stopped run's (data.store holds other records now)");
   if (saved.step > total_steps)
     throw core::ConfigError("checkpoint " + ckpt + " is at step " + std::to_string(saved.step) +
                             ", past this config's " + std::to_string(total_steps) + " steps (train.epochs x " +
                             std::to_string(now.steps_per_epoch) + " steps per epoch): raise train.epochs to go on");
 }
 
-std::string resumed_line(const std::string& ckpt, int64_t step, int64_t steps_per_epoch) {
+std::string split_digest(const std::vector<std::string>& record_digests, const std::vector<int64_t>& train,
+                         const std::vector<int32_t>* labels) {
+  std::vector<int32_t> words;
+  words.reserve(train.size() * 5);
+  for (int64_t i : train) {
+    const std::string& d = record_digests[size_t(i)];
+    for (size_t k = 0; k + 4 <= d.size(); k += 4) {
+      int32_t w;
+      std::memcpy(&w, d.data() + k, 4);
+      words.push_back(w);
+    }
+    if (labels) words.push_back((*labels)[size_t(i)]);
+  }
+  static const char* hex = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : data::token_digest(words)) out += {hex[c >> 4], hex[c & 15]};
+  return out;
+}
+
+std::string resumed_line(const std::string& ckpt, int64_t step, int64_t steps_per_epoch, int64_t total_steps) {
+  if (step >= total_steps)
+    return "resumed from " + ckpt + " at step " + std::to_string(step) +
+           ", the run's last: nothing left to train; evaluating and reporting\n";
   return "resumed from " + ckpt + " at step " + std::to_string(step) + " (epoch " +
          std::to_string(step / steps_per_epoch + 1) + ", " + std::to_string(step % steps_per_epoch) + " of its " +
          std::to_string(steps_per_epoch) + " steps done)\n";

@@ -8,20 +8,30 @@
 // for bit. Internal to src/train.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "brisk/train/checkpoint.h"
 #include "stop_signal.h"
 
 namespace brisk::train::detail {
 
+// The train split's digest (EpochRunState::train_digest): the records'
+// token digests (data::token_digest) in split order, with their labels when
+// given, digested again, in hex.
+std::string split_digest(const std::vector<std::string>& record_digests, const std::vector<int64_t>& train,
+                         const std::vector<int32_t>* labels);
+
 // This config's stream, before any step.
 template <class Config>
-EpochRunState epoch_run_state(const Config& c, int64_t steps_per_epoch, int64_t train_records) {
+EpochRunState epoch_run_state(const Config& c, int64_t steps_per_epoch, int64_t train_records,
+                              std::string train_digest) {
   EpochRunState s;
+  s.train_digest = std::move(train_digest);
   s.batch = c.batch;
   s.steps_per_epoch = steps_per_epoch;
   s.train_records = train_records;
@@ -64,7 +74,14 @@ AfterStep after_step(int64_t step, int64_t epoch_end, int64_t every, std::FILE* 
 }
 
 // "resumed from <ckpt> at step S (epoch E, batch b of P)\n".
-std::string resumed_line(const std::string& ckpt, int64_t step, int64_t steps_per_epoch);
+std::string resumed_line(const std::string& ckpt, int64_t step, int64_t steps_per_epoch, int64_t total_steps);
+
+// A resumed run that trained no step here (it was at its last step): the
+// training figures of its report are unknown (null in report.json), not 0.
+template <class Result>
+void no_training_figures(Result& res) {
+  res.first_loss = res.last_loss = res.tokens_per_s = res.padded_tokens_per_s = res.padding_waste = std::nan("");
+}
 // "stopped by SIGINT after step S: checkpoint saved to <ckpt>; ... --resume ...\n".
 std::string stopped_line(int64_t step, const std::string& ckpt);
 

@@ -5,6 +5,8 @@
 // wrong kind.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <csignal>
 #include <random>
 
@@ -117,6 +119,36 @@ TEST_F(ClassifyCli, BadMessagesAndWrongCheckpointsAreRefusedByName) {
                "this checkpoint is a GPT language model");
   expect_error(run_cli({"train", "--config", config_, "--trace", tmp_.file("t.json")}), "--trace is for GPT runs");
   expect_error(run_cli({"train", "--config", config_, "--set", "model.max_len=0"}), "model.max_len");
+}
+
+// A resume checks the records, not only their count: a store of other
+// messages with the same ham and spam counts is refused. A resume at the
+// run's last step trains nothing and reports with the checkpoint it
+// resumed from, and null training figures rather than zeros.
+TEST_F(ClassifyCli, ResumeRefusesOtherRecordsAndReportsAFinishedRun) {
+  ASSERT_EQ(run_cli({"train", "--config", config_, "--set", "train.epochs=1", "--set", "checkpoint.every=3"}).exit_code,
+            0);
+  std::mt19937 rng(8);  // other messages, as many of each label
+  for (const char* group : {"easy-ham-1", "spam-1"}) {
+    fs::create_directories(tmp_.path() / "mail2" / group);
+    for (int i = 0; i < 60; ++i)
+      write_text(tmp_.file("mail2/" + std::string(group) + "/" + std::to_string(i) + ".txt"), message(group[0] == 's', rng));
+  }
+  const std::string other = tmp_.file("mail2.lmdb");
+  ASSERT_EQ(run_cli({"data", "emails", "--input", tmp_.file("mail2"), "--out", other, "--tokenizer", "bytes",
+                     "--strip-headers"}).exit_code, 0);
+  expect_error(run_cli({"train", "--config", config_, "--set", "train.epochs=1", "--set", "data.store=" + other,
+                        "--resume"}),
+               "other records");
+
+  const CliResult done = run_cli({"train", "--config", config_, "--set", "train.epochs=1", "--resume"});
+  ASSERT_EQ(done.exit_code, 0) << done.err;
+  EXPECT_NE(done.err.find("nothing left to train"), std::string::npos) << done.err;
+  const nlohmann::json report = nlohmann::json::parse(read_text(tmp_.file("run/report.json")));
+  const std::string ckpt = report.at("checkpoint");
+  EXPECT_NE(ckpt.find("step_"), std::string::npos) << report.dump();
+  EXPECT_TRUE(report["training"]["tokens_per_s"].is_null()) << report["training"].dump();
+  EXPECT_TRUE(report["training"]["first_loss"].is_null()) << report["training"].dump();
 }
 
 // The encoder's run stops as the GPT's does when its loss turns NaN: exit 2

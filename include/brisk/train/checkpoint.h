@@ -58,6 +58,10 @@ struct EpochRunState {
   uint64_t split_seed = 0;      // data.split_seed
   double train_frac = 0, val_frac = 0;
   uint64_t input_dropout_state = 0;  // the autoencoder's input-dropout generator (0 for a classifier)
+  // Hex digest of the train split's records in split order (their tokens, and
+  // a classifier's labels): a store holding other records of the same count
+  // is refused on resume. Empty in checkpoints written before it existed.
+  std::string train_digest;
 };
 
 // ---- encoder classifiers ---------------------------------------------------------------
