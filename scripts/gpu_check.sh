@@ -101,6 +101,7 @@ for stage in $STAGES; do
     profile)
       # 8 steps: the per-op table leaves out the first; --trace times steps 4
       # and 5 whole (the optimizer's update too), summarised below.
+      rm -rf /tmp/brisk-g1-profile /tmp/brisk-g1-ncu  # a fresh run refuses a directory holding checkpoints
       timeout "$STAGE_TIMEOUT" "$BIN/brisk" train --config configs/g1.toml --no-progress --profile --set train.steps=8 \
         --trace "$OUT/trace.json" --trace-steps 4,5 \
         --set "train.batch=$G1_BATCH" --set "data.dir=$DATA" --set checkpoint.dir=/tmp/brisk-g1-profile "${sets[@]}" \

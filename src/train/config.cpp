@@ -263,6 +263,11 @@ TrainConfig config_from_table(const toml::table& file) {
   if (!(c.schedule.plateau_factor > 0 && c.schedule.plateau_factor < 1))
     throw ConfigError("config: train.plateau_factor must be in (0, 1), got " + std::to_string(c.schedule.plateau_factor));
   // The plateau schedule only moves when the validation loss is measured.
+  // A mean over zero batches is no loss: it read 0, and drove the plateau schedule.
+  if (c.eval_every > 0 && c.eval_batches <= 0)
+    throw ConfigError("config: train.eval_every = " + std::to_string(c.eval_every) +
+                      " evaluates, but train.eval_batches = 0 gives it nothing to average: set train.eval_batches > 0 "
+                      "(or train.eval_every = 0 to never evaluate)");
   if (c.schedule.kind == optim::Schedule::plateau && c.eval_every <= 0)
     throw ConfigError("config: train.schedule = \"plateau\" follows the validation loss, but train.eval_every = " +
                       std::to_string(c.eval_every) + " never evaluates: set train.eval_every > 0");

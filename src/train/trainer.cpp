@@ -40,6 +40,7 @@
 #include "brisk/train/hf_weights.h"
 #include "brisk/train/tune.h"
 #include "divergence.h"
+#include "fresh_run.h"
 #include "op_profile.h"
 #include "run_log.h"
 #include "run_record.h"
@@ -247,6 +248,7 @@ Trainer::Impl::Impl(const TrainConfig& c, core::Backend& b, const TrainOptions& 
   state.seed = cfg.seed;
   state.tokenizer = train_data.tokenizer();
   if (options.resume) resume();
+  else detail::refuse_earlier_checkpoints(cfg.out_dir);
   if (plateau) state.lr_plateau = plateau->state();
   else state.lr_plateau.reset();  // a plateau checkpoint resumed with another schedule: nothing to carry on
   if (start_checkpoint.empty() && !cfg.init_from.empty()) init_from_checkpoint();

@@ -135,11 +135,30 @@ TEST_F(TrainIntegration, StartupLineNamesTheFusionsAsResolved) {
             std::string::npos)
       << a.err;
   const CliResult b = run_cli({"train", "--config", cfg, "--no-progress", "--set", "model.fuse_residual_layernorm=on",
-                               "--set", "model.fuse_bias_backward=off"});
+                               "--set", "model.fuse_bias_backward=off", "--set",
+                               "checkpoint.dir=" + tmp_.file("fusions-b")});
   ASSERT_EQ(b.exit_code, 0) << b.err;
   EXPECT_NE(b.err.find("residual+LayerNorm on | LayerNorm backward on | GELU backward on | bias gradient off"),
             std::string::npos)
       << b.err;
+}
+
+// A fresh run into a checkpoint.dir holding another run's checkpoints is
+// refused: checkpoint.keep prunes by name, so the new run's first
+// checkpoints went as soon as they were written and the directory's newest
+// stayed the old run's. Nothing of the old run is touched.
+TEST_F(TrainIntegration, AFreshRunRefusesADirectoryWithAnEarlierRunsCheckpoints) {
+  const std::string cfg = config("taken", 4, 2, "constant");
+  ASSERT_EQ(run_cli({"train", "--config", cfg, "--no-progress"}).exit_code, 0);
+  const std::string newest = train::latest_checkpoint(tmp_.file("taken"));
+  ASSERT_FALSE(newest.empty());
+  const std::string before = read_text(newest + "/model.safetensors");
+  const CliResult again = run_cli({"train", "--config", cfg, "--no-progress", "--set", "train.steps=2"});
+  EXPECT_EQ(again.exit_code, 2) << again.err;
+  EXPECT_NE(again.err.find(newest), std::string::npos) << again.err;
+  EXPECT_NE(again.err.find("--resume"), std::string::npos) << again.err;
+  EXPECT_EQ(train::latest_checkpoint(tmp_.file("taken")), newest);
+  EXPECT_EQ(read_text(newest + "/model.safetensors"), before);
 }
 
 // Dynamic loss scaling resumes where it stopped: with growth every 3 clean
@@ -307,11 +326,14 @@ TEST_F(TrainIntegration, PartialCheckpointDirectoriesAreIgnored) {
   EXPECT_FALSE(fs::exists(out / ".tmp_step_0000006"));
 }
 
-// A fresh (not resumed) run into a directory used before starts its
+// A fresh (not resumed) run into a directory used before (its checkpoints
+// removed: a directory that still holds them is refused) starts its
 // metrics.jsonl anew instead of appending steps 1.. after the old ones.
 TEST_F(TrainIntegration, FreshRunRestartsMetrics) {
   const std::string cfg = config("again", 3, 0, "constant");
   ASSERT_EQ(run(cfg, false).steps_done, 3);
+  for (const auto& e : fs::directory_iterator(tmp_.file("again")))
+    if (e.path().filename().string().rfind("step_", 0) == 0) fs::remove_all(e.path());
   ASSERT_EQ(run(cfg, false).steps_done, 3);
   const auto rows = read_metrics(tmp_.file("again"));
   ASSERT_EQ(rows.size(), 3u);

@@ -1,0 +1,24 @@
+// A run started without --resume into a checkpoint.dir that holds an earlier
+// run's checkpoints would mix the two: checkpoint.keep prunes by name, so the
+// new run's first checkpoints (lower steps) were deleted as soon as they were
+// written, and --resume, generate, eval and classify then found the old
+// run's newest. Every trainer refuses such a directory before touching it.
+// Internal to src/train.
+#pragma once
+
+#include <string>
+
+#include "brisk/core/error.h"
+#include "brisk/train/checkpoint.h"
+
+namespace brisk::train::detail {
+
+inline void refuse_earlier_checkpoints(const std::string& out_dir) {
+  const std::string earlier = latest_checkpoint(out_dir);
+  if (earlier.empty()) return;
+  throw core::ConfigError("checkpoint.dir " + out_dir + " holds an earlier run's checkpoints (newest " + earlier +
+                          "): continue that run with --resume, or give this run another checkpoint.dir (or remove "
+                          "them)");
+}
+
+}  // namespace brisk::train::detail
