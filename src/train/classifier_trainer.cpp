@@ -248,6 +248,7 @@ ClassifyResult train_classifier(const ClassifyConfig& cfg, const ClassifyOptions
   int64_t step = 0;
   const std::string resume_from = options.resume ? latest_checkpoint(cfg.out_dir) : std::string();
   if (options.resume && resume_from.empty()) say("resume: no checkpoint in " + cfg.out_dir + ", starting fresh\n");
+  detail::check_creatable_dir(cfg.out_dir, "checkpoint.dir");
   if (!options.resume) detail::refuse_earlier_checkpoints(cfg.out_dir);
   if (!resume_from.empty()) {
     const EncoderCheckpoint saved = read_encoder_checkpoint(resume_from);

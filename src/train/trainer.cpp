@@ -247,6 +247,9 @@ Trainer::Impl::Impl(const TrainConfig& c, core::Backend& b, const TrainOptions& 
   if (cfg.schedule.kind == optim::Schedule::plateau) plateau.emplace(cfg.schedule);
   state.seed = cfg.seed;
   state.tokenizer = train_data.tokenizer();
+  detail::check_creatable_dir(cfg.out_dir, "checkpoint.dir");
+  if (!options.trace_path.empty())
+    detail::check_creatable_dir(std::filesystem::path(options.trace_path).parent_path().string(), "--trace");
   if (options.resume) resume();
   else detail::refuse_earlier_checkpoints(cfg.out_dir);
   if (plateau) state.lr_plateau = plateau->state();

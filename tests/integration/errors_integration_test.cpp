@@ -100,6 +100,14 @@ TEST_F(BadInputs, WrongTypeIsNamed) {
                      {"train.steps", "out of range"});
   expect_clear_error(train_with(good_config(), {"--set", "checkpoint.dir="}), {"checkpoint.dir", "empty"});
   expect_clear_error(train_with(good_config(), {"--set", "data.dir="}), {"data.dir", "empty"});
+  // Evaluating over zero batches gave a validation loss of 0 (and drove the plateau schedule).
+  expect_clear_error(train_with(good_config(), {"--set", "train.eval_batches=0"}), {"train.eval_batches"});
+  // A file where a directory of the run should be: named by key, before anything is written.
+  const std::string file = tmp_.file("a_file");
+  write_text(file, "x");
+  expect_clear_error(train_with(good_config(), {"--set", "checkpoint.dir=" + file + "/run"}),
+                     {"checkpoint.dir", file, "is a file"});
+  expect_clear_error(train_with(good_config(), {"--trace", file + "/t.json"}), {"--trace", file, "is a file"});
   const std::string config = tmp_.file("tune.toml");
   write_text(config, good_config());
   expect_clear_error(run_cli({"tune", config, "--memory-budget", "-5GiB"}), {"-5GiB", "negative"});
