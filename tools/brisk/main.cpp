@@ -131,7 +131,8 @@ int cmd_eval(const std::string& checkpoint, const std::string& data_dir, int64_t
     throw core::ConfigError("data '" + data_dir + "' was tokenized with " + val.tokenizer() + " but the checkpoint " +
                             m.dir + " was trained on " + m.state.tokenizer + " tokens");
   if (seq <= 0) seq = m.model->config().block_size;
-  // The largest batch the eval step can take: batch x seq x vocab logits.
+  // At most 2^31 tokens in one batch, as train.batch x train.seq: the
+  // token buffers are sized and indexed from that product.
   const int64_t cells_limit = int64_t(1) << 31;
   if (batch > cells_limit / seq)
     throw core::ConfigError("--batch " + std::to_string(batch) + " x --seq " + std::to_string(seq) + " is over 2^31 " +
