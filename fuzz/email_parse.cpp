@@ -15,12 +15,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view msg = fuzz::as_text(data, size);
 
   // The body is what follows the first empty line ("\n\n" or "\n\r\n"), or
-  // all after a leading "\n"; a view into the message, never a copy.
+  // all after a leading "\n" or "\r\n"; a view into the message, never a copy.
   const std::string_view body = data::email_body(msg);
   if (!body.empty()) {
     FUZZ_CHECK(body.data() >= msg.data() && body.data() + body.size() == msg.data() + msg.size());
     const std::string_view head = msg.substr(0, msg.size() - body.size());
-    FUZZ_CHECK(head == "\n" || head.ends_with("\n\n") || head.ends_with("\n\r\n"));
+    FUZZ_CHECK(head == "\n" || head == "\r\n" || head.ends_with("\n\n") || head.ends_with("\n\r\n"));
   }
 
   const std::string_view first_line = msg.substr(0, std::min(msg.find('\n'), size_t(64)));
