@@ -126,6 +126,8 @@ FastaSummary parse_fasta(std::string_view text, const std::string& name, OnInval
 
   const char* p = text.data();
   const char* const end = p + text.size();
+  // A UTF-8 byte order mark (editors on Windows write one) is no sequence data.
+  if (text.size() >= 3 && std::memcmp(p, "\xEF\xBB\xBF", 3) == 0) p += 3;
   while (p < end) {
     const char* nl = static_cast<const char*>(std::memchr(p, '\n', size_t(end - p)));
     const char* le = nl ? nl : end;

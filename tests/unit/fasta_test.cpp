@@ -80,6 +80,11 @@ TEST(Fasta, ParsesMultiLineRecordsCommentsAndCrlf) {
   EXPECT_EQ(p.s.residues, 11 + 6 + 1);
   EXPECT_EQ(parse("").s.headers, 0);
   EXPECT_EQ(parse(">x\nAC").seqs[0], "AC");  // no final newline
+  // A UTF-8 byte order mark before the first header is skipped, not taken as sequence data.
+  const Parsed bom = parse("\xEF\xBB\xBF>bom\nACD\n");
+  ASSERT_EQ(bom.headers.size(), 1u);
+  EXPECT_EQ(bom.headers[0], "bom");
+  EXPECT_EQ(bom.seqs[0], "ACD");
 }
 
 TEST(Fasta, InvalidResidueNamesFileLineColumnAndChar) {
