@@ -25,7 +25,6 @@
 #include "brisk/cpu/cpu_backend.h"
 #include "brisk/data/tokenizer.h"
 #include "brisk/train/checkpoint.h"
-#include "checkpoint_source.h"
 
 namespace brisk::exporter {
 
@@ -227,7 +226,7 @@ const char* gguf_type_name(GgufType t) {
 GgufExportSummary export_gguf(const std::string& checkpoint, const std::string& out_path,
                               const GgufExportOptions& options) {
   core::check_output_file(out_path);  // before the model is loaded
-  const std::string dir = checkpoint_to_export(checkpoint);
+  const std::string dir = train::require_checkpoint(checkpoint);
   train::TrainState state;
   const models::GptConfig cfg = train::read_checkpoint_config(dir, &state);
   if ((options.type == GgufType::q8_0 || options.type == GgufType::q4_0) && cfg.n_embd % 32 != 0)

@@ -19,7 +19,6 @@
 #include "brisk/core/error.h"
 #include "brisk/cpu/cpu_backend.h"
 #include "brisk/train/checkpoint.h"
-#include "checkpoint_source.h"
 #include "onnx.pb.h"
 #include "onnx_gpt.h"
 
@@ -119,7 +118,7 @@ OnnxExportSummary export_onnx(const std::string& checkpoint, const std::string& 
                               const OnnxExportOptions& options) {
   // The output path first: a typo there should not cost a model load.
   core::check_output_file(out_path);
-  const std::string dir = checkpoint_to_export(checkpoint);
+  const std::string dir = train::require_checkpoint(checkpoint);
   train::TrainState state;
   const models::GptConfig cfg = train::read_checkpoint_config(dir, &state);
   // The weights only pass through host memory: one thread, nothing is run.

@@ -47,10 +47,7 @@ std::vector<TensorMeta> infer_linear_packed(std::span<const TensorMeta> in, cons
               "wp must be (ceil(N/16), K, 16) = " + packed::packed_shape(n, x.last()).str() + " for N = " +
                   std::to_string(n),
               in);
-  if (in.size() == 3) check_shape(in[2].shape == Shape{n}, kOp, "bias must be (N)", in);
-  Shape y = x;
-  y[y.rank() - 1] = n;
-  return {TensorMeta{y, DType::f32}};
+  return linear_output(kOp, in, 2, n);
 }
 
 void linear_packed_reference(const KernelCall& c) {

@@ -28,6 +28,16 @@ void check_float(std::string_view op, std::span<const TensorMeta> inputs, std::i
 void check_dtype(std::string_view op, const TensorMeta& m, DType want, const std::string& what);
 void check_count(std::string_view op, std::span<const TensorMeta> inputs, size_t n);
 
+// The output of a Linear-like op taking x (..., K) first: x's shape with its
+// last dim N, f32, after checking the optional bias at `bias_at` is (N).
+inline std::vector<TensorMeta> linear_output(std::string_view op, std::span<const TensorMeta> in, size_t bias_at,
+                                             int64_t n) {
+  if (in.size() > bias_at) check_shape(in[bias_at].shape == Shape{n}, op, "bias must be (N)", in);
+  Shape y = in[0].shape;
+  y[y.rank() - 1] = n;
+  return {TensorMeta{y, DType::f32}};
+}
+
 // The scalar LayerNorm of every row of x into y, mean, rstd (layernorm.cpp):
 // shared by the reference kernels of layernorm and add_layernorm.
 void layernorm_rows_reference(const TensorView& x, const TensorView& w, const TensorView& b, double eps,

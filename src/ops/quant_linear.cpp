@@ -40,10 +40,7 @@ std::vector<TensorMeta> infer_quant_linear(std::string_view op, std::span<const 
     check_shape(w[1] == k, op, "w must be (N, K)", in);
     check_shape(in[2].shape == Shape{n}, op, "scale must be (N)", in);
   }
-  if (in.size() == 4) check_shape(in[3].shape == Shape{n}, op, "bias must be (N)", in);
-  Shape y = x;
-  y[y.rank() - 1] = n;
-  return {TensorMeta{y, DType::f32}};
+  return linear_output(op, in, 3, n);
 }
 
 void linear_q8_reference(const KernelCall& c) {

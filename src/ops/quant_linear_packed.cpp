@@ -84,10 +84,7 @@ std::vector<TensorMeta> infer_packed_quant(std::string_view op, std::span<const 
                 "wp must be (ceil(N/16), ceil(K/4), 64) = " + want.str() + " for N = " + std::to_string(n), in);
     check_shape(in[2].shape == Shape{n}, op, "scale must be (N)", in);
   }
-  if (in.size() == 4) check_shape(in[3].shape == Shape{n}, op, "bias must be (N)", in);
-  Shape y = x;
-  y[y.rank() - 1] = n;
-  return {TensorMeta{y, DType::f32}};
+  return linear_output(op, in, 3, n);
 }
 
 // linear_q8's reference, reading W through the packed layout.

@@ -339,6 +339,13 @@ std::string latest_checkpoint(const std::string& path) {
   return all.empty() ? "" : all.back().string();
 }
 
+std::string require_checkpoint(const std::string& path) {
+  if (path.empty()) throw core::ConfigError("--checkpoint: empty path");
+  std::string dir = latest_checkpoint(path);
+  if (dir.empty()) throw IoError(path + ": no checkpoint found (expected a step_* directory with state.json)");
+  return dir;
+}
+
 models::GptConfig read_checkpoint_config(const std::string& ckpt_dir, TrainState* state) {
   const std::string path = (fs::path(ckpt_dir) / "state.json").string();
   const Json st = parse_state_file(path);

@@ -52,9 +52,7 @@ struct Loaded {
 
 Loaded load(const std::string& checkpoint, int threads) {
   Loaded m;
-  m.dir = train::latest_checkpoint(checkpoint);
-  if (m.dir.empty())
-    throw core::IoError(checkpoint + ": no checkpoint found (expected a step_* directory with state.json)");
+  m.dir = train::require_checkpoint(checkpoint);
   m.info = train::read_autoencoder_checkpoint(m.dir);  // names the kind when it is another model's
   m.backend = std::make_unique<cpu::CpuBackend>(threads);
   m.model = std::make_unique<models::SeqAutoencoder>(m.info.config, *m.backend);

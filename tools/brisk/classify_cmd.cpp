@@ -54,8 +54,7 @@ std::vector<fs::path> message_files(const std::vector<std::string>& inputs) {
 }
 
 int run(const Args& a) {
-  const std::string dir = train::latest_checkpoint(a.checkpoint);
-  if (dir.empty()) throw core::IoError(a.checkpoint + ": no checkpoint found (expected a step_* directory with state.json)");
+  const std::string dir = train::require_checkpoint(a.checkpoint);
   const train::EncoderCheckpoint info = train::read_encoder_checkpoint(dir);
   if (info.tokenizer != "bytes" && info.tokenizer != "gpt2")
     throw core::IoError(dir + ": the classifier was trained on '" + info.tokenizer +

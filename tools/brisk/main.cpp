@@ -106,9 +106,7 @@ struct LoadedModel {
 
 LoadedModel load_model(const std::string& checkpoint, int threads) {
   LoadedModel m;
-  m.dir = train::latest_checkpoint(checkpoint);
-  if (m.dir.empty())
-    throw core::IoError(checkpoint + ": no checkpoint found (expected a step_* directory with state.json)");
+  m.dir = train::require_checkpoint(checkpoint);
   const models::GptConfig cfg = train::read_checkpoint_config(m.dir, &m.state);
   m.backend = std::make_unique<cpu::CpuBackend>(threads);
   m.model = std::make_unique<models::Gpt>(cfg, *m.backend);

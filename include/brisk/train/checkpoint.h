@@ -38,6 +38,9 @@ std::string save_checkpoint(const std::string& out_dir, const models::Gpt& model
 // The newest checkpoint under out_dir, or "" if none. A path that is itself a
 // checkpoint directory is returned as is.
 std::string latest_checkpoint(const std::string& path);
+// latest_checkpoint(path) for a command that needs one: throws IoError naming
+// `path` when it holds no checkpoint (ConfigError when it is empty).
+std::string require_checkpoint(const std::string& path);
 
 // Reads config + state; throws IoError/ConfigError naming the file and problem.
 models::GptConfig read_checkpoint_config(const std::string& ckpt_dir, TrainState* state = nullptr);

@@ -21,13 +21,7 @@
 #include <cstring>
 #include <vector>
 
-// GCC 12 reports the deliberately undefined upper halves inside its own
-// AVX-512 intrinsics as uninitialized.
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#ifndef __clang__  // a GCC-only warning; clang would warn about the unknown group
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-
+#include "intrinsics_warnings.h"  // before the headers that hold intrinsics
 #include "brisk/core/op.h"
 #include "brisk/cpu/cpu_features.h"
 #include "cpu_util.h"

@@ -29,13 +29,7 @@
 #include <algorithm>
 #include <cstring>
 
-// GCC 12 reports the deliberately undefined upper halves inside its own
-// AVX-512 cast/extract intrinsics as uninitialized.
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#ifndef __clang__  // a GCC-only warning; clang would warn about the unknown group
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-
+#include "intrinsics_warnings.h"  // before the headers that hold intrinsics
 #include "brisk/cpu/cpu_features.h"
 #include "brisk/ops/quant.h"
 #include "cpu_util.h"

@@ -22,13 +22,7 @@
 #include <cstring>
 #include <type_traits>
 
-// GCC 12 reports the deliberately undefined upper halves inside its own
-// AVX-512 intrinsics as uninitialized (as in quant_linear.cpp).
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#ifndef __clang__  // a GCC-only warning; clang would warn about the unknown group
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-
+#include "intrinsics_warnings.h"  // before the headers that hold intrinsics
 #include "brisk/cpu/cpu_features.h"
 #include "brisk/ops/packed_linear.h"
 #include "brisk/ops/quant.h"
