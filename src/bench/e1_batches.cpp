@@ -73,6 +73,7 @@ E1Stream e1_stream(const E1Corpus& corpus, const train::ClassifyConfig& cfg, boo
   source.fetch = [&](int64_t i, int64_t n, int32_t* out) {
     const data::Record r = store.get(corpus.train[size_t(i)]);
     std::copy_n(r.tokens.begin(), n, out);
+    return false;
   };
   source.label = [&](int64_t i) { return corpus.labels[size_t(corpus.train[size_t(i)])]; };
   // classifier_trainer.cpp's options, field by field.

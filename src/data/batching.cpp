@@ -101,19 +101,19 @@ BatchPlan plan_batches(std::span<const int64_t> lengths, const BucketingOptions&
 }
 
 int64_t pad_into(const SequenceSource& src, std::span<const int64_t> indices, int64_t max_len, int32_t pad_id,
-                 int32_t* ids, int32_t* lengths, uint8_t* mask, int32_t* labels) {
+                 int32_t* ids, int32_t* lengths, uint8_t* mask, int32_t* labels, int64_t* cache_hits) {
   auto len_of = [&](int64_t i) {
     if (i < 0 || static_cast<size_t>(i) >= src.lengths.size())
       throw core::Error("batching: record " + std::to_string(i) + " outside [0, " +
                         std::to_string(src.lengths.size()) + ")");
     return std::min(src.lengths[static_cast<size_t>(i)], max_len);
   };
-  int64_t cols = 0;
+  int64_t cols = 0, hits = 0;
   for (int64_t i : indices) cols = std::max(cols, len_of(i));
   for (size_t r = 0; r < indices.size(); ++r) {
     const int64_t n = len_of(indices[r]);
     int32_t* row = ids + static_cast<int64_t>(r) * cols;
-    src.fetch(indices[r], n, row);
+    hits += src.fetch(indices[r], n, row) ? 1 : 0;
     std::fill(row + n, row + cols, pad_id);
     if (mask) {
       uint8_t* m = mask + static_cast<int64_t>(r) * cols;
@@ -123,6 +123,7 @@ int64_t pad_into(const SequenceSource& src, std::span<const int64_t> indices, in
     if (lengths) lengths[r] = static_cast<int32_t>(n);
     if (labels) labels[r] = src.label ? src.label(indices[r]) : 0;
   }
+  if (cache_hits) *cache_hits = hits;
   return cols;
 }
 
@@ -201,7 +202,8 @@ void RecordBatchSource::fill(uint64_t global_index, Batch& out) const {
   const auto p = plan_for(global_index / per_epoch_);
   const std::vector<int64_t>& rows = p->batches[global_index % per_epoch_];
   out.rows = static_cast<int64_t>(rows.size());
-  out.cols = pad_into(src_, rows, options_.max_len, pad_id_, out.inputs, out.lengths, out.mask, out.labels);
+  out.cols = pad_into(src_, rows, options_.max_len, pad_id_, out.inputs, out.lengths, out.mask, out.labels,
+                      &out.cache_hits);
 }
 
 }  // namespace brisk::data

@@ -51,10 +51,13 @@ bool LruCache::insert(std::string_view key, Value value) {
 }
 
 LruCache::Value LruCache::get_or_load(std::string_view key,
-                                      const std::function<std::vector<uint8_t>(std::string_view)>& load) {
-  if (Value v = get(key)) return v;
+                                      const std::function<std::vector<uint8_t>(std::string_view)>& load,
+                                      bool* hit) {
+  Value v = get(key);
+  if (hit) *hit = v != nullptr;
+  if (v) return v;
   // The caller gets the loaded bytes even when they do not fit the budget.
-  Value v = std::make_shared<const std::vector<uint8_t>>(load(key));
+  v = std::make_shared<const std::vector<uint8_t>>(load(key));
   insert(key, v);
   return v;
 }

@@ -298,9 +298,11 @@ AutoencoderResult train_autoencoder(const AutoencoderConfig& cfg, const Autoenco
   data::SequenceSource source;
   for (int64_t i : split.train) source.lengths.push_back(corpus.lengths[size_t(i)]);
   source.fetch = [&](int64_t i, int64_t n, int32_t* out) {
-    const auto v = cached.get(split.train[size_t(i)]);
+    bool hit = false;
+    const auto v = cached.get(split.train[size_t(i)], &hit);
     const auto tokens = data::LruCache::tokens(v);
     std::copy_n(tokens.begin(), n, out);
+    return hit;
   };
   data::BucketingOptions bo;
   bo.batch_size = cfg.batch;
@@ -385,6 +387,7 @@ AutoencoderResult train_autoencoder(const AutoencoderConfig& cfg, const Autoenco
   detail::StopSignalGuard signals;
   std::vector<int32_t> ids;
   detail::StepCounters count;
+  detail::ConsumedCacheCounts consumed;
   bool validated = false;
   for (int64_t epoch = step / per_epoch; epoch < cfg.epochs && !res.interrupted; ++epoch) {
     while (step < (epoch + 1) * per_epoch) {
@@ -400,7 +403,8 @@ AutoencoderResult train_autoencoder(const AutoencoderConfig& cfg, const Autoenco
       count.add(real, b.rows * T, dt);
       if (step == res.start_step) res.first_loss = loss;
       res.last_loss = loss;
-      const double hit = cached.stats().hit_rate();
+      consumed.add(b);
+      const double hit = consumed.hit_rate();
       detail::write_step_row(metrics, {step + 1, epoch, loss, double(lr), st.grad_norm, dt, real, b.rows, T, hit,
                                        loader.last_wait_seconds()});
       if (detail::diverged(loss, st.grad_norm))
@@ -443,7 +447,7 @@ AutoencoderResult train_autoencoder(const AutoencoderConfig& cfg, const Autoenco
   res.tokens_per_s = count.seconds > 0 ? count.real_tokens / count.seconds : 0;
   res.padded_tokens_per_s = count.seconds > 0 ? count.cells / count.seconds : 0;
   res.padding_waste = count.cells > 0 ? 1.0 - count.real_tokens / count.cells : 0;
-  res.cache_hit_rate = cached.stats().hit_rate();
+  res.cache_hit_rate = consumed.hit_rate();
   if (res.steps == res.start_step && res.start_step > 0) detail::no_training_figures(res);
 
   // --- the test split: teacher-forced and free-running reconstruction
@@ -478,7 +482,8 @@ AutoencoderResult train_autoencoder(const AutoencoderConfig& cfg, const Autoenco
         {"tokens_per_s", res.tokens_per_s},
         {"padded_tokens_per_s", res.padded_tokens_per_s}, {"padding_waste", res.padding_waste},
         {"bucketed", cfg.bucket},
-        {"cache", {{"hit_rate", cs.hit_rate()}, {"hits", cs.hits}, {"misses", cs.misses},
+        {"cache", {{"hit_rate", consumed.hit_rate()}, {"hits", consumed.hits},
+                   {"misses", consumed.lookups - consumed.hits},
                    {"evictions", cs.evictions}, {"bytes_used", cs.bytes_used}}}}},
       {"checkpoint", res.checkpoint}};
   if (options.profile) report["profile"] = detail::op_times_json(model.train_op_times());
@@ -489,8 +494,8 @@ AutoencoderResult train_autoencoder(const AutoencoderConfig& cfg, const Autoenco
                 "done: %lld steps in %.0fs (%.0fs of them evaluating) | %.0f res/s (%.0f with padding) | padding "
                 "%.1f%% | cache hit %.1f%% (%llu hits, %llu misses)\n",
                 (long long)res.steps, res.seconds, res.eval_seconds, res.tokens_per_s, res.padded_tokens_per_s,
-                100 * res.padding_waste, 100 * cs.hit_rate(), (unsigned long long)cs.hits,
-                (unsigned long long)cs.misses);
+                100 * res.padding_waste, 100 * consumed.hit_rate(), (unsigned long long)consumed.hits,
+                (unsigned long long)(consumed.lookups - consumed.hits));
   if (std::isnan(res.tokens_per_s))
     std::snprintf(line, sizeof line, "done: %lld steps, none trained here (resumed at the last step)\n",
                   (long long)res.steps);

@@ -50,6 +50,16 @@ struct StepCounters {
   void reset_window() { window_tokens = window_cells = window_seconds = 0; }
 };
 
+// The record cache's hits and lookups over the batches the run consumed
+// (Batch::cache_hits). The cache's own counters also hold the lookups of
+// batches the loader's workers prefetched past the last step, so they would
+// make the rate depend on the worker count.
+struct ConsumedCacheCounts {
+  uint64_t hits = 0, lookups = 0;
+  void add(const data::Batch& b) { hits += uint64_t(b.cache_hits), lookups += uint64_t(b.rows); }
+  double hit_rate() const { return lookups ? double(hits) / double(lookups) : 0.0; }
+};
+
 // The progress line of step `step` of `total` (1-based `epoch`): the
 // window's rate in `unit` ("tok/s", "res/s"), padding and cache hit rate,
 // and the time left at the window's pace over its `window_steps` steps.

@@ -85,6 +85,35 @@ TEST_F(AutoencoderCli, TrainReportsReconstructionNextToTheTrivialPredictor) {
   EXPECT_TRUE(report["test"].contains("trivial_accuracy"));
 }
 
+// The record cache's hit rate covers the batches the run trained on: a
+// 1-epoch run has no hits at any worker count (the workers' lookups for
+// batches past the last step are not the run's), and the fixture's 2-epoch
+// run looks up twice its rows, finding every record epoch 1 decoded.
+TEST_F(AutoencoderCli, CacheHitRateCountsTheBatchesTrainedOn) {
+  const auto cache_of = [](const std::string& run) {
+    return nlohmann::json::parse(read_text(run + "/report.json"))["training"]["cache"];
+  };
+  const auto two_epochs = cache_of(dir_->file("run"));
+  const int64_t hits = two_epochs["hits"], misses = two_epochs["misses"];
+  EXPECT_DOUBLE_EQ(two_epochs["hit_rate"].get<double>(), double(hits) / double(hits + misses));
+  for (const char* workers : {"0", "2"}) {
+    const std::string run = dir_->file(std::string("one_epoch_") + workers);
+    const CliResult r = run_cli({"train", "--config", dir_->file("ae.toml"), "--set", "train.epochs=1", "--set",
+                                 std::string("train.loader_workers=") + workers, "--set", "checkpoint.dir=" + run});
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    const auto one_epoch = cache_of(run);
+    EXPECT_EQ(one_epoch["hits"], 0) << workers << " workers: " << one_epoch;
+    const int64_t rows = one_epoch["misses"];
+    EXPECT_EQ(hits + misses, 2 * rows) << two_epochs;
+    // Epoch 2 misses only records the first epoch's dropped last batch held.
+    EXPECT_GE(hits, rows - (misses - rows)) << two_epochs;
+    EXPECT_LT(misses - rows, 8) << "fewer than a batch of 8 dropped: " << two_epochs;
+    EXPECT_NE((r.out + r.err).find("cache hit 0.0% (0 hits, " + std::to_string(rows) + " misses)"),
+              std::string::npos)
+        << r.out << r.err;
+  }
+}
+
 TEST_F(AutoencoderCli, EncodeThenDecodeRoundTripsWithCacheHitsAndTruncation) {
   const std::string long_seq(30, 'A');  // over max_len 24
   write_text(dir_->file("in.fa"), ">first protein\nMKTAYIAKQRQISFVKSHFSRQ\n>second\nGSHMLEDPVDAFQLATEEIK\n"

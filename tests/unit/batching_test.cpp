@@ -23,6 +23,7 @@ SequenceSource records(std::vector<int64_t> lengths) {
   s.lengths = std::move(lengths);
   s.fetch = [](int64_t i, int64_t n, int32_t* out) {
     for (int64_t j = 0; j < n; ++j) out[j] = static_cast<int32_t>(i * 1000 + j + 1);
+    return false;
   };
   return s;
 }

@@ -100,6 +100,7 @@ SequenceSource synthetic_records(int64_t n, int64_t max_len, uint32_t seed) {
   for (int64_t i = 0; i < n; ++i) s.lengths.push_back(1 + static_cast<int64_t>(rng() % static_cast<uint32_t>(max_len)));
   s.fetch = [](int64_t i, int64_t len, int32_t* out) {
     for (int64_t j = 0; j < len; ++j) out[j] = static_cast<int32_t>(i * 1000 + j);
+    return false;
   };
   s.label = [](int64_t i) { return static_cast<int32_t>(i % 2); };
   return s;

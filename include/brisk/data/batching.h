@@ -28,10 +28,11 @@ namespace brisk::data {
 
 // A sequence collection the batcher can draw from: lengths up front (cheap to
 // know: LMDB metadata, a shard index) and a fetch that copies record i's
-// first n tokens (n <= lengths[i]) into out. fetch must be thread-safe.
+// first n tokens (n <= lengths[i]) into out and returns whether a cache
+// held them (false when there is no cache). fetch must be thread-safe.
 struct SequenceSource {
   std::vector<int64_t> lengths;
-  std::function<void(int64_t index, int64_t n, int32_t* out)> fetch;
+  std::function<bool(int64_t index, int64_t n, int32_t* out)> fetch;
   std::function<int32_t(int64_t index)> label;  // optional: a class label per record
 };
 
@@ -69,9 +70,9 @@ struct PaddedBatch {
 
 // Pads records `indices` of `src` into rows x cols = indices.size() x
 // (longest length, capped at max_len) arrays; mask/lengths/labels may be null.
-// Returns cols.
+// Returns cols; *cache_hits (when given) gets the rows a cache served.
 int64_t pad_into(const SequenceSource& src, std::span<const int64_t> indices, int64_t max_len, int32_t pad_id,
-                 int32_t* ids, int32_t* lengths, uint8_t* mask, int32_t* labels);
+                 int32_t* ids, int32_t* lengths, uint8_t* mask, int32_t* labels, int64_t* cache_hits = nullptr);
 PaddedBatch pad_batch(const SequenceSource& src, std::span<const int64_t> indices, int64_t max_len,
                       int32_t pad_id = 0);
 

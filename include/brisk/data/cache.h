@@ -49,8 +49,9 @@ class LruCache {
   bool put(std::string_view key, std::vector<uint8_t> bytes);
   // get(), or on a miss load(key) outside the lock and put the result. Two
   // threads missing the same key both load it; the second put replaces the
-  // first with equal bytes.
-  Value get_or_load(std::string_view key, const std::function<std::vector<uint8_t>(std::string_view)>& load);
+  // first with equal bytes. *hit (when given) says which it was.
+  Value get_or_load(std::string_view key, const std::function<std::vector<uint8_t>(std::string_view)>& load,
+                    bool* hit = nullptr);
 
   bool contains(std::string_view key) const;  // no stats, no reordering
   void clear();                               // keeps the counters

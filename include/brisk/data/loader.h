@@ -46,6 +46,10 @@ struct Batch {
   int32_t* lengths = nullptr;  // rows real lengths (variable-length records)
   uint8_t* mask = nullptr;     // rows*cols, 1 for real tokens, 0 for padding
   int32_t* labels = nullptr;   // rows, one label per sequence (records)
+  // Rows whose record a cache in front of the source held (record sources).
+  // Counted per batch so a run's hit rate covers the batches it consumed,
+  // not the ones workers prefetched past its last step.
+  int64_t cache_hits = 0;
 };
 
 // The most a batch of a source can hold, and which arrays it uses: the

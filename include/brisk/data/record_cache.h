@@ -15,8 +15,9 @@ namespace brisk::data {
 class RecordCache {
  public:
   RecordCache(const RecordStore& store, int64_t max_len, size_t budget_bytes);
-  // Record `index`'s first max_len tokens (LruCache::tokens() reads them).
-  LruCache::Value get(int64_t index);
+  // Record `index`'s first max_len tokens (LruCache::tokens() reads them);
+  // *hit (when given) says whether the cache held them.
+  LruCache::Value get(int64_t index, bool* hit = nullptr);
   CacheStats stats() const { return cache_.stats(); }
 
  private:
