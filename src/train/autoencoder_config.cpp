@@ -45,7 +45,6 @@ AutoencoderConfig config_from_table(const toml::table& root) {
 
   c.model.validate();
   detail::check_epoch_train_keys(c);
-  if (c.cache_mb <= 0) throw ConfigError("config: data.cache_mb must be positive, got " + std::to_string(c.cache_mb));
   if (!(c.input_dropout >= 0 && c.input_dropout < 1))
     throw ConfigError("config: train.input_dropout must be in [0, 1), got " + std::to_string(c.input_dropout));
   return c;

@@ -62,8 +62,13 @@ void check_epoch_train_keys(Config& c) {
   positive(c.log_every, "train.log_every");
   if (c.batch > (int64_t(1) << 31) / c.model.max_len)
     throw ConfigError("config: train.batch x model.max_len must stay below 2^31 tokens");
-  if (c.loader_workers > 64)
-    throw ConfigError("config: train.loader_workers must be at most 64, got " + std::to_string(c.loader_workers));
+  if (c.loader_workers < 0 || c.loader_workers > 64)
+    throw ConfigError("config: train.loader_workers must be in [0, 64], got " + std::to_string(c.loader_workers));
+  // 0 turns the cache off (every record decoded at every use); the bound
+  // keeps the byte budget (cache_mb << 20) from overflowing.
+  if (c.cache_mb < 0 || c.cache_mb > (int64_t(1) << 24))
+    throw ConfigError("config: data.cache_mb must be in [0, 16777216] (0: no cache), got " +
+                      std::to_string(c.cache_mb));
   if (!(c.schedule.max_lr > 0) || !std::isfinite(c.schedule.max_lr))
     throw ConfigError("config: train.lr must be a positive finite number");
   if (c.schedule.min_lr_ratio < 0 || c.schedule.min_lr_ratio > 1)

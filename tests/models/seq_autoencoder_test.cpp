@@ -343,6 +343,13 @@ TEST(AutoencoderConfig, DefaultsKeysAndErrors) {
   EXPECT_NE(message_of([] { train::parse_autoencoder_config("[model]\nkind = \"autoencoder\"\nlatent = 0\n", "x.toml"); })
                 .find("model.latent must be in"),
             std::string::npos);
+  // data.cache_mb = 0 is no cache, as for the encoder classifier; past 2^24 MiB the byte budget would overflow.
+  EXPECT_EQ(train::parse_autoencoder_config("[model]\nkind = \"autoencoder\"\n[data]\ncache_mb = 0\n", "z.toml").cache_mb, 0);
+  EXPECT_NE(message_of([] {
+              train::parse_autoencoder_config("[model]\nkind = \"autoencoder\"\n[data]\ncache_mb = 99999999999\n",
+                                              "x.toml");
+            }).find("data.cache_mb must be in [0,"),
+            std::string::npos);
   EXPECT_NE(message_of([] { train::parse_autoencoder_config("[model]\nkind = \"encoder\"\n", "x.toml"); })
                 .find("model.kind must be \"autoencoder\""),
             std::string::npos);

@@ -156,6 +156,8 @@ TEST(ClassifyConfig, EveryKeyIsCheckedAndNamed) {
   EXPECT_NE(error_of(base, {"model.n_head=3"}).find("divisible"), std::string::npos);
   EXPECT_NE(error_of(base, {"train.batch=0"}).find("train.batch must be positive"), std::string::npos);
   EXPECT_NE(error_of(base, {"checkpoint.every=-1"}).find("checkpoint.every must not be negative"), std::string::npos);
+  EXPECT_EQ(error_of(base, {"data.cache_mb=0"}), "no error");  // no cache
+  EXPECT_NE(error_of(base, {"data.cache_mb=99999999999"}).find("data.cache_mb must be in [0,"), std::string::npos);
   // The written config reads back to the same run.
   const ClassifyConfig c = parse_classify_config(
       base + "[data]\nlabel_names = [\"ham\", \"spam\"]\n[checkpoint]\nevery = 50\n", "c.toml");
