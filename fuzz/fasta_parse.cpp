@@ -19,7 +19,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const auto sink = [&](const data::FastaRecord& r) {
     FUZZ_CHECK(!r.tokens->empty());
     for (const int32_t t : *r.tokens) FUZZ_CHECK(t >= 1 && t < data::kFastaVocab);
-    FUZZ_CHECK(r.header.find('\n') == std::string_view::npos);
+    FUZZ_CHECK(r.header.find('\n') == std::string_view::npos && r.header.find('\r') == std::string_view::npos);
     FUZZ_CHECK(r.header.data() >= text.data() && r.header.data() + r.header.size() <= text.data() + text.size());
     FUZZ_CHECK(r.line >= 1);
   };

@@ -129,12 +129,13 @@ FastaSummary parse_fasta(std::string_view text, const std::string& name, OnInval
   // A UTF-8 byte order mark (editors on Windows write one) is no sequence data.
   if (text.size() >= 3 && std::memcmp(p, "\xEF\xBB\xBF", 3) == 0) p += 3;
   while (p < end) {
+    // A line ends at LF, CRLF or a lone CR (classic Mac OS files).
     const char* nl = static_cast<const char*>(std::memchr(p, '\n', size_t(end - p)));
     const char* le = nl ? nl : end;
-    std::string_view line(p, size_t(le - p));
-    p = nl ? nl + 1 : end;
+    const char* cr = static_cast<const char*>(std::memchr(p, '\r', size_t(le - p)));
+    std::string_view line(p, size_t((cr ? cr : le) - p));
+    p = cr && cr + 1 != nl ? cr + 1 : nl ? nl + 1 : end;
     ++line_no;
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     if (line.empty()) continue;
     if (line[0] == '>') {
       finish_record();

@@ -85,6 +85,14 @@ TEST(Fasta, ParsesMultiLineRecordsCommentsAndCrlf) {
   ASSERT_EQ(bom.headers.size(), 1u);
   EXPECT_EQ(bom.headers[0], "bom");
   EXPECT_EQ(bom.seqs[0], "ACD");
+  // Classic Mac OS line endings (a lone CR) end lines too, and count in error positions.
+  const Parsed mac = parse(">one protein\rACD\rEF\r\r>two\rGG");
+  ASSERT_EQ(mac.headers.size(), 2u);
+  EXPECT_EQ(mac.headers[0], "one protein");
+  EXPECT_EQ(mac.seqs[0], "ACDEF");
+  EXPECT_EQ(mac.seqs[1], "GG");
+  const std::string e = error_of(">a\rAC\rAJ\r");
+  EXPECT_NE(e.find("t.fa:3:2"), std::string::npos) << e;
 }
 
 TEST(Fasta, InvalidResidueNamesFileLineColumnAndChar) {
