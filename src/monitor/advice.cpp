@@ -385,7 +385,12 @@ Advice advice_from_json(const json& j, const std::string& path) {
   if (!j.is_object() || !j.contains("findings") || !j["findings"].is_array())
     throw bad("not a recommendations document (no \"findings\" array)");
   Advice a;
-  if (j.contains("score") && j["score"].is_number()) a.score = j["score"].get<int>();
+  if (j.contains("score") && !j["score"].is_null()) {
+    const json& s = j["score"];
+    if (!s.is_number() || !(s.get<double>() >= 0 && s.get<double>() <= 100))
+      throw bad("\"score\" must be a number from 0 to 100 or null, got " + s.dump());
+    a.score = static_cast<int>(std::lround(s.get<double>()));
+  }
   for (const json& r : j["findings"]) {
     if (!r.is_object() || !r.contains("rule") || !r["rule"].is_string()) throw bad("a finding without a \"rule\"");
     Finding f;

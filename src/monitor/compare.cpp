@@ -44,7 +44,8 @@ MetricComparison per_step(const RunData& a, const RunData& b, const std::string&
   m.metric = metric;
   m.higher_is_better = true;
   std::vector<double> va = values(a, key), vb = values(b, key);
-  if (va.empty() || vb.empty() || quantile(va, 0.5) <= 0) {
+  // 0 means not measured (an MFU without a known peak), in either run.
+  if (va.empty() || vb.empty() || quantile(va, 0.5) <= 0 || quantile(vb, 0.5) <= 0) {
     m.basis = "not recorded by both runs";
     return m;
   }

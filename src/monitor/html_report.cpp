@@ -268,7 +268,7 @@ std::string memory_bars(const std::vector<RunData>& runs) {
     shown.push_back(i);
     most = std::max({most, double(s.memory.total()), double(s.peak_rss_bytes)});
   }
-  if (shown.empty()) return "";
+  if (shown.empty() || !(most > 0)) return "";
   // Drawn at the size it is shown (figure.wide is 900 px wide): text stays the page's size.
   const double left = 170, width = 700, row_h = 26, top = 30;
   const double h = top + row_h * double(shown.size()) + 40;

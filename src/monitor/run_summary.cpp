@@ -8,6 +8,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -53,6 +54,9 @@ void flatten(const json& j, const std::string& prefix, MetricsRow& row, int dept
 }  // namespace
 
 std::vector<MetricsRow> read_metrics_jsonl(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw core::IoError(path + ": is a directory, not the metrics.jsonl file a trainer writes");
   std::ifstream in(path);
   if (!in) throw core::IoError(path + ": cannot open (a run directory holds the metrics.jsonl its trainer wrote)");
   std::vector<MetricsRow> rows;
@@ -228,9 +232,10 @@ json to_json(const RunSummary& s) {
 namespace {
 
 // A key's value when present and of the type asked for; a present key of
-// another type is a damaged file.
+// another type, or an integer below min_value or past T's range, is a
+// damaged file.
 template <class T>
-void read_key(const json& j, const char* key, T& out, const std::string& path) {
+void read_key(const json& j, const char* key, T& out, const std::string& path, int64_t min_value = 0) {
   if (!j.contains(key) || j[key].is_null()) return;
   const json& v = j[key];
   bool ok;
@@ -239,6 +244,15 @@ void read_key(const json& j, const char* key, T& out, const std::string& path) {
   else if constexpr (std::is_integral_v<T>) ok = v.is_number_integer();
   else ok = v.is_number();
   if (!ok) throw core::IoError(path + ": field \"" + key + "\" has the wrong type (" + v.type_name() + ")");
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    // Counts and sizes: what the trainer writes is never negative (but for
+    // the "not recorded" -1 of loader_workers), and a value past the field's
+    // range would wrap.
+    const bool fits = v.is_number_unsigned() ? v.get<uint64_t>() <= uint64_t(std::numeric_limits<T>::max())
+                                             : v.get<int64_t>() >= min_value;
+    if (!fits)
+      throw core::IoError(path + ": field \"" + key + "\" is out of range (" + v.dump() + ")");
+  }
   out = v.get<T>();
 }
 
@@ -255,7 +269,7 @@ RunSummary run_summary_from_json(const json& j, const std::string& path) {
   read_key(j, "bf16_native_available", s.bf16_native_available, path);
   read_key(j, "threads", s.threads, path);
   read_key(j, "cores", s.cores, path);
-  read_key(j, "loader_workers", s.loader_workers, path);
+  read_key(j, "loader_workers", s.loader_workers, path, -1);
   read_key(j, "world", s.world, path);
   read_key(j, "batch", s.batch, path);
   read_key(j, "seq", s.seq, path);

@@ -30,11 +30,19 @@ double nice_step(double x) {
   return (f < 1.5 ? 1 : f < 3 ? 2 : f < 7 ? 5 : 10) * e;
 }
 
+// Ticks at multiples of a nice step, each computed from its index (adding
+// the step would stand still once it is below the values' precision, as for
+// steps near 1e17 a few apart). A range past double's reach gets none.
 std::vector<double> linear_ticks(double lo, double hi) {
   std::vector<double> t;
   const double step = nice_step((hi - lo) / 5);
-  for (double v = std::ceil(lo / step) * step; v <= hi + step * 1e-9; v += step)
+  if (!std::isfinite(step) || !(step > 0)) return t;
+  const double first = std::ceil(lo / step);
+  for (int k = 0; k < 64; ++k) {
+    const double v = (first + k) * step;
+    if (!(v <= hi + step * 1e-9) || (!t.empty() && v <= t.back())) break;
     t.push_back(std::abs(v) < step * 1e-9 ? 0.0 : v);
+  }
   return t;
 }
 
@@ -43,7 +51,7 @@ struct Axis {
   bool log = false;
   double to_unit(double v) const {  // [0, 1] along the axis
     if (log) return (std::log10(v) - std::log10(lo)) / (std::log10(hi) - std::log10(lo));
-    return (v - lo) / (hi - lo);
+    return (v * 0.5 - lo * 0.5) / (hi * 0.5 - lo * 0.5);  // halves: hi - lo may pass the largest double
   }
 };
 
@@ -59,10 +67,14 @@ Axis y_axis(const PlotSpec& spec) {
     }
   Axis a;
   a.log = spec.log_y;
-  if (!std::isfinite(lo)) return a;
-  if (a.log) {
-    a.lo = lo / 1.5;
-    a.hi = hi * 1.5;
+  if (!std::isfinite(lo)) {  // nothing to show (on a log axis: no value above 0)
+    if (a.log) a.lo = 1, a.hi = 10;
+    return a;
+  }
+  if (a.log) {  // kept within normal, finite doubles so the logarithms are finite
+    a.lo = std::max(lo / 1.5, std::numeric_limits<double>::min());
+    a.hi = std::min(hi * 1.5, std::numeric_limits<double>::max());
+    if (a.hi <= a.lo) a.hi = a.lo * 10;
     return a;
   }
   if (hi - lo <= std::abs(hi) * 1e-9) {
@@ -70,20 +82,22 @@ Axis y_axis(const PlotSpec& spec) {
     lo -= pad;
     hi += pad;
   } else {
-    const double pad = (hi - lo) * 0.05;
+    const double pad = (hi * 0.5 - lo * 0.5) * 0.1;
     // Non-negative figures keep a floor at 0 when they come near it.
     lo = lo >= 0 && lo - pad < 0 ? 0 : lo - pad;
     hi += pad;
   }
-  a.lo = lo;
-  a.hi = hi;
+  constexpr double kMax = std::numeric_limits<double>::max();
+  a.lo = std::max(lo, -kMax);
+  a.hi = std::min(hi, kMax);
   return a;
 }
 
 std::vector<double> y_ticks(const Axis& a) {
   if (!a.log) return linear_ticks(a.lo, a.hi);
   std::vector<double> t;
-  for (double e = std::ceil(std::log10(a.lo)); e <= std::floor(std::log10(a.hi)); e += 1) t.push_back(std::pow(10.0, e));
+  const double e0 = std::ceil(std::log10(a.lo)), e1 = std::floor(std::log10(a.hi));
+  for (double e = e0; e <= e1 && t.size() < 700; e += 1) t.push_back(std::pow(10.0, e));
   if (t.size() < 2) {  // less than a decade: linear steps, placed logarithmically
     t.clear();
     for (double v : linear_ticks(a.lo, a.hi))
@@ -119,9 +133,10 @@ std::string short_number(double v) {
   char buf[32];
   const double a = std::abs(v);
   if (v == 0) return "0";
-  if (a >= 1e9) std::snprintf(buf, sizeof buf, "%.3gG", v / 1e9);
-  else if (a >= 1e6) std::snprintf(buf, sizeof buf, "%.3gM", v / 1e6);
-  else if (a >= 1e4) std::snprintf(buf, sizeof buf, "%.3gk", v / 1e3);
+  // The unit is chosen for the value as rounded: 999700 is "1M", not "1e+03k".
+  if (a >= 999.5e6) std::snprintf(buf, sizeof buf, "%.3gG", v / 1e9);
+  else if (a >= 999.5e3) std::snprintf(buf, sizeof buf, "%.3gM", v / 1e6);
+  else if (a >= 9999.5) std::snprintf(buf, sizeof buf, "%.3gk", v / 1e3);
   else if (a >= 0.01) std::snprintf(buf, sizeof buf, "%.4g", v);
   else std::snprintf(buf, sizeof buf, "%.3g", v);
   return buf;

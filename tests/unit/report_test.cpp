@@ -13,6 +13,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <sstream>
 #include <string>
 
 #include "brisk/core/error.h"
@@ -251,4 +252,108 @@ TEST(Report, MemoryPlotFollowsResidentMemoryPerStep) {
   // A line through a point per step.
   EXPECT_NE(svg.find("data-points=\"30\"><title>with/run: RSS MiB: 30 points"), std::string::npos) << svg;
   EXPECT_TRUE(svg_with_id(monitor::html_report(runs, nullptr), "plot-rss_mib").empty());
+}
+
+// Values at the edges of what a double holds gave plots whose tick loops
+// never ended (steps near 1e17 a few apart; loss_scale 0 or near the largest
+// double on the log axis); each now draws, and in a few milliseconds.
+TEST(Report, PlotsOfExtremeValuesFinish) {
+  Dir d;
+  const std::vector<std::string> rows[] = {
+      {R"({"step":100000000000000000,"loss":1})", R"({"step":100000000000000016,"loss":2})"},
+      {R"({"step":1,"loss":1,"loss_scale":0})", R"({"step":2,"loss":1,"loss_scale":0})"},
+      {R"({"step":1,"loss":1,"loss_scale":1.7e308})", R"({"step":2,"loss":1,"loss_scale":1})"},
+      {R"({"step":1,"loss":1,"loss_scale":5e-324})", R"({"step":2,"loss":-1.7e308})", R"({"step":3,"loss":1.7e308})"}};
+  int k = 0;
+  for (const auto& lines : rows) {
+    const std::string dir = d.sub("extreme" + std::to_string(k++));
+    std::ofstream m(dir + "/metrics.jsonl");
+    for (const std::string& l : lines) m << l << "\n";
+    m.close();
+    std::vector<monitor::RunData> runs = {monitor::load_run(dir)};
+    monitor::name_runs(runs);
+    const std::string html = monitor::html_report(runs, nullptr);
+    EXPECT_NE(html.find("id=\"plot-loss\""), std::string::npos) << dir;
+    EXPECT_EQ(html.find("nan"), std::string::npos) << dir;
+  }
+}
+
+// Numbers just under a unit's boundary are written in the next unit once
+// rounded: 999700 tokens/s is "1M", not "1e+03k".
+TEST(Report, NumbersRoundIntoTheNextUnit) {
+  Dir d;
+  const std::string a = d.sub("fast");
+  write_gpt_run(a, 12, 999700, 1.5);
+  std::vector<monitor::RunData> runs = {monitor::load_run(a)};
+  monitor::name_runs(runs);
+  const std::string html = monitor::html_report(runs, nullptr);
+  EXPECT_EQ(html.find("e+0"), std::string::npos) << "a number in exponent form";
+  EXPECT_NE(html.find(">1M<"), std::string::npos);
+}
+
+// An MFU of 0 means the peak was unknown: not recorded, whichever side of
+// the comparison it is on (it read as a 100% regression when on B's).
+TEST(Report, CompareTakesAnMfuOfZeroAsNotRecorded) {
+  Dir d;
+  const std::string a = d.sub("a"), b = d.sub("b");
+  write_gpt_run(a, 30, 1000, 1.5);
+  write_gpt_run(b, 30, 1000, 1.5);
+  std::string text;
+  {
+    std::ifstream in(b + "/metrics.jsonl");
+    std::ostringstream s;
+    s << in.rdbuf();
+    text = std::regex_replace(s.str(), std::regex(R"("mfu":[0-9.e-]+)"), "\"mfu\":0");
+  }
+  std::ofstream(b + "/metrics.jsonl") << text;
+  const monitor::RunData ra = monitor::load_run(a), rb = monitor::load_run(b);
+  for (const auto& c : {monitor::compare_runs(ra, rb), monitor::compare_runs(rb, ra)}) {
+    EXPECT_FALSE(c.rows[1].available) << monitor::format_comparison(c);
+    EXPECT_FALSE(c.any_regression()) << monitor::format_comparison(c);
+  }
+}
+
+// Damaged run files end with an error naming the file and field, not a page
+// of wrapped numbers: negative or overflowing counts, a score outside 0..100,
+// a metrics.jsonl that is a directory.
+TEST(Report, DamagedNumbersAndFilesAreNamed) {
+  Dir d;
+  auto message = [](const std::string& dir) {
+    try {
+      monitor::load_run(dir);
+    } catch (const core::IoError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(accepted)");
+  };
+  const std::string run = d.sub("run");
+  write_gpt_run(run, 5, 1000, 1.5);
+  std::string summary;
+  {
+    std::ifstream in(run + "/run_summary.json");
+    std::ostringstream s;
+    s << in.rdbuf();
+    summary = s.str();
+  }
+  const auto summary_with = [&](const std::string& key, const std::string& value) {
+    nlohmann::json j = nlohmann::json::parse(summary);
+    j[key] = nlohmann::json::parse(value);
+    std::ofstream(run + "/run_summary.json") << j.dump();
+  };
+  summary_with("peak_rss_bytes", "-1");
+  EXPECT_NE(message(run).find("\"peak_rss_bytes\" is out of range (-1)"), std::string::npos) << message(run);
+  summary_with("cores", "4294967297");
+  EXPECT_NE(message(run).find("\"cores\" is out of range"), std::string::npos) << message(run);
+  summary_with("loader_workers", "-1");  // "not recorded"
+  EXPECT_EQ(message(run), "(accepted)");
+  std::ofstream(run + "/run_summary.json") << summary;
+  for (const char* score : {"150", "-3", "1e30", "\"90\""}) {
+    std::ofstream(run + "/recommendations.json") << "{\"score\": " << score << ", \"findings\": []}";
+    EXPECT_NE(message(run).find("\"score\" must be a number from 0 to 100"), std::string::npos) << score;
+  }
+  std::ofstream(run + "/recommendations.json") << "{\"score\": null, \"findings\": []}";
+  EXPECT_EQ(message(run), "(accepted)");
+  const std::string dir_metrics = d.sub("dirmetrics");
+  fs::create_directories(dir_metrics + "/metrics.jsonl");
+  EXPECT_NE(message(dir_metrics).find("metrics.jsonl: is a directory"), std::string::npos) << message(dir_metrics);
 }
