@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -25,6 +26,18 @@ void check_output_file(const std::string& path) {
   if (!fs::is_directory(dir, ec)) throw ConfigError(path + ": " + dir.string() + " is not a directory");
   if (::access(dir.c_str(), W_OK) != 0)
     throw IoError(path + ": directory " + dir.string() + " is not writable (" + std::strerror(errno) + ")");
+}
+
+void check_output_not_input(const std::string& out, const std::string& input) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (out.empty() || input.empty() || !fs::exists(out, ec)) return;  // a new file overwrites nothing
+  if (fs::equivalent(out, input, ec))
+    throw ConfigError(out + ": is the input " + input + "; write the output to another file");
+  if (!fs::is_directory(input, ec)) return;
+  const fs::path o = fs::weakly_canonical(out, ec), in = fs::weakly_canonical(input, ec);
+  if (std::mismatch(in.begin(), in.end(), o.begin(), o.end()).first == in.end())  // in is a prefix of out
+    throw ConfigError(out + ": is a file of the input " + input + "; write the output outside it");
 }
 
 AtomicFile::AtomicFile(std::string path) : path_(std::move(path)), tmp_(path_ + ".tmp") {

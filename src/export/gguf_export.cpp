@@ -226,6 +226,7 @@ const char* gguf_type_name(GgufType t) {
 GgufExportSummary export_gguf(const std::string& checkpoint, const std::string& out_path,
                               const GgufExportOptions& options) {
   core::check_output_file(out_path);  // before the model is loaded
+  core::check_output_not_input(out_path, checkpoint);
   const std::string dir = train::require_checkpoint(checkpoint);
   train::TrainState state;
   const models::GptConfig cfg = train::read_checkpoint_config(dir, &state);

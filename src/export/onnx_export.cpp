@@ -118,6 +118,7 @@ OnnxExportSummary export_onnx(const std::string& checkpoint, const std::string& 
                               const OnnxExportOptions& options) {
   // The output path first: a typo there should not cost a model load.
   core::check_output_file(out_path);
+  core::check_output_not_input(out_path, checkpoint);
   const std::string dir = train::require_checkpoint(checkpoint);
   train::TrainState state;
   const models::GptConfig cfg = train::read_checkpoint_config(dir, &state);

@@ -6,6 +6,8 @@
 
 #include <cstring>
 #include <functional>
+#include <set>
+#include <stdexcept>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -149,6 +151,7 @@ namespace {
 struct Tensors {
   std::map<std::string, Tensor> by_name;
   std::string path;
+  mutable std::set<std::string> taken;  // names get() returned (brisk's own files may hold no others)
 
   const Tensor& get(const std::string& name) const {
     auto it = by_name.find(name);
@@ -160,9 +163,16 @@ struct Tensors {
       throw IoError(path + ": no tensor '" + name + "': not a GPT-2 model in brisk's or Hugging Face's naming (it has " +
                     std::to_string(by_name.size()) + " tensors, e.g. " + some + ")");
     }
+    taken.insert(name);
     return it->second;
   }
   bool has(const std::string& name) const { return by_name.count(name) > 0; }
+  // The first tensor get() never returned, or "".
+  std::string first_untaken() const {
+    for (const auto& [name, tensor] : by_name)
+      if (!taken.count(name)) return name;
+    return "";
+  }
 };
 
 Tensors tensors_of(const std::map<std::string, Tensor>& tensors, const std::string& path) {
@@ -313,16 +323,25 @@ Model load_quantized(const std::string& path, const core::SafetensorsFile& f) {
   t.by_name = f.tensors;
   Model m;
   m.scheme = parse_scheme(meta("brisk.scheme"));
+  // The loaders below read int8/int4 tensors; an fp32 model is a checkpoint, not this format.
+  if (m.scheme == Scheme::f32)
+    throw IoError(path + ": 'brisk.scheme' metadata is '" + meta("brisk.scheme") +
+                  "'; a quantized file is int8 or int4");
   m.quant_note = f.metadata.count("brisk.calibration") ? f.metadata.at("brisk.calibration") : "";
   m.tokenizer = meta("brisk.tokenizer");
   m.source = path;
   try {
     const json j = json::parse(meta("brisk.model"));
-    m.config.vocab_size = j.at("vocab_size").get<int64_t>();
-    m.config.n_layer = j.at("n_layer").get<int64_t>();
-    m.config.n_embd = j.at("n_embd").get<int64_t>();
-    m.config.n_head = j.at("n_head").get<int64_t>();
-    m.config.block_size = j.at("block_size").get<int64_t>();
+    auto integer = [&](const char* key) {
+      const json& v = j.at(key);
+      if (!v.is_number_integer()) throw std::invalid_argument(std::string(key) + " is not an integer: " + v.dump());
+      return v.get<int64_t>();
+    };
+    m.config.vocab_size = integer("vocab_size");
+    m.config.n_layer = integer("n_layer");
+    m.config.n_embd = integer("n_embd");
+    m.config.n_head = integer("n_head");
+    m.config.block_size = integer("block_size");
     m.config.validate();
   } catch (const std::exception& e) {
     throw IoError(path + ": bad 'brisk.model' metadata (" + e.what() + ")");
@@ -334,6 +353,11 @@ Model load_quantized(const std::string& path, const core::SafetensorsFile& f) {
   read_common(t, m, [&](const std::string& p, int64_t out, int64_t in) {
     return read_qlinear(t, p, m.scheme, out, in, true);
   });
+  // brisk wrote the file, so a tensor the model does not use (a layer past
+  // n_layer) means the metadata and the tensors disagree.
+  if (const std::string extra = t.first_untaken(); !extra.empty())
+    throw IoError(path + ": tensor '" + extra + "' is not part of the model its metadata describes (n_layer " +
+                  std::to_string(m.config.n_layer) + ")");
   return m;
 }
 

@@ -72,6 +72,16 @@ QLinear quantize_linear(const QLinear& l, Scheme s) {
   return quantize_int4(l);
 }
 
+// A scale is the largest magnitude of a row or group: one NaN or infinite
+// weight would turn its whole row into NaN codes without a word.
+void require_finite(const QLinear& l, const std::string& name, const std::string& source) {
+  const float* w = l.w.data_as<float>();
+  for (int64_t k = 0; k < l.out * l.in; ++k)
+    if (!std::isfinite(w[k]))
+      throw core::ConfigError(source + ": cannot quantize '" + name + "': weight " + std::to_string(k) + " is " +
+                              (std::isnan(w[k]) ? "NaN" : "infinite") + " (a diverged or damaged checkpoint)");
+}
+
 // The fp32 weight a quantized Linear stands for.
 std::vector<float> dequantize(const QLinear& q) {
   std::vector<float> w(size_t(q.out * q.in));
@@ -191,6 +201,14 @@ Model quantize(const Model& m, Scheme s, const std::vector<int32_t>& calibration
   if (s == Scheme::f32) throw core::ConfigError("quantize needs a scheme: int8 or int4");
   if (m.head.packed)
     throw core::ConfigError(m.source + ": its weights are packed for the engine; quantize the model as loaded");
+  require_finite(m.head, "wte", m.source);
+  for (size_t l = 0; l < m.layers.size(); ++l) {
+    const std::string h = "h." + std::to_string(l) + ".";
+    require_finite(m.layers[l].qkv, h + "attn.c_attn", m.source);
+    require_finite(m.layers[l].proj, h + "attn.c_proj", m.source);
+    require_finite(m.layers[l].fc, h + "mlp.c_fc", m.source);
+    require_finite(m.layers[l].fc_proj, h + "mlp.c_proj", m.source);
+  }
   Model q = m;
   std::string note = scheme_name(s);
   if (s == Scheme::int4 && !calibration.empty()) {

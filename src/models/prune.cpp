@@ -158,8 +158,21 @@ PruneReport prune(core::ParameterStore& store, PruneMethod method, double sparsi
   // A host store is pruned in place (download() of a host tensor is the
   // tensor itself); a device store through host copies.
   std::vector<core::Tensor> ws;  // the prunable weights' host forms, in store order
+  size_t i = 0;
   for (const auto& [name, e] : store.entries())
     if (is_prunable(name)) ws.push_back(store.download(e.value));
+  // Magnitudes order the weights; a NaN has none (the cut would go wrong
+  // silently), and an infinite weight means the checkpoint is damaged.
+  i = 0;
+  for (const auto& [name, e] : store.entries()) {
+    if (!is_prunable(name)) continue;
+    const core::Tensor& w = ws[i++];
+    const float* p = w.data_as<float>();
+    for (int64_t k = 0; k < w.numel(); ++k)
+      if (!std::isfinite(p[k]))
+        throw ConfigError("cannot prune '" + name + "': weight " + std::to_string(k) + " is " +
+                          (std::isnan(p[k]) ? "NaN" : "infinite") + " (a diverged or damaged checkpoint)");
+  }
   if (method == PruneMethod::two_four) {
     for (core::Tensor& w : ws) prune_two_four(w.data_as<float>(), w.shape()[0], w.shape()[1]);
   } else if (scope == PruneScope::global) {
@@ -169,7 +182,7 @@ PruneReport prune(core::ParameterStore& store, PruneMethod method, double sparsi
   } else {
     for (core::Tensor& w : ws) prune_magnitude(w.data_as<float>(), w.numel(), sparsity);
   }
-  size_t i = 0;
+  i = 0;
   for (const auto& [name, e] : store.entries()) {
     if (!is_prunable(name)) continue;
     const core::Tensor& w = ws[i++];

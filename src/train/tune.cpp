@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <stdexcept>
 
 #include "brisk/core/allocator.h"
 #include "brisk/core/error.h"
@@ -60,7 +61,12 @@ uint64_t parse_byte_size(const std::string& text, const std::string& what) {
   const auto u = kUnits.find(unit);
   if (u == kUnits.end()) throw bad("unknown unit '" + unit + "'; allowed: B, KiB, MiB, GiB, TiB, kB, MB, GB, TB");
   if (dot && u->second == 1.0) throw bad("a number of bytes must be whole");
-  const double v = std::stod(number) * u->second;
+  double v = 0;
+  try {
+    v = std::stod(number) * u->second;
+  } catch (const std::out_of_range&) {
+    throw bad("too large");
+  }
   if (!(v >= 1)) throw bad("it must be at least 1 byte");
   if (v >= 9.2e18) throw bad("too large");
   return uint64_t(std::llround(v));

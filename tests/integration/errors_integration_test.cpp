@@ -9,7 +9,12 @@
 #include <algorithm>
 #include <filesystem>
 
+#include <cmath>
+#include <map>
+#include <nlohmann/json.hpp>
+
 #include "brisk/core/error.h"
+#include "brisk/core/safetensors.h"
 #include "brisk/cpu/cpu_backend.h"
 #include "brisk/models/generate.h"
 #include "brisk/train/checkpoint.h"
@@ -343,3 +348,109 @@ TEST_F(BadGenerate, ResumeIntoAnotherModelSize) {
 }
 
 }  // namespace
+
+// An output path naming the command's input (or a file inside the input
+// checkpoint) is refused before anything is written: quantize, both exports
+// and prune's --json replaced the checkpoint's own model.safetensors.
+TEST_F(BadGenerate, OutputsThatWouldOverwriteTheInputAreRefused) {
+  const std::string weights = ckpt_ + "/model.safetensors", state = ckpt_ + "/state.json";
+  const std::string before = read_text(weights), state_before = read_text(state);
+  const std::string run_dir = fs::path(ckpt_).parent_path().string();
+  for (const std::string& in : {ckpt_, run_dir}) {
+    expect_clear_error(run_cli({"quantize", "--checkpoint", in, "--scheme", "int8", "--out", weights}),
+                       {weights, "input", in});
+    expect_clear_error(run_cli({"export", "onnx", "--checkpoint", in, "--out", weights}), {weights, "input"});
+    expect_clear_error(run_cli({"export", "gguf", "--checkpoint", in, "--out", state}), {state, "input"});
+    expect_clear_error(run_cli({"prune", "--checkpoint", in, "--method", "magnitude", "--out", tmp_.file("pruned"),
+                                "--json", state}),
+                       {state, "input"});
+  }
+  // A quantized file as its own output.
+  const std::string q8 = tmp_.file("q8.safetensors");
+  ASSERT_EQ(run_cli({"quantize", "--checkpoint", ckpt_, "--scheme", "int8", "--out", q8}).exit_code, 0);
+  expect_clear_error(run_cli({"quantize", "--checkpoint", q8, "--scheme", "int4", "--out", q8}), {q8, "is the input"});
+  EXPECT_EQ(read_text(weights), before);
+  EXPECT_EQ(read_text(state), state_before);
+  EXPECT_FALSE(fs::exists(tmp_.file("pruned")));
+  // A new file next to the checkpoint overwrites nothing.
+  EXPECT_EQ(run_cli({"export", "onnx", "--checkpoint", ckpt_, "--out", ckpt_ + "/model.onnx"}).exit_code, 0);
+}
+
+// NaN or infinite weights (a diverged run's, a damaged file's) have no
+// magnitude order and no scale: prune and quantize name the tensor.
+TEST_F(BadGenerate, NonFiniteWeightsAreRefusedByPruneAndQuantize) {
+  cpu::CpuBackend backend(1);
+  train::TrainState state;
+  models::Gpt model(train::read_checkpoint_config(ckpt_, &state), backend);
+  train::load_checkpoint(ckpt_, model, nullptr);
+  model.params().entries().at("h.1.mlp.c_fc.weight").value.data_as<float>()[5] = std::nanf("");
+  const std::string bad = train::save_checkpoint(tmp_.file("nan_run"), model, nullptr, state, 0);
+  expect_clear_error(run_cli({"prune", "--checkpoint", bad, "--method", "magnitude", "--out", tmp_.file("p")}),
+                     {"h.1.mlp.c_fc.weight", "weight 5 is NaN"});
+  expect_clear_error(run_cli({"quantize", "--checkpoint", bad, "--scheme", "int8", "--out", tmp_.file("q")}),
+                     {"h.1.mlp.c_fc", "NaN"});
+  model.params().entries().at("h.1.mlp.c_fc.weight").value.data_as<float>()[5] = INFINITY;
+  const std::string inf = train::save_checkpoint(tmp_.file("inf_run"), model, nullptr, state, 0);
+  expect_clear_error(run_cli({"prune", "--checkpoint", inf, "--method", "2:4", "--sparsity", "0.5", "--out",
+                              tmp_.file("p")}),
+                     {"h.1.mlp.c_fc.weight", "infinite"});
+  EXPECT_FALSE(fs::exists(tmp_.file("p")));
+  EXPECT_FALSE(fs::exists(tmp_.file("q")));
+}
+
+// A quantized file whose metadata says fp32 held int8 tensors the fp32 path
+// read as floats, past the end of their buffers; one with a layer past its
+// metadata's n_layer ran without it. Both are refused by name.
+TEST_F(BadGenerate, QuantizedFilesThatDisagreeWithTheirMetadataAreRefused) {
+  const std::string q8 = tmp_.file("q8.safetensors");
+  ASSERT_EQ(run_cli({"quantize", "--checkpoint", ckpt_, "--scheme", "int8", "--out", q8}).exit_code, 0);
+  const core::SafetensorsFile f = core::load_safetensors(q8);
+  const auto rewrite = [&](const std::string& path, std::map<std::string, std::string> meta, bool drop_layer) {
+    std::vector<core::NamedTensor> tensors;
+    for (const auto& [name, t] : f.tensors)
+      if (!drop_layer || name.rfind("h.1.", 0) != 0) tensors.push_back({name, t.as_view()});
+    core::save_safetensors(path, tensors, meta);
+  };
+  auto meta = f.metadata;
+  meta["brisk.scheme"] = "fp32";
+  rewrite(tmp_.file("fp32.safetensors"), meta, false);
+  expect_clear_error(run_cli({"generate", "--checkpoint", tmp_.file("fp32.safetensors"), "--prompt", "In", "--max-new",
+                              "2"}),
+                     {"brisk.scheme", "fp32", "int8 or int4"});
+  meta = f.metadata;
+  nlohmann::json model = nlohmann::json::parse(meta.at("brisk.model"));
+  ASSERT_EQ(model["n_layer"], 2);
+  model["n_layer"] = 1;
+  meta["brisk.model"] = model.dump();
+  rewrite(tmp_.file("layers.safetensors"), meta, false);
+  expect_clear_error(run_cli({"generate", "--checkpoint", tmp_.file("layers.safetensors"), "--prompt", "In",
+                              "--max-new", "2"}),
+                     {"tensor 'h.1.", "n_layer 1"});
+  rewrite(tmp_.file("one_layer.safetensors"), meta, true);  // the same file cut to one layer loads
+  EXPECT_EQ(run_cli({"generate", "--checkpoint", tmp_.file("one_layer.safetensors"), "--prompt", "In", "--max-new",
+                     "2"}).exit_code,
+            0);
+  model["n_layer"] = 2.5;
+  meta["brisk.model"] = model.dump();
+  rewrite(tmp_.file("float.safetensors"), meta, false);
+  expect_clear_error(run_cli({"generate", "--checkpoint", tmp_.file("float.safetensors"), "--prompt", "In",
+                              "--max-new", "2"}),
+                     {"n_layer is not an integer"});
+}
+
+// Options the audit found accepted: an empty or directory --trace, negative
+// --threads for prune and serve, a memory size past double's range.
+TEST_F(BadGenerate, MoreOptionValuesAreRefusedByName) {
+  const std::string config = tmp_.file("opts.toml");
+  write_text(config, good_config());
+  expect_clear_error(run_cli({"train", "--config", config, "--trace", ""}), {"--trace", "empty output path"});
+  fs::create_directories(tmp_.file("tracedir"));
+  expect_clear_error(run_cli({"train", "--config", config, "--trace", tmp_.file("tracedir")}),
+                     {"--trace", "is a directory"});
+  expect_clear_error(run_cli({"prune", "--checkpoint", ckpt_, "--method", "magnitude", "--out", tmp_.file("p"),
+                              "--threads", "-1"}),
+                     {"--threads", "at least 0"});
+  expect_clear_error(run_cli({"serve", "--model", ckpt_, "--port", "0", "--threads", "-3"}), {"--threads", "at least 0"});
+  expect_clear_error(run_cli({"tune", config, "--memory-budget", "1" + std::string(400, '0')}),
+                     {"--memory-budget", "too large"});
+}

@@ -166,7 +166,9 @@ struct QuantizeArgs {
 int run_quantize(const QuantizeArgs& a) {
   const infer::Scheme scheme = infer::parse_scheme(a.scheme);
   if (scheme == infer::Scheme::f32) throw core::ConfigError("--scheme must be int8 or int4");
+  core::check_output_not_input(a.out, a.checkpoint);
   const infer::Model m = infer::load_model(a.checkpoint);
+  core::check_output_not_input(a.out, m.source);
   if (m.scheme != infer::Scheme::f32)
     throw core::ConfigError(a.checkpoint + " is already quantized (" + infer::scheme_name(m.scheme) +
                             "); quantize the fp32 checkpoint it came from");

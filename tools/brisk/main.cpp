@@ -20,6 +20,7 @@
 #include "brisk/train/classifier_trainer.h"
 #include "brisk/train/trainer.h"
 #include "bench_cmd.h"
+#include "cli_checks.h"
 #include "plan_cmd.h"
 #include "tune_cmd.h"
 #include "report_cmd.h"
@@ -175,7 +176,8 @@ int main(int argc, char** argv) {
                         "Run preset: high-performance | memory-constrained | production (docs/tuning.md)");
   std::string trace;
   std::vector<int64_t> trace_steps;
-  auto* trace_opt = train_cmd->add_option("--trace", trace, "Write a Chrome trace of a few steps (every op) to this file");
+  auto* trace_opt = train_cmd->add_option("--trace", trace, "Write a Chrome trace of a few steps (every op) to this file")
+                        ->check(cli::output_file());
   train_cmd->add_option("--trace-steps", trace_steps, "Steps to trace, e.g. 5,6 (default: the 3rd to 5th of the run)")
       ->delimiter(',')
       ->needs(trace_opt);

@@ -16,11 +16,13 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "brisk/core/atomic_file.h"
 #include "brisk/core/error.h"
 #include "brisk/core/safetensors.h"
 #include "brisk/cpu/cpu_backend.h"
 #include "brisk/models/gpt.h"
 #include "brisk/models/prune.h"
+#include "cli_checks.h"
 #include "brisk/train/checkpoint.h"
 
 namespace brisk::cli {
@@ -95,6 +97,7 @@ int run_prune(const PruneArgs& a) {
     const fs::path parent = fs::absolute(a.json_path).parent_path();
     if (!fs::is_directory(parent))
       throw core::ConfigError("--json " + a.json_path + ": directory " + parent.string() + " does not exist");
+    core::check_output_not_input(a.json_path, a.checkpoint);
   }
 
   if (!fs::exists(a.checkpoint)) throw core::IoError(a.checkpoint + ": no such checkpoint or run directory");
@@ -154,7 +157,7 @@ PruneCommand add_prune_command(CLI::App& parent) {
       ->capture_default_str();
   prune->add_option("--out", args->out, "Output checkpoint directory (must not exist, or be empty)")->required();
   prune->add_option("--json", args->json_path, "Also write the per-layer report here (it is always in <out>)");
-  prune->add_option("--threads", args->threads, "CPU threads (0 = all cores)");
+  prune->add_option("--threads", args->threads, "CPU threads (0 = all cores)")->check(non_negative());
   PruneCommand cmd;
   cmd.app = prune;
   cmd.run = [args]() { return run_prune(*args); };

@@ -16,6 +16,7 @@
 #include "brisk/data/tokenizer.h"
 #include "brisk/infer/engine.h"
 #include "brisk/serve/server.h"
+#include "cli_checks.h"
 
 namespace brisk::cli {
 
@@ -160,7 +161,7 @@ ServeCommand add_serve_command(CLI::App& app) {
   s->add_option("--slots", a->slots, "Sequences decoding at once")->capture_default_str();
   s->add_option("--max-queue", a->max_queue, "Requests waiting for a slot before 429")->capture_default_str();
   s->add_option("--max-body", a->max_body, "Largest request body in bytes (larger: 413)")->capture_default_str();
-  s->add_option("--threads", a->threads, "CPU threads for the engine (0 = all cores)");
+  s->add_option("--threads", a->threads, "CPU threads for the engine (0 = all cores)")->check(non_negative());
   s->add_option("--kv-mb", a->kv_mb, "Key/value pool in MiB (0 = full context for every slot)");
   s->add_option("--vocab-dir", a->vocab_dir, "GPT-2 vocabulary directory (gpt2 models)");
   s->add_option("--api-key", a->api_key,
