@@ -114,6 +114,11 @@ class MpiCommunicator final : public core::Communicator {
           "Allreduce");
   }
   void barrier() override { check(MPI_Barrier(MPI_COMM_WORLD), "Barrier"); }
+  [[noreturn]] void abort(int exit_code) override {
+    std::fflush(nullptr);
+    MPI_Abort(MPI_COMM_WORLD, exit_code);
+    std::_Exit(exit_code);  // MPI_Abort returned: end this process at least
+  }
 
  private:
   int rank_ = 0, size_ = 1;

@@ -74,7 +74,7 @@ std::string to_toml(const AutoencoderConfig& c) {
   detail::write_split_keys(s, c);
   s << "\n[train]\n";
   detail::write_epoch_train_keys(s, c);
-  s << "input_dropout = " << c.input_dropout << "\n";
+  s << "input_dropout = " << toml_number(c.input_dropout) << "\n";
   detail::write_checkpoint_keys(s, c);
   return s.str();
 }

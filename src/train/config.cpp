@@ -6,6 +6,7 @@
 
 #include <cpuid.h>
 
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -281,8 +282,9 @@ TrainConfig config_from_table(const toml::table& file) {
     throw ConfigError("config: dist.bucket_mb must be a positive number of MiB");
   if (c.dist.zero != 0 && c.dist.zero != 1)
     throw ConfigError("config: dist.zero must be 0 or 1, got " + std::to_string(c.dist.zero));
-  if (!(c.dist.timeout_s > 0) || !std::isfinite(c.dist.timeout_s))
-    throw ConfigError("config: dist.timeout_s must be a positive number of seconds");
+  // The bound keeps the deadline (now + timeout) within the clock's range.
+  if (!(c.dist.timeout_s > 0) || !(c.dist.timeout_s <= 365 * 86400.0))
+    throw ConfigError("config: dist.timeout_s must be a positive number of seconds, at most a year (31536000)");
   if (c.dist.backend != "auto" && c.dist.backend != "mpi" && c.dist.backend != "nccl")
     throw ConfigError("config: dist.backend: unknown value '" + c.dist.backend + "' (allowed: auto, mpi, nccl)");
   if (c.keep_mask && c.dist.zero == 1)
@@ -297,6 +299,18 @@ TrainConfig config_from_table(const toml::table& file) {
 // `v` as a TOML basic string: quoted, with quotes, backslashes and control
 // characters escaped, so that any path a config holds (a quote in a directory
 // name, a Windows path) is written back as TOML that loads to the same value.
+namespace {
+template <class T>
+std::string shortest(T v) {
+  char buf[64];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, r.ptr);
+}
+}  // namespace
+
+std::string toml_number(double v) { return shortest(v); }
+std::string toml_number(float v) { return shortest(v); }
+
 std::string toml_string(const std::string& v) {
   std::string out = "\"";
   for (const char ch : v) {
@@ -330,12 +344,12 @@ std::string to_toml(const TrainConfig& c) {
     << "\nfuse_bias_backward = " << toml_string(c.model.fuse_bias_backward)
     << "\nfuse_weight_casts = " << toml_string(c.model.fuse_weight_casts)
     << "\n\n[data]\ndir = " << toml_string(c.data_dir) << "\n\n[train]\nbatch = " << c.batch << "\nseq = " << c.seq << "\ngrad_accum = " << c.grad_accum
-    << "\nsteps = " << c.steps << "\nlr = " << c.schedule.max_lr << "\nmin_lr_ratio = " << c.schedule.min_lr_ratio
+    << "\nsteps = " << c.steps << "\nlr = " << toml_number(c.schedule.max_lr) << "\nmin_lr_ratio = " << toml_number(c.schedule.min_lr_ratio)
     << "\nwarmup = " << c.schedule.warmup_steps << "\nschedule = \"" << kinds[int(c.schedule.kind)]
-    << "\"\nplateau_patience = " << c.schedule.plateau_patience << "\nplateau_factor = " << c.schedule.plateau_factor
-    << "\nweight_decay = " << c.adamw.weight_decay << "\ngrad_clip = " << c.adamw.grad_clip
+    << "\"\nplateau_patience = " << c.schedule.plateau_patience << "\nplateau_factor = " << toml_number(c.schedule.plateau_factor)
+    << "\nweight_decay = " << toml_number(c.adamw.weight_decay) << "\ngrad_clip = " << toml_number(c.adamw.grad_clip)
     << "\nfused_adamw = " << (c.adamw.fused ? "true" : "false")
-    << "\nbeta1 = " << c.adamw.beta1 << "\nbeta2 = " << c.adamw.beta2 << "\neps = " << c.adamw.eps
+    << "\nbeta1 = " << toml_number(c.adamw.beta1) << "\nbeta2 = " << toml_number(c.adamw.beta2) << "\neps = " << toml_number(c.adamw.eps)
     << "\nseed = " << c.seed << "\ndevice = " << toml_string(c.device) << "\nthreads = " << c.threads << "\nloader_workers = " << c.loader_workers
     << "\nprecision = \"" << precision_name(c.precision) << "\""
     << "\nprecision_fallback = " << (c.precision_fallback ? "true" : "false")
@@ -344,12 +358,12 @@ std::string to_toml(const TrainConfig& c) {
   if (c.loss_scaling) s << "\nloss_scaling = " << (*c.loss_scaling ? "true" : "false");
   if (!c.run_preset.empty()) s << "\npreset = " << toml_string(c.run_preset);
   if (!c.memory_budget.empty()) s << "\nmemory_budget = " << toml_string(c.memory_budget);
-  s << "\nloss_scale_init = " << c.loss_scale_init << "\nloss_scale_growth_interval = " << c.loss_scale_growth_interval
+  s << "\nloss_scale_init = " << toml_number(c.loss_scale_init) << "\nloss_scale_growth_interval = " << c.loss_scale_growth_interval
     << "\neval_every = " << c.eval_every
     << "\neval_batches = " << c.eval_batches << "\nlog_every = " << c.log_every
     << "\ntensorboard = " << (c.tensorboard ? "true" : "false") << "\n\n[checkpoint]\ndir = "
     << toml_string(c.out_dir) << "\nevery = " << c.checkpoint_every << "\nkeep = " << c.keep_checkpoints << "\n";
-  s << "\n[dist]\nbucket_mb = " << c.dist.bucket_mb << "\nzero = " << c.dist.zero << "\ntimeout_s = " << c.dist.timeout_s
+  s << "\n[dist]\nbucket_mb = " << toml_number(c.dist.bucket_mb) << "\nzero = " << c.dist.zero << "\ntimeout_s = " << toml_number(c.dist.timeout_s)
     << "\nbackend = " << toml_string(c.dist.backend) << "\n";
   return s.str();
 }

@@ -66,7 +66,7 @@ void check_epoch_train_keys(Config& c) {
     throw ConfigError("config: train.loader_workers must be in [0, 64], got " + std::to_string(c.loader_workers));
   // 0 turns the cache off (every record decoded at every use); the bound
   // keeps the byte budget (cache_mb << 20) from overflowing.
-  if (c.cache_mb < 0 || c.cache_mb > (int64_t(1) << 24))
+  if (!(c.cache_mb >= 0 && c.cache_mb <= (int64_t(1) << 24)))
     throw ConfigError("config: data.cache_mb must be in [0, 16777216] (0: no cache), got " +
                       std::to_string(c.cache_mb));
   if (!(c.schedule.max_lr > 0) || !std::isfinite(c.schedule.max_lr))
@@ -132,7 +132,7 @@ void write_body_model_keys(std::ostream& s, const Model& m) {
 
 template <class Config>
 void write_split_keys(std::ostream& s, const Config& c) {
-  s << "train_frac = " << c.train_frac << "\nval_frac = " << c.val_frac << "\nsplit_seed = " << c.split_seed
+  s << "train_frac = " << toml_number(c.train_frac) << "\nval_frac = " << toml_number(c.val_frac) << "\nsplit_seed = " << c.split_seed
     << "\nbucket = " << (c.bucket ? "true" : "false") << "\ncache_mb = " << c.cache_mb << "\n";
 }
 
@@ -140,11 +140,11 @@ void write_split_keys(std::ostream& s, const Config& c) {
 template <class Config>
 void write_epoch_train_keys(std::ostream& s, const Config& c) {
   const char* kinds[] = {"constant", "linear", "cosine"};  // what read_epoch_train_keys accepts
-  s << "batch = " << c.batch << "\nepochs = " << c.epochs << "\nlr = " << c.schedule.max_lr
-    << "\nmin_lr_ratio = " << c.schedule.min_lr_ratio << "\nwarmup = " << c.schedule.warmup_steps
-    << "\nschedule = \"" << kinds[int(c.schedule.kind)] << "\"\nweight_decay = " << c.adamw.weight_decay
-    << "\ngrad_clip = " << c.adamw.grad_clip << "\nbeta1 = " << c.adamw.beta1 << "\nbeta2 = " << c.adamw.beta2
-    << "\neps = " << c.adamw.eps << "\nseed = " << c.seed << "\nthreads = " << c.threads
+  s << "batch = " << c.batch << "\nepochs = " << c.epochs << "\nlr = " << toml_number(c.schedule.max_lr)
+    << "\nmin_lr_ratio = " << toml_number(c.schedule.min_lr_ratio) << "\nwarmup = " << c.schedule.warmup_steps
+    << "\nschedule = \"" << kinds[int(c.schedule.kind)] << "\"\nweight_decay = " << toml_number(c.adamw.weight_decay)
+    << "\ngrad_clip = " << toml_number(c.adamw.grad_clip) << "\nbeta1 = " << toml_number(c.adamw.beta1) << "\nbeta2 = " << toml_number(c.adamw.beta2)
+    << "\neps = " << toml_number(c.adamw.eps) << "\nseed = " << c.seed << "\nthreads = " << c.threads
     << "\nloader_workers = " << c.loader_workers << "\nlog_every = " << c.log_every << "\n";
 }
 

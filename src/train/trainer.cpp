@@ -749,19 +749,15 @@ TrainResult train(const TrainConfig& cfg, core::Backend& backend, const TrainOpt
   return trainer.finish();
 }
 
-TrainResult train(const TrainConfig& config, const TrainOptions& options) {
-  TrainConfig cfg = config;
-  TrainOptions opt = options;
-  // Started by mpirun / srun with more than one rank: connect, and share
-  // this machine's cores between the ranks on it unless train.threads says.
-  // GPU ranks: NCCL for the gradients, bootstrapped over (and keeping its
-  // host collectives on) MPI, which must outlive it: declared first.
-  std::unique_ptr<core::Communicator> mpi, nccl;
-  const dist::Launch launch = dist::detect_launch();
+namespace {
+
+// The part of train() after MPI is up (mpi null: one process): NCCL for GPU
+// ranks, this machine's cores shared between its ranks unless
+// train.threads says, the backend, the run.
+TrainResult train_connected(TrainConfig cfg, TrainOptions opt, const dist::Launch& launch, core::Communicator* mpi,
+                            std::unique_ptr<core::Communicator>& nccl) {
   int device_index = 0;
-  if (!opt.comm && launch.launched && launch.size > 1) {
-    mpi = dist::connect_mpi();
-    opt.comm = mpi.get();
+  if (mpi) {
     const bool use_nccl = cfg.dist.backend == "nccl" || (cfg.dist.backend == "auto" && cfg.device == "cuda");
     if (use_nccl && cfg.device != "cuda")
       throw core::ConfigError("dist.backend = \"nccl\" needs train.device = \"cuda\" (NCCL works on GPU memory)");
@@ -782,6 +778,36 @@ TrainResult train(const TrainConfig& config, const TrainOptions& options) {
   }
   std::unique_ptr<core::Backend> backend = make_backend(cfg, device_index);
   return train(cfg, *backend, opt);
+}
+
+}  // namespace
+
+TrainResult train(const TrainConfig& config, const TrainOptions& options) {
+  TrainOptions opt = options;
+  // Started by mpirun / srun with more than one rank: connect. GPU ranks:
+  // NCCL for the gradients, bootstrapped over (and keeping its host
+  // collectives on) MPI, which must outlive it: declared first.
+  std::unique_ptr<core::Communicator> mpi, nccl;
+  const dist::Launch launch = dist::detect_launch();
+  if (!opt.comm && launch.launched && launch.size > 1) {
+    mpi = dist::connect_mpi();
+    opt.comm = mpi.get();
+  }
+  try {
+    return train_connected(config, opt, launch, mpi.get(), nccl);
+  } catch (const std::exception& e) {
+    if (!mpi) throw;
+    // An error this rank met alone (its data, its disk, an option only rank
+    // 0 checks): the other ranks would wait for it in their next collective
+    // until dist.timeout_s, and MPI_Finalize while unwinding would wait for
+    // them, so the error is said here, with the rank, and the job ends now.
+    const bool users_error =
+        dynamic_cast<const core::Error*>(&e) || dynamic_cast<const std::filesystem::filesystem_error*>(&e);
+    std::fprintf(stderr, "\nbrisk: rank %d of %d: %serror: %s\n(ending every rank of the job)\n", mpi->rank(),
+                 mpi->size(), users_error ? "" : "internal ", e.what());
+    mpi->abort(users_error ? 2 : 3);  // main's exit codes
+    throw;                            // not reached
+  }
 }
 
 }  // namespace brisk::train

@@ -356,5 +356,45 @@ TEST(Dist, StopSignalOnOneRankGivesOneConsistentCheckpoint) {
   EXPECT_EQ(read_metrics(run.out_dir("stop")).back().step, stopped_at + 2);
 }
 
+// An error one rank meets alone (here: rank 1's data directory is missing)
+// ends the whole job at once, with that rank's message. Rank 1 used to hang
+// in MPI_Finalize while unwinding, rank 0 waited out dist.timeout_s, and
+// the message was never printed.
+TEST(Dist, AnErrorOnOneRankEndsTheJobAtOnceWithItsMessage) {
+  REQUIRE_MPIRUN();
+  DistRun run;
+  const std::string cfg = run.config("alone", 5, 0);
+  const std::string missing = run.dir.file("no_such_data");
+  std::vector<std::string> args = mpirun_args(1);
+  args.insert(args.end(), {cli_path(), "train", "--config", cfg, "--no-progress", "--set", "dist.timeout_s=300", ":",
+                           "-np", "1", cli_path(), "train", "--config", cfg, "--no-progress", "--set",
+                           "dist.timeout_s=300", "--set", "data.dir=" + missing});
+  CliHooks hooks;
+  hooks.timeout_s = 60;  // far below the ranks' own timeout
+  const CliResult r = run_program(kMpirun, args, hooks);
+  EXPECT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("rank 1 of 2: error:"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(missing), std::string::npos) << r.err;
+}
+
+// The encoder and autoencoder trainers run in one process: under mpirun each
+// rank trained the whole model into the same checkpoint.dir.
+TEST(Dist, EpochRunsAreRefusedUnderSeveralProcesses) {
+  REQUIRE_MPIRUN();
+  DistRun run;
+  for (const char* kind : {"encoder", "autoencoder"}) {
+    const std::string out = run.out_dir(kind), cfg = run.dir.file(std::string(kind) + ".toml");
+    write_text(cfg, std::string("[model]\nkind = \"") + kind + "\"\n[data]\nstore = \"" + run.dir.file("none.lmdb") +
+                        "\"\n[checkpoint]\ndir = \"" + out + "\"\n");
+    const CliResult r = train(2, cfg);
+    EXPECT_FALSE(r.timed_out) << r.err;
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_NE(r.err.find("data-parallel training (2 processes under mpirun) is for GPT runs"), std::string::npos)
+        << r.err;
+    EXPECT_FALSE(fs::exists(out)) << kind;
+  }
+}
+
 }  // namespace
 }  // namespace brisk::itest

@@ -128,3 +128,29 @@ TEST(RunPresets, DocsTableListsEveryKey) {
       EXPECT_NE(text.str().find(row), std::string::npos) << "docs/tuning.md lacks the row " << row;
     }
 }
+
+// config.toml holds every number exactly: ranks compare their configs as
+// this text, and lr 0.01000004 printed in a stream's 6 digits read "0.01",
+// so two ranks with different learning rates trained side by side.
+TEST(ConfigToml, NumbersRoundTripExactly) {
+  const std::vector<std::string> sets = {"train.lr=0.01000004",        "train.eps=1.2345678e-9",
+                                         "train.beta2=0.9990001",      "train.weight_decay=0.1000001",
+                                         "train.grad_clip=0.30000001", "train.min_lr_ratio=0.1234567",
+                                         "dist.bucket_mb=0.0123456789", "dist.timeout_s=123.456789"};
+  const train::TrainConfig c = parse_train_config("", "run.toml", sets);
+  const std::string written = train::to_toml(c);
+  const train::TrainConfig back = parse_train_config(written, "config.toml");
+  EXPECT_EQ(back.schedule.max_lr, c.schedule.max_lr) << written;
+  EXPECT_EQ(back.adamw.eps, c.adamw.eps);
+  EXPECT_EQ(back.adamw.beta2, c.adamw.beta2);
+  EXPECT_EQ(back.adamw.weight_decay, c.adamw.weight_decay);
+  EXPECT_EQ(back.adamw.grad_clip, c.adamw.grad_clip);
+  EXPECT_EQ(back.schedule.min_lr_ratio, c.schedule.min_lr_ratio);
+  EXPECT_EQ(back.dist.bucket_mb, c.dist.bucket_mb);
+  EXPECT_EQ(back.dist.timeout_s, c.dist.timeout_s);
+  EXPECT_EQ(train::to_toml(back), written);
+  EXPECT_NE(written, train::to_toml(parse_train_config("", "run.toml", {"train.lr=0.01"})));
+  EXPECT_NE(written.find("\nlr = 0.01000004\n"), std::string::npos) << "the shortest exact form: " << written;
+  // A timeout past a year would overflow the deadline's clock arithmetic.
+  EXPECT_NE(error_of("", {"dist.timeout_s=1e17"}).find("dist.timeout_s"), std::string::npos);
+}

@@ -13,6 +13,7 @@
 #include "brisk/core/error.h"
 #include "brisk/cpu/cpu_backend.h"
 #include "brisk/data/shards.h"
+#include "brisk/dist/launch.h"
 #include "brisk/data/tokenizer.h"
 #include "brisk/monitor/machine.h"
 #include "brisk/train/autoencoder_trainer.h"
@@ -20,7 +21,6 @@
 #include "brisk/train/classifier_trainer.h"
 #include "brisk/train/trainer.h"
 #include "bench_cmd.h"
-#include "cli_checks.h"
 #include "plan_cmd.h"
 #include "tune_cmd.h"
 #include "report_cmd.h"
@@ -42,9 +42,14 @@ int cmd_train(const std::string& config_path, const std::vector<std::string>& se
   // Encoder-family runs (a classifier, a sequence autoencoder) train for whole epochs.
   const bool encoder = train::is_encoder_config(config_path, sets);
   if (encoder || train::is_autoencoder_config(config_path, sets)) {
-    if (!trace.empty())
-      throw core::ConfigError(std::string("--trace is for GPT runs, not ") +
-                              (encoder ? "an encoder classifier" : "a sequence autoencoder"));
+    const char* kind = encoder ? "an encoder classifier" : "a sequence autoencoder";
+    if (!trace.empty()) throw core::ConfigError(std::string("--trace is for GPT runs, not ") + kind);
+    // Each rank would train the whole model on its own, into the same
+    // checkpoint.dir: refused on every rank alike, before any file is written.
+    if (const dist::Launch launch = dist::detect_launch(); launch.launched && launch.size > 1)
+      throw core::ConfigError(std::string("data-parallel training (") + std::to_string(launch.size) +
+                              " processes under " + launch.launcher + ") is for GPT runs, not " + kind +
+                              "; start it as one process");
     if (encoder)
       train::train_classifier(train::load_classify_config(config_path, sets), {.resume = resume, .profile = profile});
     else

@@ -12,6 +12,8 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 
 namespace brisk::core {
@@ -36,6 +38,14 @@ class Communicator {
   enum class Reduce { sum, max };
   virtual void allreduce_host(double* data, size_t n, Reduce op) = 0;
   virtual void barrier() = 0;
+  // Ends every process of the job with exit_code. For an error one rank met
+  // alone: the others would wait for it in their next collective until
+  // their timeout, and this rank's MPI_Finalize would wait for them. The
+  // default ends this process only.
+  [[noreturn]] virtual void abort(int exit_code) {
+    std::fflush(nullptr);
+    std::_Exit(exit_code);
+  }
 };
 
 }  // namespace brisk::core

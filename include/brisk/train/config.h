@@ -108,5 +108,10 @@ TrainConfig parse_train_config(std::string_view text, const std::string& name,
 std::string to_toml(const TrainConfig& c);
 // `v` as a TOML basic string, quoted and escaped (also for --set values).
 std::string toml_string(const std::string& v);
+// `v` in the fewest digits that read back as the same float or double: a
+// stream's default 6 digits made lr 0.01000004 read back as 0.01 (and two
+// ranks' configs compare equal).
+std::string toml_number(double v);
+std::string toml_number(float v);
 
 }  // namespace brisk::train
