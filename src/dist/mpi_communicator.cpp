@@ -1,5 +1,6 @@
 // The Open MPI communicator (launch.h, core/communicator.h). Without MPI at
 // build time connect_mpi() says so; the rest of brisk builds either way.
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -106,7 +107,13 @@ class MpiCommunicator final : public core::Communicator {
           "Allgather");
   }
   void broadcast_host(void* data, size_t bytes, int root) override {
-    check(MPI_Bcast(data, as_count(bytes, "Bcast"), MPI_BYTE, root, MPI_COMM_WORLD), "Bcast");
+    // In pieces of at most 1 GiB: MPI counts are ints, and the start-up
+    // weight broadcast of a model past ~537M fp32 parameters is larger.
+    constexpr size_t kPiece = size_t(1) << 30;
+    for (size_t off = 0; off < bytes; off += kPiece)
+      check(MPI_Bcast(static_cast<char*>(data) + off, int(std::min(kPiece, bytes - off)), MPI_BYTE, root,
+                      MPI_COMM_WORLD),
+            "Bcast");
   }
   void allreduce_host(double* data, size_t n, Reduce op) override {
     check(MPI_Allreduce(MPI_IN_PLACE, data, as_count(n, "Allreduce"), MPI_DOUBLE, op == Reduce::sum ? MPI_SUM : MPI_MAX,
