@@ -77,6 +77,13 @@ class KvPool {
     if (want < 1)
       throw core::ConfigError("--kv-mb " + std::to_string(o.kv_mb) + " holds no block of " + std::to_string(block_) +
                               " positions (" + std::to_string(per_block) + " bytes each)");
+    // The default pool (a full context per sequence) grows with the number
+    // of sequences: past the machine's memory, zero-filling it would end in
+    // the OOM killer rather than std::bad_alloc.
+    if (o.kv_mb == 0 && ram_mb > 0 && (want * per_block >> 20) > ram_mb)
+      throw core::ConfigError("the key/value pool for " + std::to_string(o.max_seqs) + " full contexts would take " +
+                              std::to_string(want * per_block >> 20) + " MiB, more than the machine's memory (" +
+                              std::to_string(ram_mb) + " MiB); lower the number of sequences or set --kv-mb");
     blocks_ = want;
     // Written now, so the pool's pages are the process's before the first
     // request: no page faults inside decoding steps (they were two thirds of
@@ -389,9 +396,11 @@ struct Engine::Impl {
       throw core::ConfigError("the prompt has " + std::to_string(prompt.size()) + " tokens; this model's context is " +
                               std::to_string(cfg.block_size) + " tokens");
     if (free_slots.empty()) return -1;
-    // Every position this sequence can reach: the prompt, then max_tokens
-    // new tokens (the last one is sampled but never fed), within the context.
-    const int64_t reach = std::min<int64_t>(cfg.block_size, int64_t(prompt.size()) + std::max<int64_t>(p.max_tokens, 1));
+    // Every position this sequence can reach: the prompt, then the first
+    // max_tokens - 1 new tokens (the last one is sampled but never fed),
+    // within the context.
+    const int64_t reach =
+        std::min<int64_t>(cfg.block_size, int64_t(prompt.size()) + std::max<int64_t>(p.max_tokens - 1, 0));
     const int slot = free_slots.back();
     // A scored prompt computes every position: none may come from the prefix cache.
     const KvPool::Reserved got = pool.reserve(slot, prompt, reach, opt.prefix_cache && p.prompt_logprobs < 0);

@@ -360,6 +360,60 @@ TEST_F(TrainIntegration, GeneratePrintsPromptThenTextReproducibly) {
   EXPECT_EQ(run_cli(step_args).out, a.out);
 }
 
+// Streamed, the text is what --no-stream prints, cut before the stop
+// string: the tail that could begin it is held back until the next token
+// decides. Streaming used to print the stop string's first bytes and skip
+// only the token that completed it.
+TEST_F(TrainIntegration, GenerateStreamsTheTextItPrintsWithoutStreamingCutAtTheStop) {
+  ASSERT_EQ(run(config("stop", 8, 8), false).steps_done, 8);
+  const std::vector<std::string> base = {"generate", "--checkpoint", tmp_.file("stop"), "--prompt", "the king",
+                                         "--max-new", "40", "--temperature", "0", "--threads", "1"};
+  auto with = [&](std::vector<std::string> more) {
+    std::vector<std::string> args = base;
+    args.insert(args.end(), more.begin(), more.end());
+    const CliResult r = run_cli(args);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return r.out;
+  };
+  // --no-stream: "=== 0: <reason>\n" then the prompt, the completion and "\n".
+  auto batch_text = [](const std::string& out) {
+    const std::string body = out.substr(out.find('\n') + 1);
+    return body.substr(0, body.size() - 1);
+  };
+  const std::string whole = batch_text(with({"--no-stream"}));
+  ASSERT_EQ(whole.rfind("the king", 0), 0u) << whole;
+  const std::string completion = whole.substr(8);
+  ASSERT_GE(completion.size(), 16u) << completion;
+  EXPECT_EQ(with({}), whole + "\n");
+  for (const size_t at : {size_t(5), size_t(12)}) {
+    const std::string stop = completion.substr(at, 3);
+    const std::string expected = "the king" + completion.substr(0, completion.find(stop));
+    EXPECT_EQ(batch_text(with({"--no-stream", "--stop", stop})), expected) << "stop '" << stop << "'";
+    EXPECT_EQ(with({"--stop", stop}), expected + "\n") << "stop '" << stop << "'";
+  }
+}
+
+// Prompt files: a NUL is text (it was printed as the end of a C string) and
+// a CRLF line ends without its CR (which was fed to the model).
+TEST_F(TrainIntegration, GeneratePromptFilesKeepNulsAndDropCarriageReturns) {
+  ASSERT_EQ(run(config("nul", 8, 8), false).steps_done, 8);
+  const std::string prompt("the\0king", 8);
+  write_text(tmp_.file("crlf.txt"), prompt + "\r\n");
+  write_text(tmp_.file("lf.txt"), prompt + "\n");
+  std::string outs[2];
+  int k = 0;
+  for (const char* file : {"crlf.txt", "lf.txt"}) {
+    const CliResult r = run_cli({"generate", "--checkpoint", tmp_.file("nul"), "--prompt-file", tmp_.file(file),
+                                 "--max-new", "8", "--temperature", "0", "--threads", "1", "--no-stream"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const std::string body = r.out.substr(r.out.find('\n') + 1);
+    EXPECT_EQ(body.rfind(prompt, 0), 0u) << file;
+    EXPECT_GT(body.size(), prompt.size() + 1) << file;
+    outs[k++] = body;
+  }
+  EXPECT_EQ(outs[0], outs[1]) << "the CR is no part of the prompt";
+}
+
 }  // namespace
 
 // Memory as the run goes: every progress line and metrics.jsonl row carries

@@ -393,6 +393,21 @@ TEST(InferEngine, PoolLimitsAdmissionAndFreesBlocks) {
   tiny.max_seqs = 1;
   infer::Engine t(infer::load_model(checkpoint()), tiny);  // one full context: 4 blocks
   EXPECT_GE(t.add(prompt_of(8), sp), 0);
+
+  // The last new token is sampled, never fed: 8 + 25 tokens reach 32
+  // positions, two whole blocks, and the sequence generates all 25.
+  infer::EngineOptions two = opts(4);
+  two.kv_mb = 1;
+  infer::Engine b(infer::load_model(checkpoint()), two);
+  sp.max_tokens = 25;
+  const int64_t before = b.kv_blocks_free();
+  const int64_t id = b.add(prompt_of(8), sp);
+  ASSERT_GE(id, 0);
+  EXPECT_EQ(before - b.kv_blocks_free(), 2);
+  int64_t generated = 0;
+  while (!b.idle())
+    for (const infer::TokenEvent& ev : b.step()) generated += ev.choice.token >= 0;
+  EXPECT_EQ(generated, 25);
 }
 
 // A prompt that starts like an earlier one takes that one's whole blocks
@@ -522,6 +537,16 @@ TEST(InferEngine, BadInputIsAClearError) {
   }
   EXPECT_THROW(infer::parse_scheme("int3"), core::ConfigError);
   EXPECT_THROW(infer::load_model("/nonexistent/model"), core::IoError);
+  // The default pool (a full context per sequence) for 2^24 sequences is
+  // 512 GiB here: refused before it is zero-filled.
+  infer::EngineOptions many = opts();
+  many.max_seqs = 1 << 24;
+  try {
+    infer::Engine big(infer::load_model(checkpoint()), many);
+    FAIL() << "a 512 GiB pool";
+  } catch (const core::ConfigError& err) {
+    EXPECT_NE(std::string(err.what()).find("more than the machine's memory"), std::string::npos) << err.what();
+  }
 }
 
 // Quantized logits stay close to fp32 ones; int4 further than int8; both
