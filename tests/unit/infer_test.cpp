@@ -541,6 +541,7 @@ TEST(InferEngine, BadInputIsAClearError) {
   // 512 GiB here: refused before it is zero-filled.
   infer::EngineOptions many = opts();
   many.max_seqs = 1 << 24;
+  many.max_step_tokens = many.max_seqs;
   try {
     infer::Engine big(infer::load_model(checkpoint()), many);
     FAIL() << "a 512 GiB pool";
