@@ -66,6 +66,10 @@ Options parse(int argc, char** argv) {
       std::exit(a == "--help" ? 0 : 2);
     }
   }
+  if (o.reps < 1 || o.B < 1 || o.T < 1 || o.C < 1 || o.heads < 1 || o.threads < 1) {
+    std::fprintf(stderr, "bench_attention: --reps, --batch, --seq, --embd, --heads and --threads must be >= 1\n");
+    std::exit(2);
+  }
   if (o.masked && o.bf16) {
     std::fprintf(stderr, "bench_attention: --bf16 times the causal ops only (no --masked)\n");
     std::exit(2);

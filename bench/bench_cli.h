@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <vector>
 
 namespace brisk::bench_cli {
@@ -19,10 +20,13 @@ inline const char* flag_value(int argc, char** argv, int& i, const char* program
   return argv[++i];
 }
 
-// The middle element (the upper of the two middle ones for an even count).
+// The middle element, or the mean of the two middle ones for an even
+// count; NaN for none.
 inline double median(std::vector<double> v) {
+  if (v.empty()) return std::numeric_limits<double>::quiet_NaN();
   std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 }  // namespace brisk::bench_cli

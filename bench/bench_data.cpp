@@ -342,6 +342,10 @@ int main(int argc, char** argv) {
       return a == "--help" ? 0 : 2;
     }
   }
+  if (o.reps < 1 || o.synthetic_mb < 1) {
+    std::fprintf(stderr, "bench_data: --reps and --synthetic-mb must be >= 1\n");
+    return 2;
+  }
   fs::create_directories(o.work);
   json cfg = {{"cpu", brisk::monitor::cpu_model()},
               {"hardware_threads", std::thread::hardware_concurrency()},

@@ -48,7 +48,7 @@ def run_brisk(args, run_dir, extra_sets=()):
     head = [l for l in r.stderr.splitlines() if l.startswith(("brisk train:", "precision", "recompute"))]
     # The driver's figure beside the plan's (what brisk tune's fixed GPU share is checked against).
     memory = [l for l in r.stdout.splitlines() if l.startswith("GPU memory")]
-    return {"engine": "brisk", "median_ms": ms[len(ms) // 2], "min_ms": ms[0], "max_ms": ms[-1],
+    return {"engine": "brisk", "median_ms": statistics.median(ms), "min_ms": ms[0], "max_ms": ms[-1],
             "losses": [row["loss"] for row in rows], "peak_gflops": float(m.group(1)) if m else 0.0,
             "startup": head, "gpu_memory": memory[0] if memory else ""}
 
@@ -127,20 +127,23 @@ def main():
               "rounds": rounds, "flops_per_token": flops_per_token}
     peak = max((x["brisk"].get("peak_gflops", 0) for x in rounds), default=0) * 1e9
 
-    def summary(results):  # per-round results of one engine or variant -> the headline figures
+    failed_rounds = []  # (side, round): a headline over fewer rounds than asked says so, and the run exits 1
+
+    def summary(results, side):  # per-round results of one engine or variant -> the headline figures
         tps = [tokens_per_step / (x["median_ms"] / 1e3) for x in results if x and "median_ms" in x]
+        failed_rounds.extend((side, i + 1) for i, x in enumerate(results) if x and "median_ms" not in x)
         if not tps:
             return None
         med = statistics.median(tps)
-        return {"tokens_per_s": med, "tokens_per_s_min": min(tps), "tokens_per_s_max": max(tps),
+        return {"tokens_per_s": med, "tokens_per_s_min": min(tps), "tokens_per_s_max": max(tps), "rounds": len(tps),
                 "ms_per_step": tokens_per_step / med * 1e3, "mfu": med * flops_per_token / peak if peak else None}
 
     for side in ("brisk", "pytorch"):
-        s = summary([x[side] for x in rounds])
+        s = summary([x[side] for x in rounds], side)
         if s:
             report[side] = s
     for name, sets in variants:
-        s = summary([x["variants"][name] for x in rounds])
+        s = summary([x["variants"][name] for x in rounds], name)
         if s:
             # The default's speed over the variant's, formed within each round like the peer's ratio.
             over = [x["variants"][name]["median_ms"] / x["brisk"]["median_ms"] for x in rounds
@@ -176,11 +179,17 @@ def main():
               f"({v['tokens_per_s_min']:.0f}-{v['tokens_per_s_max']:.0f}), {v['ms_per_step']:.1f} ms/step, MFU {mfu}{vs}")
     if ratios:
         q = report["ratio_brisk_over_pytorch"]
-        print(f"  brisk / pytorch tokens/s: {q['median']:.2f}x ({q['min']:.2f}-{q['max']:.2f} over rounds)")
-    if args.out:
-        with open(args.out, "w") as f:
+        print(f"  brisk / pytorch tokens/s: {q['median']:.2f}x ({q['min']:.2f}-{q['max']:.2f} over "
+              f"{len(ratios)} rounds)")
+    if failed_rounds:
+        report["failed_rounds"] = [{"side": s, "round": r} for s, r in failed_rounds]
+        print("  FAILED rounds (left out of the figures above): " +
+              ", ".join(f"{s} round {r}" for s, r in failed_rounds))
+    if args.out:  # written whole or not at all
+        with open(args.out + ".tmp", "w") as f:
             json.dump(report, f, indent=1)
-    return 0
+        os.replace(args.out + ".tmp", args.out)
+    return 1 if failed_rounds else 0
 
 
 if __name__ == "__main__":

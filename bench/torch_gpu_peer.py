@@ -17,6 +17,7 @@ import argparse
 import json
 import math
 import os
+import statistics
 import sys
 import time
 
@@ -123,7 +124,7 @@ def main():
         losses.append(lv)
         log(f"torch step {step + 1}/{args.warmup + args.steps}: loss {lv:.4f}, {dt * 1e3:.1f} ms")
     times.sort()
-    med = times[len(times) // 2]
+    med = statistics.median(times)
     print(json.dumps({
         "engine": "pytorch", "torch": torch.__version__, "device": torch.cuda.get_device_name(0),
         "config": "bf16 autocast, torch.compile" + (" off" if args.no_compile else "") +

@@ -9,7 +9,10 @@
 // alone on top of the baseline, so its speed-up is its own and not an
 // artefact of the order techniques were stacked in; "all on" combines them.
 // Rows run one after another, never together: two trainings at once on a
-// 2-core machine would measure the scheduler.
+// 2-core machine would measure the scheduler. Every row runs once per round
+// and rounds are interleaved (peer, every row; peer, every row; ...), so a
+// slow spell of the machine lands on all rows alike; the ratios are formed
+// within each round, then their median and range are reported.
 #include <unistd.h>
 
 #include <algorithm>
@@ -81,6 +84,49 @@ std::string fmt(const char* f, double v) {
   return buf;
 }
 
+// A row's rounds as one: the first failure, or the medians over rounds of
+// tokens/s, ms/step and GFLOP/s, the largest RSS growth, and the rest from
+// the first round (losses and plans are the same in every round: same seed,
+// same windows).
+Row over_rounds(const std::vector<Row>& rounds) {
+  for (const Row& r : rounds)
+    if (!r.ok()) return r;
+  Row m = rounds.front();
+  std::vector<double> tps, ms, gf;
+  for (const Row& r : rounds) {
+    tps.push_back(r.tokens_per_s), ms.push_back(r.ms_per_step), gf.push_back(r.gflops);
+    if (r.rss_mib > m.rss_mib) m.rss_mib = r.rss_mib, m.peak_rss_mib = r.peak_rss_mib, m.baseline_rss_mib = r.baseline_rss_mib;
+    m.others_pct = std::max(m.others_pct, r.others_pct);
+  }
+  m.tokens_per_s = median(tps), m.ms_per_step = median(ms), m.gflops = median(gf);
+  return m;
+}
+
+// Per-round ratios of two rows' tokens/s: median, min, max.
+struct Ratio {
+  double median = 0, lo = 0, hi = 0;
+  bool ok = false;
+};
+Ratio ratio_over_rounds(const std::vector<Row>& a, const std::vector<Row>& b) {
+  Ratio q;
+  std::vector<double> v;
+  for (size_t r = 0; r < a.size() && r < b.size(); ++r) {
+    if (!a[r].ok() || !b[r].ok() || !(b[r].tokens_per_s > 0)) return q;
+    v.push_back(a[r].tokens_per_s / b[r].tokens_per_s);
+  }
+  if (v.empty()) return q;
+  q.ok = true;
+  q.median = median(v);
+  q.lo = *std::min_element(v.begin(), v.end());
+  q.hi = *std::max_element(v.begin(), v.end());
+  return q;
+}
+
+std::string ratio_text(const Ratio& q, int rounds) {
+  if (!q.ok) return "-";
+  return rounds > 1 ? fmt("%.2fx", q.median) + fmt(" [%.2f", q.lo) + fmt("-%.2f]", q.hi) : fmt("%.2fx", q.median);
+}
+
 }  // namespace
 
 int run_ablation_bench(const TrainBenchOptions& options) {
@@ -94,6 +140,9 @@ int run_ablation_bench(const TrainBenchOptions& options) {
     throw core::IoError("PyTorch peer " + o.peer_script + " not found (run from the brisk checkout, or --no-peer)");
   if (o.peer && ::access(o.python.c_str(), X_OK) != 0)
     throw core::IoError("the peer's Python " + o.python + " is missing (apt-get install python3-torch), or --no-peer");
+  if (o.rounds < 1) throw core::ConfigError("--rounds must be at least 1, got " + std::to_string(o.rounds));
+  if (o.peer_bf16)
+    throw core::ConfigError("--bf16 adds bf16 rows to `bench train`; the ablation has its own bf16 row and an fp32 peer");
 
   const models::GptConfig cfg = models::GptConfig::preset(o.workload);
   const int64_t B = o.batch, T = cfg.block_size, tokens_per_step = B * T;
@@ -104,33 +153,38 @@ int run_ablation_bench(const TrainBenchOptions& options) {
   double peak = monitor::peak_fp32_gflops(o.threads, 0.5);
 
   std::printf("brisk bench train --ablation: %s (%s) | batch %lld x seq %lld | median of %d steps after %d warm-up | "
-              "%d threads | %zu brisk rows%s\n\n",
+              "%d threads | %zu brisk rows%s | %d interleaved round%s\n\n",
               w.id.c_str(), w.name.c_str(), (long long)B, (long long)T, o.steps, o.warmup, o.threads, vs.size(),
-              o.peer ? " + PyTorch fp32" : "");
+              o.peer ? " + PyTorch fp32" : "", o.rounds, o.rounds == 1 ? "" : "s");
   std::fflush(stdout);
 
   const std::vector<std::string> common = {"--workload", o.workload, "--steps", std::to_string(o.steps), "--warmup",
                                            std::to_string(o.warmup), "--threads", std::to_string(o.threads),
                                            "--seed", std::to_string(o.seed), "--data", o.data_dir};
+  std::vector<std::vector<Row>> runs(vs.size());  // [row][round]
+  std::vector<Row> peer_runs;
+  for (int round = 0; round < o.rounds; ++round) {
+    if (o.rounds > 1) std::fprintf(stderr, "round %d/%d\n", round + 1, o.rounds);
+    if (o.peer) {
+      std::vector<std::string> argv = {o.python, o.peer_script, "--batch", std::to_string(B)};
+      argv.insert(argv.end(), common.begin(), common.end());
+      if (o.fix_blas) argv.push_back("--fix-blas");
+      peer_runs.push_back(make_row("PyTorch fp32 (peer)", run_child(argv), o, tokens_per_step, fpt, peak));
+    }
+    for (size_t i = 0; i < vs.size(); ++i) {
+      std::fprintf(stderr, "%s\n", vs[i].name.c_str());
+      std::vector<std::string> argv = {self_exe(), "bench", "train", "--worker", "--variant", vs[i].spec};
+      argv.insert(argv.end(), common.begin(), common.end());
+      const ChildResult c = run_child(argv);
+      if (auto rep = report_of(c.out); rep && rep->contains("peak_fp32_gflops"))
+        peak = std::max(peak, (*rep)["peak_fp32_gflops"].get<double>());
+      runs[i].push_back(make_row(vs[i].name, c, o, tokens_per_step, fpt, peak));
+    }
+  }
   std::vector<Row> rows;
   std::vector<std::string> specs;
-  Row peer_row;
-  if (o.peer) {
-    std::vector<std::string> argv = {o.python, o.peer_script, "--batch", std::to_string(B)};
-    argv.insert(argv.end(), common.begin(), common.end());
-    if (o.fix_blas) argv.push_back("--fix-blas");
-    peer_row = make_row("PyTorch fp32 (peer)", run_child(argv), o, tokens_per_step, fpt, peak);
-  }
-  for (const Variant& v : vs) {
-    std::fprintf(stderr, "%s\n", v.name.c_str());
-    std::vector<std::string> argv = {self_exe(), "bench", "train", "--worker", "--variant", v.spec};
-    argv.insert(argv.end(), common.begin(), common.end());
-    const ChildResult c = run_child(argv);
-    if (auto rep = report_of(c.out); rep && rep->contains("peak_fp32_gflops"))
-      peak = std::max(peak, (*rep)["peak_fp32_gflops"].get<double>());
-    rows.push_back(make_row(v.name, c, o, tokens_per_step, fpt, peak));
-    specs.push_back(v.spec);
-  }
+  for (size_t i = 0; i < vs.size(); ++i) rows.push_back(over_rounds(runs[i])), specs.push_back(vs[i].spec);
+  Row peer_row = o.peer ? over_rounds(peer_runs) : Row{};
   const bool have_peer = o.peer && peer_row.ok();
   // One peak for every row: the best reading of the run.
   for (Row& r : rows)
@@ -138,29 +192,44 @@ int run_ablation_bench(const TrainBenchOptions& options) {
   if (have_peer) peer_row.pct_peak = 100.0 * peer_row.gflops / peak;
 
   // ---- the Markdown table
-  const Row& base = rows.front();
   std::ostringstream md;
   md << "| " << w.id << " (" << w.name << "), " << o.threads << " threads | tokens/s | ms/step | % of fp32 peak | "
      << "RSS growth MiB | planned MiB | speed-up vs baseline | vs PyTorch | final loss |\n"
      << "|---|---:|---:|---:|---:|---:|---:|---:|---:|\n";
-  auto line = [&](const Row& r, bool is_peer) {
+  std::vector<Ratio> vs_base(rows.size()), vs_peer(rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    vs_base[i] = ratio_over_rounds(runs[i], runs.front());
+    if (have_peer) vs_peer[i] = ratio_over_rounds(runs[i], peer_runs);
+  }
+  auto line = [&](const Row& r, const std::vector<Row>* per_round, const Ratio* to_base, const Ratio* to_peer) {
     md << "| " << r.name << " | ";
     if (!r.ok()) {
       md << "failed: " << r.error << " | | | | | | | |\n";
       return;
     }
-    md << fmt("%.0f", r.tokens_per_s) << " | " << fmt("%.0f", r.ms_per_step) << " | " << fmt("%.1f%%", r.pct_peak)
-       << " | " << fmt("%.0f", r.rss_mib) << " | " << (is_peer ? std::string("-") : fmt("%.0f", planned_mib(r)))
-       << " | " << (base.ok() && !is_peer ? fmt("%.2fx", r.tokens_per_s / base.tokens_per_s) : std::string("-"))
-       << " | " << (have_peer ? fmt("%.2fx", r.tokens_per_s / peer_row.tokens_per_s) : std::string("-")) << " | "
+    std::string tps = fmt("%.0f", r.tokens_per_s);
+    if (o.rounds > 1) {
+      double lo = per_round->front().tokens_per_s, hi = lo;
+      for (const Row& x : *per_round) lo = std::min(lo, x.tokens_per_s), hi = std::max(hi, x.tokens_per_s);
+      tps += fmt(" [%.0f", lo) + fmt("-%.0f]", hi);
+    }
+    md << tps << " | " << fmt("%.0f", r.ms_per_step) << " | " << fmt("%.1f%%", r.pct_peak) << " | "
+       << fmt("%.0f", r.rss_mib) << " | " << (to_base ? fmt("%.0f", planned_mib(r)) : std::string("-")) << " | "
+       << (to_base ? ratio_text(*to_base, o.rounds) : std::string("-")) << " | "
+       << (to_peer ? ratio_text(*to_peer, o.rounds) : (have_peer ? std::string("1.00x") : std::string("-"))) << " | "
        << fmt("%.4f", r.loss_last) << " |\n";
   };
-  if (o.peer) line(peer_row, true);
-  for (const Row& r : rows) line(r, false);
+  if (o.peer) line(peer_row, &peer_runs, nullptr, nullptr);
+  for (size_t i = 0; i < rows.size(); ++i) line(rows[i], &runs[i], &vs_base[i], have_peer ? &vs_peer[i] : nullptr);
   double worst_load = o.peer ? std::max(0.0, peer_row.others_pct) : 0.0;
   for (const Row& r : rows) worst_load = std::max(worst_load, r.others_pct);
   std::ostringstream notes;
-  notes << "\nMedian of " << o.steps << " steps after " << o.warmup << " warm-up steps, batch " << B << " x seq " << T
+  notes << "\n" << o.rounds << " interleaved round" << (o.rounds == 1 ? "" : "s")
+        << (o.rounds > 1 ? ": tokens/s is the median over rounds [min-max], and each ratio the median of the rounds' "
+                           "own ratios [min-max]; RSS growth the largest over rounds. "
+                         : ". ")
+        << "Each round's figure is the median of " << o.steps << " steps after " << o.warmup
+        << " warm-up steps, batch " << B << " x seq " << T
         << ", seed " << o.seed << ", same windows for every row. fp32 peak " << fmt("%.1f", peak)
         << " GFLOP/s (FMA loop, best reading of the run). Planned = params + grads + AdamW state + activation arena."
         << " Final loss = the last step's training loss. Highest CPU load from other processes during a row: "
@@ -173,14 +242,21 @@ int run_ablation_bench(const TrainBenchOptions& options) {
   json out = {{"bench", "train_ablation"}, {"workload", w.id},   {"time", now_iso()},
               {"batch", B},                {"seq", T},           {"steps", o.steps},
               {"warmup", o.warmup},        {"threads", o.threads}, {"peak_fp32_gflops", peak},
-              {"cpu", monitor::cpu_model()}};
-  if (o.peer) out["peer"] = row_json(peer_row);
+              {"rounds", o.rounds},        {"cpu", monitor::cpu_model()}};
+  auto with_rounds = [](json j, const std::vector<Row>& per_round) {
+    j["rounds"] = json::array();
+    for (const Row& x : per_round)
+      j["rounds"].push_back({{"ok", x.ok()}, {"tokens_per_s", x.tokens_per_s}, {"rss_growth_mib", x.rss_mib}});
+    return j;
+  };
+  auto ratio_json = [](const Ratio& q) { return json{{"median", q.median}, {"min", q.lo}, {"max", q.hi}}; };
+  if (o.peer) out["peer"] = with_rounds(row_json(peer_row), peer_runs);
   for (size_t i = 0; i < rows.size(); ++i) {
-    json j = row_json(rows[i]);
+    json j = with_rounds(row_json(rows[i]), runs[i]);
     j["variant"] = specs[i];
     j["planned_mib"] = planned_mib(rows[i]);
-    if (base.ok() && rows[i].ok()) j["speedup_vs_baseline"] = rows[i].tokens_per_s / base.tokens_per_s;
-    if (have_peer && rows[i].ok()) j["ratio_vs_pytorch"] = rows[i].tokens_per_s / peer_row.tokens_per_s;
+    if (vs_base[i].ok) j["speedup_vs_baseline"] = ratio_json(vs_base[i]);
+    if (vs_peer[i].ok) j["ratio_vs_pytorch"] = ratio_json(vs_peer[i]);
     out["rows"].push_back(j);
   }
   const fs::path jp(o.json_path);

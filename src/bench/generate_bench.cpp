@@ -23,6 +23,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "brisk/core/atomic_file.h"
 #include "brisk/core/error.h"
 #include "brisk/cpu/cpu_backend.h"
 #include "brisk/cpu/cpu_features.h"
@@ -116,6 +117,9 @@ int run_generate_bench(const GenerateBenchOptions& o) {
   if (o.workload != "I1") throw core::ConfigError("unknown inference workload '" + o.workload + "' (allowed: I1)");
   if (o.rounds < 1 || o.new_tokens < 2 || o.prompt_tokens < 1 || o.batch < 1)
     throw core::ConfigError("rounds, batch and prompt tokens must be >= 1 and new tokens >= 2");
+  if (o.quality && o.quality_windows < 1)
+    throw core::ConfigError("--quality-windows must be at least 1, got " + std::to_string(o.quality_windows));
+  if (!o.json_path.empty()) core::check_output_file(o.json_path);  // before the rounds, not after them
   cpu::set_num_threads(o.threads);
   const fs::path root = repo_root();
   const std::string data_dir = o.data_dir.empty() ? (root / "data" / "kjv-gpt2").string() : o.data_dir;
@@ -135,6 +139,12 @@ int run_generate_bench(const GenerateBenchOptions& o) {
   const std::vector<int32_t> prompt = read_tokens(data_dir, "val", 0, o.prompt_tokens);
   if (fp32.config.vocab_size != 50304 || fp32.config.n_layer != 4 || fp32.config.n_embd != 256)
     std::fprintf(stderr, "bench generate: note: %s is not the W1 shape\n", ckpt.c_str());
+  // A sequence that reaches the context ends early: its decode rate would
+  // count tokens it never generated.
+  if (o.prompt_tokens + o.new_tokens > fp32.config.block_size)
+    throw core::ConfigError("--prompt-tokens " + std::to_string(o.prompt_tokens) + " + --new " +
+                            std::to_string(o.new_tokens) + " exceed the model's context of " +
+                            std::to_string(fp32.config.block_size) + " tokens");
   std::fprintf(stderr, "bench generate I1: %s; prompt %lld tokens, %lld new, %d threads, int8 path %s\n",
                weights_note.c_str(), (long long)o.prompt_tokens, (long long)o.new_tokens, o.threads,
                cpu::int8_dot_name(cpu::cpu_features().int8));
@@ -146,9 +156,11 @@ int run_generate_bench(const GenerateBenchOptions& o) {
     Row row;
     const infer::Model* model = nullptr;
   };
+  // Batch 1, and the asked batch when it is another.
+  const std::vector<int64_t> batches = o.batch == 1 ? std::vector<int64_t>{1} : std::vector<int64_t>{1, o.batch};
   std::vector<Side> sides;
   for (const infer::Model* m : {&fp32, &int8, &int4})
-    for (int64_t b : {int64_t(1), o.batch}) {
+    for (int64_t b : batches) {
       Side s;
       s.model = m;
       s.row.engine = "brisk";
@@ -168,7 +180,7 @@ int run_generate_bench(const GenerateBenchOptions& o) {
     sides.push_back(s);
   }
   std::vector<Row> peers;
-  for (int64_t b : {int64_t(1), o.batch}) {
+  for (int64_t b : batches) {
     Row r;
     r.engine = "pytorch";
     r.format = "fp32";
@@ -236,7 +248,11 @@ int run_generate_bench(const GenerateBenchOptions& o) {
   }
   const std::vector<int32_t>& ours = sides[0].row.tokens;
   const bool same_as_recompute = ours == recompute;
-  const bool same_as_peer = o.peer && !peers[0].tokens.empty() && ours == peers[0].tokens;
+  // A peer that failed compared nothing: "not run", not "differs".
+  bool peers_ok = true;
+  for (const Row& p : peers) peers_ok = peers_ok && p.error.empty();
+  const bool peer_compared = o.peer && peers[0].error.empty() && !peers[0].tokens.empty();
+  const bool same_as_peer = peer_compared && ours == peers[0].tokens;
 
   std::vector<Row> rows;
   for (const Side& s : sides) rows.push_back(s.row);
@@ -272,7 +288,10 @@ int run_generate_bench(const GenerateBenchOptions& o) {
               "its baseline)\n");
   std::printf("greedy fp32 tokens: %s the recompute path (%zu tokens)%s\n", same_as_recompute ? "identical to" : "DIFFER from",
               recompute.size(),
-              o.peer ? (same_as_peer ? "; identical to pytorch" : "; differ from pytorch") : "");
+              !o.peer          ? ""
+              : !peer_compared ? "; pytorch did not run (see its row)"
+              : same_as_peer   ? "; identical to pytorch"
+                               : "; differ from pytorch");
   // The sampled rows side by side, the ratio formed per round.
   const Row& ours_sampled = sides.back().row;
   std::vector<double> sampled_ratio;
@@ -331,19 +350,17 @@ int run_generate_bench(const GenerateBenchOptions& o) {
 
   const std::string path =
       o.json_path.empty() ? (root / "bench" / "results" / "generate_I1.json").string() : o.json_path;
-  fs::create_directories(fs::path(path).parent_path());
+  if (fs::path(path).has_parent_path()) fs::create_directories(fs::path(path).parent_path());
   const json report = {{"workload", "I1"},          {"weights", weights_note},
                        {"prompt_tokens", o.prompt_tokens}, {"new_tokens", o.new_tokens},
                        {"threads", o.threads},      {"rounds", o.rounds},
                        {"cpu", monitor::cpu_model()}, {"int8_path", cpu::int8_dot_name(cpu::cpu_features().int8)},
                        {"rows", jrows},             {"greedy_identical_to_recompute", same_as_recompute},
-                       {"greedy_identical_to_peer", same_as_peer}, {"sampled_vs_peer", sampled_ratio}, {"quality", quality},
-                       {"date", now_iso()}};
-  const std::string tmp = path + ".tmp";
-  std::ofstream(tmp) << report.dump(2) << "\n";
-  fs::rename(tmp, path);
+                       {"greedy_identical_to_peer", peer_compared ? json(same_as_peer) : json(nullptr)},
+                       {"sampled_vs_peer", sampled_ratio}, {"quality", quality}, {"date", now_iso()}};
+  core::write_file_atomic(path, report.dump(2) + "\n");
   std::printf("report: %s\n", shown(path).c_str());
-  return same_as_recompute ? 0 : 1;
+  return same_as_recompute && peers_ok ? 0 : 1;
 }
 
 }  // namespace brisk::bench

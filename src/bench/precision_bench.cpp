@@ -72,6 +72,10 @@ Run train_one(train::TrainConfig cfg, const std::string& precision, int tail) {
   plan_of(cfg, run);
   std::fprintf(stderr, "\n--- %s ---\n", precision.c_str());
   run.result = train::train(cfg, {.progress = false});
+  // A stop signal ends the run early and saves it; a comparison of a cut
+  // run with a whole one would be written as a result.
+  if (run.result.interrupted)
+    throw core::Error("precision bench: the " + precision + " run was stopped by a signal; nothing written");
   const auto& l = run.result.losses;
   const size_t n = std::min(l.size(), size_t(std::max(tail, 1)));
   run.final_loss = n ? std::accumulate(l.end() - long(n), l.end(), 0.0) / double(n) : NAN;
@@ -106,6 +110,8 @@ int run_precision_bench(const PrecisionBenchOptions& options) {
     throw core::ConfigError("--precision: unknown value '" + o.precision + "' (allowed: bf16, fp16)");
   if (o.steps < 1) throw core::ConfigError("--steps must be at least 1, got " + std::to_string(o.steps));
   if (!(o.tolerance > 0)) throw core::ConfigError("--tolerance must be positive");
+  if (o.tail < 1 || o.tail > o.steps)
+    throw core::ConfigError("--tail must be in [1, --steps], got " + std::to_string(o.tail));
   const fs::path root = repo_root();
   const std::string lower = o.workload == "W1" ? "w1" : "w2";
   if (o.config.empty()) o.config = (root / "configs" / (lower + ".toml")).string();

@@ -36,6 +36,7 @@
 #include <thread>
 
 #include "bench_util.h"
+#include "brisk/core/atomic_file.h"
 #include "brisk/core/error.h"
 #include "brisk/cpu/cpu_backend.h"
 #include "brisk/data/shards.h"
@@ -158,6 +159,11 @@ int run_serve_bench(const ServeBenchOptions& in) {
       o.threads < 0 || o.single_requests < 1 || o.rounds < 1)
     throw core::ConfigError("concurrency, slots, prompt tokens, single requests and rounds must be >= 1, new tokens >= 2");
   if (!(o.temperature >= 0)) throw core::ConfigError("temperature must be >= 0 (0 = greedy)");
+  if (!(o.duration_s >= 0) || !(o.rss_every_s > 0))
+    throw core::ConfigError("--duration-s must be >= 0 (0: a count of requests) and --rss-every-s positive");
+  // A timed run is one round: its spread would be [x-x] while --rounds said otherwise.
+  if (o.duration_s > 0 && in.rounds != ServeBenchOptions{}.rounds && in.rounds != 1)
+    throw core::ConfigError("--duration-s runs one round; drop --rounds " + std::to_string(in.rounds));
   const fs::path root = repo_root();
   const std::string data_dir = o.data_dir.empty() ? (root / "data" / "kjv-gpt2").string() : o.data_dir;
   std::string weights_note = "checkpoint " + o.checkpoint;
@@ -371,9 +377,7 @@ int run_serve_bench(const ServeBenchOptions& in) {
       {"server_exit", exit_how},
       {"cpu", monitor::cpu_model()},
       {"date", now_iso()}};
-  const std::string tmp = path + ".tmp";
-  std::ofstream(tmp) << report.dump(2) << "\n";
-  fs::rename(tmp, path);
+  core::write_file_atomic(path, report.dump(2) + "\n");
   std::printf("report: %s\n", shown(path).c_str());
   return errors == 0 && exit_code == 0 && ok > 0 ? 0 : 1;
 }
