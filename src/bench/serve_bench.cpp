@@ -161,9 +161,6 @@ int run_serve_bench(const ServeBenchOptions& in) {
   if (!(o.temperature >= 0)) throw core::ConfigError("temperature must be >= 0 (0 = greedy)");
   if (!(o.duration_s >= 0) || !(o.rss_every_s > 0))
     throw core::ConfigError("--duration-s must be >= 0 (0: a count of requests) and --rss-every-s positive");
-  // A timed run is one round: its spread would be [x-x] while --rounds said otherwise.
-  if (o.duration_s > 0 && in.rounds != ServeBenchOptions{}.rounds && in.rounds != 1)
-    throw core::ConfigError("--duration-s runs one round; drop --rounds " + std::to_string(in.rounds));
   const fs::path root = repo_root();
   const std::string data_dir = o.data_dir.empty() ? (root / "data" / "kjv-gpt2").string() : o.data_dir;
   std::string weights_note = "checkpoint " + o.checkpoint;

@@ -109,11 +109,13 @@ BenchCommand add_bench_command(CLI::App& parent) {
       ->capture_default_str();
   srv->add_option("--slots", so->slots, "Server --slots (default: the concurrency, at most 64)");
   srv->add_option("--threads", so->threads, "Server engine threads")->capture_default_str();
-  srv->add_option("--rounds", so->rounds, "Rounds of single stream then load; medians and ranges over them")
-      ->capture_default_str();
+  auto* srv_rounds =
+      srv->add_option("--rounds", so->rounds, "Rounds of single stream then load; medians and ranges over them")
+          ->capture_default_str();
   srv->add_option("--single-requests", so->single_requests, "Requests of the single-stream baseline per round")
       ->capture_default_str();
-  srv->add_option("--duration-s", so->duration_s, "Stop starting requests after this many seconds");
+  srv->add_option("--duration-s", so->duration_s, "Stop starting requests after this many seconds (one round)")
+      ->excludes(srv_rounds);
   srv->add_option("--rss-every-s", so->rss_every_s, "Server RSS sampling period during the load")->capture_default_str();
   srv->add_option("--json", so->json_path, "Report path (default bench/results/serve_<workload>.json)");
 
