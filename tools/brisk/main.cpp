@@ -181,8 +181,18 @@ int main(int argc, char** argv) {
                         "Run preset: high-performance | memory-constrained | production (docs/tuning.md)");
   std::string trace;
   std::vector<int64_t> trace_steps;
-  auto* trace_opt = train_cmd->add_option("--trace", trace, "Write a Chrome trace of a few steps (every op) to this file")
-                        ->check(cli::output_file());
+  // Empty or a directory is refused here; a missing parent directory is
+  // created by the trainer (which names a file in its way).
+  auto* trace_opt =
+      train_cmd->add_option("--trace", trace, "Write a Chrome trace of a few steps (every op) to this file")
+          ->check(CLI::Validator(
+              [](std::string& v) -> std::string {
+                std::error_code ec;
+                if (v.empty()) return "empty output path; give a file name";
+                if (std::filesystem::is_directory(v, ec)) return v + ": is a directory; give a file name";
+                return "";
+              },
+              "FILE"));
   train_cmd->add_option("--trace-steps", trace_steps, "Steps to trace, e.g. 5,6 (default: the 3rd to 5th of the run)")
       ->delimiter(',')
       ->needs(trace_opt);
