@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <set>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -35,8 +36,13 @@ void check_output_not_input(const std::string& out, const std::string& input) {
   if (fs::equivalent(out, input, ec))
     throw ConfigError(out + ": is the input " + input + "; write the output to another file");
   if (!fs::is_directory(input, ec)) return;
+  // The files a checkpoint, a run directory or a Hugging Face model
+  // directory keeps; an earlier export next to them may be replaced.
+  static const std::set<std::string> kept = {"model.safetensors", "optimizer.safetensors", "state.json",
+                                             "config.json",       "config.toml",           "metrics.jsonl"};
   const fs::path o = fs::weakly_canonical(out, ec), in = fs::weakly_canonical(input, ec);
-  if (std::mismatch(in.begin(), in.end(), o.begin(), o.end()).first == in.end())  // in is a prefix of out
+  if (kept.count(o.filename().string()) &&
+      std::mismatch(in.begin(), in.end(), o.begin(), o.end()).first == in.end())  // in is a prefix of out
     throw ConfigError(out + ": is a file of the input " + input + "; write the output outside it");
 }
 

@@ -36,8 +36,9 @@ void write_file_atomic(const std::string& path, const std::string& bytes);
 void check_output_file(const std::string& path);
 
 // Refuses an output path that would overwrite the command's input: the
-// input file itself, or an existing file inside the input directory (a
-// checkpoint or run directory). Throws ConfigError naming both.
+// input file itself, or an existing file of a checkpoint, run or model
+// directory inside the input directory (model.safetensors, state.json, ...).
+// Throws ConfigError naming both.
 void check_output_not_input(const std::string& out, const std::string& input);
 
 }  // namespace brisk::core
