@@ -81,6 +81,23 @@ int count(const std::string& s, const std::string& part) {
   return n;
 }
 
+// load_run's error for a run directory, or "(accepted)".
+std::string message(const std::string& dir) {
+  try {
+    monitor::load_run(dir);
+  } catch (const core::IoError& e) {
+    return std::string(e.what());
+  }
+  return std::string("(accepted)");
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
 // The <svg ...>...</svg> element with this id.
 std::string svg_with_id(const std::string& html, const std::string& id) {
   const size_t at = html.find("id=\"" + id + "\"");
@@ -202,14 +219,6 @@ TEST(Report, QuantileInterpolates) {
 
 TEST(Report, UnreadableRunDirectoriesNameTheFile) {
   Dir d;
-  auto message = [](const std::string& dir) {
-    try {
-      monitor::load_run(dir);
-    } catch (const core::IoError& e) {
-      return std::string(e.what());
-    }
-    return std::string("(accepted)");
-  };
   const std::string missing = d.sub("x") + "/nope";
   EXPECT_NE(message(missing).find(missing + ": not a run directory"), std::string::npos) << message(missing);
   const std::string empty = d.sub("empty");
@@ -298,13 +307,8 @@ TEST(Report, CompareTakesAnMfuOfZeroAsNotRecorded) {
   const std::string a = d.sub("a"), b = d.sub("b");
   write_gpt_run(a, 30, 1000, 1.5);
   write_gpt_run(b, 30, 1000, 1.5);
-  std::string text;
-  {
-    std::ifstream in(b + "/metrics.jsonl");
-    std::ostringstream s;
-    s << in.rdbuf();
-    text = std::regex_replace(s.str(), std::regex(R"("mfu":[0-9.e-]+)"), "\"mfu\":0");
-  }
+  const std::string text =
+      std::regex_replace(read_text(b + "/metrics.jsonl"), std::regex(R"("mfu":[0-9.e-]+)"), "\"mfu\":0");
   std::ofstream(b + "/metrics.jsonl") << text;
   const monitor::RunData ra = monitor::load_run(a), rb = monitor::load_run(b);
   for (const auto& c : {monitor::compare_runs(ra, rb), monitor::compare_runs(rb, ra)}) {
@@ -318,23 +322,9 @@ TEST(Report, CompareTakesAnMfuOfZeroAsNotRecorded) {
 // a metrics.jsonl that is a directory.
 TEST(Report, DamagedNumbersAndFilesAreNamed) {
   Dir d;
-  auto message = [](const std::string& dir) {
-    try {
-      monitor::load_run(dir);
-    } catch (const core::IoError& e) {
-      return std::string(e.what());
-    }
-    return std::string("(accepted)");
-  };
   const std::string run = d.sub("run");
   write_gpt_run(run, 5, 1000, 1.5);
-  std::string summary;
-  {
-    std::ifstream in(run + "/run_summary.json");
-    std::ostringstream s;
-    s << in.rdbuf();
-    summary = s.str();
-  }
+  const std::string summary = read_text(run + "/run_summary.json");
   const auto summary_with = [&](const std::string& key, const std::string& value) {
     nlohmann::json j = nlohmann::json::parse(summary);
     j[key] = nlohmann::json::parse(value);
