@@ -296,10 +296,8 @@ TrainConfig config_from_table(const toml::table& file) {
 
 }  // namespace
 
-// `v` as a TOML basic string: quoted, with quotes, backslashes and control
-// characters escaped, so that any path a config holds (a quote in a directory
-// name, a Windows path) is written back as TOML that loads to the same value.
 namespace {
+// The shortest decimal form that reads back as exactly v (std::to_chars).
 template <class T>
 std::string shortest(T v) {
   char buf[64];
@@ -311,6 +309,9 @@ std::string shortest(T v) {
 std::string toml_number(double v) { return shortest(v); }
 std::string toml_number(float v) { return shortest(v); }
 
+// `v` as a TOML basic string: quoted, with quotes, backslashes and control
+// characters escaped, so that any path a config holds (a quote in a directory
+// name, a Windows path) is written back as TOML that loads to the same value.
 std::string toml_string(const std::string& v) {
   std::string out = "\"";
   for (const char ch : v) {
