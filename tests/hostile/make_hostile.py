@@ -221,7 +221,7 @@ def make_base(root, brisk):
 @dataclass
 class Case:
     name: str
-    loader: str             # which loader: safetensors, checkpoint, shards, tokenizer, config, fasta, emails
+    loader: str             # which loader: safetensors, checkpoint, quantized, shards, tokenizer, config, fasta, emails
     what: str               # the hostile input in a few words
     make: Callable          # make(ctx) -> brisk arguments
     expect: List[str] = field(default_factory=list)  # fragments the error message must hold
@@ -1048,6 +1048,57 @@ def _(c):
 @case("cfg_data_dir_missing", "config", "data.dir that does not exist", "nowhere", "does not exist")
 def _(c):
     return c.train(None, "data.dir=" + c.path("nowhere"))
+
+
+# -- quantized files (`brisk quantize` output, read by `brisk generate` and `brisk serve`)
+
+
+def quantized(c):
+    """An int8 file of the good checkpoint, made by the real `brisk quantize`, to damage."""
+    out = c.path("q8.safetensors")
+    r = subprocess.run([c.base.brisk, "quantize", "--checkpoint", c.base.checkpoint, "--scheme", "int8", "--out", out],
+                       capture_output=True, text=True, timeout=120)
+    if r.returncode != 0:
+        raise RuntimeError(f"quantizing the base checkpoint failed (exit {r.returncode}):\n{r.stderr}")
+    return out
+
+
+def edit_quantized_meta(path, edit):
+    h, data = read_safetensors(path)
+    edit(h["__metadata__"])
+    write_safetensors(path, h, data)
+
+
+@case("qz_scheme_fp32", "quantized", "brisk.scheme says fp32 over int8 tensors", "brisk.scheme", "fp32",
+      "int8 or int4")
+def _(c):
+    q = quantized(c)
+    edit_quantized_meta(q, lambda m: m.update({"brisk.scheme": "fp32"}))
+    return c.generate(q)
+
+
+@case("qz_float_n_layer", "quantized", "brisk.model has n_layer 1.5", "brisk.model", "n_layer is not an integer")
+def _(c):
+    q = quantized(c)
+    def edit(m):
+        model = json.loads(m["brisk.model"])
+        model["n_layer"] = 1.5
+        m["brisk.model"] = json.dumps(model)
+    edit_quantized_meta(q, edit)
+    return c.generate(q)
+
+
+@case("qz_layer_past_n_layer", "quantized", "a second layer's tensors past brisk.model's n_layer 1", "tensor 'h.1.",
+      "not part of the model", "n_layer 1")
+def _(c):
+    q = quantized(c)
+    h, data = read_safetensors(q)
+    for name in [n for n in h if n.startswith("h.0.")]:
+        b, e = h[name]["data_offsets"]
+        h["h.1." + name[4:]] = dict(h[name], data_offsets=[len(data), len(data) + (e - b)])
+        data += data[b:e]
+    write_safetensors(q, h, data)
+    return c.generate(q)
 
 
 # -- files that are not what they seem (links, directories)
