@@ -154,7 +154,9 @@ int run_precision_bench(const PrecisionBenchOptions& options) {
   std::printf("relative difference of the final losses: %.3f%% (limit %.1f%%): %s\n", 100 * rel, 100 * o.tolerance,
               pass ? "PASS" : "FAIL");
   const train::PrecisionChoice path = train::resolve_precision(train::parse_precision(o.precision), false);
-  std::printf("%s ms/step: %.2fx fp32's (path %s: %s)\n", o.precision.c_str(),
+  std::printf("%s ms/step: %.2fx fp32's (one run each, not rounds: `brisk bench train --bf16` measures speed; path "
+              "%s: %s)\n",
+              o.precision.c_str(),
               ref.ms_per_step > 0 ? low.ms_per_step / ref.ms_per_step : 0.0, path.path.c_str(), path.reason.c_str());
 
   json out = {{"benchmark", "precision"},
