@@ -6,6 +6,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <vector>
 
 #include "brisk/core/error.h"
 #include "brisk/core/safetensors.h"
@@ -123,10 +124,26 @@ HfLoadReport load_hf_gpt2(const std::string& path, models::Gpt& model) {
       if (tokens && got[0] > want[0]) throw mismatch("the file's vocabulary is larger than the model's");
       if (!tokens && got[0] < want[0]) throw mismatch("fewer positions than the model's block");
       (tokens ? report.file_vocab : report.file_positions) = got[0];
-      // Rows the file has, zeros past them (the vocabulary's padding).
+      // Rows the file has; past them (the vocabulary's padding) the mean of
+      // the file's token rows. The head is tied, so a padding token's logit
+      // is h . mean(w) = the mean of the real tokens' logits, and by
+      // Jensen's inequality its probability is at most a real token's
+      // average: GPT-2's 47 padding ids hold at most 47/50257 of the mass
+      // (the loss moves by at most log(1 + 47/50257) = 0.0009). Zero rows
+      // gave logit 0, far above GPT-2's (all well below 0), and took most
+      // of the mass: a start from 18.7 read as 31.5.
       Tensor value = Tensor::zeros(want, DType::f32);
-      const int64_t rows = std::min(got[0], want[0]);
-      std::memcpy(value.data(), stored.data(), size_t(rows * want[1]) * sizeof(float));
+      const int64_t rows = std::min(got[0], want[0]), width = want[1];
+      std::memcpy(value.data(), stored.data(), size_t(rows * width) * sizeof(float));
+      if (tokens && rows < want[0]) {
+        std::vector<double> mean(size_t(width), 0.0);
+        const float* src = stored.data_as<float>();
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t k = 0; k < width; ++k) mean[size_t(k)] += src[r * width + k];
+        float* dst = value.data_as<float>();
+        for (int64_t r = rows; r < want[0]; ++r)
+          for (int64_t k = 0; k < width; ++k) dst[r * width + k] = float(mean[size_t(k)] / double(rows));
+      }
       model.params().upload(e.value, value);
       continue;
     }

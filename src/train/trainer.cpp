@@ -382,7 +382,8 @@ void Trainer::Impl::init_from_hf() {
   start_checkpoint = r.file;
   std::string how = std::to_string(r.file_vocab) + " token rows";
   if (r.file_vocab < model.config().vocab_size)
-    how += " (rows " + std::to_string(r.file_vocab) + "-" + std::to_string(model.config().vocab_size - 1) + " zero)";
+    how += " (rows " + std::to_string(r.file_vocab) + "-" + std::to_string(model.config().vocab_size - 1) +
+           " the mean of the file's rows)";
   how += ", " + std::to_string(r.file_positions) + " positions";
   if (r.file_positions > model.config().block_size) how += " (the first " + std::to_string(model.config().block_size) + " used)";
   if (!r.config_checked) how += "; no config.json beside it, so n_head was not checked";

@@ -3,7 +3,8 @@
 // attention mask buffers and a tied lm_head.weight beside the parameters, a
 // config.json) starts a run exactly where the brisk checkpoint it was made
 // from does; f16 files are widened; a token embedding with fewer rows than
-// the model's vocabulary is padded with zeros and extra positions are cut;
+// the model's vocabulary is padded with the mean of its rows and extra
+// positions are cut;
 // files of another shape or vocabulary end with exit 2 and a message naming
 // the problem.
 #include <gtest/gtest.h>
@@ -13,6 +14,9 @@
 #include <vector>
 
 #include "brisk/core/safetensors.h"
+#include "brisk/cpu/cpu_backend.h"
+#include "brisk/models/gpt.h"
+#include "brisk/train/hf_weights.h"
 #include "brisk/train/checkpoint.h"
 #include "brisk/train/trainer.h"
 #include "integration_util.h"
@@ -125,7 +129,23 @@ TEST_F(HfInit, FewerTokenRowsArePaddedAndExtraPositionsCut) {
   const CliResult r = run_cli({"train", "--config", config("pad", dir), "--no-progress"});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   const std::string all = r.out + r.err;
-  EXPECT_NE(all.find("200 token rows (rows 200-255 zero)"), std::string::npos) << all;
+  EXPECT_NE(all.find("200 token rows (rows 200-255 the mean of the file's rows)"), std::string::npos) << all;
+  // The padding rows are the mean of the file's rows: with the tied head a
+  // padding token's logit is the mean of the real ones', never above their
+  // average probability (zero rows gave logit 0, above every real logit of
+  // a trained GPT-2, and took most of the probability).
+  cpu::CpuBackend backend(1);
+  models::Gpt model(train::read_checkpoint_config(base_ckpt_), backend);
+  const train::HfLoadReport rep = train::load_hf_gpt2(dir, model);
+  EXPECT_EQ(rep.file_vocab, 200);
+  const core::Tensor wte = model.params().download(model.params().entries().at("wte.weight").value);
+  const float* w = wte.data_as<float>();
+  for (int64_t k = 0; k < 32; ++k) {
+    double mean = 0;
+    for (int64_t r = 0; r < 200; ++r) mean += w[r * 32 + k];
+    mean /= 200;
+    for (int64_t r = 200; r < 256; ++r) EXPECT_NEAR(w[r * 32 + k], mean, 1e-6) << "row " << r << ", column " << k;
+  }
   EXPECT_NE(all.find("64 positions (the first 32 used)"), std::string::npos) << all;
   EXPECT_NE(all.find("no config.json beside it, so n_head was not checked"), std::string::npos) << all;
 }
