@@ -17,6 +17,7 @@
 #include "brisk/ops/quant.h"
 #include "brisk/ops/reference_backend.h"
 #include "brisk/train/checkpoint.h"
+#include "brisk/train/hf_weights.h"
 
 namespace brisk::infer {
 
@@ -263,6 +264,7 @@ models::GptConfig hf_config(const std::string& config_path, const Tensors& t) {
     }
     if (j.contains("model_type") && j["model_type"] != "gpt2")
       throw ConfigError(config_path + ": model_type is " + j["model_type"].dump() + "; brisk runs GPT-2 models");
+    train::check_hf_computation(j, config_path);
     auto num = [&](const char* key) -> int64_t {
       if (!j.contains(key) || !j[key].is_number_integer()) throw IoError(config_path + ": missing integer '" + key + "'");
       return j[key].get<int64_t>();

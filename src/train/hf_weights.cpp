@@ -1,6 +1,7 @@
 // train.init_from with Hugging Face GPT-2 weights (hf_weights.h).
 #include "brisk/train/hf_weights.h"
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -62,6 +63,7 @@ bool check_config(const fs::path& config_path, const models::GptConfig& m) {
   }
   if (j.contains("model_type") && j["model_type"] != "gpt2")
     throw ConfigError(config_path.string() + ": model_type is " + j["model_type"].dump() + "; brisk trains GPT-2 models");
+  check_hf_computation(j, config_path.string());
   auto num = [&](const char* key) -> int64_t {
     if (!j.contains(key) || !j[key].is_number_integer())
       throw IoError(config_path.string() + ": missing integer '" + key + "'");
@@ -81,6 +83,29 @@ bool check_config(const fs::path& config_path, const models::GptConfig& m) {
 }
 
 }  // namespace
+
+void check_hf_computation(const nlohmann::json& j, const std::string& path) {
+  auto refuse = [&](const char* key, const std::string& why) {
+    throw ConfigError(path + ": " + key + " is " + j[key].dump() + "; " + why);
+  };
+  if (j.contains("activation_function")) {
+    const auto& a = j["activation_function"];
+    if (!a.is_string() || (a != "gelu_new" && a != "gelu_pytorch_tanh" && a != "gelu_fast"))
+      refuse("activation_function", "brisk's GPT-2 computes tanh GELU (gelu_new)");
+  }
+  if (j.contains("layer_norm_epsilon")) {
+    const auto& e = j["layer_norm_epsilon"];
+    if (!e.is_number() || std::abs(e.get<double>() - 1e-5) > 1e-12)
+      refuse("layer_norm_epsilon", "brisk's LayerNorm uses 1e-5");
+  }
+  auto flag_must_be = [&](const char* key, bool want, const char* why) {
+    if (j.contains(key) && !(j[key].is_boolean() && j[key].get<bool>() == want)) refuse(key, why);
+  };
+  flag_must_be("scale_attn_weights", true, "brisk scales attention scores by 1/sqrt(head size)");
+  flag_must_be("scale_attn_by_inverse_layer_idx", false, "brisk does not scale attention by the layer's index");
+  flag_must_be("add_cross_attention", false, "brisk's GPT-2 has no cross-attention");
+  flag_must_be("tie_word_embeddings", true, "brisk's LM head is tied to the token embedding");
+}
 
 bool is_hf_gpt2_source(const std::string& path) {
   std::error_code ec;

@@ -154,6 +154,24 @@ TEST_F(HfInit, FilesThatDoNotFitAreClearErrors) {
   // config.json of another head count (the tensors alone cannot tell).
   expect_clear_error(config("heads", hf_dir("hf_heads", R"({"model_type": "gpt2", "n_embd": 32, "n_layer": 2,
       "n_head": 4, "n_positions": 32, "vocab_size": 256})")), {"train.init_from", "n_head 4", "n_head 2"});
+  // Keys that ask for another computation than brisk's GPT-2.
+  expect_clear_error(config("relu", hf_dir("hf_relu", R"({"model_type": "gpt2", "n_embd": 32, "n_layer": 2,
+      "n_head": 2, "n_positions": 32, "vocab_size": 256, "activation_function": "relu"})")),
+                     {"activation_function is \"relu\"", "tanh GELU"});
+  expect_clear_error(config("eps", hf_dir("hf_eps", R"({"model_type": "gpt2", "n_embd": 32, "n_layer": 2,
+      "n_head": 2, "n_positions": 32, "vocab_size": 256, "layer_norm_epsilon": 0.01})")),
+                     {"layer_norm_epsilon is 0.01", "1e-5"});
+  expect_clear_error(config("idx", hf_dir("hf_idx", R"({"model_type": "gpt2", "n_embd": 32, "n_layer": 2,
+      "n_head": 2, "n_positions": 32, "vocab_size": 256, "scale_attn_by_inverse_layer_idx": true})")),
+                     {"scale_attn_by_inverse_layer_idx is true"});
+  // GPT-2's own values of those keys are accepted.
+  const CliResult gpt2_keys = run_cli({"train", "--config",
+                                       config("gpt2_keys", hf_dir("hf_gpt2_keys", R"({"model_type": "gpt2",
+      "n_embd": 32, "n_layer": 2, "n_head": 2, "n_positions": 32, "vocab_size": 256, "activation_function": "gelu_new",
+      "layer_norm_epsilon": 1e-05, "scale_attn_weights": true, "scale_attn_by_inverse_layer_idx": false,
+      "reorder_and_upcast_attn": false, "tie_word_embeddings": true})")),
+                                       "--no-progress"});
+  EXPECT_EQ(gpt2_keys.exit_code, 0) << gpt2_keys.err;
   // A tensor the model has no parameter for, and one it misses.
   expect_clear_error(config("extra", hf_dir("hf_extra", kConfigJson, [](auto& t) {
                        t["transformer.h.2.ln_1.weight"] = core::Tensor::zeros({32}, core::DType::f32);

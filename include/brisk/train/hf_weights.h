@@ -6,6 +6,7 @@
 // GPT-2 weights, as llm.c starts from gpt2_124M.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "brisk/models/gpt.h"
@@ -26,7 +27,8 @@ struct HfLoadReport {
 // Loads the weights into `model`, whose shape must match the file's:
 //  - n_layer, n_embd and (from config.json, where there is one) n_head exactly;
 //  - the token embedding may have fewer rows than the model's vocabulary:
-//    the rest are zero (GPT-2's 50257 padded to 50304, as llm.c does);
+//    the rest are the mean of the file's rows (GPT-2's 50257 padded to
+//    50304, as llm.c does; hf_weights.cpp says why not zeros);
 //  - the position embedding may have more rows than the model's block: the
 //    first block_size are used (training on shorter windows).
 // f16 and bf16 files are widened to f32. The attention mask buffers of older
@@ -35,5 +37,11 @@ struct HfLoadReport {
 // parameter for is an error, like a missing one. Throws ConfigError for
 // shapes that do not fit (naming both), IoError for an unreadable file.
 HfLoadReport load_hf_gpt2(const std::string& path, models::Gpt& model);
+
+// Refuses a Hugging Face config.json (parsed, at `path`) whose GPT-2 keys ask
+// for a computation brisk does not do: an activation other than tanh GELU,
+// a LayerNorm epsilon other than 1e-5, unscaled or layer-scaled attention,
+// cross-attention, an untied head. Sizes are checked by the callers.
+void check_hf_computation(const nlohmann::json& config, const std::string& path);
 
 }  // namespace brisk::train
