@@ -135,6 +135,7 @@ EmailSummary emails_to_lmdb(const std::string& input, const std::string& out, co
   wo.tokenizer = tok->name();
   wo.vocab_size = tok->vocab_size();
   wo.zstd_over = opt.zstd_over;
+  wo.notes["strip_headers"] = opt.strip_headers ? "true" : "false";  // the classifier checks its config against it
   RecordWriter writer(out, wo);
   const int threads = opt.threads > 0 ? opt.threads : omp_get_max_threads();
 

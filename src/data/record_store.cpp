@@ -26,6 +26,7 @@
 #include <bit>
 #include <condition_variable>
 #include <cstring>
+#include <nlohmann/json.hpp>
 #include <deque>
 #include <exception>
 #include <filesystem>
@@ -255,6 +256,11 @@ void RecordWriter::finish() {
     if (rc != 0) throw_lmdb(tmp_, "cannot begin write transaction", rc);
     MDB_val k{6, const_cast<char*>("header")}, v{h.size(), h.data()};
     rc = mdb_put(txn, env_->meta, &k, &v, 0);
+    if (rc == 0 && !opt_.notes.empty()) {
+      std::string notes = nlohmann::json(opt_.notes).dump();
+      MDB_val nk{5, const_cast<char*>("notes")}, nv{notes.size(), notes.data()};
+      rc = mdb_put(txn, env_->meta, &nk, &nv, 0);
+    }
     if (rc == 0) rc = mdb_txn_commit(txn);
     else mdb_txn_abort(txn);
     if (rc == 0) break;
@@ -354,6 +360,19 @@ RecordStore::RecordStore(const std::string& path, const StoreExpect& expect)
   info_.vocab_size = sh.vocab_size;
   info_.count = sh.count;
   info_.tokenizer.assign(hb + sizeof sh, sh.tokenizer_len);
+  MDB_val nk{5, const_cast<char*>("notes")}, nv{};
+  rc = mdb_get(txn, env_->meta, &nk, &nv);
+  if (rc == 0) {
+    const auto notes = nlohmann::json::parse(std::string_view(static_cast<const char*>(nv.mv_data), nv.mv_size),
+                                             nullptr, /*allow_exceptions=*/false);
+    if (!notes.is_object()) fail("the store's notes are not a JSON object: damaged");
+    for (const auto& [key, value] : notes.items()) {
+      if (!value.is_string()) fail("the store's note '" + key + "' is not a string: damaged");
+      info_.notes[key] = value.get<std::string>();
+    }
+  } else if (rc != MDB_NOTFOUND) {
+    fail(std::string("cannot read the store's notes: ") + lmdb_text(rc));
+  }
   if ((rc = mdb_dbi_open(txn, "records", 0, &env_->records)) != 0)
     fail(std::string("cannot open the 'records' database: ") + lmdb_text(rc));
   MDB_stat rs{};

@@ -194,6 +194,14 @@ ClassifyResult train_classifier(const ClassifyConfig& cfg, const ClassifyOptions
                       " --tokenizer gpt2" + (cfg.strip_headers ? " --strip-headers" : "") +
                       "   (scripts/fetch_data.sh installs the corpus)");
   data::RecordStore store(cfg.store);
+  // The checkpoint tells classify to read messages as data.strip_headers
+  // says; the store's records must have been made the same way.
+  if (const auto it = store.info().notes.find("strip_headers");
+      it != store.info().notes.end() && (it->second == "true") != cfg.strip_headers)
+    throw ConfigError("data.strip_headers is " + std::string(cfg.strip_headers ? "true" : "false") + " but " +
+                      cfg.store + " was made " + (cfg.strip_headers ? "without" : "with") +
+                      " `brisk data emails --strip-headers`: set data.strip_headers = " + it->second +
+                      " (classify reads new messages the way the config says)");
   if (store.info().vocab_size > cfg.model.vocab_size)
     throw ConfigError("data.store: '" + cfg.store + "' has token ids up to " +
                       std::to_string(store.info().vocab_size - 1) + " (tokenizer " + store.info().tokenizer +

@@ -151,6 +151,20 @@ TEST_F(ClassifyCli, ResumeRefusesOtherRecordsAndReportsAFinishedRun) {
   EXPECT_TRUE(report["training"]["first_loss"].is_null()) << report["training"].dump();
 }
 
+// The store notes how `data emails` made its records; a config reading
+// messages the other way is refused (training on bodies and classifying
+// whole messages scored a test split 83.3% in training, 80.0% in classify).
+TEST_F(ClassifyCli, StripHeadersMustMatchTheStore) {
+  expect_error(run_cli({"train", "--config", config_, "--set", "data.strip_headers=false"}),
+               "was made with `brisk data emails --strip-headers`: set data.strip_headers = true");
+  const std::string whole = tmp_.file("whole.lmdb");
+  ASSERT_EQ(run_cli({"data", "emails", "--input", tmp_.file("mail"), "--out", whole, "--tokenizer", "bytes"}).exit_code,
+            0);
+  expect_error(run_cli({"train", "--config", config_, "--set", "data.store=" + whole}),
+               "was made without `brisk data emails --strip-headers`: set data.strip_headers = false");
+  EXPECT_FALSE(fs::exists(tmp_.file("run")));
+}
+
 // The encoder's run stops as the GPT's does when its loss turns NaN: exit 2
 // naming the step and the lr, and no checkpoint of the NaN weights.
 TEST_F(ClassifyCli, ADivergedRunStopsWithoutACheckpoint) {

@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -44,6 +45,9 @@ struct StoreInfo {
   int64_t vocab_size = 0;
   int64_t count = 0;
   std::string tokenizer;  // e.g. "bytes", "gpt2", "fasta"
+  // How the converter made the records (e.g. "strip_headers": "true" from
+  // `brisk data emails`); empty for stores written before notes existed.
+  std::map<std::string, std::string> notes;
 };
 
 struct RecordWriterOptions {
@@ -52,6 +56,7 @@ struct RecordWriterOptions {
   int64_t commit_every = 4096;      // records per write transaction
   int64_t zstd_over = 0;            // compress records with more tokens than this (0 = never)
   int zstd_level = 1;                // fast: conversion speed matters more than the last few %
+  std::map<std::string, std::string> notes;  // stored beside the header (StoreInfo::notes)
 };
 
 // Bulk loader. Not thread-safe: one writer per store.
