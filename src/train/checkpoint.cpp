@@ -46,15 +46,44 @@ nlohmann::json config_json(const models::GptConfig& c) {
           {"n_head", c.n_head}, {"block_size", c.block_size}, {"attention", c.attention}};
 }
 
-std::vector<fs::path> checkpoints_in(const fs::path& dir) {
-  std::vector<fs::path> out;
-  if (!fs::is_directory(dir)) return out;
-  for (const auto& e : fs::directory_iterator(dir)) {
-    const std::string n = e.path().filename().string();
-    if (e.is_directory() && n.rfind("step_", 0) == 0 && fs::exists(e.path() / "state.json")) out.push_back(e.path());
+// The step a checkpoint directory's name gives ("step_0000300" -> 300), or
+// -1 for another name.
+int64_t step_of_name(const std::string& n) {
+  if (n.rfind("step_", 0) != 0 || n.size() == 5 || n.size() > 5 + 18) return -1;
+  int64_t v = 0;
+  for (size_t i = 5; i < n.size(); ++i) {
+    if (n[i] < '0' || n[i] > '9') return -1;
+    v = v * 10 + (n[i] - '0');
   }
-  std::sort(out.begin(), out.end());
+  return v;
+}
+
+// Oldest first, by step number: names are padded to 7 digits, so past step
+// 9,999,999 their string order is not the steps' order.
+std::vector<fs::path> checkpoints_in(const fs::path& dir) {
+  std::vector<std::pair<int64_t, fs::path>> found;
+  if (!fs::is_directory(dir)) return {};
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const int64_t step = step_of_name(e.path().filename().string());
+    if (step >= 0 && e.is_directory() && fs::exists(e.path() / "state.json")) found.emplace_back(step, e.path());
+  }
+  std::sort(found.begin(), found.end());
+  std::vector<fs::path> out;
+  for (auto& [step, path] : found) out.push_back(std::move(path));
   return out;
+}
+
+// What a writer killed part-way leaves in a checkpoint directory: a
+// `.tmp_step_*` it was writing (a stop checkpoint at a step never saved
+// again), and a `.del_step_*` it was removing. Only the run's one writer
+// (rank 0) writes here, so anything of these names is stale.
+void sweep_leftovers(const fs::path& dir) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string n = e.path().filename().string();
+    if (e.is_directory(ec) && (n.rfind(".tmp_step_", 0) == 0 || n.rfind(".del_step_", 0) == 0))
+      fs::remove_all(e.path(), ec);
+  }
 }
 
 using Json = nlohmann::json;
@@ -270,7 +299,7 @@ std::string write_checkpoint(const std::string& out_dir, int64_t step, const cor
   const fs::path final_dir = fs::path(out_dir) / name;
   const fs::path tmp_dir = fs::path(out_dir) / (std::string(".tmp_") + name);
   fs::create_directories(out_dir);
-  fs::remove_all(tmp_dir);
+  sweep_leftovers(out_dir);
   fs::create_directories(tmp_dir);
 
   // Weights in HF GPT-2 layout, then the moments, each streamed to its file
@@ -303,8 +332,16 @@ std::string write_checkpoint(const std::string& out_dir, int64_t step, const cor
 
   replace_directory(tmp_dir, final_dir);
 
+  // An old checkpoint is renamed out of the step_* names first: a kill in
+  // the middle of removing it leaves a .del_ directory the next write
+  // sweeps, not a step_* without state.json that no pruning sees again.
   auto all = checkpoints_in(out_dir);
-  for (size_t i = 0; keep > 0 && i + size_t(keep) < all.size(); ++i) fs::remove_all(all[i]);
+  for (size_t i = 0; keep > 0 && i + size_t(keep) < all.size(); ++i) {
+    const fs::path doomed = all[i].parent_path() / (".del_" + all[i].filename().string());
+    fs::remove_all(doomed);
+    fs::rename(all[i], doomed);
+    fs::remove_all(doomed);
+  }
   return final_dir.string();
 }
 }  // namespace

@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -107,6 +109,9 @@ inline void write_step_row(std::FILE* f, const StepRow& s) {
                (long long)s.step, (long long)s.epoch, s.loss, s.lr, s.grad_norm, s.seconds * 1e3,
                double(s.real) / s.seconds, (long long)s.width, 1.0 - double(s.real) / double(s.rows * s.width),
                s.cache_hit_rate, s.data_wait_seconds * 1e3);
+  // Whole rows on disk as they are written, as the GPT trainer's: a run
+  // killed between checkpoints leaves a file `brisk report` can read.
+  if (std::fflush(f) != 0) throw core::IoError(std::string("metrics.jsonl: write failed: ") + std::strerror(errno));
 }
 
 }  // namespace brisk::train::detail

@@ -304,7 +304,14 @@ void Trainer::Impl::resume() {
     progress.line("resume: no checkpoint in " + cfg.out_dir + ", starting fresh");
     return;
   }
+  const std::string data_tokenizer = state.tokenizer;
   read_checkpoint_config(ckpt, &state);
+  // Another tokenizer's ids would mean other things to the embedding, and
+  // every later checkpoint would name the old one.
+  if (!state.tokenizer.empty() && state.tokenizer != data_tokenizer)
+    throw core::ConfigError("checkpoint " + ckpt + " was trained on tokenizer '" + state.tokenizer +
+                            "' but data '" + cfg.data_dir + "' uses '" + data_tokenizer +
+                            "'; resume on the run's own data (train.init_from starts a new run from weights)");
   // The data windows come from train.seed: another seed would draw other
   // batches from here on, so the resumed run would not be the one stopped.
   if (state.seed != cfg.seed)

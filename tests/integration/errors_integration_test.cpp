@@ -347,6 +347,22 @@ TEST_F(BadGenerate, ResumeIntoAnotherModelSize) {
   expect_clear_error(train_with(edited("n_embd = 32", "n_embd = 48"), {"--resume"}), {"n_embd 32", "n_embd 48"});
 }
 
+// A resume on data of another tokenizer went on training, and named the
+// checkpoint's tokenizer in every checkpoint after (generate would decode
+// with the wrong one). Refused as train.init_from refuses it.
+TEST_F(BadGenerate, ResumeOnDataOfAnotherTokenizerNamesBoth) {
+  const std::string other = copy_data("resume_as_gpt2");
+  std::string meta = read_text(other + "/meta.json");
+  const std::string from = "\"tokenizer\": \"bytes\"";
+  const auto at = meta.find(from);
+  ASSERT_NE(at, std::string::npos) << meta;
+  meta.replace(at, from.size(), "\"tokenizer\": \"gpt2\"");
+  write_text(other + "/meta.json", meta);
+  std::string text = good_config();
+  text.replace(text.find(data_), data_.size(), other);
+  expect_clear_error(train_with(text, {"--resume"}), {"tokenizer 'bytes'", "uses 'gpt2'"});
+}
+
 }  // namespace
 
 // An output path naming the command's input (or a file inside the input

@@ -9,6 +9,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <vector>
 
 #include "brisk/core/error.h"
@@ -154,6 +155,46 @@ TEST(Checkpoint, SavingAStepAgainReplacesItWhole) {
   std::vector<std::string> entries;
   for (const auto& e : std::filesystem::directory_iterator(dir.path)) entries.push_back(e.path().filename().string());
   EXPECT_EQ(entries, std::vector<std::string>{"step_0000003"}) << "a temporary or old directory was left behind";
+}
+
+// Names are padded to 7 digits: past step 9,999,999 the newest is found by
+// step number (string order picked step_9999999 over step_10000000, and
+// keep = 1 deleted each new checkpoint as it was written).
+TEST(Checkpoint, NewestAndPruningGoByStepNumberPastSevenDigits) {
+  TempDir dir;
+  models::Gpt m(kConfig, backend());
+  m.init_weights(7);
+  train::TrainState st;
+  for (int64_t step : {int64_t(9999999), int64_t(10000000)}) {
+    st.step = step;
+    train::save_checkpoint(dir.path.string(), m, nullptr, st, 2);
+  }
+  EXPECT_EQ(fs::path(train::latest_checkpoint(dir.path.string())).filename(), "step_10000000");
+  st.step = 10000001;
+  const std::string newest = train::save_checkpoint(dir.path.string(), m, nullptr, st, 1);
+  EXPECT_TRUE(fs::exists(newest));
+  std::vector<std::string> entries;
+  for (const auto& e : fs::directory_iterator(dir.path)) entries.push_back(e.path().filename().string());
+  EXPECT_EQ(entries, std::vector<std::string>{"step_10000001"});
+}
+
+// A writer killed part-way leaves a .tmp_step_* it was writing (a stop
+// checkpoint of a step never saved again) or a .del_step_* it was
+// removing; the next checkpoint write sweeps both.
+TEST(Checkpoint, LeftoversOfAKilledWriterAreSwept) {
+  TempDir dir;
+  models::Gpt m(kConfig, backend());
+  m.init_weights(7);
+  for (const char* stale : {".tmp_step_0000014", ".del_step_0000001"}) {
+    fs::create_directories(dir.path / stale);
+    std::ofstream(dir.path / stale / "model.safetensors") << "partial";
+  }
+  train::TrainState st;
+  st.step = 20;
+  train::save_checkpoint(dir.path.string(), m, nullptr, st, 2);
+  std::vector<std::string> entries;
+  for (const auto& e : fs::directory_iterator(dir.path)) entries.push_back(e.path().filename().string());
+  EXPECT_EQ(entries, std::vector<std::string>{"step_0000020"});
 }
 
 TEST(Checkpoint, AnotherModelSizeIsRejectedNamingBothSizes) {
