@@ -34,8 +34,9 @@ void validate(const SamplingParams& p, int64_t vocab) {
   if (p.top_k < 0) throw ConfigError("top_k must be >= 0, got " + std::to_string(p.top_k));
   if (!(p.top_p > 0 && p.top_p <= 1)) throw ConfigError("top_p must be in (0, 1]");
   if (!(p.min_p >= 0 && p.min_p <= 1)) throw ConfigError("min_p must be in [0, 1]");
-  if (!(p.repetition_penalty > 0) || !std::isfinite(p.repetition_penalty))
-    throw ConfigError("repetition_penalty must be > 0 (1 = off)");
+  // Penalized logits are divided or multiplied by it: past these bounds they overflow.
+  if (!(p.repetition_penalty >= 0.01f && p.repetition_penalty <= 100.f))
+    throw ConfigError("repetition_penalty must be in [0.01, 100] (1 = off)");
   if (!std::isfinite(p.frequency_penalty) || std::fabs(p.frequency_penalty) > 2)
     throw ConfigError("frequency_penalty must be in [-2, 2]");
   if (!std::isfinite(p.presence_penalty) || std::fabs(p.presence_penalty) > 2)
@@ -420,7 +421,7 @@ TokenChoice sample(float* logits, int64_t vocab, const SamplingParams& p, const 
                    uint64_t index, SamplerScratch& work) {
   apply_penalties(logits, p, history);
   TokenChoice c;
-  if (p.temperature == 0.f) {
+  if (p.greedy()) {
     c.token = argmax(logits, vocab);
     if (p.logprobs >= 0) fill_logprobs(logits, vocab, p.logprobs, c, work);
     return c;
@@ -503,11 +504,10 @@ TokenChoice sample(float* logits, int64_t vocab, const SamplingParams& p, const 
       c.token = draw_token([&](size_t j) { return w[j]; }, at_floor.mass);
     }
   }
-  if (p.logprobs >= 0) {
-    // Log-probabilities under the temperature-scaled softmax, before filtering.
-    for (int64_t i = 0; i < vocab; ++i) logits[i] *= inv_t;
-    fill_logprobs(logits, vocab, p.logprobs, c, work);
-  }
+  // Log-probabilities under the plain softmax of the penalized logits,
+  // before temperature and filtering (TokenChoice; serving.md): the same
+  // for a greedy and a sampled request, whatever the temperature.
+  if (p.logprobs >= 0) fill_logprobs(logits, vocab, p.logprobs, c, work);
   return c;
 }
 

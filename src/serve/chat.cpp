@@ -112,7 +112,7 @@ Request parse_chat(const std::string& body, const ModelInfo& model, const data::
   fields::validate(sp, model);
   check_context(prompt.size(), sp.max_tokens, model, max_name);
   fan_out({prompt}, n, sp, r);
-  r.deterministic = seeded || sp.temperature == 0.f;
+  r.deterministic = seeded || sp.greedy();
   return r;
 }
 

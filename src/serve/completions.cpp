@@ -113,7 +113,7 @@ Request parse(const json& j, const ModelInfo& model, const data::Tokenizer& tok,
   fan_out(prompts, best_of, sp, r);
   r.n = n;
   for (CompletionRequest& c : r.choices) c.hide_logprobs = hide_logprobs;
-  r.deterministic = seeded || sp.temperature == 0.f;
+  r.deterministic = seeded || sp.greedy();
   return r;
 }
 

@@ -48,7 +48,7 @@ std::string ResponseCache::key_of(const Request& r, const std::string& model) {
       put_raw(k, t);
       put_raw(k, bias);
     }
-    put_raw(k, p.temperature == 0.f ? uint64_t(0) : p.seed);  // greedy: the seed changes nothing
+    put_raw(k, p.greedy() ? uint64_t(0) : p.seed);  // greedy: the seed changes nothing
     put_raw(k, uint64_t(p.stop_tokens.size()));
     k.append(reinterpret_cast<const char*>(p.stop_tokens.data()), p.stop_tokens.size() * sizeof(int32_t));
     put_raw(k, uint64_t(p.stop.size()));

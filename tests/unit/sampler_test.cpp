@@ -13,6 +13,7 @@
 #include <set>
 #include <vector>
 
+#include "brisk/core/error.h"
 #include "brisk/cpu/cpu_features.h"
 #include "brisk/infer/sampler.h"
 
@@ -256,6 +257,36 @@ TEST(Sampler, PenaltiesAndLogprobs) {
   for (int i = 0; i < 10; ++i) total += std::exp(double(i) / 4 - 2.25 + double(c.logprob));
   EXPECT_NEAR(total, 1.0, 1e-5);
   EXPECT_NEAR(c.top[0].second - c.top[1].second, 0.25, 1e-5);
+}
+
+// Logprobs are the plain softmax of the penalized logits, whatever the
+// temperature (serving.md): a sampled and a greedy request report the same
+// numbers. Temperatures below kGreedyBelow sample greedily: at 1e-39 the
+// scaled logits overflowed and the logprobs came out NaN.
+TEST(Sampler, LogprobsIgnoreTemperatureAndTinyTemperaturesAreGreedy) {
+  infer::SamplerScratch scratch;
+  infer::SequenceHistory h(10);
+  std::vector<infer::TokenChoice> got;
+  for (float t : {0.f, 0.5f, 1.f, 1.7f, 1e-39f, 1e-20f}) {
+    infer::SamplingParams p;
+    p.temperature = t;
+    p.logprobs = 3;
+    p.seed = 5;
+    auto l = ramp(10);
+    got.push_back(infer::sample(l.data(), 10, p, h, 0, scratch));
+    ASSERT_EQ(got.back().top.size(), 3u) << t;
+    for (int k = 0; k < 3; ++k) {
+      EXPECT_TRUE(std::isfinite(got.back().top[size_t(k)].second)) << t;
+      EXPECT_FLOAT_EQ(got.back().top[size_t(k)].second, got.front().top[size_t(k)].second) << "temperature " << t;
+    }
+  }
+  EXPECT_EQ(got[4].token, 9) << "1e-39 is greedy";
+  EXPECT_EQ(got[5].token, 9) << "1e-20 is greedy";
+  infer::SamplingParams bad;
+  bad.repetition_penalty = 1e-45f;
+  EXPECT_THROW(infer::validate(bad, 10), core::ConfigError);
+  bad.repetition_penalty = 1000.f;
+  EXPECT_THROW(infer::validate(bad, 10), core::ConfigError);
 }
 
 }  // namespace

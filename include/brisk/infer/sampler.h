@@ -13,8 +13,12 @@
 namespace brisk::infer {
 
 struct SamplingParams {
+  // Temperatures below this sample greedily, as 0 does (vLLM's rule): at
+  // 1e-39 the scaled logits overflowed and the logprobs came out NaN.
+  static constexpr float kGreedyBelow = 1e-5f;
+
   int64_t max_tokens = 128;
-  float temperature = 1.0f;       // 0: greedy
+  float temperature = 1.0f;       // 0 (or below kGreedyBelow): greedy
   int top_k = 0;                  // 0: off
   float top_p = 1.0f;             // 1: off
   float min_p = 0.0f;             // 0: off; keeps tokens with p >= min_p * p(top token)
@@ -35,6 +39,8 @@ struct SamplingParams {
   // max_tokens 0 nothing is generated: the sequence ends (Finish::length,
   // no token) once its prompt is in the cache, scored if asked.
   int prompt_logprobs = -1;
+
+  bool greedy() const { return temperature < kGreedyBelow; }
 };
 
 // Throws ConfigError naming the first bad field (e.g. "top_p must be in (0, 1]").
