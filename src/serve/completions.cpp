@@ -95,6 +95,9 @@ Request parse(const json& j, const ModelInfo& model, const data::Tokenizer& tok,
     throw ApiError(400, r.echo ? "max_tokens must be >= 0" : "max_tokens must be at least 1 (0 only with echo)",
                    "max_tokens");
   const bool seeded = read_sampling(j, sp);
+  // The end-of-text token ends a completion with finish_reason "stop", as
+  // OpenAI's do; it is no part of the text.
+  if (tok.eot_token() >= 0) sp.stop_tokens.push_back(tok.eot_token());
   sp.logprobs = small_integer(j, "logprobs", -1);
   if (field(j, "logprobs") && sp.logprobs < 0) throw ApiError(400, "logprobs must be >= 0", "logprobs");
   if (r.echo && sp.logprobs >= 0) sp.prompt_logprobs = sp.logprobs;

@@ -880,6 +880,38 @@ TEST_F(ServeTest, ChatLogprobs) {
   EXPECT_EQ(serve::valid_utf8(joined).rfind(j["choices"][0]["message"]["content"].get<std::string>(), 0), 0u);
 }
 
+// A tokenizer's end-of-text token ends a completion or a chat answer with
+// finish_reason "stop", as OpenAI's do (the server generated
+// "<|endoftext|>" text until max_tokens). A byte tokenizer has none.
+TEST(EndOfText, EndsCompletionsAndChatAnswers) {
+  struct WithEot : data::Tokenizer {  // bytes, with id 4 as end-of-text
+    std::unique_ptr<data::Tokenizer> bytes = data::make_byte_tokenizer();
+    std::string name() const override { return "bytes"; }
+    int64_t vocab_size() const override { return 256; }
+    int32_t eot_token() const override { return 4; }
+    std::vector<int32_t> encode(std::string_view t) const override { return bytes->encode(t); }
+    std::string decode(std::span<const int32_t> ids) const override { return bytes->decode(ids); }
+  } tok;
+  const serve::ModelInfo info{"tiny", 256, kContext};
+  const serve::Request c = serve::parse_completions(json{{"prompt", "Hi"}, {"max_tokens", 4}}.dump(), info, tok);
+  EXPECT_EQ(c.choices[0].params.stop_tokens, std::vector<int32_t>{4});
+  const serve::Request chat = serve::parse_chat(chat_body("Hi", json::object()).dump(), info, tok);
+  EXPECT_EQ(chat.choices[0].params.stop_tokens, std::vector<int32_t>{4});
+  auto bytes = data::make_byte_tokenizer();
+  EXPECT_TRUE(serve::parse_completions(json{{"prompt", "Hi"}}.dump(), info, *bytes).choices[0].params.stop_tokens.empty());
+  // The engine ends such a sequence with Finish::stop and no stop string:
+  // the builder leaves the token out of the text and says "stop".
+  serve::CompletionBuilder b(tok, c.choices[0], "cmpl-x", 0, "tiny", serve::Api::completions);
+  infer::TokenEvent e;
+  e.choice.token = 'A';
+  b.add(e);
+  e.choice.token = 4;
+  e.finish = infer::Finish::stop;
+  const json last = b.add(e);
+  EXPECT_EQ(last["choices"][0]["finish_reason"], "stop") << last.dump();
+  EXPECT_EQ(last["choices"][0]["text"], "") << last.dump();
+}
+
 // The template's stop string ends the answer where a base model would go
 // on to write the user's next turn. Fed through the builder as the engine
 // reports such a sequence (the tiny random model never writes it).
