@@ -75,7 +75,10 @@ Generation::Generation(Scheduler& scheduler, const data::Tokenizer& tok, const R
     }
     channels_.push_back(std::move(ch));
     builders_.emplace_back(tok, c, id, created, model, req.api, int64_t(i));
-    first_of_prompt_.push_back(i == 0 || c.prompt != req.choices[i - 1].prompt);
+    // Sequences of one prompt are contiguous, best_of of them: the first of
+    // each counts the prompt's cached tokens (comparing prompts took a
+    // prompt repeated in the list for one prompt).
+    first_of_prompt_.push_back(i % size_t(std::max<int64_t>(1, req.best_of)) == 0);
   }
   if (!req.stream) return;
   inbox_ = std::make_shared<Inbox>();

@@ -468,6 +468,9 @@ TEST_F(BadGenerate, MoreOptionValuesAreRefusedByName) {
                               "--threads", "-1"}),
                      {"--threads", "at least 0"});
   expect_clear_error(run_cli({"serve", "--model", ckpt_, "--port", "0", "--threads", "-3"}), {"--threads", "at least 0"});
+  // Every request passes through the queue: with room for none each was a 429.
+  expect_clear_error(run_cli({"serve", "--model", ckpt_, "--port", "0", "--max-queue", "0"}),
+                     {"--max-queue must be at least 1"});
   expect_clear_error(run_cli({"tune", config, "--memory-budget", "1" + std::string(400, '0')}),
                      {"--memory-budget", "too large"});
 }

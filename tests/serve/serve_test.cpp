@@ -252,6 +252,21 @@ TEST_F(ServeTest, CompletionShapeAndUsage) {
   EXPECT_EQ(json::parse(r2->body)["choices"][0]["text"], c["text"]);
 }
 
+// cached_tokens counts each prompt of a list once, like prompt_tokens: a
+// prompt listed twice has its cached blocks counted twice (the second copy
+// was taken for a second choice of the first and left out).
+TEST_F(ServeTest, CachedTokensCountEveryListedPrompt) {
+  const std::string p(40, 'a');  // 2 whole blocks of 16 before its last token
+  const json warm = {{"prompt", json::array({p})}, {"max_tokens", 1}, {"temperature", 0}};
+  auto r = post("/v1/completions", warm);
+  ASSERT_TRUE(r && r->status == 200) << (r ? r->body : "no answer");
+  r = post("/v1/completions", {{"prompt", json::array({p, p})}, {"max_tokens", 1}, {"temperature", 0}});
+  ASSERT_TRUE(r && r->status == 200) << (r ? r->body : "no answer");
+  const json usage = json::parse(r->body)["usage"];
+  EXPECT_EQ(usage["prompt_tokens"], 80) << usage;
+  EXPECT_EQ(usage["prompt_tokens_details"]["cached_tokens"], 64) << usage;
+}
+
 TEST_F(ServeTest, Logprobs) {
   auto r = post("/v1/completions", {{"prompt", "Hi"}, {"max_tokens", 5}, {"temperature", 0}, {"logprobs", 3}});
   ASSERT_TRUE(r);

@@ -42,7 +42,9 @@ std::string default_name(const std::string& path) {
 
 int run_serve(const ServeArgs& a) {
   if (a.slots < 1) throw core::ConfigError("--slots must be at least 1");
-  if (a.max_queue < 0) throw core::ConfigError("--max-queue must not be negative");
+  // Every sequence waits in the queue (if only for a step) before a slot
+  // takes it: with room for none, every request would be a 429.
+  if (a.max_queue < 1) throw core::ConfigError("--max-queue must be at least 1 (every request passes through the queue)");
   if (a.max_body < 1) throw core::ConfigError("--max-body must be at least 1 byte");
   if (a.port < 0 || a.port > 65535) throw core::ConfigError("--port must be in [0, 65535]");
   if (!(a.drain_timeout >= 0)) throw core::ConfigError("--drain-timeout must not be negative");
@@ -126,7 +128,7 @@ int run_serve(const ServeArgs& a) {
   auto tok = data::make_tokenizer(model.tokenizer, a.vocab_dir);
   serve::ModelInfo info{a.model_name.empty() ? default_name(a.model) : a.model_name, model.config.vocab_size,
                         model.config.block_size};
-  info.max_choices = std::max(1, a.max_queue);  // a request's choices all wait in the queue at first
+  info.max_choices = a.max_queue;  // a request's choices all wait in the queue at first
   infer::EngineOptions eo;
   eo.max_seqs = a.slots;
   eo.threads = a.threads;
