@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -45,6 +46,14 @@ struct TempDir {
   }
   ~TempDir() { fs::remove_all(path); }
 };
+
+// What a directory holds, by name, sorted.
+std::vector<std::string> names_in(const fs::path& dir) {
+  std::vector<std::string> out;
+  for (const auto& e : fs::directory_iterator(dir)) out.push_back(e.path().filename().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
 
 std::vector<int32_t> ids(int64_t n, int64_t vocab, int32_t mul) {
   std::vector<int32_t> v(static_cast<size_t>(n));
@@ -152,9 +161,7 @@ TEST(Checkpoint, SavingAStepAgainReplacesItWhole) {
   models::Gpt loaded(kConfig, backend());
   train::load_checkpoint(ckpt, loaded, nullptr);
   expect_same_weights(second, loaded);
-  std::vector<std::string> entries;
-  for (const auto& e : std::filesystem::directory_iterator(dir.path)) entries.push_back(e.path().filename().string());
-  EXPECT_EQ(entries, std::vector<std::string>{"step_0000003"}) << "a temporary or old directory was left behind";
+  EXPECT_EQ(names_in(dir.path), std::vector<std::string>{"step_0000003"}) << "a temporary or old directory was left behind";
 }
 
 // Names are padded to 7 digits: past step 9,999,999 the newest is found by
@@ -173,9 +180,7 @@ TEST(Checkpoint, NewestAndPruningGoByStepNumberPastSevenDigits) {
   st.step = 10000001;
   const std::string newest = train::save_checkpoint(dir.path.string(), m, nullptr, st, 1);
   EXPECT_TRUE(fs::exists(newest));
-  std::vector<std::string> entries;
-  for (const auto& e : fs::directory_iterator(dir.path)) entries.push_back(e.path().filename().string());
-  EXPECT_EQ(entries, std::vector<std::string>{"step_10000001"});
+  EXPECT_EQ(names_in(dir.path), std::vector<std::string>{"step_10000001"});
 }
 
 // A writer killed part-way leaves a .tmp_step_* it was writing (a stop
@@ -192,9 +197,7 @@ TEST(Checkpoint, LeftoversOfAKilledWriterAreSwept) {
   train::TrainState st;
   st.step = 20;
   train::save_checkpoint(dir.path.string(), m, nullptr, st, 2);
-  std::vector<std::string> entries;
-  for (const auto& e : fs::directory_iterator(dir.path)) entries.push_back(e.path().filename().string());
-  EXPECT_EQ(entries, std::vector<std::string>{"step_0000020"});
+  EXPECT_EQ(names_in(dir.path), std::vector<std::string>{"step_0000020"});
 }
 
 TEST(Checkpoint, AnotherModelSizeIsRejectedNamingBothSizes) {
