@@ -162,10 +162,16 @@ json Generation::response() {
 
 bool Generation::pump(const std::function<bool(const std::string&)>& write) {
   if (done_) return true;
+  // With include_usage every chunk before the usage chunk carries
+  // "usage": null, as OpenAI's streams do.
+  const auto send = [&](json c) {
+    if (include_usage_) c["usage"] = nullptr;
+    return write(dump(c));
+  };
   if (!started_) {
     started_ = true;
     for (const CompletionBuilder& b : builders_)
-      if (const json c = b.first_chunk(); !c.is_null() && !write(dump(c))) return false;
+      if (const json c = b.first_chunk(); !c.is_null() && !send(c)) return false;
   }
   // Ends the stream with an error: the other choices are dropped.
   const auto end_with = [&](const ApiError& err) {
@@ -179,7 +185,7 @@ bool Generation::pump(const std::function<bool(const std::string&)>& write) {
     record(item.choice, item.events);
     try {
       for (const infer::TokenEvent& e : item.events)
-        if (const json c = b.add(e); !c.is_null() && !write(dump(c))) return false;
+        if (const json c = b.add(e); !c.is_null() && !send(c)) return false;
     } catch (const std::exception& ex) {
       // The text could not be built (the server's fault, not the request's).
       // This runs on an HTTP thread inside httplib's content provider, where

@@ -185,6 +185,12 @@ Streamed stream(int port, json body, bool include_usage = true) {
       continue;
     }
     EXPECT_TRUE(s.finish_reason.empty()) << "a content chunk after the finishing one";
+    // OpenAI: with include_usage every other chunk has "usage": null; without it, no usage field.
+    if (include_usage) {
+      EXPECT_TRUE(ch.contains("usage") && ch["usage"].is_null()) << ch.dump();
+    } else {
+      EXPECT_FALSE(ch.contains("usage")) << ch.dump();
+    }
     const json& c0 = ch.at("choices").at(0);
     s.text += c0.at("text").get<std::string>();
     if (!c0.at("finish_reason").is_null()) s.finish_reason = c0.at("finish_reason");
