@@ -135,25 +135,18 @@ json CompletionBuilder::add(const infer::TokenEvent& e) {
   // A stop token ends the sequence without being part of its text.
   const bool stop_token = e.finish == infer::Finish::stop && e.stop_matched.empty();
   if (e.choice.token >= 0) ++completion_tokens_, logprob_sum_ += double(e.choice.logprob);
-  if (e.choice.token >= 0 && !stop_token) {
-    piece += text_.add(e.choice.token);
-    if (logprobs_ >= 0) {
-      const json mine = logprobs_of(e.choice);
-      if (lp.is_null()) {
-        lp = mine;
-      } else {  // after the echoed prompt's entries, in the same chunk
-        for (const char* list : {"tokens", "token_logprobs", "top_logprobs", "text_offset"})
-          lp[list].push_back(mine[list][0]);
-      }
+  piece += text_.add_event(e);
+  if (logprobs_ >= 0 && e.choice.token >= 0 && !stop_token) {
+    const json mine = logprobs_of(e.choice);
+    if (lp.is_null()) {
+      lp = mine;
+    } else {  // after the echoed prompt's entries, in the same chunk
+      for (const char* list : {"tokens", "token_logprobs", "top_logprobs", "text_offset"})
+        lp[list].push_back(mine[list][0]);
     }
   }
-  if (e.finish == infer::Finish::stop) {
-    piece += e.stop_matched.empty() ? text_.finish() : text_.finish_at_stop();
-    finish_reason_ = "stop";
-  } else if (e.finish == infer::Finish::length) {
-    piece += text_.finish();
-    finish_reason_ = "length";
-  }
+  if (e.finish == infer::Finish::stop) finish_reason_ = "stop";
+  else if (e.finish == infer::Finish::length) finish_reason_ = "length";
   all_text_ += piece;
   if (piece.empty() && lp.is_null() && finish_reason_.empty()) return nullptr;
   return chunk(piece, lp);

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "brisk/data/tokenizer.h"
+#include "brisk/infer/engine.h"
 
 namespace brisk::serve {
 
@@ -114,5 +115,14 @@ std::string TextStream::finish_at_stop() {
 }
 
 std::string TextStream::finish() { return emit(raw_.size()); }
+
+std::string TextStream::add_event(const infer::TokenEvent& e) {
+  std::string piece;
+  const bool stop_token = e.finish == infer::Finish::stop && e.stop_matched.empty();
+  if (e.choice.token >= 0 && !stop_token) piece += add(e.choice.token);
+  if (e.finish == infer::Finish::stop && !e.stop_matched.empty()) piece += finish_at_stop();
+  else if (e.finish != infer::Finish::none) piece += finish();
+  return piece;
+}
 
 }  // namespace brisk::serve

@@ -16,6 +16,9 @@
 namespace brisk::data {
 class Tokenizer;
 }
+namespace brisk::infer {
+struct TokenEvent;
+}
 
 namespace brisk::serve {
 
@@ -35,6 +38,10 @@ class TextStream {
   std::string finish_at_stop();
   // The sequence ended otherwise: everything still held back.
   std::string finish();
+  // What an engine event adds, all of the above in one: its token (a stop
+  // token is no part of the text), then, when the event ends the sequence,
+  // what was held back, cut before a matched stop string.
+  std::string add_event(const infer::TokenEvent& e);
   // Where the token added last starts in the text sent (logprobs'
   // text_offset): its raw bytes' offset, moved by the U+FFFD before it.
   size_t offset_of_last() const { return valid_utf8_offset(raw_, last_offset_); }
