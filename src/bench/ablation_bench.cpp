@@ -95,7 +95,7 @@ Row over_rounds(const std::vector<Row>& rounds) {
   std::vector<double> tps, ms, gf;
   for (const Row& r : rounds) {
     tps.push_back(r.tokens_per_s), ms.push_back(r.ms_per_step), gf.push_back(r.gflops);
-    if (r.rss_mib > m.rss_mib) m.rss_mib = r.rss_mib, m.peak_rss_mib = r.peak_rss_mib, m.baseline_rss_mib = r.baseline_rss_mib;
+    m.keep_largest_growth(r);
     m.others_pct = std::max(m.others_pct, r.others_pct);
   }
   m.tokens_per_s = median(tps), m.ms_per_step = median(ms), m.gflops = median(gf);

@@ -408,8 +408,7 @@ int run_train_bench(const TrainBenchOptions& options) {
       }
       ms.push_back(x.ms_per_step);
       tps.push_back(x.tokens_per_s);
-      if (x.rss_mib > row.rss_mib)  // the largest growth, with the peak and baseline of its round
-        row.rss_mib = x.rss_mib, row.peak_rss_mib = x.peak_rss_mib, row.baseline_rss_mib = x.baseline_rss_mib;
+      row.keep_largest_growth(x);
       row.others_pct = std::max(row.others_pct, x.others_pct);
     }
     if (row.ok()) {

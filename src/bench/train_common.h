@@ -40,6 +40,12 @@ struct Row {
   double loss_first = 0, loss_last = 0;
   double others_pct = -1;
   bool ok() const { return error.empty(); }
+  // Over rounds: the largest RSS growth, with the peak and baseline of the
+  // round it came from (so peak - baseline = growth in the JSON).
+  void keep_largest_growth(const Row& round) {
+    if (round.rss_mib > rss_mib)
+      rss_mib = round.rss_mib, peak_rss_mib = round.peak_rss_mib, baseline_rss_mib = round.baseline_rss_mib;
+  }
 };
 
 // A row from a side's report: median step time, tokens/s, GFLOP/s, % of

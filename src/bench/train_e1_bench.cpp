@@ -370,9 +370,7 @@ int run_e1_bench(const TrainBenchOptions& options) {
         break;
       }
       tps.push_back(x.row.tokens_per_s);
-      if (x.row.rss_mib > row.row.rss_mib)  // the largest growth, with the peak and baseline of its round
-        row.row.rss_mib = x.row.rss_mib, row.row.peak_rss_mib = x.row.peak_rss_mib,
-        row.row.baseline_rss_mib = x.row.baseline_rss_mib;
+      row.row.keep_largest_growth(x.row);
       row.row.others_pct = std::max(row.row.others_pct, x.row.others_pct);
     }
     if (row.row.ok()) {
