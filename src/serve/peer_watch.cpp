@@ -7,6 +7,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 
+#include <cerrno>
 #include <cstdlib>
 
 namespace brisk::serve {
@@ -28,40 +29,59 @@ bool numeric_name(const sockaddr_storage& a, socklen_t len, std::string& host, i
   return true;
 }
 
-bool is_connection(int fd, const std::string& local_addr, int local_port, const std::string& remote_addr,
+// What the scan makes of one descriptor.
+enum class Match { other, connection, reset_on_local };
+
+Match match_socket(int fd, const std::string& local_addr, int local_port, const std::string& remote_addr,
                    int remote_port) {
   sockaddr_storage a{};
   socklen_t len = sizeof a;
   std::string host;
   int port = 0;
-  // getpeername fails with ENOTSOCK on files and ENOTCONN on listeners.
-  if (getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0 || !numeric_name(a, len, host, port) ||
-      port != remote_port || host != remote_addr)
-    return false;
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0 || !numeric_name(a, len, host, port) ||
+      port != local_port || host != local_addr)
+    return Match::other;
   len = sizeof a;
-  return getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0 && numeric_name(a, len, host, port) &&
-         port == local_port && host == local_addr;
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0)
+    return numeric_name(a, len, host, port) && port == remote_port && host == remote_addr ? Match::connection
+                                                                                          : Match::other;
+  // ENOTCONN on a socket bound to the server's address is either the
+  // listener or an accepted connection whose peer reset it (a TCP socket
+  // in CLOSE has no peer address any more).
+  int listening = 0;
+  socklen_t optlen = sizeof listening;
+  if (errno != ENOTCONN || getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &optlen) != 0 || listening)
+    return Match::other;
+  return Match::reset_on_local;
 }
 
 }  // namespace
 
 int find_connection_socket(const std::string& local_addr, int local_port, const std::string& remote_addr,
                            int remote_port) {
-  if (local_port <= 0 || remote_port <= 0) return -1;
+  if (local_port <= 0) return -1;
   DIR* dir = opendir("/proc/self/fd");
   if (!dir) return -1;
   int found = -1;
+  bool reset_seen = false;
   while (const dirent* e = readdir(dir)) {
     char* end = nullptr;
     const long fd = std::strtol(e->d_name, &end, 10);
     if (end == e->d_name || *end != '\0' || fd == dirfd(dir)) continue;
-    if (is_connection(int(fd), local_addr, local_port, remote_addr, remote_port)) {
+    const Match m = match_socket(int(fd), local_addr, local_port, remote_addr, remote_port);
+    if (m == Match::connection && remote_port > 0) {
       found = int(fd);
       break;
     }
+    reset_seen = reset_seen || m == Match::reset_on_local;
   }
   closedir(dir);
-  return found;
+  // The request's socket is open while it is answered, so when no socket
+  // has its addresses and one of the server's has lost its peer, that one
+  // is the request's: its client reset the connection before we looked (a
+  // proxy's abort, SO_LINGER 0). httplib itself reads the peer address with
+  // getpeername, so remote_port 0 means the reset came before that.
+  return found < 0 && reset_seen ? kConnectionReset : found;
 }
 
 bool peer_hung_up(int fd) {

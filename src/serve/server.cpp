@@ -2,6 +2,7 @@
 #include "brisk/serve/server.h"
 
 #include <httplib.h>
+#include <strings.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include <chrono>
 #include <ctime>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -117,16 +119,20 @@ struct Server::Impl {
         else send_error(res, ApiError(503, "the model is still loading", "", "server_error"));
         return httplib::Server::HandlerResponse::Handled;
       }
-      if (options.api_key.empty() || req.path == "/health" ||
-          req.get_header_value("Authorization") == "Bearer " + options.api_key)
-        return httplib::Server::HandlerResponse::Unhandled;
-    // --api-key: every route but /health (load balancers probe it without a key).
-      res.set_header("WWW-Authenticate", "Bearer");
-      send_error(res, ApiError(401, req.has_header("Authorization") ? "the API key is not valid"
-                                                                     : "an API key is required: send "
-                                                                       "\"Authorization: Bearer <key>\"",
-                               "", "invalid_request_error"));
-      return httplib::Server::HandlerResponse::Handled;
+      if (!options.api_key.empty() && req.path != "/health" &&
+          req.get_header_value("Authorization") != "Bearer " + options.api_key) {
+        res.set_header("WWW-Authenticate", "Bearer");
+        send_error(res, ApiError(401, req.has_header("Authorization") ? "the API key is not valid"
+                                                                       : "an API key is required: send "
+                                                                         "\"Authorization: Bearer <key>\"",
+                                 "", "invalid_request_error"));
+        return httplib::Server::HandlerResponse::Handled;
+      }
+      if (auto refused = refuse_route(req, res)) {
+        send_error(res, *refused);
+        return httplib::Server::HandlerResponse::Handled;
+      }
+      return httplib::Server::HandlerResponse::Unhandled;
     });
     // Every answered request, by path and status (after its response is
     // sent); those answered while loading have no metrics to go to.
@@ -171,6 +177,29 @@ struct Server::Impl {
               [this](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& body) {
                 guarded(res, [&] { generate(req, read_body(body, res), res, Api::chat); });
               });
+  }
+
+  // What httplib's own routing would get wrong, answered before it reads a
+  // body: an unknown path is a 404 whatever the method (httplib answered a
+  // POST to one 400), a known path with another method a 405 with `Allow`
+  // (httplib: 404), and a POST with neither Content-Length nor chunked
+  // encoding a 411 (httplib waited for the connection's end, then answered
+  // 400). HEAD and OPTIONS are httplib's own.
+  static std::optional<ApiError> refuse_route(const httplib::Request& req, httplib::Response& res) {
+    if (req.method == "OPTIONS") return std::nullopt;
+    const bool get = req.path == "/health" || req.path == "/metrics" || req.path == "/v1/models" ||
+                     (req.path.rfind("/v1/models/", 0) == 0 && req.path.size() > 11);
+    const bool post = req.path == "/tokenize" || req.path == "/detokenize" || req.path == "/v1/completions" ||
+                      req.path == "/v1/chat/completions";
+    if (!get && !post) return ApiError(404, "no route for " + req.method + " " + req.path);
+    const bool method_ok = get ? req.method == "GET" || req.method == "HEAD" : req.method == "POST";
+    if (!method_ok) {
+      res.set_header("Allow", get ? "GET, HEAD" : "POST");
+      return ApiError(405, req.path + " takes " + (get ? "GET" : "POST") + ", not " + req.method);
+    }
+    if (post && !req.has_header("Content-Length") && strcasecmp(req.get_header_value("Transfer-Encoding").c_str(), "chunked") != 0)
+      return ApiError(411, "a POST needs a Content-Length header (or Transfer-Encoding: chunked)");
+    return std::nullopt;
   }
 
   void tokenize(const std::string& body, httplib::Response& res) {
@@ -288,9 +317,11 @@ struct Server::Impl {
     // is done, and a stream nothing while it waits for a slot, so without
     // the watch neither would notice before its first write.
     std::shared_ptr<PeerWatcher::Watch> watch;
-    if (!gen->from_cache())
-      watch = watcher.watch(find_connection_socket(req.local_addr, req.local_port, req.remote_addr, req.remote_port),
-                            [gen] { gen->cancel(); });
+    if (!gen->from_cache()) {
+      const int fd = find_connection_socket(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
+      if (fd == kConnectionReset) gen->cancel();  // gone before we could watch it
+      else watch = watcher.watch(fd, [gen] { gen->cancel(); });
+    }
     if (!r.stream) {
       json answer = gen->response();
       watch.reset();

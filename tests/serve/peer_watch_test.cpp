@@ -60,6 +60,13 @@ bool hung_up_soon(int fd) {
   return false;
 }
 
+// Waits up to a second for `pred`.
+template <class Pred>
+bool soon(Pred pred) {
+  for (int i = 0; i < 1000 && !pred(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  return pred();
+}
+
 TEST(PeerWatch, FindsTheAcceptedSocketOfAConnection) {
   Connection a, b;  // two connections: each is found as itself
   EXPECT_EQ(a.find(), a.server);
@@ -78,6 +85,30 @@ TEST(PeerWatch, FindsTheAcceptedSocketOfAConnection) {
   EXPECT_EQ(serve::find_connection_socket("127.0.0.1", -1, "127.0.0.1", port_of(a.server, true)), -1);
 }
 
+// A client that resets the connection (a proxy's abort, SO_LINGER 0) before
+// the request is looked up leaves a socket with no peer address: it cannot
+// be found by its addresses, and is reported as reset instead of "nothing
+// to watch", so its request is cancelled rather than run to its end.
+TEST(PeerWatch, AConnectionResetBeforeTheLookupIsReportedAsReset) {
+  Connection c, other;
+  const int local = port_of(c.server, false), remote = port_of(c.server, true);
+  // Before the reset: found; the listener alone (ENOTCONN too) is not a reset.
+  EXPECT_EQ(c.find(), c.server);
+  EXPECT_EQ(serve::find_connection_socket("127.0.0.1", local, "127.0.0.1", 1), -1);
+  const linger abort_on_close{1, 0};
+  ASSERT_EQ(setsockopt(c.client, SOL_SOCKET, SO_LINGER, &abort_on_close, sizeof abort_on_close), 0);
+  close(c.client);
+  c.client = -1;
+  EXPECT_TRUE(soon([&] { return serve::find_connection_socket("127.0.0.1", local, "127.0.0.1", remote) ==
+                                serve::kConnectionReset; }));
+  // httplib reads the peer address after the reset: port 0.
+  EXPECT_EQ(serve::find_connection_socket("127.0.0.1", local, "127.0.0.1", 0), serve::kConnectionReset);
+  // A live connection of the same server is still found as itself.
+  EXPECT_EQ(other.find(), other.server);
+  // Another server's port has no reset socket.
+  EXPECT_EQ(serve::find_connection_socket("127.0.0.1", port_of(other.server, false), "127.0.0.1", 1), -1);
+}
+
 TEST(PeerWatch, AClosedClientIsSeenAndUnreadDataIsNot) {
   Connection c;
   EXPECT_FALSE(serve::peer_hung_up(c.server));
@@ -88,13 +119,6 @@ TEST(PeerWatch, AClosedClientIsSeenAndUnreadDataIsNot) {
   close(c.client);
   c.client = -1;
   EXPECT_TRUE(hung_up_soon(c.server));
-}
-
-// Waits up to a second for `pred`.
-template <class Pred>
-bool soon(Pred pred) {
-  for (int i = 0; i < 1000 && !pred(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  return pred();
 }
 
 TEST(PeerWatch, OneWatcherCallsBackOnceForTheConnectionThatLeft) {

@@ -2,6 +2,8 @@
 // in-process on a free port with a small random GPT and the byte tokenizer.
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -411,6 +413,38 @@ TEST(ServeDisconnect, AClientThatGivesUpOnANonStreamedRequestFreesItsSlot) {
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200) << r->body;
   EXPECT_EQ(json::parse(r->body)["usage"]["completion_tokens"], 5);
+}
+
+// A client that sends its request and resets the connection at once (a
+// proxy's abort, SO_LINGER 0) is gone before the server looks for its
+// socket: the kernel still hands the server the request, but the socket has
+// no peer address to be found by. Such requests ran to their end unwatched
+// (5 x 120 tokens generated, none counted); each is now a 499 at once.
+TEST(ServeDisconnect, AClientThatResetsBeforeItsRequestIsAdmittedIsCancelled) {
+  Served s("", /*slow=*/true);
+  const std::string body = json{{"prompt", "And"}, {"max_tokens", 120}, {"temperature", 0}}.dump();
+  const std::string request = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                              "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+  constexpr int kClients = 5;
+  for (int i = 0; i < kClients; ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(uint16_t(s.port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    ASSERT_EQ(write(fd, request.data(), request.size()), ssize_t(request.size()));
+    const linger abort_on_close{1, 0};
+    setsockopt(fd, SOL_SOCKET, SO_LINGER, &abort_on_close, sizeof abort_on_close);
+    close(fd);
+  }
+  auto c = s.client();
+  const std::string cancelled = "brisk_requests_total{path=\"/v1/completions\",status=\"499\"}";
+  std::map<std::string, double> m =
+      metrics_when(c, [&](auto& m) { return m[cancelled] == kClients && m.at("brisk_slots_busy") == 0; }, 2500);
+  EXPECT_EQ(m[cancelled], kClients);
+  EXPECT_EQ(m.at("brisk_slots_busy"), 0);
+  EXPECT_LT(m.at("brisk_generation_tokens_total"), kClients * 120 / 2) << "the requests ran unwatched";
 }
 
 // A client that leaves while its request waits for a slot takes it out of

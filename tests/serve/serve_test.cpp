@@ -4,6 +4,8 @@
 // non-streaming text, stop strings, batching independence and the errors.
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -496,6 +498,57 @@ TEST_F(ServeTest, Errors) {
   auto r = post("/v1/completions", {{"prompt", "x"}, {"max_tokens", 2}});
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200);
+}
+
+// One request written by hand on a new connection (what httplib's client
+// would not send), and the response's first line, or "" if none came
+// within two seconds.
+std::string raw_status_line(int port, const std::string& request) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(uint16_t(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  const timeval two_seconds{2, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &two_seconds, sizeof two_seconds);
+  std::string got;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+      write(fd, request.data(), request.size()) == ssize_t(request.size())) {
+    char buf[512];
+    for (ssize_t n; got.find("\r\n") == std::string::npos && (n = read(fd, buf, sizeof buf)) > 0;)
+      got.append(buf, size_t(n));
+  }
+  close(fd);
+  return got.substr(0, got.find("\r\n"));
+}
+
+// Paths and methods the routes do not take: 404 for an unknown path
+// whatever the method, 405 naming the method a known path takes, and 411
+// at once for a POST whose body has no length (not a 400 after the read
+// timeout).
+TEST_F(ServeTest, UnknownPathsWrongMethodsAndBodiesWithoutLengthAreNamed) {
+  expect_error(post("/v1/nope", {{"prompt", "x"}}), 404, "", {"POST", "/v1/nope"});
+  auto get_completions = client().Get("/v1/completions");
+  expect_error(get_completions, 405, "", {"POST", "GET"});
+  EXPECT_EQ(get_completions->get_header_value("Allow"), "POST");
+  auto post_health = post("/health", json::object());
+  expect_error(post_health, 405, "", {"GET", "POST"});
+  EXPECT_EQ(post_health->get_header_value("Allow"), "GET, HEAD");
+  expect_error(client().Delete("/v1/models/x"), 405, "", {"DELETE"});
+  expect_error(client().Put("/tokenize", "{}", "application/json"), 405, "", {"PUT"});
+  // The routes themselves still answer, HEAD included.
+  EXPECT_EQ(client().Head("/health")->status, 200);
+  EXPECT_EQ(client().Get("/v1/models")->status, 200);
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(raw_status_line(srv->port,
+                            "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\r\n{}"),
+            "HTTP/1.1 411 Length Required");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(1500));
+  // Chunked encoding is a length.
+  EXPECT_EQ(raw_status_line(srv->port,
+                            "POST /tokenize HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: Chunked\r\n\r\n"
+                            "10\r\n{\"prompt\": \"ab\"}\r\n0\r\n\r\n"),
+            "HTTP/1.1 200 OK");
 }
 
 // logit_bias moves the tokens it names, greedy or not: -100 keeps the

@@ -23,9 +23,15 @@
 
 namespace brisk::serve {
 
+// What find_connection_socket returns for a connection its client has
+// already reset: the socket is still open but has no peer address.
+constexpr int kConnectionReset = -2;
+
 // The descriptor of this process's TCP socket connected from
 // local_addr:local_port to remote_addr:remote_port (numeric addresses, as
-// getnameinfo(NI_NUMERICHOST) writes them), or -1 when there is none.
+// getnameinfo(NI_NUMERICHOST) writes them); kConnectionReset when none is
+// and a socket accepted on local_addr:local_port has lost its peer; -1 when
+// neither (nothing to watch).
 int find_connection_socket(const std::string& local_addr, int local_port, const std::string& remote_addr,
                            int remote_port);
 
