@@ -62,7 +62,9 @@ Generation::Generation(Scheduler& scheduler, const data::Tokenizer& tok, const R
   if (cache && cache->enabled()) {
     cache_key_ = ResponseCache::key_of(req, model);
     if (!cache_key_.empty()) cached = cache->get(cache_key_);
-    if (!cached) cache_ = cache, recorded_.resize(req.choices.size());
+    // A request without a key (sampled without a seed) is never looked up,
+    // so its events are not recorded either.
+    if (!cached && !cache_key_.empty()) cache_ = cache, recorded_.resize(req.choices.size());
   }
   from_cache_ = cached.has_value();
   for (size_t i = 0; i < req.choices.size(); ++i) {
