@@ -89,8 +89,14 @@ struct Server::Impl {
     // once, SYNs past the fifth were dropped and those clients waited for
     // TCP's 1 s retransmission (TTFT p99 ~1 s). bind() raises the backlog on
     // the socket remembered here.
+    //
+    // Only SO_REUSEADDR (a restart binds while old connections linger in
+    // TIME_WAIT): httplib's default sets SO_REUSEPORT, with which a second
+    // server started on a busy port bound it too and the kernel split the
+    // connections between two models instead of refusing the second.
     http.set_socket_options([this](int sock) {
-      httplib::default_socket_options(sock);
+      const int yes = 1;
+      setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
       listen_socket = sock;
     });
     // Keep a client's connection for many requests (the library's default

@@ -415,6 +415,25 @@ TEST(ServeDisconnect, AClientThatGivesUpOnANonStreamedRequestFreesItsSlot) {
   EXPECT_EQ(json::parse(r->body)["usage"]["completion_tokens"], 5);
 }
 
+// A second server on a port one already listens on is refused: with
+// httplib's default SO_REUSEPORT it bound the port too, and the kernel
+// split the connections between the two.
+TEST(ServeStartup, ASecondServerOnABusyPortIsRefused) {
+  Served s;
+  serve::ServerOptions so;
+  so.port = s.port;
+  serve::Server second(*s.scheduler, *s.tok, serve::ModelInfo{"second", 256, 64}, so);
+  try {
+    second.bind();
+    ADD_FAILURE() << "a second server bound port " << s.port;
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("in use"), std::string::npos) << e.what();
+  }
+  // The first one still answers every request.
+  auto c = s.client();
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(c.Get("/v1/models")->status, 200);
+}
+
 // A client that sends its request and resets the connection at once (a
 // proxy's abort, SO_LINGER 0) is gone before the server looks for its
 // socket: the kernel still hands the server the request, but the socket has
