@@ -113,7 +113,11 @@ def _message_classes():
     event.field.add(name="graph_def", number=4, type=F.TYPE_BYTES, label=F.LABEL_OPTIONAL, oneof_index=0)
     event.field.add(name="summary", number=5, type=F.TYPE_MESSAGE, label=F.LABEL_OPTIONAL, oneof_index=0,
                     type_name=".tfcheck.Summary")
-    event.field.add(name="session_log", number=6, type=F.TYPE_MESSAGE, label=F.LABEL_OPTIONAL, oneof_index=0,
+    # TensorFlow's event.proto: 6 is the deprecated LogMessage, 7 SessionLog
+    # (a START written as field 6 reads as a log_message, and TensorBoard
+    # never purges on it). Both are declared so either shows as what it is.
+    event.field.add(name="log_message", number=6, type=F.TYPE_BYTES, label=F.LABEL_OPTIONAL, oneof_index=0)
+    event.field.add(name="session_log", number=7, type=F.TYPE_MESSAGE, label=F.LABEL_OPTIONAL, oneof_index=0,
                     type_name=".tfcheck.SessionLog")
 
     pool = descriptor_pool.DescriptorPool()
