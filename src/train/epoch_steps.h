@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -101,14 +102,24 @@ struct StepRow {
   double cache_hit_rate, data_wait_seconds;
 };
 
+// `v` printed with `format`, or null: JSON has no NaN or infinity, and a
+// diverged step's row must still parse (`brisk report` reads it).
+inline std::string json_number(const char* format, double v) {
+  if (!std::isfinite(v)) return "null";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, format, v);
+  return buf;
+}
+
 inline void write_step_row(std::FILE* f, const StepRow& s) {
   std::fprintf(f,
-               "{\"step\":%lld,\"epoch\":%lld,\"loss\":%.6f,\"lr\":%.6g,\"grad_norm\":%.6g,\"ms_per_step\":%.3f,"
-               "\"tokens_per_s\":%.1f,\"batch_width\":%lld,\"padding_waste\":%.4f,\"cache_hit_rate\":%.4f,"
+               "{\"step\":%lld,\"epoch\":%lld,\"loss\":%s,\"lr\":%s,\"grad_norm\":%s,\"ms_per_step\":%.3f,"
+               "\"tokens_per_s\":%s,\"batch_width\":%lld,\"padding_waste\":%.4f,\"cache_hit_rate\":%.4f,"
                "\"data_wait_ms\":%.3f}\n",
-               (long long)s.step, (long long)s.epoch, s.loss, s.lr, s.grad_norm, s.seconds * 1e3,
-               double(s.real) / s.seconds, (long long)s.width, 1.0 - double(s.real) / double(s.rows * s.width),
-               s.cache_hit_rate, s.data_wait_seconds * 1e3);
+               (long long)s.step, (long long)s.epoch, json_number("%.6f", s.loss).c_str(),
+               json_number("%.6g", s.lr).c_str(), json_number("%.6g", s.grad_norm).c_str(), s.seconds * 1e3,
+               json_number("%.1f", double(s.real) / s.seconds).c_str(), (long long)s.width,
+               1.0 - double(s.real) / double(s.rows * s.width), s.cache_hit_rate, s.data_wait_seconds * 1e3);
   // Whole rows on disk as they are written, as the GPT trainer's: a run
   // killed between checkpoints leaves a file `brisk report` can read.
   if (std::fflush(f) != 0) throw core::IoError(std::string("metrics.jsonl: write failed: ") + std::strerror(errno));

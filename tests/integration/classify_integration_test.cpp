@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include <csignal>
+#include <fstream>
 #include <random>
 
 #include "../common/run_copy.h"
@@ -175,6 +176,19 @@ TEST_F(ClassifyCli, ADivergedRunStopsWithoutACheckpoint) {
   if (fs::exists(tmp_.file("run")))
     for (const auto& e : fs::directory_iterator(tmp_.file("run"))) any |= e.path().filename().string().rfind("step_", 0) == 0;
   EXPECT_FALSE(any) << "a checkpoint was written";
+  // Its metrics rows still parse, the NaN step's loss as null (it was
+  // written -nan, and `brisk report` then refused the run).
+  std::ifstream rows(tmp_.file("run/metrics.jsonl"));
+  nlohmann::json last;
+  int n = 0;
+  for (std::string line; std::getline(rows, line); ++n) {
+    last = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    ASSERT_FALSE(last.is_discarded()) << line;
+  }
+  ASSERT_GT(n, 0);
+  EXPECT_TRUE(last.at("loss").is_null()) << last;
+  const CliResult report = run_cli({"report", tmp_.file("run"), "--out", tmp_.file("report.html")});
+  EXPECT_EQ(report.exit_code, 0) << report.err;
 }
 
 // Ctrl-C in the middle of an epoch: exit 0 after a checkpoint at the step
