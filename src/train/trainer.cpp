@@ -650,6 +650,10 @@ void Trainer::Impl::step() {
 void Trainer::Impl::stop_if_diverged(const StepRow& row) {
   if (row.skipped || !detail::diverged(row.loss, row.grad_norm)) return;
   progress.finish();
+  // The steps traced so far are kept, as a stop signal keeps them: the run
+  // ends with this error and never reaches finish().
+  if (trace && !trace->written() && trace->write())
+    std::fprintf(stderr, "trace of the steps traced before the divergence: %s\n", trace->path().c_str());
   const std::string newest = latest_checkpoint(cfg.out_dir);
   throw detail::diverged_error(row.step, row.loss, row.grad_norm, row.lr,
                                newest.empty() ? "none was written before" : "the newest is " + newest);
@@ -658,7 +662,13 @@ void Trainer::Impl::stop_if_diverged(const StepRow& row) {
 // What follows an update: progress, evaluation and the metrics row when due,
 // then a checkpoint when due or when a stop signal arrived.
 void Trainer::Impl::after_step(StepRow row) {
-  progress.step(row, double(cfg.steps - state.step) * recent.median());
+  // The ETA: the steps left at the recent median step time, plus what this
+  // run has spent per step outside the steps (evaluations, checkpoints,
+  // logging), which the step times leave out.
+  const double outside_per_step =
+      step_times.empty() ? 0.0
+                         : std::max(0.0, monitor::now_seconds() - run_start - result.step_time_s) / double(step_times.size());
+  progress.step(row, double(cfg.steps - state.step) * (recent.median() + outside_per_step));
   const bool rank0 = !dp || dp->rank() == 0;
   if (cfg.eval_every > 0 && (state.step % cfg.eval_every == 0 || state.step == cfg.steps)) {
     result.last_val_loss = evaluate();

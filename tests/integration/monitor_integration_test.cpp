@@ -196,3 +196,22 @@ TEST_F(MonitorIntegration, TraceDefaultsToStepsAfterWarmUpAndRefusesOthers) {
   const CliResult orphan = run_cli({"train", "--config", cfg, "--trace-steps", "2"});
   EXPECT_EQ(orphan.exit_code, 2) << "--trace-steps without --trace";
 }
+
+// A run that diverges ends with an error and never reaches the trainer's
+// finish(): the steps it traced were lost, though a stop signal keeps them.
+TEST_F(MonitorIntegration, ADivergedRunKeepsTheStepsItTraced) {
+  const std::string cfg = config("diverged", 8, 8);
+  const std::string trace = tmp_.file("diverged.json");
+  const CliResult r = run_cli({"train", "--config", cfg, "--no-progress", "--set", "train.lr=1e30", "--set",
+                               "train.warmup=0", "--set", "train.grad_clip=0", "--trace", trace, "--trace-steps",
+                               "1,2,8"});
+  ASSERT_EQ(r.exit_code, 2) << r.err;
+  ASSERT_NE(r.err.find("diverged"), std::string::npos) << r.err;
+  ASSERT_TRUE(fs::exists(trace)) << r.err;
+  std::set<int64_t> traced;
+  const nlohmann::json j = nlohmann::json::parse(read_text(trace));
+  for (const auto& e : j["traceEvents"])
+    if (e.value("cat", "") == "step") traced.insert(e["args"]["step"].get<int64_t>());
+  EXPECT_TRUE(traced.count(1)) << r.err;
+  EXPECT_FALSE(traced.count(8));
+}
