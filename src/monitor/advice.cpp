@@ -72,13 +72,20 @@ Finding data_wait_rule(const RunSummary& s) {
   // Loader threads beside as many training threads as cores: a wait can be
   // the hand-over itself (a woken thread waiting for a core), not slow batches.
   const bool crowded = s.loader_workers > 0 && s.threads > 0 && s.cores > 0 && s.threads + s.loader_workers > s.cores;
+  // The way out other than loader_workers = 0: with one training thread
+  // there are no fewer to use, so fewer loader threads, one per free core.
+  const int free_cores = s.cores - s.threads;
+  const std::string otherwise =
+      s.threads > 1     ? ", else fewer train.threads leaves the loader a core"
+      : free_cores > 0 ? ", else train.loader_workers = " + std::to_string(free_cores) +
+                             " gives each loader thread a core of its own"
+                       : "";
   if (f.value > kDataWaitOk && crowded)
     f.message = "the steps waited for data " + pct(f.value) + " of their time (threshold " + pct(kDataWaitOk) + "): " +
                 std::to_string(s.loader_workers) + " loader threads share " + std::to_string(s.cores) +
                 " cores with " + std::to_string(s.threads) +
                 " training threads, so handing over a batch waits for a core; where batches are cheap to build "
-                "(token windows are a copy) train.loader_workers = 0 builds them on the training thread, else "
-                "fewer train.threads leaves the loader a core";
+                "(token windows are a copy) train.loader_workers = 0 builds them on the training thread" + otherwise;
   else if (f.value > kDataWaitOk)
     f.message = "the steps waited for data " + pct(f.value) + " of their time (threshold " + pct(kDataWaitOk) +
                 "): the loader does not keep up; raise train.loader_workers" + now;

@@ -144,6 +144,17 @@ TEST(Advice, DataWaitWithTheCoresFullSuggestsFewerThreads) {
   EXPECT_FALSE(contains(f.message, "raise train.loader_workers")) << f.message;
   s.threads = 6;  // a core left for each loader thread: then more loader threads is the advice
   EXPECT_TRUE(contains(rule(monitor::advise(s), "data_wait").message, "raise train.loader_workers"));
+  // One training thread has no fewer to use: fewer loader threads, one per
+  // free core, or none on a single core.
+  s.threads = 1;
+  s.cores = 2;
+  std::string one = rule(monitor::advise(s), "data_wait").message;
+  EXPECT_FALSE(contains(one, "fewer train.threads")) << one;
+  EXPECT_TRUE(contains(one, "train.loader_workers = 1 gives each loader thread a core")) << one;
+  s.cores = 1;
+  one = rule(monitor::advise(s), "data_wait").message;
+  EXPECT_FALSE(contains(one, "fewer train.threads")) << one;
+  EXPECT_TRUE(contains(one, "train.loader_workers = 0 builds them on the training thread")) << one;
 }
 
 TEST(Advice, DataWaitSeverityRampsBetweenThresholds) {
