@@ -1,5 +1,6 @@
 #include "run_log.h"
 
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,6 +11,8 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
 
 #include "brisk/core/error.h"
 #include "brisk/core/safetensors.h"
@@ -34,6 +37,51 @@ std::string rss_text(const StepRow& m) {
 
 }  // namespace
 
+std::string live_line(const StepRow& m, int64_t total, const char* eta, int columns) {
+  // Each field with its rank: when the line is wider than the terminal the
+  // lowest-ranked fields go first, since a wrapped line is not redrawn in
+  // place (\r returns to the start of its last row) and the terminal would
+  // fill with one line per step.
+  struct Field {
+    std::string text;
+    int rank;
+  };
+  constexpr int kBar = 24;
+  const int filled = total > 0 ? int(double(kBar) * double(m.step) / double(total)) : 0;
+  char buf[96];
+  std::vector<Field> fields;
+  fields.push_back({"[" + std::string(size_t(std::clamp(filled, 0, kBar)), '#') +
+                        std::string(size_t(kBar - std::clamp(filled, 0, kBar)), '.') + "] ",
+                    2});
+  std::snprintf(buf, sizeof buf, "step %lld/%lld", (long long)m.step, (long long)total);
+  fields.push_back({buf, 9});
+  std::snprintf(buf, sizeof buf, " | loss %.4f", m.loss);
+  fields.push_back({buf, 8});
+  std::snprintf(buf, sizeof buf, " | lr %.2e", m.lr);
+  fields.push_back({buf, 0});
+  std::snprintf(buf, sizeof buf, " | %.0f tok/s", m.tokens_per_s);
+  fields.push_back({buf, 5});
+  std::snprintf(buf, sizeof buf, " | %.0f ms/step", m.ms_per_step);
+  fields.push_back({buf, 3});
+  std::snprintf(buf, sizeof buf, " | MFU %.1f%%", 100 * m.mfu);
+  fields.push_back({buf, 4});
+  fields.push_back({rss_text(m), 1});
+  fields.push_back({std::string(" | ETA ") + eta, 7});
+  auto width = [&] {
+    size_t w = 0;
+    for (const Field& f : fields) w += f.text.size();
+    return w;
+  };
+  // One column short of the width: writing the last column wraps some terminals.
+  const size_t room = columns > 1 ? size_t(columns - 1) : std::string::npos;
+  for (int rank = 0; rank < 8 && width() > room; ++rank)
+    std::erase_if(fields, [&](const Field& f) { return f.rank == rank; });
+  std::string line;
+  for (const Field& f : fields) line += f.text;
+  if (line.size() > room) line.resize(room);
+  return line;
+}
+
 Progress::Progress(bool enabled, bool live, int64_t total, int64_t log_every)
     : enabled_(enabled), tty_(enabled && live && isatty(STDERR_FILENO)), total_(total), log_every_(log_every) {}
 
@@ -42,14 +90,9 @@ void Progress::step(const StepRow& m, double eta_s) {
   char eta[32];
   format_duration(eta_s, eta);
   if (tty_) {
-    constexpr int kWidth = 24;
-    char bar[kWidth + 1];
-    const int filled = int(double(kWidth) * double(m.step) / double(total_));
-    for (int i = 0; i < kWidth; ++i) bar[i] = i < filled ? '#' : '.';
-    bar[kWidth] = '\0';
-    std::fprintf(stderr, "\r[%s] step %lld/%lld | loss %.4f | lr %.2e | %.0f tok/s | %.0f ms/step | MFU %.1f%%%s | ETA %s   ",
-                 bar, (long long)m.step, (long long)total_, m.loss, m.lr, m.tokens_per_s, m.ms_per_step, 100 * m.mfu,
-                 rss_text(m).c_str(), eta);
+    winsize ws{};
+    const int columns = ioctl(STDERR_FILENO, TIOCGWINSZ, &ws) == 0 ? int(ws.ws_col) : 0;
+    std::fprintf(stderr, "\r\033[K%s", live_line(m, total_, eta, columns).c_str());
     std::fflush(stderr);
   } else if (m.step % log_every_ == 0 || m.step == total_ || m.step == 1) {
     char comm[96] = "";

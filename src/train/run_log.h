@@ -35,6 +35,11 @@ struct StepRow {
 // "12s", "4m05s", "1h02m".
 void format_duration(double seconds, char (&out)[32]);
 
+// The live progress line of a terminal `columns` wide (0: unknown, all of
+// it): fields are left out, least useful first (lr, RSS, the bar, ms/step,
+// MFU, tok/s), until it fits in columns - 1.
+std::string live_line(const StepRow& m, int64_t total, const char* eta, int columns);
+
 // A live bar on a terminal (one line redrawn with \r), plain lines every
 // log_every steps otherwise, nothing when disabled.
 class Progress {
