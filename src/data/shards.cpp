@@ -228,9 +228,13 @@ TokenShard::TokenShard(const std::string& path) : path_(path) {
       __builtin_add_overflow(expected, sizeof(ShardHeader), &expected))
     fail("truncated: the header's token count " + std::to_string(h.count) +
          " needs more than 2^64 bytes; the file has " + std::to_string(file_bytes));
-  if (expected != file_bytes)
+  if (expected > file_bytes)
     fail("truncated: expected " + std::to_string(expected) + " bytes, found " +
          std::to_string(file_bytes));
+  if (expected < file_bytes)
+    fail("the file has " + std::to_string(file_bytes - expected) + " bytes past the header's " +
+         std::to_string(h.count) + " tokens (expected " + std::to_string(expected) + " bytes, found " +
+         std::to_string(file_bytes) + ")");
   tokens_ = map_ + sizeof(ShardHeader);
   if (XXH64(tokens_, payload, 0) != h.checksum)
     fail("checksum mismatch (corrupted)");
@@ -282,11 +286,11 @@ nlohmann::json read_meta(const std::string& dir) {
   const fs::path meta = fs::path(dir) / "meta.json";
   if (!fs::is_directory(dir))
     throw IoError("dataset directory " + dir +
-                  " does not exist; create it with `brisk data prepare --out " + dir + " <inputs>`");
+                  " does not exist; create it with `brisk data prepare --input <inputs> --out " + dir + "`");
   if (!fs::exists(meta))
     throw IoError("dataset " + dir + " has no meta.json (" + meta.string() +
-                  " is missing); create the dataset with `brisk data prepare --out " + dir +
-                  " <inputs>`");
+                  " is missing); create the dataset with `brisk data prepare --input <inputs> --out " + dir +
+                  "`");
   std::ifstream in(meta);
   if (!in) throw IoError("cannot read " + meta.string());
   nlohmann::json j;
@@ -337,10 +341,15 @@ std::vector<std::string> split_shards(const std::string& dir, const std::string&
 
 }  // namespace
 
-TokenDataset::TokenDataset(const std::string& dir, const std::string& split) {
+TokenDataset::TokenDataset(const std::string& dir, const std::string& split)
+    : name_("the " + split + " split of dataset " + dir) {
   const nlohmann::json meta = read_meta(dir);
   const std::string meta_path = (fs::path(dir) / "meta.json").string();
   tokenizer_ = meta_string(meta, "tokenizer", meta_path);
+  // Checkpoints name their tokenizer after the data's: any other name would
+  // train to the end and leave checkpoints nothing can load.
+  if (tokenizer_ != "bytes" && tokenizer_ != "gpt2")
+    throw IoError(meta_path + ": field 'tokenizer' is '" + tokenizer_ + "'; expected 'bytes' or 'gpt2'");
   vocab_ = meta_integer(meta, "vocab_size", meta_path, 1);
   const int64_t meta_tokens =
       meta.contains(split + "_tokens") ? meta_integer(meta, split + "_tokens", meta_path, 0) : -1;
@@ -357,8 +366,11 @@ TokenDataset::TokenDataset(const std::string& dir, const std::string& split) {
     shards_.push_back(std::move(shard));
   }
   if (shards_.empty())
-    throw IoError("dataset " + dir + " has no " + split + "_*.bin shards with tokens in them; " +
-                  "create the dataset with `brisk data prepare --out " + dir + " <inputs>`");
+    throw IoError("dataset " + dir + " has no " + split + "_*.bin shards with tokens in them" +
+                  (split == "val" ? " (a dataset prepared with --val-fraction 0 has none; a training run "
+                                    "with train.eval_every = 0 needs none)"
+                                  : "") +
+                  "; create the dataset with `brisk data prepare --input <inputs> --out " + dir + "`");
   if (meta_tokens >= 0 && meta_tokens != total_)
     throw IoError("dataset " + dir + ": meta.json says " + std::to_string(meta_tokens) + " " + split +
                   " tokens but the " + split + "_*.bin shards hold " + std::to_string(total_) +
@@ -391,8 +403,9 @@ WindowSampler::WindowSampler(const TokenDataset& data, int64_t batch, int64_t se
     throw ConfigError("window sampler: batch (" + std::to_string(batch) + ") and seq (" +
                       std::to_string(seq) + ") must be positive");
   if (data.size() < seq + 1)
-    throw ConfigError("window sampler: the split holds " + std::to_string(data.size()) +
-                      " tokens, fewer than one window of seq + 1 = " + std::to_string(seq + 1));
+    throw ConfigError(data.name() + " holds " + std::to_string(data.size()) +
+                      " tokens, fewer than one window of seq + 1 = " + std::to_string(seq + 1) +
+                      ": use a shorter train.seq or more data");
 }
 
 void WindowSampler::next(int32_t* x, int32_t* y) {
@@ -417,17 +430,25 @@ void WindowSampler::next(int32_t* x, int32_t* y) {
 namespace {
 
 // Every regular file under the inputs: a directory contributes its files
-// recursively in sorted order (hidden entries such as .git skipped), a file
-// itself; the inputs keep the order given.
-// The files under `inputs`, sorted per input; hidden entries and the output
-// directory `out` are skipped (a dataset written inside an input directory
-// would otherwise be read as text by the next prepare).
+// recursively in sorted order, a file itself; the inputs keep the order
+// given. Hidden entries (.git), the output directory `out` and, where `out`
+// is an input directory itself, its dataset files are skipped: a dataset
+// written inside an input directory would otherwise be read as text by the
+// next prepare.
 std::vector<fs::path> collect_inputs(const std::vector<std::string>& inputs, const fs::path& out) {
   std::error_code ec;
   const fs::path out_abs = fs::weakly_canonical(out, ec);
   auto is_out = [&](const fs::path& p) {
     std::error_code e;
     return !out_abs.empty() && fs::weakly_canonical(p, e) == out_abs;
+  };
+  // The dataset's own files, where the output is an input directory itself
+  // (`--input d --out d`): the last prepare's shards and meta.json are not text.
+  auto is_dataset_file = [&](const fs::path& p) {
+    const std::string name = p.filename().string();
+    const bool shard = (name.starts_with("train_") || name.starts_with("val_")) && name.ends_with(".bin");
+    std::error_code e;
+    return (shard || name == "meta.json") && !out_abs.empty() && fs::weakly_canonical(p.parent_path(), e) == out_abs;
   };
   std::vector<fs::path> files;
   for (const std::string& in : inputs) {
@@ -442,7 +463,7 @@ std::vector<fs::path> collect_inputs(const std::vector<std::string>& inputs, con
           if (it->is_directory()) it.disable_recursion_pending();
           continue;
         }
-        if (it->is_regular_file()) found.push_back(it->path());
+        if (it->is_regular_file() && !is_dataset_file(it->path())) found.push_back(it->path());
       }
       std::sort(found.begin(), found.end());
       files.insert(files.end(), found.begin(), found.end());
@@ -562,18 +583,24 @@ PrepareSummary prepare_dataset(const PrepareOptions& options) {
   // in only once it is complete, so a failure (no text, invalid UTF-8, a full
   // disk) leaves any dataset already in out as it was.
   const fs::path out(options.out_dir);
+  const bool out_is_new = !fs::exists(out);
   fs::create_directories(out);
   const fs::path staging = out / kStagingDir;
   fs::remove_all(staging);  // left by an earlier run that died
   fs::create_directory(staging);
+  // A failed prepare leaves no staging directory, and no empty output
+  // directory where there was none.
   struct RemoveOnFailure {
-    fs::path dir;
+    fs::path dir, out;
+    bool out_is_new;
     bool done = false;
     ~RemoveOnFailure() {
       std::error_code ec;
-      if (!done) fs::remove_all(dir, ec);
+      if (done) return;
+      fs::remove_all(dir, ec);
+      if (out_is_new) fs::remove(out, ec);  // only if empty
     }
-  } cleanup{staging};
+  } cleanup{staging, out, out_is_new};
 
   PrepareSummary sum;
   int64_t total_bytes = 0;
@@ -612,10 +639,13 @@ PrepareSummary prepare_dataset(const PrepareOptions& options) {
                             }() +
                             "); drop --strict-utf8 to tokenize it anyway");
     }
-    if (eot >= 0 && sum.files > 0) pending.push_back(eot);  // eot separates documents
     const std::vector<int32_t> ids = tok->encode_parallel(text, threads);
+    // eot separates documents: an empty file is none, so no eot opens the
+    // stream, and inputs that are all empty hold no text.
+    const bool separate = eot >= 0 && total > 0 && !ids.empty();
+    if (separate) pending.push_back(eot);
     pending.insert(pending.end(), ids.begin(), ids.end());
-    total += static_cast<int64_t>(ids.size()) + (eot >= 0 && sum.files > 0 ? 1 : 0);
+    total += static_cast<int64_t>(ids.size()) + (separate ? 1 : 0);
     sum.files += 1;
     sum.bytes += static_cast<int64_t>(text.size());
     file_list.push_back({{"path", f.string()}, {"bytes", text.size()}});

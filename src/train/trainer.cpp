@@ -145,7 +145,10 @@ struct Trainer::Impl {
   const TrainOptions options;
   core::Backend& backend;
   const bool on_gpu;
-  data::TokenDataset train_data, val_data;
+  data::TokenDataset train_data;
+  // Opened only when the run evaluates: a dataset prepared with
+  // --val-fraction 0 has no validation split and trains with eval_every 0.
+  std::unique_ptr<data::TokenDataset> val_data;
   const PrecisionChoice precision;
   models::Gpt model;
   // Several processes (options.comm): the flat gradient buckets and their
@@ -213,7 +216,7 @@ Trainer::Impl::Impl(const TrainConfig& c, core::Backend& b, const TrainOptions& 
       backend(b),
       on_gpu(!b.device().is_host()),
       train_data(c.data_dir, "train"),
-      val_data(c.data_dir, "val"),
+      val_data(c.eval_every > 0 ? std::make_unique<data::TokenDataset>(c.data_dir, "val") : nullptr),
       // The model computes in the effective precision (fp32 master weights either way).
       precision(resolve_precision(c.precision, c.precision_fallback, c.device)),
       model([&] {
@@ -504,7 +507,7 @@ void Trainer::Impl::print_header() {
 // (the same split as training) and the means are averaged across ranks:
 // the same figure as one process's, in 1/N of the time and memory.
 double Trainer::Impl::evaluate() {
-  data::WindowSampler val_sampler(val_data, cfg.batch, cfg.seq, cfg.seed + 1);
+  data::WindowSampler val_sampler(*val_data, cfg.batch, cfg.seq, cfg.seed + 1);
   const size_t mine = dp ? size_t(dp->rank() * batch_local * cfg.seq) : 0;
   double sum = 0;
   for (int64_t i = 0; i < cfg.eval_batches; ++i) {

@@ -164,6 +164,24 @@ TEST_F(BadInputs, DataDirWithoutMeta) {
   expect_clear_error(train_with(s2), {"no_such_data"});
 }
 
+// A dataset prepared with --val-fraction 0 trains when the run does not
+// evaluate (it was refused for its empty val split even then), and a run
+// that evaluates says what is missing.
+TEST_F(BadInputs, ADatasetWithoutAValSplitTrainsWithoutEvaluation) {
+  const std::string d = copy_data("noval");
+  for (const auto& e : fs::directory_iterator(d))
+    if (e.path().filename().string().rfind("val_", 0) == 0) fs::remove(e.path());
+  auto meta = nlohmann::json::parse(read_text(d + "/meta.json"));
+  meta["val_tokens"] = 0;
+  meta["val_shards"] = nlohmann::json::array();
+  write_text(d + "/meta.json", meta.dump());
+  std::string s = good_config();
+  s.replace(s.find(data_), data_.size(), d);
+  expect_clear_error(train_with(s, {"--set", "train.eval_every=1"}), {d, "val_*.bin", "--val-fraction 0"});
+  const CliResult ok = train_with(s, {"--set", "train.eval_every=0"});
+  EXPECT_EQ(ok.exit_code, 0) << ok.err;
+}
+
 TEST_F(BadInputs, TruncatedShard) {
   const std::string d = copy_data("truncated");
   const fs::path shard = fs::path(d) / "train_0000.bin";

@@ -152,6 +152,11 @@ TEST(Shards, RejectsTruncatedPayload) {
   const std::string msg = open_error(path);
   EXPECT_NE(msg.find(path), std::string::npos) << msg;
   EXPECT_NE(msg.find("truncated: expected 2064 bytes, found 2054"), std::string::npos) << msg;
+  // Longer than its count is not "truncated": the bytes past it are named.
+  fs::resize_file(path, 64 + 2 * 1000 + 4);
+  const std::string longer = open_error(path);
+  EXPECT_EQ(longer.find("truncated"), std::string::npos) << longer;
+  EXPECT_NE(longer.find("4 bytes past the header's 1000 tokens"), std::string::npos) << longer;
 }
 
 TEST(Shards, RejectsBadMagic) {
@@ -435,6 +440,90 @@ TEST(PrepareDataset, OutputInsideTheInputIsSkipped) {
   EXPECT_EQ(first.files, 1);
   EXPECT_EQ(again.files, 1);
   EXPECT_EQ(again.train_tokens + again.val_tokens, 3000);
+}
+
+// The output directory as the input directory itself (`--input d --out d`):
+// the last prepare's meta.json and shards are not read as text (the second
+// run read 3 files, 531 tokens, from one text file of 34 bytes).
+TEST(PrepareDataset, AnOutputThatIsTheInputDirectoryReadsOnlyItsText) {
+  TempDir in;
+  write_bytes(in.file("a.txt"), "hello world, this is a text file.\n");
+  PrepareOptions opt;
+  opt.inputs = {in.path().string()};
+  opt.tokenizer = "bytes";
+  opt.out_dir = in.path().string();
+  opt.val_fraction = 0;
+  opt.progress = false;
+  const PrepareSummary first = prepare_dataset(opt);
+  const std::string meta = read_bytes(in.file("meta.json"));
+  const PrepareSummary again = prepare_dataset(opt);
+  EXPECT_EQ(first.files, 1);
+  EXPECT_EQ(again.files, 1);
+  EXPECT_EQ(again.train_tokens, 34);
+  EXPECT_EQ(read_bytes(in.file("meta.json")), meta);  // the same dataset
+}
+
+// Empty files are no documents: no end-of-text opens the stream, and inputs
+// that are all empty are "no text" with either tokenizer (GPT-2 made a
+// dataset of one end-of-text token). A failed prepare into a new directory
+// leaves no empty directory behind.
+TEST(PrepareDataset, EmptyFilesAreNoDocuments) {
+  TempDir in, out;
+  write_bytes(in.file("a_empty.txt"), "");
+  write_bytes(in.file("b_empty.txt"), "");
+  write_bytes(in.file("c.txt"), "Hi");
+  write_bytes(in.file("d.txt"), "Hi");
+  PrepareOptions opt;
+  opt.tokenizer = "gpt2";
+  opt.vocab_dir = default_gpt2_vocab_dir();
+  opt.val_fraction = 0;
+  opt.progress = false;
+  for (const char* tok : {"gpt2", "bytes"}) {
+    opt.tokenizer = tok;
+    opt.inputs = {in.file("a_empty.txt"), in.file("b_empty.txt")};
+    opt.out_dir = out.file(std::string("none_") + tok);
+    EXPECT_THROW(prepare_dataset(opt), core::IoError) << tok;
+    EXPECT_FALSE(fs::exists(opt.out_dir)) << tok;
+  }
+  opt.tokenizer = "gpt2";
+  opt.inputs = {in.file("a_empty.txt"), in.file("c.txt"), in.file("b_empty.txt"), in.file("d.txt")};
+  opt.out_dir = out.file("two");
+  prepare_dataset(opt);
+  TokenDataset ds(opt.out_dir, "train");
+  std::vector<int32_t> got(size_t(ds.size()));
+  ds.read(0, ds.size(), got.data());
+  EXPECT_EQ(got, (std::vector<int32_t>{17250, 50256, 17250}));  // "Hi" <|endoftext|> "Hi"
+}
+
+// A dataset prepared with --val-fraction 0 has no val split: opening it
+// says so; and meta.json's tokenizer must be one brisk has.
+TEST(TokenDatasetTest, NoValSplitAndUnknownTokenizersAreNamed) {
+  TempDir in, out;
+  write_bytes(in.file("a.txt"), std::string(3000, 'a'));
+  PrepareOptions opt;
+  opt.inputs = {in.file("a.txt")};
+  opt.tokenizer = "bytes";
+  opt.out_dir = out.path().string();
+  opt.val_fraction = 0;
+  opt.progress = false;
+  prepare_dataset(opt);
+  EXPECT_EQ(TokenDataset(out.path().string(), "train").size(), 3000);
+  try {
+    TokenDataset val(out.path().string(), "val");
+    ADD_FAILURE() << "an empty val split opened";
+  } catch (const core::IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("--val-fraction 0"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("brisk data prepare --input <inputs> --out"), std::string::npos) << e.what();
+  }
+  auto meta = nlohmann::json::parse(read_bytes(out.file("meta.json")));
+  meta["tokenizer"] = "foo";
+  write_bytes(out.file("meta.json"), meta.dump());
+  try {
+    TokenDataset train(out.path().string(), "train");
+    ADD_FAILURE() << "tokenizer 'foo' accepted";
+  } catch (const core::IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("'foo'; expected 'bytes' or 'gpt2'"), std::string::npos) << e.what();
+  }
 }
 
 TEST(PrepareDataset, BadInputsAreErrors) {

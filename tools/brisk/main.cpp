@@ -224,7 +224,7 @@ int main(int argc, char** argv) {
   prep_cmd->add_option("--vocab-dir", po.vocab_dir, "GPT-2 vocabulary directory");
   prep_cmd->add_option("--out", po.out_dir, "Output directory")->required();
   prep_cmd->add_option("--val-fraction", po.val_fraction, "Share of tokens for validation")->capture_default_str();
-  prep_cmd->add_option("--threads", po.threads, "Tokenizer threads (0 = all cores)");
+  prep_cmd->add_option("--threads", po.threads, "Tokenizer threads (0 = all cores)")->check(cli::non_negative());
   prep_cmd->add_flag("--strict-utf8", po.strict_utf8, "Reject files that are not valid UTF-8");
   const cli::DataCommands record_cmds = cli::add_data_commands(*data_cmd);  // emails, fasta2lmdb (data_cmds.cpp)
 

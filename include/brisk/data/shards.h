@@ -48,6 +48,8 @@ class TokenDataset {
   int64_t size() const { return total_; }
   int64_t vocab_size() const { return vocab_; }
   const std::string& tokenizer() const { return tokenizer_; }
+  // "the val split of dataset DIR", for messages.
+  const std::string& name() const { return name_; }
   // Copies tokens [begin, begin + n) across shard boundaries.
   void read(int64_t begin, int64_t n, int32_t* out) const;
 
@@ -55,7 +57,7 @@ class TokenDataset {
   std::vector<std::unique_ptr<TokenShard>> shards_;
   std::vector<int64_t> starts_;
   int64_t total_ = 0, vocab_ = 0;
-  std::string tokenizer_;
+  std::string tokenizer_, name_;
 };
 
 // Random contiguous windows of seq+1 tokens: inputs x = w[0..seq), targets
