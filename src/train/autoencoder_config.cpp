@@ -44,6 +44,12 @@ AutoencoderConfig config_from_table(const toml::table& root) {
   detail::read_checkpoint_keys(r, c);
 
   c.model.validate();
+  // The decoder's outputs are residues: a larger vocabulary has outputs that
+  // are none, which decode wrote as '?' and encode then refused.
+  if (c.model.vocab_size != data::kFastaVocab)
+    throw ConfigError("config: model.vocab_size must be " + std::to_string(data::kFastaVocab) +
+                      " (the FASTA residues and specials) for a sequence autoencoder, got " +
+                      std::to_string(c.model.vocab_size));
   detail::check_epoch_train_keys(c);
   if (!(c.input_dropout >= 0 && c.input_dropout < 1))
     throw ConfigError("config: train.input_dropout must be in [0, 1), got " + std::to_string(c.input_dropout));

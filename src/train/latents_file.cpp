@@ -23,8 +23,11 @@ void write_latents_file(const std::string& path, const LatentsFile& f) {
       {"full_lengths", {const_cast<int32_t*>(f.full_lengths.data()), len}}};
   core::save_safetensors(path, tensors,
                          {{"format", "brisk-latents"},
-                          {"names", nlohmann::json(f.names).dump()},
+                          // FASTA headers are bytes; JSON text is UTF-8.
+                          {"names", nlohmann::json(f.names).dump(-1, ' ', false,
+                                                                 nlohmann::json::error_handler_t::replace)},
                           {"checkpoint", f.checkpoint},
+                          {"model_xxh64", f.model_xxh64},
                           {"latent", std::to_string(f.latent)},
                           {"max_len", std::to_string(f.max_len)}});
 }
@@ -68,6 +71,7 @@ LatentsFile read_latents_file(const std::string& path) {
     return it == st.metadata.end() ? std::string() : it->second;
   };
   f.checkpoint = meta("checkpoint");
+  f.model_xxh64 = meta("model_xxh64");
   if (const std::string m = meta("max_len"); !m.empty()) f.max_len = std::atoll(m.c_str());
   // Names are a convenience: without them (a file from another tool) rows are numbered.
   if (const std::string names = meta("names"); !names.empty()) {
@@ -82,6 +86,9 @@ LatentsFile read_latents_file(const std::string& path) {
     for (const auto& n : j) {
       if (!n.is_string()) throw IoError(path + ": metadata 'names' must hold strings");
       f.names.push_back(n.get<std::string>());
+      if (f.names.back().find_first_of("\r\n") != std::string::npos)
+        throw IoError(path + ": metadata 'names' entry " + std::to_string(f.names.size() - 1) +
+                      " holds a line break (a FASTA header is one line)");
     }
   } else {
     for (int64_t i = 0; i < N; ++i) f.names.push_back("seq" + std::to_string(i));

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "../common/tiny_gpt.h"
+#include "brisk/train/latents_file.h"
 #include "integration_util.h"
 
 namespace brisk::itest {
@@ -189,6 +190,75 @@ TEST_F(AutoencoderCli, CheckpointsOfAnotherKindAreRefusedByName) {
   EXPECT_NE(r.err.find("this checkpoint is a sequence autoencoder (for brisk encode, decode), but an encoder"),
             std::string::npos)
       << r.err;
+}
+
+// What the audit of encode and decode found, each refused by name: outputs
+// that overwrote their input or the checkpoint's weights, latents decoded by
+// another model (noise, exit 0), names that split a FASTA header, a failed
+// write to stdout that exited 0. A header that is not UTF-8 is kept with
+// U+FFFD (it was an internal error after the whole encoding).
+TEST_F(AutoencoderCli, OutputsOverInputsOtherModelsAndBadNamesAreRefused) {
+  const std::string fa = dir_->file("keep.fa"), z = dir_->file("keep.safetensors");
+  write_text(fa, ">caf\xe9 latin-1\nMKTAYIAKQRQISFVKSHFSRQ\n>second\nGSHMLEDPVDAFQLATEEIK\n");
+  const std::string fasta_before = read_text(fa);
+  std::string weights;
+  for (const auto& e : fs::directory_iterator(dir_->file("run")))
+    if (e.path().filename().string().rfind("step_", 0) == 0) weights = (e.path() / "model.safetensors").string();
+  ASSERT_FALSE(weights.empty());
+  const std::string weights_before = read_text(weights);
+  for (const std::string& out : {fa, weights}) {
+    const CliResult r = run_cli({"encode", "--checkpoint", dir_->file("run"), "--input", fa, "--out", out});
+    EXPECT_EQ(r.exit_code, 2) << out << "\n" << r.err;
+  }
+  EXPECT_EQ(read_text(fa), fasta_before);
+  EXPECT_EQ(read_text(weights), weights_before);
+
+  CliResult r = run_cli({"encode", "--checkpoint", dir_->file("run"), "--input", fa, "--out", z});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("1 header(s) are not valid UTF-8 (first: " + fa + ", record 1)"), std::string::npos) << r.err;
+  r = run_cli({"decode", "--checkpoint", dir_->file("run"), "--latents", z, "--out", z});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  r = run_cli({"decode", "--checkpoint", dir_->file("run"), "--latents", z});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(read_fasta(r.out).at(0).name, "caf\xef\xbf\xbd latin-1");
+  // Stdout on a full disk.
+  r = run_program("/bin/sh", {"-c", std::string(cli_path()) + " decode --checkpoint " + dir_->file("run") + " --latents " + z +
+                                        " > /dev/full"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("stdout failed"), std::string::npos) << r.err;
+
+  // Another model: the same shape (refused by its weights' digest) and a
+  // longer max_len (refused by max_len).
+  for (const std::string set : {"train.seed=99", "model.max_len=32"}) {
+    const std::string other = dir_->file("other_" + std::to_string(set.size()));
+    r = run_cli({"train", "--config", dir_->file("ae.toml"), "--set", "train.epochs=1", "--set", set, "--set",
+                 "checkpoint.dir=\"" + other + "\""});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    r = run_cli({"decode", "--checkpoint", other, "--latents", z});
+    EXPECT_EQ(r.exit_code, 2) << set << "\n" << r.err;
+    EXPECT_NE(r.err.find("decode them with the checkpoint that encoded them"), std::string::npos) << r.err;
+  }
+
+  // A name with a line break would write a second, fake FASTA record.
+  train::LatentsFile f;
+  f.latent = 8;
+  f.max_len = 24;
+  f.latents.assign(8, 0.5f);
+  f.lengths = {5};
+  f.full_lengths = {5};
+  f.names = {"a\n>fake\nWWWW"};
+  train::write_latents_file(dir_->file("newline.safetensors"), f);
+  r = run_cli({"decode", "--checkpoint", dir_->file("run"), "--latents", dir_->file("newline.safetensors")});
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.err.find("line break"), std::string::npos) << r.err;
+
+  // Configs: a vocabulary that is not the residues', an empty run directory.
+  r = run_cli({"train", "--config", dir_->file("ae.toml"), "--set", "model.vocab_size=64"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("model.vocab_size must be 28"), std::string::npos) << r.err;
+  r = run_cli({"train", "--config", dir_->file("ae.toml"), "--set", "checkpoint.dir=\"\""});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("checkpoint.dir must not be empty"), std::string::npos) << r.err;
 }
 
 }  // namespace

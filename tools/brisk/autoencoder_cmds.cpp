@@ -15,17 +15,24 @@
 // Both refuse a checkpoint of another kind (a GPT, a classifier) by name.
 #include "autoencoder_cmds.h"
 
+#include <xxhash.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
 #include <cstdio>
 #include <memory>
 #include <numeric>
 #include <string>
 #include <vector>
 
+#include "brisk/core/atomic_file.h"
 #include "brisk/core/error.h"
 #include "brisk/core/safetensors.h"
 #include "brisk/cpu/cpu_backend.h"
 #include "brisk/data/converters.h"
+#include "brisk/data/tokenizer.h"
 #include "brisk/models/seq_autoencoder.h"
 #include "brisk/train/autoencoder_trainer.h"
 #include "brisk/train/checkpoint.h"
@@ -50,6 +57,16 @@ struct Loaded {
   std::unique_ptr<models::SeqAutoencoder> model;
 };
 
+// XXH64 of the checkpoint's weights as 16 hex digits: encode records it in
+// the latents file, decode compares it (another model's latents decode to
+// noise without any error: 29.6% identity against 95.4% from their own).
+std::string model_digest(const std::string& dir) {
+  const std::string bytes = core::read_file((std::filesystem::path(dir) / "model.safetensors").string());
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", (unsigned long long)XXH64(bytes.data(), bytes.size(), 0));
+  return hex;
+}
+
 Loaded load(const std::string& checkpoint, int threads) {
   Loaded m;
   m.dir = train::require_checkpoint(checkpoint);
@@ -61,16 +78,21 @@ Loaded load(const std::string& checkpoint, int threads) {
 }
 
 int run_encode(const Args& a) {
-  if (a.cache_mb <= 0) throw core::ConfigError("--cache-mb must be positive, got " + std::to_string(a.cache_mb));
+  if (a.cache_mb <= 0 || a.cache_mb > (int64_t{1} << 24))
+    throw core::ConfigError("--cache-mb must be in [1, 2^24], got " + std::to_string(a.cache_mb));
+  core::check_output_not_input(a.out, a.checkpoint);
+  for (const std::string& in : a.inputs) core::check_output_not_input(a.out, in);
   Loaded m = load(a.checkpoint, a.threads);
+  core::check_output_not_input(a.out, m.dir);
   const int64_t L = m.info.config.max_len, Z = m.info.config.latent;
   train::LatentCache cache(*m.model, size_t(a.cache_mb) << 20);
   train::LatentsFile out;
   out.latent = Z;
   out.max_len = L;
   out.checkpoint = m.dir;
-  int64_t truncated = 0;
-  std::string first_truncated;
+  out.model_xxh64 = model_digest(m.dir);
+  int64_t truncated = 0, not_utf8 = 0;
+  std::string first_truncated, first_not_utf8;
   const data::OnInvalid on_invalid = a.on_invalid == "skip" ? data::OnInvalid::Skip : data::OnInvalid::Error;
   for (const std::string& path : a.inputs) {
     const std::string text = core::read_file(path);
@@ -78,8 +100,19 @@ int run_encode(const Args& a) {
     const data::FastaSummary s = data::parse_fasta(text, path, on_invalid, [&](const data::FastaRecord& r) {
       sequences.push_back(*r.tokens);
       out.names.emplace_back(r.header);
+      if (data::first_invalid_utf8(r.header) >= 0 && not_utf8++ == 0)
+        first_not_utf8 = path + ", record " + std::to_string(sequences.size());
     });
-    if (sequences.empty()) throw core::IoError(path + ": no FASTA records to encode");
+    if (sequences.empty()) {
+      const int64_t skipped = s.skipped_invalid + s.skipped_empty;
+      // Under --on-invalid skip a file of bad records is skipped as a whole,
+      // not the end of a run over many files.
+      if (on_invalid == data::OnInvalid::Skip && skipped > 0) {
+        std::fprintf(stderr, "%s: 0 sequences, %lld skipped as invalid or empty\n", path.c_str(), (long long)skipped);
+        continue;
+      }
+      throw core::IoError(path + ": no FASTA records to encode");
+    }
     for (size_t i = 0; i < sequences.size(); ++i) {
       const int64_t n = int64_t(sequences[i].size());
       out.full_lengths.push_back(int32_t(std::min<int64_t>(n, INT32_MAX)));
@@ -99,11 +132,18 @@ int run_encode(const Args& a) {
                  (unsigned long long)(cache.hits() - hits0), (unsigned long long)(cache.lookups() - lookups0),
                  100.0 * double(cache.hits() - hits0) / double(std::max<uint64_t>(1, cache.lookups() - lookups0)));
   }
+  if (out.names.empty())
+    throw core::IoError("no FASTA records to encode: every record of the inputs was skipped as invalid or empty");
   if (truncated)
     std::fprintf(stderr,
                  "brisk encode: warning: %lld sequence(s) longer than the model's max_len %lld were cut to their "
                  "first %lld residues (first: %s); decode rebuilds only those\n",
                  (long long)truncated, (long long)L, (long long)L, first_truncated.c_str());
+  if (not_utf8)
+    std::fprintf(stderr,
+                 "brisk encode: warning: %lld header(s) are not valid UTF-8 (first: %s); the latents file keeps "
+                 "names as JSON text, so their invalid bytes are stored as U+FFFD\n",
+                 (long long)not_utf8, first_not_utf8.c_str());
   train::write_latents_file(a.out, out);
   std::printf("wrote %s: %lld latents of %lld numbers | feature cache hit rate %.1f%% (%llu of %llu sequences "
               "reused)\n",
@@ -113,12 +153,27 @@ int run_encode(const Args& a) {
 }
 
 int run_decode(const Args& a) {
+  if (!a.out.empty()) {
+    core::check_output_not_input(a.out, a.latents);
+    core::check_output_not_input(a.out, a.checkpoint);
+  }
   Loaded m = load(a.checkpoint, a.threads);
+  if (!a.out.empty()) core::check_output_not_input(a.out, m.dir);
   const train::LatentsFile f = train::read_latents_file(a.latents);
   const int64_t L = m.info.config.max_len, Z = m.info.config.latent;
   if (f.latent != Z)
     throw core::IoError(a.latents + ": latents have " + std::to_string(f.latent) + " numbers, but the checkpoint " +
                         m.dir + " has model.latent " + std::to_string(Z));
+  // Another model's latents decode to noise without any error: refuse them.
+  const std::string from = f.checkpoint.empty() ? std::string("another checkpoint") : f.checkpoint;
+  if (f.max_len > 0 && f.max_len != L)
+    throw core::IoError(a.latents + ": the latents were made by " + from + " (max_len " + std::to_string(f.max_len) +
+                        "), not by " + m.dir + " (max_len " + std::to_string(L) +
+                        "): decode them with the checkpoint that encoded them");
+  if (!f.model_xxh64.empty() && f.model_xxh64 != model_digest(m.dir))
+    throw core::IoError(a.latents + ": the latents were made by " + from + " (weights " + f.model_xxh64 +
+                        "), not by the weights of " + m.dir + " (" + model_digest(m.dir) +
+                        "): decode them with the checkpoint that encoded them");
   for (int64_t i = 0; i < f.size(); ++i)
     if (f.lengths[size_t(i)] > L)
       throw core::IoError(a.latents + ": lengths[" + std::to_string(i) + "] is " +
@@ -154,7 +209,9 @@ int run_decode(const Args& a) {
     for (size_t k = 0; k < residues[i].size(); k += 60) fasta += residues[i].substr(k, 60) + "\n";
   }
   if (a.out.empty()) {
-    std::fwrite(fasta.data(), 1, fasta.size(), stdout);
+    // A full disk or a closed pipe behind stdout is an error, not exit 0.
+    if (std::fwrite(fasta.data(), 1, fasta.size(), stdout) != fasta.size() || std::fflush(stdout) != 0)
+      throw core::IoError(std::string("writing the decoded FASTA to stdout failed: ") + std::strerror(errno));
   } else {
     core::write_file_atomic(a.out, fasta);
     std::printf("wrote %s: %zu sequences decoded greedily from %s\n", a.out.c_str(), residues.size(),
@@ -179,13 +236,13 @@ AutoencoderCommands add_autoencoder_commands(CLI::App& parent) {
       ->check(CLI::IsMember({"error", "skip"}))
       ->capture_default_str();
   c.encode->add_option("--cache-mb", args->cache_mb, "Feature cache budget (MiB)")->capture_default_str();
-  c.encode->add_option("--threads", args->threads, "CPU threads (0 = all cores)");
+  c.encode->add_option("--threads", args->threads, "CPU threads (0 = all cores)")->check(non_negative());
 
   c.decode = parent.add_subcommand("decode", "Latents -> FASTA by greedy decoding with a sequence autoencoder");
   c.decode->add_option("--checkpoint", args->checkpoint, "Checkpoint or run directory")->required();
   c.decode->add_option("--latents", args->latents, "Latents file from brisk encode")->required();
   c.decode->add_option("--out", args->out, "Output FASTA file (default: stdout)")->check(output_file());
-  c.decode->add_option("--threads", args->threads, "CPU threads (0 = all cores)");
+  c.decode->add_option("--threads", args->threads, "CPU threads (0 = all cores)")->check(non_negative());
 
   c.run = [args, e = c.encode]() { return *e ? run_encode(*args) : run_decode(*args); };
   return c;
