@@ -113,6 +113,12 @@ TEST_F(ClassifyCli, BadMessagesAndWrongCheckpointsAreRefusedByName) {
   write_text(tmp_.file("headers.eml"), "From: a@b.c\nSubject: no body\n");
   expect_error(run_cli({"classify", "--checkpoint", run, tmp_.file("headers.eml")}), "has no body");
   expect_error(run_cli({"classify", "--checkpoint", run, tmp_.file("missing.eml")}), "missing.eml: no such file");
+  expect_error(run_cli({"classify", "--checkpoint", run, "/dev/null"}), "/dev/null: not a regular file");
+  write_text(tmp_.file("ok.eml"), "From: a@b.c\nSubject: hi\n\nhello there\n");
+  // Labels that cannot be written are an error, not exit 0.
+  expect_error(run_program("/bin/sh", {"-c", std::string(cli_path()) + " classify --checkpoint " + run + " " +
+                                                 tmp_.file("ok.eml") + " > /dev/full"}),
+               "stdout failed");
   expect_error(run_cli({"generate", "--checkpoint", run, "--prompt", "hi"}),
                "this checkpoint is an encoder classifier (for brisk classify)");
   const std::string gpt = brisk::testing::save_tiny_gpt(tmp_.file("gpt"));

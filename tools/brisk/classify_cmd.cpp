@@ -7,6 +7,8 @@
 #include "classify_cmd.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -21,6 +23,7 @@
 #include "brisk/models/encoder.h"
 #include "brisk/train/checkpoint.h"
 #include "brisk/train/classifier_trainer.h"
+#include "cli_checks.h"
 
 namespace brisk::cli {
 
@@ -46,6 +49,8 @@ std::vector<fs::path> message_files(const std::vector<std::string>& inputs) {
       files.insert(files.end(), found.begin(), found.end());
     } else if (fs::is_regular_file(in)) {
       files.emplace_back(in);
+    } else if (fs::exists(in)) {
+      throw core::IoError(in + ": not a regular file or a directory (a message is read from a file)");
     } else {
       throw core::IoError(in + ": no such file or directory");
     }
@@ -81,6 +86,9 @@ int run(const Args& a) {
     const int64_t k = std::max_element(p, p + K) - p;
     std::printf("%s\t%.4f\t%s\n", info.label_names[size_t(k)].c_str(), double(p[k]), files[i].c_str());
   }
+  // A full disk or a closed pipe behind stdout is an error, not exit 0.
+  if (std::fflush(stdout) != 0 || std::ferror(stdout))
+    throw core::IoError(std::string("writing the labels to stdout failed: ") + std::strerror(errno));
   return 0;
 }
 
@@ -92,7 +100,7 @@ ClassifyCommand add_classify_command(CLI::App& parent) {
   c.app = parent.add_subcommand("classify", "Label messages with an encoder classifier checkpoint");
   c.app->add_option("--checkpoint", args->checkpoint, "Checkpoint or run directory")->required();
   c.app->add_option("inputs", args->inputs, "Message files, or directories of them")->required();
-  c.app->add_option("--threads", args->threads, "CPU threads (0 = all cores)");
+  c.app->add_option("--threads", args->threads, "CPU threads (0 = all cores)")->check(non_negative());
   c.run = [args] { return run(*args); };
   return c;
 }
