@@ -27,7 +27,7 @@ using core::ConfigError;
 namespace {
 
 const detail::KnownKeys kKnownKeys = {
-    {"model", {"preset", "vocab_size", "n_layer", "n_embd", "n_head", "block_size", "attention", "fused_classifier",
+    {"model", {"kind", "preset", "vocab_size", "n_layer", "n_embd", "n_head", "block_size", "attention", "fused_classifier",
                "fuse_bias_gelu", "fuse_residual_layernorm", "fuse_layernorm_backward", "fuse_gelu_backward",
                "fuse_bias_backward", "fuse_weight_casts"}},
     {"data", {"dir"}},
@@ -129,6 +129,15 @@ TrainConfig config_from_table(const toml::table& root);
 }  // namespace
 
 TrainConfig load_train_config(const std::string& path, const std::vector<std::string>& overrides) {
+  // The kind first: an encoder config read as a GPT's failed on its first
+  // key the GPT lacks ("unknown key 'data.store'"), and a misspelt kind too.
+  const std::string kind = detail::model_kind_of(path, overrides);
+  if (kind == "encoder" || kind == "autoencoder")
+    throw ConfigError(path + ": model.kind = \"" + kind + "\": this command takes GPT configs only (`brisk train` " +
+                      "trains " + (kind == "encoder" ? "an encoder classifier" : "a sequence autoencoder") + ")");
+  if (!kind.empty() && kind != "gpt")
+    throw ConfigError(path + ": model.kind: unknown value '" + kind +
+                      "' (allowed: encoder, autoencoder, gpt; a config without it is a GPT)");
   return detail::load_toml_config<TrainConfig>(path, overrides, kKnownKeys, config_from_table);
 }
 
@@ -207,6 +216,9 @@ TrainConfig config_from_table(const toml::table& file) {
   // A size ("4GiB") or a plain number of bytes, checked now so a typo fails at load (tune.h).
   if (const toml::node* n = root.at_path("train.memory_budget").node(); n && n->is_integer())
     c.memory_budget = std::to_string(n->value<int64_t>().value());
+  else if (n && n->is_floating_point() && std::isfinite(*n->value<double>()) && *n->value<double>() > 0 &&
+           *n->value<double>() < 9.2e18 && std::floor(*n->value<double>()) == *n->value<double>())
+    c.memory_budget = std::to_string(int64_t(*n->value<double>()));  // 4e9: a whole number of bytes
   else
     r.get("train", "memory_budget", c.memory_budget);
   if (!c.memory_budget.empty() && c.memory_budget != "auto")  // "auto" is read at start-up (tune.h)
@@ -230,6 +242,14 @@ TrainConfig config_from_table(const toml::table& file) {
   positive(c.batch, "train.batch");
   positive(c.seq, "train.seq");
   positive(c.grad_accum, "train.grad_accum");
+  // A step of more micro-batches never ends in practice, and a stop signal
+  // acts only between steps; the bound also keeps batch x grad_accum exact.
+  constexpr int64_t kMaxGradAccum = int64_t(1) << 20;
+  if (c.grad_accum > kMaxGradAccum)
+    throw ConfigError("config: train.grad_accum must be at most " + std::to_string(kMaxGradAccum) + ", got " +
+                      std::to_string(c.grad_accum));
+  if (c.threads < 0 || c.threads > 4096)
+    throw ConfigError("config: train.threads must be in [0, 4096] (0: all cores), got " + std::to_string(c.threads));
   positive(c.steps, "train.steps");
   positive(c.log_every, "train.log_every");
   if (c.loader_workers > 64)
@@ -246,19 +266,19 @@ TrainConfig config_from_table(const toml::table& file) {
   if (!(c.schedule.max_lr > 0) || !std::isfinite(c.schedule.max_lr))
     throw ConfigError("config: train.lr must be a positive finite number");
   auto in_unit = [](double v, const char* key) {  // [0, 1)
-    if (!(v >= 0 && v < 1))
-      throw ConfigError(std::string("config: ") + key + " must be in [0, 1), got " + std::to_string(v));
+    if (!(v >= 0 && v < 1))  // the value as stored: 0.9999999999 is 1 as a float32
+      throw ConfigError(std::string("config: ") + key + " must be in [0, 1) as a 32-bit float, got " + toml_number(v));
   };
   in_unit(c.adamw.beta1, "train.beta1");
   in_unit(c.adamw.beta2, "train.beta2");
   if (!(c.adamw.eps > 0) || !std::isfinite(c.adamw.eps))
-    throw ConfigError("config: train.eps must be a positive finite number");
+    throw ConfigError("config: train.eps must be a positive finite number as a 32-bit float (about 1.2e-38 to 3.4e38)");
   if (!(c.adamw.weight_decay >= 0) || !std::isfinite(c.adamw.weight_decay))
     throw ConfigError("config: train.weight_decay must be a finite number >= 0");
   if (!(c.adamw.grad_clip >= 0) || !std::isfinite(c.adamw.grad_clip))
     throw ConfigError("config: train.grad_clip must be a finite number >= 0 (0 disables clipping)");
-  if (c.schedule.min_lr_ratio < 0 || c.schedule.min_lr_ratio > 1)
-    throw ConfigError("config: train.min_lr_ratio must be in [0, 1]");
+  if (!(c.schedule.min_lr_ratio >= 0 && c.schedule.min_lr_ratio <= 1))  // NaN too
+    throw ConfigError("config: train.min_lr_ratio must be in [0, 1], got " + toml_number(c.schedule.min_lr_ratio));
   if (c.schedule.plateau_patience < 0)
     throw ConfigError("config: train.plateau_patience must be >= 0, got " + std::to_string(c.schedule.plateau_patience));
   if (!(c.schedule.plateau_factor > 0 && c.schedule.plateau_factor < 1))

@@ -71,8 +71,10 @@ void check_epoch_train_keys(Config& c) {
                       std::to_string(c.cache_mb));
   if (!(c.schedule.max_lr > 0) || !std::isfinite(c.schedule.max_lr))
     throw ConfigError("config: train.lr must be a positive finite number");
-  if (c.schedule.min_lr_ratio < 0 || c.schedule.min_lr_ratio > 1)
-    throw ConfigError("config: train.min_lr_ratio must be in [0, 1]");
+  if (!(c.schedule.min_lr_ratio >= 0 && c.schedule.min_lr_ratio <= 1))  // NaN too
+    throw ConfigError("config: train.min_lr_ratio must be in [0, 1], got " + toml_number(c.schedule.min_lr_ratio));
+  if (c.threads < 0 || c.threads > 4096)
+    throw ConfigError("config: train.threads must be in [0, 4096] (0: all cores), got " + std::to_string(c.threads));
   if (!(c.adamw.weight_decay >= 0) || !std::isfinite(c.adamw.weight_decay))
     throw ConfigError("config: train.weight_decay must be a finite number >= 0");
   if (!(c.adamw.grad_clip >= 0) || !std::isfinite(c.adamw.grad_clip))
@@ -115,6 +117,7 @@ void read_checkpoint_keys(const Reader& r, Config& c) {
   r.get("checkpoint", "dir", c.out_dir);
   r.get("checkpoint", "every", c.checkpoint_every);
   r.get("checkpoint", "keep", c.keep_checkpoints);  // (the reader refuses a negative every)
+  if (c.out_dir.empty()) throw ConfigError("config: checkpoint.dir must not be empty");
 }
 
 template <class Config>

@@ -474,6 +474,11 @@ void Trainer::Impl::print_header() {
                (long long)cfg.model.n_head, (long long)cfg.model.vocab_size, (long long)cfg.batch, (long long)cfg.seq,
                (long long)cfg.grad_accum, where.c_str(), peak / 1e9, bf16_peak ? "bf16" : "fp32");
   if (!precision.warning.empty()) std::fprintf(stderr, "%s\n", precision.warning.c_str());
+  if (cfg.schedule.warmup_steps >= cfg.steps)
+    std::fprintf(stderr,
+                 "warning: train.warmup (%lld) is not below train.steps (%lld): the lr stays in its warm-up ramp, "
+                 "below train.lr, for the whole run\n",
+                 (long long)cfg.schedule.warmup_steps, (long long)cfg.steps);
   if (!precision.note.empty()) std::fprintf(stderr, "%s\n", precision.note.c_str());
   if (scaler)
     std::fprintf(stderr, "precision %s (%s: %s) | dynamic loss scaling from %g, x2 after %lld clean steps\n",

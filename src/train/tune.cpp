@@ -272,7 +272,10 @@ TuneResult search_budget(const TrainConfig& cfg, uint64_t budget, core::Backend&
         if (it == seen.end()) it = seen.emplace(b, p.estimate(b)).first;
         return it->second;
       };
-      const int64_t most = largest_fitting(G, [&](int64_t b) { return at(b).total() <= budget; });
+      // At most the micro-batch a config may hold (batch x seq <= 2^31
+      // tokens, config.cpp): a huge budget chose one whose config did not load.
+      const int64_t cap = std::min<int64_t>(G, (int64_t(1) << 31) / cfg.seq);
+      const int64_t most = largest_fitting(cap, [&](int64_t b) { return at(b).total() <= budget; });
       // The micro-batch must divide the global batch (grad_accum = G / b
       // keeps the tokens per optimizer step). Planned memory grows with the
       // batch, so every divisor below `most` fits too; the check stays, in

@@ -118,6 +118,30 @@ TEST_F(BadInputs, WrongTypeIsNamed) {
   expect_clear_error(run_cli({"tune", config, "--memory-budget", "-5GiB"}), {"-5GiB", "negative"});
 }
 
+// Values that loaded and then misbehaved: a huge grad_accum (a step that
+// never ended, and ignored SIGTERM), a NaN min_lr_ratio (lr nan, then a
+// "diverged" blaming train.lr), a thread count past any machine (bad_alloc),
+// a misspelt model.kind ("unknown key 'data.store'"), an encoder config given
+// to plan/tune. Each is named before anything is written.
+TEST_F(BadInputs, ValuesThatLoadedAndMisbehavedAreNamed) {
+  expect_clear_error(train_with(good_config(), {"--set", "train.grad_accum=4611686018427387904"}),
+                     {"train.grad_accum", "at most 1048576"});
+  expect_clear_error(train_with(good_config(), {"--set", "train.min_lr_ratio=nan"}), {"train.min_lr_ratio", "nan"});
+  expect_clear_error(train_with(good_config(), {"--set", "train.threads=2147483647"}), {"train.threads", "4096"});
+  expect_clear_error(train_with(good_config(), {"--set", "train.beta2=0.9999999999"}), {"train.beta2", "32-bit float, got 1"});
+  expect_clear_error(train_with(good_config(), {"--set", "model.kind=\"Encoder\""}),
+                     {"model.kind", "unknown value 'Encoder'"});
+  EXPECT_FALSE(fs::exists(tmp_.path() / "run"));
+  EXPECT_EQ(train_with(good_config(), {"--set", "model.kind=\"gpt\"", "--set", "train.memory_budget=4e9"}).exit_code, 0);
+  const std::string enc = tmp_.file("enc.toml");
+  write_text(enc, "[model]\nkind = \"encoder\"\n[data]\nstore = \"x.lmdb\"\nbucket = true\n");
+  for (const char* cmd : {"plan", "tune"}) {
+    std::vector<std::string> args = {cmd, enc};
+    if (std::string(cmd) == "tune") args.insert(args.end(), {"--memory-budget", "1GiB"});
+    expect_clear_error(run_cli(args), {"model.kind = \"encoder\"", "GPT configs only"});
+  }
+}
+
 // --resume of a run already at train.steps says so instead of printing a
 // summary of zero steps.
 TEST_F(BadInputs, ResumeOfAFinishedRunSaysItIsDone) {
