@@ -46,7 +46,7 @@ done
 # Debian installs haproxy in /usr/sbin, which a normal user's PATH may lack.
 PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin"
 for tool in haproxy curl; do
-  command -v "$tool" >/dev/null || { echo "replicas.sh: $tool not found (scripts/install_deps.sh installs haproxy)" >&2; exit 2; }
+  command -v "$tool" >/dev/null || { echo "replicas.sh: $tool not found (scripts/install_deps.sh installs it)" >&2; exit 2; }
 done
 command -v "$brisk" >/dev/null || { echo "replicas.sh: brisk binary '$brisk' not found (--brisk PATH)" >&2; exit 2; }
 template="$(dirname "$0")/haproxy.cfg.in"

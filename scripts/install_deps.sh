@@ -13,7 +13,7 @@ packages=(
   liblmdb-dev libzstd-dev
   libcpp-httplib-dev  # `brisk serve` (docs/serving.md)
   openmpi-bin libopenmpi-dev  # training over several processes: mpirun, MPI (docs/distributed.md)
-  haproxy  # deploy/replicas.sh: several `brisk serve` replicas behind a load balancer (deploy/README.md)
+  haproxy curl  # deploy/replicas.sh: several `brisk serve` replicas behind a load balancer (deploy/README.md)
   libprotobuf-dev protobuf-compiler libonnx-dev  # `brisk export onnx`: protoc compiles ONNX's onnx.proto
   python3-onnx  # tests/export/check_onnx.py: onnx.checker (run with /usr/bin/python3)
   python3-protobuf  # tests/monitor/read_tfevents.py: decodes TensorBoard event files (docs/monitoring.md)

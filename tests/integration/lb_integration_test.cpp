@@ -24,14 +24,17 @@ using nlohmann::json;
 std::string tiny_checkpoint(const TempDir& dir) { return testing::save_tiny_gpt(dir.file("run")); }
 
 // The script looks in the sbin directories too (Debian puts haproxy there).
-bool have_haproxy() {
+bool on_path(const char* program) {
   std::string dirs = std::getenv("PATH") ? std::getenv("PATH") : "";
   dirs += ":/usr/local/sbin:/usr/sbin:/sbin";
   std::stringstream ss(dirs);
   for (std::string d; std::getline(ss, d, ':');)
-    if (!d.empty() && ::access((fs::path(d) / "haproxy").c_str(), X_OK) == 0) return true;
+    if (!d.empty() && ::access((fs::path(d) / program).c_str(), X_OK) == 0) return true;
   return false;
 }
+
+// deploy/replicas.sh runs haproxy and polls the replicas with curl.
+bool have_haproxy() { return on_path("haproxy") && on_path("curl"); }
 
 fs::path replicas_script() {
   return fs::absolute(fs::path(__FILE__)).parent_path().parent_path().parent_path() / "deploy" / "replicas.sh";
@@ -135,7 +138,7 @@ Answer complete(int port, bool stream) {
 }
 
 TEST(LbReplicas, RequestsSurviveAKilledReplica) {
-  if (!have_haproxy()) GTEST_SKIP() << "haproxy is not installed (scripts/install_deps.sh installs it)";
+  if (!have_haproxy()) GTEST_SKIP() << "haproxy or curl is not installed (scripts/install_deps.sh installs both)";
   const fs::path script = replicas_script();
   ASSERT_TRUE(fs::exists(script)) << script;
   TempDir dir;
@@ -203,7 +206,7 @@ TEST(LbReplicas, RequestsSurviveAKilledReplica) {
 // every token for nobody), the replica sees its connection hang up and
 // drops the sequence, answering 499.
 TEST(LbReplicas, AClientThatGivesUpFreesTheReplicasSlot) {
-  if (!have_haproxy()) GTEST_SKIP() << "haproxy is not installed (scripts/install_deps.sh installs it)";
+  if (!have_haproxy()) GTEST_SKIP() << "haproxy or curl is not installed (scripts/install_deps.sh installs both)";
   TempDir dir;
   testing::TinyGpt slow;  // 400 tokens take a few hundred ms
   slow.layers = 4, slow.width = 256, slow.context = 512, slow.seed = 5;
