@@ -128,7 +128,7 @@ for stage in $STAGES; do
         >"$OUT/ncu.csv" 2>"$OUT/ncu.err" || status=1
       "$PY" scripts/ncu_summary.py "$OUT/ncu.csv" --steps "$([ -n "${NCU_COUNT:-}" ] && echo 1 || echo "$ncu_steps")" 2>&1 |
         tee "$OUT/ncu_summary.txt" | head -45 ;;
-    *) echo "unknown stage $stage" ;;
+    *) echo "unknown stage $stage (known: ops cross g1 profile kernels ncu)"; status=1 ;;
   esac
   echo "stage $stage: $((SECONDS - started)) s"
 done

@@ -16,9 +16,12 @@
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cd "$root"
 brisk="${1:?usage: scripts/protein_data.sh BRISK_BINARY [OUT_STORE]}"
-out="${2:-data/protein.lmdb}"
+out="${2:-$root/data/protein.lmdb}"
+# Paths given relative to the caller's directory, before the cd below.
+case "$brisk" in /*) ;; */*) brisk="$PWD/$brisk" ;; esac  # a bare name is looked up on PATH
+case "$out" in /*) ;; *) out="$PWD/$out" ;; esac
+cd "$root"
 
 # Where Debian puts a package's examples, or where fetch_data.sh unpacks them.
 find_dir() {  # $1 = package, $2 = path under /usr/share/doc
