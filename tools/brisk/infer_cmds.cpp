@@ -205,7 +205,7 @@ InferCommands add_infer_commands(CLI::App& app) {
   gen->add_option("--frequency-penalty", g->sp.frequency_penalty, "Per occurrence in the output")->capture_default_str();
   gen->add_option("--presence-penalty", g->sp.presence_penalty, "Once per token present in the output")->capture_default_str();
   gen->add_option("--seed", g->sp.seed, "Sampling seed (sequence i of a batch uses seed + i)")->capture_default_str();
-  gen->add_option("--stop", g->stop, "Stop when the text contains this (repeatable)");
+  gen->add_option("--stop", g->stop, "Stop when the text contains this (repeatable; taken literally: write a newline as $'\\n' in bash)");
   gen->add_option("--stop-token", g->stop_tokens, "Stop after this token id (repeatable)");
   gen->add_option("--vocab-dir", g->vocab_dir, "GPT-2 vocabulary directory (gpt2 models)");
   gen->add_option("--threads", g->threads, "CPU threads (0 = all cores)")->check(non_negative());

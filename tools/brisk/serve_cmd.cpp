@@ -47,8 +47,8 @@ int run_serve(const ServeArgs& a) {
   if (a.max_queue < 1) throw core::ConfigError("--max-queue must be at least 1 (every request passes through the queue)");
   if (a.max_body < 1) throw core::ConfigError("--max-body must be at least 1 byte");
   if (a.port < 0 || a.port > 65535) throw core::ConfigError("--port must be in [0, 65535]");
-  if (!(a.drain_timeout >= 0)) throw core::ConfigError("--drain-timeout must not be negative");
-  if (!(a.request_timeout >= 0)) throw core::ConfigError("--request-timeout must not be negative");
+  if (!(a.drain_timeout >= 0)) throw core::ConfigError("--drain-timeout must be a number of seconds >= 0");
+  if (!(a.request_timeout >= 0)) throw core::ConfigError("--request-timeout must be a number of seconds >= 0 (0: none)");
   if (a.response_cache_mb < 0) throw core::ConfigError("--response-cache-mb must not be negative");
   // SIGINT and SIGTERM are taken by one thread (sigwait) rather than a
   // handler, so stopping may lock and join. Blocked before any thread starts
