@@ -744,6 +744,17 @@ def _(c):
     return c.train(None, "data.dir=" + d)
 
 
+@case("sh_meta_unknown_tokenizer", "shards", "tokenizer 'foo' (checkpoints would name it)", "meta.json", "'foo'",
+      "bytes")
+def _(c):
+    d = c.dataset()
+    with open(os.path.join(d, "meta.json")) as f:
+        m = json.load(f)
+    m["tokenizer"] = "foo"
+    write(os.path.join(d, "meta.json"), json.dumps(m))
+    return c.eval(data=d)
+
+
 @case("sh_meta_tokens_wrong_type", "shards", "train_tokens is a list", "meta.json", "train_tokens")
 def _(c):
     d = c.dataset()
@@ -790,6 +801,15 @@ def _(c):
     with open(os.path.join(d, "val_0000.bin"), "rb") as f:
         b = f.read()
     write(os.path.join(d, "val_0000.bin"), b[:-100])
+    return c.eval(data=d)
+
+
+@case("sh_trailing_bytes", "shards", "shard longer than its count", "val_0000.bin", "bytes past the header")
+def _(c):
+    d = c.dataset()
+    with open(os.path.join(d, "val_0000.bin"), "rb") as f:
+        b = f.read()
+    write(os.path.join(d, "val_0000.bin"), b + b"XXXX")
     return c.eval(data=d)
 
 
