@@ -39,7 +39,8 @@ void check_output_not_input(const std::string& out, const std::string& input) {
   // The files a checkpoint, a run directory or a Hugging Face model
   // directory keeps; an earlier export next to them may be replaced.
   static const std::set<std::string> kept = {"model.safetensors", "optimizer.safetensors", "state.json",
-                                             "config.json",       "config.toml",           "metrics.jsonl"};
+                                             "config.json",       "config.toml",           "metrics.jsonl",
+                                             "run_summary.json",  "recommendations.json",  "report.json"};
   const fs::path o = fs::weakly_canonical(out, ec), in = fs::weakly_canonical(input, ec);
   if (kept.count(o.filename().string()) &&
       std::mismatch(in.begin(), in.end(), o.begin(), o.end()).first == in.end())  // in is a prefix of out

@@ -206,6 +206,9 @@ TEST_F(AutoencoderCli, OutputsOverInputsOtherModelsAndBadNamesAreRefused) {
     if (e.path().filename().string().rfind("step_", 0) == 0) weights = (e.path() / "model.safetensors").string();
   ASSERT_FALSE(weights.empty());
   const std::string weights_before = read_text(weights);
+  // fasta2lmdb replaced its input FASTA with the store the same way.
+  const CliResult store = run_cli({"data", "fasta2lmdb", "--no-progress", "--input", fa, "--out", fa});
+  EXPECT_EQ(store.exit_code, 2) << store.err;
   for (const std::string& out : {fa, weights}) {
     const CliResult r = run_cli({"encode", "--checkpoint", dir_->file("run"), "--input", fa, "--out", out});
     EXPECT_EQ(r.exit_code, 2) << out << "\n" << r.err;

@@ -172,4 +172,15 @@ TEST_F(ReportIntegration, UnusableRunDirectoriesNameTheFile) {
   EXPECT_NE(r.err.find("--fail-on-regression needs --compare"), std::string::npos) << r.err;
   r = run_cli({"report"});
   EXPECT_EQ(r.exit_code, 2);
+  // --out naming a file of a run it reads replaced the run's metrics with HTML.
+  fs::create_directories(tmp_.file("fine"));
+  const std::string metrics = tmp_.file("fine/metrics.jsonl");
+  write_text(metrics, "{\"step\":1,\"loss\":3}\n{\"step\":2,\"loss\":2.5}\n");
+  r = run_cli({"report", tmp_.file("fine"), "--out", tmp_.file("fine.html")});
+  ASSERT_EQ(r.exit_code, 0) << r.err;  // the run itself reads
+  const std::string before = read_text(metrics);
+  r = run_cli({"report", tmp_.file("fine"), "--out", metrics});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("is a file of the input"), std::string::npos) << r.err;
+  EXPECT_EQ(read_text(metrics), before);
 }

@@ -358,6 +358,14 @@ TEST_F(TrainIntegration, GeneratePrintsPromptThenTextReproducibly) {
   auto step_args = args;
   step_args[2] = (fs::path(ckpt) / "step_0000008").string();
   EXPECT_EQ(run_cli(step_args).out, a.out);
+  // Text that cannot be written (a full disk behind stdout) is an error, streamed or not.
+  for (const char* mode : {"", " --no-stream"}) {
+    std::string cmd = cli_path();
+    for (const std::string& arg : args) cmd += " '" + arg + "'";
+    const CliResult full = run_program("/bin/sh", {"-c", cmd + mode + " > /dev/full"});
+    EXPECT_EQ(full.exit_code, 2) << mode << full.err;
+    EXPECT_NE(full.err.find("stdout failed"), std::string::npos) << full.err;
+  }
 }
 
 // Streamed, the text is what --no-stream prints, cut before the stop

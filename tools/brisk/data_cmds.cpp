@@ -7,7 +7,9 @@
 #include <cstdio>
 #include <memory>
 
+#include "brisk/core/atomic_file.h"
 #include "brisk/data/converters.h"
+#include "cli_checks.h"
 
 namespace brisk::cli {
 
@@ -39,6 +41,7 @@ int run_emails(const Options& o) {
 int run_fasta(Options o) {
   o.fasta.on_invalid = o.on_invalid == "skip" ? data::OnInvalid::Skip : data::OnInvalid::Error;
   o.fasta.progress = !o.no_progress;
+  for (const std::string& in : o.fasta_inputs) core::check_output_not_input(o.out, in);  // --out x.fa replaced x.fa
   const data::FastaSummary s = data::fasta_to_lmdb(o.fasta_inputs, o.out, o.fasta);
   const int64_t accounted = s.written + s.skipped_invalid + s.skipped_empty;
   std::printf("'>' headers: %lld; records written: %lld, skipped: %lld invalid + %lld empty (%s)\n",
@@ -67,7 +70,7 @@ DataCommands add_data_commands(CLI::App& data) {
       ->capture_default_str();
   c.emails->add_option("--vocab-dir", o->email.vocab_dir, "GPT-2 vocabulary directory");
   c.emails->add_flag("--strip-headers", o->email.strip_headers, "Keep only the message body");
-  c.emails->add_option("--threads", o->email.threads, "Tokenizer threads (0 = all cores)");
+  c.emails->add_option("--threads", o->email.threads, "Tokenizer threads (0 = all cores)")->check(non_negative());
   c.emails->add_option("--zstd-over", o->email.zstd_over, "zstd-compress records longer than N tokens (0 = off)");
 
   c.fasta = data.add_subcommand("fasta2lmdb", "FASTA files -> LMDB records of residue tokens");

@@ -13,6 +13,7 @@
 #include <optional>
 #include <vector>
 
+#include "brisk/core/atomic_file.h"
 #include "brisk/core/error.h"
 #include "brisk/core/safetensors.h"
 #include "brisk/monitor/compare.h"
@@ -34,6 +35,7 @@ int run_report(const Args& a) {
   std::vector<std::string> dirs = a.compare;  // A and B first: the comparison names them A and B
   dirs.insert(dirs.end(), a.runs.begin(), a.runs.end());
   if (dirs.empty()) throw core::ConfigError("brisk report: name at least one run directory (or --compare A B)");
+  for (const std::string& d : dirs) core::check_output_not_input(a.out, d);  // --out run/metrics.jsonl
   std::vector<monitor::RunData> runs;
   for (const std::string& d : dirs) runs.push_back(monitor::load_run(d));
   monitor::name_runs(runs);
