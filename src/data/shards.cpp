@@ -405,7 +405,7 @@ WindowSampler::WindowSampler(const TokenDataset& data, int64_t batch, int64_t se
   if (data.size() < seq + 1)
     throw ConfigError(data.name() + " holds " + std::to_string(data.size()) +
                       " tokens, fewer than one window of seq + 1 = " + std::to_string(seq + 1) +
-                      ": use a shorter train.seq or more data");
+                      ": use a shorter sequence length or more data");
 }
 
 void WindowSampler::next(int32_t* x, int32_t* y) {
@@ -583,24 +583,29 @@ PrepareSummary prepare_dataset(const PrepareOptions& options) {
   // in only once it is complete, so a failure (no text, invalid UTF-8, a full
   // disk) leaves any dataset already in out as it was.
   const fs::path out(options.out_dir);
-  const bool out_is_new = !fs::exists(out);
+  // The outermost directory this prepare creates (out or a parent of it),
+  // removed again if the prepare fails.
+  fs::path created;
+  for (fs::path p = fs::absolute(out).lexically_normal(); !p.empty() && !fs::exists(p); p = p.parent_path()) {
+    created = p;
+    if (p == p.parent_path()) break;
+  }
   fs::create_directories(out);
   const fs::path staging = out / kStagingDir;
   fs::remove_all(staging);  // left by an earlier run that died
   fs::create_directory(staging);
-  // A failed prepare leaves no staging directory, and no empty output
-  // directory where there was none.
+  // A failed prepare leaves no staging directory, and none of the
+  // directories it created for the output.
   struct RemoveOnFailure {
-    fs::path dir, out;
-    bool out_is_new;
+    fs::path dir, created;
     bool done = false;
     ~RemoveOnFailure() {
       std::error_code ec;
       if (done) return;
       fs::remove_all(dir, ec);
-      if (out_is_new) fs::remove(out, ec);  // only if empty
+      if (!created.empty()) fs::remove_all(created, ec);  // made by this prepare: holds nothing else
     }
-  } cleanup{staging, out, out_is_new};
+  } cleanup{staging, created};
 
   PrepareSummary sum;
   int64_t total_bytes = 0;

@@ -37,7 +37,8 @@ void format_duration(double seconds, char (&out)[32]);
 
 // The live progress line of a terminal `columns` wide (0: unknown, all of
 // it): fields are left out, least useful first (lr, RSS, the bar, ms/step,
-// MFU, tok/s), until it fits in columns - 1.
+// MFU, tok/s, then the ETA), until it fits in columns - 1; the step and the
+// loss are cut at the width if even they do not fit.
 std::string live_line(const StepRow& m, int64_t total, const char* eta, int columns);
 
 // A live bar on a terminal (one line redrawn with \r), plain lines every

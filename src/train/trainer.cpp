@@ -245,6 +245,9 @@ Trainer::Impl::Impl(const TrainConfig& c, core::Backend& b, const TrainOptions& 
     throw core::ConfigError(std::string("train.device = \"") + cfg.device + "\" but the trainer was given the " +
                             std::string(backend.name()) + " backend");
   if (dp) check_same_config(*dp, *options.comm, cfg, model.config().num_params());
+  // A val split shorter than one window fails now, not at the first
+  // evaluation, eval_every steps (maybe hours) into the run.
+  if (val_data) data::WindowSampler(*val_data, cfg.batch, cfg.seq, cfg.seed + 1);
   model.init_weights(cfg.seed);
   make_scaler();
   if (cfg.schedule.kind == optim::Schedule::plateau) plateau.emplace(cfg.schedule);

@@ -131,6 +131,16 @@ TEST_F(BadInputs, ValuesThatLoadedAndMisbehavedAreNamed) {
   expect_clear_error(train_with(good_config(), {"--set", "train.beta2=0.9999999999"}), {"train.beta2", "32-bit float, got 1"});
   expect_clear_error(train_with(good_config(), {"--set", "model.kind=\"Encoder\""}),
                      {"model.kind", "unknown value 'Encoder'"});
+  expect_clear_error(train_with(good_config(), {"--set", "model.kind=5"}), {"model.kind", "string"});
+  // A val split shorter than one window is refused before the first step,
+  // not at the first evaluation (the run then had no checkpoint).
+  const std::string small = tmp_.file("small.txt");
+  write_text(small, std::string(61, 'a'));  // 31 train + 30 val tokens
+  ASSERT_EQ(run_cli({"data", "prepare", "--input", small, "--out", tmp_.file("small"), "--threads", "1"}).exit_code, 0);
+  std::string s = good_config();
+  s.replace(s.find(data_), data_.size(), tmp_.file("small"));
+  expect_clear_error(train_with(s, {"--set", "train.seq=30", "--set", "train.steps=50", "--set", "train.eval_every=40"}),
+                     {"the val split of dataset", "holds 30 tokens, fewer than one window of seq + 1 = 31"});
   EXPECT_FALSE(fs::exists(tmp_.path() / "run"));
   EXPECT_EQ(train_with(good_config(), {"--set", "model.kind=\"gpt\"", "--set", "train.memory_budget=4e9"}).exit_code, 0);
   const std::string enc = tmp_.file("enc.toml");

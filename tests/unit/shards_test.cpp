@@ -485,6 +485,10 @@ TEST(PrepareDataset, EmptyFilesAreNoDocuments) {
     EXPECT_THROW(prepare_dataset(opt), core::IoError) << tok;
     EXPECT_FALSE(fs::exists(opt.out_dir)) << tok;
   }
+  opt.out_dir = out.file("new1/new2/ds");  // every directory it created goes
+  EXPECT_THROW(prepare_dataset(opt), core::IoError);
+  EXPECT_FALSE(fs::exists(out.file("new1")));
+  EXPECT_TRUE(fs::exists(out.path()));
   opt.tokenizer = "gpt2";
   opt.inputs = {in.file("a_empty.txt"), in.file("c.txt"), in.file("b_empty.txt"), in.file("d.txt")};
   opt.out_dir = out.file("two");
