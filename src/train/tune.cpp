@@ -334,6 +334,13 @@ TuneResult search_budget(const TrainConfig& cfg, uint64_t budget, core::Backend&
   r.chosen = cfg;
   r.chosen.batch = best.batch;
   r.chosen.grad_accum = best.grad_accum;
+  // Evaluation runs at the micro-batch, eval_batches of them: at a smaller
+  // micro-batch it would score fewer windows (a noisier val loss, not
+  // comparable with the config's). The sampler draws windows one by one from
+  // its seed, so ceil(batch x eval_batches / micro-batch) micro-batches score
+  // the config's windows first (exactly those when it divides).
+  if (cfg.eval_batches > 0 && best.batch != cfg.batch)
+    r.chosen.eval_batches = (cfg.batch * cfg.eval_batches + best.batch - 1) / best.batch;
   r.chosen.model.recompute = best.recompute;
   r.chosen.model.fused_classifier = best.fused_classifier;
   r.chosen.memory_budget.clear();  // the choice is made: the tuned config describes the run

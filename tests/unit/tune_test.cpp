@@ -162,6 +162,9 @@ TEST(Tune, RespectsTheBudgetAndKeepsTokensPerStep) {
       EXPECT_EQ(r.chosen.batch * r.chosen.grad_accum, G) << "tokens per optimizer step are kept";
       EXPECT_EQ(G % r.chosen.batch, 0);
       EXPECT_EQ(r.chosen.memory_budget, "");
+      // Evaluation at the smaller micro-batch scores at least the config's windows.
+      EXPECT_GE(r.chosen.batch * r.chosen.eval_batches, c.batch * c.eval_batches);
+      EXPECT_LT((r.chosen.eval_batches - 1) * r.chosen.batch, c.batch * c.eval_batches);
       EXPECT_EQ(train::estimate_run_memory(r.chosen, backend).total(), best.memory.total())
           << "the chosen config plans to what the search reported";
       // Every fitting candidate is at its largest fitting divisor: one more
