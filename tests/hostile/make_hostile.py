@@ -710,6 +710,17 @@ def _(c):
 # -- token shards and meta.json (read by `brisk eval` and `brisk train`)
 
 
+def edit_meta(d, drop=None, **values):
+    """Rewrites dataset d's meta.json with `values` set and the key `drop` removed."""
+    with open(os.path.join(d, "meta.json")) as f:
+        m = json.load(f)
+    m.update(values)
+    if drop:
+        del m[drop]
+    write(os.path.join(d, "meta.json"), json.dumps(m))
+
+
+
 @case("sh_meta_not_json", "shards", "meta.json is not JSON", "meta.json", "not valid JSON")
 def _(c):
     d = c.dataset()
@@ -727,20 +738,14 @@ def _(c):
 @case("sh_meta_vocab_string", "shards", "vocab_size is a string", "meta.json", "vocab_size")
 def _(c):
     d = c.dataset()
-    with open(os.path.join(d, "meta.json")) as f:
-        m = json.load(f)
-    m["vocab_size"] = "256"
-    write(os.path.join(d, "meta.json"), json.dumps(m))
+    edit_meta(d, vocab_size="256")
     return c.eval(data=d)
 
 
 @case("sh_meta_no_tokenizer", "shards", "meta.json without tokenizer", "meta.json", "tokenizer")
 def _(c):
     d = c.dataset()
-    with open(os.path.join(d, "meta.json")) as f:
-        m = json.load(f)
-    del m["tokenizer"]
-    write(os.path.join(d, "meta.json"), json.dumps(m))
+    edit_meta(d, drop="tokenizer")
     return c.train(None, "data.dir=" + d)
 
 
@@ -748,20 +753,14 @@ def _(c):
       "bytes")
 def _(c):
     d = c.dataset()
-    with open(os.path.join(d, "meta.json")) as f:
-        m = json.load(f)
-    m["tokenizer"] = "foo"
-    write(os.path.join(d, "meta.json"), json.dumps(m))
+    edit_meta(d, tokenizer="foo")
     return c.eval(data=d)
 
 
 @case("sh_meta_tokens_wrong_type", "shards", "train_tokens is a list", "meta.json", "train_tokens")
 def _(c):
     d = c.dataset()
-    with open(os.path.join(d, "meta.json")) as f:
-        m = json.load(f)
-    m["train_tokens"] = [1, 2]
-    write(os.path.join(d, "meta.json"), json.dumps(m))
+    edit_meta(d, train_tokens=[1, 2])
     return c.train(None, "data.dir=" + d)
 
 
