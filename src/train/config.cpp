@@ -129,12 +129,13 @@ TrainConfig config_from_table(const toml::table& root);
 
 // A GPT config has no model.kind or "gpt"; the other kinds have loaders of
 // their own (`brisk train` picks them), and anything else is a typo.
-void check_gpt_kind(const std::string& kind) {
+// `where` opens the message (the file, or "config").
+void check_gpt_kind(const std::string& kind, const std::string& where) {
   if (kind == "encoder" || kind == "autoencoder")
-    throw ConfigError("model.kind = \"" + kind + "\": this command takes GPT configs only (`brisk train` trains " +
-                      (kind == "encoder" ? "an encoder classifier" : "a sequence autoencoder") + ")");
+    throw ConfigError(where + ": model.kind = \"" + kind + "\": this command takes GPT configs only (`brisk train` " +
+                      "trains " + (kind == "encoder" ? "an encoder classifier" : "a sequence autoencoder") + ")");
   if (!kind.empty() && kind != "gpt")
-    throw ConfigError("model.kind: unknown value '" + kind +
+    throw ConfigError(where + ": model.kind: unknown value '" + kind +
                       "' (allowed: encoder, autoencoder, gpt; a config without it is a GPT)");
 }
 }  // namespace
@@ -142,11 +143,7 @@ void check_gpt_kind(const std::string& kind) {
 TrainConfig load_train_config(const std::string& path, const std::vector<std::string>& overrides) {
   // The kind first: an encoder config read as a GPT's failed on its first
   // key the GPT lacks ("unknown key 'data.store'"), and a misspelt kind too.
-  try {
-    check_gpt_kind(detail::model_kind_of(path, overrides));
-  } catch (const ConfigError& e) {
-    throw ConfigError(path + ": " + e.what());
-  }
+  check_gpt_kind(detail::model_kind_of(path, overrides), path);
   return detail::load_toml_config<TrainConfig>(path, overrides, kKnownKeys, config_from_table);
 }
 
@@ -164,11 +161,7 @@ TrainConfig config_from_table(const toml::table& file) {
   detail::Reader r(root);
   std::string kind;
   r.get("model", "kind", kind);  // must be a string
-  try {
-    check_gpt_kind(kind);
-  } catch (const ConfigError& e) {
-    throw ConfigError(std::string("config: ") + e.what());
-  }
+  check_gpt_kind(kind, "config");
   r.get("model", "preset", c.preset);
   if (!c.preset.empty()) c.model = models::GptConfig::preset(c.preset);
   r.get("model", "vocab_size", c.model.vocab_size);

@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
+#include <cerrno>
 #include <filesystem>
 #include <iostream>
 #include <new>
@@ -249,27 +251,36 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;
   }
   try {
-    if (*train_cmd && !run_preset.empty()) sets.insert(sets.begin(), "train.preset=" + run_preset);
-    if (*train_cmd) return cmd_train(config_path, sets, resume, no_progress, profile, trace, trace_steps);
-    if (infer_cmds.parsed()) return infer_cmds.run();
-    if (*eval_cmd) return cmd_eval(checkpoint, data_dir, eval_batches, eval_batch, eval_seq, threads);
-    if (*bench_cmd.app) return bench_cmd.run();
-    if (*plan_cmd.app) return plan_cmd.run();
-    if (*tune_cmd.app) return tune_cmd.run();
-    if (*report_cmd.app) return report_cmd.run();
-    if (*export_cmd.app) return export_cmd.run();
-    if (*prune_cmd.app) return prune_cmd.run();
-    if (*serve_cmd.app) return serve_cmd.run();
-    if (*classify_cmd.app) return classify_cmd.run();
-    if (ae_cmds.parsed()) return ae_cmds.run();
-    if (record_cmds.parsed()) return record_cmds.run();
-    if (*prep_cmd) {
-      const data::PrepareSummary s = data::prepare_dataset(po);
-      std::printf("prepared %s: %lld files, %.1f MB, %lld train + %lld val tokens in %.1f s\n", po.out_dir.c_str(),
-                  (long long)s.files, double(s.bytes) / 1e6, (long long)s.train_tokens, (long long)s.val_tokens,
-                  s.seconds);
+    const int rc = [&]() -> int {
+      if (*train_cmd && !run_preset.empty()) sets.insert(sets.begin(), "train.preset=" + run_preset);
+      if (*train_cmd) return cmd_train(config_path, sets, resume, no_progress, profile, trace, trace_steps);
+      if (infer_cmds.parsed()) return infer_cmds.run();
+      if (*eval_cmd) return cmd_eval(checkpoint, data_dir, eval_batches, eval_batch, eval_seq, threads);
+      if (*bench_cmd.app) return bench_cmd.run();
+      if (*plan_cmd.app) return plan_cmd.run();
+      if (*tune_cmd.app) return tune_cmd.run();
+      if (*report_cmd.app) return report_cmd.run();
+      if (*export_cmd.app) return export_cmd.run();
+      if (*prune_cmd.app) return prune_cmd.run();
+      if (*serve_cmd.app) return serve_cmd.run();
+      if (*classify_cmd.app) return classify_cmd.run();
+      if (ae_cmds.parsed()) return ae_cmds.run();
+      if (record_cmds.parsed()) return record_cmds.run();
+      if (*prep_cmd) {
+        const data::PrepareSummary s = data::prepare_dataset(po);
+        std::printf("prepared %s: %lld files, %.1f MB, %lld train + %lld val tokens in %.1f s\n", po.out_dir.c_str(),
+                    (long long)s.files, double(s.bytes) / 1e6, (long long)s.train_tokens, (long long)s.val_tokens,
+                    s.seconds);
+        return 0;
+      }
       return 0;
-    }
+    }();
+    // What a command prints is its output (generated text, labels, FASTA):
+    // one that could not all be written (a full disk behind stdout) is an
+    // error, not the command's own exit code.
+    if (std::fflush(stdout) != 0 || std::ferror(stdout))
+      throw core::IoError(std::string("writing to stdout failed: ") + std::strerror(errno));
+    return rc;
   } catch (const core::Error& e) {
     std::fprintf(stderr, "\nbrisk: error: %s\n", e.what());
     return 2;
