@@ -494,7 +494,16 @@ struct Engine::Impl {
     }
   }
 
+  // OpenMP's thread count is the calling thread's own setting: the backend
+  // set it on the thread that built the engine, and a server steps the
+  // engine on its scheduler thread, whose kernels otherwise ran on OpenMP's
+  // default team (every core, or OMP_NUM_THREADS) whatever --threads said.
+  void use_own_thread_count() {
+    if (omp_get_max_threads() != backend.num_threads()) cpu::set_num_threads(backend.num_threads());
+  }
+
   std::vector<TokenEvent> step() {
+    use_own_thread_count();
     std::vector<TokenEvent> events;
     for (size_t i = 0; i < seqs.size();) {
       if (seqs[i]->cancelled) {
@@ -650,6 +659,7 @@ void Engine::set_observer(ActivationObserver obs) { impl_->observer = std::move(
 ScoreResult Engine::score(const std::vector<int32_t>& ids) {
   Impl& m = *impl_;
   if (!idle()) throw core::Error("Engine::score needs an idle engine");
+  m.use_own_thread_count();
   const models::GptConfig& cfg = m.model.config;
   if (ids.size() < 2 || int64_t(ids.size()) > cfg.block_size)
     throw core::ConfigError("score takes 2 to " + std::to_string(cfg.block_size) + " tokens, got " +

@@ -4,6 +4,7 @@
 #include <httplib.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <omp.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -530,6 +531,32 @@ TEST(ServeScheduler, ACancelledRequestBehindTheFrontFreesItsPlace) {
   EXPECT_FALSE(leaves->next(events));
   EXPECT_EQ(leaves->error_status(), 499);
   for (const auto& ch : {running, b1, b2, d}) scheduler.cancel(ch);
+  scheduler.stop();
+}
+
+// OpenMP's thread count is per thread: the engine's own count has to hold
+// on the scheduler thread that steps it, not only on the thread that built
+// it (`brisk serve --threads` ran every kernel on OpenMP's default team).
+TEST(ServeScheduler, TheEngineRunsOnItsOwnThreadCount) {
+  int fresh_default = 0;  // what a new thread gets from OpenMP
+  std::thread([&] { fresh_default = omp_get_max_threads(); }).join();
+  infer::EngineOptions eo;
+  eo.max_seqs = 1;
+  eo.threads = fresh_default + 1;
+  infer::Engine engine(infer::load_model(checkpoint(/*slow=*/false)), eo);
+  std::atomic<int> seen{-1};
+  engine.set_observer([&](int64_t, int, const float*, int64_t, int64_t) { seen = omp_get_max_threads(); });
+  serve::Scheduler scheduler(engine, /*max_queue=*/2);
+  infer::SamplingParams p;
+  p.temperature = 0;
+  p.max_tokens = 3;
+  auto ch = scheduler.submit({10, 20, 30}, p);
+  ASSERT_NE(ch, nullptr);
+  std::vector<infer::TokenEvent> events;
+  while (ch->next(events)) {
+  }
+  EXPECT_EQ(ch->error(), "");
+  EXPECT_EQ(seen.load(), eo.threads) << "OpenMP's default on a new thread is " << fresh_default;
   scheduler.stop();
 }
 

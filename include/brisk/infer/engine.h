@@ -48,7 +48,7 @@ struct EngineOptions {
   int64_t max_step_tokens = 512;  // rows of one forward (prefill chunks)
   int64_t kv_mb = 0;              // key/value pool; 0: enough for max_seqs full contexts
   int64_t kv_block = 16;          // positions per block
-  int threads = 0;                // CPU threads; 0: one per core
+  int threads = 0;                // CPU threads of whichever thread calls step() or score(); 0: one per core
   // Share the key/value blocks of prompt prefixes seen before (engine.cpp,
   // KvPool): a prompt that starts like an earlier one skips computing them.
   bool prefix_cache = true;
