@@ -63,6 +63,14 @@ BatchPlan plan_batches(std::span<const int64_t> lengths, const BucketingOptions&
   const uint64_t key = mix64(mix64(o.seed ^ 0x3c6ef372fe94f82bULL) + epoch);
   shuffle(kept, key);
   const size_t b = static_cast<size_t>(o.batch_size);
+  // The records that do not fill a last batch are dropped here, from the
+  // shuffled order: a different, length-blind few each epoch. Dropped after
+  // bucketing, they were the last chunk's longest, the same ones every epoch
+  // when a chunk holds the whole split, so the longest records never trained.
+  if (o.drop_last && kept.size() % b != 0 && kept.size() > b) {
+    plan.dropped_last = static_cast<int64_t>(kept.size() % b);
+    kept.resize(kept.size() - kept.size() % b);
+  }
   if (o.bucket) {
     // Sorting within chunks, not globally: a global sort would make every
     // epoch walk the corpus from shortest to longest (the batch shuffle hides
@@ -80,7 +88,7 @@ BatchPlan plan_batches(std::span<const int64_t> lengths, const BucketingOptions&
   for (size_t i = 0; i < kept.size(); i += b)
     plan.batches.emplace_back(kept.begin() + static_cast<std::ptrdiff_t>(i),
                               kept.begin() + static_cast<std::ptrdiff_t>(std::min(kept.size(), i + b)));
-  if (o.drop_last && !plan.batches.empty() && plan.batches.back().size() < b) {
+  if (o.drop_last && !plan.batches.empty() && plan.batches.back().size() < b) {  // fewer than one batch
     plan.dropped_last = static_cast<int64_t>(plan.batches.back().size());
     plan.batches.pop_back();
   }

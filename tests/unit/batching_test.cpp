@@ -118,6 +118,37 @@ TEST(Batching, PlansAreDeterministicAndUseEveryRecordOnce) {
   EXPECT_EQ(a.kept + a.dropped_too_long, 5000);
 }
 
+// drop_last drops records that do not fill a batch, a different few each
+// epoch and blind to length. Dropped after bucketing they were the last
+// chunk's longest, so with the split inside one chunk the longest records
+// were never trained on (330 proteins, batch 16: the 10 longest, every epoch).
+TEST(Batching, DropLastDropsDifferentRecordsEachEpochWhateverTheirLength) {
+  std::vector<int64_t> lengths(330);
+  for (size_t i = 0; i < lengths.size(); ++i) lengths[i] = i < 10 ? int64_t(500 + i) : int64_t(50 + i % 37);
+  const BucketingOptions o{.batch_size = 16, .max_len = 1024, .drop_last = true, .seed = 9};
+  std::vector<int> seen(lengths.size(), 0);
+  std::set<std::vector<int64_t>> dropped_sets;
+  for (uint64_t epoch = 0; epoch < 20; ++epoch) {
+    const BatchPlan p = plan_batches(lengths, o, epoch);
+    EXPECT_EQ(p.dropped_last, 10);
+    ASSERT_EQ(p.batches.size(), 20u);
+    std::vector<int> here(lengths.size(), 0);
+    for (const auto& batch : p.batches) {
+      EXPECT_EQ(batch.size(), 16u) << "every batch is whole";
+      for (int64_t i : batch) ++here[size_t(i)];
+    }
+    std::vector<int64_t> dropped;
+    for (size_t i = 0; i < lengths.size(); ++i) {
+      EXPECT_LE(here[i], 1) << "record " << i << " twice in epoch " << epoch;
+      seen[i] += here[i];
+      if (!here[i]) dropped.push_back(int64_t(i));
+    }
+    dropped_sets.insert(dropped);
+  }
+  for (size_t i = 0; i < 10; ++i) EXPECT_GT(seen[i], 15) << "long record " << i << " trained in only " << seen[i] << " of 20 epochs";
+  EXPECT_GT(dropped_sets.size(), 15u) << "the dropped records change from epoch to epoch";
+}
+
 // The stated bound: on 20k long-tailed lengths (log-normal, median ~150,
 // clipped at 2000), batches of 32 and the default chunk of 64 batches,
 // group-by-length keeps padding waste under 10% of the batch cells (measured:
