@@ -91,6 +91,12 @@ TEST(Fasta, ParsesMultiLineRecordsCommentsAndCrlf) {
   EXPECT_EQ(mac.headers[0], "one protein");
   EXPECT_EQ(mac.seqs[0], "ACDEF");
   EXPECT_EQ(mac.seqs[1], "GG");
+  // Lone CRs, CRLF and LF mixed in one file: each line ends at the first of them.
+  const Parsed mixed = parse(">a\rAC\rDE\n>b\r\nGG\rHH\n\r>c\nK");
+  ASSERT_EQ(mixed.headers.size(), 3u);
+  EXPECT_EQ(mixed.seqs[0], "ACDE");
+  EXPECT_EQ(mixed.seqs[1], "GGHH");
+  EXPECT_EQ(mixed.seqs[2], "K");
   const std::string e = error_of(">a\rAC\rAJ\r");
   EXPECT_NE(e.find("t.fa:3:2"), std::string::npos) << e;
 }
