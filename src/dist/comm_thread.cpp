@@ -53,6 +53,7 @@ void CommThread::loop() {
     running_ = nullptr;
     if (err && !error_) error_ = err;
     --pending_;
+    ++finished_;
     done_cv_.notify_all();
   }
 }
@@ -60,10 +61,21 @@ void CommThread::loop() {
 void CommThread::wait() {
   const double t0 = now_s();
   std::unique_lock<std::mutex> lock(mu_);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s_);
+  // The limit is per collective, not on the whole wait: a step's queued
+  // buckets together may take longer than dist.timeout_s on a slow link
+  // while each of them finishes (a healthy job was ended as if a rank died).
+  const auto limit = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double>(timeout_s_));
+  auto deadline = std::chrono::steady_clock::now() + limit;
+  int64_t finished = finished_;
   while (pending_ > 0) {
-    if (done_cv_.wait_until(lock, deadline) == std::cv_status::timeout && pending_ > 0)
+    const bool expired = done_cv_.wait_until(lock, deadline) == std::cv_status::timeout;
+    if (finished_ != finished) {
+      finished = finished_;
+      deadline = std::chrono::steady_clock::now() + limit;
+    } else if (expired && pending_ > 0) {
       timed_out(running_ ? running_ : (queue_.empty() ? "a collective" : queue_.front().what));
+    }
   }
   waited_s_ += now_s() - t0;
   if (error_) {
@@ -93,8 +105,9 @@ void CommThread::timed_out(const std::string& what) {
   // The collective cannot be cancelled and MPI cannot be finalised with it in
   // flight: say what happened and leave at once (the launcher ends the rest).
   std::fprintf(stderr,
-               "brisk: rank %d: %s at step %lld got no answer from the other ranks for %.0f s (dist.timeout_s): a rank "
-               "died, hangs or cannot be reached; stopping this rank\n",
+               "brisk: rank %d: %s at step %lld got no answer from the other ranks for %g s (dist.timeout_s): a rank "
+               "died, hangs or cannot be reached, or this one collective needs longer than that (a large transfer on "
+               "a slow link: raise dist.timeout_s); stopping this rank\n",
                rank_, what.c_str(), (long long)step_, timeout_s_);
   std::fflush(stderr);
   std::_Exit(3);

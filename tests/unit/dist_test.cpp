@@ -184,7 +184,25 @@ TEST(CommThreadDeathTest, AHungCollectiveEndsTheProcessWithAMessage) {
         std::exit(0);
       },
       ::testing::ExitedWithCode(3),
-      "rank 1: the all-reduce of a gradient bucket at step 7 got no answer from the other ranks for 0 s");
+      "rank 1: the all-reduce of a gradient bucket at step 7 got no answer from the other ranks for 0.2 s");
+}
+
+// The limit holds per collective: a step's buckets may together take longer
+// than dist.timeout_s while each finishes well within it (a slow link),
+// which ended a healthy job as if a rank had died.
+TEST(CommThreadDeathTest, ManyCollectivesMayTogetherTakeLongerThanTheLimit) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        CommThread t(0, 0.5);
+        for (int i = 0; i < 8; ++i)
+          t.submit([] { std::this_thread::sleep_for(std::chrono::milliseconds(100)); }, "a bucket");
+        const double t0 = now();
+        t.wait();
+        std::fprintf(stderr, "waited %.1f s for 8 collectives\n", now() - t0);
+        std::exit(0);
+      },
+      ::testing::ExitedWithCode(0), "waited 0\\.[89]|waited [1-9]");
 }
 
 // ---- the trainer's data-parallel path in one process -------------------------------

@@ -57,6 +57,7 @@ class CommThread {
   std::deque<Job> queue_;
   const char* running_ = nullptr;  // the job in flight, for the timeout message
   int64_t pending_ = 0;            // submitted and not finished
+  int64_t finished_ = 0;           // ever finished: a wait's deadline restarts when it grows
   std::exception_ptr error_;
   bool stop_ = false;
   double busy_s_ = 0, waited_s_ = 0;
