@@ -79,18 +79,25 @@ bool has_groups(const fs::path& dir) {
   return false;
 }
 
+// A group's messages, in its subdirectories too (a Maildir's cur/ and new/,
+// a corpus kept by year): files there were skipped, and a group of only
+// subdirectories made a one-class store that reported every file matched.
 std::vector<fs::path> message_files(const fs::path& group) {
   std::vector<fs::path> txt, other;
-  for (const auto& e : fs::directory_iterator(group)) {
-    if (!e.is_regular_file()) continue;
-    const std::string name = e.path().filename().string();
-    const std::string ext = e.path().extension().string();
-    if (name[0] == '.') continue;  // hidden files (editor backups, .DS_Store) are no messages
-    if (ext == ".txt") txt.push_back(e.path());
-    else if (ext != ".json" && name != "cmds") other.push_back(e.path());
+  for (auto it = fs::recursive_directory_iterator(group), end = fs::recursive_directory_iterator(); it != end; ++it) {
+    const std::string name = it->path().filename().string();
+    if (name[0] == '.') {  // hidden files and directories (editor backups, .DS_Store, .git) hold no messages
+      if (it->is_directory()) it.disable_recursion_pending();
+      continue;
+    }
+    if (!it->is_regular_file()) continue;
+    const std::string ext = it->path().extension().string();
+    if (ext == ".txt") txt.push_back(it->path());
+    else if (ext != ".json" && name != "cmds") other.push_back(it->path());
   }
   std::vector<fs::path>& files = txt.empty() ? other : txt;
   std::sort(files.begin(), files.end());
+  if (files.empty()) throw ConfigError(group.string() + ": this group directory holds no message files");
   return files;
 }
 
@@ -129,6 +136,21 @@ EmailSummary emails_to_lmdb(const std::string& input, const std::string& out, co
     if (e.is_directory() && e.path().filename().string()[0] != '.') groups.push_back(e.path());
   std::sort(groups.begin(), groups.end());
   if (groups.empty()) throw IoError(root.string() + ": no group directories (easy-ham-1, spam-1, ...) found");
+  // Every file under the groups is read as a message: a store written there
+  // read its own temporary file and, on a second run, the last store.
+  {
+    std::error_code ec;
+    const fs::path o = fs::weakly_canonical(out, ec), in = fs::weakly_canonical(root, ec);
+    if (std::mismatch(in.begin(), in.end(), o.begin(), o.end()).first == in.end())
+      throw ConfigError("--out " + out + " lies inside --input " + input +
+                        ", whose files are all read as messages; write the store outside it");
+  }
+
+  std::vector<std::vector<fs::path>> group_files;  // listed first: an empty group is refused before the store is begun
+  for (const auto& g : groups) {
+    email_group_label(g.filename().string());
+    group_files.push_back(message_files(g));
+  }
 
   const auto tok = make_tokenizer(opt.tokenizer, opt.vocab_dir);
   RecordWriterOptions wo;
@@ -141,11 +163,12 @@ EmailSummary emails_to_lmdb(const std::string& input, const std::string& out, co
 
   EmailSummary sum;
   constexpr size_t kBatch = 256;
-  for (const auto& g : groups) {
+  for (size_t gi = 0; gi < groups.size(); ++gi) {
+    const fs::path& g = groups[gi];
+    const std::vector<fs::path>& files = group_files[gi];
     EmailGroup eg;
     eg.name = g.filename().string();
     eg.label = email_group_label(eg.name);
-    const std::vector<fs::path> files = message_files(g);
     eg.files = int64_t(files.size());
     for (size_t b = 0; b < files.size(); b += kBatch) {
       const size_t n = std::min(kBatch, files.size() - b);
@@ -168,7 +191,7 @@ EmailSummary emails_to_lmdb(const std::string& input, const std::string& out, co
       }
       if (!err.empty()) throw IoError(err);
       for (size_t i = 0; i < n; ++i) {
-        writer.add(ids[i], eg.label, eg.name + "/" + files[b + i].filename().string());
+        writer.add(ids[i], eg.label, eg.name + "/" + files[b + i].lexically_relative(g).generic_string());
         eg.records += 1;
         eg.tokens += int64_t(ids[i].size());
         eg.bytes += int64_t(text[i].size());

@@ -100,6 +100,15 @@ char fasta_residue(int32_t token) {
 
 FastaSummary parse_fasta(std::string_view text, const std::string& name, OnInvalid on_invalid,
                          const std::function<void(const FastaRecord&)>& sink) {
+  // A compressed file would fail as "sequence data before the first header",
+  // whose hint (--on-invalid skip) then made an empty store.
+  static const std::pair<std::string_view, const char*> kCompressed[] = {
+      {"\x1f\x8b", "gzip (unpack it first: gunzip -k, or zcat > file.fa)"},
+      {"\x28\xb5\x2f\xfd", "zstd (unpack it first: unzstd)"},
+      {"\xfd\x37\x7a\x58\x5a\x00", "xz (unpack it first: unxz -k)"},
+      {"BZh", "bzip2 (unpack it first: bunzip2 -k)"}};
+  for (const auto& [magic, what] : kCompressed)
+    if (text.substr(0, magic.size()) == magic) throw IoError(name + ": compressed with " + what);
   FastaSummary s;
   std::vector<int32_t> tokens;
   tokens.reserve(1 << 16);
@@ -244,6 +253,11 @@ FastaSummary fasta_to_lmdb(const std::vector<std::string>& inputs, const std::st
     total.residues += s.residues;
     progress(0, false);
   }
+  if (total.written == 0)  // an empty store would only fail later, in training
+    throw IoError("no sequence records in the input" + std::string(inputs.size() > 1 ? "s" : " ") +
+                  (inputs.size() == 1 ? inputs[0] : "") + " (" + std::to_string(total.headers) + " headers, " +
+                  std::to_string(total.skipped_invalid + total.skipped_empty) + " skipped, " +
+                  std::to_string(total.orphan_lines) + " lines before a first header): nothing written");
   writer.finish();
   total.compressed = writer.compressed();
   total.seconds = now_s() - t0;

@@ -1192,6 +1192,21 @@ def _(c):
     return ["data", "fasta2lmdb", "--input", p, "--out", c.path("out.lmdb"), "--no-progress"]
 
 
+@case("fa_gzip", "fasta", "a gzip-compressed FASTA", "bad.fa.gz", "gzip")
+def _(c):
+    import gzip
+    p = c.path("bad.fa.gz")
+    write(p, gzip.compress(b">r1\nMKV\n"))
+    return ["data", "fasta2lmdb", "--input", p, "--out", c.path("out.lmdb"), "--no-progress", "--on-invalid", "skip"]
+
+
+@case("fa_no_records", "fasta", "only lines before a first header, skipped", "no sequence records", "nothing written")
+def _(c):
+    p = c.path("bad.fa")
+    write(p, "MKVLA\nGGT\n")
+    return ["data", "fasta2lmdb", "--input", p, "--out", c.path("out.lmdb"), "--no-progress", "--on-invalid", "skip"]
+
+
 @case("fa_directory", "fasta", "input is a directory", "regular file")
 def _(c):
     os.makedirs(c.path("adir"), exist_ok=True)

