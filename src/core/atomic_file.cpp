@@ -2,6 +2,8 @@
 #include "brisk/core/atomic_file.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -47,18 +49,45 @@ void check_output_not_input(const std::string& out, const std::string& input) {
     throw ConfigError(out + ": is a file of the input " + input + "; write the output outside it");
 }
 
+int open_locked_temporary(const std::string& tmp, const std::string& target) {
+  for (;;) {
+    const int fd = ::open(tmp.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) throw IoError(tmp + ": cannot create (" + std::strerror(errno) + ")");
+    if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      const int err = errno;
+      ::close(fd);
+      if (err == EWOULDBLOCK)
+        throw IoError(target + ": another process is writing it (its temporary file " + tmp +
+                      " is locked); wait for that one to finish, or write to another path");
+      throw IoError(tmp + ": cannot lock (" + std::strerror(err) + ")");
+    }
+    // The file locked must still be the one named tmp: a writer that just
+    // finished renamed it into place, and emptying it would empty its output.
+    struct stat held{}, named{};
+    if (::fstat(fd, &held) == 0 && ::stat(tmp.c_str(), &named) == 0 && held.st_ino == named.st_ino &&
+        held.st_dev == named.st_dev) {
+      if (::ftruncate(fd, 0) != 0) {
+        const int err = errno;
+        ::close(fd);
+        throw IoError(tmp + ": cannot empty (" + std::strerror(err) + ")");
+      }
+      return fd;
+    }
+    ::close(fd);  // renamed away under us: open the name afresh
+  }
+}
+
 AtomicFile::AtomicFile(std::string path) : path_(std::move(path)), tmp_(path_ + ".tmp") {
   // rename() over a directory fails only after the whole file is written.
   std::error_code ec;
   if (std::filesystem::is_directory(path_, ec)) throw IoError(path_ + ": is a directory, not a file");
-  fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd_ < 0) throw IoError(tmp_ + ": cannot create (" + std::strerror(errno) + ")");
+  fd_ = open_locked_temporary(tmp_, path_);
 }
 
 AtomicFile::~AtomicFile() {
   if (fd_ < 0) return;
+  ::unlink(tmp_.c_str());  // before the lock goes with the descriptor
   ::close(fd_);
-  ::unlink(tmp_.c_str());
 }
 
 void AtomicFile::write(const void* data, size_t bytes) {
@@ -77,17 +106,22 @@ void AtomicFile::commit() {
   if (fd_ < 0) throw IoError(tmp_ + ": committed twice");
   const bool synced = ::fsync(fd_) == 0;
   const std::string why = synced ? "" : std::strerror(errno);
-  ::close(fd_);
+  const int fd = fd_;
   fd_ = -1;
   if (!synced) {
     ::unlink(tmp_.c_str());
+    ::close(fd);
     throw IoError(tmp_ + ": fsync failed (" + why + ")");
   }
+  // Renamed while still locked: a writer waiting on the lock then finds the
+  // name gone or new (open_locked_temporary), never this file.
   if (std::rename(tmp_.c_str(), path_.c_str()) != 0) {
     const std::string err = std::strerror(errno);
     ::unlink(tmp_.c_str());
+    ::close(fd);
     throw IoError(path_ + ": rename failed (" + err + ")");
   }
+  ::close(fd);
 }
 
 void write_file_atomic(const std::string& path, const std::string& bytes) {

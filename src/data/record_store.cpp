@@ -19,6 +19,7 @@
 
 #include <lmdb.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <xxhash.h>
 #include <zstd.h>
 
@@ -33,6 +34,7 @@
 #include <mutex>
 #include <thread>
 
+#include "brisk/core/atomic_file.h"
 #include "brisk/core/error.h"
 
 namespace brisk::data {
@@ -116,32 +118,45 @@ RecordWriter::RecordWriter(const std::string& path, const RecordWriterOptions& o
   dtype_ = opt_.vocab_size <= 65536 ? TokenDType::U16 : TokenDType::I32;
   std::error_code ec;
   if (fs::is_directory(path, ec)) throw IoError(path + ": is a directory; a record store is a single file");
-  fs::remove(tmp_, ec);
-  fs::remove(tmp_ + "-lock", ec);
   const fs::path parent = fs::path(path).parent_path();
   if (!parent.empty()) fs::create_directories(parent, ec);
+  // Locked and emptied rather than removed: a second converter writing the
+  // same store removed the first one's file, which then renamed the
+  // second's half-written one into place and reported success.
+  lock_fd_ = core::open_locked_temporary(tmp_, path_);
+  fs::remove(tmp_ + "-lock", ec);
 
-  int rc = mdb_env_create(&env_->env);
-  if (rc == 0) rc = mdb_env_set_maxdbs(env_->env, 2);
-  if (rc == 0) rc = mdb_env_set_mapsize(env_->env, env_->map_size);
-  // NOSYNC: a bulk load is synced once in finish(); a crash before that leaves only path.tmp.
-  if (rc == 0) rc = mdb_env_open(env_->env, tmp_.c_str(), MDB_NOSUBDIR | MDB_NOSYNC, 0644);
-  if (rc != 0) throw_lmdb(tmp_, "cannot create record store", rc);
-  MDB_txn* txn = nullptr;
-  rc = mdb_txn_begin(env_->env, nullptr, 0, &txn);
-  if (rc == 0) rc = mdb_dbi_open(txn, "records", MDB_CREATE, &env_->records);
-  if (rc == 0) rc = mdb_dbi_open(txn, "meta", MDB_CREATE, &env_->meta);
-  if (rc == 0) rc = mdb_txn_commit(txn);
-  else if (txn) mdb_txn_abort(txn);
-  if (rc != 0) throw_lmdb(tmp_, "cannot create record store databases", rc);
+  try {
+    int rc = mdb_env_create(&env_->env);
+    if (rc == 0) rc = mdb_env_set_maxdbs(env_->env, 2);
+    if (rc == 0) rc = mdb_env_set_mapsize(env_->env, env_->map_size);
+    // NOSYNC: a bulk load is synced once in finish(); a crash before that leaves only path.tmp.
+    if (rc == 0) rc = mdb_env_open(env_->env, tmp_.c_str(), MDB_NOSUBDIR | MDB_NOSYNC, 0644);
+    if (rc != 0) throw_lmdb(tmp_, "cannot create record store", rc);
+    MDB_txn* txn = nullptr;
+    rc = mdb_txn_begin(env_->env, nullptr, 0, &txn);
+    if (rc == 0) rc = mdb_dbi_open(txn, "records", MDB_CREATE, &env_->records);
+    if (rc == 0) rc = mdb_dbi_open(txn, "meta", MDB_CREATE, &env_->meta);
+    if (rc == 0) rc = mdb_txn_commit(txn);
+    else if (txn) mdb_txn_abort(txn);
+    if (rc != 0) throw_lmdb(tmp_, "cannot create record store databases", rc);
+  } catch (...) {  // no destructor runs for a constructor that throws
+    env_.reset();
+    fs::remove(tmp_, ec);
+    fs::remove(tmp_ + "-lock", ec);
+    ::close(lock_fd_);
+    throw;
+  }
 }
 
 RecordWriter::~RecordWriter() {
-  if (finished_) return;
-  env_.reset();
-  std::error_code ec;
-  fs::remove(tmp_, ec);
-  fs::remove(tmp_ + "-lock", ec);
+  if (!finished_) {
+    env_.reset();
+    std::error_code ec;
+    fs::remove(tmp_, ec);
+    fs::remove(tmp_ + "-lock", ec);
+  }
+  if (lock_fd_ >= 0) ::close(lock_fd_);  // after the removal: the lock guards the name until then
 }
 
 void RecordWriter::add(std::span<const int32_t> tokens, int32_t label, std::string_view meta) {
@@ -276,6 +291,8 @@ void RecordWriter::finish() {
   fs::remove(tmp_ + "-lock", ec);
   fs::remove(path_ + "-lock", ec);  // a stale lock from an older store under this name
   finished_ = true;
+  ::close(lock_fd_);
+  lock_fd_ = -1;
 }
 
 // ==== reader ===========================================================================

@@ -19,6 +19,7 @@
 #include <sstream>
 #include <thread>
 
+#include "brisk/core/atomic_file.h"
 #include "brisk/core/error.h"
 #include "brisk/data/converters.h"
 #include "brisk/data/record_store.h"
@@ -301,6 +302,52 @@ TEST(RecordStore, WriterRejectsBadInputAndLeavesNoHalfStore) {
   }
   EXPECT_FALSE(fs::exists(t / "s.lmdb"));
   EXPECT_FALSE(fs::exists(t / "s.lmdb.tmp"));
+}
+
+// Two writers of one path shared the temporary file: the second removed the
+// first's, the first renamed the second's half-written store into place and
+// reported success. The temporary file is locked now: a second writer is
+// refused while the first writes, and the first's store is whole. The same
+// lock guards every core::AtomicFile output (checkpoints, exports, JSON).
+TEST(RecordStore, ASecondWriterOfTheSamePathIsRefusedWhileTheFirstWrites) {
+  TempDir t;
+  {
+    RecordWriter first(t / "s.lmdb", wopt("bytes", 256));
+    first.add(std::vector<int32_t>{1, 2, 3}, 0, "first");
+    try {
+      RecordWriter second(t / "s.lmdb", wopt("bytes", 256));
+      ADD_FAILURE() << "two writers of one store";
+    } catch (const core::IoError& e) {
+      EXPECT_NE(std::string(e.what()).find("another process is writing it"), std::string::npos) << e.what();
+    }
+    first.add(std::vector<int32_t>{4, 5}, 1, "first again");
+    first.finish();
+  }
+  {
+    RecordStore st(t / "s.lmdb");
+    ASSERT_EQ(st.size(), 2);
+    EXPECT_EQ(st.get(1).meta, "first again");
+  }
+  {  // once the first has finished, the path is free again
+    RecordWriter third(t / "s.lmdb", wopt("bytes", 256));
+    third.add(std::vector<int32_t>{7}, 0, "third");
+    third.finish();
+  }
+  EXPECT_EQ(RecordStore(t / "s.lmdb").size(), 1);
+
+  const std::string out = t / "out.json";
+  {
+    core::AtomicFile a(out);
+    a.write("whole", 5);
+    EXPECT_THROW(core::AtomicFile b(out), core::IoError);
+    a.commit();
+  }
+  core::write_file_atomic(out + "2", "x");  // other paths are not held
+  std::ifstream in(out);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text, "whole");
+  core::write_file_atomic(out, "again");
+  EXPECT_FALSE(fs::exists(out + ".tmp"));
 }
 
 // ---- e-mails -------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 // Files that appear whole or not at all: bytes go to path.tmp, which is
-// fsynced and renamed over path only when the writer commits. A crash or an
+// fsynced and renamed over path only when the writer commits. The writer
+// holds a lock on path.tmp: a second writer of the same path is refused. A crash or an
 // exception before then leaves whatever was at path untouched (the
 // temporary is removed when the writer is destroyed uncommitted).
 #pragma once
@@ -25,6 +26,15 @@ class AtomicFile {
   std::string path_, tmp_;
   int fd_ = -1;
 };
+
+// Opens `tmp`, the temporary file of `target`, for writing: created if
+// missing, locked (flock) for as long as the descriptor stays open, then
+// emptied. Throws IoError naming `target` when another process holds the
+// lock: two writers of one output shared the fixed temporary name, and one
+// renamed the other's half-written file into place while reporting success.
+// A lock dies with its process, so a crashed writer's leftover is reused.
+// Keep the descriptor open until the file is renamed or removed.
+int open_locked_temporary(const std::string& tmp, const std::string& target);
 
 // The whole of `bytes` as one AtomicFile.
 void write_file_atomic(const std::string& path, const std::string& bytes);

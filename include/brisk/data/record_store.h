@@ -83,6 +83,7 @@ class RecordWriter {
   struct Env;
   void flush();
   std::string path_, tmp_;
+  int lock_fd_ = -1;  // holds the lock on tmp_ (core::open_locked_temporary) until it is renamed or removed
   RecordWriterOptions opt_;
   TokenDType dtype_;
   std::unique_ptr<Env> env_;
