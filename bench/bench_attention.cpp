@@ -50,12 +50,12 @@ Options parse(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&] { return bench_cli::flag_value(argc, argv, i, "bench_attention"); };
-    if (a == "--batch") o.B = std::atoll(value());
-    else if (a == "--seq") o.T = std::atoll(value());
-    else if (a == "--embd") o.C = std::atoll(value());
-    else if (a == "--heads") o.heads = std::atoi(value());
-    else if (a == "--threads") o.threads = std::atoi(value());
-    else if (a == "--reps") o.reps = std::atoi(value());
+    if (a == "--batch") o.B = bench_cli::int_value(value(), "--batch", "bench_attention", 1);
+    else if (a == "--seq") o.T = bench_cli::int_value(value(), "--seq", "bench_attention", 1);
+    else if (a == "--embd") o.C = bench_cli::int_value(value(), "--embd", "bench_attention", 1);
+    else if (a == "--heads") o.heads = int(bench_cli::int_value(value(), "--heads", "bench_attention", 1));
+    else if (a == "--threads") o.threads = int(bench_cli::int_value(value(), "--threads", "bench_attention", 1));
+    else if (a == "--reps") o.reps = int(bench_cli::int_value(value(), "--reps", "bench_attention", 1));
     else if (a == "--json") o.json_path = value();
     else if (a == "--masked") o.masked = true;
     else if (a == "--bf16") o.bf16 = true;
@@ -173,8 +173,7 @@ int main(int argc, char** argv) {
                  {"bwd_gflops", gflops(bwd_flops, median(tf_b))}}},
       {"flash_over_plain", median(tf) / median(tp)}};
   const std::filesystem::path path(o.json_path);
-  if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
-  std::ofstream(path) << out.dump(2) << "\n";
+  bench_cli::write_json(path.string(), out.dump(2) + "\n", "bench_attention");
   std::printf("wrote %s\n", o.json_path.c_str());
   return 0;
 }

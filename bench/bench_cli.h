@@ -1,11 +1,17 @@
 // What the benchmark programs of bench/ share: reading a flag's value from
-// the command line, and the median of repeated timings.
+// the command line, the median of repeated timings, and writing the JSON.
 #pragma once
 
 #include <algorithm>
+#include <cerrno>
+#include <charconv>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <limits>
+#include <string>
 #include <vector>
 
 namespace brisk::bench_cli {
@@ -18,6 +24,58 @@ inline const char* flag_value(int argc, char** argv, int& i, const char* program
     std::exit(2);
   }
   return argv[++i];
+}
+
+// A flag's value as a whole number >= lo, or the program ends (exit 2)
+// naming the flag: atoi read "abc" as 0 and "2x" as 2, stoi threw past main.
+inline long long int_value(const char* text, const char* flag, const char* program, long long lo = 0) {
+  long long v = 0;
+  const char* end = text + std::strlen(text);
+  const auto [p, ec] = std::from_chars(text, end, v);
+  if (ec != std::errc() || p != end || *text == '\0' || v < lo) {
+    std::fprintf(stderr, "%s: %s needs a whole number >= %lld, got '%s'\n", program, flag, lo, text);
+    std::exit(2);
+  }
+  return v;
+}
+
+// A flag's value as a finite number > lo (>= lo when inclusive), or the
+// program ends (exit 2) naming the flag.
+inline double number_value(const char* text, const char* flag, const char* program, double lo, bool inclusive = false) {
+  errno = 0;
+  char* end = nullptr;
+  const double v = std::strtod(text, &end);
+  if (*text == '\0' || *end != '\0' || errno != 0 || !(v == v) || v == std::numeric_limits<double>::infinity() ||
+      (inclusive ? v < lo : v <= lo)) {
+    std::fprintf(stderr, "%s: %s needs a number %s %g, got '%s'\n", program, flag, inclusive ? ">=" : ">", lo, text);
+    std::exit(2);
+  }
+  return v;
+}
+
+// Writes `text` to `path` through `path`.tmp renamed into place (its
+// directory created; a bare file name is the working directory), so a reader
+// never sees half a file. A failure ends the program (exit 1) naming the
+// path: a bench must not say "wrote" for a file it could not write.
+inline void write_json(const std::string& path, const std::string& text, const char* program) {
+  namespace fs = std::filesystem;
+  const fs::path out(path), tmp = path + ".tmp";
+  std::error_code ec;
+  if (out.has_parent_path()) fs::create_directories(out.parent_path(), ec);
+  bool ok = false;
+  {
+    std::ofstream f(tmp, std::ios::binary);
+    ok = bool(f << text) && bool(f.flush());
+  }
+  if (ok) {
+    fs::rename(tmp, out, ec);
+    ok = !ec;
+  }
+  if (!ok) {
+    fs::remove(tmp, ec);
+    std::fprintf(stderr, "%s: cannot write %s\n", program, path.c_str());
+    std::exit(1);
+  }
 }
 
 // The middle element, or the mean of the two middle ones for an even

@@ -330,9 +330,9 @@ int main(int argc, char** argv) {
     } else if (a == "--json") {
       o.json_path = value();
     } else if (a == "--reps") {
-      o.reps = std::stoi(value());
+      o.reps = int(brisk::bench_cli::int_value(value().c_str(), "--reps", "bench_data", 1));
     } else if (a == "--synthetic-mb") {
-      o.synthetic_mb = std::stoll(value());
+      o.synthetic_mb = brisk::bench_cli::int_value(value().c_str(), "--synthetic-mb", "bench_data", 1);
     } else if (a == "--work") {
       o.work = value();
     } else {
@@ -378,13 +378,8 @@ int main(int argc, char** argv) {
                   {"note", r.note}});
   }
   const fs::path out(o.json_path);
-  fs::create_directories(out.parent_path());
-  const fs::path tmp = out.string() + ".tmp";
-  {
-    std::ofstream f(tmp);
-    f << json{{"benchmark", "bench_data"}, {"config", cfg}, {"results", jr}}.dump(2) << "\n";
-  }
-  fs::rename(tmp, out);
+  brisk::bench_cli::write_json(out.string(), json{{"benchmark", "bench_data"}, {"config", cfg}, {"results", jr}}.dump(2) + "\n",
+                              "bench_data");
   std::printf("\nwrote %s\n", out.string().c_str());
   return 0;
 }

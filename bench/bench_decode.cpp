@@ -52,8 +52,8 @@ Options parse(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&] { return std::string(bench_cli::flag_value(argc, argv, i, "bench_decode")); };
-    if (a == "--threads") o.threads = std::atoi(value().c_str());
-    else if (a == "--reps") o.reps = std::atoi(value().c_str());
+    if (a == "--threads") o.threads = int(bench_cli::int_value(value().c_str(), "--threads", "bench_decode", 1));
+    else if (a == "--reps") o.reps = int(bench_cli::int_value(value().c_str(), "--reps", "bench_decode", 1));
     else if (a == "--json") o.json_path = value();
     else {
       std::fprintf(stderr, "usage: bench_decode [--threads 2] [--reps 30] [--json PATH]\n");
@@ -190,8 +190,7 @@ int main(int argc, char** argv) {
                               {"triad_gbs", peak_gbs},
                               {"rows", rows_json}};
   const std::filesystem::path path(o.json_path);
-  if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
-  std::ofstream(path) << out.dump(2) << "\n";
+  bench_cli::write_json(path.string(), out.dump(2) + "\n", "bench_decode");
   std::printf("\nwrote %s\n", o.json_path.c_str());
   return 0;
 }

@@ -71,9 +71,9 @@ Options parse_args(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&] { return std::string(brisk::bench_cli::flag_value(argc, argv, i, "bench_gemm")); };
-    if (a == "--threads") o.threads = std::max(1, std::atoi(value().c_str()));
+    if (a == "--threads") o.threads = int(brisk::bench_cli::int_value(value().c_str(), "--threads", "bench_gemm", 1));
     else if (a == "--quick") o.quick = true;
-    else if (a == "--target-s") o.target_s = std::atof(value().c_str());
+    else if (a == "--target-s") o.target_s = brisk::bench_cli::number_value(value().c_str(), "--target-s", "bench_gemm", 0);
     else if (a == "--json") o.json_path = value();
     else if (a == "-h" || a == "--help") { usage(); std::exit(0); }
     else { std::fprintf(stderr, "unknown argument %s\n", a.c_str()); usage(); std::exit(2); }
@@ -468,8 +468,7 @@ int main(int argc, char** argv) {
   const double fp32_peak = fp32_meter.best();
   const double bf16_peak = bf16_meter ? bf16_meter->best() : NAN;
   const double triad = triad_meter.best();
-  std::sort(fp32_samples.begin(), fp32_samples.end());
-  const double fp32_median = fp32_samples[fp32_samples.size() / 2];
+  const double fp32_median = brisk::bench_cli::median(fp32_samples);
   std::printf("peak fp32      %.1f GFLOP/s  (%s, %d chains/thread, %d threads; best of %d samples, median %.1f)%s\n",
               fp32_peak, kFmaIsa, kChains, opt.threads, fp32_meter.samples(), fp32_median,
               fp32_median < 0.8 * fp32_peak ? "  WARNING: unsteady, machine busy" : "");

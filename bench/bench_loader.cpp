@@ -79,12 +79,12 @@ Options parse(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&] { return std::string(brisk::bench_cli::flag_value(argc, argv, i, "bench_loader")); };
-    if (a == "--workers") o.workers = std::stoi(value());
-    else if (a == "--w1-ms") o.w1_ms = std::stod(value());
-    else if (a == "--w2-ms") o.w2_ms = std::stod(value());
-    else if (a == "--sim-steps") o.sim_steps = std::stoi(value());
-    else if (a == "--seconds") o.seconds = std::stod(value());
-    else if (a == "--tokens") o.tokens = std::stoll(value());
+    if (a == "--workers") o.workers = int(brisk::bench_cli::int_value(value().c_str(), "--workers", "bench_loader", 0));
+    else if (a == "--w1-ms") o.w1_ms = brisk::bench_cli::number_value(value().c_str(), "--w1-ms", "bench_loader", 0);
+    else if (a == "--w2-ms") o.w2_ms = brisk::bench_cli::number_value(value().c_str(), "--w2-ms", "bench_loader", 0);
+    else if (a == "--sim-steps") o.sim_steps = int(brisk::bench_cli::int_value(value().c_str(), "--sim-steps", "bench_loader", 2));
+    else if (a == "--seconds") o.seconds = brisk::bench_cli::number_value(value().c_str(), "--seconds", "bench_loader", 0);
+    else if (a == "--tokens") o.tokens = brisk::bench_cli::int_value(value().c_str(), "--tokens", "bench_loader", 1);
     else if (a == "--data") o.data_dir = value();
     else if (a == "--json") o.json_path = value();
     else {
@@ -251,10 +251,7 @@ int main(int argc, char** argv) {
       {"wait_under_2_percent", all_under}};
   // Written to a temporary name and renamed: a reader never sees half a file.
   const fs::path path(opt.json_path);
-  if (path.has_parent_path()) fs::create_directories(path.parent_path());
-  const fs::path tmp = path.string() + ".tmp";
-  std::ofstream(tmp) << out.dump(2) << "\n";
-  fs::rename(tmp, path);
+  brisk::bench_cli::write_json(path.string(), out.dump(2) + "\n", "bench_loader");
   std::printf("wrote %s (%.0f s)\n", fs::absolute(path).c_str(), since(t_start));
   return all_under ? 0 : 1;
 }

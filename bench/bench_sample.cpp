@@ -39,8 +39,8 @@ Options parse(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&] { return std::string(bench_cli::flag_value(argc, argv, i, "bench_sample")); };
-    if (a == "--reps") o.reps = std::atoi(value().c_str());
-    else if (a == "--draws") o.draws = std::atoi(value().c_str());
+    if (a == "--reps") o.reps = int(bench_cli::int_value(value().c_str(), "--reps", "bench_sample", 1));
+    else if (a == "--draws") o.draws = int(bench_cli::int_value(value().c_str(), "--draws", "bench_sample", 1));
     else if (a == "--json") o.json_path = value();
     else {
       std::fprintf(stderr, "usage: bench_sample [--reps 15] [--draws 200] [--json PATH]\n");
@@ -124,8 +124,7 @@ int main(int argc, char** argv) {
   const nlohmann::json out = {{"benchmark", "bench_sample"}, {"vocab", kVocab}, {"reps", o.reps},
                               {"draws", o.draws}, {"rows", rows}};
   const std::filesystem::path path(o.json_path);
-  if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
-  std::ofstream(path) << out.dump(2) << "\n";
+  bench_cli::write_json(path.string(), out.dump(2) + "\n", "bench_sample");
   std::printf("\nwrote %s\n", o.json_path.c_str());
   return 0;
 }
