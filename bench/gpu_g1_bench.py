@@ -14,6 +14,7 @@ start-up line names it, from the GPU's name). Writes JSON with every number.
 """
 import argparse
 import json
+import math
 import os
 import re
 import statistics
@@ -65,6 +66,30 @@ def run_torch(args):
     return json.loads(lines[-1])
 
 
+def diverged(result):
+    """A round whose losses are not all finite numbers (NaN is written as null
+    by brisk, as NaN by the peer) failed: its speed is no figure to report."""
+    if not result or "losses" not in result:
+        return result
+    bad = [l for l in result["losses"] if not isinstance(l, (int, float)) or not math.isfinite(l)]
+    if bad:
+        return {"engine": result.get("engine", "?"), "error": f"loss not finite at {len(bad)} of "
+                f"{len(result['losses'])} steps (diverged)"}
+    return result
+
+
+def strict_json(x):
+    """The report with every non-finite number as null: json.dump writes bare
+    NaN otherwise, which strict JSON readers refuse."""
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {k: strict_json(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [strict_json(v) for v in x]
+    return x
+
+
 def loss_agreement(pairs):
     """How far a variant's per-step losses stray from the default's in the
     same rounds (a change that should not alter the math shows 0): the
@@ -100,6 +125,10 @@ def main():
                          "env.NAME=VALUE sets an environment variable instead, bin=PATH runs another brisk binary")
     ap.add_argument("--out", help="JSON report path")
     args = ap.parse_args()
+    if args.batch < 1 or args.rounds < 1 or args.warmup < 0:
+        ap.error("--batch and --rounds must be at least 1, --warmup at least 0")
+    if args.steps <= args.warmup:
+        ap.error(f"--steps ({args.steps}) must be more than --warmup ({args.warmup}): the timed steps are those after it")
 
     tokens_per_step = args.batch * 1024
     V, L, C, T = 50304, 12, 768, 1024
@@ -112,12 +141,12 @@ def main():
     rounds = []
     for r in range(args.rounds):
         with tempfile.TemporaryDirectory(prefix="brisk_g1_") as run_dir:
-            b = run_brisk(args, run_dir)
+            b = diverged(run_brisk(args, run_dir))
         others = {}
         for name, sets in variants:
             with tempfile.TemporaryDirectory(prefix="brisk_g1_") as run_dir:
-                others[name] = run_brisk(args, run_dir, sets)
-        t = None if args.no_peer else run_torch(args)
+                others[name] = diverged(run_brisk(args, run_dir, sets))
+        t = None if args.no_peer else diverged(run_torch(args))
         rounds.append({"brisk": b, "pytorch": t, "variants": others})
         print(f"round {r + 1}/{args.rounds}: brisk {b.get('median_ms', b.get('error'))} ms"
               + "".join(f", {n} {x.get('median_ms', x.get('error'))} ms" for n, x in others.items())
@@ -187,7 +216,7 @@ def main():
               ", ".join(f"{s} round {r}" for s, r in failed_rounds))
     if args.out:  # written whole or not at all
         with open(args.out + ".tmp", "w") as f:
-            json.dump(report, f, indent=1)
+            json.dump(strict_json(report), f, indent=1, allow_nan=False)
         os.replace(args.out + ".tmp", args.out)
     return 1 if failed_rounds else 0
 
