@@ -80,6 +80,7 @@ def main():
         if k.endswith((".c_attn.weight", ".c_proj.weight", ".c_fc.weight")):
             w[k] = w[k].t().contiguous()
     wte, wpe = w["wte.weight"], w["wpe.weight"]
+    weight_bytes = sum(t.numel() * t.element_size() for t in w.values())
 
     prompt = [int(t) for t in args.prompt.split(",") if t.strip()]
     P, B = len(prompt), args.batch
@@ -145,6 +146,7 @@ def main():
     print(json.dumps({
         "engine": "pytorch", "torch": torch.__version__, "threads": torch.get_num_threads(),
         "batch": B, "prompt_tokens": P, "new_tokens": args.new, "decode_steps": args.new - 1, "runs": runs,
+        "weight_bytes": weight_bytes,
         "peak_rss_bytes": torch_peer.resource.getrusage(torch_peer.resource.RUSAGE_SELF).ru_maxrss * 1024,
         "baseline_rss_bytes": baseline_rss,
     }), flush=True)

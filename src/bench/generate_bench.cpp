@@ -87,7 +87,8 @@ struct Row {
   bool sampled = false;  // top-p sampling instead of greedy
   std::vector<double> prefill_ms, decode_tok_s;
   std::vector<int32_t> tokens;
-  double memory_mib = 0;
+  double memory_mib = 0;        // the weights' bytes, for either engine
+  double rss_growth_mib = -1;   // the peer's peak RSS over its own baseline (its file reading included)
   std::string error;
 };
 
@@ -123,7 +124,10 @@ int run_generate_bench(const GenerateBenchOptions& o) {
   cpu::set_num_threads(o.threads);
   const fs::path root = repo_root();
   const std::string data_dir = o.data_dir.empty() ? (root / "data" / "kjv-gpt2").string() : o.data_dir;
-  std::string ckpt = o.checkpoint.empty() ? train::latest_checkpoint((root / "runs" / "w1").string()) : o.checkpoint;
+  // A run directory is its newest checkpoint here too: the peer and the
+  // recompute check read the step directory's files (the run's failed).
+  std::string ckpt = o.checkpoint.empty() ? train::latest_checkpoint((root / "runs" / "w1").string())
+                                          : train::require_checkpoint(o.checkpoint);
   std::string weights_note = "trained checkpoint " + ckpt;
   if (ckpt.empty()) {  // speed does not depend on what the weights learned
     const fs::path dir = root / "bench" / "results" / "i1_random_w1";
@@ -201,6 +205,11 @@ int run_generate_bench(const GenerateBenchOptions& o) {
   for (int32_t t : prompt) prompt_csv += (prompt_csv.empty() ? "" : ",") + std::to_string(t);
   const std::string peer_script = (root / "bench" / "torch_generate_peer.py").string();
 
+  // One untimed run per brisk row first, as the peer warms up in its own
+  // process before the runs it reports: a first run pays for page faults
+  // and cold caches, and had been timed on brisk's side only.
+  std::fprintf(stderr, "  warm-up\n");
+  for (Side& s : sides) run_engine(*s.model, prompt, o.new_tokens, s.row.batch, o.threads, s.row.sampled);
   for (int round = 0; round < o.rounds; ++round) {
     std::fprintf(stderr, "  round %d/%d\n", round + 1, o.rounds);
     for (Side& s : sides) {
@@ -229,7 +238,9 @@ int run_generate_bench(const GenerateBenchOptions& o) {
       p.prefill_ms.push_back(run["prefill_ms"].get<double>());
       p.decode_tok_s.push_back(double(p.batch * (o.new_tokens - 1)) / (run["decode_ms"].get<double>() / 1e3));
       p.tokens = run["tokens"].get<std::vector<int32_t>>();
-      p.memory_mib = double((*rep)["peak_rss_bytes"].get<int64_t>() - (*rep)["baseline_rss_bytes"].get<int64_t>()) / (1 << 20);
+      p.rss_growth_mib =
+          double((*rep)["peak_rss_bytes"].get<int64_t>() - (*rep)["baseline_rss_bytes"].get<int64_t>()) / (1 << 20);
+      p.memory_mib = double(rep->value("weight_bytes", int64_t(0))) / (1 << 20);
     }
   }
 
@@ -260,8 +271,8 @@ int run_generate_bench(const GenerateBenchOptions& o) {
   const double peer_b1 = o.peer && !peers[0].decode_tok_s.empty() ? median(peers[0].decode_tok_s) : 0;
   std::printf("\n== bench generate I1: %lld-token prompt, %lld new tokens, greedy, %d threads, %d rounds ==\n",
               (long long)o.prompt_tokens, (long long)o.new_tokens, o.threads, o.rounds);
-  std::printf("%-20s %26s %24s %9s %10s %10s\n", "row", "decode tok/s [range]", "prefill ms [range]", "x peer b1",
-              "x own b1", "MiB");
+  std::printf("%-20s %26s %24s %9s %22s %10s %12s\n", "row", "decode tok/s [range]", "prefill ms [range]", "x peer b1",
+              "x peer same b [range]", "x own b1", "weights MiB");
   json jrows = json::array();
   for (const Row& r : rows) {
     if (!r.error.empty()) {
@@ -270,22 +281,36 @@ int run_generate_bench(const GenerateBenchOptions& o) {
       continue;
     }
     const double tps = median(r.decode_tok_s);
+    // Against the peer at the same batch and sampling, formed within each round.
+    std::vector<double> same_batch;
+    if (r.engine == "brisk")
+      for (const Row& q : rows)
+        if (q.engine == "pytorch" && q.batch == r.batch && q.sampled == r.sampled && q.error.empty())
+          for (size_t i = 0; i < std::min(r.decode_tok_s.size(), q.decode_tok_s.size()); ++i)
+            same_batch.push_back(r.decode_tok_s[i] / q.decode_tok_s[i]);
     double own_b1 = 0;
     for (const Row& q : rows)
       if (q.engine == r.engine && q.format == r.format && q.batch == 1 && !q.sampled && !q.decode_tok_s.empty())
         own_b1 = median(q.decode_tok_s);
-    std::printf("%-20s %26s %24s %9s %10s %10.1f\n", r.name.c_str(), range(r.decode_tok_s, "%.0f").c_str(),
+    std::printf("%-20s %26s %24s %9s %22s %10s %12.1f\n", r.name.c_str(), range(r.decode_tok_s, "%.0f").c_str(),
                 range(r.prefill_ms, "%.2f").c_str(), peer_b1 > 0 ? (std::to_string(tps / peer_b1).substr(0, 5) + "x").c_str() : "-",
+                same_batch.empty() ? "-" : (range(same_batch, "%.2f") + "x").c_str(),
                 (std::to_string(tps / own_b1).substr(0, 5) + "x").c_str(), r.memory_mib);
     jrows.push_back({{"row", r.name}, {"engine", r.engine}, {"format", r.format}, {"batch", r.batch},
                      {"sampling", r.sampled ? "top-p" : "greedy"},
                      {"decode_tokens_per_s", r.decode_tok_s}, {"prefill_ms", r.prefill_ms},
                      {"median_decode_tokens_per_s", tps}, {"vs_peer_batch1", peer_b1 > 0 ? tps / peer_b1 : 0},
                      {"vs_own_batch1", tps / own_b1},
-                     {r.engine == "brisk" ? "weights_mib" : "rss_growth_mib", r.memory_mib}});
+                     {"vs_peer_same_batch", same_batch.empty() ? json(nullptr)
+                                                               : json{{"median", median(same_batch)},
+                                                                      {"min", *std::min_element(same_batch.begin(), same_batch.end())},
+                                                                      {"max", *std::max_element(same_batch.begin(), same_batch.end())},
+                                                                      {"per_round", same_batch}}},
+                     {"weights_mib", r.memory_mib},
+                     {"rss_growth_mib", r.rss_growth_mib >= 0 ? json(r.rss_growth_mib) : json(nullptr)}});
   }
-  std::printf("(memory: brisk rows = weight bytes; the KV pool is allocated per engine. pytorch rows = RSS growth over "
-              "its baseline)\n");
+  std::printf("(weights MiB: the parameters' bytes on either side; the KV cache is not in it. The peer's peak RSS "
+              "growth over its own baseline, which includes reading the checkpoint file, is in the JSON)\n");
   std::printf("greedy fp32 tokens: %s the recompute path (%zu tokens)%s\n", same_as_recompute ? "identical to" : "DIFFER from",
               recompute.size(),
               !o.peer          ? ""
