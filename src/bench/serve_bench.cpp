@@ -98,13 +98,27 @@ std::vector<std::vector<int32_t>> read_prompts(const std::string& dir, int64_t l
   return out;
 }
 
-// Samples the server's RSS every `every_s` from the start of the load and
-// once at `mark_s` (the "after the first minute" point), until stopped.
+// Samples the server's RSS every `every_s` until stopped, and once when
+// `mark_s` seconds of load have run (the "after the first minute" point):
+// load time only, summed over the rounds' load phases between
+// begin_load() and end_load(), not the warm-up or single-stream requests.
 class RssSampler {
  public:
   RssSampler(const ServerProcess& server, double every_s, double mark_s)
       : server_(server), every_(every_s), mark_(mark_s), t0_(steady_now()), thread_([this] { loop(); }) {}
   ~RssSampler() { stop(); }
+  void begin_load() {
+    {
+      std::lock_guard lk(m_);
+      load_t0_ = steady_now() - t0_;
+    }
+    cv_.notify_all();
+  }
+  void end_load() {
+    std::lock_guard lk(m_);
+    if (load_t0_ >= 0) load_done_ += steady_now() - t0_ - load_t0_;
+    load_t0_ = -1;
+  }
   void stop() {
     {
       std::lock_guard lk(m_);
@@ -122,17 +136,21 @@ class RssSampler {
     bool marked = false;
     std::unique_lock lk(m_);
     for (;;) {
-      const double wake = marked ? next : std::min(next, mark_);
-      cv_.wait_for(lk, std::chrono::duration<double>(std::max(0.0, wake - (steady_now() - t0_))),
-                   [&] { return stop_; });
+      // When the load reaches the mark, if it is running now.
+      const double mark_at = !marked && load_t0_ >= 0 ? load_t0_ + (mark_ - load_done_) : 1e300;
+      const double wake = std::min(next, mark_at);
+      const double started = load_t0_;
+      cv_.wait_for(lk, std::chrono::duration<double>(std::max(0.0, std::min(wake - (steady_now() - t0_), 3600.0))),
+                   [&] { return stop_ || load_t0_ != started; });
       if (stop_) return;
       const double t = steady_now() - t0_;
-      if (!marked && t >= mark_) at_mark = server_.rss_mib(), marked = true;
+      if (!marked && load_t0_ >= 0 && load_done_ + (t - load_t0_) >= mark_) at_mark = server_.rss_mib(), marked = true;
       if (t >= next) series.push_back({t, server_.rss_mib()}), next += every_;
     }
   }
   const ServerProcess& server_;
   const double every_, mark_, t0_;
+  double load_t0_ = -1, load_done_ = 0;  // the running load phase's start (-1: none), the load time before it
   std::mutex m_;
   std::condition_variable cv_;
   bool stop_ = false;
@@ -213,6 +231,7 @@ int run_serve_bench(const ServeBenchOptions& in) {
     const auto [busy0, total0] = machine_cpu_ticks();
     const double server_ticks0 = server.cpu_ticks(), own_ticks0 = own_cpu_ticks();
     const double t0 = steady_now();
+    rss.begin_load();
     {
       std::vector<std::thread> threads;
       for (int k = 0; k < o.concurrency; ++k)
@@ -226,6 +245,7 @@ int run_serve_bench(const ServeBenchOptions& in) {
         });
       for (std::thread& t : threads) t.join();
     }
+    rss.end_load();
     const double round_wall = steady_now() - t0;
     const auto [busy1, total1] = machine_cpu_ticks();
     server_ticks += server.cpu_ticks() - server_ticks0;
