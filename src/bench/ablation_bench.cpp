@@ -42,7 +42,7 @@ struct Variant {
 
 constexpr const char* kBaseline =
     "attention=plain,fused_classifier=0,fuse_bias_gelu=0,fuse_residual_layernorm=0,fuse_layernorm_backward=off,"
-    "fuse_gelu_backward=off,fuse_bias_backward=off,fused_adamw=0,"
+    "fuse_gelu_backward=off,fuse_bias_backward=off,fuse_weight_casts=off,fused_adamw=0,"
     "recompute=none,precision=fp32";
 
 std::vector<Variant> variants(bool bf16_fast) {
@@ -60,13 +60,16 @@ std::vector<Variant> variants(bool bf16_fast) {
       {"+ recompute selective", base + ",recompute=selective"},
       {"+ recompute full", base + ",recompute=full"},
       {bf16_fast ? "+ bf16" : "+ bf16 (emulated: no fast path)", base + ",precision=bf16"},
+      // The weight-cast fusion acts only on bf16 steps (fp32 has no casts).
+      {bf16_fast ? "+ bf16 + fused weight casts" : "+ bf16 (emulated) + fused weight casts",
+       base + ",precision=bf16,fuse_weight_casts=on"},
   };
   // All on: every technique, bf16 only where this machine has a fast path
   // for it (elsewhere the trainer itself would fall back to fp32).
   v.push_back({"all on", base + ",attention=flash,fused_classifier=1,fuse_bias_gelu=1,fuse_residual_layernorm=1,"
                                 "fuse_layernorm_backward=on,fuse_gelu_backward=on,fuse_bias_backward=on,fused_adamw=1,"
                                 "recompute=selective" +
-                                (bf16_fast ? ",precision=bf16" : "")});
+                                (bf16_fast ? ",precision=bf16,fuse_weight_casts=on" : "")});
   v.push_back({"brisk defaults", ""});
   return v;
 }
@@ -141,6 +144,8 @@ int run_ablation_bench(const TrainBenchOptions& options) {
   if (o.peer && ::access(o.python.c_str(), X_OK) != 0)
     throw core::IoError("the peer's Python " + o.python + " is missing (apt-get install python3-torch), or --no-peer");
   if (o.rounds < 1) throw core::ConfigError("--rounds must be at least 1, got " + std::to_string(o.rounds));
+  if (!o.variant.empty())  // the ablation's rows are its own variants: one given here would go unused
+    throw core::ConfigError("--ablation runs its own fixed variants; --variant is for a single brisk bench train row");
   if (o.peer_bf16)
     throw core::ConfigError("--bf16 adds bf16 rows to `bench train`; the ablation has its own bf16 row and an fp32 peer");
 
