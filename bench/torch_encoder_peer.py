@@ -80,12 +80,15 @@ def batch_hash(ids, lengths, labels):
 
 
 def read_safetensors(path):
-    """F32 tensors of a safetensors file, by name (numpy arrays)."""
+    """F32 tensors of a safetensors file, by name: (shape, read) pairs whose
+    read() returns the tensor as a numpy array. Each tensor is read from the
+    file when asked for, so the peer never holds the whole file: brisk's
+    worker reads no weights file, and a file held for the run (or read
+    whole) counted in the peer's RSS growth only."""
     import numpy as np
     with open(path, "rb") as f:
-        raw = f.read()
-    (n,) = struct.unpack("<Q", raw[:8])
-    header = json.loads(raw[8:8 + n].decode("utf-8"))
+        (n,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(n).decode("utf-8"))
     out = {}
     for name, info in header.items():
         if name == "__metadata__":
@@ -93,8 +96,12 @@ def read_safetensors(path):
         if info["dtype"] != "F32":
             fail(f"{path}: '{name}' is {info['dtype']}, expected F32")
         begin, end = info["data_offsets"]
-        out[name] = np.frombuffer(raw, dtype="<f4", count=(end - begin) // 4, offset=8 + n + begin).reshape(
-            info["shape"])
+
+        def read(begin=begin, end=end, shape=tuple(info["shape"])):
+            with open(path, "rb") as f:
+                f.seek(8 + n + begin)
+                return np.fromfile(f, dtype="<f4", count=(end - begin) // 4).reshape(shape)
+        out[name] = (tuple(info["shape"]), read)
     return out
 
 
@@ -269,9 +276,11 @@ def main():
              f"only here {sorted(set(ours) - set(weights))}")
     with torch.no_grad():
         for name, p in ours.items():
-            if tuple(weights[name].shape) != tuple(p.shape):
-                fail(f"'{name}' is {weights[name].shape} in brisk's weights, {tuple(p.shape)} here")
-            p.copy_(torch.from_numpy(weights[name].copy()))
+            shape, read = weights[name]
+            if shape != tuple(p.shape):
+                fail(f"'{name}' is {shape} in brisk's weights, {tuple(p.shape)} here")
+            p.copy_(torch.from_numpy(read()))
+    del weights
     o = plan["optimizer"]
     opt, opt_name = make_optimizer(torch, model, o)
     params = list(model.parameters())
