@@ -6,8 +6,9 @@
 // (beta = 1, as linear does), then GELU over those rows into y while they are
 // in this core's caches, with no second fork/join. The gemms run inside our
 // own OpenMP region, where OpenBLAS stays serial and allocates nothing, as in
-// matmul.cpp. GELU is gelu_math.h's, the gelu op's own, so fused and unfused
-// graphs agree bit for bit.
+// matmul.cpp. GELU is gelu_math.h's, the gelu op's own; the product is
+// OpenBLAS split by rows where linear may use oneDNN or another split, so
+// fused and unfused graphs agree to float rounding, not bit for bit.
 //
 // Why one block per thread and not row chunks of ~100 that stay in L2: every
 // gemm call packs W again. Measured on this machine (2048 x 384 -> 1536,
