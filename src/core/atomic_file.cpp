@@ -55,11 +55,13 @@ int open_locked_temporary(const std::string& tmp, const std::string& target) {
     if (fd < 0) throw IoError(tmp + ": cannot create (" + std::strerror(errno) + ")");
     if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
       const int err = errno;
-      ::close(fd);
-      if (err == EWOULDBLOCK)
+      if (err == EWOULDBLOCK) {
+        ::close(fd);
         throw IoError(target + ": another process is writing it (its temporary file " + tmp +
                       " is locked); wait for that one to finish, or write to another path");
-      throw IoError(tmp + ": cannot lock (" + std::strerror(err) + ")");
+      }
+      // A filesystem without locks (some FUSE mounts): write unguarded, as
+      // before the lock existed, rather than not at all.
     }
     // The file locked must still be the one named tmp: a writer that just
     // finished renamed it into place, and emptying it would empty its output.

@@ -357,6 +357,16 @@ void write_bytes(const fs::path& p, std::string_view s) {
   f.write(s.data(), std::streamsize(s.size()));
 }
 
+// Writes each (path under in/, message), creating its directories, and
+// converts in/ to m.lmdb with the bytes tokenizer and headers stripped.
+EmailSummary convert_mail(const TempDir& t, const std::vector<std::pair<std::string, std::string>>& messages) {
+  for (const auto& [path, text] : messages) {
+    fs::create_directories((t.dir / "in" / path).parent_path());
+    write_bytes(t.dir / "in" / path, text);
+  }
+  return emails_to_lmdb(t / "in", t / "m.lmdb", eopt("bytes", true));
+}
+
 TEST(Emails, NonUtf8MessagesAndHeaderStripping) {
   TempDir t;
   fs::create_directories(t.dir / "in/easy-ham-1");
@@ -411,16 +421,10 @@ TEST(Emails, HeaderlessMessagesAndHiddenEntries) {
   EXPECT_EQ(email_body("Subject: x\n"), "");
 
   TempDir t;
-  fs::create_directories(t.dir / "in/ham");
-  fs::create_directories(t.dir / "in/spam");
   fs::create_directories(t.dir / "in/.git/objects");
-  write_bytes(t.dir / "in/ham/1.txt", "S: x\n\nham\n");
-  write_bytes(t.dir / "in/spam/1.txt", "S: x\n\nspam\n");
-  write_bytes(t.dir / "in/spam/.draft.txt", "S: x\n\nold\n");
-  const EmailSummary s = emails_to_lmdb(t / "in", t / "m.lmdb", eopt("bytes", true));
-  EXPECT_EQ(s.files, 2);
-  EXPECT_EQ(s.ham, 1);
-  EXPECT_EQ(s.spam, 1);
+  const EmailSummary s = convert_mail(
+      t, {{"ham/1.txt", "S: x\n\nham\n"}, {"spam/1.txt", "S: x\n\nspam\n"}, {"spam/.draft.txt", "S: x\n\nold\n"}});
+  EXPECT_EQ(std::vector<int64_t>({s.files, s.ham, s.spam}), std::vector<int64_t>({2, 1, 1}));
 }
 
 // A group's subdirectories hold messages too (Maildir's cur/ and new/);
@@ -430,15 +434,11 @@ TEST(Emails, HeaderlessMessagesAndHiddenEntries) {
 // refused before anything is written.
 TEST(Emails, SubdirectoriesAreReadEmptyGroupsAndOutputsInsideTheInputRefused) {
   TempDir t;
-  for (const char* d : {"in/ham/cur", "in/spam/2002/09", "in/spam/.hidden"}) fs::create_directories(t.dir / d);
-  write_bytes(t.dir / "in/ham/cur/1.eml", "S: x\n\nham one\n");
-  write_bytes(t.dir / "in/ham/top.eml", "S: x\n\nham two\n");
-  write_bytes(t.dir / "in/spam/2002/09/1.eml", "S: x\n\nspam\n");
-  write_bytes(t.dir / "in/spam/.hidden/1.eml", "S: x\n\nold\n");
-  const EmailSummary s = emails_to_lmdb(t / "in", t / "m.lmdb", eopt("bytes", true));
-  EXPECT_EQ(s.files, 3);
-  EXPECT_EQ(s.ham, 2);
-  EXPECT_EQ(s.spam, 1);
+  const EmailSummary s = convert_mail(t, {{"ham/cur/1.eml", "S: x\n\nham one\n"},
+                                          {"ham/top.eml", "S: x\n\nham two\n"},
+                                          {"spam/2002/09/1.eml", "S: x\n\nspam\n"},
+                                          {"spam/.hidden/1.eml", "S: x\n\nold\n"}});
+  EXPECT_EQ(std::vector<int64_t>({s.files, s.ham, s.spam}), std::vector<int64_t>({3, 2, 1}));
   RecordStore st(t / "m.lmdb");
   EXPECT_EQ(st.get(0).meta, "ham/cur/1.eml");
   EXPECT_EQ(st.get(2).meta, "spam/2002/09/1.eml");

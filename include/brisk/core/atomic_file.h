@@ -1,8 +1,8 @@
 // Files that appear whole or not at all: bytes go to path.tmp, which is
-// fsynced and renamed over path only when the writer commits. The writer
-// holds a lock on path.tmp: a second writer of the same path is refused. A crash or an
+// fsynced and renamed over path only when the writer commits. A crash or an
 // exception before then leaves whatever was at path untouched (the
-// temporary is removed when the writer is destroyed uncommitted).
+// temporary is removed when the writer is destroyed uncommitted). The
+// writer holds a lock on path.tmp: a second writer of the path is refused.
 #pragma once
 
 #include <cstddef>
@@ -29,8 +29,8 @@ class AtomicFile {
 
 // Opens `tmp`, the temporary file of `target`, for writing: created if
 // missing, locked (flock) for as long as the descriptor stays open, then
-// emptied. Throws IoError naming `target` when another process holds the
-// lock: two writers of one output shared the fixed temporary name, and one
+// emptied. Throws IoError naming `target` when another writer holds the
+// lock (a filesystem without locks is written unguarded): two writers of one output shared the fixed temporary name, and one
 // renamed the other's half-written file into place while reporting success.
 // A lock dies with its process, so a crashed writer's leftover is reused.
 // Keep the descriptor open until the file is renamed or removed.
