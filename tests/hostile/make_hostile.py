@@ -1231,6 +1231,20 @@ def _(c):
     return ["data", "emails", "--input", c.path("mail"), "--out", c.path("out.lmdb")]
 
 
+@case("em_empty_group", "emails", "a group directory without messages", "spam-1", "no message files")
+def _(c):
+    write(c.path("mail", "ham", "00001.txt"), "Subject: hi\n\nhello\n")
+    os.makedirs(c.path("mail", "spam-1", "empty"), exist_ok=True)
+    return ["data", "emails", "--input", c.path("mail"), "--out", c.path("out.lmdb")]
+
+
+@case("em_out_inside_input", "emails", "--out inside --input", "lies inside --input")
+def _(c):
+    write(c.path("mail", "ham", "00001.txt"), "Subject: hi\n\nhello\n")
+    write(c.path("mail", "spam", "00001.txt"), "Subject: buy\n\nnow\n")
+    return ["data", "emails", "--input", c.path("mail"), "--out", c.path("mail", "spam", "out.lmdb")]
+
+
 @case("em_input_is_file", "emails", "input is a file", "not a directory")
 def _(c):
     return ["data", "emails", "--input", c.base.text, "--out", c.path("out.lmdb")]
