@@ -15,6 +15,7 @@
 #include "brisk/core/safetensors.h"
 #include "brisk/data/batching.h"
 #include "brisk/data/record_store.h"
+#include "brisk/data/token_hash.h"
 #include "brisk/train/classifier_trainer.h"
 
 namespace brisk::bench {
@@ -47,6 +48,7 @@ E1Corpus load_e1_corpus(const train::ClassifyConfig& cfg) {
   c.tokenizer = store.info().tokenizer;
   c.lengths.resize(size_t(c.records));
   c.labels.resize(size_t(c.records));
+  std::vector<std::string> digests(size_t(c.records));
   data::RecordReader reader(store);
   data::Record r;
   reader.seek(0);
@@ -56,12 +58,13 @@ E1Corpus load_e1_corpus(const train::ClassifyConfig& cfg) {
                               ", outside the model's " + std::to_string(cfg.model.n_classes) + " classes");
     c.lengths[size_t(i)] = int64_t(r.tokens.size());
     c.labels[size_t(i)] = r.label;
+    digests[size_t(i)] = data::token_digest(r.tokens);
   }
-  // As the trainer does: empty records are in no part of the split.
-  std::vector<int32_t> split_labels = c.labels;
-  for (size_t i = 0; i < split_labels.size(); ++i)
-    if (c.lengths[i] == 0) split_labels[i] = -1, ++c.empty;
-  c.train = train::stratified_split(split_labels, cfg.train_frac, cfg.val_frac, cfg.split_seed).train;
+  // As the trainer does: empty records and repeats are in no part of the split.
+  int64_t repeats = 0;
+  c.train = train::stratified_split(train::split_labels_of(c.labels, c.lengths, digests, c.empty, repeats),
+                                    cfg.train_frac, cfg.val_frac, cfg.split_seed)
+                .train;
   if (c.train.empty()) throw core::ConfigError(cfg.store + " has no non-empty records to train on");
   return c;
 }

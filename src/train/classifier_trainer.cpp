@@ -15,6 +15,7 @@
 #include <numeric>
 #include <random>
 #include <sstream>
+#include <unordered_set>
 
 #include <nlohmann/json.hpp>
 
@@ -156,6 +157,17 @@ std::string split_json(const Split& s, const Corpus& c, int64_t K, uint64_t seed
 
 }  // namespace
 
+std::vector<int32_t> split_labels_of(const std::vector<int32_t>& labels, const std::vector<int64_t>& lengths,
+                                     const std::vector<std::string>& digests, int64_t& empty, int64_t& repeats) {
+  std::vector<int32_t> out = labels;
+  std::unordered_set<std::string> seen;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (lengths[i] == 0) out[i] = -1, ++empty;
+    else if (!seen.insert(digests[i]).second) out[i] = -1, ++repeats;
+  }
+  return out;
+}
+
 Split stratified_split(const std::vector<int32_t>& labels, double train_frac, double val_frac, uint64_t seed) {
   int32_t max_label = -1;
   for (int32_t l : labels) max_label = std::max(max_label, l);
@@ -207,12 +219,13 @@ ClassifyResult train_classifier(const ClassifyConfig& cfg, const ClassifyOptions
                       std::to_string(store.info().vocab_size - 1) + " (tokenizer " + store.info().tokenizer +
                       ") but model.vocab_size is " + std::to_string(cfg.model.vocab_size));
   const Corpus corpus = scan(store, cfg);
-  std::vector<int32_t> split_labels = corpus.labels;
   ClassifyResult res;
-  // Empty records can be neither batched nor classified: they are counted and left out of every part.
-  for (size_t i = 0; i < split_labels.size(); ++i)
-    if (corpus.lengths[i] == 0) split_labels[i] = -1, ++res.dropped_empty;
-  res.split = stratified_split(split_labels, cfg.train_frac, cfg.val_frac, cfg.split_seed);
+  // Empty records can be neither batched nor classified, and a repeat of an
+  // earlier record would put one message in two parts: both are counted and
+  // left out of every part.
+  res.split = stratified_split(split_labels_of(corpus.labels, corpus.lengths, corpus.digests, res.dropped_empty,
+                                               res.repeats),
+                               cfg.train_frac, cfg.val_frac, cfg.split_seed);
   const Split& split = res.split;
   if (split.train.empty()) throw ConfigError("data.store: '" + cfg.store + "' has no non-empty records to train on");
 
@@ -280,13 +293,13 @@ ClassifyResult train_classifier(const ClassifyConfig& cfg, const ClassifyOptions
   std::snprintf(line, sizeof line,
                 "brisk train (encoder classifier): %lld params | %lld layers, %lld embd, %lld heads, max_len %lld, "
                 "%lld classes | %d threads\n"
-                "data: %s (%lld records, tokenizer %s) | split %zu / %zu / %zu (seed %llu) | %lld empty left out | "
+                "data: %s (%lld records, tokenizer %s) | split %zu / %zu / %zu (seed %llu) | %lld empty, %lld repeats left out | "
                 "batch %lld, %lld steps/epoch x %lld epochs | %s batches\n",
                 (long long)cfg.model.num_params(), (long long)cfg.model.n_layer, (long long)cfg.model.n_embd,
                 (long long)cfg.model.n_head, (long long)cfg.model.max_len, (long long)cfg.model.n_classes,
                 backend.num_threads(), cfg.store.c_str(), (long long)store.size(), store.info().tokenizer.c_str(),
                 split.train.size(), split.val.size(), split.test.size(), (unsigned long long)cfg.split_seed,
-                (long long)res.dropped_empty, (long long)cfg.batch, (long long)per_epoch, (long long)cfg.epochs,
+                (long long)res.dropped_empty, (long long)res.repeats, (long long)cfg.batch, (long long)per_epoch, (long long)cfg.epochs,
                 cfg.bucket ? "length-bucketed" : "shuffled (unbucketed)");
   say(line);
   if (!resume_from.empty()) say(detail::resumed_line(resume_from, step, per_epoch, schedule.total_steps));
@@ -389,6 +402,7 @@ ClassifyResult train_classifier(const ClassifyConfig& cfg, const ClassifyOptions
       {"label_names", cfg.label_names},
       {"split", nlohmann::json::parse(split_json(split, corpus, cfg.model.n_classes, cfg.split_seed))},
       {"empty_records_left_out", res.dropped_empty},
+      {"repeats_left_out", res.repeats},
       {"model", {{"params", cfg.model.num_params()}, {"n_layer", cfg.model.n_layer}, {"n_embd", cfg.model.n_embd},
                  {"n_head", cfg.model.n_head}, {"max_len", cfg.model.max_len}}},
       {"test", nlohmann::json::parse(metrics_json(res.test))},

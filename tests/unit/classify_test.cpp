@@ -43,6 +43,24 @@ TEST(StratifiedSplit, PartsAreDisjointCoverEveryRecordAndKeepEachLabelsShare) {
   EXPECT_NE(other.test, s.test);
 }
 
+// A message and its copy in different parts scored the model on text it
+// trained on: a record whose tokens repeat an earlier record's is in no
+// part, whatever its label, and neither is an empty record.
+TEST(StratifiedSplit, EmptyRecordsAndRepeatsOfEarlierRecordsAreInNoPart) {
+  const std::vector<int32_t> labels{0, 1, 0, 1, 0, 1};
+  const std::vector<int64_t> lengths{3, 4, 0, 4, 3, 5};
+  const std::vector<std::string> digests{"a", "b", "empty", "b", "a", "c"};
+  int64_t empty = 0, repeats = 0;
+  const std::vector<int32_t> kept = split_labels_of(labels, lengths, digests, empty, repeats);
+  EXPECT_EQ(kept, (std::vector<int32_t>{0, 1, -1, -1, -1, 1}));
+  EXPECT_EQ(empty, 1);
+  EXPECT_EQ(repeats, 2);
+  const Split s = stratified_split(kept, 0.5, 0.0, 7);
+  std::set<int64_t> all;
+  for (const auto* part : {&s.train, &s.val, &s.test}) all.insert(part->begin(), part->end());
+  EXPECT_EQ(all, (std::set<int64_t>{0, 1, 5}));
+}
+
 TEST(ClassMetrics, RocAucMatchesTheCountOverAllPairs) {
   std::mt19937 rng(9);
   for (int trial = 0; trial < 5; ++trial) {

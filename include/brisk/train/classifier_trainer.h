@@ -28,6 +28,14 @@ struct Split {
 // rest to test. Each label keeps its share in every part.
 Split stratified_split(const std::vector<int32_t>& labels, double train_frac, double val_frac, uint64_t seed);
 
+// The labels stratified_split is given for a store's records: a record's
+// own, or -1 (in no part) for an empty record and for one whose tokens
+// repeat an earlier record's (`digests`: data::token_digest of each): a
+// message and its copy in different parts would score the model on text it
+// trained on (the SpamAssassin bodies hold 172 such copies). Counts both.
+std::vector<int32_t> split_labels_of(const std::vector<int32_t>& labels, const std::vector<int64_t>& lengths,
+                                     const std::vector<std::string>& digests, int64_t& empty, int64_t& repeats);
+
 struct ClassifyOptions {
   bool quiet = false;  // no output (tests)
   // Continue from the newest checkpoint in checkpoint.dir (a fresh run when
@@ -48,7 +56,7 @@ struct ClassifyResult {
   double padded_tokens_per_s = 0;  // batch cells per second, padding included
   double padding_waste = 0;        // padded cells / all cells over the run
   double cache_hit_rate = 0;
-  int64_t dropped_empty = 0, truncated = 0;
+  int64_t dropped_empty = 0, repeats = 0, truncated = 0;  // repeats: records left out as copies of earlier ones
   Split split;
   ClassMetrics val, test;
   BowBaseline baseline;
