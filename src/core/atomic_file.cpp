@@ -51,13 +51,22 @@ void check_output_not_input(const std::string& out, const std::string& input) {
 
 int open_locked_temporary(const std::string& tmp, const std::string& target) {
   for (;;) {
-    const int fd = ::open(tmp.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    // A leftover symbolic link would have the output written through it (and
+    // renamed into place as the link), a hard link empty the file it shares:
+    // either is removed and the name made afresh.
+    struct stat named{};
+    if (::lstat(tmp.c_str(), &named) == 0 && (!S_ISREG(named.st_mode) || named.st_nlink > 1)) {
+      if (S_ISDIR(named.st_mode)) throw IoError(tmp + ": is a directory, in the way of the temporary file");
+      ::unlink(tmp.c_str());
+    }
+    const int fd = ::open(tmp.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (fd < 0 && errno == ELOOP) continue;  // a link put there since: removed on the next pass
     if (fd < 0) throw IoError(tmp + ": cannot create (" + std::strerror(errno) + ")");
     if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
       const int err = errno;
       if (err == EWOULDBLOCK) {
         ::close(fd);
-        throw IoError(target + ": another process is writing it (its temporary file " + tmp +
+        throw IoError(target + ": another writer is writing it (its temporary file " + tmp +
                       " is locked); wait for that one to finish, or write to another path");
       }
       // A filesystem without locks (some FUSE mounts): write unguarded, as
@@ -65,9 +74,9 @@ int open_locked_temporary(const std::string& tmp, const std::string& target) {
     }
     // The file locked must still be the one named tmp: a writer that just
     // finished renamed it into place, and emptying it would empty its output.
-    struct stat held{}, named{};
-    if (::fstat(fd, &held) == 0 && ::stat(tmp.c_str(), &named) == 0 && held.st_ino == named.st_ino &&
-        held.st_dev == named.st_dev) {
+    struct stat held{};
+    if (::fstat(fd, &held) == 0 && ::lstat(tmp.c_str(), &named) == 0 && held.st_ino == named.st_ino &&
+        held.st_dev == named.st_dev && held.st_nlink == 1) {
       if (::ftruncate(fd, 0) != 0) {
         const int err = errno;
         ::close(fd);

@@ -136,14 +136,17 @@ EmailSummary emails_to_lmdb(const std::string& input, const std::string& out, co
     if (e.is_directory() && e.path().filename().string()[0] != '.') groups.push_back(e.path());
   std::sort(groups.begin(), groups.end());
   if (groups.empty()) throw IoError(root.string() + ": no group directories (easy-ham-1, spam-1, ...) found");
-  // Every file under the groups is read as a message: a store written there
+  // Every file under a group is read as a message: a store written there
   // read its own temporary file and, on a second run, the last store.
   {
     std::error_code ec;
-    const fs::path o = fs::weakly_canonical(out, ec), in = fs::weakly_canonical(root, ec);
-    if (std::mismatch(in.begin(), in.end(), o.begin(), o.end()).first == in.end())
-      throw ConfigError("--out " + out + " lies inside --input " + input +
-                        ", whose files are all read as messages; write the store outside it");
+    const fs::path o = fs::weakly_canonical(out, ec);
+    for (const fs::path& g : groups) {
+      const fs::path in = fs::weakly_canonical(g, ec);
+      if (std::mismatch(in.begin(), in.end(), o.begin(), o.end()).first == in.end())
+        throw ConfigError("--out " + out + " lies inside the mail group " + g.string() +
+                          ", whose files are all read as messages; write the store outside it");
+    }
   }
 
   std::vector<std::vector<fs::path>> group_files;  // listed first: an empty group is refused before the store is begun

@@ -1238,7 +1238,7 @@ def _(c):
     return ["data", "emails", "--input", c.path("mail"), "--out", c.path("out.lmdb")]
 
 
-@case("em_out_inside_input", "emails", "--out inside --input", "lies inside --input")
+@case("em_out_inside_input", "emails", "--out inside a mail group of --input", "lies inside the mail group")
 def _(c):
     write(c.path("mail", "ham", "00001.txt"), "Subject: hi\n\nhello\n")
     write(c.path("mail", "spam", "00001.txt"), "Subject: buy\n\nnow\n")

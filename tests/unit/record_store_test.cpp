@@ -308,7 +308,8 @@ TEST(RecordStore, WriterRejectsBadInputAndLeavesNoHalfStore) {
 // first's, the first renamed the second's half-written store into place and
 // reported success. The temporary file is locked now: a second writer is
 // refused while the first writes, and the first's store is whole. The same
-// lock guards every core::AtomicFile output (checkpoints, exports, JSON).
+// lock guards every core::AtomicFile output (exports, JSON reports, each
+// file of a checkpoint's staging directory; not the directory itself).
 TEST(RecordStore, ASecondWriterOfTheSamePathIsRefusedWhileTheFirstWrites) {
   TempDir t;
   {
@@ -318,7 +319,7 @@ TEST(RecordStore, ASecondWriterOfTheSamePathIsRefusedWhileTheFirstWrites) {
       RecordWriter second(t / "s.lmdb", wopt("bytes", 256));
       ADD_FAILURE() << "two writers of one store";
     } catch (const core::IoError& e) {
-      EXPECT_NE(std::string(e.what()).find("another process is writing it"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("another writer is writing it"), std::string::npos) << e.what();
     }
     first.add(std::vector<int32_t>{4, 5}, 1, "first again");
     first.finish();
@@ -348,6 +349,22 @@ TEST(RecordStore, ASecondWriterOfTheSamePathIsRefusedWhileTheFirstWrites) {
   EXPECT_EQ(text, "whole");
   core::write_file_atomic(out, "again");
   EXPECT_FALSE(fs::exists(out + ".tmp"));
+
+  // A leftover temporary name that is a link is replaced, not written
+  // through: the store went into the link's target and the link into place.
+  std::ofstream(t.dir / "victim") << "precious";
+  fs::create_symlink(t.dir / "victim", t.dir / "linked.lmdb.tmp");
+  fs::create_hard_link(t.dir / "victim", t.dir / "hard.json.tmp");
+  {
+    RecordWriter w(t / "linked.lmdb", wopt("bytes", 256));
+    w.add(std::vector<int32_t>{1}, 0, "x");
+    w.finish();
+  }
+  core::write_file_atomic(t / "hard.json", "new");
+  EXPECT_FALSE(fs::is_symlink(t.dir / "linked.lmdb"));
+  EXPECT_EQ(RecordStore(t / "linked.lmdb").size(), 1);
+  std::ifstream v(t.dir / "victim");
+  EXPECT_EQ(std::string((std::istreambuf_iterator<char>(v)), std::istreambuf_iterator<char>()), "precious");
 }
 
 // ---- e-mails -------------------------------------------------------------------------------
@@ -443,16 +460,19 @@ TEST(Emails, SubdirectoriesAreReadEmptyGroupsAndOutputsInsideTheInputRefused) {
   EXPECT_EQ(st.get(0).meta, "ham/cur/1.eml");
   EXPECT_EQ(st.get(2).meta, "spam/2002/09/1.eml");
 
-  for (const std::string out : {t / "in/spam/store.lmdb", t / "in/x.lmdb"}) {
+  for (const std::string out : {t / "in/spam/store.lmdb", t / "in/ham/cur/x.lmdb"}) {
     try {
       emails_to_lmdb(t / "in", out, eopt("bytes", true));
       ADD_FAILURE() << "wrote " << out;
     } catch (const core::ConfigError& e) {
-      EXPECT_NE(std::string(e.what()).find("lies inside --input"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("lies inside the mail group"), std::string::npos) << e.what();
     }
     EXPECT_FALSE(fs::exists(out));
     EXPECT_FALSE(fs::exists(out + ".tmp"));
   }
+  // Beside the groups (the input's top level, a hidden folder) nothing is read as a message.
+  EXPECT_EQ(emails_to_lmdb(t / "in", t / "in/top.lmdb", eopt("bytes", true)).files, 3);
+  EXPECT_EQ(emails_to_lmdb(t / "in", t / "in/top.lmdb", eopt("bytes", true)).files, 3);
   fs::create_directories(t.dir / "in/spam-2/empty");
   try {
     emails_to_lmdb(t / "in", t / "e.lmdb", eopt("bytes", true));
