@@ -33,6 +33,7 @@
 #include <sstream>
 #include <thread>
 
+#include "brisk/core/atomic_file.h"
 #include "brisk/core/error.h"
 #include "brisk/core/json_excerpt.h"
 #include "brisk/data/tokenizer.h"
@@ -591,6 +592,17 @@ PrepareSummary prepare_dataset(const PrepareOptions& options) {
     if (p == p.parent_path()) break;
   }
   fs::create_directories(out);
+  // One prepare at a time per output: a second one wiped the first's staging
+  // directory, and either could move the other's shards in. The lock dies
+  // with its process, so a prepare that was killed leaves nothing in the way.
+  struct PrepareLock {
+    std::string path;
+    int fd;
+    ~PrepareLock() {
+      ::unlink(path.c_str());  // before the lock goes with the descriptor
+      ::close(fd);
+    }
+  } lock{(out / ".prepare.lock").string(), core::open_locked_temporary((out / ".prepare.lock").string(), out.string())};
   const fs::path staging = out / kStagingDir;
   fs::remove_all(staging);  // left by an earlier run that died
   fs::create_directory(staging);

@@ -38,21 +38,23 @@ std::string errno_text() { return std::strerror(errno); }
 // temporary file is removed and whatever was at `path` stays.
 void write_model_atomic(const onnx::ModelProto& model, const std::string& path) {
   const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw core::IoError(tmp + ": cannot create (" + errno_text() + ")");
+  // Locked, as core::AtomicFile's: a second export to the same path is refused.
+  const int fd = core::open_locked_temporary(tmp, path);
   std::string why;
   if (!model.SerializeToFileDescriptor(fd)) why = "write failed (" + errno_text() + ")";
   else if (::fsync(fd) != 0) why = "fsync failed (" + errno_text() + ")";
-  if (::close(fd) != 0 && why.empty()) why = "close failed (" + errno_text() + ")";
   if (!why.empty()) {
     ::unlink(tmp.c_str());
+    ::close(fd);
     throw core::IoError(tmp + ": " + why);
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {  // renamed while still locked
     why = errno_text();
     ::unlink(tmp.c_str());
+    ::close(fd);
     throw core::IoError(path + ": rename from " + tmp + " failed (" + why + ")");
   }
+  ::close(fd);
   const fs::path dir = fs::path(path).has_parent_path() ? fs::path(path).parent_path() : fs::path(".");
   const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd >= 0) {
