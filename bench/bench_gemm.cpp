@@ -552,13 +552,12 @@ int main(int argc, char** argv) {
     }
   }
 
-  // JSON: written to a temporary name and renamed, so a reader never sees half a file.
+  // JSON: written through bench_cli::write_json (a temporary name renamed
+  // into place; a failure exits 1 naming the path).
   namespace fs = std::filesystem;
   const fs::path out_path(opt.json_path);
-  if (out_path.has_parent_path()) fs::create_directories(out_path.parent_path());
-  const fs::path tmp = out_path.string() + ".tmp";
   {
-    std::ofstream f(tmp);
+    std::ostringstream f;
     f << "{\n  \"benchmark\": \"gemm\",\n  \"config\": {\"threads\": " << opt.threads
       << ", \"cpu\": " << json_str(cpu) << ", \"cpu_flags\": " << json_str(flags)
       << ", \"openblas\": " << json_str(blas_cfg) << ", \"onednn\": " << json_str(dnnl_ver)
@@ -599,12 +598,8 @@ int main(int argc, char** argv) {
     }
     f << "  ],\n  \"checks_passed\": " << (all_ok ? "true" : "false")
       << ",\n  \"wall_s\": " << json_num(seconds_since(t_start)) << "\n}\n";
-    if (!f) {
-      std::fprintf(stderr, "cannot write %s\n", tmp.c_str());
-      return 1;
-    }
+    brisk::bench_cli::write_json(opt.json_path, f.str(), "bench_gemm");
   }
-  fs::rename(tmp, out_path);
   std::printf("\nwrote %s (%.0f s)\n", fs::absolute(out_path).c_str(), seconds_since(t_start));
   if (!all_ok) {
     std::printf("FAIL: some results disagree with OpenBLAS f32\n");
