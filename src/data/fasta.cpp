@@ -105,7 +105,7 @@ FastaSummary parse_fasta(std::string_view text, const std::string& name, OnInval
   static const std::pair<std::string_view, const char*> kCompressed[] = {
       {"\x1f\x8b", "gzip (unpack it first: gunzip -k, or zcat > file.fa)"},
       {"\x28\xb5\x2f\xfd", "zstd (unpack it first: unzstd)"},
-      {"\xfd\x37\x7a\x58\x5a\x00", "xz (unpack it first: unxz -k)"},
+      {std::string_view("\xfd\x37\x7a\x58\x5a\x00", 6), "xz (unpack it first: unxz -k)"},
       {"BZh", "bzip2 (unpack it first: bunzip2 -k)"}};
   for (const auto& [magic, what] : kCompressed)
     if (text.substr(0, magic.size()) == magic) throw IoError(name + ": compressed with " + what);

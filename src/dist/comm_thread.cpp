@@ -105,7 +105,7 @@ void CommThread::timed_out(const std::string& what) {
   // The collective cannot be cancelled and MPI cannot be finalised with it in
   // flight: say what happened and leave at once (the launcher ends the rest).
   std::fprintf(stderr,
-               "brisk: rank %d: %s at step %lld got no answer from the other ranks for %g s (dist.timeout_s): a rank "
+               "brisk: rank %d: %s at step %lld got no answer from the other ranks for %.10g s (dist.timeout_s): a rank "
                "died, hangs or cannot be reached, or this one collective needs longer than that (a large transfer on "
                "a slow link: raise dist.timeout_s); stopping this rank\n",
                rank_, what.c_str(), (long long)step_, timeout_s_);
