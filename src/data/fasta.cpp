@@ -98,17 +98,22 @@ char fasta_residue(int32_t token) {
   return token >= 1 && token <= int32_t(kFastaAlphabet.size()) ? kFastaAlphabet[size_t(token - 1)] : '?';
 }
 
-FastaSummary parse_fasta(std::string_view text, const std::string& name, OnInvalid on_invalid,
-                         const std::function<void(const FastaRecord&)>& sink) {
-  // A compressed file would fail as "sequence data before the first header",
-  // whose hint (--on-invalid skip) then made an empty store.
+const char* compressed_format(std::string_view text) {
   static const std::pair<std::string_view, const char*> kCompressed[] = {
       {"\x1f\x8b", "gzip (unpack it first: gunzip -k, or zcat > file.fa)"},
       {"\x28\xb5\x2f\xfd", "zstd (unpack it first: unzstd)"},
       {std::string_view("\xfd\x37\x7a\x58\x5a\x00", 6), "xz (unpack it first: unxz -k)"},
       {"BZh", "bzip2 (unpack it first: bunzip2 -k)"}};
   for (const auto& [magic, what] : kCompressed)
-    if (text.substr(0, magic.size()) == magic) throw IoError(name + ": compressed with " + what);
+    if (text.substr(0, magic.size()) == magic) return what;
+  return nullptr;
+}
+
+FastaSummary parse_fasta(std::string_view text, const std::string& name, OnInvalid on_invalid,
+                         const std::function<void(const FastaRecord&)>& sink) {
+  // A compressed file would fail as "sequence data before the first header",
+  // whose hint (--on-invalid skip) then made an empty store.
+  if (const char* what = compressed_format(text)) throw IoError(name + ": compressed with " + what);
   FastaSummary s;
   std::vector<int32_t> tokens;
   tokens.reserve(1 << 16);

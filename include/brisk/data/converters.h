@@ -57,9 +57,14 @@ struct FastaRecord {
   int64_t line = 0;                    // line number of the header (1-based)
 };
 
+// The compression format whose magic bytes `text` starts with (gzip, zstd,
+// xz, bzip2), with how to unpack it; nullptr for anything else.
+const char* compressed_format(std::string_view text);
+
 // Parses one FASTA text (streaming, one pass). `name` is used in errors, which
 // say file, line, column and the offending character. Returns the counts
 // (headers, skipped_*, orphan_lines, residues); written = records passed to sink.
+// A compressed file (compressed_format) is an IoError in either mode.
 FastaSummary parse_fasta(std::string_view text, const std::string& name, OnInvalid on_invalid,
                          const std::function<void(const FastaRecord&)>& sink);
 
