@@ -9,10 +9,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <string>
 #include <vector>
+
+#include "brisk/core/atomic_file.h"
 
 namespace brisk::bench_cli {
 
@@ -53,27 +54,17 @@ inline double number_value(const char* text, const char* flag, const char* progr
   return v;
 }
 
-// Writes `text` to `path` through `path`.tmp renamed into place (its
-// directory created; a bare file name is the working directory), so a reader
-// never sees half a file. A failure ends the program (exit 1) naming the
-// path: a bench must not say "wrote" for a file it could not write.
+// Writes `text` to `path` with core::write_file_atomic (a temporary file
+// renamed into place), its directory created first. A failure ends the
+// program (exit 1) naming the path: a bench must not say "wrote" for a file
+// it could not write.
 inline void write_json(const std::string& path, const std::string& text, const char* program) {
-  namespace fs = std::filesystem;
-  const fs::path out(path), tmp = path + ".tmp";
-  std::error_code ec;
-  if (out.has_parent_path()) fs::create_directories(out.parent_path(), ec);
-  bool ok = false;
-  {
-    std::ofstream f(tmp, std::ios::binary);
-    ok = bool(f << text) && bool(f.flush());
-  }
-  if (ok) {
-    fs::rename(tmp, out, ec);
-    ok = !ec;
-  }
-  if (!ok) {
-    fs::remove(tmp, ec);
-    std::fprintf(stderr, "%s: cannot write %s\n", program, path.c_str());
+  try {
+    const std::filesystem::path out(path);
+    if (out.has_parent_path()) std::filesystem::create_directories(out.parent_path());
+    core::write_file_atomic(path, text);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: cannot write %s: %s\n", program, path.c_str(), e.what());
     std::exit(1);
   }
 }

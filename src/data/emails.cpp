@@ -149,9 +149,11 @@ EmailSummary emails_to_lmdb(const std::string& input, const std::string& out, co
     }
   }
 
-  std::vector<std::vector<fs::path>> group_files;  // listed first: an empty group is refused before the store is begun
+  // Labelled and listed first: a bad or empty group is refused before the store is begun.
+  std::vector<int32_t> group_labels;
+  std::vector<std::vector<fs::path>> group_files;
   for (const auto& g : groups) {
-    email_group_label(g.filename().string());
+    group_labels.push_back(email_group_label(g.filename().string()));
     group_files.push_back(message_files(g));
   }
 
@@ -171,7 +173,7 @@ EmailSummary emails_to_lmdb(const std::string& input, const std::string& out, co
     const std::vector<fs::path>& files = group_files[gi];
     EmailGroup eg;
     eg.name = g.filename().string();
-    eg.label = email_group_label(eg.name);
+    eg.label = group_labels[gi];
     eg.files = int64_t(files.size());
     for (size_t b = 0; b < files.size(); b += kBatch) {
       const size_t n = std::min(kBatch, files.size() - b);

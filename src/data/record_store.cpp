@@ -141,22 +141,22 @@ RecordWriter::RecordWriter(const std::string& path, const RecordWriterOptions& o
     else if (txn) mdb_txn_abort(txn);
     if (rc != 0) throw_lmdb(tmp_, "cannot create record store databases", rc);
   } catch (...) {  // no destructor runs for a constructor that throws
-    env_.reset();
-    fs::remove(tmp_, ec);
-    fs::remove(tmp_ + "-lock", ec);
-    ::close(lock_fd_);
+    discard();
     throw;
   }
 }
 
 RecordWriter::~RecordWriter() {
-  if (!finished_) {
-    env_.reset();
-    std::error_code ec;
-    fs::remove(tmp_, ec);
-    fs::remove(tmp_ + "-lock", ec);
-  }
-  if (lock_fd_ >= 0) ::close(lock_fd_);  // after the removal: the lock guards the name until then
+  if (!finished_) discard();
+}
+
+void RecordWriter::discard() {
+  env_.reset();
+  std::error_code ec;
+  fs::remove(tmp_, ec);
+  fs::remove(tmp_ + "-lock", ec);
+  ::close(lock_fd_);  // after the removal: the lock guards the name until then
+  lock_fd_ = -1;
 }
 
 void RecordWriter::add(std::span<const int32_t> tokens, int32_t label, std::string_view meta) {

@@ -20,7 +20,6 @@
 #include <numeric>
 #include <sstream>
 #include <unordered_map>
-#include <unordered_set>
 
 #include <nlohmann/json.hpp>
 
@@ -217,21 +216,15 @@ Corpus scan(const data::RecordStore& store) {
   Corpus c;
   const int64_t n = store.size();
   c.lengths.resize(size_t(n));
-  c.split_labels.resize(size_t(n));
   c.digests.resize(size_t(n));
-  std::unordered_set<std::string> seen;
   data::RecordReader reader(store);
   data::Record r;
   reader.seek(0);
   for (int64_t i = 0; i < n && reader.next(r); ++i) {
     c.lengths[size_t(i)] = int64_t(r.tokens.size());
     c.digests[size_t(i)] = data::token_digest(r.tokens);
-    if (r.tokens.empty()) {
-      c.split_labels[size_t(i)] = -1, ++c.empty;
-    } else if (!seen.insert(c.digests[size_t(i)]).second) {
-      c.split_labels[size_t(i)] = -1, ++c.duplicates;
-    }
   }
+  c.split_labels = split_labels_of(std::vector<int32_t>(size_t(n), 0), c.lengths, c.digests, c.empty, c.duplicates);
   return c;
 }
 

@@ -460,7 +460,7 @@ TEST(Emails, SubdirectoriesAreReadEmptyGroupsAndOutputsInsideTheInputRefused) {
   EXPECT_EQ(st.get(0).meta, "ham/cur/1.eml");
   EXPECT_EQ(st.get(2).meta, "spam/2002/09/1.eml");
 
-  for (const std::string out : {t / "in/spam/store.lmdb", t / "in/ham/cur/x.lmdb"}) {
+  for (const std::string& out : {t / "in/spam/store.lmdb", t / "in/ham/cur/x.lmdb"}) {
     try {
       emails_to_lmdb(t / "in", out, eopt("bytes", true));
       ADD_FAILURE() << "wrote " << out;

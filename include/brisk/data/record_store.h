@@ -82,6 +82,7 @@ class RecordWriter {
  private:
   struct Env;
   void flush();
+  void discard();  // an unfinished store: its temporary files removed, then the lock released
   std::string path_, tmp_;
   int lock_fd_ = -1;  // holds the lock on tmp_ (core::open_locked_temporary) until it is renamed or removed
   RecordWriterOptions opt_;
