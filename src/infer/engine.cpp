@@ -111,6 +111,7 @@ class KvPool {
   int64_t free_blocks() const { return int64_t(free_.size() + released_.size()); }
   int64_t cached_blocks() const { return int64_t(by_hash_.size()); }
   int64_t blocks_for(int64_t positions) const { return (positions + block_ - 1) / block_; }
+  int64_t blocks() const { return blocks_; }
 
   struct Reserved {
     int64_t cached = -1;  // prompt positions already in the cache; -1: the pool is short, nothing taken
@@ -171,9 +172,13 @@ class KvPool {
       hash = next;
     }
   }
+  // Cached blocks join the eviction order tail first: a prompt's later
+  // blocks go before its earlier ones, since a lookup walks the chain from
+  // the first block and stops at the first one missing (evicting the first
+  // would leave the rest cached but out of reach).
   void release(int s) {
     int32_t* row = table_.data_as<int32_t>() + s * blocks_per_seq_;
-    for (int64_t i = 0; i < held_[size_t(s)]; ++i) {
+    for (int64_t i = held_[size_t(s)] - 1; i >= 0; --i) {
       Block& b = info_[size_t(row[i])];
       if (--b.refs > 0) continue;
       if (b.cached) b.where = released_.insert(released_.end(), row[i]);
@@ -399,8 +404,14 @@ struct Engine::Impl {
     // Every position this sequence can reach: the prompt, then the first
     // max_tokens - 1 new tokens (the last one is sampled but never fed),
     // within the context.
-    const int64_t reach =
-        std::min<int64_t>(cfg.block_size, int64_t(prompt.size()) + std::max<int64_t>(p.max_tokens - 1, 0));
+    // (Capped before the sum: a max_tokens near 2^63 must not wrap.)
+    const int64_t reach = std::min<int64_t>(
+        cfg.block_size, int64_t(prompt.size()) + std::clamp<int64_t>(p.max_tokens - 1, 0, cfg.block_size));
+    if (pool.blocks_for(reach) > pool.blocks())
+      throw core::ConfigError("the request reaches " + std::to_string(reach) + " positions (prompt and max_tokens), " +
+                              std::to_string(pool.blocks_for(reach)) + " key/value blocks of " +
+                              std::to_string(opt.kv_block) + "; the pool holds " + std::to_string(pool.blocks()) +
+                              ": raise --kv-mb or lower max_tokens");
     const int slot = free_slots.back();
     // A scored prompt computes every position: none may come from the prefix cache.
     const KvPool::Reserved got = pool.reserve(slot, prompt, reach, opt.prefix_cache && p.prompt_logprobs < 0);

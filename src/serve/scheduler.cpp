@@ -250,14 +250,23 @@ void Scheduler::run() {
       continue;
     }
     const double now = now_seconds();
+    // A request's last event wakes its handler, which may answer before
+    // this thread goes on: the gauges are published first, with its slot and
+    // blocks already returned (the engine released them in step()).
+    std::vector<std::pair<const infer::TokenEvent*, std::shared_ptr<Channel>>> last;
     for (const infer::TokenEvent& e : events) {
       auto it = running_.find(e.seq);
       if (it == running_.end()) continue;
-      deliver(e, *it->second, now);
-      if (e.finish != infer::Finish::none) running_.erase(it);
+      if (e.finish == infer::Finish::none) {
+        deliver(e, *it->second, now);
+        continue;
+      }
+      last.emplace_back(&e, std::move(it->second));
+      running_.erase(it);
     }
     ++metrics_.engine_steps;
     publish();
+    for (auto& [e, ch] : last) deliver(*e, *ch, now);
   }
   for (auto& [id, ch] : running_) ch->fail(503, "the server is shutting down");
   running_.clear();

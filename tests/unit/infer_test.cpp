@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <numeric>
 #include <set>
@@ -481,6 +482,87 @@ TEST(InferEngine, PrefixCacheGivesWayWhenThePoolIsShort) {
     EXPECT_EQ(e.kv_blocks_free(), 4);
   }
   EXPECT_EQ(e.stats().cached_prompt_tokens, 0);
+}
+
+// max_tokens is capped at the context before it is added to the prompt's
+// length: near 2^63 the sum wrapped negative, the sequence reserved no
+// blocks and wrote its keys and values into blocks it did not own (two
+// such sequences decoded each other's garbage).
+TEST(InferEngine, AHugeMaxTokensReservesTheContextAndDecodesAsAnyLimitPastIt) {
+  infer::SamplingParams capped, huge;
+  capped.temperature = huge.temperature = 0;
+  capped.max_tokens = 1000;
+  huge.max_tokens = std::numeric_limits<int64_t>::max();
+  infer::Engine alone(infer::load_model(checkpoint()), opts(2));
+  const int64_t a = alone.add(prompt_of(5, 1), capped);
+  const std::vector<int32_t> want_a = drain(alone)[a];
+  const int64_t b = alone.add(prompt_of(9, 2), capped);
+  const std::vector<int32_t> want_b = drain(alone)[b];
+  ASSERT_EQ(want_a.size(), 64u - 5 + 1);  // to the end of the context
+
+  infer::Engine both(infer::load_model(checkpoint()), opts(2));
+  const int64_t free_before = both.kv_blocks_free();
+  const int64_t x = both.add(prompt_of(5, 1), huge), y = both.add(prompt_of(9, 2), huge);
+  ASSERT_GE(x, 0);
+  ASSERT_GE(y, 0);
+  EXPECT_EQ(free_before - both.kv_blocks_free(), 2 * 4) << "each holds a whole context: 4 blocks of 16";
+  auto got = drain(both);
+  EXPECT_EQ(got[x], want_a);
+  EXPECT_EQ(got[y], want_b);
+}
+
+// When the pool runs short, a released prompt's blocks are evicted from its
+// last one back: the prompt keeps its first blocks and a later request that
+// starts the same way still finds them (evicting the first block cut the
+// chain there, and its other blocks stayed cached out of every lookup's reach).
+TEST(InferEngine, EvictionTakesAPromptsLastBlocksFirst) {
+  infer::EngineOptions o = opts(1);
+  o.kv_block = 16;
+  o.kv_mb = 0;  // one full context: 4 blocks
+  infer::Engine e(infer::load_model(checkpoint()), o);
+  infer::SamplingParams sp;
+  sp.temperature = 0;
+  sp.max_tokens = 1;
+  const std::vector<int32_t> a = prompt_of(49, 3);  // 3 whole prompt blocks cached, 4 blocks held
+  auto cached_tokens = [&](const std::vector<int32_t>& p) {
+    const int64_t before = e.stats().cached_prompt_tokens;
+    EXPECT_GE(e.add(p, sp), 0);
+    drain(e);
+    return e.stats().cached_prompt_tokens - before;
+  };
+  EXPECT_EQ(cached_tokens(a), 0);
+  EXPECT_EQ(e.kv_blocks_cached(), 3);
+  EXPECT_EQ(cached_tokens(prompt_of(17, 9)), 0);  // 2 blocks: the free one and one of a's, evicted
+  EXPECT_EQ(cached_tokens(a), 32) << "a's first two blocks are still cached and reachable";
+}
+
+// A request that needs more blocks than the whole pool holds is refused at
+// once (a ConfigError, which the server answers with 400), rather than
+// waiting at the head of the queue for running requests that cannot make
+// room for it.
+TEST(InferEngine, ARequestLargerThanThePoolIsRefusedAtOnce) {
+  const fs::path root = fs::temp_directory_path() / ("brisk_infer_long_" + std::to_string(::getpid()));
+  testing::TinyGpt t;
+  t.layers = 2, t.width = 64, t.heads = 2, t.context = 2048, t.vocab = 256, t.seed = 3;
+  const std::string dir = testing::save_tiny_gpt(root.string(), t);
+  infer::EngineOptions o = opts(2);
+  o.kv_block = 16;
+  o.kv_mb = 1;  // 1 KiB per position (2 layers x k, v x 64 floats): 1024 positions, 64 blocks
+  infer::Engine e(infer::load_model(dir), o);
+  EXPECT_EQ(e.kv_blocks_free(), 64);
+  infer::SamplingParams sp;
+  sp.temperature = 0;
+  sp.max_tokens = 1500;
+  try {
+    e.add(prompt_of(10), sp);
+    ADD_FAILURE() << "a request reaching 1509 positions was admitted to a pool of 1024";
+  } catch (const core::ConfigError& err) {
+    EXPECT_NE(std::string(err.what()).find("--kv-mb"), std::string::npos) << err.what();
+  }
+  sp.max_tokens = 1000;  // 1009 positions: fits
+  EXPECT_GE(e.add(prompt_of(10), sp), 0);
+  std::error_code ec;
+  fs::remove_all(root, ec);
 }
 
 // A prompt as long as the context: its last position's logits exist, so it
