@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <vector>
 
 #include "brisk/core/atomic_file.h"
@@ -24,6 +25,7 @@
 #include "brisk/core/error.h"
 #include "brisk/cpu/cpu_backend.h"
 #include "brisk/data/tokenizer.h"
+#include "brisk/export/ggml_quants.h"
 #include "brisk/train/checkpoint.h"
 
 namespace brisk::exporter {
@@ -34,17 +36,21 @@ constexpr uint32_t kGgufVersion = 3;
 constexpr uint64_t kAlignment = 32;
 constexpr float kLayerNormEps = 1e-5f;  // models::Gpt's LayerNorms
 
-// GGUF metadata value types and ggml tensor types (ggml.h, gguf.h).
+// GGUF metadata value types (gguf.h).
 enum : uint32_t { kU32 = 4, kI32 = 5, kF32 = 6, kString = 8, kArray = 9 };
-enum : uint32_t { kGgmlF32 = 0, kGgmlF16 = 1, kGgmlQ4_0 = 2, kGgmlQ8_0 = 8 };
 // llama.cpp's token types and file types.
 enum : int32_t { kTokenNormal = 1, kTokenControl = 3 };
 uint32_t file_type(GgufType t) {
   switch (t) {
-    case GgufType::f32: return 0;   // LLAMA_FTYPE_ALL_F32
-    case GgufType::f16: return 1;   // MOSTLY_F16
-    case GgufType::q4_0: return 2;  // MOSTLY_Q4_0
-    case GgufType::q8_0: return 7;  // MOSTLY_Q8_0
+    case GgufType::f32: return 0;      // LLAMA_FTYPE_ALL_F32
+    case GgufType::f16: return 1;      // MOSTLY_F16
+    case GgufType::q4_0: return 2;     // MOSTLY_Q4_0
+    case GgufType::q8_0: return 7;     // MOSTLY_Q8_0
+    case GgufType::q4_k_s: return 14;  // MOSTLY_Q4_K_S
+    case GgufType::q4_k_m: return 15;  // MOSTLY_Q4_K_M
+    case GgufType::q5_k_s: return 16;  // MOSTLY_Q5_K_S
+    case GgufType::q5_k_m: return 17;  // MOSTLY_Q5_K_M
+    case GgufType::q6_k: return 18;    // MOSTLY_Q6_K
   }
   return 0;
 }
@@ -102,68 +108,58 @@ class Metadata {
   uint64_t count_ = 0;
 };
 
-// ggml's reference quantizers (quantize_row_q8_0_ref, quantize_row_q4_0_ref):
-// blocks of 32 along the row, an f16 scale each.
-void quantize_q8_0(const float* x, int64_t n, Bytes& out) {
-  for (int64_t b = 0; b < n; b += 32) {
-    float amax = 0;
-    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[b + j]));
-    const float d = amax / 127.f, id = d != 0 ? 1.f / d : 0.f;
-    out.put(core::f32_to_f16(d));
-    for (int j = 0; j < 32; ++j) out.put(int8_t(std::lround(x[b + j] * id)));
-  }
-}
+// The ggml type of one weight in a file of type `file`. The K-quant mixes
+// are llama-quantize's for gpt2 without an importance matrix: the token
+// embedding, which is also the LM head, in Q6_K; for _M, the fused qkv one
+// step up and ffn_down in Q6_K in the first and last eighth of the blocks and
+// every third block between (use_more_bits); for q4_k_s, ffn_down in Q5_K in
+// the first eighth. Every other weight is the mix's base type.
+enum class Role { token_embd, attn_qkv, attn_output, ffn_up, ffn_down };
 
-void quantize_q4_0(const float* x, int64_t n, Bytes& out) {
-  for (int64_t b = 0; b < n; b += 32) {
-    float amax = 0, max = 0;  // the value of largest magnitude, with its sign
-    for (int j = 0; j < 32; ++j)
-      if (std::fabs(x[b + j]) > amax) amax = std::fabs(x[b + j]), max = x[b + j];
-    const float d = max / -8.f, id = d != 0 ? 1.f / d : 0.f;
-    out.put(core::f32_to_f16(d));
-    for (int j = 0; j < 16; ++j) {
-      const auto code = [&](float v) { return uint8_t(std::min(15, int(int8_t(v * id + 8.5f)))); };
-      out.put(uint8_t(code(x[b + j]) | code(x[b + j + 16]) << 4));
-    }
+ggml::Type weight_type(GgufType file, Role role, int64_t layer, int64_t n_layer) {
+  const bool more_bits = layer < n_layer / 8 || layer >= 7 * n_layer / 8 || (layer - n_layer / 8) % 3 == 2;
+  switch (file) {
+    case GgufType::f32: return ggml::Type::f32;
+    case GgufType::f16: return ggml::Type::f16;
+    case GgufType::q8_0: return ggml::Type::q8_0;
+    case GgufType::q4_0: return ggml::Type::q4_0;
+    case GgufType::q6_k: return ggml::Type::q6_K;
+    case GgufType::q4_k_s:
+      if (role == Role::token_embd) return ggml::Type::q6_K;
+      if (role == Role::ffn_down && layer < n_layer / 8) return ggml::Type::q5_K;
+      return ggml::Type::q4_K;
+    case GgufType::q4_k_m:
+      if (role == Role::token_embd || (role == Role::ffn_down && more_bits)) return ggml::Type::q6_K;
+      if (role == Role::attn_qkv) return ggml::Type::q5_K;
+      return ggml::Type::q4_K;
+    case GgufType::q5_k_s:
+      return role == Role::token_embd ? ggml::Type::q6_K : ggml::Type::q5_K;
+    case GgufType::q5_k_m:
+      if (role == Role::token_embd || role == Role::attn_qkv || (role == Role::ffn_down && more_bits))
+        return ggml::Type::q6_K;
+      return ggml::Type::q5_K;
   }
+  return ggml::Type::f32;
 }
 
 struct TensorOut {
   std::string name;
   std::vector<uint64_t> dims;  // innermost first
-  uint32_t type;
-  Bytes data;
+  ggml::Type type;
+  std::vector<uint8_t> data;
 };
 
-// A parameter as a GGUF tensor: 2-D weights in `type` (rows of dims[0]),
-// everything else f32.
-TensorOut tensor(const models::Gpt& model, const std::string& brisk_name, const std::string& gguf_name, GgufType type) {
+// A parameter as a GGUF tensor in `type` (rows of dims[0] values).
+TensorOut tensor(const models::Gpt& model, const std::string& brisk_name, const std::string& gguf_name,
+                 ggml::Type type = ggml::Type::f32) {
   const core::ParameterStore& store = model.params();
   const core::Tensor t = store.download(store.at(brisk_name).value);
-  const float* x = t.data_as<float>();
   TensorOut o;
   o.name = gguf_name;
   for (int d = t.shape().rank() - 1; d >= 0; --d) o.dims.push_back(uint64_t(t.shape()[d]));
-  const int64_t n = t.numel();
-  const GgufType as = t.shape().rank() == 2 ? type : GgufType::f32;
-  switch (as) {
-    case GgufType::f32:
-      o.type = kGgmlF32;
-      o.data.raw(x, size_t(n) * sizeof(float));
-      break;
-    case GgufType::f16:
-      o.type = kGgmlF16;
-      for (int64_t i = 0; i < n; ++i) o.data.put(core::f32_to_f16(x[i]));
-      break;
-    case GgufType::q8_0:
-      o.type = kGgmlQ8_0;
-      quantize_q8_0(x, n, o.data);
-      break;
-    case GgufType::q4_0:
-      o.type = kGgmlQ4_0;
-      quantize_q4_0(x, n, o.data);
-      break;
-  }
+  o.type = type;
+  o.data.resize(ggml::row_bytes(type, t.numel()));
+  ggml::quantize(type, t.data_as<float>(), t.numel(), o.data.data());
   return o;
 }
 
@@ -205,21 +201,36 @@ void write_vocab(Metadata& md, const std::string& tokenizer_name, const std::str
 
 }  // namespace
 
+namespace {
+
+struct TypeName {
+  GgufType type;
+  const char* name;
+};
+constexpr TypeName kTypeNames[] = {{GgufType::f32, "f32"},       {GgufType::f16, "f16"},       {GgufType::q8_0, "q8_0"},
+                                   {GgufType::q4_0, "q4_0"},     {GgufType::q6_k, "q6_k"},     {GgufType::q5_k_m, "q5_k_m"},
+                                   {GgufType::q5_k_s, "q5_k_s"}, {GgufType::q4_k_m, "q4_k_m"}, {GgufType::q4_k_s, "q4_k_s"}};
+
+bool is_k_quant(GgufType t) {
+  return t == GgufType::q4_k_s || t == GgufType::q4_k_m || t == GgufType::q5_k_s || t == GgufType::q5_k_m ||
+         t == GgufType::q6_k;
+}
+
+}  // namespace
+
 GgufType parse_gguf_type(const std::string& name) {
-  if (name == "f32") return GgufType::f32;
-  if (name == "f16") return GgufType::f16;
-  if (name == "q8_0") return GgufType::q8_0;
-  if (name == "q4_0") return GgufType::q4_0;
-  throw core::ConfigError("--type '" + name + "': expected f32, f16, q8_0 or q4_0");
+  std::string lower = name, choices;
+  for (char& c : lower) c = char(std::tolower(static_cast<unsigned char>(c)));  // llama.cpp writes Q4_K_M
+  for (const TypeName& t : kTypeNames) {
+    if (lower == t.name) return t.type;
+    choices += std::string(choices.empty() ? "" : ", ") + t.name;
+  }
+  throw core::ConfigError("--type '" + name + "': expected one of " + choices);
 }
 
 const char* gguf_type_name(GgufType t) {
-  switch (t) {
-    case GgufType::f32: return "f32";
-    case GgufType::f16: return "f16";
-    case GgufType::q8_0: return "q8_0";
-    case GgufType::q4_0: return "q4_0";
-  }
+  for (const TypeName& n : kTypeNames)
+    if (n.type == t) return n.name;
   return "?";
 }
 
@@ -230,9 +241,15 @@ GgufExportSummary export_gguf(const std::string& checkpoint, const std::string& 
   const std::string dir = train::require_checkpoint(checkpoint);
   train::TrainState state;
   const models::GptConfig cfg = train::read_checkpoint_config(dir, &state);
-  if ((options.type == GgufType::q8_0 || options.type == GgufType::q4_0) && cfg.n_embd % 32 != 0)
-    throw core::ConfigError(std::string(gguf_type_name(options.type)) + " needs n_embd to be a multiple of 32 (the " +
-                            "block size along each weight row); this model has n_embd " + std::to_string(cfg.n_embd));
+  // Every quantized row is n_embd or 4 n_embd long: whole blocks when n_embd is.
+  const int64_t block = is_k_quant(options.type) ? ggml::kSuperBlock
+                        : (options.type == GgufType::q8_0 || options.type == GgufType::q4_0) ? 32
+                                                                                               : 1;
+  if (cfg.n_embd % block != 0)
+    throw core::ConfigError(std::string(gguf_type_name(options.type)) + " needs n_embd to be a multiple of " +
+                            std::to_string(block) + " (the block length along each weight row); this model has " +
+                            "n_embd " + std::to_string(cfg.n_embd) +
+                            (block == ggml::kSuperBlock ? ": use q8_0 or q4_0 (blocks of 32)" : ""));
   const std::string tokenizer = state.tokenizer.empty() ? "gpt2" : state.tokenizer;
   cpu::CpuBackend backend(1);
   models::Gpt model(cfg, backend);
@@ -254,20 +271,28 @@ GgufExportSummary export_gguf(const std::string& checkpoint, const std::string& 
   write_vocab(md, tokenizer, options.vocab_dir, cfg.vocab_size, s.vocab_tokens);
 
   const GgufType t = options.type;
+  const int64_t L = cfg.n_layer;
   std::vector<TensorOut> tensors;
-  tensors.push_back(tensor(model, "wte.weight", "token_embd.weight", t));  // also the LM head (no output.weight)
-  tensors.push_back(tensor(model, "wpe.weight", "position_embd.weight", GgufType::f32));
-  for (int64_t l = 0; l < cfg.n_layer; ++l) {
+  // The token embedding is also the LM head (the file has no output.weight).
+  tensors.push_back(tensor(model, "wte.weight", "token_embd.weight", weight_type(t, Role::token_embd, 0, L)));
+  tensors.push_back(tensor(model, "wpe.weight", "position_embd.weight"));
+  for (int64_t l = 0; l < L; ++l) {
     const std::string b = "h." + std::to_string(l) + ".", g = "blk." + std::to_string(l) + ".";
-    for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{
-             {"ln_1", "attn_norm"}, {"attn.c_attn", "attn_qkv"}, {"attn.c_proj", "attn_output"},
-             {"ln_2", "ffn_norm"},  {"mlp.c_fc", "ffn_up"},        {"mlp.c_proj", "ffn_down"}}) {
-      tensors.push_back(tensor(model, b + from + ".weight", g + to + ".weight", t));
-      tensors.push_back(tensor(model, b + from + ".bias", g + to + ".bias", t));
+    struct Layer {
+      const char *from, *to;
+      std::optional<Role> linear;  // empty for a LayerNorm (f32)
+    };
+    for (const Layer& x : {Layer{"ln_1", "attn_norm", {}}, Layer{"attn.c_attn", "attn_qkv", Role::attn_qkv},
+                           Layer{"attn.c_proj", "attn_output", Role::attn_output}, Layer{"ln_2", "ffn_norm", {}},
+                           Layer{"mlp.c_fc", "ffn_up", Role::ffn_up}, Layer{"mlp.c_proj", "ffn_down", Role::ffn_down}}) {
+      const ggml::Type w = x.linear ? weight_type(t, *x.linear, l, L) : ggml::Type::f32;
+      tensors.push_back(tensor(model, b + x.from + ".weight", g + x.to + ".weight", w));
+      tensors.push_back(tensor(model, b + x.from + ".bias", g + x.to + ".bias"));
     }
   }
-  tensors.push_back(tensor(model, "ln_f.weight", "output_norm.weight", t));
-  tensors.push_back(tensor(model, "ln_f.bias", "output_norm.bias", t));
+  tensors.push_back(tensor(model, "ln_f.weight", "output_norm.weight"));
+  tensors.push_back(tensor(model, "ln_f.bias", "output_norm.bias"));
+  for (const TensorOut& o : tensors) ++s.tensors_by_type[ggml::type_name(o.type)];
 
   Bytes head;
   head.raw("GGUF", 4);
@@ -280,7 +305,7 @@ GgufExportSummary export_gguf(const std::string& checkpoint, const std::string& 
     head.str(o.name);
     head.put(uint32_t(o.dims.size()));
     for (uint64_t d : o.dims) head.put(d);
-    head.put(o.type);
+    head.put(uint32_t(o.type));
     head.put(offset);
     offset += (o.data.size() + kAlignment - 1) / kAlignment * kAlignment;
   }
@@ -291,7 +316,7 @@ GgufExportSummary export_gguf(const std::string& checkpoint, const std::string& 
   s.bytes = head.size();
   static const char zeros[kAlignment] = {};
   for (const TensorOut& o : tensors) {
-    f.write(o.data.data().data(), o.data.size());
+    f.write(o.data.data(), o.data.size());
     const size_t pad = (kAlignment - o.data.size() % kAlignment) % kAlignment;
     f.write(zeros, pad);
     s.bytes += o.data.size() + pad;

@@ -88,12 +88,17 @@ inline ProgramResult run_program(const std::vector<std::string>& argv, double ti
 
 // Every parameter random, in ranges that keep the activations moderate:
 // logits of a few units, attention neither uniform nor one-hot.
-inline void randomize(models::Gpt& model, uint64_t seed) {
+// A wider model takes a smaller `linear_std` (the Linear weights' spread)
+// for the same activations.
+inline void randomize(models::Gpt& model, uint64_t seed, float linear_std = 0.1f) {
   for (auto& [name, e] : model.params().entries()) {
     const bool ln = name.find("ln_") != std::string::npos;
     const bool bias = name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0;
     const float mean = ln && !bias ? 1.f : 0.f;
-    const float std = ln && !bias ? 0.2f : bias ? 0.1f : name.rfind("wte", 0) == 0 || name.rfind("wpe", 0) == 0 ? 0.3f : 0.1f;
+    const float std = ln && !bias                                                 ? 0.2f
+                      : bias                                                      ? 0.1f
+                      : name.rfind("wte", 0) == 0 || name.rfind("wpe", 0) == 0 ? 0.3f
+                                                                                  : linear_std;
     model.params().upload(e.value, core::Tensor::randn(e.value.shape(), core::DType::f32, seed++, mean, std));
   }
 }
@@ -116,11 +121,11 @@ inline std::vector<float> read_floats(const std::string& path) {
 // checkpoint of `run_dir` at `step` with the bytes tokenizer; returns its
 // directory.
 inline std::string save_random_checkpoint(const std::string& run_dir, const models::GptConfig& config, uint64_t seed,
-                                          int64_t step) {
+                                          int64_t step, float linear_std = 0.1f) {
   cpu::CpuBackend backend(2);
   models::Gpt model(config, backend);
   model.init_weights(11);
-  randomize(model, seed);
+  randomize(model, seed, linear_std);
   train::TrainState st;
   st.step = step;
   st.tokenizer = "bytes";

@@ -20,6 +20,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <map>
+#include <set>
 #include <memory>
 #include <random>
 
@@ -31,6 +34,7 @@
 #include "brisk/models/gpt.h"
 #include "brisk/train/checkpoint.h"
 #include "export_test_util.h"
+#include "gguf_reader.h"
 
 using namespace brisk;
 using namespace brisk::export_test;
@@ -109,20 +113,22 @@ void round_trip(float* x, int64_t n, const std::string& type) {
   }
 }
 
-// Softmax rows of brisk's logits for ids, (T, V), with the weights the file
-// holds: every 2-D weight but the position embeddings in `type`.
-std::vector<double> brisk_probs(const std::vector<int32_t>& ids, const std::string& type = "f32") {
+// Softmax rows of brisk's logits for ids, (T, V), for a checkpoint whose
+// 2-D weights `adjust` may change first (to what a file holds).
+using Adjust = std::function<void(const std::string& name, core::Tensor& weight)>;
+std::vector<double> probs_of(const std::string& checkpoint, const std::vector<int32_t>& ids, const Adjust& adjust = {}) {
   cpu::CpuBackend backend(2);
-  models::Gpt model(train::read_checkpoint_config(saved().checkpoint), backend);
-  train::load_checkpoint(saved().checkpoint, model, nullptr);
-  if (type != "f32")
+  const models::GptConfig cfg = train::read_checkpoint_config(checkpoint);
+  models::Gpt model(cfg, backend);
+  train::load_checkpoint(checkpoint, model, nullptr);
+  if (adjust)
     for (auto& [name, e] : model.params().entries()) {
-      if (e.value.shape().rank() != 2 || name == "wpe.weight") continue;
+      if (e.value.shape().rank() != 2) continue;
       core::Tensor w = model.params().download(e.value);
-      round_trip(w.data_as<float>(), w.numel(), type);
+      adjust(name, w);
       model.params().upload(e.value, w);
     }
-  const int64_t T = int64_t(ids.size()), V = kConfig.vocab_size;
+  const int64_t T = int64_t(ids.size()), V = cfg.vocab_size;
   const float* logits = model.logits(ids.data(), 1, T);
   std::vector<double> p(size_t(T * V));
   for (int64_t t = 0; t < T; ++t) {
@@ -133,6 +139,15 @@ std::vector<double> brisk_probs(const std::vector<int32_t>& ids, const std::stri
     for (int64_t v = 0; v < V; ++v) p[size_t(t * V + v)] /= sum;
   }
   return p;
+}
+
+// brisk on the test checkpoint with every 2-D weight but the position
+// embeddings as `type` holds it.
+std::vector<double> brisk_probs(const std::vector<int32_t>& ids, const std::string& type = "f32") {
+  if (type == "f32") return probs_of(saved().checkpoint, ids);
+  return probs_of(saved().checkpoint, ids, [&](const std::string& name, core::Tensor& w) {
+    if (name != "wpe.weight") round_trip(w.data_as<float>(), w.numel(), type);
+  });
 }
 
 std::vector<int32_t> random_ids(int64_t n, uint64_t seed) {
@@ -213,6 +228,107 @@ TEST(GgufExport, LlamaCppMatchesBriskInEveryWeightType) {
   }
 }
 
+// The K-quant mixes on a model they can hold (n_embd a multiple of their
+// 256-value super-block), with 8 blocks so that each mix's per-block rules
+// pick differently (Linear weights of spread 0.05: the activations of the
+// 64-wide model's 0.1). The file is read back here (gguf_reader.h): each
+// tensor's type is the mix's, each weight reads back within its format's
+// error of the fp32 one (a layout written one way and read another would
+// not), and llama.cpp's distributions match brisk's run on the weights as
+// read (a reader that read differently from llama.cpp would not).
+TEST(GgufExport, LlamaCppReadsTheKQuantMixesAsWritten) {
+  const models::GptConfig wide{256, 8, 256, 4, 64};
+  TempDir dir;
+  const std::string run_dir = dir.file("run"), checkpoint = save_random_checkpoint(run_dir, wide, 2468, 7, 0.05f);
+  const std::vector<int32_t> ids = random_ids(wide.block_size, 78);
+  const std::vector<double> fp32 = probs_of(checkpoint, ids);
+  cpu::CpuBackend backend(1);
+  models::Gpt original(wide, backend);
+  train::load_checkpoint(checkpoint, original, nullptr);
+
+  // llama-quantize's choices for gpt2 with 8 blocks, by hand: the tied token
+  // embedding in q6_K; for _M, attn_qkv one step up and ffn_down in q6_K in
+  // blocks 0, 3, 6 and 7 (use_more_bits: the first and last eighth, then
+  // every third); for q4_k_s, ffn_down q5_K in block 0 (the first eighth).
+  struct Mix {
+    const char* name;
+    uint32_t file_type;
+    const char *base, *qkv;
+    std::set<int> ffn_down_q6, ffn_down_q5;
+  };
+  const Mix mixes[] = {{"q6_k", 18, "q6_K", "q6_K", {}, {}},
+                       {"q5_k_m", 17, "q5_K", "q6_K", {0, 3, 6, 7}, {}},
+                       {"q5_k_s", 16, "q5_K", "q5_K", {}, {}},
+                       {"q4_k_m", 15, "q4_K", "q5_K", {0, 3, 6, 7}, {}},
+                       {"Q4_K_S", 14, "q4_K", "q4_K", {}, {0}}};
+  const std::map<std::string, double> max_weight_error = {{"q6_K", 0.03}, {"q5_K", 0.05}, {"q4_K", 0.10}};
+  const std::vector<std::pair<std::string, std::string>> blocks = {{"attn_qkv", "attn.c_attn"},
+                                                                   {"attn_output", "attn.c_proj"},
+                                                                   {"ffn_up", "mlp.c_fc"},
+                                                                   {"ffn_down", "mlp.c_proj"}};
+  for (const Mix& mix : mixes) {
+    const std::string out = dir.file(std::string("model-") + mix.name + ".gguf");
+    const CliResult e = run_cli({"export", "gguf", "--checkpoint", run_dir, "--out", out, "--type", mix.name});
+    ASSERT_EQ(e.exit_code, 0) << e.out << e.err;
+    const export_test::GgufFile file(out);
+    EXPECT_EQ(file.u32("general.file_type"), mix.file_type) << mix.name;
+
+    // gguf name -> (brisk name, the type the mix gives it)
+    std::map<std::string, std::pair<std::string, std::string>> weights = {
+        {"token_embd.weight", {"wte.weight", "q6_K"}}, {"position_embd.weight", {"wpe.weight", "f32"}}};
+    for (int l = 0; l < wide.n_layer; ++l)
+      for (const auto& [gguf, brisk_name] : blocks) {
+        std::string type = gguf == "attn_qkv" ? mix.qkv : mix.base;
+        if (gguf == "ffn_down" && mix.ffn_down_q6.count(l)) type = "q6_K";
+        if (gguf == "ffn_down" && mix.ffn_down_q5.count(l)) type = "q5_K";
+        weights["blk." + std::to_string(l) + "." + gguf + ".weight"] = {
+            "h." + std::to_string(l) + "." + brisk_name + ".weight", type};
+      }
+    std::map<std::string, std::vector<float>> as_read;  // brisk name -> the file's weight, dequantized
+    for (const auto& [name, t] : file.tensors) {
+      const auto w = weights.find(name);
+      if (w == weights.end()) {
+        EXPECT_STREQ(export_test::ggml_name(t.type), "f32") << mix.name << " " << name << ": LayerNorms and biases";
+        continue;
+      }
+      EXPECT_EQ(export_test::ggml_name(t.type), w->second.second) << mix.name << " " << name;
+      std::vector<float> x = export_test::dequantize(t);
+      const core::Tensor ref = original.params().download(original.params().at(w->second.first).value);
+      ASSERT_EQ(int64_t(x.size()), ref.numel()) << name;
+      double num = 0, den = 0;
+      for (size_t i = 0; i < x.size(); ++i) {
+        const double r = ref.data_as<float>()[i];
+        num += (x[i] - r) * (x[i] - r);
+        den += r * r;
+      }
+      if (max_weight_error.count(w->second.second)) {
+        EXPECT_LT(std::sqrt(num / den), max_weight_error.at(w->second.second)) << mix.name << " " << name;
+      }
+      as_read[w->second.first] = std::move(x);
+    }
+    ASSERT_EQ(as_read.size(), weights.size()) << mix.name << ": every weight is in the file";
+
+    const LlamaRun run = run_in_llama_cpp(out, ids);
+    ASSERT_EQ(run.probs.size(), fp32.size()) << run.report;
+    const std::vector<double> same_weights = probs_of(checkpoint, ids, [&](const std::string& name, core::Tensor& w) {
+      const std::vector<float>& x = as_read.at(name);
+      std::copy(x.begin(), x.end(), w.data_as<float>());
+    });
+    const int64_t T = int64_t(ids.size()), V = wide.vocab_size;
+    const Agreement same = compare(run.probs, same_weights, T, V), full = compare(run.probs, fp32, T, V);
+    std::printf("%-6s %7.0f bytes  against brisk on the weights as read: max |dp| %.2g, mean TV %.2g, same top %.1f%%; "
+                "against fp32 brisk: mean TV %.2g, same top %.1f%%\n",
+                mix.name, double(fs::file_size(out)), same.max_abs, same.mean_tv, 100 * same.same_top, full.mean_tv,
+                100 * full.same_top);
+    // llama.cpp rounds activations to 8 bits per 256 values (q8_K) before
+    // K-quant products, coarser than q8_0's 32: on this 8-block model that
+    // alone moves its distributions by a mean TV of about 0.025.
+    EXPECT_LE(same.max_abs, 0.15) << mix.name;
+    EXPECT_LE(same.mean_tv, 0.05) << mix.name;
+    EXPECT_LT(2 * same.mean_tv, full.mean_tv) << mix.name << ": llama.cpp should be nearer the weights as read than fp32";
+  }
+}
+
 TEST(GgufExport, UserErrors) {
   const Saved& s = saved();
   TempDir dir;
@@ -223,6 +339,9 @@ TEST(GgufExport, UserErrors) {
     EXPECT_EQ(r.err.find("internal error"), std::string::npos) << r.err;
   };
   refused({"export", "gguf", "--checkpoint", s.run_dir, "--out", dir.file("m.gguf"), "--type", "q5_1"}, "q5_1");
+  // The K-quants' 256-value blocks do not divide this model's 64-wide rows.
+  refused({"export", "gguf", "--checkpoint", s.run_dir, "--out", dir.file("m.gguf"), "--type", "q4_k_m"},
+          "multiple of 256");
   refused({"export", "gguf", "--checkpoint", dir.file("none"), "--out", dir.file("m.gguf")}, "no checkpoint found");
   refused({"export", "gguf", "--checkpoint", s.run_dir, "--out", dir.path().string()}, "is a directory");
   // A damaged checkpoint leaves an earlier file at --out as it was.

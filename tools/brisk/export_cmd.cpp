@@ -52,8 +52,10 @@ int run_gguf(const std::string& checkpoint, const std::string& out, const std::s
   std::printf("exported %s -> %s\n", s.checkpoint_dir.c_str(), s.out_path.c_str());
   std::printf("  model    GPT n_layer %lld, n_embd %lld, n_head %lld, vocab %lld, block %lld\n", (long long)c.n_layer,
               (long long)c.n_embd, (long long)c.n_head, (long long)c.vocab_size, (long long)c.block_size);
-  std::printf("  file     GGUF v3, architecture gpt2, weights %s, %lld tensors, %.2f MB\n", exporter::gguf_type_name(o.type),
-              (long long)s.tensors, double(s.bytes) / 1e6);
+  std::string by_type;
+  for (const auto& [name, n] : s.tensors_by_type) by_type += (by_type.empty() ? "" : ", ") + std::to_string(n) + " " + name;
+  std::printf("  file     GGUF v3, architecture gpt2, weights %s, %lld tensors (%s), %.2f MB\n",
+              exporter::gguf_type_name(o.type), (long long)s.tensors, by_type.c_str(), double(s.bytes) / 1e6);
   std::printf("  vocab    %s tokenizer, %lld tokens\n", s.tokenizer.c_str(), (long long)s.vocab_tokens);
   return 0;
 }
@@ -81,7 +83,7 @@ ExportCommand add_export_command(CLI::App& parent) {
   gguf->add_option("--checkpoint", *gguf_checkpoint, "Checkpoint directory, or a run directory (newest is used)")
       ->required();
   gguf->add_option("--out", *gguf_out, "Output file, e.g. model.gguf (written atomically)")->required();
-  gguf->add_option("--type", *gguf_type, "Weights: f32 | f16 | q8_0 | q4_0 (ggml's block formats)")
+  gguf->add_option("--type", *gguf_type, "Weights: f32 | f16 | q8_0 | q4_0 | q4_k_s | q4_k_m | q5_k_s | q5_k_m | q6_k (ggml's formats; K-quants as llama-quantize mixes them)")
       ->capture_default_str();
   gguf->add_option("--vocab-dir", *vocab_dir, "GPT-2 vocabulary directory (gpt2 models)");
   ExportCommand cmd;
