@@ -4,6 +4,7 @@
 // whether the Linears are quantized.
 #include "brisk/infer/model.h"
 
+#include <cmath>
 #include <cstring>
 #include <functional>
 #include <set>
@@ -184,16 +185,30 @@ Tensors tensors_of(const std::map<std::string, Tensor>& tensors, const std::stri
 }
 
 // A float tensor of exactly `shape`, widened to f32 if stored as f16/bf16.
+// One NaN or infinity in a weight, a LayerNorm or a quantized scale turns
+// every token after it into NaN logits: the model is refused when it loads.
+void require_finite(const Tensor& x, const Tensors& t, const std::string& name) {
+  const float* v = x.data_as<float>();
+  for (int64_t i = 0; i < x.numel(); ++i)
+    if (!std::isfinite(v[i]))
+      throw IoError(t.path + ": tensor '" + name + "' holds " + (std::isnan(v[i]) ? "NaN" : "an infinity") +
+                    " at element " + std::to_string(i) + " (a diverged or damaged model)");
+}
+
 Tensor f32_of(const Tensors& t, const std::string& name, const Shape& shape) {
   const Tensor& x = t.get(name);
   if (x.shape() != shape)
     throw IoError(t.path + ": tensor '" + name + "' is " + x.meta().str() + ", expected shape " + shape.str() +
                   " for this GPT-2 config");
-  if (x.dtype() == DType::f32) return x;
+  if (x.dtype() == DType::f32) {
+    require_finite(x, t, name);
+    return x;
+  }
   if (!core::dtype_is_float(x.dtype()))
     throw IoError(t.path + ": tensor '" + name + "' is " + x.meta().str() + ", expected a float tensor");
   Tensor y = Tensor::empty(shape, DType::f32);
   for (int64_t i = 0; i < x.numel(); ++i) y.data_as<float>()[i] = float(x.item(i));
+  require_finite(y, t, name);
   return y;
 }
 
@@ -310,6 +325,7 @@ QLinear read_qlinear(const Tensors& t, const std::string& name, Scheme s, int64_
       q.scale.dtype() != DType::f32)
     throw IoError(t.path + ": '" + name + ".weight' is " + q.w.meta().str() + " with scale " + q.scale.meta().str() +
                   ", expected " + std::string(q4 ? "u8" : "i8") + wshape.str() + " with f32" + sshape.str());
+  require_finite(q.scale, t, name + ".weight.scale");
   if (bias) q.bias = f32_of(t, name + ".bias", Shape{out});
   return q;
 }
@@ -399,12 +415,16 @@ Model load_model(const std::string& path) {
     const Tensors t = tensors_of(core::load_safetensors(weights.string()).tensors, weights.string());
     return fp32_from_tensors(t, hf_config((fs::path(path) / "config.json").string(), t), "gpt2", WeightLayout::conv1d);
   }
+  // A brisk checkpoint's own weights file: its config and tokenizer are in
+  // the state.json beside it, not in the tensors' shapes.
+  const fs::path dir = fs::path(path).parent_path();
+  if (fs::path(path).filename() == "model.safetensors" && fs::exists(dir / "state.json"))
+    return from_checkpoint(dir.string());
   core::SafetensorsFile f;
   try {
     f = core::load_safetensors(path);
   } catch (const IoError& e) {
-    throw IoError(std::string("no checkpoint found: ") + path +
-                  " is a file, and not a safetensors model file either (" + e.what() + ")");
+    throw IoError(path + ": not a checkpoint directory, and not a readable safetensors model file (" + e.what() + ")");
   }
   if (f.metadata.count("brisk.scheme")) return load_quantized(path, f);
   const Tensors t = tensors_of(f.tensors, path);

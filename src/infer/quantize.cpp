@@ -201,13 +201,20 @@ Model quantize(const Model& m, Scheme s, const std::vector<int32_t>& calibration
   if (s == Scheme::f32) throw core::ConfigError("quantize needs a scheme: int8 or int4");
   if (m.head.packed)
     throw core::ConfigError(m.source + ": its weights are packed for the engine; quantize the model as loaded");
-  require_finite(m.head, "wte", m.source);
+  auto check = [&](const QLinear& l, const std::string& name) {
+    require_finite(l, name, m.source);
+    if (s == Scheme::int4 && l.in % ops::quant::kQ4Group != 0)
+      throw core::ConfigError(m.source + ": int4 needs every Linear's input width to be a multiple of " +
+                              std::to_string(ops::quant::kQ4Group) + "; '" + name + "' takes " +
+                              std::to_string(l.in) + " (use int8)");
+  };
+  check(m.head, "wte");
   for (size_t l = 0; l < m.layers.size(); ++l) {
     const std::string h = "h." + std::to_string(l) + ".";
-    require_finite(m.layers[l].qkv, h + "attn.c_attn", m.source);
-    require_finite(m.layers[l].proj, h + "attn.c_proj", m.source);
-    require_finite(m.layers[l].fc, h + "mlp.c_fc", m.source);
-    require_finite(m.layers[l].fc_proj, h + "mlp.c_proj", m.source);
+    check(m.layers[l].qkv, h + "attn.c_attn");
+    check(m.layers[l].proj, h + "attn.c_proj");
+    check(m.layers[l].fc, h + "mlp.c_fc");
+    check(m.layers[l].fc_proj, h + "mlp.c_proj");
   }
   Model q = m;
   std::string note = scheme_name(s);

@@ -622,7 +622,7 @@ def _(c):
     return c.generate(ck)
 
 
-@case("ck_path_is_file", "checkpoint", "--checkpoint names a file", "no checkpoint found")
+@case("ck_path_is_file", "checkpoint", "--checkpoint names a file", "not a checkpoint directory")
 def _(c):
     return c.generate(c.base.text)
 

@@ -447,24 +447,61 @@ TEST_F(BadGenerate, OutputsThatWouldOverwriteTheInputAreRefused) {
 
 // NaN or infinite weights (a diverged run's, a damaged file's) have no
 // magnitude order and no scale: prune and quantize name the tensor.
-TEST_F(BadGenerate, NonFiniteWeightsAreRefusedByPruneAndQuantize) {
+// A NaN or infinity in a stored weight is damage (a run that diverges
+// writes no checkpoint): every command that reads the checkpoint refuses
+// it naming the tensor, where generate, eval and the exports used to run on
+// and write NaN logits or files. A quantized file's scales likewise.
+TEST_F(BadGenerate, NonFiniteWeightsAreRefusedByEveryReader) {
   cpu::CpuBackend backend(1);
   train::TrainState state;
   models::Gpt model(train::read_checkpoint_config(ckpt_, &state), backend);
   train::load_checkpoint(ckpt_, model, nullptr);
   model.params().entries().at("h.1.mlp.c_fc.weight").value.data_as<float>()[5] = std::nanf("");
   const std::string bad = train::save_checkpoint(tmp_.file("nan_run"), model, nullptr, state, 0);
-  expect_clear_error(run_cli({"prune", "--checkpoint", bad, "--method", "magnitude", "--out", tmp_.file("p")}),
-                     {"h.1.mlp.c_fc.weight", "weight 5 is NaN"});
-  expect_clear_error(run_cli({"quantize", "--checkpoint", bad, "--scheme", "int8", "--out", tmp_.file("q")}),
-                     {"h.1.mlp.c_fc", "NaN"});
+  const std::vector<std::string> nan = {"h.1.mlp.c_fc.weight", "NaN"};
+  expect_clear_error(run_cli({"prune", "--checkpoint", bad, "--method", "magnitude", "--out", tmp_.file("p")}), nan);
+  expect_clear_error(run_cli({"quantize", "--checkpoint", bad, "--scheme", "int8", "--out", tmp_.file("q")}), nan);
+  expect_clear_error(run_cli({"generate", "--checkpoint", bad, "--prompt", "In", "--max-new", "2"}), nan);
+  expect_clear_error(run_cli({"eval", "--checkpoint", bad, "--data", data_}), nan);
+  expect_clear_error(run_cli({"export", "onnx", "--checkpoint", bad, "--out", tmp_.file("m.onnx")}), nan);
+  expect_clear_error(run_cli({"export", "gguf", "--checkpoint", bad, "--out", tmp_.file("m.gguf")}), nan);
   model.params().entries().at("h.1.mlp.c_fc.weight").value.data_as<float>()[5] = INFINITY;
   const std::string inf = train::save_checkpoint(tmp_.file("inf_run"), model, nullptr, state, 0);
   expect_clear_error(run_cli({"prune", "--checkpoint", inf, "--method", "2:4", "--sparsity", "0.5", "--out",
                               tmp_.file("p")}),
-                     {"h.1.mlp.c_fc.weight", "infinite"});
-  EXPECT_FALSE(fs::exists(tmp_.file("p")));
-  EXPECT_FALSE(fs::exists(tmp_.file("q")));
+                     {"h.1.mlp.c_fc.weight", "infinity"});
+  for (const char* out : {"p", "q", "m.onnx", "m.gguf"}) EXPECT_FALSE(fs::exists(tmp_.file(out))) << out;
+
+  // A quantized file with a NaN scale.
+  const std::string q8 = tmp_.file("q8.safetensors");
+  ASSERT_EQ(run_cli({"quantize", "--checkpoint", ckpt_, "--scheme", "int8", "--out", q8}).exit_code, 0);
+  const core::SafetensorsFile f = core::load_safetensors(q8);
+  std::vector<core::NamedTensor> tensors;
+  std::map<std::string, core::Tensor> copies;
+  for (const auto& [name, t] : f.tensors) copies[name] = t.clone();
+  copies.at("h.0.attn.c_proj.weight.scale").data_as<float>()[3] = std::nanf("");
+  for (const auto& [name, t] : copies) tensors.push_back({name, t.as_view()});
+  core::save_safetensors(tmp_.file("nan_scale.safetensors"), tensors, f.metadata);
+  expect_clear_error(run_cli({"generate", "--checkpoint", tmp_.file("nan_scale.safetensors"), "--prompt", "In",
+                              "--max-new", "2"}),
+                     {"h.0.attn.c_proj.weight.scale", "NaN at element 3"});
+}
+
+// A checkpoint's own model.safetensors, named as the model, is read with the
+// state.json beside it: its tokenizer and head count are not in the
+// tensors (it was read as a Hugging Face file: GPT-2's tokenizer and 64-wide
+// heads, without a word).
+TEST_F(BadGenerate, ACheckpointsWeightsFileIsReadAsItsCheckpoint) {
+  const std::vector<std::string> args = {"--prompt", "In the", "--max-new", "8", "--temperature", "0", "--no-stream"};
+  auto generate = [&](const std::string& from) {
+    std::vector<std::string> a = {"generate", "--checkpoint", from};
+    a.insert(a.end(), args.begin(), args.end());
+    return run_cli(a);
+  };
+  const CliResult dir = generate(ckpt_), file = generate((fs::path(ckpt_) / "model.safetensors").string());
+  ASSERT_EQ(dir.exit_code, 0) << dir.err;
+  ASSERT_EQ(file.exit_code, 0) << file.err;
+  EXPECT_EQ(file.out, dir.out);
 }
 
 // A quantized file whose metadata says fp32 held int8 tensors the fp32 path
