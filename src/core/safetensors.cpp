@@ -219,23 +219,22 @@ void save_safetensors(const std::string& path, const std::vector<NamedTensor>& t
   w.commit();
 }
 
-SafetensorsFile load_safetensors(const std::string& path) { return parse_safetensors(read_file(path), path); }
+namespace {
 
-SafetensorsFile parse_safetensors(std::string_view bytes, const std::string& path) {
-  if (bytes.size() < 8) throw IoError(path + ": truncated safetensors file (no header length)");
-  uint64_t n = 0;
-  std::memcpy(&n, bytes.data(), 8);
-  if (n > bytes.size() - 8) throw IoError(path + ": truncated safetensors file (header says " + std::to_string(n) + " bytes)");
-  const Json header = parse_header(bytes.substr(8, n), path);
-  const size_t data_start = 8 + n;
-  const uint64_t data_bytes = bytes.size() - data_start;
-
-  // Every entry is checked before any tensor is allocated.
-  SafetensorsFile file;
+// The header's entries and metadata, every entry checked against the data
+// section's size and the others (no overlaps) before any tensor is allocated.
+struct Layout {
   std::vector<Entry> entries;
+  std::map<std::string, std::string> metadata;
+};
+
+Layout parse_layout(std::string_view header_text, uint64_t data_bytes, const std::string& path) {
+  const Json header = parse_header(header_text, path);
+  Layout layout;
+  std::vector<Entry>& entries = layout.entries;
   for (const auto& [name, value] : header.items()) {
     if (name == "__metadata__") {
-      file.metadata = parse_metadata(value, path);
+      layout.metadata = parse_metadata(value, path);
       continue;
     }
     entries.push_back(parse_entry(path, name, value, data_bytes));
@@ -251,12 +250,93 @@ SafetensorsFile parse_safetensors(std::string_view bytes, const std::string& pat
                     "' overlap in the data section (data_offsets [" + std::to_string(by_offset[i - 1]->begin) + ", " +
                     std::to_string(by_offset[i - 1]->end) + "] and [" + std::to_string(by_offset[i]->begin) + ", " +
                     std::to_string(by_offset[i]->end) + "])");
+  return layout;
+}
 
-  for (const Entry& e : entries) {
+// The 8-byte header length of a file of `size` bytes, checked.
+uint64_t header_length(const char* first8, uint64_t size, const std::string& path) {
+  if (size < 8) throw IoError(path + ": truncated safetensors file (no header length)");
+  uint64_t n = 0;
+  std::memcpy(&n, first8, 8);
+  if (n > size - 8) throw IoError(path + ": truncated safetensors file (header says " + std::to_string(n) + " bytes)");
+  return n;
+}
+
+// Reads exactly n bytes at offset, or throws naming what came short.
+void read_at(int fd, void* to, uint64_t n, uint64_t offset, const std::string& path, const std::string& what) {
+  char* p = static_cast<char*>(to);
+  while (n > 0) {
+    const ssize_t got = ::pread(fd, p, size_t(std::min<uint64_t>(n, uint64_t(1) << 30)), off_t(offset));
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) throw IoError(path + ": cannot read " + what + " (" + std::strerror(errno) + ")");
+    if (got == 0) throw IoError(path + ": truncated while reading " + what + " (the file was cut short)");
+    p += got;
+    n -= uint64_t(got);
+    offset += uint64_t(got);
+  }
+}
+
+}  // namespace
+
+SafetensorsFile parse_safetensors(std::string_view bytes, const std::string& path) {
+  const uint64_t n = header_length(bytes.data(), bytes.size(), path);
+  const size_t data_start = 8 + n;
+  Layout layout = parse_layout(bytes.substr(8, n), bytes.size() - data_start, path);
+  SafetensorsFile file;
+  file.metadata = std::move(layout.metadata);
+  for (const Entry& e : layout.entries) {
     Tensor tensor = Tensor::empty(e.shape, e.dtype);
     if (e.end > e.begin) std::memcpy(tensor.data(), bytes.data() + data_start + e.begin, e.end - e.begin);
     file.tensors.emplace(e.name, std::move(tensor));
   }
+  return file;
+}
+
+SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
+  // A directory opens like a file and reads as empty: say what it is instead.
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) throw IoError(path + ": is a directory, expected a file");
+  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd_ < 0) throw IoError(path + ": cannot open (" + std::strerror(errno) + ")");
+  try {
+    if (::fstat(fd_, &st) != 0) throw IoError(path + ": cannot stat (" + std::strerror(errno) + ")");
+    const uint64_t size = uint64_t(st.st_size);
+    char first8[8] = {};
+    if (size >= 8) read_at(fd_, first8, 8, 0, path, "the header length");
+    const uint64_t n = header_length(first8, size, path);
+    std::string header(size_t(n), '\0');
+    read_at(fd_, header.data(), n, 8, path, "the header");
+    data_start_ = 8 + n;
+    Layout layout = parse_layout(header, size - data_start_, path);
+    metadata_ = std::move(layout.metadata);
+    for (const Entry& e : layout.entries) {
+      metas_[e.name] = TensorMeta{e.shape, e.dtype};
+      offsets_[e.name] = e.begin;
+    }
+  } catch (...) {
+    ::close(fd_);
+    throw;
+  }
+}
+
+SafetensorsReader::~SafetensorsReader() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+Tensor SafetensorsReader::read(const std::string& name) const {
+  const auto it = metas_.find(name);
+  if (it == metas_.end()) throw IoError(path_ + ": no tensor '" + name + "'");
+  Tensor t = Tensor::empty(it->second.shape, it->second.dtype);
+  if (it->second.bytes() > 0)
+    read_at(fd_, t.data(), it->second.bytes(), data_start_ + offsets_.at(name), path_, "tensor '" + name + "'");
+  return t;
+}
+
+SafetensorsFile load_safetensors(const std::string& path) {
+  const SafetensorsReader reader(path);
+  SafetensorsFile file;
+  file.metadata = reader.metadata();
+  for (const auto& [name, meta] : reader.tensors()) file.tensors.emplace(name, reader.read(name));
   return file;
 }
 

@@ -203,7 +203,8 @@ core::Tensor stored_param(const std::string& path, const std::string& pname, con
 
 // A tensor no parameter asked for means the file is another model's (or
 // damaged): loading the rest would silently drop it.
-void check_no_extra(const std::string& path, const std::map<std::string, core::Tensor>& tensors,
+template <class Value>
+void check_no_extra(const std::string& path, const std::map<std::string, Value>& tensors,
                     const std::set<std::string>& expected) {
   for (const auto& [name, t] : tensors)
     if (!expected.count(name))
@@ -230,17 +231,19 @@ void check_kind(const StateFields& f, const Json& st, const std::string& want) {
   throw IoError(f.path + ": this checkpoint is " + what(kind) + ", but " + what(want) + " is needed here");
 }
 
+// Both files are read a tensor at a time, each uploaded and dropped: the
+// loader holds one tensor beside the model, never a second copy of it.
 void load_weights(const std::string& ckpt_dir, core::ParameterStore& store) {
   const std::string wpath = (fs::path(ckpt_dir) / "model.safetensors").string();
-  auto file = core::load_safetensors(wpath);
+  const core::SafetensorsReader file(wpath);
   std::set<std::string> names;
   for (auto& [pname, e] : store.entries()) {
-    auto it = file.tensors.find(pname);
-    if (it == file.tensors.end()) throw IoError(wpath + ": missing tensor '" + pname + "'");
-    store.upload(e.value, stored_param(wpath, pname, it->second, e.value.meta()));
+    if (!file.tensors().count(pname)) throw IoError(wpath + ": missing tensor '" + pname + "'");
     names.insert(pname);
   }
-  check_no_extra(wpath, file.tensors, names);
+  check_no_extra(wpath, file.tensors(), names);
+  for (auto& [pname, e] : store.entries())
+    store.upload(e.value, stored_param(wpath, pname, file.read(pname), e.value.meta()));
 }
 
 // The AdamW moments of every parameter in `store` and the optimizer's step
@@ -249,22 +252,26 @@ void load_weights(const std::string& ckpt_dir, core::ParameterStore& store) {
 void load_moments(const std::string& ckpt_dir, core::ParameterStore& store, optim::AdamW& optimizer,
                   int64_t steps_if_absent) {
   const std::string opath = (fs::path(ckpt_dir) / "optimizer.safetensors").string();
-  auto moments = core::load_safetensors(opath);
+  const core::SafetensorsReader moments(opath);
   std::set<std::string> keys;
-  for (auto& [pname, e] : store.entries()) {
+  for (auto& [pname, e] : store.entries())
     for (int k = 0; k < 2; ++k) {
       const std::string key = pname + (k == 0 ? ".exp_avg" : ".exp_avg_sq");
-      auto it = moments.tensors.find(key);
-      if (it == moments.tensors.end()) throw IoError(opath + ": missing tensor '" + key + "'");
-      if (!(it->second.meta() == e.state.at(size_t(k)).meta()))
-        throw IoError(opath + ": tensor '" + key + "' is " + it->second.meta().str() + ", expected " +
+      auto it = moments.tensors().find(key);
+      if (it == moments.tensors().end()) throw IoError(opath + ": missing tensor '" + key + "'");
+      if (!(it->second == e.state.at(size_t(k)).meta()))
+        throw IoError(opath + ": tensor '" + key + "' is " + it->second.str() + ", expected " +
                       e.state.at(size_t(k)).meta().str());
-      require_finite(opath, key, it->second);
-      store.upload(e.state.at(size_t(k)), it->second);
       keys.insert(key);
     }
-  }
-  check_no_extra(opath, moments.tensors, keys);
+  check_no_extra(opath, moments.tensors(), keys);
+  for (auto& [pname, e] : store.entries())
+    for (int k = 0; k < 2; ++k) {
+      const std::string key = pname + (k == 0 ? ".exp_avg" : ".exp_avg_sq");
+      const core::Tensor m = moments.read(key);
+      require_finite(opath, key, m);
+      store.upload(e.state.at(size_t(k)), m);
+    }
   const std::string spath = (fs::path(ckpt_dir) / "state.json").string();
   const Json sj = parse_state_file(spath);
   optimizer.set_steps_taken(sj.contains("optimizer_steps")

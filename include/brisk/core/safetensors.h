@@ -49,7 +49,34 @@ struct SafetensorsFile {
   std::map<std::string, std::string> metadata;
 };
 
-// Throws IoError naming the file and what is wrong (missing, truncated, bad header).
+// A file read one tensor at a time: opening reads and checks the header
+// (as parse_safetensors does), and each read() allocates one tensor and
+// reads its bytes straight into it. A loader that uploads each tensor and
+// drops it holds one tensor at a time, never the file's bytes beside the
+// tensors made from them (a resume's moments file is twice the model).
+class SafetensorsReader {
+ public:
+  explicit SafetensorsReader(const std::string& path);  // throws IoError as load_safetensors does
+  ~SafetensorsReader();
+  SafetensorsReader(const SafetensorsReader&) = delete;
+  SafetensorsReader& operator=(const SafetensorsReader&) = delete;
+
+  const std::map<std::string, TensorMeta>& tensors() const { return metas_; }
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  // Throws IoError for a name the file lacks or a file cut short since it was opened.
+  Tensor read(const std::string& name) const;
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  uint64_t data_start_ = 0;
+  std::map<std::string, TensorMeta> metas_;
+  std::map<std::string, uint64_t> offsets_;  // in the data section
+  std::map<std::string, std::string> metadata_;
+};
+
+// Every tensor of a file (through SafetensorsReader). Throws IoError naming
+// the file and what is wrong (missing, truncated, bad header).
 SafetensorsFile load_safetensors(const std::string& path);
 // The same from the file's bytes in memory; `path` names it in errors.
 SafetensorsFile parse_safetensors(std::string_view bytes, const std::string& path);
