@@ -228,8 +228,18 @@ TrainConfig config_from_table(const toml::table& file) {
   else if (n && n->is_floating_point() && std::isfinite(*n->value<double>()) && *n->value<double>() > 0 &&
            *n->value<double>() < 9.2e18 && std::floor(*n->value<double>()) == *n->value<double>())
     c.memory_budget = std::to_string(int64_t(*n->value<double>()));  // 4e9: a whole number of bytes
-  else
+  else if (n && n->is_floating_point()) {  // 4.5: neither bytes nor a size with its unit
+    const double v = *n->value<double>();
+    char text[64];
+    std::snprintf(text, sizeof text, "%.17g", v);
+    throw core::ConfigError(std::string("config: train.memory_budget: ") + text + " is not a memory size (" +
+                            (!(v > 0) ? "it must be at least 1 byte"
+                             : !std::isfinite(v) || v >= 9.2e18 ? "too large"
+                                                                 : "a number of bytes must be whole") +
+                            "); write e.g. \"4GiB\", \"512MiB\", \"1.5GB\" or a plain number of bytes");
+  } else {
     r.get("train", "memory_budget", c.memory_budget);
+  }
   if (!c.memory_budget.empty() && c.memory_budget != "auto")  // "auto" is read at start-up (tune.h)
     parse_byte_size(c.memory_budget, "config: train.memory_budget");
   r.get("checkpoint", "dir", c.out_dir);

@@ -59,7 +59,8 @@ uint64_t parse_byte_size(const std::string& text, const std::string& what) {
       {"g", 1073741824.0}, {"gib", 1073741824.0}, {"gb", 1e9},
       {"t", 1099511627776.0}, {"tib", 1099511627776.0}, {"tb", 1e12}};
   const auto u = kUnits.find(unit);
-  if (u == kUnits.end()) throw bad("unknown unit '" + unit + "'; allowed: B, KiB, MiB, GiB, TiB, kB, MB, GB, TB");
+  if (u == kUnits.end())
+    throw bad("unknown unit '" + unit + "'; allowed: B, K/KiB, M/MiB, G/GiB, T/TiB (powers of 1024), kB, MB, GB, TB");
   if (dot && u->second == 1.0) throw bad("a number of bytes must be whole");
   double v = 0;
   try {
@@ -331,19 +332,7 @@ TuneResult search_budget(const TrainConfig& cfg, uint64_t budget, core::Backend&
   for (TuneCandidate& c : r.candidates)
     c.relative_throughput = c.fits() ? best.flops_per_token / c.flops_per_token : 0.0;
 
-  r.chosen = cfg;
-  r.chosen.batch = best.batch;
-  r.chosen.grad_accum = best.grad_accum;
-  // Evaluation runs at the micro-batch, eval_batches of them: at a smaller
-  // micro-batch it would score fewer windows (a noisier val loss, not
-  // comparable with the config's). The sampler draws windows one by one from
-  // its seed, so ceil(batch x eval_batches / micro-batch) micro-batches score
-  // the config's windows first (exactly those when it divides).
-  if (cfg.eval_batches > 0 && best.batch != cfg.batch)
-    r.chosen.eval_batches = (cfg.batch * cfg.eval_batches + best.batch - 1) / best.batch;
-  r.chosen.model.recompute = best.recompute;
-  r.chosen.model.fused_classifier = best.fused_classifier;
-  r.chosen.memory_budget.clear();  // the choice is made: the tuned config describes the run
+  r.chosen = config_for(cfg, best);
 
   std::string s = "memory budget " + format_bytes(budget) + ": " +
                   describe(best.batch, best.grad_accum, best.recompute, best.fused_classifier) +
@@ -376,6 +365,23 @@ TuneResult tune_for_budget(const TrainConfig& cfg, uint64_t budget, core::Backen
   TuneResult r = search_budget(cfg, budget, backend);
   if (!r.fits()) throw ConfigError(r.summary);
   return r;
+}
+
+TrainConfig config_for(const TrainConfig& cfg, const TuneCandidate& c) {
+  TrainConfig t = cfg;
+  t.batch = c.batch;
+  t.grad_accum = c.grad_accum;
+  // Evaluation runs at the micro-batch, eval_batches of them: at a smaller
+  // micro-batch it would score fewer windows (a noisier val loss, not
+  // comparable with the config's). The sampler draws windows one by one from
+  // its seed, so ceil(batch x eval_batches / micro-batch) micro-batches score
+  // the config's windows first (exactly those when it divides).
+  if (cfg.eval_batches > 0 && c.batch != cfg.batch)
+    t.eval_batches = (cfg.batch * cfg.eval_batches + c.batch - 1) / c.batch;
+  t.model.recompute = c.recompute;
+  t.model.fused_classifier = c.fused_classifier;
+  t.memory_budget.clear();  // the choice is made: the tuned config describes the run
+  return t;
 }
 
 std::string candidates_table(const TuneResult& r) {

@@ -7,6 +7,9 @@
 // preset) at start-up and records the choice in the run's config.toml.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdint>
+
 #include "brisk/cpu/cpu_backend.h"
 #include "brisk/train/tune.h"
 #include "integration_util.h"
@@ -81,6 +84,27 @@ TEST_F(TuneCli, TimeTopTrainsTheBestCandidates) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("timing the best 2"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("tokens/s"), std::string::npos) << r.out;
+}
+
+// A timed choice is written like an untimed one: at a smaller micro-batch,
+// eval_batches is raised so that validation scores the config's windows
+// (--time-top wrote the config's eval_batches, scoring half of them at half
+// the micro-batch).
+TEST_F(TuneCli, TimedChoicesKeepTheValidationWindows) {
+  // Just under every setting's plan at micro-batch 4: only smaller ones fit.
+  uint64_t smallest_at_4 = UINT64_MAX;
+  for (const char* recompute : {"none", "selective", "full"})
+    for (const char* fused : {"true", "false"})
+      smallest_at_4 = std::min(smallest_at_4, planned({std::string("train.recompute=") + recompute,
+                                                       std::string("model.fused_classifier=") + fused}));
+  const std::string out = tmp_.file("timed.toml");
+  const CliResult r = run_cli({"tune", config_, "-m", std::to_string(smallest_at_4 - 1), "--time-top", "2",
+                               "--time-steps", "2", "-o", out});
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  const train::TrainConfig given = train::load_train_config(config_, {}), t = train::load_train_config(out, {});
+  ASSERT_LT(t.batch, 4) << r.out;
+  ASSERT_GT(given.eval_batches, 0);
+  EXPECT_EQ(t.eval_batches, (4 * given.eval_batches + t.batch - 1) / t.batch) << r.out;
 }
 
 // train.device = "cuda": the budget is GPU memory, planned on this machine

@@ -114,6 +114,12 @@ TEST(MemoryBudgetKey, BadSizeIsAClearError) {
     EXPECT_NE(msg.find("train.memory_budget"), std::string::npos) << bad << ": " << msg;
   }
   EXPECT_NE(error_of("", {"train.memory_budget=lots"}).find("'lots' is not a memory size"), std::string::npos);
+  // A TOML float says what is wrong with it (it said "must be a string").
+  EXPECT_NE(error_of("[train]\nmemory_budget = 4.5\n").find("4.5 is not a memory size (a number of bytes must be whole)"),
+            std::string::npos);
+  EXPECT_NE(error_of("[train]\nmemory_budget = 1e30\n").find("(too large)"), std::string::npos);
+  // The message lists the bare K/M/G/T the parser takes.
+  EXPECT_NE(error_of("", {"train.memory_budget=4Q"}).find("G/GiB"), std::string::npos);
 }
 
 TEST(RunPresets, DocsTableListsEveryKey) {

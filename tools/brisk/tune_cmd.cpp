@@ -115,11 +115,7 @@ int run_tune(const TuneArgs& a) {
     const fs::path base = fs::temp_directory_path() / ("brisk_tune_" + std::to_string(::getpid()));
     for (int i = 0; i < a.time_top && i < int(r.candidates.size()) && r.candidates[size_t(i)].fits(); ++i) {
       const train::TuneCandidate& c = r.candidates[size_t(i)];
-      train::TrainConfig t = cfg;
-      t.batch = c.batch;
-      t.grad_accum = c.grad_accum;
-      t.model.recompute = c.recompute;
-      t.model.fused_classifier = c.fused_classifier;
+      const train::TrainConfig t = train::config_for(cfg, c);
       const double tps = time_candidate(t, a.time_steps, backend, base / std::to_string(i));
       std::printf("%-4d %-10s %-6s %6lld %6lld %12.0f\n", i + 1, c.recompute.c_str(), c.fused_classifier ? "on" : "off",
                   (long long)c.batch, (long long)c.grad_accum, tps);

@@ -143,6 +143,13 @@ TuneResult tune_for_budget(const TrainConfig& cfg, uint64_t budget, core::Backen
 // (`brisk tune` prints the candidates first).
 TuneResult search_budget(const TrainConfig& cfg, uint64_t budget, core::Backend& backend);
 
+// `cfg` run as candidate `c`: its micro-batch, grad_accum, recompute level
+// and classifier setting; eval_batches raised so that evaluation at the
+// smaller micro-batch scores the config's windows; memory_budget cleared
+// (the result describes the run). What `chosen` is, and what `brisk tune
+// --time-top` times and writes.
+TrainConfig config_for(const TrainConfig& cfg, const TuneCandidate& c);
+
 // The candidates as a table (one row each), for `brisk tune` and the trainer.
 std::string candidates_table(const TuneResult& r);
 
