@@ -98,7 +98,7 @@ Request parse_chat(const std::string& body, const ModelInfo& model, const data::
       throw ApiError(400, "This model's maximum context length is " + std::to_string(model.context) +
                               " tokens, however your messages resulted in " + std::to_string(prompt.size()) +
                               " tokens (with the chat template). Please reduce the length of the messages.",
-                     "messages");
+                     "messages", "invalid_request_error", "context_length_exceeded");
   }
   const bool seeded = read_sampling(j, sp);
   if (std::find(sp.stop.begin(), sp.stop.end(), kChatStop) == sp.stop.end()) sp.stop.push_back(kChatStop);

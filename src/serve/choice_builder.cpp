@@ -56,7 +56,7 @@ json CompletionBuilder::logprobs_of(const infer::TokenChoice& c) {
     e["top_logprobs"] = json::array();
     for (const auto& [id, v] : c.top) e["top_logprobs"].push_back(entry(id, v));
     lp_tokens_.push_back(e);
-    return {{"content", json::array({e})}};
+    return {{"content", json::array({e})}, {"refusal", nullptr}};
   }
   json top = json::object();
   for (const auto& [id, v] : c.top) top[valid_utf8(raw(id))] = v;
@@ -159,7 +159,9 @@ double CompletionBuilder::mean_logprob() const {
 json CompletionBuilder::choice(int64_t index) const {
   if (index < 0) index = index_;
   json lp = nullptr;
-  if (logprobs_ >= 0 && api_ == Api::chat) lp = {{"content", lp_tokens_}};
+  // `refusal` is in OpenAI's chat types (string | null): a model that never
+  // refuses sends null, so clients' typed objects have every field.
+  if (logprobs_ >= 0 && api_ == Api::chat) lp = {{"content", lp_tokens_}, {"refusal", nullptr}};
   if (logprobs_ >= 0 && api_ == Api::completions)
     lp = {{"tokens", lp_tokens_},
           {"token_logprobs", lp_values_},
@@ -167,7 +169,7 @@ json CompletionBuilder::choice(int64_t index) const {
           {"text_offset", lp_offsets_}};
   if (api_ == Api::chat)
     return {{"index", index},
-            {"message", {{"role", "assistant"}, {"content", all_text_}}},
+            {"message", {{"role", "assistant"}, {"content", all_text_}, {"refusal", nullptr}}},
             {"logprobs", lp},
             {"finish_reason", finish_reason_}};
   return {{"index", index}, {"text", all_text_}, {"logprobs", lp}, {"finish_reason", finish_reason_}};

@@ -17,7 +17,7 @@ json error_json(const ApiError& e) {
            {{"message", e.what()},
             {"type", e.type},
             {"param", e.param.empty() ? json(nullptr) : json(e.param)},
-            {"code", nullptr}}}};
+            {"code", e.code.empty() ? json(nullptr) : json(e.code)}}}};
 }
 
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }

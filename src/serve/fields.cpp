@@ -48,7 +48,7 @@ void check_model_and_user(const json& body, const ModelInfo& model) {
     if (!m->is_string()) throw ApiError(400, "model must be a string", "model");
     if (m->get<std::string>() != model.name)
       throw ApiError(404, "The model `" + m->get<std::string>() + "` does not exist; this server serves `" +
-                              model.name + "`", "model");
+                              model.name + "`", "model", "invalid_request_error", "model_not_found");
   }
   if (const json* u = field(body, "user"); u && !u->is_string()) throw ApiError(400, "user must be a string", "user");
 }
@@ -98,6 +98,7 @@ bool read_sampling(const json& body, infer::SamplingParams& sp) {
   sp.temperature = number(body, "temperature", 1.0f);
   sp.top_p = number(body, "top_p", 1.0f);
   sp.top_k = small_integer(body, "top_k", 0);
+  if (sp.top_k == -1) sp.top_k = 0;  // vLLM's "off", which tools written for it send
   sp.min_p = number(body, "min_p", 0.0f);
   sp.presence_penalty = number(body, "presence_penalty", 0.0f);
   sp.frequency_penalty = number(body, "frequency_penalty", 0.0f);
@@ -118,6 +119,8 @@ void read_stream(const json& body, Request& r) {
   r.stream = boolean(body, "stream", false);
   if (const json* so = field(body, "stream_options")) {
     if (!so->is_object()) throw ApiError(400, "stream_options must be an object", "stream_options");
+    if (!r.stream)  // as OpenAI answers: the options would be ignored
+      throw ApiError(400, "stream_options is only allowed when stream is true", "stream_options");
     r.include_usage = boolean(*so, "include_usage", false);
   }
 }
@@ -167,7 +170,7 @@ void check_context(size_t prompt, int64_t max_tokens, const ModelInfo& model, co
                           " tokens, however you requested " + std::to_string(want) + " tokens (" +
                           std::to_string(prompt) + " in your prompt; " + std::to_string(max_tokens) +
                           " for the completion). Please reduce your prompt or completion length.",
-                 param);
+                 param, "invalid_request_error", "context_length_exceeded");
 }
 
 void fan_out(const std::vector<std::vector<int32_t>>& prompts, int64_t n, const infer::SamplingParams& sp, Request& r) {

@@ -73,7 +73,7 @@ Generation::Generation(Scheduler& scheduler, const data::Tokenizer& tok, const R
     if (!ch) {
       for (const auto& submitted : channels_) scheduler_.cancel(submitted);
       throw ApiError(429, "the server is busy: its queue of waiting requests is full; retry later", "",
-                     "rate_limit_exceeded");
+                     "rate_limit_exceeded", "rate_limit_exceeded");
     }
     channels_.push_back(std::move(ch));
     builders_.emplace_back(tok, c, id, created, model, req.api, int64_t(i));

@@ -119,19 +119,36 @@ struct Server::Impl {
     // probe it without a key).
     http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
       request_note().start = std::chrono::steady_clock::now();  // the logger reset the note after the last request
+      if (!options.cors_origin.empty()) res.set_header("Access-Control-Allow-Origin", options.cors_origin);
       if (!ready) {
         res.set_header("Retry-After", "1");
         if (req.path == "/health") send_json(res, 503, {{"status", "loading"}});
         else send_error(res, ApiError(503, "the model is still loading", "", "server_error"));
         return httplib::Server::HandlerResponse::Handled;
       }
-      if (!options.api_key.empty() && req.path != "/health" &&
-          req.get_header_value("Authorization") != "Bearer " + options.api_key) {
+      // A browser's CORS preflight carries no key: it is answered before the check.
+      if (req.method == "OPTIONS") {
+        const std::string allow = route_methods(req.path);
+        if (allow.empty()) {
+          send_error(res, ApiError(404, "no route for OPTIONS " + req.path));
+        } else {
+          res.status = 204;
+          res.set_header("Allow", allow);
+          if (!options.cors_origin.empty()) {
+            res.set_header("Access-Control-Allow-Methods", allow);
+            const std::string asked = req.get_header_value("Access-Control-Request-Headers");
+            res.set_header("Access-Control-Allow-Headers", asked.empty() ? "Authorization, Content-Type" : asked);
+            res.set_header("Access-Control-Max-Age", "86400");
+          }
+        }
+        return httplib::Server::HandlerResponse::Handled;
+      }
+      if (!options.api_key.empty() && req.path != "/health" && !has_key(req.get_header_value("Authorization"))) {
         res.set_header("WWW-Authenticate", "Bearer");
         send_error(res, ApiError(401, req.has_header("Authorization") ? "the API key is not valid"
                                                                        : "an API key is required: send "
                                                                          "\"Authorization: Bearer <key>\"",
-                                 "", "invalid_request_error"));
+                                 "", "invalid_request_error", "invalid_api_key"));
         return httplib::Server::HandlerResponse::Handled;
       }
       if (auto refused = refuse_route(req, res)) {
@@ -165,7 +182,8 @@ struct Server::Impl {
     http.Get(R"(/v1/models/(.+))", [this](const httplib::Request& req, httplib::Response& res) { guarded(res, [&] {
       const std::string id = req.matches[1];
       if (id != model.name)
-        throw ApiError(404, "The model '" + id + "' does not exist (this server has '" + model.name + "')", "model");
+        throw ApiError(404, "The model '" + id + "' does not exist (this server has '" + model.name + "')", "model",
+                       "invalid_request_error", "model_not_found");
       send_json(res, 200, model_object());
     }); });
     // Every POST reads its body through read_body, which holds it to --max-body.
@@ -185,22 +203,35 @@ struct Server::Impl {
               });
   }
 
+  // "Authorization: Bearer <key>", the scheme in any case (RFC 7235).
+  bool has_key(const std::string& header) const {
+    return header.size() == 7 + options.api_key.size() && strncasecmp(header.c_str(), "Bearer ", 7) == 0 &&
+           header.compare(7, std::string::npos, options.api_key) == 0;
+  }
+
+  // The methods a path takes, as an Allow header; "" for an unknown path.
+  static std::string route_methods(const std::string& path) {
+    if (path == "/health" || path == "/metrics" || path == "/v1/models" ||
+        (path.rfind("/v1/models/", 0) == 0 && path.size() > 11))
+      return "GET, HEAD, OPTIONS";
+    if (path == "/tokenize" || path == "/detokenize" || path == "/v1/completions" || path == "/v1/chat/completions")
+      return "POST, OPTIONS";
+    return "";
+  }
+
   // What httplib's own routing would get wrong, answered before it reads a
   // body: an unknown path is a 404 whatever the method (httplib answered a
   // POST to one 400), a known path with another method a 405 with `Allow`
   // (httplib: 404), and a POST with neither Content-Length nor chunked
   // encoding a 411 (httplib waited for the connection's end, then answered
-  // 400). HEAD and OPTIONS are httplib's own.
+  // 400). HEAD is httplib's own; OPTIONS is answered before this.
   static std::optional<ApiError> refuse_route(const httplib::Request& req, httplib::Response& res) {
-    if (req.method == "OPTIONS") return std::nullopt;
-    const bool get = req.path == "/health" || req.path == "/metrics" || req.path == "/v1/models" ||
-                     (req.path.rfind("/v1/models/", 0) == 0 && req.path.size() > 11);
-    const bool post = req.path == "/tokenize" || req.path == "/detokenize" || req.path == "/v1/completions" ||
-                      req.path == "/v1/chat/completions";
-    if (!get && !post) return ApiError(404, "no route for " + req.method + " " + req.path);
+    const std::string allow = route_methods(req.path);
+    if (allow.empty()) return ApiError(404, "no route for " + req.method + " " + req.path);
+    const bool get = allow.rfind("GET", 0) == 0, post = !get;
     const bool method_ok = get ? req.method == "GET" || req.method == "HEAD" : req.method == "POST";
     if (!method_ok) {
-      res.set_header("Allow", get ? "GET, HEAD" : "POST");
+      res.set_header("Allow", allow);
       return ApiError(405, req.path + " takes " + (get ? "GET" : "POST") + ", not " + req.method);
     }
     if (post && !req.has_header("Content-Length") && strcasecmp(req.get_header_value("Transfer-Encoding").c_str(), "chunked") != 0)

@@ -238,6 +238,56 @@ TEST(ServeApiKey, EveryRouteButHealthNeedsTheKey) {
   EXPECT_EQ(c.Post("/v1/completions", body.dump(), kJson)->status, 401);
   EXPECT_EQ(c.Get("/v1/models", {{"Authorization", "Bearer sekret"}})->status, 200);
   EXPECT_EQ(c.Post("/v1/completions", {{"Authorization", "Bearer sekret"}}, body.dump(), kJson)->status, 200);
+  EXPECT_EQ(json::parse(c.Get("/v1/models")->body)["error"]["code"], "invalid_api_key");
+  // The scheme is case-insensitive (RFC 7235); the key is not.
+  EXPECT_EQ(c.Get("/v1/models", {{"Authorization", "bearer sekret"}})->status, 200);
+  EXPECT_EQ(c.Get("/v1/models", {{"Authorization", "Bearer SEKRET"}})->status, 401);
+  EXPECT_EQ(c.Get("/v1/models", {{"Authorization", "Bearer sekret2"}})->status, 401);
+}
+
+// A browser's CORS preflight (OPTIONS, no key) is answered on every known
+// route, and every answer allows the page's origin (--cors-origin, "*" by
+// default): it was a 404 "no route", so no web page could call the API.
+TEST(ServeCors, PreflightsAreAnsweredWithoutTheKeyAndAnswersAllowTheOrigin) {
+  Served s("sekret");
+  auto c = s.client();
+  httplib::Request pre;
+  pre.method = "OPTIONS";
+  pre.path = "/v1/chat/completions";
+  pre.set_header("Origin", "http://ui.example");
+  pre.set_header("Access-Control-Request-Method", "POST");
+  pre.set_header("Access-Control-Request-Headers", "authorization, content-type, x-stainless-os");
+  auto r = c.send(pre);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 204);
+  EXPECT_EQ(r->get_header_value("Allow"), "POST, OPTIONS");
+  EXPECT_EQ(r->get_header_value("Access-Control-Allow-Origin"), "*");
+  EXPECT_EQ(r->get_header_value("Access-Control-Allow-Methods"), "POST, OPTIONS");
+  EXPECT_EQ(r->get_header_value("Access-Control-Allow-Headers"), "authorization, content-type, x-stainless-os");
+  pre.path = "/v1/models";
+  r = c.send(pre);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 204);
+  EXPECT_EQ(r->get_header_value("Allow"), "GET, HEAD, OPTIONS");
+  pre.path = "/no/such/route";
+  r = c.send(pre);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 404);
+  // Real requests still need the key, and every answer, refused or not, names the origin allowed.
+  auto refused = c.Get("/v1/models");
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->status, 401);
+  EXPECT_EQ(refused->get_header_value("Access-Control-Allow-Origin"), "*");
+  auto ok = c.Post("/v1/completions", {{"Authorization", "Bearer sekret"}},
+                   json{{"prompt", "x"}, {"max_tokens", 2}, {"stream", true}}.dump(), kJson);
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200);
+  EXPECT_EQ(ok->get_header_value("Access-Control-Allow-Origin"), "*");
+  // 405's Allow lists OPTIONS too.
+  auto wrong = c.Get("/v1/completions", {{"Authorization", "Bearer sekret"}});
+  ASSERT_TRUE(wrong);
+  EXPECT_EQ(wrong->status, 405);
+  EXPECT_EQ(wrong->get_header_value("Allow"), "POST, OPTIONS");
 }
 
 TEST(ServeDrain, RunningStreamsFinishNewRequestsGet503) {

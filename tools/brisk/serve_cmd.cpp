@@ -26,7 +26,7 @@ struct ServeArgs {
   std::string model, model_name, vocab_dir, host = "127.0.0.1";
   int port = 8080, slots = 8, max_queue = 64, threads = 0;
   int64_t max_body = 1 << 20, kv_mb = 0;
-  std::string api_key;
+  std::string api_key, cors_origin = "*";
   double drain_timeout = 30;
   int64_t response_cache_mb = 0;
   bool no_prefix_cache = false, log_requests = false;
@@ -69,6 +69,7 @@ int run_serve(const ServeArgs& a) {
   so.max_body = a.max_body;
   so.http_threads = a.slots + a.max_queue + 4;  // every running and queued request holds an HTTP thread
   so.api_key = a.api_key;
+  so.cors_origin = a.cors_origin;
   so.response_cache_bytes = a.response_cache_mb << 20;
   if (a.log_requests)  // one fprintf per line: stdio's lock keeps lines from different threads whole
     so.access_log = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
@@ -169,6 +170,9 @@ ServeCommand add_serve_command(CLI::App& app) {
   s->add_option("--api-key", a->api_key,
                 "Require \"Authorization: Bearer KEY\" on every route but /health (default: $BRISK_API_KEY)")
       ->envname("BRISK_API_KEY");
+  s->add_option("--cors-origin", a->cors_origin,
+                "Access-Control-Allow-Origin sent with every answer, for browser clients (\"\" = no CORS headers)")
+      ->capture_default_str();
   s->add_option("--request-timeout", a->request_timeout,
                 "Seconds a request may wait and run before it is dropped with 504 (0 = no limit)")
       ->capture_default_str();

@@ -29,13 +29,16 @@ struct ModelInfo {
 // A request the server refuses, as an OpenAI error object.
 class ApiError : public std::runtime_error {
  public:
-  ApiError(int status, const std::string& message, std::string param = "", std::string type = "invalid_request_error")
-      : std::runtime_error(message), status(status), param(std::move(param)), type(std::move(type)) {}
+  ApiError(int status, const std::string& message, std::string param = "", std::string type = "invalid_request_error",
+           std::string code = "")
+      : std::runtime_error(message), status(status), param(std::move(param)), type(std::move(type)),
+        code(std::move(code)) {}
   int status;
   std::string param, type;
+  std::string code;  // OpenAI's machine-readable code ("model_not_found", ...); "" sends null
 };
 
-// {"error":{"message","type","param","code":null}}; param null when empty.
+// {"error":{"message","type","param","code"}}; param and code null when empty.
 nlohmann::json error_json(const ApiError& e);
 // A request body that must be a JSON object; 400 otherwise.
 nlohmann::json parse_body(const std::string& body);

@@ -23,6 +23,9 @@ struct ServerOptions {
   int64_t max_body = 1 << 20;  // bytes; larger bodies get 413
   int http_threads = 0;        // 0: enough for every slot and queued request
   std::string api_key;         // non-empty: every route but /health needs "Authorization: Bearer <key>"
+  // Access-Control-Allow-Origin on every answer, and CORS preflights
+  // answered, so pages of other origins can call the API; "": neither.
+  std::string cors_origin = "*";
   int64_t response_cache_bytes = 0;  // 0: no response cache (response_cache.h)
   // Called with one line per answered request (access_log.h), from the HTTP
   // thread that answered it; empty: no access log.
