@@ -2,7 +2,11 @@
 // sub-block's scale (and, for Q4_K / Q5_K, its minimum) for the least
 // weighted squared error, then quantize the sub-block scales themselves
 // against one f16 scale per super-block and round every value again with
-// the scales as stored: the same steps as ggml's reference quantizers.
+// the scales as stored: the same steps as ggml's reference quantizers, with
+// the same float operations in the same order (products grouped as ggml
+// groups them, and no fused multiply-adds: CMakeLists.txt compiles this file
+// with -ffp-contract=off), so the bytes are ggml's
+// (`GgmlQuants.BytesAreGgmlsOwn` compares them with llama.cpp's library).
 #include "brisk/export/ggml_quants.h"
 
 #include <algorithm>
@@ -19,8 +23,12 @@ namespace {
 constexpr float kAllZero = 1e-15f;  // ggml's GROUP_MAX_EPS: a sub-block this small is stored as zeros
 
 // Round to nearest, ties to even (what ggml's nearest_int does through the
-// FPU's default rounding).
-int nearest(float v) { return int(std::nearbyint(v)); }
+// FPU's default rounding). Past int's range (an overflowed f16 scale, which
+// quantize() then refuses) it saturates rather than convert out of range.
+int nearest(float v) {
+  if (!(std::fabs(v) < 1e9f)) return v > 0 ? 1000000000 : v < 0 ? -1000000000 : 0;  // NaN: 0
+  return int(std::nearbyint(v));
+}
 
 void put_f16(uint8_t* at, float v) {
   const uint16_t h = core::f32_to_f16(v);
@@ -74,7 +82,7 @@ float fit_scale_and_min(int n, int nmax, const float* x, const float* w, uint8_t
   for (int i = 0; i < n; ++i) {
     L[i] = uint8_t(std::clamp(nearest(iscale * (x[i] - lo)), 0, nmax));
     const float diff = scale * L[i] + lo - x[i];
-    best += w[i] * diff * diff;
+    best += w[i] * (diff * diff);
   }
   uint8_t trial[32];
   for (int is = 0; is <= nstep; ++is) {
@@ -84,7 +92,7 @@ float fit_scale_and_min(int n, int nmax, const float* x, const float* w, uint8_t
       const int l = std::clamp(nearest(iscale * (x[i] - lo)), 0, nmax);
       trial[i] = uint8_t(l);
       sum_l += w[i] * float(l);
-      sum_l2 += w[i] * float(l * l);
+      sum_l2 += w[i] * float(l) * float(l);
       sum_xl += w[i] * float(l) * x[i];
     }
     const float D = sum_w * sum_l2 - sum_l * sum_l;
@@ -98,7 +106,7 @@ float fit_scale_and_min(int n, int nmax, const float* x, const float* w, uint8_t
     float err = 0;
     for (int i = 0; i < n; ++i) {
       const float diff = this_scale * trial[i] + this_min - x[i];
-      err += w[i] * diff * diff;
+      err += w[i] * (diff * diff);
     }
     if (err < best) {
       std::copy(trial, trial + n, L);
@@ -221,7 +229,7 @@ float fit_signed_scale(int n, int nmax, const float* x, int8_t* L) {
       const int l = std::clamp(nearest(iscale * x[i]), -nmax, nmax - 1);
       const float w = x[i] * x[i];
       sum_lx += w * x[i] * float(l);
-      sum_l2 += w * float(l * l);
+      sum_l2 += w * float(l) * float(l);
     }
   };
   const auto set_codes = [&](float iscale) {
@@ -269,8 +277,8 @@ void quantize_q6_K(const float* x, int64_t n, uint8_t* out) {
       for (int i = 0; i < 16; ++i) L[16 * j + i] = int8_t(32 + std::clamp(nearest(x[16 * j + i] / ds), -32, 31));
     }
     // Per 128 values: the low nibbles of values l and l + 64 share ql[l], of
-    // l + 32 and l + 96 share ql[l + 32]; the top 2 bits of all four sit in
-    // qh[l], in that order from bit 0.
+    // l + 32 and l + 96 share ql[l + 32]; the top 2 bits of values l, l + 32,
+    // l + 64 and l + 96 sit in qh[l], in that order from bit 0.
     for (int j = 0; j < kSuperBlock; j += 128, ql += 64, qh += 32)
       for (int l = 0; l < 32; ++l) {
         const auto code = [&](int k) { return uint8_t(L[j + l + k]); };
@@ -320,10 +328,10 @@ size_t block_bytes(Type t) {
 
 size_t row_bytes(Type t, int64_t n) { return size_t(n / block_length(t)) * block_bytes(t); }
 
-void quantize(Type t, const float* x, int64_t n, uint8_t* out) {
-  if (n % block_length(t) != 0)
-    throw std::invalid_argument(std::string("ggml::quantize: ") + std::to_string(n) + " values are not whole " +
-                                type_name(t) + " blocks");
+namespace {
+
+// The bytes of n values in `t`, unchecked.
+void write_values(Type t, const float* x, int64_t n, uint8_t* out) {
   switch (t) {
     case Type::f32: std::memcpy(out, x, size_t(n) * sizeof(float)); return;
     case Type::f16:
@@ -335,6 +343,44 @@ void quantize(Type t, const float* x, int64_t n, uint8_t* out) {
     case Type::q5_K: quantize_q5_K(x, n, out); return;
     case Type::q6_K: quantize_q6_K(x, n, out); return;
   }
+}
+
+bool f16_finite(const uint8_t* at) {
+  uint16_t h;
+  std::memcpy(&h, at, 2);
+  return (h & 0x7C00) != 0x7C00;  // exponent all ones: an infinity or NaN
+}
+
+// Every f16 a row of `t` stores (its values, or its blocks' scales) is
+// finite; one that is not came from values too large for the format.
+void require_finite_f16(Type t, const float* x, int64_t n, const uint8_t* out) {
+  bool ok = true;
+  const int64_t blocks = n / block_length(t);
+  const size_t size = block_bytes(t);
+  for (int64_t b = 0; b < blocks && ok; ++b) {
+    const uint8_t* at = out + size_t(b) * size;
+    switch (t) {
+      case Type::f32: break;
+      case Type::f16: case Type::q8_0: case Type::q4_0: ok = f16_finite(at); break;
+      case Type::q4_K: case Type::q5_K: ok = f16_finite(at) && f16_finite(at + 2); break;
+      case Type::q6_K: ok = f16_finite(at + 208); break;
+    }
+  }
+  if (ok) return;
+  float largest = 0;
+  for (int64_t i = 0; i < n; ++i) largest = std::max(largest, std::fabs(x[i]));
+  throw std::range_error(std::string(type_name(t)) + " cannot hold a value of " + std::to_string(largest) +
+                         ": its f16 " + (t == Type::f16 ? "values end" : "scales end") + " at 65504");
+}
+
+}  // namespace
+
+void quantize(Type t, const float* x, int64_t n, uint8_t* out) {
+  if (n % block_length(t) != 0)
+    throw std::invalid_argument(std::string("ggml::quantize: ") + std::to_string(n) + " values are not whole " +
+                                type_name(t) + " blocks");
+  write_values(t, x, n, out);
+  require_finite_f16(t, x, n, out);
 }
 
 }  // namespace brisk::exporter::ggml

@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstring>
 #include <optional>
+#include <stdexcept>
 #include <vector>
 
 #include "brisk/core/atomic_file.h"
@@ -109,11 +110,13 @@ class Metadata {
 };
 
 // The ggml type of one weight in a file of type `file`. The K-quant mixes
-// are llama-quantize's for gpt2 without an importance matrix: the token
-// embedding, which is also the LM head, in Q6_K; for _M, the fused qkv one
-// step up and ffn_down in Q6_K in the first and last eighth of the blocks and
-// every third block between (use_more_bits); for q4_k_s, ffn_down in Q5_K in
-// the first eighth. Every other weight is the mix's base type.
+// are llama-quantize's for gpt2 without an importance matrix (llama.cpp's
+// llama_tensor_get_type, where a fused qkv follows attn_v's rules): the
+// token embedding, which is also the LM head, in Q6_K; for _M, attn_qkv and
+// ffn_down in Q6_K in the first and last eighth of the blocks and every
+// third block between (use_more_bits); for q4_k_s, attn_qkv in Q5_K in the
+// first 4 blocks and ffn_down in the first eighth. Every other weight is
+// the mix's base type.
 enum class Role { token_embd, attn_qkv, attn_output, ffn_up, ffn_down };
 
 ggml::Type weight_type(GgufType file, Role role, int64_t layer, int64_t n_layer) {
@@ -126,18 +129,16 @@ ggml::Type weight_type(GgufType file, Role role, int64_t layer, int64_t n_layer)
     case GgufType::q6_k: return ggml::Type::q6_K;
     case GgufType::q4_k_s:
       if (role == Role::token_embd) return ggml::Type::q6_K;
-      if (role == Role::ffn_down && layer < n_layer / 8) return ggml::Type::q5_K;
+      if ((role == Role::attn_qkv && layer < 4) || (role == Role::ffn_down && layer < n_layer / 8))
+        return ggml::Type::q5_K;
       return ggml::Type::q4_K;
     case GgufType::q4_k_m:
-      if (role == Role::token_embd || (role == Role::ffn_down && more_bits)) return ggml::Type::q6_K;
-      if (role == Role::attn_qkv) return ggml::Type::q5_K;
-      return ggml::Type::q4_K;
+    case GgufType::q5_k_m: {
+      const bool up = role == Role::token_embd || ((role == Role::attn_qkv || role == Role::ffn_down) && more_bits);
+      return up ? ggml::Type::q6_K : file == GgufType::q4_k_m ? ggml::Type::q4_K : ggml::Type::q5_K;
+    }
     case GgufType::q5_k_s:
       return role == Role::token_embd ? ggml::Type::q6_K : ggml::Type::q5_K;
-    case GgufType::q5_k_m:
-      if (role == Role::token_embd || role == Role::attn_qkv || (role == Role::ffn_down && more_bits))
-        return ggml::Type::q6_K;
-      return ggml::Type::q5_K;
   }
   return ggml::Type::f32;
 }
@@ -159,7 +160,12 @@ TensorOut tensor(const models::Gpt& model, const std::string& brisk_name, const 
   for (int d = t.shape().rank() - 1; d >= 0; --d) o.dims.push_back(uint64_t(t.shape()[d]));
   o.type = type;
   o.data.resize(ggml::row_bytes(type, t.numel()));
-  ggml::quantize(type, t.data_as<float>(), t.numel(), o.data.data());
+  try {
+    ggml::quantize(type, t.data_as<float>(), t.numel(), o.data.data());
+  } catch (const std::range_error& e) {
+    throw core::ConfigError("cannot write '" + brisk_name + "' as " + ggml::type_name(type) + ": " + e.what() +
+                            " (a diverged model? --type f32 holds any finite value)");
+  }
   return o;
 }
 
@@ -249,7 +255,9 @@ GgufExportSummary export_gguf(const std::string& checkpoint, const std::string& 
     throw core::ConfigError(std::string(gguf_type_name(options.type)) + " needs n_embd to be a multiple of " +
                             std::to_string(block) + " (the block length along each weight row); this model has " +
                             "n_embd " + std::to_string(cfg.n_embd) +
-                            (block == ggml::kSuperBlock ? ": use q8_0 or q4_0 (blocks of 32)" : ""));
+                            (block == ggml::kSuperBlock && cfg.n_embd % 32 == 0 ? ": use q8_0 or q4_0 (blocks of 32)"
+                             : block > 1                                        ? ": use f16 or f32"
+                                                                                : ""));
   const std::string tokenizer = state.tokenizer.empty() ? "gpt2" : state.tokenizer;
   cpu::CpuBackend backend(1);
   models::Gpt model(cfg, backend);

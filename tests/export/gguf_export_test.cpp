@@ -246,21 +246,23 @@ TEST(GgufExport, LlamaCppReadsTheKQuantMixesAsWritten) {
   models::Gpt original(wide, backend);
   train::load_checkpoint(checkpoint, original, nullptr);
 
-  // llama-quantize's choices for gpt2 with 8 blocks, by hand: the tied token
-  // embedding in q6_K; for _M, attn_qkv one step up and ffn_down in q6_K in
-  // blocks 0, 3, 6 and 7 (use_more_bits: the first and last eighth, then
-  // every third); for q4_k_s, ffn_down q5_K in block 0 (the first eighth).
+  // llama-quantize's choices for gpt2 with 8 blocks, as llama.cpp's own
+  // llama_model_quantize (node-llama-cpp 3.21.1's build) made them from this
+  // exporter's f32 file of such a model: the tied token embedding in q6_K;
+  // for _M, attn_qkv and ffn_down in q6_K in blocks 0, 3, 6 and 7
+  // (use_more_bits: the first and last eighth, then every third); for
+  // q4_k_s, attn_qkv in q5_K in blocks 0 to 3 and ffn_down in block 0.
   struct Mix {
     const char* name;
     uint32_t file_type;
-    const char *base, *qkv;
-    std::set<int> ffn_down_q6, ffn_down_q5;
+    const char* base;
+    std::set<int> q6, qkv_q5, ffn_down_q5;  // blocks whose attn_qkv and ffn_down are q6_K; ... q5_K
   };
-  const Mix mixes[] = {{"q6_k", 18, "q6_K", "q6_K", {}, {}},
-                       {"q5_k_m", 17, "q5_K", "q6_K", {0, 3, 6, 7}, {}},
-                       {"q5_k_s", 16, "q5_K", "q5_K", {}, {}},
-                       {"q4_k_m", 15, "q4_K", "q5_K", {0, 3, 6, 7}, {}},
-                       {"Q4_K_S", 14, "q4_K", "q4_K", {}, {0}}};
+  const Mix mixes[] = {{"q6_k", 18, "q6_K", {}, {}, {}},
+                       {"q5_k_m", 17, "q5_K", {0, 3, 6, 7}, {}, {}},
+                       {"q5_k_s", 16, "q5_K", {}, {}, {}},
+                       {"q4_k_m", 15, "q4_K", {0, 3, 6, 7}, {}, {}},
+                       {"Q4_K_S", 14, "q4_K", {}, {0, 1, 2, 3}, {0}}};
   const std::map<std::string, double> max_weight_error = {{"q6_K", 0.03}, {"q5_K", 0.05}, {"q4_K", 0.10}};
   const std::vector<std::pair<std::string, std::string>> blocks = {{"attn_qkv", "attn.c_attn"},
                                                                    {"attn_output", "attn.c_proj"},
@@ -278,8 +280,9 @@ TEST(GgufExport, LlamaCppReadsTheKQuantMixesAsWritten) {
         {"token_embd.weight", {"wte.weight", "q6_K"}}, {"position_embd.weight", {"wpe.weight", "f32"}}};
     for (int l = 0; l < wide.n_layer; ++l)
       for (const auto& [gguf, brisk_name] : blocks) {
-        std::string type = gguf == "attn_qkv" ? mix.qkv : mix.base;
-        if (gguf == "ffn_down" && mix.ffn_down_q6.count(l)) type = "q6_K";
+        std::string type = mix.base;
+        if ((gguf == "attn_qkv" || gguf == "ffn_down") && mix.q6.count(l)) type = "q6_K";
+        if (gguf == "attn_qkv" && mix.qkv_q5.count(l)) type = "q5_K";
         if (gguf == "ffn_down" && mix.ffn_down_q5.count(l)) type = "q5_K";
         weights["blk." + std::to_string(l) + "." + gguf + ".weight"] = {
             "h." + std::to_string(l) + "." + brisk_name + ".weight", type};

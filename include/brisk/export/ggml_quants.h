@@ -1,10 +1,10 @@
 // ggml's weight formats, written by `brisk export gguf` (docs/export.md):
 // f32, f16, the 32-element block formats Q8_0 and Q4_0, and the 256-element
 // "K-quant" super-block formats Q4_K, Q5_K and Q6_K. Each quantizer follows
-// ggml's reference rounding (quantize_row_*_ref, the path llama-quantize
-// takes without an importance matrix), so a file written here holds what
-// llama.cpp's own tool would write from the same fp32 weights, up to float
-// summation order.
+// ggml's reference quantizers (quantize_row_*_ref, the path llama-quantize
+// takes without an importance matrix) operation for operation, so a file
+// written here holds the bytes llama.cpp's own tool writes from the same
+// fp32 weights (`GgmlQuants.BytesAreGgmlsOwn`).
 //
 // Layouts (little-endian, f16 scales), per block:
 //   Q8_0 (34 B / 32):  d, int8 q[32]                       x = d q
@@ -31,8 +31,10 @@ size_t block_bytes(Type t);     // bytes per block
 // Bytes of n values, n a multiple of block_length(t).
 size_t row_bytes(Type t, int64_t n);
 
-// Writes n values (n a multiple of block_length(t)) as row_bytes(t, n)
-// bytes at out.
+// Writes n values (n a multiple of block_length(t), else
+// std::invalid_argument) as row_bytes(t, n) bytes at out. Throws
+// std::range_error when a value is too large for the format's f16 values or
+// scales (an infinity would be stored).
 void quantize(Type t, const float* x, int64_t n, uint8_t* out);
 
 }  // namespace brisk::exporter::ggml
