@@ -253,16 +253,24 @@ Layout parse_layout(std::string_view header_text, uint64_t data_bytes, const std
   return layout;
 }
 
-// The 8-byte header length of a file of `size` bytes, checked.
+// The 8-byte header length of a file of `size` bytes, checked: within the
+// file, and at most the 100 MB the format's own reader allows (a large file
+// whose first bytes claim a huge header is not read into memory for it).
+constexpr uint64_t kMaxHeader = 100'000'000;
+
 uint64_t header_length(const char* first8, uint64_t size, const std::string& path) {
   if (size < 8) throw IoError(path + ": truncated safetensors file (no header length)");
   uint64_t n = 0;
   std::memcpy(&n, first8, 8);
   if (n > size - 8) throw IoError(path + ": truncated safetensors file (header says " + std::to_string(n) + " bytes)");
+  if (n > kMaxHeader)
+    throw IoError(path + ": the safetensors header says " + std::to_string(n) + " bytes, more than the format's " +
+                  std::to_string(kMaxHeader) + ": not a safetensors file, or a damaged one");
   return n;
 }
 
 // Reads exactly n bytes at offset, or throws naming what came short.
+static_assert(sizeof(off_t) == 8, "file offsets past 2 GiB need a 64-bit off_t");
 void read_at(int fd, void* to, uint64_t n, uint64_t offset, const std::string& path, const std::string& what) {
   char* p = static_cast<char*>(to);
   while (n > 0) {
@@ -293,13 +301,13 @@ SafetensorsFile parse_safetensors(std::string_view bytes, const std::string& pat
 }
 
 SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
-  // A directory opens like a file and reads as empty: say what it is instead.
-  struct stat st {};
-  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) throw IoError(path + ": is a directory, expected a file");
   fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd_ < 0) throw IoError(path + ": cannot open (" + std::strerror(errno) + ")");
   try {
+    struct stat st {};
     if (::fstat(fd_, &st) != 0) throw IoError(path + ": cannot stat (" + std::strerror(errno) + ")");
+    // A directory opens like a file and reads as empty: say what it is instead.
+    if (S_ISDIR(st.st_mode)) throw IoError(path + ": is a directory, expected a file");
     const uint64_t size = uint64_t(st.st_size);
     char first8[8] = {};
     if (size >= 8) read_at(fd_, first8, 8, 0, path, "the header length");

@@ -116,4 +116,12 @@ Tensor Tensor::clone() const {
   return t;
 }
 
+int64_t first_non_finite(const Tensor& t) {
+  if (!dtype_is_float(t.dtype())) return -1;
+  const bool f32 = t.dtype() == DType::f32;
+  for (int64_t i = 0; i < t.numel(); ++i)
+    if (!std::isfinite(f32 ? double(t.data_as<float>()[i]) : t.item(i))) return i;
+  return -1;
+}
+
 }  // namespace brisk::core

@@ -400,7 +400,6 @@ struct Engine::Impl {
     if (int64_t(prompt.size()) > cfg.block_size)
       throw core::ConfigError("the prompt has " + std::to_string(prompt.size()) + " tokens; this model's context is " +
                               std::to_string(cfg.block_size) + " tokens");
-    if (free_slots.empty()) return -1;
     // Every position this sequence can reach: the prompt, then the first
     // max_tokens - 1 new tokens (the last one is sampled but never fed),
     // within the context.
@@ -412,6 +411,7 @@ struct Engine::Impl {
                               std::to_string(pool.blocks_for(reach)) + " key/value blocks of " +
                               std::to_string(opt.kv_block) + "; the pool holds " + std::to_string(pool.blocks()) +
                               ": raise --kv-mb or lower max_tokens");
+    if (free_slots.empty()) return -1;
     const int slot = free_slots.back();
     // A scored prompt computes every position: none may come from the prefix cache.
     const KvPool::Reserved got = pool.reserve(slot, prompt, reach, opt.prefix_cache && p.prompt_logprobs < 0);

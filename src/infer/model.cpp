@@ -184,17 +184,16 @@ Tensors tensors_of(const std::map<std::string, Tensor>& tensors, const std::stri
   return t;
 }
 
-// A float tensor of exactly `shape`, widened to f32 if stored as f16/bf16.
 // One NaN or infinity in a weight, a LayerNorm or a quantized scale turns
 // every token after it into NaN logits: the model is refused when it loads.
 void require_finite(const Tensor& x, const Tensors& t, const std::string& name) {
-  const float* v = x.data_as<float>();
-  for (int64_t i = 0; i < x.numel(); ++i)
-    if (!std::isfinite(v[i]))
-      throw IoError(t.path + ": tensor '" + name + "' holds " + (std::isnan(v[i]) ? "NaN" : "an infinity") +
-                    " at element " + std::to_string(i) + " (a diverged or damaged model)");
+  const int64_t i = core::first_non_finite(x);
+  if (i < 0) return;
+  throw IoError(t.path + ": tensor '" + name + "' holds " + (std::isnan(x.item(i)) ? "NaN" : "an infinity") +
+                " at element " + std::to_string(i) + " (a diverged or damaged model)");
 }
 
+// A float tensor of exactly `shape`, widened to f32 if stored as f16/bf16.
 Tensor f32_of(const Tensors& t, const std::string& name, const Shape& shape) {
   const Tensor& x = t.get(name);
   if (x.shape() != shape)
@@ -417,7 +416,7 @@ Model load_model(const std::string& path) {
   }
   // A brisk checkpoint's own weights file: its config and tokenizer are in
   // the state.json beside it, not in the tensors' shapes.
-  const fs::path dir = fs::path(path).parent_path();
+  const fs::path dir = fs::absolute(path).parent_path();
   if (fs::path(path).filename() == "model.safetensors" && fs::exists(dir / "state.json"))
     return from_checkpoint(dir.string());
   core::SafetensorsFile f;

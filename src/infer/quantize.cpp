@@ -65,21 +65,17 @@ QLinear quantize_int4(const QLinear& l) {
   return q;
 }
 
-QLinear quantize_linear(const QLinear& l, Scheme s) {
-  if (s == Scheme::int8) return quantize_int8(l);
-  if (l.in % ops::quant::kQ4Group != 0)
-    throw core::ConfigError("int4 needs every Linear's input width to be a multiple of 32, got " + std::to_string(l.in));
-  return quantize_int4(l);
-}
+// quantize() has checked int4's input widths, naming the Linear.
+QLinear quantize_linear(const QLinear& l, Scheme s) { return s == Scheme::int8 ? quantize_int8(l) : quantize_int4(l); }
 
 // A scale is the largest magnitude of a row or group: one NaN or infinite
 // weight would turn its whole row into NaN codes without a word.
 void require_finite(const QLinear& l, const std::string& name, const std::string& source) {
-  const float* w = l.w.data_as<float>();
-  for (int64_t k = 0; k < l.out * l.in; ++k)
-    if (!std::isfinite(w[k]))
-      throw core::ConfigError(source + ": cannot quantize '" + name + "': weight " + std::to_string(k) + " is " +
-                              (std::isnan(w[k]) ? "NaN" : "infinite") + " (a diverged or damaged checkpoint)");
+  const int64_t k = core::first_non_finite(l.w);
+  if (k < 0) return;
+  throw core::ConfigError(source + ": cannot quantize '" + name + "': it holds " +
+                          (std::isnan(l.w.item(k)) ? "NaN" : "an infinity") + " at element " + std::to_string(k) +
+                          " (a diverged or damaged model)");
 }
 
 // The fp32 weight a quantized Linear stands for.

@@ -172,23 +172,20 @@ void check_weights_cover(const std::string& ckpt_dir, const models::GptConfig& c
                   std::to_string(need) + " bytes in f32");
 }
 
-// The stored tensor of parameter `pname` after checking it against the
-// parameter, before anything is copied or transposed: Hugging Face stores
-// Conv1D weights (in, out), so theirs must be the parameter's shape reversed.
 // A run that diverges writes no checkpoint, so a NaN or an infinity in a
 // stored tensor is damage: it would poison every output of the model, or
 // every step after a resume.
 void require_finite(const std::string& path, const std::string& pname, const core::Tensor& t) {
-  if (!core::dtype_is_float(t.dtype())) return;
-  const bool f32 = t.dtype() == core::DType::f32;
-  for (int64_t i = 0; i < t.numel(); ++i) {
-    const double v = f32 ? double(t.data_as<float>()[i]) : t.item(i);
-    if (!std::isfinite(v))
-      throw IoError(path + ": tensor '" + pname + "' holds " + (std::isnan(v) ? "NaN" : "an infinity") +
-                    " at element " + std::to_string(i) + " (a damaged checkpoint)");
-  }
+  const int64_t i = core::first_non_finite(t);
+  if (i < 0) return;
+  const double v = t.item(i);
+  throw IoError(path + ": tensor '" + pname + "' holds " + (std::isnan(v) ? "NaN" : "an infinity") + " at element " +
+                std::to_string(i) + " (a damaged checkpoint)");
 }
 
+// The stored tensor of parameter `pname` after checking it against the
+// parameter, before anything is copied or transposed: Hugging Face stores
+// Conv1D weights (in, out), so theirs must be the parameter's shape reversed.
 core::Tensor stored_param(const std::string& path, const std::string& pname, const core::Tensor& stored,
                           const core::TensorMeta& param) {
   const bool conv1d = is_hf_conv1d_weight(pname) && param.shape.rank() == 2;

@@ -233,7 +233,8 @@ TrainConfig config_from_table(const toml::table& file) {
     char text[64];
     std::snprintf(text, sizeof text, "%.17g", v);
     throw core::ConfigError(std::string("config: train.memory_budget: ") + text + " is not a memory size (" +
-                            (!(v > 0) ? "it must be at least 1 byte"
+                            (std::isnan(v)  ? "not a number"
+                             : !(v > 0)     ? "it must be at least 1 byte"
                              : !std::isfinite(v) || v >= 9.2e18 ? "too large"
                                                                  : "a number of bytes must be whole") +
                             "); write e.g. \"4GiB\", \"512MiB\", \"1.5GB\" or a plain number of bytes");

@@ -559,8 +559,13 @@ TEST(InferEngine, ARequestLargerThanThePoolIsRefusedAtOnce) {
   } catch (const core::ConfigError& err) {
     EXPECT_NE(std::string(err.what()).find("--kv-mb"), std::string::npos) << err.what();
   }
-  sp.max_tokens = 1000;  // 1009 positions: fits
+  sp.max_tokens = 900;  // 909 positions, 57 blocks: fits
   EXPECT_GE(e.add(prompt_of(10), sp), 0);
+  sp.max_tokens = 2;
+  EXPECT_GE(e.add(prompt_of(10), sp), 0);
+  // Every slot busy: still refused at once, not put off until a slot frees.
+  sp.max_tokens = 1500;
+  EXPECT_THROW(e.add(prompt_of(10), sp), core::ConfigError);
   std::error_code ec;
   fs::remove_all(root, ec);
 }

@@ -86,4 +86,9 @@ class Tensor {
   Strides strides_{};
 };
 
+// The index of a host tensor's first NaN or infinite element; -1 when it
+// has none (always for integer dtypes). What every reader of stored weights
+// checks: one such value poisons every output after it.
+int64_t first_non_finite(const Tensor& t);
+
 }  // namespace brisk::core

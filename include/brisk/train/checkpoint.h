@@ -45,7 +45,10 @@ std::string require_checkpoint(const std::string& path);
 // Reads config + state; throws IoError/ConfigError naming the file and problem.
 models::GptConfig read_checkpoint_config(const std::string& ckpt_dir, TrainState* state = nullptr);
 // Loads weights (and moments, if optimizer != nullptr) into an existing model
-// whose config must match: another model size is rejected with both shapes named.
+// whose config must match: another model size is rejected with both shapes
+// named. Every name and shape is checked before a tensor is read; a tensor
+// found damaged while reading (NaN, a file cut short) throws with the model
+// partly loaded, so a caller must not use it after a throw.
 void load_checkpoint(const std::string& ckpt_dir, models::Gpt& model, optim::AdamW* optimizer);
 
 // ---- the epoch-based runs (encoder classifiers, sequence autoencoders) ------------------
