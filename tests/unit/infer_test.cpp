@@ -72,6 +72,21 @@ infer::EngineOptions opts(int seqs = 4) {
   return o;
 }
 
+// One sequence and a pool of one full context: 4 blocks of 16.
+infer::EngineOptions one_context() {
+  infer::EngineOptions o = opts(1);
+  o.kv_block = 16;
+  o.kv_mb = 0;
+  return o;
+}
+
+infer::SamplingParams greedy(int64_t max_tokens) {
+  infer::SamplingParams sp;
+  sp.temperature = 0;
+  sp.max_tokens = max_tokens;
+  return sp;
+}
+
 // Every token of every sequence, by id, until the engine is idle.
 std::map<int64_t, std::vector<int32_t>> drain(infer::Engine& e) {
   std::map<int64_t, std::vector<int32_t>> out;
@@ -467,13 +482,8 @@ TEST(InferEngine, PrefixCacheSharesWholePromptBlocksAndChangesNothing) {
 // Cached blocks nobody holds are reused when free ones run out (least
 // recently released first), so the cache never refuses a sequence.
 TEST(InferEngine, PrefixCacheGivesWayWhenThePoolIsShort) {
-  infer::EngineOptions o = opts(1);
-  o.kv_block = 16;
-  o.kv_mb = 0;  // one full context: 4 blocks
-  infer::Engine e(infer::load_model(checkpoint()), o);
-  infer::SamplingParams sp;
-  sp.temperature = 0;
-  sp.max_tokens = 20;
+  infer::Engine e(infer::load_model(checkpoint()), one_context());
+  const infer::SamplingParams sp = greedy(20);
   for (int salt = 0; salt < 6; ++salt) {  // 6 different 40-token prompts, 4 blocks each
     const int64_t id = e.add(prompt_of(40, salt + 10), sp);
     ASSERT_GE(id, 0) << salt;
@@ -516,13 +526,8 @@ TEST(InferEngine, AHugeMaxTokensReservesTheContextAndDecodesAsAnyLimitPastIt) {
 // starts the same way still finds them (evicting the first block cut the
 // chain there, and its other blocks stayed cached out of every lookup's reach).
 TEST(InferEngine, EvictionTakesAPromptsLastBlocksFirst) {
-  infer::EngineOptions o = opts(1);
-  o.kv_block = 16;
-  o.kv_mb = 0;  // one full context: 4 blocks
-  infer::Engine e(infer::load_model(checkpoint()), o);
-  infer::SamplingParams sp;
-  sp.temperature = 0;
-  sp.max_tokens = 1;
+  infer::Engine e(infer::load_model(checkpoint()), one_context());
+  const infer::SamplingParams sp = greedy(1);
   const std::vector<int32_t> a = prompt_of(49, 3);  // 3 whole prompt blocks cached, 4 blocks held
   auto cached_tokens = [&](const std::vector<int32_t>& p) {
     const int64_t before = e.stats().cached_prompt_tokens;
