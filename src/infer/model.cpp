@@ -177,20 +177,24 @@ struct Tensors {
   }
 };
 
+// One NaN or infinity in a weight, a LayerNorm or a quantized scale turns
+// every token after it into NaN logits: a file's tensors are checked once,
+// as they are read (a brisk checkpoint's were checked by its loader).
+void require_finite(const Tensor& x, const std::string& path, const std::string& name) {
+  const int64_t i = core::first_non_finite(x);
+  if (i < 0) return;
+  throw IoError(path + ": tensor '" + name + "' holds " + (std::isnan(x.item(i)) ? "NaN" : "an infinity") +
+                " at element " + std::to_string(i) + " (a diverged or damaged model)");
+}
+
 Tensors tensors_of(const std::map<std::string, Tensor>& tensors, const std::string& path) {
   Tensors t;
   t.path = path;
-  for (auto& [name, tensor] : tensors) t.by_name[name.rfind("transformer.", 0) == 0 ? name.substr(12) : name] = tensor;
+  for (auto& [name, tensor] : tensors) {
+    require_finite(tensor, path, name);
+    t.by_name[name.rfind("transformer.", 0) == 0 ? name.substr(12) : name] = tensor;
+  }
   return t;
-}
-
-// One NaN or infinity in a weight, a LayerNorm or a quantized scale turns
-// every token after it into NaN logits: the model is refused when it loads.
-void require_finite(const Tensor& x, const Tensors& t, const std::string& name) {
-  const int64_t i = core::first_non_finite(x);
-  if (i < 0) return;
-  throw IoError(t.path + ": tensor '" + name + "' holds " + (std::isnan(x.item(i)) ? "NaN" : "an infinity") +
-                " at element " + std::to_string(i) + " (a diverged or damaged model)");
 }
 
 // A float tensor of exactly `shape`, widened to f32 if stored as f16/bf16.
@@ -199,15 +203,11 @@ Tensor f32_of(const Tensors& t, const std::string& name, const Shape& shape) {
   if (x.shape() != shape)
     throw IoError(t.path + ": tensor '" + name + "' is " + x.meta().str() + ", expected shape " + shape.str() +
                   " for this GPT-2 config");
-  if (x.dtype() == DType::f32) {
-    require_finite(x, t, name);
-    return x;
-  }
+  if (x.dtype() == DType::f32) return x;
   if (!core::dtype_is_float(x.dtype()))
     throw IoError(t.path + ": tensor '" + name + "' is " + x.meta().str() + ", expected a float tensor");
   Tensor y = Tensor::empty(shape, DType::f32);
   for (int64_t i = 0; i < x.numel(); ++i) y.data_as<float>()[i] = float(x.item(i));
-  require_finite(y, t, name);
   return y;
 }
 
@@ -324,7 +324,6 @@ QLinear read_qlinear(const Tensors& t, const std::string& name, Scheme s, int64_
       q.scale.dtype() != DType::f32)
     throw IoError(t.path + ": '" + name + ".weight' is " + q.w.meta().str() + " with scale " + q.scale.meta().str() +
                   ", expected " + std::string(q4 ? "u8" : "i8") + wshape.str() + " with f32" + sshape.str());
-  require_finite(q.scale, t, name + ".weight.scale");
   if (bias) q.bias = f32_of(t, name + ".bias", Shape{out});
   return q;
 }
@@ -335,9 +334,7 @@ Model load_quantized(const std::string& path, const core::SafetensorsFile& f) {
     if (it == f.metadata.end()) throw IoError(path + ": quantized file without '" + key + "' in its metadata");
     return it->second;
   };
-  Tensors t;
-  t.path = path;
-  t.by_name = f.tensors;
+  const Tensors t = tensors_of(f.tensors, path);  // (brisk's names never start with "transformer.")
   Model m;
   m.scheme = parse_scheme(meta("brisk.scheme"));
   // The loaders below read int8/int4 tensors; an fp32 model is a checkpoint, not this format.

@@ -250,25 +250,26 @@ void load_moments(const std::string& ckpt_dir, core::ParameterStore& store, opti
                   int64_t steps_if_absent) {
   const std::string opath = (fs::path(ckpt_dir) / "optimizer.safetensors").string();
   const core::SafetensorsReader moments(opath);
+  // Every moment's name and shape checked before the first is read.
+  std::vector<std::pair<std::string, core::Tensor*>> wanted;
   std::set<std::string> keys;
   for (auto& [pname, e] : store.entries())
     for (int k = 0; k < 2; ++k) {
       const std::string key = pname + (k == 0 ? ".exp_avg" : ".exp_avg_sq");
+      core::Tensor& state = e.state.at(size_t(k));
       auto it = moments.tensors().find(key);
       if (it == moments.tensors().end()) throw IoError(opath + ": missing tensor '" + key + "'");
-      if (!(it->second == e.state.at(size_t(k)).meta()))
-        throw IoError(opath + ": tensor '" + key + "' is " + it->second.str() + ", expected " +
-                      e.state.at(size_t(k)).meta().str());
+      if (!(it->second == state.meta()))
+        throw IoError(opath + ": tensor '" + key + "' is " + it->second.str() + ", expected " + state.meta().str());
+      wanted.emplace_back(key, &state);
       keys.insert(key);
     }
   check_no_extra(opath, moments.tensors(), keys);
-  for (auto& [pname, e] : store.entries())
-    for (int k = 0; k < 2; ++k) {
-      const std::string key = pname + (k == 0 ? ".exp_avg" : ".exp_avg_sq");
-      const core::Tensor m = moments.read(key);
-      require_finite(opath, key, m);
-      store.upload(e.state.at(size_t(k)), m);
-    }
+  for (const auto& [key, state] : wanted) {
+    const core::Tensor m = moments.read(key);
+    require_finite(opath, key, m);
+    store.upload(*state, m);
+  }
   const std::string spath = (fs::path(ckpt_dir) / "state.json").string();
   const Json sj = parse_state_file(spath);
   optimizer.set_steps_taken(sj.contains("optimizer_steps")
