@@ -602,9 +602,13 @@ struct Engine::Impl {
       const int32_t tok = e.choice.token;
       s.history.add_generated(tok);
       ++s.generated;
+      // min_tokens: the sampler drew no stop token before it, and a stop
+      // string may end no earlier than the token that reaches it (vLLM's
+      // rule); the text still grows, so a later search starts at the end.
+      const bool may_stop = s.generated >= s.params.min_tokens;
       if (std::find(s.params.stop_tokens.begin(), s.params.stop_tokens.end(), tok) != s.params.stop_tokens.end()) {
         e.finish = Finish::stop;
-      } else if (std::string hit = stop_string_hit(s, tok); !hit.empty()) {
+      } else if (std::string hit = stop_string_hit(s, tok); may_stop && !hit.empty()) {
         e.finish = Finish::stop;
         e.stop_matched = hit;
       } else if (s.generated >= s.params.max_tokens) {

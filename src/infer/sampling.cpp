@@ -30,6 +30,10 @@ namespace brisk::infer {
 void validate(const SamplingParams& p, int64_t vocab) {
   using core::ConfigError;
   if (p.max_tokens < 0) throw ConfigError("max_tokens must not be negative, got " + std::to_string(p.max_tokens));
+  if (p.min_tokens < 0) throw ConfigError("min_tokens must not be negative, got " + std::to_string(p.min_tokens));
+  if (p.min_tokens > p.max_tokens)
+    throw ConfigError("min_tokens (" + std::to_string(p.min_tokens) + ") must be at most max_tokens (" +
+                      std::to_string(p.max_tokens) + ")");
   if (!(p.temperature >= 0) || !std::isfinite(p.temperature)) throw ConfigError("temperature must be a finite number >= 0 (0 = greedy)");
   if (p.top_k < 0) throw ConfigError("top_k must be >= 0, got " + std::to_string(p.top_k));
   if (!(p.top_p > 0 && p.top_p <= 1)) throw ConfigError("top_p must be in (0, 1]");
@@ -54,6 +58,9 @@ void validate(const SamplingParams& p, int64_t vocab) {
   for (int32_t t : p.stop_tokens)
     if (t < 0 || t >= vocab)
       throw ConfigError("stop token " + std::to_string(t) + " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+  for (int32_t t : p.banned_tokens)
+    if (t < 0 || t >= vocab)
+      throw ConfigError("banned token " + std::to_string(t) + " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
   for (const std::string& s : p.stop)
     if (s.empty()) throw ConfigError("a stop string must not be empty");
 }
@@ -77,7 +84,8 @@ void SequenceHistory::add_generated(int32_t id) {
 
 namespace {
 
-void apply_penalties(float* logits, const SamplingParams& p, const SequenceHistory& h) {
+// `index`: how many tokens the sequence has generated before this one.
+void apply_penalties(float* logits, const SamplingParams& p, const SequenceHistory& h, uint64_t index) {
   if (p.repetition_penalty != 1.f)
     for (int32_t t : h.distinct()) {
       float& l = logits[t];
@@ -87,6 +95,10 @@ void apply_penalties(float* logits, const SamplingParams& p, const SequenceHisto
     for (int32_t t : h.distinct())
       if (const int32_t n = h.count(t); n > 0) logits[t] -= float(n) * p.frequency_penalty + p.presence_penalty;
   for (const auto& [t, bias] : p.logit_bias) logits[t] += bias;
+  constexpr float never = -std::numeric_limits<float>::infinity();
+  for (int32_t t : p.banned_tokens) logits[t] = never;
+  if (index < uint64_t(p.min_tokens))  // too early to stop: a stop token cannot be drawn (nor shown in logprobs)
+    for (int32_t t : p.stop_tokens) logits[t] = never;
 }
 
 float max_logit(const float* logits, int64_t vocab) {
@@ -419,7 +431,7 @@ TokenChoice score_token(const float* logits, int64_t vocab, int32_t token, int n
 
 TokenChoice sample(float* logits, int64_t vocab, const SamplingParams& p, const SequenceHistory& history,
                    uint64_t index, SamplerScratch& work) {
-  apply_penalties(logits, p, history);
+  apply_penalties(logits, p, history, index);
   TokenChoice c;
   if (p.greedy()) {
     c.token = argmax(logits, vocab);

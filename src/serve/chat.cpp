@@ -102,7 +102,7 @@ Request parse_chat(const std::string& body, const ModelInfo& model, const data::
   }
   const bool seeded = read_sampling(j, sp);
   if (std::find(sp.stop.begin(), sp.stop.end(), kChatStop) == sp.stop.end()) sp.stop.push_back(kChatStop);
-  if (tok.eot_token() >= 0) sp.stop_tokens.push_back(tok.eot_token());  // as OpenAI: EOS ends with "stop"
+  stop_at_end_of_text(j, tok.eot_token(), sp);
   const bool logprobs = boolean(j, "logprobs", false);
   const int top = small_integer(j, "top_logprobs", 0);
   if (top < 0 || top > 20) throw ApiError(400, "top_logprobs must be in [0, 20]", "top_logprobs");

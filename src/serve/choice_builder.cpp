@@ -12,7 +12,7 @@ using nlohmann::json;
 CompletionBuilder::CompletionBuilder(const data::Tokenizer& tok, const CompletionRequest& req, std::string id,
                                      int64_t created, std::string model, Api api, int64_t index)
     : tok_(tok),
-      text_(tok, req.params.stop),
+      text_(tok, req.params.stop, req.params.min_tokens),
       id_(std::move(id)),
       model_(std::move(model)),
       created_(created),

@@ -97,7 +97,7 @@ Request parse(const json& j, const ModelInfo& model, const data::Tokenizer& tok,
   const bool seeded = read_sampling(j, sp);
   // The end-of-text token ends a completion with finish_reason "stop", as
   // OpenAI's do; it is no part of the text.
-  if (tok.eot_token() >= 0) sp.stop_tokens.push_back(tok.eot_token());
+  stop_at_end_of_text(j, tok.eot_token(), sp);
   sp.logprobs = small_integer(j, "logprobs", -1);
   if (field(j, "logprobs") && sp.logprobs < 0) throw ApiError(400, "logprobs must be >= 0", "logprobs");
   if (r.echo && sp.logprobs >= 0) sp.prompt_logprobs = sp.logprobs;

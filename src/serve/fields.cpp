@@ -112,7 +112,19 @@ bool read_sampling(const json& body, infer::SamplingParams& sp) {
   }
   sp.stop = read_stop(body);
   sp.logit_bias = read_logit_bias(body);
+  sp.min_tokens = integer(body, "min_tokens", 0);
+  if (sp.min_tokens < 0) throw ApiError(400, "min_tokens must be >= 0", "min_tokens");
+  if (sp.min_tokens > sp.max_tokens)
+    throw ApiError(400, "min_tokens (" + std::to_string(sp.min_tokens) + ") must be at most max_tokens (" +
+                            std::to_string(sp.max_tokens) + ")",
+                   "min_tokens");
   return seeded;
+}
+
+void stop_at_end_of_text(const json& body, int32_t eot_token, infer::SamplingParams& sp) {
+  if (eot_token < 0) return;
+  if (boolean(body, "ignore_eos", false)) sp.banned_tokens.push_back(eot_token);
+  else sp.stop_tokens.push_back(eot_token);
 }
 
 void read_stream(const json& body, Request& r) {

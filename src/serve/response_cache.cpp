@@ -36,6 +36,7 @@ std::string ResponseCache::key_of(const Request& r, const std::string& model) {
     put_raw(k, uint64_t(c.prompt.size()));
     k.append(reinterpret_cast<const char*>(c.prompt.data()), c.prompt.size() * sizeof(int32_t));
     put_raw(k, p.max_tokens);
+    put_raw(k, p.min_tokens);
     put_raw(k, p.temperature);
     put_raw(k, p.top_k);
     put_raw(k, p.top_p);
@@ -51,6 +52,8 @@ std::string ResponseCache::key_of(const Request& r, const std::string& model) {
     put_raw(k, p.greedy() ? uint64_t(0) : p.seed);  // greedy: the seed changes nothing
     put_raw(k, uint64_t(p.stop_tokens.size()));
     k.append(reinterpret_cast<const char*>(p.stop_tokens.data()), p.stop_tokens.size() * sizeof(int32_t));
+    put_raw(k, uint64_t(p.banned_tokens.size()));
+    k.append(reinterpret_cast<const char*>(p.banned_tokens.data()), p.banned_tokens.size() * sizeof(int32_t));
     put_raw(k, uint64_t(p.stop.size()));
     for (const std::string& s : p.stop) put_string(k, s);
     put_raw(k, p.logprobs);

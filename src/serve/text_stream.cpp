@@ -79,7 +79,19 @@ size_t valid_utf8_offset(const std::string& bytes, size_t raw) {
   return out;
 }
 
-TextStream::TextStream(const data::Tokenizer& tok, std::vector<std::string> stop) : tok_(tok), stop_(std::move(stop)) {}
+TextStream::TextStream(const data::Tokenizer& tok, std::vector<std::string> stop, int64_t min_tokens)
+    : tok_(tok), stop_(std::move(stop)), min_tokens_(min_tokens) {}
+
+size_t TextStream::first_stop() const {
+  if (tokens_ < min_tokens_) return std::string::npos;
+  size_t first = std::string::npos;
+  for (const std::string& s : stop_) {
+    // Starting at sent_ (nothing sent is cut) and late enough to end past stops_end_after_.
+    const size_t from = std::max(sent_, stops_end_after_ + 1 > s.size() ? stops_end_after_ + 1 - s.size() : 0);
+    if (size_t at = raw_.find(s, from); at != std::string::npos) first = std::min(first, at);
+  }
+  return first;
+}
 
 std::string TextStream::emit(size_t end) {
   end = std::max(end, sent_);
@@ -91,6 +103,7 @@ std::string TextStream::emit(size_t end) {
 std::string TextStream::add(int32_t token) {
   last_offset_ = raw_.size();
   raw_ += tok_.decode(std::span<const int32_t>(&token, 1));
+  if (++tokens_ == min_tokens_) stops_end_after_ = last_offset_;
   // Hold back the longest tail that is a proper prefix of a stop string.
   size_t safe = raw_.size();
   for (const std::string& s : stop_) {
@@ -102,17 +115,11 @@ std::string TextStream::add(int32_t token) {
       }
   }
   // A stop string that is now complete ends the text before it.
-  for (const std::string& s : stop_)
-    if (size_t at = raw_.find(s, sent_); at != std::string::npos) safe = std::min(safe, at);
+  safe = std::min(safe, first_stop());
   return emit(complete_prefix(raw_, sent_, safe));
 }
 
-std::string TextStream::finish_at_stop() {
-  size_t cut = raw_.size();
-  for (const std::string& s : stop_)
-    if (size_t at = raw_.find(s, sent_); at != std::string::npos) cut = std::min(cut, at);
-  return emit(cut);
-}
+std::string TextStream::finish_at_stop() { return emit(std::min(raw_.size(), first_stop())); }
 
 std::string TextStream::finish() { return emit(raw_.size()); }
 

@@ -20,6 +20,7 @@
 #include "brisk/infer/engine.h"
 #include "brisk/serve/server.h"
 #include "../common/tiny_gpt.h"
+#include "serve/fields.h"
 
 namespace brisk {
 namespace {
@@ -331,6 +332,70 @@ TEST_F(ServeTest, StreamedLogprobsMatch) {
       for (const json& x : v) joined[k].push_back(x);
   }
   EXPECT_EQ(joined, whole);
+}
+
+// min_tokens: a stop string that ends in the first min_tokens tokens does
+// not end the text; min_tokens past max_tokens is a 400 naming it.
+TEST_F(ServeTest, MinTokensLetsTheTextRunPastAnEarlyStopString) {
+  json ascii_only;  // one byte a token, so text places are token places
+  for (int b = 128; b < 256; ++b) ascii_only[std::to_string(b)] = -100;
+  const json plain = {{"prompt", "And God said"}, {"max_tokens", 24}, {"temperature", 0}, {"logit_bias", ascii_only}};
+  auto r = post("/v1/completions", plain);
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const std::string text = json::parse(r->body)["choices"][0]["text"];
+  ASSERT_EQ(text.size(), 24u);
+  // The third byte as the stop string, where it first appears.
+  const std::string stop = text.substr(2, 1);
+  const size_t first = text.find(stop), second = text.find(stop, first + 1);
+  for (int64_t min_tokens : {int64_t(0), int64_t(first + 1), int64_t(first + 2), int64_t(24)}) {
+    json body = plain;
+    body["stop"] = stop;
+    body["min_tokens"] = min_tokens;
+    r = post("/v1/completions", body);
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    const json choice = json::parse(r->body)["choices"][0];
+    // The string ends in token (place + 1): it stops only if that is min_tokens or later.
+    size_t cut = std::string::npos;
+    for (size_t at : {first, second})
+      if (at != std::string::npos && int64_t(at + 1) >= min_tokens) {
+        cut = at;
+        break;
+      }
+    EXPECT_EQ(choice["text"], text.substr(0, cut)) << "min_tokens " << min_tokens;
+    EXPECT_EQ(choice["finish_reason"], cut == std::string::npos ? "length" : "stop") << "min_tokens " << min_tokens;
+    body["stream"] = true;
+    EXPECT_EQ(stream(srv->port, body).text, text.substr(0, cut)) << "streamed, min_tokens " << min_tokens;
+  }
+  json bad = plain;
+  bad["min_tokens"] = 25;
+  r = post("/v1/completions", bad);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
+  EXPECT_EQ(json::parse(r->body)["error"]["param"], "min_tokens") << r->body;
+  r = post("/v1/chat/completions", {{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"min_tokens", -1}});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
+  EXPECT_EQ(json::parse(r->body)["error"]["param"], "min_tokens") << r->body;
+}
+
+// ignore_eos bans the end-of-text token instead of stopping at it; without
+// it the token is a stop token. (The tiny model's byte tokenizer has no
+// end-of-text token, so this reads the fields as both routes do.)
+TEST(ServeFields, IgnoreEosBansTheEndOfTextTokenInsteadOfStoppingAtIt) {
+  infer::SamplingParams sp;
+  serve::fields::stop_at_end_of_text(json{{"prompt", "x"}}, 50256, sp);
+  EXPECT_EQ(sp.stop_tokens, std::vector<int32_t>{50256});
+  EXPECT_TRUE(sp.banned_tokens.empty());
+  infer::SamplingParams ig;
+  serve::fields::stop_at_end_of_text(json{{"ignore_eos", true}}, 50256, ig);
+  EXPECT_TRUE(ig.stop_tokens.empty());
+  EXPECT_EQ(ig.banned_tokens, std::vector<int32_t>{50256});
+  infer::SamplingParams none;
+  serve::fields::stop_at_end_of_text(json{{"ignore_eos", true}}, -1, none);
+  EXPECT_TRUE(none.stop_tokens.empty() && none.banned_tokens.empty());
+  EXPECT_THROW(serve::fields::stop_at_end_of_text(json{{"ignore_eos", "yes"}}, 50256, none), serve::ApiError);
 }
 
 TEST_F(ServeTest, SeedsChangeSampledText) {
@@ -811,6 +876,24 @@ TEST(TextStream, HoldsBackStopPrefixesAndSplitCharacters) {
   EXPECT_EQ(u.add(0x80), "\xEF\xBF\xBD");
   EXPECT_EQ(u.add(0xE2), "");
   EXPECT_EQ(u.finish(), "\xEF\xBF\xBD");
+}
+
+// With min_tokens, a stop string ending before the min_tokens-th token is
+// text; one ending in it or later cuts the text, even if it starts earlier.
+TEST(TextStream, StopStringsEndingBeforeMinTokensAreText) {
+  auto tok = data::make_byte_tokenizer();
+  auto feed = [&](int64_t min_tokens, const std::string& tokens) {
+    serve::TextStream ts(*tok, {"END"}, min_tokens);
+    std::string out;
+    for (char c : tokens) out += ts.add(static_cast<unsigned char>(c));
+    return out + ts.finish_at_stop();
+  };
+  EXPECT_EQ(feed(0, "abENDxyENDz"), "ab");
+  EXPECT_EQ(feed(5, "abENDxyENDz"), "ab");        // the first END ends in the 5th token
+  EXPECT_EQ(feed(6, "abENDxyENDz"), "abENDxy");   // ... too early; the second ends in the 10th
+  EXPECT_EQ(feed(11, "abENDxyENDz"), "abENDxyENDz");
+  EXPECT_EQ(feed(9, "abcdefgEND"), "abcdefg");    // starts before the 9th token, ends in the 10th
+  EXPECT_EQ(feed(10, "abcdefgEND"), "abcdefg");   // ends in the 10th, the min_tokens-th
 }
 
 // text_offset counts bytes of the text a client gets, where each ill-formed

@@ -388,6 +388,61 @@ TEST(InferEngine, StopsAtContextMaxTokensStopTokenAndStopString) {
   EXPECT_LE(got.size(), 8u);
 }
 
+// min_tokens (vLLM's): no stop token among the first min_tokens tokens,
+// and a stop string ending before the min_tokens-th token does not stop.
+TEST(InferEngine, MinTokensDefersStopTokensAndStopStrings) {
+  auto tok = data::make_byte_tokenizer();
+  infer::Engine e(infer::load_model(checkpoint()), opts(), tok.get());
+  const infer::SamplingParams sp = greedy(12);
+  const int64_t g = e.add(prompt_of(4), sp);
+  const std::vector<int32_t> free_run = drain(e)[g];
+  ASSERT_EQ(free_run.size(), 12u);
+  // Runs one sequence; its tokens and how it ended.
+  auto run = [&](const infer::SamplingParams& p) {
+    const int64_t id = e.add(prompt_of(4), p);
+    std::pair<std::vector<int32_t>, infer::TokenEvent> out;
+    while (!e.idle())
+      for (auto& ev : e.step())
+        if (ev.seq == id) out.first.push_back(ev.choice.token), out.second = ev;
+    return out;
+  };
+
+  // The stop token is free_run[5]: with min_tokens past its first place the
+  // greedy run draws something else there, and no stop token comes early.
+  infer::SamplingParams st = sp;
+  st.stop_tokens = {free_run[5]};
+  const size_t first = size_t(std::find(free_run.begin(), free_run.end(), free_run[5]) - free_run.begin());
+  st.min_tokens = int64_t(first) + 3;
+  const auto [held, end] = run(st);
+  ASSERT_GT(held.size(), first + 3);
+  for (size_t i = 0; i < first + 3; ++i) EXPECT_NE(held[i], free_run[5]) << "token " << i;
+  EXPECT_TRUE(std::equal(free_run.begin(), free_run.begin() + std::ptrdiff_t(first), held.begin()));
+  if (end.finish == infer::Finish::stop) EXPECT_EQ(held.back(), free_run[5]);
+  else EXPECT_EQ(held.size(), 12u);
+
+  // A stop string: where it first ends at or after the min_tokens-th token.
+  const std::string stop = tok->decode(std::vector<int32_t>{free_run[6], free_run[7]});
+  auto stops_after = [&](int64_t min_tokens) -> size_t {
+    for (size_t k = size_t(std::max<int64_t>(min_tokens, 1)); k <= 12; ++k) {
+      const std::string before = tok->decode(std::vector<int32_t>(free_run.begin(), free_run.begin() + std::ptrdiff_t(k - 1)));
+      const std::string text = before + tok->decode(std::vector<int32_t>{free_run[k - 1]});
+      if (text.find(stop, before.size() + 1 > stop.size() ? before.size() + 1 - stop.size() : 0) != std::string::npos) return k;
+    }
+    return 0;
+  };
+  for (int64_t min_tokens : {0, 8, 9, 12}) {
+    infer::SamplingParams ss = sp;
+    ss.stop = {stop};
+    ss.min_tokens = min_tokens;
+    const auto [got, last] = run(ss);
+    const size_t k = stops_after(min_tokens);
+    EXPECT_EQ(got.size(), k ? k : 12u) << "min_tokens " << min_tokens;
+    EXPECT_EQ(last.finish, k ? infer::Finish::stop : infer::Finish::length) << "min_tokens " << min_tokens;
+    EXPECT_TRUE(std::equal(got.begin(), got.end(), free_run.begin())) << "min_tokens " << min_tokens;
+  }
+  EXPECT_GT(stops_after(9), 8u);  // the run at 9 went on past the string's first end
+}
+
 TEST(InferEngine, PoolLimitsAdmissionAndFreesBlocks) {
   infer::EngineOptions o = opts(4);
   o.kv_block = 16;

@@ -289,6 +289,62 @@ TEST(Sampler, LogprobsIgnoreTemperatureAndTinyTemperaturesAreGreedy) {
   EXPECT_THROW(infer::validate(bad, 10), core::ConfigError);
 }
 
+// min_tokens: before draw number min_tokens a stop token cannot be drawn,
+// greedy or sampled, and is in no logprobs list; from then on it can.
+// Banned tokens are never drawn.
+TEST(Sampler, MinTokensHoldsStopTokensBackAndBannedTokensNeverCome) {
+  infer::SamplerScratch scratch;
+  infer::SequenceHistory h(10);
+  infer::SamplingParams p;
+  p.max_tokens = 8;
+  p.min_tokens = 3;
+  p.stop_tokens = {9, 7};  // 9 is the most likely token of ramp(10)
+  p.temperature = 0;
+  p.logprobs = 4;
+  for (uint64_t index = 0; index < 5; ++index) {
+    auto l = ramp(10);
+    const infer::TokenChoice c = infer::sample(l.data(), 10, p, h, index, scratch);
+    if (index < 3) {
+      EXPECT_EQ(c.token, 8) << "draw " << index;
+      for (const auto& [t, lp] : c.top) EXPECT_TRUE(t != 9 && t != 7) << "draw " << index << " lists stop token " << t;
+    } else {
+      EXPECT_EQ(c.token, 9) << "draw " << index;
+    }
+  }
+  p.temperature = 1;
+  p.logprobs = -1;
+  const auto flat = std::vector<float>(10, 0.f);  // every token equally likely
+  for (uint64_t index = 0; index < 200; ++index) {
+    auto l = flat;
+    const int32_t t = infer::sample(l.data(), 10, p, h, index, scratch).token;
+    if (index < 3) EXPECT_TRUE(t != 9 && t != 7) << "draw " << index;
+  }
+  std::set<int32_t> late;
+  for (uint64_t index = 3; index < 300; ++index) {
+    auto l = flat;
+    late.insert(infer::sample(l.data(), 10, p, h, index, scratch).token);
+  }
+  EXPECT_TRUE(late.count(9) && late.count(7)) << "stop tokens are drawable after min_tokens";
+
+  infer::SamplingParams b;
+  b.banned_tokens = {9, 3};
+  EXPECT_EQ(drawn(std::vector<float>(10, 0.f), b, 400), (std::set<int32_t>{0, 1, 2, 4, 5, 6, 7, 8}));
+  b.temperature = 0;
+  auto l = ramp(10);
+  EXPECT_EQ(infer::sample(l.data(), 10, b, h, 0, scratch).token, 8);
+
+  infer::SamplingParams bad;
+  bad.max_tokens = 4;
+  bad.min_tokens = 5;
+  EXPECT_THROW(infer::validate(bad, 10), core::ConfigError);
+  bad.min_tokens = -1;
+  EXPECT_THROW(infer::validate(bad, 10), core::ConfigError);
+  bad.min_tokens = 4;
+  EXPECT_NO_THROW(infer::validate(bad, 10));
+  bad.banned_tokens = {10};
+  EXPECT_THROW(infer::validate(bad, 10), core::ConfigError);
+}
+
 }  // namespace
 }  // namespace brisk
 

@@ -41,10 +41,12 @@ void validate_flags(const infer::SamplingParams& sp) {
     infer::validate(sp, std::numeric_limits<int32_t>::max());
   } catch (const core::ConfigError& e) {
     std::string msg = e.what();
-    for (auto [field, flag] : {std::pair{"max_tokens", "--max-new"}, {"temperature", "--temperature"}, {"top_k", "--top-k"},
-                               {"top_p", "--top-p"}, {"min_p", "--min-p"}, {"repetition_penalty", "--repetition-penalty"},
+    for (auto [field, flag] : {std::pair{"max_tokens", "--max-new"}, {"min_tokens", "--min-new"},
+                               {"temperature", "--temperature"}, {"top_k", "--top-k"}, {"top_p", "--top-p"},
+                               {"min_p", "--min-p"}, {"repetition_penalty", "--repetition-penalty"},
                                {"frequency_penalty", "--frequency-penalty"}, {"presence_penalty", "--presence-penalty"}})
-      if (msg.rfind(field, 0) == 0) msg = flag + msg.substr(std::strlen(field));
+      for (size_t at = msg.find(field); at != std::string::npos; at = msg.find(field, at + std::strlen(flag)))
+        msg.replace(at, std::strlen(field), flag);
     throw core::ConfigError(msg);
   }
 }
@@ -87,7 +89,7 @@ int run_generate(const GenerateArgs& a) {
   std::vector<serve::TextStream> streams;
   std::vector<std::string> outputs(prompts.size());
   std::vector<std::string> reasons(prompts.size());
-  for (size_t i = 0; i < prompts.size(); ++i) streams.emplace_back(*tok, a.stop);
+  for (size_t i = 0; i < prompts.size(); ++i) streams.emplace_back(*tok, a.stop, sp.min_tokens);
   for (size_t i = 0; i < prompts.size(); ++i) {
     std::vector<int32_t> p = tok->encode(prompts[i]);
     sp.seed = a.sp.seed + i;
@@ -207,6 +209,9 @@ InferCommands add_infer_commands(CLI::App& app) {
   gen->add_option("--seed", g->sp.seed, "Sampling seed (sequence i of a batch uses seed + i)")->capture_default_str();
   gen->add_option("--stop", g->stop, "Stop when the text contains this (repeatable; taken literally: write a newline as $'\\n' in bash)");
   gen->add_option("--stop-token", g->stop_tokens, "Stop after this token id (repeatable)");
+  gen->add_option("--min-new", g->sp.min_tokens,
+                  "Tokens generated before a stop token may be drawn or a stop string end the text (at most --max-new)")
+      ->capture_default_str();
   gen->add_option("--vocab-dir", g->vocab_dir, "GPT-2 vocabulary directory (gpt2 models)");
   gen->add_option("--threads", g->threads, "CPU threads (0 = all cores)")->check(non_negative());
   gen->add_option("--kv-mb", g->kv_mb, "Key/value pool in MiB (0 = full context for every sequence)")

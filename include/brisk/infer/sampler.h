@@ -31,6 +31,13 @@ struct SamplingParams {
   uint64_t seed = 0;
   std::vector<int32_t> stop_tokens;   // end the sequence after producing one of these
   std::vector<std::string> stop;      // end the sequence when its text contains one of these
+  // vLLM's min_tokens: the first min_tokens tokens are never stop tokens
+  // (their logits are -inf), and a stop string ending in them does not end
+  // the sequence. At most max_tokens.
+  int64_t min_tokens = 0;
+  // Never drawn: their logits are -inf (the server's ignore_eos bans the
+  // end-of-text token, as llama.cpp's server does).
+  std::vector<int32_t> banned_tokens;
   int logprobs = -1;                  // -1: none; n >= 0: the chosen token's log-probability and the n most likely
   // -1: none; n >= 0: each prompt token's log-probability given the tokens
   // before it (from the model's plain softmax: no penalty or temperature)

@@ -31,7 +31,9 @@ size_t valid_utf8_offset(const std::string& bytes, size_t raw);
 
 class TextStream {
  public:
-  TextStream(const data::Tokenizer& tok, std::vector<std::string> stop);
+  // min_tokens: a stop string must end in the min_tokens-th token or later
+  // (SamplingParams::min_tokens); one ending earlier is text like any other.
+  TextStream(const data::Tokenizer& tok, std::vector<std::string> stop, int64_t min_tokens = 0);
   // Adds a token of the output; returns the text that is now safe to send.
   std::string add(int32_t token);
   // The sequence ended on a stop string: the rest of the text up to it.
@@ -48,11 +50,16 @@ class TextStream {
 
  private:
   std::string emit(size_t end);
+  // Where the first stop string in raw_ that may end the text starts (npos: none).
+  size_t first_stop() const;
   const data::Tokenizer& tok_;
   std::vector<std::string> stop_;
   std::string raw_;   // decoded bytes of the tokens so far
   size_t sent_ = 0;   // raw_[0, sent_) has been handed out
   size_t last_offset_ = 0;
+  int64_t min_tokens_ = 0;
+  int64_t tokens_ = 0;           // added so far
+  size_t stops_end_after_ = 0;   // a stop string must end past this byte of raw_
 };
 
 }  // namespace brisk::serve
