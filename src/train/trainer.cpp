@@ -42,6 +42,7 @@
 #include "divergence.h"
 #include "fresh_run.h"
 #include "op_profile.h"
+#include "resume_changes.h"
 #include "run_log.h"
 #include "run_record.h"
 #include "step_trace.h"
@@ -340,6 +341,8 @@ void Trainer::Impl::resume() {
   // Every step reads one global batch: batch_local windows on each rank.
   loader.set_position(state.data_position / uint64_t(cfg.batch));
   progress.line("resumed from " + ckpt + " at step " + std::to_string(state.step));
+  if (const std::string changed = detail::changed_settings_line(cfg.out_dir, to_toml(cfg)); !changed.empty())
+    progress.line(changed);
   // Nothing to train: say so, not a summary of zero steps at 0 tokens/s.
   if (state.step >= cfg.steps)
     throw core::ConfigError("checkpoint " + ckpt + " is at step " + std::to_string(state.step) +
@@ -479,8 +482,8 @@ void Trainer::Impl::print_header() {
   if (!precision.warning.empty()) std::fprintf(stderr, "%s\n", precision.warning.c_str());
   if (cfg.schedule.warmup_steps >= cfg.steps)
     std::fprintf(stderr,
-                 "warning: train.warmup (%lld) is not below train.steps (%lld): the lr stays in its warm-up ramp, "
-                 "below train.lr, for the whole run\n",
+                 "warning: train.warmup (%lld) is not below train.steps (%lld): the whole run is warm-up (the lr "
+                 "reaches train.lr at most at the last step) and nothing decays\n",
                  (long long)cfg.schedule.warmup_steps, (long long)cfg.steps);
   if (!precision.note.empty()) std::fprintf(stderr, "%s\n", precision.note.c_str());
   if (scaler)

@@ -151,6 +151,12 @@ TEST_F(ClassifyCli, ResumeRefusesOtherRecordsAndReportsAFinishedRun) {
   const CliResult done = run_cli({"train", "--config", config_, "--set", "train.epochs=1", "--resume"});
   ASSERT_EQ(done.exit_code, 0) << done.err;
   EXPECT_NE(done.err.find("nothing left to train"), std::string::npos) << done.err;
+  EXPECT_EQ(done.err.find("settings changed"), std::string::npos) << done.err;
+  const CliResult decayed = run_cli({"train", "--config", config_, "--set", "train.epochs=1", "--set",
+                                     "train.weight_decay=0.25", "--resume"});
+  ASSERT_EQ(decayed.exit_code, 0) << decayed.err;
+  EXPECT_NE(decayed.err.find("resume: settings changed since the stopped run"), std::string::npos) << decayed.err;
+  EXPECT_NE(decayed.err.find(" -> 0.25"), std::string::npos) << decayed.err;
   const nlohmann::json report = nlohmann::json::parse(read_text(tmp_.file("run/report.json")));
   const std::string ckpt = report.at("checkpoint");
   EXPECT_NE(ckpt.find("step_"), std::string::npos) << report.dump();

@@ -105,6 +105,28 @@ TEST_F(TrainIntegration, ResumeWithAnotherSeedIsAClearError) {
   EXPECT_EQ(same.steps_done, 8);
 }
 
+// A resume takes its settings from the config it is given; the log names
+// those that differ from the stopped run's config.toml (not the thread
+// count, which changes no update), and says nothing when none does.
+TEST_F(TrainIntegration, ResumeNamesTheSettingsItChanges) {
+  const std::string cfg = config("changed", 8, 4);
+  ASSERT_EQ(run(cfg, false, {"train.steps=4"}).steps_done, 4);
+  const CliResult changed =
+      run_cli({"train", "--config", cfg, "--resume", "--no-progress", "--set", "train.steps=6", "--set",
+               "train.lr=0.0123", "--set", "train.threads=1"});
+  ASSERT_EQ(changed.exit_code, 0) << changed.err;
+  EXPECT_NE(changed.err.find("resume: settings changed since the stopped run"), std::string::npos) << changed.err;
+  EXPECT_NE(changed.err.find("train.steps 4 -> 6"), std::string::npos) << changed.err;
+  EXPECT_NE(changed.err.find("train.lr "), std::string::npos) << changed.err;
+  EXPECT_NE(changed.err.find(" -> 0.0123"), std::string::npos) << changed.err;
+  EXPECT_EQ(changed.err.find("train.threads"), std::string::npos) << changed.err;
+  const CliResult same = run_cli({"train", "--config", cfg, "--resume", "--no-progress", "--set", "train.steps=7",
+                                  "--set", "train.lr=0.0123"});
+  ASSERT_EQ(same.exit_code, 0) << same.err;
+  EXPECT_NE(same.err.find("train.steps 6 -> 7"), std::string::npos) << same.err;
+  EXPECT_EQ(same.err.find("train.lr"), std::string::npos) << "the lr is the stopped run's now: " << same.err;
+}
+
 // Train 4 steps as a run of its own, then resume to 8. With a constant LR the
 // schedule does not depend on the total, so the two halves must reproduce the
 // straight run exactly.
