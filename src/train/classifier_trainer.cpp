@@ -229,6 +229,12 @@ ClassifyResult train_classifier(const ClassifyConfig& cfg, const ClassifyOptions
                                cfg.train_frac, cfg.val_frac, cfg.split_seed);
   const Split& split = res.split;
   if (split.train.empty()) throw ConfigError("data.store: '" + cfg.store + "' has no non-empty records to train on");
+  // An empty test split would be reported as accuracy, precision, recall and
+  // F1 of 0 (and so would the baseline's), as if the model had been scored.
+  if (split.test.empty())
+    throw ConfigError("data.store: '" + cfg.store + "' has too few distinct records (" +
+                      std::to_string(split.train.size() + split.val.size()) +
+                      ") to hold any out for the test split; lower data.train_frac / data.val_frac or add data");
 
   // --- the batch pipeline: bucketed batches of train records, through the cache
   data::RecordCache cached(store, cfg.model.max_len, size_t(cfg.cache_mb) << 20);

@@ -63,13 +63,29 @@ LatentsFile read_latents_file(const std::string& path) {
                     "; every sequence has at least one residue");
   if (st.tensors.count("full_lengths")) {
     const core::Tensor& full = tensor("full_lengths", core::DType::i32, 1);
-    if (full.shape()[0] == N) f.full_lengths.assign(full.data_as<int32_t>(), full.data_as<int32_t>() + N);
+    if (full.shape()[0] != N)
+      throw IoError(path + ": tensor 'full_lengths' has " + std::to_string(full.shape()[0]) + " entries for " +
+                    std::to_string(N) + " latents");
+    f.full_lengths.assign(full.data_as<int32_t>(), full.data_as<int32_t>() + N);
+    for (int64_t i = 0; i < N; ++i)
+      if (f.full_lengths[size_t(i)] < f.lengths[size_t(i)])
+        throw IoError(path + ": full_lengths[" + std::to_string(i) + "] is " +
+                      std::to_string(f.full_lengths[size_t(i)]) + ", below lengths[" + std::to_string(i) + "] (" +
+                      std::to_string(f.lengths[size_t(i)]) + "): a sequence is at least as long as its encoded part");
+  } else {
+    f.full_lengths = f.lengths;
   }
-  if (f.full_lengths.empty()) f.full_lengths = f.lengths;
   auto meta = [&](const std::string& key) {
     auto it = st.metadata.find(key);
     return it == st.metadata.end() ? std::string() : it->second;
   };
+  // The metadata is optional (a file from another tool may have none), but
+  // what there is must agree with the tensors.
+  if (const std::string format = meta("format"); !format.empty() && format != "brisk-latents")
+    throw IoError(path + ": metadata 'format' is '" + format + "', not 'brisk-latents'");
+  if (const std::string width = meta("latent"); !width.empty() && width != std::to_string(f.latent))
+    throw IoError(path + ": metadata 'latent' says " + width + " but tensor 'latents' is " +
+                  std::to_string(f.latent) + " wide");
   f.checkpoint = meta("checkpoint");
   f.model_xxh64 = meta("model_xxh64");
   if (const std::string m = meta("max_len"); !m.empty()) f.max_len = std::atoll(m.c_str());

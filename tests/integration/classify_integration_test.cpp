@@ -178,6 +178,14 @@ TEST_F(ClassifyCli, StripHeadersMustMatchTheStore) {
   EXPECT_FALSE(fs::exists(tmp_.file("run")));
 }
 
+// A split that leaves no test records is refused (it was scored as
+// accuracy, precision, recall and F1 of 0 for the model and the baseline).
+TEST_F(ClassifyCli, ASplitWithoutTestRecordsIsRefused) {
+  expect_error(run_cli({"train", "--config", config_, "--set", "data.train_frac=0.995", "--set", "data.val_frac=0.004"}),
+               "to hold any out for the test split");
+  EXPECT_FALSE(fs::exists(tmp_.file("run/report.json")));
+}
+
 // The encoder's run stops as the GPT's does when its loss turns NaN: exit 2
 // naming the step and the lr, and no checkpoint of the NaN weights.
 TEST_F(ClassifyCli, ADivergedRunStopsWithoutACheckpoint) {

@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <vector>
@@ -280,6 +281,29 @@ TEST(LatentsFile, RoundTripsAndNamesWhatIsWrong) {
   const std::vector<float> w(4, 1.f);
   core::save_safetensors(path, {{"wte.weight", {const_cast<float*>(w.data()), {core::Shape{2, 2}, core::DType::f32}}}});
   EXPECT_NE(message_of([&] { train::read_latents_file(path); }).find("no tensor 'latents'"), std::string::npos);
+
+  // Metadata and tensors that disagree: a format or width of another file,
+  // full lengths for other rows or below the encoded lengths.
+  f.lengths = {10, 64};
+  const std::vector<float> lat = f.latents;
+  const std::vector<int32_t> len = f.lengths;
+  auto write = [&](std::vector<int32_t> full, std::map<std::string, std::string> meta) {
+    const core::TensorMeta lm{core::Shape{2, 3}, core::DType::f32};
+    const core::TensorMeta im{core::Shape{int64_t(len.size())}, core::DType::i32};
+    const core::TensorMeta fm{core::Shape{int64_t(full.size())}, core::DType::i32};
+    core::save_safetensors(path,
+                           {{"latents", {const_cast<float*>(lat.data()), lm}},
+                            {"lengths", {const_cast<int32_t*>(len.data()), im}},
+                            {"full_lengths", {full.data(), fm}}},
+                           meta);
+    return message_of([&] { train::read_latents_file(path); });
+  };
+  EXPECT_EQ(write({10, 300}, {{"format", "brisk-latents"}, {"latent", "3"}}), "no error");
+  EXPECT_NE(write({10, 300}, {{"format", "other"}}).find("metadata 'format' is 'other'"), std::string::npos);
+  EXPECT_NE(write({10, 300}, {{"latent", "8"}}).find("metadata 'latent' says 8 but tensor 'latents' is 3 wide"),
+            std::string::npos);
+  EXPECT_NE(write({10, 300, 5}, {}).find("tensor 'full_lengths' has 3 entries for 2 latents"), std::string::npos);
+  EXPECT_NE(write({10, 60}, {}).find("full_lengths[1] is 60, below lengths[1] (64)"), std::string::npos);
   fs::remove_all(d);
 }
 
