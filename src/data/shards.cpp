@@ -355,7 +355,34 @@ TokenDataset::TokenDataset(const std::string& dir, const std::string& split)
   const int64_t meta_tokens =
       meta.contains(split + "_tokens") ? meta_integer(meta, split + "_tokens", meta_path, 0) : -1;
 
-  for (const std::string& name : split_shards(dir, split)) {
+  const std::vector<std::string> names = split_shards(dir, split);
+  // meta.json's list, when it has one, is what prepare wrote: the PyTorch
+  // peers read it, so a shard left over or missing would feed the two others.
+  if (meta.contains(split + "_shards")) {
+    const nlohmann::json& listed = meta[split + "_shards"];
+    std::vector<std::string> want;
+    if (listed.is_array())
+      for (const auto& n : listed)
+        if (n.is_string()) want.push_back(n.get<std::string>());
+    if (!listed.is_array() || want.size() != listed.size())
+      throw IoError(meta_path + ": field '" + split + "_shards' must be a list of file names");
+    std::vector<std::string> have = names;  // both in plain order for the comparison
+    std::sort(have.begin(), have.end());
+    std::sort(want.begin(), want.end());
+    if (want != have) {
+      auto first_not_in = [](const std::vector<std::string>& a, const std::vector<std::string>& b) {
+        for (const std::string& x : a)
+          if (!std::binary_search(b.begin(), b.end(), x)) return x;
+        return std::string();
+      };
+      const std::string stray = first_not_in(have, want), missing = first_not_in(want, have);
+      throw IoError("dataset " + dir + ": " +
+                    (!stray.empty() ? "shard " + stray + " is not in meta.json's " + split + "_shards (left over?)"
+                                    : "shard " + missing + " of meta.json's " + split + "_shards is missing") +
+                    "; re-run `brisk data prepare`");
+    }
+  }
+  for (const std::string& name : names) {
     auto shard = std::make_unique<TokenShard>((fs::path(dir) / name).string());
     if (shard->vocab_size() != vocab_)
       throw IoError("token shard " + shard->path() + " has vocab size " +

@@ -10,6 +10,8 @@
 #include <filesystem>
 
 #include <cmath>
+#include <csignal>
+#include <sys/resource.h>
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -227,6 +229,37 @@ TEST_F(BadInputs, TruncatedShard) {
   // Cut inside the header.
   fs::resize_file(shard, 20);
   expect_clear_error(train_with(s), {"train_0000.bin", "truncated"});
+}
+
+// A shard cut short while a run reads it (a dataset copied over itself)
+// cannot be an exit-2 error: the read is a load from a mapping, and the
+// kernel answers it with SIGBUS. The process still dies of that signal, but
+// first says what it means instead of the shell's bare "Bus error".
+TEST_F(BadInputs, AShardCutShortDuringARunIsExplained) {
+  const std::string d = copy_data("cut");
+  const fs::path shard = fs::path(d) / "train_0000.bin";
+  std::string s = tiny_config_toml(d, tmp_.file("cut-run"), 100000, 0, "constant", 1);
+  const std::string path = tmp_.file("cut.toml");
+  write_text(path, s);
+  bool cut = false;
+  CliHooks hooks;
+  hooks.in_child = [] {  // the signal's default action dumps core: not here
+    const rlimit none{0, 0};
+    ::setrlimit(RLIMIT_CORE, &none);
+  };
+  hooks.on_err_line = [&](const std::string& line, pid_t) {
+    if (!cut && line.rfind("step ", 0) == 0) {
+      fs::resize_file(shard, 0);
+      cut = true;
+    }
+  };
+  const CliResult r = run_cli({"train", "--config", path, "--no-progress", "--set", "train.loader_workers=0"}, hooks);
+  ASSERT_TRUE(cut) << r.err;
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.signal, SIGBUS) << "exit " << r.exit_code << "\n" << r.err;
+  EXPECT_NE(r.err.find("brisk: bus error: a memory-mapped input (a token shard or an LMDB record store) became shorter"),
+            std::string::npos)
+      << r.err;
 }
 
 TEST_F(BadInputs, ForeignFileRenamedToShard) {

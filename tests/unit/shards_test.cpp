@@ -252,6 +252,33 @@ TEST(TokenDatasetTest, MissingPiecesAreNamed) {
   EXPECT_THROW(TokenDataset(dir.file("absent"), "train"), core::IoError);
 }
 
+// meta.json's shard list, when it has one, must be the directory's: a shard
+// left over (or missing) would feed brisk and the PyTorch peers, which read
+// the list, different tokens. Without a token count the list is the check.
+TEST(TokenDatasetTest, ShardsMustBeMetaJsonsList) {
+  TempDir dir;
+  const std::string d = dir.path().string();
+  write_shard(dir.file("train_0000.bin"), random_tokens(7, 256, 1), 256);
+  write_shard(dir.file("train_0001.bin"), random_tokens(5, 256, 2), 256);
+  auto meta_with = [&](nlohmann::json shards) {
+    write_bytes(dir.file("meta.json"),
+                nlohmann::json{{"tokenizer", "bytes"}, {"vocab_size", 256}, {"train_shards", shards}}.dump());
+    try {
+      TokenDataset ds(d, "train");
+      return std::to_string(ds.size());
+    } catch (const core::IoError& e) {
+      return std::string(e.what());
+    }
+  };
+  EXPECT_EQ(meta_with({"train_0001.bin", "train_0000.bin"}), "12");
+  EXPECT_NE(meta_with({"train_0000.bin"}).find("shard train_0001.bin is not in meta.json's train_shards"),
+            std::string::npos);
+  EXPECT_NE(meta_with({"train_0000.bin", "train_0001.bin", "train_0002.bin"})
+                .find("shard train_0002.bin of meta.json's train_shards is missing"),
+            std::string::npos);
+  EXPECT_NE(meta_with("train_0000.bin").find("must be a list of file names"), std::string::npos);
+}
+
 TEST(WindowSamplerTest, DeterministicAndShifted) {
   TempDir dir;
   // Token i of the stream is i % 1000, so a window reveals its own start.

@@ -12,6 +12,9 @@
 #include <iostream>
 #include <new>
 
+#include <csignal>
+#include <unistd.h>
+
 #include "brisk/core/error.h"
 #include "brisk/cpu/cpu_backend.h"
 #include "brisk/data/shards.h"
@@ -161,9 +164,24 @@ int cmd_eval(const std::string& checkpoint, const std::string& data_dir, int64_t
   return 0;
 }
 
+// Token shards and LMDB record stores are memory-mapped: a file cut short
+// while a run reads it (`cp` of a dataset over itself) ends the process with
+// SIGBUS, which the shell reports as a bare "Bus error". Say what it means,
+// then die of the signal as before (exit status 135 for scripts).
+void on_bus_error(int) {
+  static const char kMessage[] =
+      "brisk: bus error: a memory-mapped input (a token shard or an LMDB record store) became shorter while it was "
+      "read; was it rewritten in place? Restore it (brisk data prepare replaces files by renaming them) and resume "
+      "from the last checkpoint\n";
+  [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, kMessage, sizeof kMessage - 1);
+  std::signal(SIGBUS, SIG_DFL);
+  std::raise(SIGBUS);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  std::signal(SIGBUS, on_bus_error);
   CLI::App app{"brisk: train and run sequence models fast on CPUs and GPUs"};
   app.require_subcommand(1);
 
