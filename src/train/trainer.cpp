@@ -660,17 +660,21 @@ void Trainer::Impl::step() {
 
 // A loss or gradient norm that is not finite, in a step the loss scaler did
 // not skip, ends the run with an error (divergence.h); the checkpoints
-// already written stay as they are.
+// already written stay as they are. A skipped step put nothing into the
+// weights and the scaler backs off, except at its floor, where nothing is
+// left to try: that ends the run too.
 void Trainer::Impl::stop_if_diverged(const StepRow& row) {
-  if (row.skipped || !detail::diverged(row.loss, row.grad_norm)) return;
+  const bool at_floor = row.skipped && scaler && row.loss_scale <= scaler->config().min_scale;
+  if (row.skipped ? !at_floor : !detail::diverged(row.loss, row.grad_norm)) return;
   progress.finish();
   // The steps traced so far are kept, as a stop signal keeps them: the run
   // ends with this error and never reaches finish().
   if (trace && !trace->written() && trace->write())
     std::fprintf(stderr, "trace of the steps traced before the divergence: %s\n", trace->path().c_str());
   const std::string newest = latest_checkpoint(cfg.out_dir);
-  throw detail::diverged_error(row.step, row.loss, row.grad_norm, row.lr,
-                               newest.empty() ? "none was written before" : "the newest is " + newest);
+  const std::string kept = newest.empty() ? "none was written before" : "the newest is " + newest;
+  if (at_floor) throw detail::overflow_at_floor_error(row.step, row.loss, row.loss_scale, row.lr, kept);
+  throw detail::diverged_error(row.step, row.loss, row.grad_norm, row.lr, kept);
 }
 
 // What follows an update: progress, evaluation and the metrics row when due,

@@ -186,6 +186,23 @@ TEST_F(BadInputs, DivergedRunStopsAndKeepsTheLastGoodCheckpoint) {
   EXPECT_FALSE(fs::exists(tmp_.path() / "diverge" / "step_0000002"));
 }
 
+// fp16: a skipped step changes no weight, so overflows only lower the loss
+// scale; at its floor nothing is left to try, and a run whose loss stays
+// NaN (here: a huge first update) ended at its last step with exit 0 and a
+// checkpoint, every step skipped. It stops as a diverged run does.
+TEST_F(BadInputs, AnFp16RunOverflowingAtTheScaleFloorStops) {
+  std::string toml = tiny_config_toml(data_, tmp_.file("floor"), 40, 0, "constant", 1);
+  const auto at = toml.find("lr = 3e-3");
+  ASSERT_NE(at, std::string::npos);
+  toml.replace(at, 9, "lr = 50");
+  const CliResult r = train_with(toml, {"--set", "train.precision=fp16", "--set", "train.precision_fallback=false",
+                                        "--set", "train.loss_scale_init=8", "--set", "train.grad_clip=0", "--set",
+                                        "train.warmup=0"});
+  expect_clear_error(r, {"overflowed at the loss scale's floor (1", "diverged", "train.lr"});
+  EXPECT_NE(r.err.find("update skipped"), std::string::npos) << "the scale backed off first:\n" << r.err;
+  EXPECT_FALSE(fs::exists(tmp_.path() / "floor" / "step_0000040"));
+}
+
 // ------------------------------------------------------------------ data --
 
 TEST_F(BadInputs, DataDirWithoutMeta) {
