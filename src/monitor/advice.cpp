@@ -246,7 +246,7 @@ Finding precision_rule(const RunSummary& s) {
     f.message = "the GPU's tensor cores sat idle in fp32: train.precision = \"bf16\"";
   } else {
     f.message = "precision " + s.precision + " on the " + s.precision_path + " path" +
-                (s.device == "cpu" && !s.bf16_native_available ? " (this CPU has no bf16 fast path)" : "");
+                (s.device == "cpu" && !s.bf16_native_available ? " (no bf16 fast path in this run: the CPU has none, or BRISK_BF16=emulated turned it off)" : "");
   }
   return f;
 }

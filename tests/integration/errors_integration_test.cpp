@@ -203,6 +203,18 @@ TEST_F(BadInputs, AnFp16RunOverflowingAtTheScaleFloorStops) {
   EXPECT_FALSE(fs::exists(tmp_.path() / "floor" / "step_0000040"));
 }
 
+// A path override with a value it does not know (a typo) is ignored with a
+// warning that names the values it takes, not silently.
+TEST_F(BadInputs, AnUnknownPathOverrideIsNamed) {
+  CliHooks hooks;
+  hooks.in_child = [] { ::setenv("BRISK_BF16", "emulate", 1); };
+  write_text(tmp_.file("ok.toml"), good_config());
+  const CliResult ok = run_cli({"train", "--config", tmp_.file("ok.toml"), "--no-progress"}, hooks);
+  EXPECT_EQ(ok.exit_code, 0) << ok.err;
+  EXPECT_NE(ok.err.find("warning: BRISK_BF16=emulate is not a known value (emulated); ignored"), std::string::npos)
+      << ok.err;
+}
+
 // ------------------------------------------------------------------ data --
 
 TEST_F(BadInputs, DataDirWithoutMeta) {

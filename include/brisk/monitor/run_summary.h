@@ -73,7 +73,7 @@ struct RunSummary {
   std::string device = "cpu";         // "cpu" | "cuda"
   std::string device_name;            // CPU model, or the GPU's name
   std::string cpu_flags;              // monitor::cpu_flags(): avx2 fma avx512f avx512_bf16 amx_bf16
-  bool bf16_native_available = false; // the CPU (or GPU) has a bf16 fast path brisk uses
+  bool bf16_native_available = false; // the CPU (or GPU) has a bf16 fast path brisk uses (false under BRISK_BF16=emulated)
   int threads = 0, cores = 0, loader_workers = -1, world = 1;
   int64_t batch = 0, seq = 0, grad_accum = 1, steps_planned = 0;
   std::string precision_requested, precision = "fp32", precision_path = "fp32";

@@ -14,9 +14,11 @@
 
 #include <cpuid.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <dnnl.hpp>
+#include <initializer_list>
 #include <mutex>
 
 namespace brisk::cpu {
@@ -39,9 +41,18 @@ std::string isa_name(dnnl::cpu_isa isa) {
   return "none";
 }
 
-const char* env(const char* name) {
+// An override variable's value when it is one of `allowed`; another value
+// is ignored with a warning (once: detect() runs once a process), so a typo
+// such as BRISK_BF16=emulate does not silently measure the default path.
+const char* env(const char* name, std::initializer_list<const char*> allowed) {
   const char* v = std::getenv(name);
-  return v && *v ? v : nullptr;
+  if (!v || !*v) return nullptr;
+  for (const char* a : allowed)
+    if (std::strcmp(v, a) == 0) return v;
+  std::string list;
+  for (const char* a : allowed) list += std::string(list.empty() ? "" : ", ") + a;
+  std::fprintf(stderr, "warning: %s=%s is not a known value (%s); ignored\n", name, v, list.c_str());
+  return nullptr;
 }
 
 void detect_int8(CpuFeatures& f) {
@@ -54,7 +65,7 @@ void detect_int8(CpuFeatures& f) {
   f.int8_best = avx512_vnni ? Int8Dot::avx512_vnni : avx_vnni ? Int8Dot::avx_vnni : avx2 ? Int8Dot::avx2 : Int8Dot::scalar;
   f.int8 = f.int8_best;
   f.int8_reason = std::string("CPU has ") + int8_dot_name(f.int8_best);
-  if (const char* forced = env("BRISK_INT8")) {
+  if (const char* forced = env("BRISK_INT8", {"avx512_vnni", "avx_vnni", "avx2", "scalar"})) {
     for (Int8Dot p : {Int8Dot::avx512_vnni, Int8Dot::avx_vnni, Int8Dot::avx2, Int8Dot::scalar})
       if (std::strcmp(forced, int8_dot_name(p)) == 0 && int(p) >= int(f.int8_best)) {
         f.int8 = p;
@@ -74,7 +85,7 @@ CpuFeatures detect() {
   const bool onednn_bf16 = has_isa(isa, dnnl::cpu_isa::avx512_core_bf16) || has_isa(isa, dnnl::cpu_isa::avx512_core_amx);
 
   // ---- bf16
-  const char* forced = env("BRISK_BF16");
+  const char* forced = env("BRISK_BF16", {"emulated"});
   if (forced && std::strcmp(forced, "emulated") == 0) {
     f.bf16 = Bf16Path::emulated;
     f.bf16_reason = "BRISK_BF16=emulated";
@@ -89,7 +100,7 @@ CpuFeatures detect() {
   }
 
   // ---- fp32
-  const char* gemm = env("BRISK_GEMM");
+  const char* gemm = env("BRISK_GEMM", {"openblas", "onednn"});
   if (gemm && std::strcmp(gemm, "openblas") == 0) {
     f.f32_gemm = F32Gemm::openblas;
     f.f32_reason = "BRISK_GEMM=openblas";
@@ -104,7 +115,7 @@ CpuFeatures detect() {
     f.f32_reason = "oneDNN " + f.onednn_isa + " (no AVX-512): OpenBLAS";
   }
   detect_int8(f);
-  const char* rows = env("BRISK_FEW_ROWS");
+  const char* rows = env("BRISK_FEW_ROWS", {"portable"});
   const bool portable = rows && std::strcmp(rows, "portable") == 0;
   f.few_rows_avx512 = f.avx512f && __builtin_cpu_supports("avx512vl") && !portable;
   using PackedPath = CpuFeatures::PackedPath;
@@ -113,7 +124,7 @@ CpuFeatures detect() {
              : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? PackedPath::avx2
                                                                             : PackedPath::portable;
   f.avx2_fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  const char* attention = env("BRISK_ATTENTION");
+  const char* attention = env("BRISK_ATTENTION", {"blas", "tiles"});
   if (attention && std::strcmp(attention, "blas") == 0) f.attention_tiles = false;
   else if (attention && std::strcmp(attention, "tiles") == 0) f.attention_tiles = f.avx2_fma;
   else f.attention_tiles = f.avx2_fma && !f.avx512f;
