@@ -12,7 +12,7 @@ using nlohmann::json;
 CompletionBuilder::CompletionBuilder(const data::Tokenizer& tok, const CompletionRequest& req, std::string id,
                                      int64_t created, std::string model, Api api, int64_t index)
     : tok_(tok),
-      text_(tok, req.params.stop, req.params.min_tokens),
+      text_(tok, req.params.stop, req.params.min_tokens, req.include_stop_str),
       id_(std::move(id)),
       model_(std::move(model)),
       created_(created),
@@ -82,6 +82,7 @@ json CompletionBuilder::chunk(const std::string& piece, const json& lp) const {
   } else {
     c["choices"] = json::array({{{"index", index_}, {"text", piece}, {"logprobs", lp}, {"finish_reason", finish}}});
   }
+  if (finished()) c["choices"][0]["stop_reason"] = stop_reason_;
   return c;
 }
 
@@ -145,7 +146,11 @@ json CompletionBuilder::add(const infer::TokenEvent& e) {
         lp[list].push_back(mine[list][0]);
     }
   }
-  if (e.finish == infer::Finish::stop) finish_reason_ = "stop";
+  if (e.finish == infer::Finish::stop) {
+    finish_reason_ = "stop";
+    if (!e.stop_matched.empty()) stop_reason_ = e.stop_matched;
+    else if (e.choice.token != tok_.eot_token()) stop_reason_ = e.choice.token;
+  }
   else if (e.finish == infer::Finish::length) finish_reason_ = "length";
   all_text_ += piece;
   if (piece.empty() && lp.is_null() && finish_reason_.empty()) return nullptr;
@@ -171,8 +176,13 @@ json CompletionBuilder::choice(int64_t index) const {
     return {{"index", index},
             {"message", {{"role", "assistant"}, {"content", all_text_}, {"refusal", nullptr}}},
             {"logprobs", lp},
-            {"finish_reason", finish_reason_}};
-  return {{"index", index}, {"text", all_text_}, {"logprobs", lp}, {"finish_reason", finish_reason_}};
+            {"finish_reason", finish_reason_},
+            {"stop_reason", stop_reason_}};
+  return {{"index", index},
+          {"text", all_text_},
+          {"logprobs", lp},
+          {"finish_reason", finish_reason_},
+          {"stop_reason", stop_reason_}};
 }
 
 json CompletionBuilder::usage() const {

@@ -112,6 +112,15 @@ bool read_sampling(const json& body, infer::SamplingParams& sp) {
   }
   sp.stop = read_stop(body);
   sp.logit_bias = read_logit_bias(body);
+  // vLLM's stop_token_ids: more stop tokens (in the vocabulary: validate()).
+  if (const json* ids = field(body, "stop_token_ids")) {
+    if (!ids->is_array()) throw ApiError(400, "stop_token_ids must be a list of token ids", "stop_token_ids");
+    for (const json& t : *ids) {
+      if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() > INT32_MAX)
+        throw ApiError(400, "stop_token_ids must be a list of token ids", "stop_token_ids");
+      sp.stop_tokens.push_back(int32_t(t.get<int64_t>()));
+    }
+  }
   sp.min_tokens = integer(body, "min_tokens", 0);
   if (sp.min_tokens < 0) throw ApiError(400, "min_tokens must be >= 0", "min_tokens");
   if (sp.min_tokens > sp.max_tokens)
@@ -128,6 +137,7 @@ void stop_at_end_of_text(const json& body, int32_t eot_token, infer::SamplingPar
 }
 
 void read_stream(const json& body, Request& r) {
+  r.include_stop_str = boolean(body, "include_stop_str_in_output", false);
   r.stream = boolean(body, "stream", false);
   if (const json* so = field(body, "stream_options")) {
     if (!so->is_object()) throw ApiError(400, "stream_options must be an object", "stream_options");
@@ -170,7 +180,8 @@ void validate(const infer::SamplingParams& sp, const ModelInfo& model) {
     infer::validate(sp, model.vocab);
   } catch (const core::ConfigError& e) {
     const std::string msg = e.what();
-    throw ApiError(400, msg, msg.substr(0, msg.find(' ')));
+    // The engine names its fields; a stop token out of range came from stop_token_ids.
+    throw ApiError(400, msg, msg.rfind("stop token ", 0) == 0 ? "stop_token_ids" : msg.substr(0, msg.find(' ')));
   }
 }
 
@@ -199,6 +210,7 @@ void fan_out(const std::vector<std::vector<int32_t>>& prompts, int64_t n, const 
       c.stream = r.stream;
       c.include_usage = r.include_usage;
       c.echo = r.echo;
+      c.include_stop_str = r.include_stop_str;
       r.choices.push_back(std::move(c));
     }
   }

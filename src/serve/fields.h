@@ -23,15 +23,16 @@ bool boolean(const nlohmann::json& body, const char* name, bool def);
 // `model`, when given, must be the served name (404 otherwise); `user` a string.
 void check_model_and_user(const nlohmann::json& body, const ModelInfo& model);
 // temperature, top_p, top_k, min_p, the penalties, seed (random when
-// absent), stop and min_tokens (read after sp.max_tokens: it may not pass
-// it); not max_tokens, logprobs (the routes differ) or n. True when the body
-// gave the seed.
+// absent), stop, stop_token_ids and min_tokens (read after sp.max_tokens: it
+// may not pass it); not max_tokens, logprobs (the routes differ) or n. True
+// when the body gave the seed.
 bool read_sampling(const nlohmann::json& body, infer::SamplingParams& sp);
 // The end-of-text token becomes a stop token (finish_reason "stop", as
 // OpenAI's end) unless the body sets ignore_eos, which bans it instead (as
 // llama.cpp's server does: the text does not run on past a document's end).
 void stop_at_end_of_text(const nlohmann::json& body, int32_t eot_token, infer::SamplingParams& sp);
-// stream and stream_options.include_usage.
+// stream, stream_options.include_usage and how the text ends (vLLM's
+// include_stop_str_in_output).
 void read_stream(const nlohmann::json& body, Request& r);
 // n: at least 1, and n * prompts within model.max_choices.
 int64_t read_n(const nlohmann::json& body, size_t prompts, const ModelInfo& model);

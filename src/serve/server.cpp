@@ -19,6 +19,7 @@
 #include "brisk/serve/access_log.h"
 #include "brisk/serve/peer_watch.h"
 #include "brisk/serve/response_cache.h"
+#include "fields.h"
 
 namespace brisk::serve {
 
@@ -239,16 +240,19 @@ struct Server::Impl {
     return std::nullopt;
   }
 
+  // vLLM's shapes: {"model"?, "prompt"} -> tokens, count and the context.
   void tokenize(const std::string& body, httplib::Response& res) {
     const json j = parse_body(body);
+    fields::check_model_and_user(j, model);
     auto it = j.find("prompt");
     if (it == j.end() || !it->is_string()) throw ApiError(400, "prompt must be a string", "prompt");
     const std::vector<int32_t> ids = tok->encode(it->get<std::string>());
-    send_json(res, 200, {{"tokens", ids}, {"count", ids.size()}});
+    send_json(res, 200, {{"tokens", ids}, {"count", ids.size()}, {"max_model_len", model.context}});
   }
 
   void detokenize(const std::string& body, httplib::Response& res) {
     const json j = parse_body(body);
+    fields::check_model_and_user(j, model);
     auto it = j.find("tokens");
     if (it == j.end() || !it->is_array()) throw ApiError(400, "tokens must be a list of token ids", "tokens");
     std::vector<int32_t> ids;

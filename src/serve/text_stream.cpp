@@ -11,11 +11,19 @@ namespace brisk::serve {
 
 namespace {
 
-// Length of the well-formed UTF-8 character at s[i..n), 0 when the bytes
-// there are ill-formed, -1 when they are a well-formed but cut-off start.
-int char_length(const unsigned char* s, size_t i, size_t n) {
+// What starts at s[i..n): a well-formed character of `len` bytes; an
+// ill-formed sequence whose `len` bytes become one U+FFFD (the "maximal
+// subpart" of Unicode's substitution practice, which Python's and the WHATWG
+// decoders follow: a valid start and the valid continuation bytes after it,
+// or one byte); or a well-formed start cut off by the end of the bytes.
+struct Unit {
+  enum Kind { character, ill_formed, cut } kind;
+  size_t len;
+};
+
+Unit unit_at(const unsigned char* s, size_t i, size_t n) {
   const unsigned char c = s[i];
-  if (c < 0x80) return 1;
+  if (c < 0x80) return {Unit::character, 1};
   int len;
   unsigned char lo = 0x80, hi = 0xBF;  // allowed range of the second byte
   if (c >= 0xC2 && c <= 0xDF) len = 2;
@@ -26,26 +34,27 @@ int char_length(const unsigned char* s, size_t i, size_t n) {
   else if (c == 0xF0) len = 4, lo = 0x90;
   else if (c >= 0xF1 && c <= 0xF3) len = 4;
   else if (c == 0xF4) len = 4, hi = 0x8F;  // nothing past U+10FFFF
-  else return 0;
+  else return {Unit::ill_formed, 1};
   for (int k = 1; k < len; ++k) {
-    if (i + size_t(k) >= n) return -1;
+    if (i + size_t(k) >= n) return {Unit::cut, size_t(k)};
     const unsigned char b = s[i + size_t(k)];
-    if (k == 1 ? (b < lo || b > hi) : (b < 0x80 || b > 0xBF)) return 0;
+    if (k == 1 ? (b < lo || b > hi) : (b < 0x80 || b > 0xBF)) return {Unit::ill_formed, size_t(k)};
   }
-  return len;
+  return {Unit::character, size_t(len)};
 }
 
 // Where a character cut off by the end of s[0, n) starts (n when none is).
 size_t complete_prefix(const std::string& s, size_t from, size_t n) {
   const auto* p = reinterpret_cast<const unsigned char*>(s.data());
-  size_t i = from;
-  while (i < n) {
-    const int len = char_length(p, i, n);
-    if (len < 0) return i;
-    i += len == 0 ? 1 : size_t(len);
+  for (size_t i = from; i < n;) {
+    const Unit u = unit_at(p, i, n);
+    if (u.kind == Unit::cut) return i;
+    i += u.len;
   }
   return n;
 }
+
+constexpr char kReplacement[] = "\xEF\xBF\xBD";  // U+FFFD, 3 bytes
 
 }  // namespace
 
@@ -54,14 +63,10 @@ std::string valid_utf8(const std::string& bytes) {
   std::string out;
   out.reserve(bytes.size());
   for (size_t i = 0; i < bytes.size();) {
-    const int len = char_length(p, i, bytes.size());
-    if (len <= 0) {
-      out += "\xEF\xBF\xBD";
-      ++i;
-    } else {
-      out.append(bytes, i, size_t(len));
-      i += size_t(len);
-    }
+    const Unit u = unit_at(p, i, bytes.size());
+    if (u.kind == Unit::character) out.append(bytes, i, u.len);
+    else out += kReplacement;  // a cut start at the very end too: nothing follows to complete it
+    i += u.len;
   }
   return out;
 }
@@ -70,27 +75,28 @@ size_t valid_utf8_offset(const std::string& bytes, size_t raw) {
   const auto* p = reinterpret_cast<const unsigned char*>(bytes.data());
   size_t out = 0;
   for (size_t i = 0; i < bytes.size();) {  // the walk of valid_utf8
-    const int len = char_length(p, i, bytes.size());
-    const size_t step = len <= 0 ? 1 : size_t(len);
-    if (i + step > raw) break;
-    out += len <= 0 ? 3 : size_t(len);
-    i += step;
+    const Unit u = unit_at(p, i, bytes.size());
+    if (i + u.len > raw) break;
+    out += u.kind == Unit::character ? u.len : sizeof kReplacement - 1;
+    i += u.len;
   }
   return out;
 }
 
-TextStream::TextStream(const data::Tokenizer& tok, std::vector<std::string> stop, int64_t min_tokens)
-    : tok_(tok), stop_(std::move(stop)), min_tokens_(min_tokens) {}
+TextStream::TextStream(const data::Tokenizer& tok, std::vector<std::string> stop, int64_t min_tokens,
+                       bool include_stop)
+    : tok_(tok), stop_(std::move(stop)), min_tokens_(min_tokens), include_stop_(include_stop) {}
 
 size_t TextStream::first_stop() const {
   if (tokens_ < min_tokens_) return std::string::npos;
-  size_t first = std::string::npos;
+  size_t first = std::string::npos, end = std::string::npos;
   for (const std::string& s : stop_) {
     // Starting at sent_ (nothing sent is cut) and late enough to end past stops_end_after_.
     const size_t from = std::max(sent_, stops_end_after_ + 1 > s.size() ? stops_end_after_ + 1 - s.size() : 0);
-    if (size_t at = raw_.find(s, from); at != std::string::npos) first = std::min(first, at);
+    if (size_t at = raw_.find(s, from); at != std::string::npos && (at < first || (at == first && at + s.size() < end)))
+      first = at, end = at + s.size();
   }
-  return first;
+  return include_stop_ ? end : first;
 }
 
 std::string TextStream::emit(size_t end) {

@@ -798,6 +798,66 @@ TEST_F(ServeTest, BestOfKeepsTheChoicesWithTheHighestMeanLogprob) {
   EXPECT_EQ(same->status, 200) << same->body;
 }
 
+// vLLM's stop_token_ids end a choice at those tokens (finish_reason "stop",
+// stop_reason the id); stop_reason is the matched string for a stop string
+// and null for the length; include_stop_str_in_output keeps the string.
+TEST_F(ServeTest, StopTokenIdsStopReasonAndIncludedStopStrings) {
+  json ascii_only;  // one byte a token, so text places are token places
+  for (int b = 128; b < 256; ++b) ascii_only[std::to_string(b)] = -100;
+  const json plain = {{"prompt", "Once upon"}, {"max_tokens", 20}, {"temperature", 0}, {"logit_bias", ascii_only}};
+  auto r = post("/v1/completions", plain);
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const json whole = json::parse(r->body)["choices"][0];
+  const std::string text = whole["text"];
+  ASSERT_EQ(text.size(), 20u);
+  EXPECT_EQ(whole["finish_reason"], "length");
+  EXPECT_TRUE(whole.contains("stop_reason") && whole["stop_reason"].is_null()) << whole;
+
+  const int token = static_cast<unsigned char>(text[3]);
+  const size_t at = text.find(text[3]);
+  json body = plain;
+  body["stop_token_ids"] = {token};
+  for (bool stream_it : {false, true}) {
+    body["stream"] = stream_it;
+    if (!stream_it) {
+      r = post("/v1/completions", body);
+      ASSERT_TRUE(r);
+      ASSERT_EQ(r->status, 200) << r->body;
+      const json c = json::parse(r->body)["choices"][0];
+      EXPECT_EQ(c["text"], text.substr(0, at)) << "a stop token is no part of the text";
+      EXPECT_EQ(c["finish_reason"], "stop");
+      EXPECT_EQ(c["stop_reason"], token);
+    } else {
+      EXPECT_EQ(stream(srv->port, body).text, text.substr(0, at));
+    }
+  }
+  expect_error(post("/v1/completions", {{"prompt", "x"}, {"stop_token_ids", {256}}}), 400, "stop_token_ids", {"256"});
+  expect_error(post("/v1/completions", {{"prompt", "x"}, {"stop_token_ids", 3}}), 400, "stop_token_ids", {});
+
+  const std::string stop = text.substr(5, 2);
+  const size_t cut = text.find(stop);
+  body = plain;
+  body["stop"] = stop;
+  for (bool include : {false, true}) {
+    body["include_stop_str_in_output"] = include;
+    const std::string want = text.substr(0, cut + (include ? stop.size() : 0));
+    body["stream"] = false;
+    r = post("/v1/chat/completions", {{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"stop", stop},
+                                      {"include_stop_str_in_output", include}, {"max_tokens", 1}});
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200) << r->body;
+    r = post("/v1/completions", body);
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    const json c = json::parse(r->body)["choices"][0];
+    EXPECT_EQ(c["text"], want) << "include " << include;
+    EXPECT_EQ(c["stop_reason"], stop);
+    body["stream"] = true;
+    EXPECT_EQ(stream(srv->port, body).text, want) << "streamed, include " << include;
+  }
+}
+
 TEST_F(ServeTest, TokenizeRoundTrip) {
   auto t = post("/tokenize", {{"prompt", "hello, world"}});
   ASSERT_TRUE(t);
@@ -812,6 +872,13 @@ TEST_F(ServeTest, TokenizeRoundTrip) {
   EXPECT_EQ(json::parse(d->body).at("prompt"), "hello, world");
   expect_error(post("/detokenize", {{"tokens", {1, 300}}}), 400, "tokens", {"300"});
   expect_error(post("/tokenize", {{"prompt", 5}}), 400, "prompt", {"prompt"});
+  // vLLM's fields: the served model (another is a 404, as on every route) and its context.
+  t = post("/tokenize", {{"prompt", "hi"}, {"model", "tiny"}});
+  ASSERT_TRUE(t);
+  ASSERT_EQ(t->status, 200) << t->body;
+  EXPECT_EQ(json::parse(t->body).at("max_model_len"), kContext);
+  expect_error(post("/tokenize", {{"prompt", "hi"}, {"model", "other"}}), 404, "model", {"other"});
+  expect_error(post("/detokenize", {{"tokens", {1}}, {"model", "other"}}), 404, "model", {"other"});
 }
 
 // A model whose embedding is padded past its tokenizer (GPT-2's 50,257 ids to
@@ -894,6 +961,31 @@ TEST(TextStream, StopStringsEndingBeforeMinTokensAreText) {
   EXPECT_EQ(feed(11, "abENDxyENDz"), "abENDxyENDz");
   EXPECT_EQ(feed(9, "abcdefgEND"), "abcdefg");    // starts before the 9th token, ends in the 10th
   EXPECT_EQ(feed(10, "abcdefgEND"), "abcdefg");   // ends in the 10th, the min_tokens-th
+}
+
+// An ill-formed sequence becomes one U+FFFD per maximal subpart, as
+// Python's bytes.decode(errors="replace") gives it (these are its answers).
+TEST(TextStream, IllFormedBytesAreReplacedPerMaximalSubpart) {
+  const std::string r = "\xEF\xBF\xBD";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"\xE2\x82" "A", r + "A"},           // a 3-byte start and one continuation, then ASCII
+      {"\xE2" "A", r + "A"},
+      {"\xED\xA0\x80", r + r + r},        // a surrogate: ED takes no A0, so three
+      {"\xF0\x9F\x98", r},                // a 4-byte start cut by the end
+      {"\xF0\x9F\x98\x80", "\xF0\x9F\x98\x80"},
+      {"\xC0\xAF", r + r},                 // an overlong start is no start
+      {"\xF4\x90\x80\x80", r + r + r + r}, // past U+10FFFF
+      {"a\x80\x80" "b", "a" + r + r + "b"},
+  };
+  for (const auto& [in, want] : cases) EXPECT_EQ(serve::valid_utf8(in), want) << serve::valid_utf8(in).size();
+  EXPECT_EQ(serve::valid_utf8_offset("\xE2\x82" "A", 2), 3u);  // "A" lands after the one U+FFFD
+  auto tok = data::make_byte_tokenizer();
+  serve::TextStream ts(*tok, {});
+  std::string out = ts.add(0xE2);
+  out += ts.add(0x82);
+  EXPECT_EQ(out, "") << "a start that may still complete is held back";
+  out += ts.add('A');
+  EXPECT_EQ(out, r + "A");
 }
 
 // text_offset counts bytes of the text a client gets, where each ill-formed

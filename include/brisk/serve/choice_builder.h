@@ -66,6 +66,9 @@ class CompletionBuilder {
   int64_t prompt_tokens_, completion_tokens_ = 0, cached_tokens_ = 0;
   double logprob_sum_ = 0;  // of the generated tokens
   std::string all_text_, finish_reason_;
+  // vLLM's stop_reason: the stop string matched, or the stop token id of
+  // stop_token_ids; null when the end-of-text token or the length ended it.
+  nlohmann::json stop_reason_ = nullptr;
   // The whole response's logprobs: the completions route's four lists, or
   // the chat route's list of token entries (in lp_tokens_).
   nlohmann::json lp_tokens_ = nlohmann::json::array(), lp_values_ = nlohmann::json::array(),

@@ -3,8 +3,12 @@
 // Two things are held back until the next token decides them: a tail that
 // could be the start of a stop string (a stop string never reaches the
 // client, streamed or not) and a tail that could be the start of a UTF-8
-// character. Every piece is valid UTF-8: a byte that cannot start or
-// continue a character becomes U+FFFD. The pieces joined equal the text of
+// character. Every piece is valid UTF-8: an ill-formed sequence becomes
+// one U+FFFD per maximal subpart (a valid start with the continuation bytes
+// that still fit it, else one byte), as Python's and the WHATWG decoders
+// replace it, so vLLM and Hugging Face show the same text. (A stop string's
+// hold-back could split such a subpart between two pieces; then it shows as
+// two.) The pieces joined equal the text of
 // the whole sequence cut at its stop string, so a streamed completion and a
 // non-streamed one of the same tokens are the same text.
 #pragma once
@@ -22,10 +26,10 @@ struct TokenEvent;
 
 namespace brisk::serve {
 
-// `bytes` with every ill-formed byte replaced by U+FFFD.
+// `bytes` with every maximal ill-formed subpart replaced by U+FFFD.
 std::string valid_utf8(const std::string& bytes);
 // Where byte `raw` of `bytes` lands in valid_utf8(bytes): each U+FFFD is 3
-// bytes for 1, so offsets into the raw bytes drift from offsets into the
+// bytes for 1 to 3, so offsets into the raw bytes drift from offsets into the
 // text a client gets. An offset inside a character maps to its start.
 size_t valid_utf8_offset(const std::string& bytes, size_t raw);
 
@@ -33,7 +37,9 @@ class TextStream {
  public:
   // min_tokens: a stop string must end in the min_tokens-th token or later
   // (SamplingParams::min_tokens); one ending earlier is text like any other.
-  TextStream(const data::Tokenizer& tok, std::vector<std::string> stop, int64_t min_tokens = 0);
+  // include_stop: the text ends after the stop string instead of before it.
+  TextStream(const data::Tokenizer& tok, std::vector<std::string> stop, int64_t min_tokens = 0,
+             bool include_stop = false);
   // Adds a token of the output; returns the text that is now safe to send.
   std::string add(int32_t token);
   // The sequence ended on a stop string: the rest of the text up to it.
@@ -50,7 +56,8 @@ class TextStream {
 
  private:
   std::string emit(size_t end);
-  // Where the first stop string in raw_ that may end the text starts (npos: none).
+  // Where the text ends at the first stop string in raw_ that may end it:
+  // before it, or after it with include_stop_ (npos: none yet).
   size_t first_stop() const;
   const data::Tokenizer& tok_;
   std::vector<std::string> stop_;
@@ -58,6 +65,7 @@ class TextStream {
   size_t sent_ = 0;   // raw_[0, sent_) has been handed out
   size_t last_offset_ = 0;
   int64_t min_tokens_ = 0;
+  bool include_stop_ = false;
   int64_t tokens_ = 0;           // added so far
   size_t stops_end_after_ = 0;   // a stop string must end past this byte of raw_
 };
