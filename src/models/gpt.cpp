@@ -105,7 +105,11 @@ GptConfig GptConfig::with_fusions_for(bool on_device) const {
   auto resolve = [](std::string& mode, bool auto_on) {
     if (mode == "auto") mode = auto_on ? "on" : "off";
   };
-  resolve(c.fuse_residual_layernorm, on_device);    // no gain on the CPU
+  // No gain on the CPU. Under full recomputation the add fused across a
+  // block boundary makes the next block's ln_1 output in this block's
+  // segment, so it stays alive (W2's full arena 78.0 -> 90.1 MiB): the level
+  // chosen to save memory keeps it off.
+  resolve(c.fuse_residual_layernorm, on_device && c.recompute != "full");
   resolve(c.fuse_layernorm_backward, true);
   resolve(c.fuse_gelu_backward, true);
   resolve(c.fuse_bias_backward, !on_device);        // slower on a GPU (G1: 34.1 vs 33.7 ms)
@@ -156,8 +160,12 @@ namespace {
 //   steps (brisk bench precision, and the same run with a bf16 residual):
 //   final loss 2.1943 in fp32, 2.1914 with this fp32 residual, 2.1915 with
 //   a bf16 one; step times equal within noise; arena 283 vs 264 MiB (fp32:
-//   378). Both track here; fp32 is the one whose error does not grow with
-//   depth and run length, for 7% of the arena.
+//   378) then, 276.2 for this fp32 residual against 371.2 in fp32 in today's
+//   plan (recompute none). Both track here; fp32 is the one whose error does
+//   not grow with depth and run length, for 7% of the arena. Under full
+//   recomputation bf16 saves no arena (W2: 79.2 against 78.0 MiB in fp32):
+//   what is kept there is the fp32 residual stream, and the replayed blocks
+//   add their casts.
 // - Linear, attention, GELU and the logits run in the compute dtype. On CPU
 //   the bf16 products are bf16 dot products with fp32 accumulation where the
 //   CPU has them (bf16-native, docs/cpu-paths.md) and widen to fp32

@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <stdexcept>
+#include <tuple>
 
 #include "brisk/core/allocator.h"
 #include "brisk/core/error.h"
@@ -161,16 +162,15 @@ struct Shared {
   const TrainConfig& cfg;
   core::Backend& backend;
   bool gpu = false;        // train.device = "cuda": plan GPU memory
-  models::GptConfig model;  // planned_model_config(cfg)
   uint64_t data = 0;
-  std::map<std::pair<int64_t, bool>, uint64_t> eval_arena;  // by (micro-batch, fused classifier)
+  // by (micro-batch, fused classifier, residual + LayerNorm fused)
+  std::map<std::tuple<int64_t, bool, bool>, uint64_t> eval_arena;
 };
 
 class SettingPlanner {
  public:
   SettingPlanner(Shared& shared, const std::string& recompute, bool fused) : s_(shared) {
-    models::GptConfig mc = s_.model;
-    mc.recompute = recompute;
+    models::GptConfig mc = planned_model_config(s_.cfg, recompute);  // the level resolves the fusions
     mc.fused_classifier = fused;
     model_ = std::make_unique<models::Gpt>(mc, s_.backend);
     for (const auto& [name, e] : model_->params().entries()) {
@@ -190,8 +190,10 @@ class SettingPlanner {
     m.flops_per_micro_step = graph_matmul_flops(g);
     if (cfg.eval_every > 0) {
       // The fused classifier setting shapes the eval program too (its head
-      // runs in row chunks); recompute does not.
-      const std::pair<int64_t, bool> key{batch, model_->config().fused_classifier};
+      // runs in row chunks), and so does the residual + LayerNorm fusion
+      // (which the recompute level can turn off); recompute itself does not.
+      const std::tuple<int64_t, bool, bool> key{batch, model_->config().fused_classifier,
+                                                model_->config().fuse_residual_layernorm == "on"};
       auto it = s_.eval_arena.find(key);
       if (it == s_.eval_arena.end())
         it = s_.eval_arena.emplace(key, core::plan_memory(model_->eval_graph(batch, cfg.seq)).report.arena).first;
@@ -228,7 +230,7 @@ int level_rank(const std::string& r) {
 }
 
 Shared make_shared_state(const TrainConfig& cfg, core::Backend& backend) {
-  Shared s{cfg, backend, cfg.device == "cuda", planned_model_config(cfg), 0, {}};
+  Shared s{cfg, backend, cfg.device == "cuda", 0, {}};
   s.data = s.gpu ? 0 : shard_bytes(cfg.data_dir);
   return s;
 }
@@ -240,8 +242,10 @@ std::string describe(int64_t batch, int64_t accum, const std::string& recompute,
 
 }  // namespace
 
-models::GptConfig planned_model_config(const TrainConfig& cfg) {
-  models::GptConfig mc = cfg.model.with_fusions_for(cfg.device == "cuda");
+models::GptConfig planned_model_config(const TrainConfig& cfg, const std::string& recompute) {
+  models::GptConfig c = cfg.model;
+  if (!recompute.empty()) c.recompute = recompute;
+  models::GptConfig mc = c.with_fusions_for(cfg.device == "cuda");
   mc.compute = compute_dtype(resolve_precision(cfg.precision, cfg.precision_fallback, cfg.device).effective);
   if (cfg.device == "cuda" && mc.classifier_chunk_floats == 0)
     mc.classifier_chunk_floats = models::kDeviceClassifierChunkFloats;

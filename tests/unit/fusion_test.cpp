@@ -492,6 +492,21 @@ TEST(FusionPatterns, AutoFusionModesResolvePerDevice) {
   EXPECT_EQ(train::planned_model_config(t).fuse_bias_backward, "off");
   t.device = "cpu";
   EXPECT_EQ(train::planned_model_config(t).fuse_residual_layernorm, "off");
+  // Full recomputation, the memory level: the fusion across block
+  // boundaries would keep each next block's LayerNorm output, so auto is off.
+  models::GptConfig full;
+  full.recompute = "full";
+  EXPECT_EQ(full.with_fusions_for(true).fuse_residual_layernorm, "off");
+  full.fuse_residual_layernorm = "on";
+  EXPECT_EQ(full.with_fusions_for(true).fuse_residual_layernorm, "on");
+  t = train::load_train_config("", {"train.device=\"cuda\"", "train.recompute=\"full\"", "model.attention=\"flash\""});
+  EXPECT_EQ(train::planned_model_config(t).fuse_residual_layernorm, "off");
+  // brisk plan and tune plan each level as a run at that level resolves it.
+  t.model.recompute = "none";
+  EXPECT_EQ(train::planned_model_config(t).fuse_residual_layernorm, "on");
+  EXPECT_EQ(train::planned_model_config(t, "selective").fuse_residual_layernorm, "on");
+  EXPECT_EQ(train::planned_model_config(t, "full").fuse_residual_layernorm, "off");
+  EXPECT_EQ(train::planned_model_config(t, "full").recompute, "full");
 }
 
 // ---- the backward fusion: weight-gradient matmul + bias column sums ----------------------

@@ -70,8 +70,7 @@ int run_plan(const std::string& path, const std::vector<std::string>& sets, int 
   std::vector<Row> rows;
   size_t state_bytes = 0, zero1_bytes = 0;
   for (const char* level : {"none", "selective", "full"}) {
-    models::GptConfig mc = train::planned_model_config(cfg);  // as the trainer builds it
-    mc.recompute = level;
+    const models::GptConfig mc = train::planned_model_config(cfg, level);  // as the trainer builds it
     models::Gpt model(mc, backend);
     const core::Graph g = model.train_graph(cfg.batch, cfg.seq);
     if (rows.empty()) {  // AdamW's moments, as the trainer allocates them (same for every level)

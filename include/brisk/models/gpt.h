@@ -41,8 +41,8 @@ struct GptConfig {
   // never exist. Eval programs: the head and the loss in row chunks of at
   // most 16 MiB of logits (Gpt::eval_chunk_rows). Same function; logits
   // programs unfused (they hand the logits out).
-  // Off by default: at W1 it cuts the planned arena from 950 to 272 MiB (peak
-  // RSS 1347 -> 667 MiB) but ran 2-9% slower here (its row-chunked gemms are
+  // Off by default: at W1 it cuts the planned arena from 950 to 222 MiB (peak
+  // RSS 1347 -> 667 MiB when measured) but ran 2-9% slower here (its row-chunked gemms are
   // a little less efficient than the three whole ones); at W2 no memory gain.
   bool fused_classifier = false;
   // Its train op's chunk: f32 logits per chunk of rows in the op's workspace
@@ -70,7 +70,10 @@ struct GptConfig {
   // Each residual add and the LayerNorm after it as one add_layernorm
   // (ops::residual_layernorm_fusion). "auto" (the default): off on the CPU
   // (no gain, above), on on a GPU, where it is one pass over the rows instead
-  // of two (G1 on an H200: 34.3 against 34.8 ms per step, docs/gpu.md).
+  // of two (G1 on an H200: 34.3 against 34.8 ms per step, docs/gpu.md),
+  // except under recompute = "full": fused across a block boundary, the next
+  // block's ln_1 output is made in this block's segment and kept (W2's full
+  // arena 78.0 -> 90.1 MiB in fp32).
   // "on" | "off"; a config file's true / false mean on / off.
   std::string fuse_residual_layernorm = "auto";
   // Train programs: each LayerNorm's backward and the add that sums its dx

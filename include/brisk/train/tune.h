@@ -94,8 +94,9 @@ struct RunMemoryEstimate {
 // its classifier chunks (models::kDeviceClassifierChunkFloats) unless the
 // config sets them. The
 // graph is otherwise the same: the CPU backend has a kernel for every
-// (op, dtype) the GPT uses on the GPU.
-models::GptConfig planned_model_config(const TrainConfig& cfg);
+// (op, dtype) the GPT uses on the GPU. `recompute` (when not empty) plans
+// that level instead of the config's; the fusions resolve for it.
+models::GptConfig planned_model_config(const TrainConfig& cfg, const std::string& recompute = "");
 
 // Plans `cfg` as `brisk train` would run it in one process (its batch,
 // recompute level, classifier setting, precision; on a GPU as the GPU runs
