@@ -366,20 +366,23 @@ TokenDataset::TokenDataset(const std::string& dir, const std::string& split)
         if (n.is_string()) want.push_back(n.get<std::string>());
     if (!listed.is_array() || want.size() != listed.size())
       throw IoError(meta_path + ": field '" + split + "_shards' must be a list of file names");
-    std::vector<std::string> have = names;  // both in plain order for the comparison
-    std::sort(have.begin(), have.end());
-    std::sort(want.begin(), want.end());
-    if (want != have) {
+    if (want != names) {  // the peers read the list in its order, brisk in names'
+      std::vector<std::string> have = names;  // both in plain order, to name what differs
+      std::sort(have.begin(), have.end());
+      std::sort(want.begin(), want.end());
       auto first_not_in = [](const std::vector<std::string>& a, const std::vector<std::string>& b) {
         for (const std::string& x : a)
           if (!std::binary_search(b.begin(), b.end(), x)) return x;
         return std::string();
       };
       const std::string stray = first_not_in(have, want), missing = first_not_in(want, have);
-      throw IoError("dataset " + dir + ": " +
-                    (!stray.empty() ? "shard " + stray + " is not in meta.json's " + split + "_shards (left over?)"
-                                    : "shard " + missing + " of meta.json's " + split + "_shards is missing") +
-                    "; re-run `brisk data prepare`");
+      const std::string what =
+          !stray.empty()   ? "shard " + stray + " is not in meta.json's " + split + "_shards (left over?)"
+          : !missing.empty() ? "shard " + missing + " of meta.json's " + split + "_shards is missing"
+          : want.size() != have.size() || std::adjacent_find(want.begin(), want.end()) != want.end()
+              ? "meta.json's " + split + "_shards names a shard twice"
+              : "meta.json's " + split + "_shards lists the shards in another order than their names'";
+      throw IoError("dataset " + dir + ": " + what + "; re-run `brisk data prepare`");
     }
   }
   for (const std::string& name : names) {

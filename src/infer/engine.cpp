@@ -7,11 +7,13 @@
 
 #include <algorithm>
 #include <chrono>
-#include <exception>
 #include <cmath>
 #include <cstring>
+#include <exception>
+#include <limits>
 #include <list>
 #include <new>
+#include <optional>
 #include <unordered_map>
 
 #include "brisk/core/error.h"
@@ -19,6 +21,7 @@
 #include "brisk/cpu/cpu_backend.h"
 #include "brisk/cpu/cpu_features.h"
 #include "brisk/data/tokenizer.h"
+#include "brisk/infer/json_constraint.h"
 #include "brisk/ops/ops.h"
 
 namespace brisk::infer {
@@ -252,6 +255,7 @@ struct Seq {
   bool cancelled = false;
   bool done = false;     // finished this step: leaves before the next
   std::string text;      // generated text so far (stop strings)
+  std::optional<JsonConstraint> json;  // SamplingParams::json_object: where in the object the text is
   std::vector<TokenChoice> prompt_choices;  // SamplingParams::prompt_logprobs: scored so far
 };
 
@@ -265,6 +269,9 @@ struct Engine::Impl {
   // is padded past them (GPT-2's 50,257 padded to 50,304). A padded id has a
   // trained, finite logit, so sampling could draw one, and it has no text.
   int64_t drawable_vocab;
+  // Each drawable token's bytes, for SamplingParams::json_object (made on
+  // the first such request).
+  std::vector<std::string> token_bytes;
   cpu::CpuBackend backend;
   KvPool pool;
   std::vector<std::unique_ptr<Seq>> seqs;  // active, in admission order
@@ -391,6 +398,8 @@ struct Engine::Impl {
     const models::GptConfig& cfg = model.config;
     validate(p, cfg.vocab_size);
     if (prompt.empty()) throw core::ConfigError("the prompt is empty: give at least one token");
+    if (p.json_object && !tokenizer)
+      throw core::ConfigError("a JSON-constrained sequence needs the engine's tokenizer (the bytes of each token)");
     for (size_t i = 0; i < prompt.size(); ++i)
       if (prompt[i] < 0 || prompt[i] >= cfg.vocab_size)
         throw core::ConfigError("prompt token " + std::to_string(prompt[i]) + " at position " + std::to_string(i) +
@@ -424,6 +433,12 @@ struct Engine::Impl {
     s->params = p;
     s->history = SequenceHistory(cfg.vocab_size);
     s->history.add_prompt(prompt);
+    if (p.json_object) {
+      s->json.emplace();
+      if (token_bytes.empty())
+        for (int32_t id = 0; id < int32_t(drawable_vocab); ++id)
+          token_bytes.push_back(tokenizer->decode(std::span<const int32_t>(&id, 1)));
+    }
     s->reserved = reach;
     s->fed = s->cached = got.cached;
     s->registered = got.blocks;
@@ -439,16 +454,32 @@ struct Engine::Impl {
     seqs.erase(seqs.begin() + std::ptrdiff_t(i));
   }
 
-  // Appends the token's text and reports the first stop string now in it.
+  // Appends the token's text and reports the stop string now in it that
+  // ends in it: of several, the one starting first, the shorter on a tie
+  // (where serve::TextStream cuts the text).
   std::string stop_string_hit(Seq& s, int32_t token) {
     if (s.params.stop.empty() || !tokenizer) return {};
     const size_t before = s.text.size();
     s.text += tokenizer->decode(std::span<const int32_t>(&token, 1));
+    const std::string* hit = nullptr;
+    size_t first = std::string::npos;
     for (const std::string& stop : s.params.stop) {
       const size_t from = before >= stop.size() ? before - stop.size() + 1 : 0;
-      if (s.text.find(stop, from) != std::string::npos) return stop;
+      const size_t at = s.text.find(stop, from);
+      if (at != std::string::npos && (at < first || (at == first && stop.size() < hit->size()))) first = at, hit = &stop;
     }
-    return {};
+    return hit ? *hit : std::string();
+  }
+
+  // SamplingParams::json_object: -inf for every token whose bytes cannot
+  // come next, and for the stop tokens (the object is not closed yet).
+  // One pass over the vocabulary's bytes (~0.3 MB for GPT-2's), each token
+  // tried on a copy of the automaton.
+  void constrain(const JsonConstraint& json, const std::vector<int32_t>& stop_tokens, float* row) const {
+    constexpr float never = -std::numeric_limits<float>::infinity();
+    for (int64_t t = 0; t < drawable_vocab; ++t)
+      if (row[t] != never && !json.accepts(token_bytes[size_t(t)])) row[t] = never;
+    for (int32_t t : stop_tokens) row[t] = never;
   }
 
   // Each sampled row's token, rows across threads: a row's choice depends
@@ -462,6 +493,7 @@ struct Engine::Impl {
     if (scratch.size() < size_t(std::max(threads, 1))) scratch.resize(size_t(std::max(threads, 1)));
     auto one = [&](int64_t i, SamplerScratch& work) {
       const Seq& s = *samplers[size_t(i)];
+      if (s.json) constrain(*s.json, s.params.stop_tokens, logits.data() + i * vocab);
       choices[size_t(i)] =
           sample(logits.data() + i * vocab, drawable_vocab, s.params, s.history, uint64_t(s.generated), work);
     };
@@ -606,8 +638,12 @@ struct Engine::Impl {
       // string may end no earlier than the token that reaches it (vLLM's
       // rule); the text still grows, so a later search starts at the end.
       const bool may_stop = s.generated >= s.params.min_tokens;
+      const bool json_closed = s.json && s.json->feed(token_bytes[size_t(tok)]) && s.json->done();
       if (std::find(s.params.stop_tokens.begin(), s.params.stop_tokens.end(), tok) != s.params.stop_tokens.end()) {
         e.finish = Finish::stop;
+      } else if (json_closed) {
+        e.finish = Finish::stop;  // the object is complete: nothing may follow it
+        e.json_closed = true;
       } else if (std::string hit = stop_string_hit(s, tok); may_stop && !hit.empty()) {
         e.finish = Finish::stop;
         e.stop_matched = hit;

@@ -73,9 +73,6 @@ Request parse_chat(const std::string& body, const ModelInfo& model, const data::
   check_model_and_user(j, model);
   for (const char* unsupported : {"tools", "tool_choice", "functions", "function_call"})
     if (field(j, unsupported)) throw ApiError(400, std::string(unsupported) + " is not supported", unsupported);
-  if (const json* rf = field(j, "response_format");
-      rf && !(rf->is_object() && rf->value("type", json()) == "text"))
-    throw ApiError(400, "response_format must be {\"type\": \"text\"}: nothing else is supported", "response_format");
 
   Request r;
   r.api = Api::chat;
@@ -101,7 +98,11 @@ Request parse_chat(const std::string& body, const ModelInfo& model, const data::
                      "messages", "invalid_request_error", "context_length_exceeded");
   }
   const bool seeded = read_sampling(j, sp);
-  if (std::find(sp.stop.begin(), sp.stop.end(), kChatStop) == sp.stop.end()) sp.stop.push_back(kChatStop);
+  sp.json_object = read_response_format(j);
+  if (std::find(sp.stop.begin(), sp.stop.end(), kChatStop) == sp.stop.end()) {
+    sp.stop.push_back(kChatStop);
+    r.route_stop = kChatStop;
+  }
   stop_at_end_of_text(j, tok.eot_token(), sp);
   const bool logprobs = boolean(j, "logprobs", false);
   const int top = small_integer(j, "top_logprobs", 0);

@@ -12,7 +12,8 @@ using nlohmann::json;
 CompletionBuilder::CompletionBuilder(const data::Tokenizer& tok, const CompletionRequest& req, std::string id,
                                      int64_t created, std::string model, Api api, int64_t index)
     : tok_(tok),
-      text_(tok, req.params.stop, req.params.min_tokens, req.include_stop_str),
+      text_(tok, req.params.stop, req.params.min_tokens, req.include_stop_str, req.route_stop),
+      route_stop_(req.route_stop),
       id_(std::move(id)),
       model_(std::move(model)),
       created_(created),
@@ -134,7 +135,7 @@ json CompletionBuilder::add(const infer::TokenEvent& e) {
     if (echo_) echo_prompt(e, piece, lp);
   }
   // A stop token ends the sequence without being part of its text.
-  const bool stop_token = e.finish == infer::Finish::stop && e.stop_matched.empty();
+  const bool stop_token = e.ended_by_stop_token();
   if (e.choice.token >= 0) ++completion_tokens_, logprob_sum_ += double(e.choice.logprob);
   piece += text_.add_event(e);
   if (logprobs_ >= 0 && e.choice.token >= 0 && !stop_token) {
@@ -148,8 +149,8 @@ json CompletionBuilder::add(const infer::TokenEvent& e) {
   }
   if (e.finish == infer::Finish::stop) {
     finish_reason_ = "stop";
-    if (!e.stop_matched.empty()) stop_reason_ = e.stop_matched;
-    else if (e.choice.token != tok_.eot_token()) stop_reason_ = e.choice.token;
+    if (!e.stop_matched.empty() && e.stop_matched != route_stop_) stop_reason_ = e.stop_matched;
+    else if (e.ended_by_stop_token() && e.choice.token != tok_.eot_token()) stop_reason_ = e.choice.token;
   }
   else if (e.finish == infer::Finish::length) finish_reason_ = "length";
   all_text_ += piece;

@@ -95,6 +95,7 @@ Request parse(const json& j, const ModelInfo& model, const data::Tokenizer& tok,
     throw ApiError(400, r.echo ? "max_tokens must be >= 0" : "max_tokens must be at least 1 (0 only with echo)",
                    "max_tokens");
   const bool seeded = read_sampling(j, sp);
+  sp.json_object = read_response_format(j);  // vLLM takes it here too
   // The end-of-text token ends a completion with finish_reason "stop", as
   // OpenAI's do; it is no part of the text.
   stop_at_end_of_text(j, tok.eot_token(), sp);

@@ -130,6 +130,18 @@ bool read_sampling(const json& body, infer::SamplingParams& sp) {
   return seeded;
 }
 
+bool read_response_format(const json& body) {
+  const json* rf = field(body, "response_format");
+  if (!rf) return false;
+  const json type = rf->is_object() ? rf->value("type", json()) : json();
+  if (type == "text") return false;
+  if (type == "json_object") return true;
+  throw ApiError(400,
+                 "response_format must be {\"type\": \"text\"} or {\"type\": \"json_object\"}" +
+                     std::string(type == "json_schema" ? " (json_schema is not supported)" : ""),
+                 "response_format");
+}
+
 void stop_at_end_of_text(const json& body, int32_t eot_token, infer::SamplingParams& sp) {
   if (eot_token < 0) return;
   if (boolean(body, "ignore_eos", false)) sp.banned_tokens.push_back(eot_token);
@@ -211,6 +223,7 @@ void fan_out(const std::vector<std::vector<int32_t>>& prompts, int64_t n, const 
       c.include_usage = r.include_usage;
       c.echo = r.echo;
       c.include_stop_str = r.include_stop_str;
+      c.route_stop = r.route_stop;
       r.choices.push_back(std::move(c));
     }
   }

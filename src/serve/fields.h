@@ -27,6 +27,10 @@ void check_model_and_user(const nlohmann::json& body, const ModelInfo& model);
 // may not pass it); not max_tokens, logprobs (the routes differ) or n. True
 // when the body gave the seed.
 bool read_sampling(const nlohmann::json& body, infer::SamplingParams& sp);
+// response_format: {"type": "text"} (the default) or {"type": "json_object"}
+// (true: the output is constrained to one JSON object); anything else,
+// json_schema included, is a 400.
+bool read_response_format(const nlohmann::json& body);
 // The end-of-text token becomes a stop token (finish_reason "stop", as
 // OpenAI's end) unless the body sets ignore_eos, which bans it instead (as
 // llama.cpp's server does: the text does not run on past a document's end).

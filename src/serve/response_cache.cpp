@@ -37,6 +37,7 @@ std::string ResponseCache::key_of(const Request& r, const std::string& model) {
     k.append(reinterpret_cast<const char*>(c.prompt.data()), c.prompt.size() * sizeof(int32_t));
     put_raw(k, p.max_tokens);
     put_raw(k, p.min_tokens);
+    put_raw(k, uint8_t(p.json_object));
     put_raw(k, p.temperature);
     put_raw(k, p.top_k);
     put_raw(k, p.top_p);

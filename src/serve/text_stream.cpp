@@ -84,19 +84,30 @@ size_t valid_utf8_offset(const std::string& bytes, size_t raw) {
 }
 
 TextStream::TextStream(const data::Tokenizer& tok, std::vector<std::string> stop, int64_t min_tokens,
-                       bool include_stop)
-    : tok_(tok), stop_(std::move(stop)), min_tokens_(min_tokens), include_stop_(include_stop) {}
+                       bool include_stop, std::string hidden_stop)
+    : tok_(tok),
+      stop_(std::move(stop)),
+      min_tokens_(min_tokens),
+      include_stop_(include_stop),
+      hidden_stop_(std::move(hidden_stop)) {}
 
-size_t TextStream::first_stop() const {
-  if (tokens_ < min_tokens_) return std::string::npos;
+size_t TextStream::first_stop() {
+  if (cut_ != std::string::npos || tokens_ < min_tokens_) return cut_;
+  // The one starting first, the shorter on a tie: the engine's choice
+  // (its stop_string_hit), so the text ends at the string it reports.
   size_t first = std::string::npos, end = std::string::npos;
+  const std::string* found = nullptr;
   for (const std::string& s : stop_) {
     // Starting at sent_ (nothing sent is cut) and late enough to end past stops_end_after_.
     const size_t from = std::max(sent_, stops_end_after_ + 1 > s.size() ? stops_end_after_ + 1 - s.size() : 0);
     if (size_t at = raw_.find(s, from); at != std::string::npos && (at < first || (at == first && at + s.size() < end)))
-      first = at, end = at + s.size();
+      first = at, end = at + s.size(), found = &s;
   }
-  return include_stop_ ? end : first;
+  // Once found the end stays: with include_stop the text up to it may be
+  // sent before the sequence's last event, and a search from sent_ would
+  // then miss it.
+  if (found) cut_ = include_stop_ && *found != hidden_stop_ ? end : first;
+  return cut_;
 }
 
 std::string TextStream::emit(size_t end) {
@@ -131,7 +142,7 @@ std::string TextStream::finish() { return emit(raw_.size()); }
 
 std::string TextStream::add_event(const infer::TokenEvent& e) {
   std::string piece;
-  const bool stop_token = e.finish == infer::Finish::stop && e.stop_matched.empty();
+  const bool stop_token = e.ended_by_stop_token();
   if (e.choice.token >= 0 && !stop_token) piece += add(e.choice.token);
   if (e.finish == infer::Finish::stop && !e.stop_matched.empty()) piece += finish_at_stop();
   else if (e.finish != infer::Finish::none) piece += finish();

@@ -83,9 +83,11 @@ PrecisionChoice resolve_precision(Precision requested, bool fallback, const std:
     }
     return c;
   }
+  // What fp32 products run through on this CPU, and why.
+  const std::string f32_engine = std::string("products through ") + cpu::f32_gemm_name(cpu::cpu_features().f32_gemm) +
+                                 " (" + cpu::cpu_features().f32_reason + ")";
   if (requested == Precision::fp32) {
-    c.reason = std::string("products through ") + cpu::f32_gemm_name(cpu::cpu_features().f32_gemm) + " (" +
-               cpu::cpu_features().f32_reason + ")";
+    c.reason = f32_engine;
     return c;
   }
   std::string cpu;
@@ -118,8 +120,7 @@ PrecisionChoice resolve_precision(Precision requested, bool fallback, const std:
     return c;
   }
   c.effective = Precision::fp32;
-  c.reason = std::string("products through ") + cpu::f32_gemm_name(cpu::cpu_features().f32_gemm) + " (" +
-             cpu::cpu_features().f32_reason + "); no " + precision_name(requested) + " fast path: " + cpu;
+  c.reason = f32_engine + "; no " + precision_name(requested) + " fast path: " + cpu;
   c.warning = std::string("warning: precision ") + precision_name(requested) +
               " requested but no fast path on this machine (" + cpu +
               "): training in fp32 (train.precision_fallback = false runs it emulated)";

@@ -30,12 +30,15 @@ std::map<std::string, std::string> settings_of(const std::string& toml) {
   return out;
 }
 
-// Keys that change how fast or where a run goes, not its updates.
+// Keys that change how fast or where a run goes, not its updates (the
+// kernel fusions and the fused AdamW change rounding at most: equal to
+// 1e-7 relative, tests/unit/fusion_test.cpp).
 bool shapes_the_run(const std::string& key) {
   static const char* const kNot[] = {"train.threads", "train.loader_workers", "train.log_every", "train.tensorboard",
                                      "data.cache_mb", "checkpoint.dir", "checkpoint.every", "checkpoint.keep",
-                                     "dist.timeout_s", "train.preset", "train.memory_budget"};
-  return std::find(std::begin(kNot), std::end(kNot), key) == std::end(kNot);
+                                     "dist.timeout_s", "dist.bucket_mb", "dist.backend", "train.fused_adamw",
+                                     "train.preset", "train.memory_budget"};
+  return !key.starts_with("model.fuse_") && std::find(std::begin(kNot), std::end(kNot), key) == std::end(kNot);
 }
 
 }  // namespace

@@ -18,6 +18,7 @@
 
 #include "brisk/data/tokenizer.h"
 #include "brisk/infer/engine.h"
+#include "brisk/infer/json_constraint.h"
 #include "brisk/serve/server.h"
 #include "../common/tiny_gpt.h"
 #include "serve/fields.h"
@@ -858,6 +859,44 @@ TEST_F(ServeTest, StopTokenIdsStopReasonAndIncludedStopStrings) {
   }
 }
 
+// response_format {"type": "json_object"}: the text is always (a prefix of)
+// one JSON object, and a choice ends with finish_reason "stop" when it
+// closes. Nudged toward quotes and braces, the tiny model closes its object.
+TEST_F(ServeTest, JsonObjectResponsesAreObjects) {
+  int closed = 0;
+  for (const char* route : {"/v1/chat/completions", "/v1/completions"}) {
+    for (int seed : {1, 2, 3}) {
+      json body = {{"max_tokens", 24}, {"temperature", 0.8}, {"seed", seed},
+                   {"response_format", {{"type", "json_object"}}},
+                   {"logit_bias", {{"34", 4}, {"125", 4}}}};  // '"' and '}'
+      if (std::string(route) == "/v1/completions") body["prompt"] = "Data:";
+      else body["messages"] = {{{"role", "user"}, {"content", "Answer in JSON."}}};
+      auto r = post(route, body);
+      ASSERT_TRUE(r);
+      ASSERT_EQ(r->status, 200) << r->body;
+      const json c = json::parse(r->body)["choices"][0];
+      const std::string text = c.contains("message") ? c["message"]["content"] : c["text"];
+      infer::JsonConstraint prefix;
+      EXPECT_TRUE(prefix.feed(text)) << text;
+      if (c["finish_reason"] == "stop") {
+        ++closed;
+        ASSERT_TRUE(json::accept(text)) << text;
+        EXPECT_TRUE(json::parse(text).is_object()) << text;
+        EXPECT_TRUE(prefix.done()) << text;
+      }
+      if (std::string(route) == "/v1/completions") {  // (stream() speaks the completions route)
+        body["stream"] = true;
+        EXPECT_EQ(stream(srv->port, body).text, text) << route;
+      }
+    }
+  }
+  EXPECT_GT(closed, 0) << "no choice closed its object";
+  expect_error(post("/v1/chat/completions", {{"messages", {{{"role", "user"}, {"content", "x"}}}},
+                                             {"response_format", {{"type", "json_schema"}}}}),
+               400, "response_format", {"json_schema is not supported"});
+  expect_error(post("/v1/completions", {{"prompt", "x"}, {"response_format", "json"}}), 400, "response_format", {});
+}
+
 TEST_F(ServeTest, TokenizeRoundTrip) {
   auto t = post("/tokenize", {{"prompt", "hello, world"}});
   ASSERT_TRUE(t);
@@ -961,6 +1000,46 @@ TEST(TextStream, StopStringsEndingBeforeMinTokensAreText) {
   EXPECT_EQ(feed(11, "abENDxyENDz"), "abENDxyENDz");
   EXPECT_EQ(feed(9, "abcdefgEND"), "abcdefg");    // starts before the 9th token, ends in the 10th
   EXPECT_EQ(feed(10, "abcdefgEND"), "abcdefg");   // ends in the 10th, the min_tokens-th
+}
+
+// A tokenizer of whole words (token i is words[i]), for stop strings that
+// end inside a token, as GPT-2's often do.
+class WordTokenizer : public data::Tokenizer {
+ public:
+  explicit WordTokenizer(std::vector<std::string> words) : words_(std::move(words)) {}
+  std::string name() const override { return "words"; }
+  int64_t vocab_size() const override { return int64_t(words_.size()); }
+  int32_t eot_token() const override { return -1; }
+  std::vector<int32_t> encode(std::string_view) const override { return {}; }
+  std::string decode(std::span<const int32_t> ids) const override {
+    std::string out;
+    for (int32_t id : ids) out += words_[size_t(id)];
+    return out;
+  }
+
+ private:
+  std::vector<std::string> words_;
+};
+
+// Stop strings inside tokens: the text ends where the engine's choice (the
+// stop starting first, the shorter on a tie) says, after it with
+// include_stop, and never after a route's own hidden stop.
+TEST(TextStream, StopStringsInsideTokensEndTheTextOnce) {
+  const WordTokenizer tok({"Hello", ".\n", "ba", "xy", "\nUser: hi"});
+  auto run = [&](std::vector<std::string> stops, bool include, std::vector<int32_t> ids, std::string hidden = "") {
+    serve::TextStream ts(tok, std::move(stops), 0, include, std::move(hidden));
+    std::string out;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      out += ts.add(ids[i]);
+    }
+    return out + ts.finish_at_stop();
+  };
+  EXPECT_EQ(run({"."}, false, {0, 1}), "Hello");
+  EXPECT_EQ(run({"."}, true, {0, 1}), "Hello.");  // not "Hello.\n": the token goes on past the stop
+  EXPECT_EQ(run({"a", "b"}, false, {2}), "");      // "b" starts first
+  EXPECT_EQ(run({"a", "b"}, true, {2}), "b");
+  EXPECT_EQ(run({"\nUser:"}, true, {0, 4}, "\nUser:"), "Hello");  // the chat turn's end stays out
+  EXPECT_EQ(run({"\nUser:", "o"}, true, {0, 4}, "\nUser:"), "Hello");
 }
 
 // An ill-formed sequence becomes one U+FFFD per maximal subpart, as

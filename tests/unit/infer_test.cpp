@@ -3,6 +3,8 @@
 // and file round trips, the sampler's filters, and the errors bad input gets.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -16,6 +18,7 @@
 #include "brisk/cpu/cpu_backend.h"
 #include "brisk/data/tokenizer.h"
 #include "brisk/infer/engine.h"
+#include "brisk/infer/json_constraint.h"
 #include "brisk/models/generate.h"
 #include "brisk/train/checkpoint.h"
 #include "../common/tiny_gpt.h"
@@ -441,6 +444,74 @@ TEST(InferEngine, MinTokensDefersStopTokensAndStopStrings) {
     EXPECT_TRUE(std::equal(got.begin(), got.end(), free_run.begin())) << "min_tokens " << min_tokens;
   }
   EXPECT_GT(stops_after(9), 8u);  // the run at 9 went on past the string's first end
+}
+
+// json_object: every token's bytes continue one JSON object, no stop token
+// comes before it closes, and the token that closes it ends the sequence
+// (json_closed: its text is the object's last byte). Without a tokenizer the
+// engine cannot know a token's bytes: refused.
+TEST(InferEngine, JsonObjectSequencesCloseIntoObjects) {
+  auto tok = data::make_byte_tokenizer();
+  infer::Engine e(infer::load_model(checkpoint()), opts(), tok.get());
+  int closed = 0;
+  for (uint64_t seed = 1; seed <= 6; ++seed) {
+    infer::SamplingParams sp = greedy(40);
+    sp.temperature = 0.9f;
+    sp.seed = seed;
+    sp.json_object = true;
+    sp.stop_tokens = {int32_t('a'), int32_t(' ')};  // text inside an object: held back until it closes
+    sp.logit_bias = {{int32_t('"'), 4.f}, {int32_t('}'), 4.f}};
+    const int64_t id = e.add(prompt_of(4), sp);
+    std::string text;
+    infer::TokenEvent last;
+    while (!e.idle())
+      for (auto& ev : e.step())
+        if (ev.seq == id) text += char(ev.choice.token), last = ev;
+    infer::JsonConstraint prefix;
+    ASSERT_TRUE(prefix.feed(text)) << text;
+    EXPECT_EQ(text.find_first_of("a "), std::string::npos) << text;
+    if (last.finish == infer::Finish::stop) {
+      ++closed;
+      EXPECT_TRUE(last.json_closed) << text;
+      EXPECT_FALSE(last.ended_by_stop_token());
+      EXPECT_TRUE(prefix.done()) << text;
+      EXPECT_TRUE(nlohmann::json::accept(text) && nlohmann::json::parse(text).is_object()) << text;
+    } else {
+      EXPECT_EQ(text.size(), 40u);
+    }
+  }
+  EXPECT_GT(closed, 0);
+  infer::Engine bare(infer::load_model(checkpoint()), opts());
+  infer::SamplingParams sp = greedy(4);
+  sp.json_object = true;
+  EXPECT_THROW(bare.add(prompt_of(4), sp), core::ConfigError);
+}
+
+// Of two stop strings ending in one token, the one starting first is
+// reported (where the server cuts the text).
+TEST(InferEngine, TheStopStringStartingFirstIsReported) {
+  auto tok = data::make_byte_tokenizer();
+  infer::Engine e(infer::load_model(checkpoint()), opts(), tok.get());
+  int checked = 0;
+  for (int salt = 0; salt < 8; ++salt) {
+    const int64_t g = e.add(prompt_of(4, salt), greedy(8));
+    const std::vector<int32_t> run = drain(e)[g];
+    ASSERT_EQ(run.size(), 8u);
+    // Token 4's byte must not come earlier: that would stop the run there.
+    if (std::find(run.begin(), run.begin() + 3, run[3]) != run.begin() + 3) continue;
+    infer::SamplingParams sp = greedy(8);
+    const std::string two = tok->decode(std::vector<int32_t>{run[2], run[3]});
+    sp.stop = {tok->decode(std::vector<int32_t>{run[3]}), two};  // both end in token 4; `two` starts first
+    const int64_t id = e.add(prompt_of(4, salt), sp);
+    infer::TokenEvent last;
+    while (!e.idle())
+      for (auto& ev : e.step())
+        if (ev.seq == id) last = ev;
+    EXPECT_EQ(last.finish, infer::Finish::stop);
+    EXPECT_EQ(last.stop_matched, two) << "salt " << salt;
+    ++checked;
+  }
+  EXPECT_GT(checked, 0);
 }
 
 TEST(InferEngine, PoolLimitsAdmissionAndFreesBlocks) {

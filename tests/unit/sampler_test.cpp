@@ -314,10 +314,13 @@ TEST(Sampler, MinTokensHoldsStopTokensBackAndBannedTokensNeverCome) {
   p.temperature = 1;
   p.logprobs = -1;
   const auto flat = std::vector<float>(10, 0.f);  // every token equally likely
-  for (uint64_t index = 0; index < 200; ++index) {
-    auto l = flat;
-    const int32_t t = infer::sample(l.data(), 10, p, h, index, scratch).token;
-    if (index < 3) EXPECT_TRUE(t != 9 && t != 7) << "draw " << index;
+  for (uint64_t seed = 0; seed < 200; ++seed) {  // a draw is a function of (seed, index)
+    p.seed = seed;
+    for (uint64_t index = 0; index < 3; ++index) {
+      auto l = flat;
+      const int32_t t = infer::sample(l.data(), 10, p, h, index, scratch).token;
+      EXPECT_TRUE(t != 9 && t != 7) << "seed " << seed << " draw " << index;
+    }
   }
   std::set<int32_t> late;
   for (uint64_t index = 3; index < 300; ++index) {

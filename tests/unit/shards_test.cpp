@@ -270,7 +270,10 @@ TEST(TokenDatasetTest, ShardsMustBeMetaJsonsList) {
       return std::string(e.what());
     }
   };
-  EXPECT_EQ(meta_with({"train_0001.bin", "train_0000.bin"}), "12");
+  EXPECT_EQ(meta_with({"train_0000.bin", "train_0001.bin"}), "12");
+  EXPECT_NE(meta_with({"train_0001.bin", "train_0000.bin"}).find("in another order"), std::string::npos);
+  EXPECT_NE(meta_with({"train_0000.bin", "train_0001.bin", "train_0001.bin"}).find("names a shard twice"),
+            std::string::npos);
   EXPECT_NE(meta_with({"train_0000.bin"}).find("shard train_0001.bin is not in meta.json's train_shards"),
             std::string::npos);
   EXPECT_NE(meta_with({"train_0000.bin", "train_0001.bin", "train_0002.bin"})

@@ -164,15 +164,15 @@ int cmd_eval(const std::string& checkpoint, const std::string& data_dir, int64_t
   return 0;
 }
 
-// Token shards and LMDB record stores are memory-mapped: a file cut short
+// Token shards, LMDB record stores and FASTA inputs are memory-mapped: a file cut short
 // while a run reads it (`cp` of a dataset over itself) ends the process with
 // SIGBUS, which the shell reports as a bare "Bus error". Say what it means,
 // then die of the signal as before (exit status 135 for scripts).
 void on_bus_error(int) {
   static const char kMessage[] =
-      "brisk: bus error: a memory-mapped input (a token shard or an LMDB record store) became shorter while it was "
-      "read; was it rewritten in place? Restore it (brisk data prepare replaces files by renaming them) and resume "
-      "from the last checkpoint\n";
+      "brisk: bus error: a memory-mapped input (a token shard, an LMDB record store or a FASTA file) became shorter "
+      "while it was read; was it rewritten in place? Restore it (brisk data prepare replaces files by renaming "
+      "them) and resume from the last checkpoint\n";
   [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, kMessage, sizeof kMessage - 1);
   std::signal(SIGBUS, SIG_DFL);
   std::raise(SIGBUS);

@@ -38,6 +38,11 @@ struct SamplingParams {
   // Never drawn: their logits are -inf (the server's ignore_eos bans the
   // end-of-text token, as llama.cpp's server does).
   std::vector<int32_t> banned_tokens;
+  // The text must be one JSON object (JsonConstraint, json_constraint.h):
+  // a token that cannot continue one is never drawn, no stop token comes
+  // before the object closes, and the sequence ends (Finish::stop) when it
+  // does. Needs the engine's tokenizer.
+  bool json_object = false;
   int logprobs = -1;                  // -1: none; n >= 0: the chosen token's log-probability and the n most likely
   // -1: none; n >= 0: each prompt token's log-probability given the tokens
   // before it (from the model's plain softmax: no penalty or temperature)

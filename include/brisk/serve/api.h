@@ -56,6 +56,9 @@ struct CompletionRequest {
   bool include_usage = false;  // stream_options.include_usage
   bool echo = false;           // /v1/completions' echo: the answer starts with the prompt (and its logprobs)
   bool include_stop_str = false;  // vLLM's include_stop_str_in_output: the text ends after the stop string
+  // The route's own stop string (chat's turn end) when the client did not
+  // list it: never part of the text, and no stop_reason.
+  std::string route_stop;
   // best_of asked the engine for logprobs to rank the choices by; the
   // client did not ask to see them.
   bool hide_logprobs = false;
@@ -74,6 +77,7 @@ struct Request {
   bool include_usage = false;
   bool echo = false;  // /v1/completions' echo, for every choice
   bool include_stop_str = false;  // include_stop_str_in_output, for every choice
+  std::string route_stop;         // CompletionRequest::route_stop, for every choice
   // Sequences generated per prompt (best_of) and choices returned per
   // prompt (n): the n of each prompt's best_of with the highest mean token
   // logprob. Equal unless best_of was given; best_of > n is never streamed.

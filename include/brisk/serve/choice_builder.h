@@ -54,6 +54,7 @@ class CompletionBuilder {
   nlohmann::json chunk(const std::string& piece, const nlohmann::json& lp) const;
   const data::Tokenizer& tok_;
   TextStream text_;
+  std::string route_stop_;  // CompletionRequest::route_stop
   std::string id_, model_;
   int64_t created_;
   Api api_;

@@ -2,7 +2,7 @@
 //
 // Two things are held back until the next token decides them: a tail that
 // could be the start of a stop string (a stop string never reaches the
-// client, streamed or not) and a tail that could be the start of a UTF-8
+// client, streamed or not, unless include_stop) and a tail that could be the start of a UTF-8
 // character. Every piece is valid UTF-8: an ill-formed sequence becomes
 // one U+FFFD per maximal subpart (a valid start with the continuation bytes
 // that still fit it, else one byte), as Python's and the WHATWG decoders
@@ -37,9 +37,11 @@ class TextStream {
  public:
   // min_tokens: a stop string must end in the min_tokens-th token or later
   // (SamplingParams::min_tokens); one ending earlier is text like any other.
-  // include_stop: the text ends after the stop string instead of before it.
+  // include_stop: the text ends after the stop string instead of before it,
+  // except after `hidden_stop` (a route's own stop string, the chat turn's
+  // end, which the client did not ask for).
   TextStream(const data::Tokenizer& tok, std::vector<std::string> stop, int64_t min_tokens = 0,
-             bool include_stop = false);
+             bool include_stop = false, std::string hidden_stop = "");
   // Adds a token of the output; returns the text that is now safe to send.
   std::string add(int32_t token);
   // The sequence ended on a stop string: the rest of the text up to it.
@@ -58,7 +60,7 @@ class TextStream {
   std::string emit(size_t end);
   // Where the text ends at the first stop string in raw_ that may end it:
   // before it, or after it with include_stop_ (npos: none yet).
-  size_t first_stop() const;
+  size_t first_stop();
   const data::Tokenizer& tok_;
   std::vector<std::string> stop_;
   std::string raw_;   // decoded bytes of the tokens so far
@@ -66,6 +68,8 @@ class TextStream {
   size_t last_offset_ = 0;
   int64_t min_tokens_ = 0;
   bool include_stop_ = false;
+  std::string hidden_stop_;
+  size_t cut_ = std::string::npos;  // where a stop string ended the text, once found
   int64_t tokens_ = 0;           // added so far
   size_t stops_end_after_ = 0;   // a stop string must end past this byte of raw_
 };

@@ -42,7 +42,7 @@ std::string isa_name(dnnl::cpu_isa isa) {
 }
 
 // An override variable's value when it is one of `allowed`; another value
-// is ignored with a warning (once: detect() runs once a process), so a typo
+// is ignored with a warning (each time the features are detected), so a typo
 // such as BRISK_BF16=emulate does not silently measure the default path.
 const char* env(const char* name, std::initializer_list<const char*> allowed) {
   const char* v = std::getenv(name);
@@ -67,7 +67,12 @@ void detect_int8(CpuFeatures& f) {
   f.int8_reason = std::string("CPU has ") + int8_dot_name(f.int8_best);
   if (const char* forced = env("BRISK_INT8", {"avx512_vnni", "avx_vnni", "avx2", "scalar"})) {
     for (Int8Dot p : {Int8Dot::avx512_vnni, Int8Dot::avx_vnni, Int8Dot::avx2, Int8Dot::scalar})
-      if (std::strcmp(forced, int8_dot_name(p)) == 0 && int(p) >= int(f.int8_best)) {
+      if (std::strcmp(forced, int8_dot_name(p)) == 0) {
+        if (int(p) < int(f.int8_best)) {  // a faster path than the CPU has
+          std::fprintf(stderr, "warning: BRISK_INT8=%s: this CPU has no such path (its best is %s); ignored\n", forced,
+                       int8_dot_name(f.int8_best));
+          continue;
+        }
         f.int8 = p;
         f.int8_reason = std::string("BRISK_INT8=") + forced;
       }

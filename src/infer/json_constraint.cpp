@@ -1,0 +1,202 @@
+// The JSON object automaton; see brisk/infer/json_constraint.h.
+#include "brisk/infer/json_constraint.h"
+
+namespace brisk::infer {
+
+namespace {
+
+bool is_space(unsigned char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+bool is_digit(unsigned char c) { return c >= '0' && c <= '9'; }
+bool is_hex(unsigned char c) { return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
+
+}  // namespace
+
+bool JsonConstraint::accepts(std::string_view bytes) const {
+  JsonConstraint probe = *this;
+  return probe.feed(bytes);
+}
+
+bool JsonConstraint::feed(std::string_view bytes) {
+  for (const char ch : bytes)
+    if (!step(static_cast<unsigned char>(ch))) return false;
+  return true;
+}
+
+bool JsonConstraint::value_start(unsigned char c) {
+  switch (c) {
+    case '{':
+    case '[':
+      if (stack_.size() >= kMaxDepth) return false;
+      stack_.push_back(char(c));
+      mode_ = c == '{' ? Mode::first_key : Mode::first_value;
+      return true;
+    case '"':
+      mode_ = Mode::string;
+      key_ = false;
+      return true;
+    case '-':
+      mode_ = Mode::number, num_ = Num::minus;
+      return true;
+    case 't':
+      mode_ = Mode::literal, literal_ = "rue";
+      return true;
+    case 'f':
+      mode_ = Mode::literal, literal_ = "alse";
+      return true;
+    case 'n':
+      mode_ = Mode::literal, literal_ = "ull";
+      return true;
+    default:
+      if (!is_digit(c)) return false;
+      mode_ = Mode::number, num_ = c == '0' ? Num::zero : Num::integer;
+      return true;
+  }
+}
+
+bool JsonConstraint::close(unsigned char c) {
+  if (stack_.empty() || (c == '}') != (stack_.back() == '{')) return false;
+  stack_.pop_back();
+  end_value();
+  return true;
+}
+
+// -? (0 | [1-9][0-9]*) (. [0-9]+)? ([eE] [+-]? [0-9]+)?
+bool JsonConstraint::number(unsigned char c) {
+  const bool digit = is_digit(c);
+  switch (num_) {
+    case Num::minus:
+      if (digit) num_ = c == '0' ? Num::zero : Num::integer;
+      return digit;
+    case Num::dot:
+      if (digit) num_ = Num::fraction;
+      return digit;
+    case Num::e:
+      if (c == '+' || c == '-') {
+        num_ = Num::e_sign;
+        return true;
+      }
+      [[fallthrough]];
+    case Num::e_sign:
+      if (digit) num_ = Num::exponent, exponent_digits_ = 1;
+      return digit;
+    case Num::integer:
+    case Num::zero:
+    case Num::fraction:
+    case Num::exponent:
+      // At most kMaxExponentDigits exponent digits: a strict parser (nlohmann,
+      // a C++ client's) refuses a number past the double range, 1e400.
+      if (digit && num_ == Num::exponent) return ++exponent_digits_ <= kMaxExponentDigits;
+      if (digit && num_ != Num::zero) return true;
+      if (c == '.' && (num_ == Num::zero || num_ == Num::integer)) {
+        num_ = Num::dot;
+        return true;
+      }
+      if ((c == 'e' || c == 'E') && num_ != Num::exponent) {
+        num_ = Num::e;
+        return true;
+      }
+      end_value();  // the number is complete; this byte is the next thing's
+      return step(c);
+  }
+  return false;
+}
+
+bool JsonConstraint::step(unsigned char c) {
+  switch (mode_) {
+    case Mode::top:
+    case Mode::value:
+    case Mode::first_value:
+    case Mode::key:
+    case Mode::first_key:
+    case Mode::colon:
+    case Mode::after:
+      if (is_space(c)) return ++spaces_ <= kMaxSpaces;
+      spaces_ = 0;
+      break;
+    default:
+      break;
+  }
+  switch (mode_) {
+    case Mode::top:
+      return c == '{' && value_start(c);
+    case Mode::first_value:
+      if (c == ']') return close(c);
+      [[fallthrough]];
+    case Mode::value:
+      return value_start(c);
+    case Mode::first_key:
+      if (c == '}') return close(c);
+      [[fallthrough]];
+    case Mode::key:
+      if (c != '"') return false;
+      mode_ = Mode::string;
+      key_ = true;
+      return true;
+    case Mode::colon:
+      if (c != ':') return false;
+      mode_ = Mode::value;
+      return true;
+    case Mode::after:
+      if (c == ',') {
+        mode_ = stack_.back() == '{' ? Mode::key : Mode::value;
+        return true;
+      }
+      return (c == '}' || c == ']') && close(c);
+    case Mode::string:
+      if (utf8_left_ > 0) {  // a continuation byte, in the range the character allows
+        if (c < utf8_lo_ || c > utf8_hi_) return false;
+        --utf8_left_;
+        utf8_lo_ = 0x80, utf8_hi_ = 0xBF;
+        return true;
+      }
+      if (c == '"') {
+        if (key_) mode_ = Mode::colon;
+        else end_value();
+        return true;
+      }
+      if (c == '\\') {
+        mode_ = Mode::escape;
+        return true;
+      }
+      if (c < 0x20) return false;  // control characters must be escaped
+      if (c < 0x80) return true;
+      // A UTF-8 lead byte: how many continuation bytes follow, and the range
+      // of the first (no overlongs, no surrogates, nothing past U+10FFFF).
+      if (c >= 0xC2 && c <= 0xDF) utf8_left_ = 1;
+      else if (c == 0xE0) utf8_left_ = 2, utf8_lo_ = 0xA0;
+      else if ((c >= 0xE1 && c <= 0xEC) || c == 0xEE || c == 0xEF) utf8_left_ = 2;
+      else if (c == 0xED) utf8_left_ = 2, utf8_hi_ = 0x9F;
+      else if (c == 0xF0) utf8_left_ = 3, utf8_lo_ = 0x90;
+      else if (c >= 0xF1 && c <= 0xF3) utf8_left_ = 3;
+      else if (c == 0xF4) utf8_left_ = 3, utf8_hi_ = 0x8F;
+      else return false;
+      return true;
+    case Mode::escape:
+      if (c == 'u') {
+        mode_ = Mode::hex, hex_left_ = 4;
+        return true;
+      }
+      mode_ = Mode::string;
+      return c == '"' || c == '\\' || c == '/' || c == 'b' || c == 'f' || c == 'n' || c == 'r' || c == 't';
+    case Mode::hex:
+      if (!is_hex(c)) return false;
+      // No \uD800-\uDFFF: a surrogate must come in a pair, which this does
+      // not track; a character past the BMP can be written as UTF-8.
+      if (hex_left_ == 4) hex_d_ = (c | 0x20) == 'd';
+      if (hex_left_ == 3 && hex_d_ && !(c >= '0' && c <= '7')) return false;
+      if (--hex_left_ == 0) mode_ = Mode::string;
+      return true;
+    case Mode::literal:
+      if (c != static_cast<unsigned char>(literal_.front())) return false;
+      literal_.remove_prefix(1);
+      if (literal_.empty()) end_value();
+      return true;
+    case Mode::number:
+      return number(c);
+    case Mode::done:
+      return false;
+  }
+  return false;
+}
+
+}  // namespace brisk::infer
