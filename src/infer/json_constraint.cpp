@@ -48,7 +48,7 @@ bool JsonConstraint::value_start(unsigned char c) {
       return true;
     default:
       if (!is_digit(c)) return false;
-      mode_ = Mode::number, num_ = c == '0' ? Num::zero : Num::integer;
+      mode_ = Mode::number, num_ = c == '0' ? Num::zero : Num::integer, integer_digits_ = 1;
       return true;
   }
 }
@@ -65,7 +65,7 @@ bool JsonConstraint::number(unsigned char c) {
   const bool digit = is_digit(c);
   switch (num_) {
     case Num::minus:
-      if (digit) num_ = c == '0' ? Num::zero : Num::integer;
+      if (digit) num_ = c == '0' ? Num::zero : Num::integer, integer_digits_ = 1;
       return digit;
     case Num::dot:
       if (digit) num_ = Num::fraction;
@@ -86,6 +86,7 @@ bool JsonConstraint::number(unsigned char c) {
       // At most kMaxExponentDigits exponent digits: a strict parser (nlohmann,
       // a C++ client's) refuses a number past the double range, 1e400.
       if (digit && num_ == Num::exponent) return ++exponent_digits_ <= kMaxExponentDigits;
+      if (digit && num_ == Num::integer) return ++integer_digits_ <= kMaxIntegerDigits;
       if (digit && num_ != Num::zero) return true;
       if (c == '.' && (num_ == Num::zero || num_ == Num::integer)) {
         num_ = Num::dot;

@@ -8,8 +8,9 @@
 // is always a prefix of a JSON object, and once the object closes the
 // sequence ends. Strings hold valid UTF-8 only (a JSON text is UTF-8);
 // whitespace between tokens is limited to kMaxSpaces in a row, so a model
-// cannot stall in it, and an exponent to kMaxExponentDigits digits, so a
-// number stays a finite double for strict parsers.
+// cannot stall in it, and a number's integer part to kMaxIntegerDigits
+// digits and its exponent to kMaxExponentDigits, so it stays a finite
+// double for strict parsers (nlohmann, a C++ client's, refuses 1e400).
 #pragma once
 
 #include <cstdint>
@@ -23,6 +24,7 @@ class JsonConstraint {
   static constexpr int kMaxSpaces = 16;
   static constexpr size_t kMaxDepth = 64;  // containers open at once
   static constexpr int kMaxExponentDigits = 2;
+  static constexpr int kMaxIntegerDigits = 100;
 
   // Whether `bytes` may come next (the state is left as it is).
   bool accepts(std::string_view bytes) const;
@@ -60,7 +62,7 @@ class JsonConstraint {
   bool key_ = false;        // the string being read is an object key
   Num num_ = Num::minus;
   std::string_view literal_;
-  int exponent_digits_ = 0;
+  int integer_digits_ = 0, exponent_digits_ = 0;
   int hex_left_ = 0;
   bool hex_d_ = false;      // the \u escape's first digit is d (a surrogate may follow)
   int spaces_ = 0;          // whitespace bytes in a row
