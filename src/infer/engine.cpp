@@ -271,7 +271,7 @@ struct Engine::Impl {
   int64_t drawable_vocab;
   // Each drawable token's bytes, for SamplingParams::json_object (made on
   // the first such request).
-  std::vector<std::string> token_bytes;
+  std::optional<JsonVocabulary> json_vocab;
   cpu::CpuBackend backend;
   KvPool pool;
   std::vector<std::unique_ptr<Seq>> seqs;  // active, in admission order
@@ -435,9 +435,12 @@ struct Engine::Impl {
     s->history.add_prompt(prompt);
     if (p.json_object) {
       s->json.emplace();
-      if (token_bytes.empty())
+      if (!json_vocab) {
+        std::vector<std::string> bytes;
         for (int32_t id = 0; id < int32_t(drawable_vocab); ++id)
-          token_bytes.push_back(tokenizer->decode(std::span<const int32_t>(&id, 1)));
+          bytes.push_back(tokenizer->decode(std::span<const int32_t>(&id, 1)));
+        json_vocab.emplace(std::move(bytes));
+      }
     }
     s->reserved = reach;
     s->fed = s->cached = got.cached;
@@ -473,13 +476,10 @@ struct Engine::Impl {
 
   // SamplingParams::json_object: -inf for every token whose bytes cannot
   // come next, and for the stop tokens (the object is not closed yet).
-  // One pass over the vocabulary's bytes (~0.3 MB for GPT-2's), each token
-  // tried on a copy of the automaton.
+  // One pass over the vocabulary (JsonVocabulary::mask).
   void constrain(const JsonConstraint& json, const std::vector<int32_t>& stop_tokens, float* row) const {
-    constexpr float never = -std::numeric_limits<float>::infinity();
-    for (int64_t t = 0; t < drawable_vocab; ++t)
-      if (row[t] != never && !json.accepts(token_bytes[size_t(t)])) row[t] = never;
-    for (int32_t t : stop_tokens) row[t] = never;
+    json_vocab->mask(json, row);
+    for (int32_t t : stop_tokens) row[t] = -std::numeric_limits<float>::infinity();
   }
 
   // Each sampled row's token, rows across threads: a row's choice depends
@@ -638,7 +638,7 @@ struct Engine::Impl {
       // string may end no earlier than the token that reaches it (vLLM's
       // rule); the text still grows, so a later search starts at the end.
       const bool may_stop = s.generated >= s.params.min_tokens;
-      const bool json_closed = s.json && s.json->feed(token_bytes[size_t(tok)]) && s.json->done();
+      const bool json_closed = s.json && s.json->feed(json_vocab->bytes(tok)) && s.json->done();
       if (std::find(s.params.stop_tokens.begin(), s.params.stop_tokens.end(), tok) != s.params.stop_tokens.end()) {
         e.finish = Finish::stop;
       } else if (json_closed) {

@@ -1,6 +1,9 @@
 // The JSON object automaton; see brisk/infer/json_constraint.h.
 #include "brisk/infer/json_constraint.h"
 
+#include <algorithm>
+#include <limits>
+
 namespace brisk::infer {
 
 namespace {
@@ -58,6 +61,44 @@ bool JsonConstraint::close(unsigned char c) {
   stack_.pop_back();
   end_value();
   return true;
+}
+
+namespace {
+
+// Plain string text: every byte printable or part of a whole UTF-8
+// character, no quote or backslash (what the string mode takes as is).
+bool plain_text(std::string_view bytes) {
+  if (bytes.empty()) return false;
+  JsonConstraint inside;
+  if (!inside.feed("{\"")) return false;
+  for (const char c : bytes)
+    if (c == '"' || c == '\\') return false;
+  return inside.feed(bytes) && inside.in_plain_string();
+}
+
+}  // namespace
+
+JsonVocabulary::JsonVocabulary(std::vector<std::string> token_bytes) : bytes_(std::move(token_bytes)) {
+  plain_.reserve(bytes_.size());
+  for (const std::string& b : bytes_) plain_.push_back(plain_text(b));
+}
+
+void JsonVocabulary::mask(const JsonConstraint& json, float* row) const {
+  constexpr float never = -std::numeric_limits<float>::infinity();
+  const bool plain_fits = json.in_plain_string();
+  int8_t first_fits[256];  // by first byte: -1 unknown, 0 no, 1 maybe (the rest is tried)
+  std::fill(std::begin(first_fits), std::end(first_fits), int8_t(-1));
+  for (size_t t = 0; t < bytes_.size(); ++t) {
+    if (row[t] == never || (plain_fits && plain_[t])) continue;
+    const std::string& b = bytes_[t];
+    if (b.empty()) {
+      row[t] = never;  // no text: it would not move the object on
+      continue;
+    }
+    int8_t& first = first_fits[static_cast<unsigned char>(b[0])];
+    if (first < 0) first = json.accepts(std::string_view(b.data(), 1));
+    if (!first || (b.size() > 1 && !json.accepts(b))) row[t] = never;
+  }
 }
 
 // -? (0 | [1-9][0-9]*) (. [0-9]+)? ([eE] [+-]? [0-9]+)?
