@@ -65,15 +65,15 @@ bool JsonConstraint::close(unsigned char c) {
 
 namespace {
 
-// Plain string text: every byte printable or part of a whole UTF-8
-// character, no quote or backslash (what the string mode takes as is).
+// Plain string text: bytes a string takes as they are from between two
+// characters (printable, UTF-8 that is well formed so far; no quote, which
+// would end it, and no backslash, which starts an escape).
 bool plain_text(std::string_view bytes) {
   if (bytes.empty()) return false;
-  JsonConstraint inside;
-  if (!inside.feed("{\"")) return false;
   for (const char c : bytes)
     if (c == '"' || c == '\\') return false;
-  return inside.feed(bytes) && inside.in_plain_string();
+  JsonConstraint inside;
+  return inside.feed("{\"") && inside.feed(bytes);
 }
 
 }  // namespace

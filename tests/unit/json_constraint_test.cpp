@@ -84,5 +84,44 @@ TEST(JsonConstraint, RandomWalksCloseIntoObjectsTheParserReads) {
   EXPECT_GT(closed, 300) << "too few walks closed to check much";
 }
 
+// The mask's shortcuts (plain text inside strings, the first byte) decide
+// exactly what trying every token on the automaton decides, at states from
+// random walks and for tokens of every kind: plain words, quotes, escapes,
+// cut UTF-8, punctuation, whitespace, the empty token.
+TEST(JsonVocabulary, MaskEqualsTryingEveryToken) {
+  std::vector<std::string> tokens = {"", " ", "  ", "\n", "{", "}", "[", "]", "\"", "\":", "\",", ":", ",", " {",
+                                     "\\", "\\n", "\\u00", "e9", "\\ud8", "1", "12", "-", "0.", ".5", "e+", "E9",
+                                     "true", "tr", "ue", "null", "false", "fal", "the", " the", "\xC3", "\xA9",
+                                     "\xC3\xA9", "\xE2\x82", "\xAC", "\xF0\x9F\x98\x80", "\x01", "a\"b", "}]", "\"}"};
+  std::mt19937 rng(3);
+  const std::string bytes = "{}[]\":, -0123456789.eEtrufalsn\\/bu\xC3\xA9\xE2\x82\xAC";
+  for (int i = 0; i < 300; ++i) {  // random tokens too
+    std::string t;
+    for (int k = int(rng() % 4) + 1; k > 0; --k) t += bytes[rng() % bytes.size()];
+    tokens.push_back(t);
+  }
+  const infer::JsonVocabulary vocab(tokens);
+  int states = 0, allowed_inside = 0;
+  for (int walk = 0; walk < 200; ++walk) {
+    infer::JsonConstraint j;
+    for (int step = 0; step < 60 && !j.done(); ++step) {
+      std::vector<float> row(tokens.size(), 0.f);
+      vocab.mask(j, row.data());
+      ++states;
+      std::vector<size_t> ok;
+      for (size_t t = 0; t < tokens.size(); ++t) {
+        const bool brute = !tokens[t].empty() && j.accepts(tokens[t]);
+        ASSERT_EQ(row[t] == 0.f, brute) << "token " << ::testing::PrintToString(tokens[t]);
+        if (brute) ok.push_back(t);
+      }
+      if (j.in_plain_string()) allowed_inside += int(ok.size());
+      ASSERT_FALSE(ok.empty());
+      ASSERT_TRUE(j.feed(tokens[ok[rng() % ok.size()]]));
+    }
+  }
+  EXPECT_GT(states, 2000);
+  EXPECT_GT(allowed_inside, 0) << "no state inside a string was checked";
+}
+
 }  // namespace
 }  // namespace brisk

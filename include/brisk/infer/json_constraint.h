@@ -78,7 +78,7 @@ class JsonConstraint {
 // Trying every token on a copy of the automaton made a W1 token (GPT-2's
 // 50,257) 2.7x as slow as an unconstrained one (3.74 against 1.38 ms, one
 // sequence, 2 threads); most draws are inside strings, where a token of
-// plain text (no quote, backslash or control byte; whole UTF-8 characters)
+// plain text (no quote, backslash or control byte; well-formed UTF-8 so far)
 // always fits, and elsewhere most tokens fail on their first byte, so both
 // are decided without a copy: 1.21x (docs/serving.md, JSON output).
 class JsonVocabulary {
