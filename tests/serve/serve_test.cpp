@@ -335,12 +335,18 @@ TEST_F(ServeTest, StreamedLogprobsMatch) {
   EXPECT_EQ(joined, whole);
 }
 
+// A greedy /v1/completions body whose tokens are ASCII bytes (the others
+// biased away): one byte a token, so places in the text are token places.
+json ascii_greedy(const std::string& prompt, int max_tokens) {
+  json ascii_only;
+  for (int b = 128; b < 256; ++b) ascii_only[std::to_string(b)] = -100;
+  return {{"prompt", prompt}, {"max_tokens", max_tokens}, {"temperature", 0}, {"logit_bias", ascii_only}};
+}
+
 // min_tokens: a stop string that ends in the first min_tokens tokens does
 // not end the text; min_tokens past max_tokens is a 400 naming it.
 TEST_F(ServeTest, MinTokensLetsTheTextRunPastAnEarlyStopString) {
-  json ascii_only;  // one byte a token, so text places are token places
-  for (int b = 128; b < 256; ++b) ascii_only[std::to_string(b)] = -100;
-  const json plain = {{"prompt", "And God said"}, {"max_tokens", 24}, {"temperature", 0}, {"logit_bias", ascii_only}};
+  const json plain = ascii_greedy("And God said", 24);
   auto r = post("/v1/completions", plain);
   ASSERT_TRUE(r);
   ASSERT_EQ(r->status, 200) << r->body;
@@ -803,9 +809,7 @@ TEST_F(ServeTest, BestOfKeepsTheChoicesWithTheHighestMeanLogprob) {
 // stop_reason the id); stop_reason is the matched string for a stop string
 // and null for the length; include_stop_str_in_output keeps the string.
 TEST_F(ServeTest, StopTokenIdsStopReasonAndIncludedStopStrings) {
-  json ascii_only;  // one byte a token, so text places are token places
-  for (int b = 128; b < 256; ++b) ascii_only[std::to_string(b)] = -100;
-  const json plain = {{"prompt", "Once upon"}, {"max_tokens", 20}, {"temperature", 0}, {"logit_bias", ascii_only}};
+  const json plain = ascii_greedy("Once upon", 20);
   auto r = post("/v1/completions", plain);
   ASSERT_TRUE(r);
   ASSERT_EQ(r->status, 200) << r->body;
