@@ -475,11 +475,19 @@ struct Engine::Impl {
   }
 
   // SamplingParams::json_object: -inf for every token whose bytes cannot
-  // come next, and for the stop tokens (the object is not closed yet).
-  // One pass over the vocabulary (JsonVocabulary::mask).
+  // come next (one pass over the vocabulary, JsonVocabulary::mask), and for
+  // the stop tokens, which wait for the object to close; unless they are
+  // all that may come next (stop_token_ids covering every byte that fits):
+  // then one of them ends the sequence, its text still a prefix of an
+  // object, where masking them too left nothing to draw.
   void constrain(const JsonConstraint& json, const std::vector<int32_t>& stop_tokens, float* row) const {
-    json_vocab->mask(json, row);
-    for (int32_t t : stop_tokens) row[t] = -std::numeric_limits<float>::infinity();
+    constexpr float never = -std::numeric_limits<float>::infinity();
+    const int64_t left = json_vocab->mask(json, row);
+    std::vector<std::pair<int32_t, float>> held;
+    for (int32_t t : stop_tokens)
+      if (t < drawable_vocab && row[t] != never) held.emplace_back(t, row[t]), row[t] = never;
+    if (int64_t(held.size()) == left)
+      for (const auto& [t, v] : held) row[t] = v;
   }
 
   // Each sampled row's token, rows across threads: a row's choice depends
@@ -638,8 +646,13 @@ struct Engine::Impl {
       // string may end no earlier than the token that reaches it (vLLM's
       // rule); the text still grows, so a later search starts at the end.
       const bool may_stop = s.generated >= s.params.min_tokens;
-      const bool json_closed = s.json && s.json->feed(json_vocab->bytes(tok)) && s.json->done();
-      if (std::find(s.params.stop_tokens.begin(), s.params.stop_tokens.end(), tok) != s.params.stop_tokens.end()) {
+      // A token the automaton refuses (only where later masks, min_tokens'
+      // or banned tokens, left no token at all) ends the sequence as a stop
+      // token does: its bytes stay out of the text, which stays a prefix.
+      const bool json_refused = s.json && !s.json->feed(json_vocab->bytes(tok));
+      const bool json_closed = s.json && !json_refused && s.json->done();
+      if (json_refused ||
+          std::find(s.params.stop_tokens.begin(), s.params.stop_tokens.end(), tok) != s.params.stop_tokens.end()) {
         e.finish = Finish::stop;
       } else if (json_closed) {
         e.finish = Finish::stop;  // the object is complete: nothing may follow it

@@ -83,13 +83,18 @@ JsonVocabulary::JsonVocabulary(std::vector<std::string> token_bytes) : bytes_(st
   for (const std::string& b : bytes_) plain_.push_back(plain_text(b));
 }
 
-void JsonVocabulary::mask(const JsonConstraint& json, float* row) const {
+int64_t JsonVocabulary::mask(const JsonConstraint& json, float* row) const {
   constexpr float never = -std::numeric_limits<float>::infinity();
   const bool plain_fits = json.in_plain_string();
   int8_t first_fits[256];  // by first byte: -1 unknown, 0 no, 1 maybe (the rest is tried)
   std::fill(std::begin(first_fits), std::end(first_fits), int8_t(-1));
+  int64_t left = 0;
   for (size_t t = 0; t < bytes_.size(); ++t) {
-    if (row[t] == never || (plain_fits && plain_[t])) continue;
+    if (row[t] == never) continue;
+    if (plain_fits && plain_[t]) {
+      ++left;
+      continue;
+    }
     const std::string& b = bytes_[t];
     if (b.empty()) {
       row[t] = never;  // no text: it would not move the object on
@@ -98,7 +103,9 @@ void JsonVocabulary::mask(const JsonConstraint& json, float* row) const {
     int8_t& first = first_fits[static_cast<unsigned char>(b[0])];
     if (first < 0) first = json.accepts(std::string_view(b.data(), 1));
     if (!first || (b.size() > 1 && !json.accepts(b))) row[t] = never;
+    else ++left;
   }
+  return left;
 }
 
 // -? (0 | [1-9][0-9]*) (. [0-9]+)? ([eE] [+-]? [0-9]+)?

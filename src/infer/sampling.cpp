@@ -378,7 +378,11 @@ void fill_logprobs(const float* logits, int64_t vocab, int n, TokenChoice& c, Sa
   c.logprob = float(double(logits[c.token]) - lse);
   if (n <= 0) return;
   top_ids(logits, vocab, top, n, work);
-  for (int32_t id : work.ids) c.top.push_back({id, float(double(logits[id]) - lse)});
+  // A token that cannot be drawn (-inf: banned, held back by min_tokens or a
+  // JSON object) is no alternative: fewer than n then, as vLLM lists them,
+  // never a -inf that JSON would carry as null.
+  for (int32_t id : work.ids)
+    if (logits[id] != -std::numeric_limits<float>::infinity()) c.top.push_back({id, float(double(logits[id]) - lse)});
 }
 
 // Tokens per chunk sum of the draw.

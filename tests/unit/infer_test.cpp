@@ -481,6 +481,42 @@ TEST(InferEngine, JsonObjectSequencesCloseIntoObjects) {
     }
   }
   EXPECT_GT(closed, 0);
+
+  // Logprobs list only tokens that may come next: never a -inf (JSON's null).
+  infer::SamplingParams lp = greedy(12);
+  lp.json_object = true;
+  lp.logprobs = 20;
+  const int64_t scored = e.add(prompt_of(4), lp);
+  size_t shortest = 99;
+  while (!e.idle())
+    for (auto& ev : e.step())
+      if (ev.seq == scored) {
+        EXPECT_TRUE(std::isfinite(ev.choice.logprob));
+        for (const auto& [t, v] : ev.choice.top) EXPECT_TRUE(std::isfinite(v)) << "token " << t;
+        shortest = std::min(shortest, ev.choice.top.size());
+      }
+  EXPECT_LT(shortest, 20u) << "some step had fewer than 20 tokens that fit";
+
+  // Stop tokens covering every byte that may follow '{' (whitespace, '"',
+  // '}'): masking them too left nothing to draw (token 0, a NaN logprob,
+  // the object broken). They are let through there and one ends the
+  // sequence: the text stays "{", a prefix of an object.
+  infer::SamplingParams stuck = greedy(12);
+  stuck.json_object = true;
+  for (int b = 0; b < 256; ++b)
+    if (b != '{') stuck.stop_tokens.push_back(int32_t(b));
+  const int64_t sid = e.add(prompt_of(4), stuck);
+  std::string text;
+  infer::TokenEvent end;
+  while (!e.idle())
+    for (auto& ev : e.step())
+      if (ev.seq == sid) end = ev, text += char(ev.choice.token);
+  EXPECT_EQ(text.substr(0, 1), "{");
+  EXPECT_EQ(text.size(), 2u) << "'{' and the stop token after it";
+  EXPECT_TRUE(end.ended_by_stop_token());
+  EXPECT_TRUE(std::isfinite(end.choice.logprob));
+  EXPECT_NE(std::string(" \t\n\r\"}").find(text[1]), std::string::npos) << int(text[1]);
+
   infer::Engine bare(infer::load_model(checkpoint()), opts());
   infer::SamplingParams sp = greedy(4);
   sp.json_object = true;

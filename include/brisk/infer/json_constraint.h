@@ -86,8 +86,9 @@ class JsonVocabulary {
   explicit JsonVocabulary(std::vector<std::string> token_bytes);
   const std::string& bytes(int32_t token) const { return bytes_[size_t(token)]; }
   int64_t size() const { return int64_t(bytes_.size()); }
-  // row[t] = -inf for every token t whose bytes cannot come next.
-  void mask(const JsonConstraint& json, float* row) const;
+  // row[t] = -inf for every token t whose bytes cannot come next; returns
+  // how many tokens are left (finite).
+  int64_t mask(const JsonConstraint& json, float* row) const;
 
  private:
   std::vector<std::string> bytes_;
