@@ -458,20 +458,13 @@ struct Engine::Impl {
   }
 
   // Appends the token's text and reports the stop string now in it that
-  // ends in it: of several, the one starting first, the shorter on a tie
-  // (where serve::TextStream cuts the text).
+  // ends in it (first_stop_string's choice, where serve::TextStream cuts).
   std::string stop_string_hit(Seq& s, int32_t token) {
     if (s.params.stop.empty() || !tokenizer) return {};
     const size_t before = s.text.size();
     s.text += tokenizer->decode(std::span<const int32_t>(&token, 1));
-    const std::string* hit = nullptr;
-    size_t first = std::string::npos;
-    for (const std::string& stop : s.params.stop) {
-      const size_t from = before >= stop.size() ? before - stop.size() + 1 : 0;
-      const size_t at = s.text.find(stop, from);
-      if (at != std::string::npos && (at < first || (at == first && stop.size() < hit->size()))) first = at, hit = &stop;
-    }
-    return hit ? *hit : std::string();
+    const StopMatch m = first_stop_string(s.text, s.params.stop, 0, before);
+    return m.stop ? *m.stop : std::string();
   }
 
   // SamplingParams::json_object: -inf for every token whose bytes cannot

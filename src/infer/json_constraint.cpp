@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <limits>
 
+#include "brisk/core/utf8.h"
+
 namespace brisk::infer {
 
 namespace {
@@ -208,18 +210,12 @@ bool JsonConstraint::step(unsigned char c) {
         return true;
       }
       if (c < 0x20) return false;  // control characters must be escaped
-      if (c < 0x80) return true;
-      // A UTF-8 lead byte: how many continuation bytes follow, and the range
-      // of the first (no overlongs, no surrogates, nothing past U+10FFFF).
-      if (c >= 0xC2 && c <= 0xDF) utf8_left_ = 1;
-      else if (c == 0xE0) utf8_left_ = 2, utf8_lo_ = 0xA0;
-      else if ((c >= 0xE1 && c <= 0xEC) || c == 0xEE || c == 0xEF) utf8_left_ = 2;
-      else if (c == 0xED) utf8_left_ = 2, utf8_hi_ = 0x9F;
-      else if (c == 0xF0) utf8_left_ = 3, utf8_lo_ = 0x90;
-      else if (c >= 0xF1 && c <= 0xF3) utf8_left_ = 3;
-      else if (c == 0xF4) utf8_left_ = 3, utf8_hi_ = 0x8F;
-      else return false;
-      return true;
+      {
+        const core::Utf8Lead lead = core::utf8_lead(c);  // ASCII, or how a character goes on
+        if (lead.continuation < 0) return false;
+        utf8_left_ = lead.continuation, utf8_lo_ = lead.lo, utf8_hi_ = lead.hi;
+        return true;
+      }
     case Mode::escape:
       if (c == 'u') {
         mode_ = Mode::hex, hex_left_ = 4;

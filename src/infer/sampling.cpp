@@ -65,6 +65,17 @@ void validate(const SamplingParams& p, int64_t vocab) {
     if (s.empty()) throw ConfigError("a stop string must not be empty");
 }
 
+StopMatch first_stop_string(std::string_view text, const std::vector<std::string>& stops, size_t start_from,
+                            size_t end_after) {
+  StopMatch m;
+  for (const std::string& s : stops) {
+    const size_t from = std::max(start_from, end_after + 1 > s.size() ? end_after + 1 - s.size() : 0);
+    const size_t at = text.find(s, from);
+    if (at != std::string::npos && (at < m.at || (at == m.at && s.size() < m.stop->size()))) m.at = at, m.stop = &s;
+  }
+  return m;
+}
+
 void SequenceHistory::add_prompt(const std::vector<int32_t>& ids) {
   for (int32_t id : ids)
     if (!seen_[size_t(id)]) {

@@ -4,8 +4,10 @@
 
 #include <algorithm>
 
+#include "brisk/core/utf8.h"
 #include "brisk/data/tokenizer.h"
 #include "brisk/infer/engine.h"
+#include "brisk/infer/sampler.h"
 
 namespace brisk::serve {
 
@@ -22,23 +24,13 @@ struct Unit {
 };
 
 Unit unit_at(const unsigned char* s, size_t i, size_t n) {
-  const unsigned char c = s[i];
-  if (c < 0x80) return {Unit::character, 1};
-  int len;
-  unsigned char lo = 0x80, hi = 0xBF;  // allowed range of the second byte
-  if (c >= 0xC2 && c <= 0xDF) len = 2;
-  else if (c == 0xE0) len = 3, lo = 0xA0;
-  else if (c >= 0xE1 && c <= 0xEC) len = 3;
-  else if (c == 0xED) len = 3, hi = 0x9F;  // no surrogates
-  else if (c >= 0xEE && c <= 0xEF) len = 3;
-  else if (c == 0xF0) len = 4, lo = 0x90;
-  else if (c >= 0xF1 && c <= 0xF3) len = 4;
-  else if (c == 0xF4) len = 4, hi = 0x8F;  // nothing past U+10FFFF
-  else return {Unit::ill_formed, 1};
+  const core::Utf8Lead lead = core::utf8_lead(s[i]);
+  if (lead.continuation < 0) return {Unit::ill_formed, 1};
+  const int len = lead.continuation + 1;
   for (int k = 1; k < len; ++k) {
     if (i + size_t(k) >= n) return {Unit::cut, size_t(k)};
     const unsigned char b = s[i + size_t(k)];
-    if (k == 1 ? (b < lo || b > hi) : (b < 0x80 || b > 0xBF)) return {Unit::ill_formed, size_t(k)};
+    if (k == 1 ? (b < lead.lo || b > lead.hi) : (b < 0x80 || b > 0xBF)) return {Unit::ill_formed, size_t(k)};
   }
   return {Unit::character, size_t(len)};
 }
@@ -93,20 +85,14 @@ TextStream::TextStream(const data::Tokenizer& tok, std::vector<std::string> stop
 
 size_t TextStream::first_stop() {
   if (cut_ != std::string::npos || tokens_ < min_tokens_) return cut_;
-  // The one starting first, the shorter on a tie: the engine's choice
-  // (its stop_string_hit), so the text ends at the string it reports.
-  size_t first = std::string::npos, end = std::string::npos;
-  const std::string* found = nullptr;
-  for (const std::string& s : stop_) {
-    // Starting at sent_ (nothing sent is cut) and late enough to end past stops_end_after_.
-    const size_t from = std::max(sent_, stops_end_after_ + 1 > s.size() ? stops_end_after_ + 1 - s.size() : 0);
-    if (size_t at = raw_.find(s, from); at != std::string::npos && (at < first || (at == first && at + s.size() < end)))
-      first = at, end = at + s.size(), found = &s;
-  }
+  // The engine's choice (infer::first_stop_string), so the text ends at the
+  // string it reports; starting at sent_ (nothing sent is cut) and ending
+  // past stops_end_after_ (min_tokens).
+  const infer::StopMatch m = infer::first_stop_string(raw_, stop_, sent_, stops_end_after_);
   // Once found the end stays: with include_stop the text up to it may be
   // sent before the sequence's last event, and a search from sent_ would
   // then miss it.
-  if (found) cut_ = include_stop_ && *found != hidden_stop_ ? end : first;
+  if (m.stop) cut_ = include_stop_ && *m.stop != hidden_stop_ ? m.at + m.stop->size() : m.at;
   return cut_;
 }
 

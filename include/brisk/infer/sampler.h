@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -57,6 +58,18 @@ struct SamplingParams {
 
 // Throws ConfigError naming the first bad field (e.g. "top_p must be in (0, 1]").
 void validate(const SamplingParams& p, int64_t vocab);
+
+// The stop string that ends a text: of those in `text` that start at or
+// after `start_from` and end past byte `end_after`, the one starting first,
+// the shorter on a tie. The engine (which stop ended a sequence) and the
+// server's text stream (where its text is cut) both ask this, so the two
+// agree. `stop` is null when there is none.
+struct StopMatch {
+  size_t at = std::string::npos;
+  const std::string* stop = nullptr;
+};
+StopMatch first_stop_string(std::string_view text, const std::vector<std::string>& stops, size_t start_from,
+                            size_t end_after);
 
 struct TokenChoice {
   int32_t token = 0;
