@@ -1,22 +1,28 @@
-// Generation constrained to one JSON object: OpenAI's response_format
-// {"type": "json_object"} (llama.cpp's server and vLLM do it with a grammar).
+// Generation constrained to JSON: OpenAI's response_format {"type":
+// "json_object"} (any object) and {"type": "json_schema"} (an instance of
+// a schema, json_schema.h); llama.cpp's server and vLLM do both with a
+// grammar.
 //
 // A pushdown automaton over bytes (RFC 8259): the containers open so far on
-// a stack, and where in a value the text is. Before each draw the engine
-// asks which tokens' bytes may come next and gives the others a logit of
-// -inf; after it, feeds the drawn token's bytes. The text it lets through
-// is always a prefix of a JSON object, and once the object closes the
-// sequence ends. Strings hold valid UTF-8 only (a JSON text is UTF-8);
-// whitespace between tokens is limited to kMaxSpaces in a row, so a model
-// cannot stall in it, and a number's integer part to kMaxIntegerDigits
-// digits and its exponent to kMaxExponentDigits, so it stays a finite
-// double for strict parsers (nlohmann, a C++ client's, refuses 1e400).
+// a stack, each with its schema, and where in a value the text is. Before
+// each draw the engine asks which tokens' bytes may come next and gives the
+// others a logit of -inf; after it, feeds the drawn token's bytes. The text
+// it lets through is always a prefix of a JSON value the schema allows (an
+// object or an array), and once that closes the sequence ends. Strings hold
+// valid UTF-8 only (a JSON text is UTF-8); whitespace between tokens is
+// limited to kMaxSpaces in a row, so a model cannot stall in it, and a
+// number's integer part to kMaxIntegerDigits digits and its exponent to
+// kMaxExponentDigits, so it stays a finite double for strict parsers
+// (nlohmann, a C++ client's, refuses 1e400). An enum's or const's value is
+// written exactly as its compact JSON text; an object's listed keys too.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "brisk/infer/json_schema.h"
 
 namespace brisk::infer {
 
@@ -27,19 +33,30 @@ class JsonConstraint {
   static constexpr int kMaxExponentDigits = 2;
   static constexpr int kMaxIntegerDigits = 100;
 
+  // Any object (json_object).
+  JsonConstraint() : JsonConstraint(JsonSchema::any_object()) {}
+  // An instance of `schema`, which must outlive the automaton and its copies.
+  explicit JsonConstraint(const JsonSchema& schema) : root_(schema.root()) {}
+
   // Whether `bytes` may come next (the state is left as it is).
   bool accepts(std::string_view bytes) const;
   // Feeds `bytes`; false (and the state undefined) if they may not come next.
   bool feed(std::string_view bytes);
-  // The object is complete: nothing may follow.
+  // The value is complete: nothing may follow.
   bool done() const { return mode_ == Mode::done; }
-  // Inside a string, between characters: any plain text may come next
-  // (JsonVocabulary's shortcut).
-  bool in_plain_string() const { return mode_ == Mode::string && utf8_left_ == 0; }
+  // Inside a string, between characters: plain text of up to this many
+  // characters may come next (the schema's maxLength, else unlimited);
+  // -1 elsewhere (JsonVocabulary's shortcut).
+  int64_t plain_room() const {
+    if (mode_ != Mode::string || utf8_left_ != 0) return -1;
+    return string_node_ && string_node_->max_length != JsonSchemaNode::kUnlimited ? string_node_->max_length - chars_
+                                                                                   : JsonSchemaNode::kUnlimited;
+  }
+  bool in_plain_string() const { return plain_room() >= 0; }
 
  private:
   enum class Mode : uint8_t {
-    top,          // before the object: whitespace or '{'
+    top,          // before the value: whitespace, '{' or '['
     value,        // a value: any of them
     first_value,  // an array's first value, or its ']'
     key,          // an object's key ('"'), after a ','
@@ -51,19 +68,42 @@ class JsonConstraint {
     hex,          // in \uXXXX (hex_left digits to go)
     number,       // in a number (num_ says where)
     literal,      // in true / false / null (literal_ says what is left)
+    choice,       // in an enum's value or a listed key: one of choice_'s texts
     done,
   };
   enum class Num : uint8_t { minus, zero, integer, dot, fraction, e, e_sign, exponent };
 
+  using Node = JsonSchemaNode;
+  struct Frame {
+    const Node* node;
+    // '{': the last listed key written (-1: none yet); '[': items begun.
+    int64_t index;
+    char kind;  // '{' or '['
+  };
+
   bool step(unsigned char c);
   bool number(unsigned char c);
-  bool value_start(unsigned char c);
+  bool value_start(unsigned char c, const Node* node);
+  const Node* value_node() const;
+  bool key_start();
+  bool choice(unsigned char c);
+  bool key_allowed(int32_t property) const;
+  bool take_char();
   bool close(unsigned char c);
   void end_value() { mode_ = stack_.empty() ? Mode::done : Mode::after; }
 
+  const Node* root_;
   Mode mode_ = Mode::top;
-  std::string stack_;       // '{' or '[' per open container
-  bool key_ = false;        // the string being read is an object key
+  std::vector<Frame> stack_;  // the open containers
+  bool key_ = false;          // the string being read is an object key
+  const Node* string_node_ = nullptr;  // the string's schema (null: a key's)
+  int64_t chars_ = 0;                  // characters in the string so far
+  bool integer_ = false;               // the number may have no fraction or exponent
+  // Mode::choice: the texts in [choice_lo_, choice_hi_) of *choice_ begin
+  // with the choice_pos_ bytes so far; choice_key_: they are keys.
+  const std::vector<std::string>* choice_ = nullptr;
+  size_t choice_lo_ = 0, choice_hi_ = 0, choice_pos_ = 0;
+  bool choice_key_ = false;
   Num num_ = Num::minus;
   std::string_view literal_;
   int integer_digits_ = 0, exponent_digits_ = 0;
@@ -79,8 +119,10 @@ class JsonConstraint {
 // 50,257) 2.7x as slow as an unconstrained one (3.74 against 1.38 ms, one
 // sequence, 2 threads); most draws are inside strings, where a token of
 // plain text (no quote, backslash or control byte; well-formed UTF-8 so far)
-// always fits, and elsewhere most tokens fail on their first byte, so both
-// are decided without a copy: 1.21x (docs/serving.md, JSON output).
+// fits if the string has room for its characters (maxLength), and elsewhere
+// most tokens fail on their first byte or their first two (" word" where
+// whitespace may come), so these are decided without a copy: 1.21x
+// (docs/serving.md, JSON output).
 class JsonVocabulary {
  public:
   explicit JsonVocabulary(std::vector<std::string> token_bytes);
@@ -92,7 +134,8 @@ class JsonVocabulary {
 
  private:
   std::vector<std::string> bytes_;
-  std::vector<uint8_t> plain_;  // the token is plain string text
+  std::vector<uint8_t> plain_;   // the token is plain string text
+  std::vector<int32_t> chars_;   // its characters (UTF-8 lead and ASCII bytes), where it is
 };
 
 }  // namespace brisk::infer

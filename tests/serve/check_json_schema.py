@@ -1,0 +1,182 @@
+#!/usr/bin/env python3
+"""Texts generated under a JSON schema are instances of it, by the jsonschema
+package (Debian's python3-jsonschema), not by brisk's own reading of it.
+
+Trains a one-step byte-level GPT (its draws are close to uniform, so the
+texts wander wherever a schema lets them), generates a batch under each
+schema with `brisk generate --json-schema-file`, and validates every text
+that closed (finish "stop"); its keys must also come in the schema's order.
+A schema brisk cannot enforce must be refused with exit code 2.
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import jsonschema
+
+SCHEMAS = {
+    # Pydantic's shape: $defs, $ref, allOf around a $ref, anyOf with null.
+    "order": {
+        "$defs": {
+            "Color": {"enum": ["red", "green", "blue"], "title": "Color", "type": "string"},
+            "Item": {
+                "properties": {
+                    "name": {"title": "Name", "type": "string", "minLength": 1, "maxLength": 4},
+                    "qty": {"title": "Qty", "type": "integer"},
+                    "color": {"allOf": [{"$ref": "#/$defs/Color"}], "default": "red"},
+                },
+                "required": ["name", "qty"],
+                "title": "Item",
+                "type": "object",
+            },
+        },
+        "properties": {
+            "items": {"items": {"$ref": "#/$defs/Item"}, "type": "array", "maxItems": 2},
+            "note": {"anyOf": [{"type": "string", "maxLength": 3}, {"type": "null"}], "default": None},
+            "ok": {"type": "boolean"},
+        },
+        "required": ["items", "ok"],
+        "title": "Order",
+        "type": "object",
+    },
+    # Recursion through $ref.
+    "tree": {
+        "$defs": {
+            "node": {
+                "type": "object",
+                "properties": {
+                    "id": {"type": "integer"},
+                    "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}, "maxItems": 2},
+                },
+                "required": ["id", "kids"],
+                "additionalProperties": False,
+            }
+        },
+        "$ref": "#/$defs/node",
+    },
+    # An array at the root; alternatives picked by their first byte.
+    "mixed": {
+        "type": "array",
+        "minItems": 1,
+        "maxItems": 4,
+        "items": {"anyOf": [{"type": "number"}, {"const": "x"}, {"type": "boolean"},
+                            {"type": "array", "items": {"type": "null"}, "maxItems": 2}]},
+    },
+    # Enums of every kind, a const, type lists and string lengths.
+    "fields": {
+        "type": "object",
+        "properties": {
+            "z": {"type": "string", "minLength": 2, "maxLength": 3},
+            "e": {"enum": [1, 12, "12", None, [1, {"k": True}], {"a": "b"}]},
+            "c": {"const": {"v": [1.5, -2]}},
+            "t": {"type": ["integer", "null"]},
+        },
+        "required": ["z", "e", "t"],
+    },
+}
+
+REFUSED = {
+    '{"type":"object","properties":{"n":{"type":"integer","minimum":0}}}': "'minimum' is not supported",
+    '{"type":"string"}': "the root must allow an object or an array",
+}
+
+
+def die(msg):
+    print(f"check_json_schema: FAIL: {msg}", file=sys.stderr)
+    sys.exit(1)
+
+
+def run(cmd, **kw):
+    return subprocess.run(cmd, capture_output=True, text=True, **kw)
+
+
+def key_order_ok(value, schema):
+    """Listed keys appear in the schema's order (checked where the value is an
+    object under a schema with properties; nested values by their property)."""
+    props = schema.get("properties")
+    if not isinstance(value, dict) or not props:
+        return True
+    order = list(props)
+    seen = [order.index(k) for k in value]
+    return seen == sorted(seen)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--brisk", required=True)
+    ap.add_argument("--workdir", required=True)
+    ap.add_argument("--batch", type=int, default=12)
+    a = ap.parse_args()
+    shutil.rmtree(a.workdir, ignore_errors=True)
+    os.makedirs(a.workdir)
+    run_dir = os.path.join(a.workdir, "run")
+    text_file, data_dir = os.path.join(a.workdir, "text.txt"), os.path.join(a.workdir, "data")
+    with open(text_file, "w") as f:  # its own few kilobytes: the test needs no prepared corpus
+        f.write("".join(f"line {i}: the quick brown fox jumps over the lazy dog {i * i}\n" for i in range(400)))
+    r = run([a.brisk, "data", "prepare", "--input", text_file, "--tokenizer", "bytes", "--out", data_dir,
+             "--val-fraction", "0.1"])
+    if r.returncode != 0:
+        die(f"preparing the tiny corpus failed: {r.stderr.strip()}")
+    sets = {"model.n_layer": "1", "model.n_embd": "32", "model.n_head": "2", "model.block_size": "256",
+            "model.vocab_size": "256", "data.dir": json.dumps(data_dir), "train.steps": "1",
+            "train.batch": "2", "train.seq": "32", "train.eval_every": "1000", "train.log_every": "1",
+            "checkpoint.dir": json.dumps(run_dir), "checkpoint.every": "1"}
+    cfg = os.path.join(a.workdir, "tiny.toml")
+    with open(cfg, "w") as f:
+        f.write("[model]\n[data]\n[train]\n[checkpoint]\n")
+    cmd = [a.brisk, "train", "-c", cfg]
+    for k, v in sets.items():
+        cmd += ["--set", f"{k}={v}"]
+    r = run(cmd)
+    if r.returncode != 0:
+        die(f"training the tiny model failed: {r.stderr.strip()[-2000:]}")
+
+    prompt = "JSON:"
+    for name, schema in SCHEMAS.items():
+        path = os.path.join(a.workdir, name + ".json")
+        with open(path, "w") as f:
+            json.dump(schema, f)
+        r = run([a.brisk, "generate", "--checkpoint", run_dir, "--prompt", prompt, "--batch", str(a.batch),
+                 "--no-stream", "--max-new", "240", "--temperature", "1", "--seed", "7", "--threads", "1",
+                 "--json-schema-file", path])
+        if r.returncode != 0:
+            die(f"{name}: brisk generate failed: {r.stderr.strip()}")
+        blocks = re.split(r"^=== (\d+): (.*)\n", r.stdout, flags=re.M)[1:]
+        if len(blocks) != 3 * a.batch:
+            die(f"{name}: expected {a.batch} texts, got output:\n{r.stdout[:2000]}")
+        closed = 0
+        validator = jsonschema.Draft202012Validator(schema)
+        for i in range(a.batch):
+            reason, text = blocks[3 * i + 1], blocks[3 * i + 2]
+            if not text.startswith(prompt):
+                die(f"{name}: text {i} does not start with the prompt: {text!r}")
+            text = text[len(prompt):].removesuffix("\n")
+            if reason != "stop":
+                continue
+            closed += 1
+            try:
+                value = json.loads(text)
+            except json.JSONDecodeError as e:
+                die(f"{name}: text {i} is not JSON ({e}): {text!r}")
+            errors = list(validator.iter_errors(value))
+            if errors:
+                die(f"{name}: text {i} is no instance of the schema: {errors[0].message}\n  {text!r}")
+            if not key_order_ok(value, schema):
+                die(f"{name}: text {i} has its keys out of the schema's order: {text!r}")
+        print(f"{name}: {closed} of {a.batch} texts closed, every one an instance of the schema")
+        if closed == 0:
+            die(f"{name}: no text closed within 240 tokens; nothing was validated")
+
+    for schema, words in REFUSED.items():
+        r = run([a.brisk, "generate", "--checkpoint", run_dir, "--prompt", prompt, "--json-schema", schema])
+        if r.returncode != 2 or words not in r.stderr:
+            die(f"schema {schema}: expected exit 2 naming {words!r}, got {r.returncode}: {r.stderr.strip()}")
+    print("check_json_schema: ok")
+
+
+if __name__ == "__main__":
+    main()
