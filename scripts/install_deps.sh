@@ -16,6 +16,7 @@ packages=(
   haproxy curl  # deploy/replicas.sh: several `brisk serve` replicas behind a load balancer (deploy/README.md)
   libprotobuf-dev protobuf-compiler libonnx-dev  # `brisk export onnx`: protoc compiles ONNX's onnx.proto
   python3-onnx  # tests/export/check_onnx.py: onnx.checker (run with /usr/bin/python3)
+  python3-jsonschema  # tests/serve/check_json_schema.py: validates texts generated under a schema
   python3-protobuf  # tests/monitor/read_tfevents.py: decodes TensorBoard event files (docs/monitoring.md)
   clang libclang-rt-14-dev  # `make fuzz`: clang and its libFuzzer/ASan/UBSan runtimes (docs/fuzzing.md)
   chromium  # tests/report/check_report_browser.py: `brisk report`'s page in headless Chromium (docs/monitoring.md)

@@ -434,7 +434,8 @@ struct Engine::Impl {
     s->history = SequenceHistory(cfg.vocab_size);
     s->history.add_prompt(prompt);
     if (p.json_object) {
-      s->json.emplace();
+      if (p.json_schema) s->json.emplace(*p.json_schema);  // s->params holds the schema
+      else s->json.emplace();
       if (!json_vocab) {
         std::vector<std::string> bytes;
         for (int32_t id = 0; id < int32_t(drawable_vocab); ++id)

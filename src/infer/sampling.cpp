@@ -36,6 +36,7 @@ void validate(const SamplingParams& p, int64_t vocab) {
                       std::to_string(p.max_tokens) + ")");
   if (!(p.temperature >= 0) || !std::isfinite(p.temperature)) throw ConfigError("temperature must be a finite number >= 0 (0 = greedy)");
   if (p.top_k < 0) throw ConfigError("top_k must be >= 0, got " + std::to_string(p.top_k));
+  if (p.json_schema && !p.json_object) throw ConfigError("a json_schema constrains only with json_object set");
   if (!(p.top_p > 0 && p.top_p <= 1)) throw ConfigError("top_p must be in (0, 1]");
   if (!(p.min_p >= 0 && p.min_p <= 1)) throw ConfigError("min_p must be in [0, 1]");
   // Penalized logits are divided or multiplied by it: past these bounds they overflow.

@@ -98,7 +98,7 @@ Request parse_chat(const std::string& body, const ModelInfo& model, const data::
                      "messages", "invalid_request_error", "context_length_exceeded");
   }
   const bool seeded = read_sampling(j, sp);
-  sp.json_object = read_response_format(j);
+  read_response_format(j, body, sp);
   if (std::find(sp.stop.begin(), sp.stop.end(), kChatStop) == sp.stop.end()) {
     sp.stop.push_back(kChatStop);
     r.route_stop = kChatStop;

@@ -77,7 +77,8 @@ std::vector<std::vector<int32_t>> read_prompts(const json& body, const ModelInfo
 }
 
 // The body as a Request; `n` and `prompts` say how its choices came about.
-Request parse(const json& j, const ModelInfo& model, const data::Tokenizer& tok, int64_t& n, size_t& prompt_count) {
+Request parse(const json& j, const std::string& body, const ModelInfo& model, const data::Tokenizer& tok, int64_t& n,
+              size_t& prompt_count) {
   check_model_and_user(j, model);
   if (field(j, "suffix")) throw ApiError(400, "suffix is not supported", "suffix");
 
@@ -95,7 +96,7 @@ Request parse(const json& j, const ModelInfo& model, const data::Tokenizer& tok,
     throw ApiError(400, r.echo ? "max_tokens must be >= 0" : "max_tokens must be at least 1 (0 only with echo)",
                    "max_tokens");
   const bool seeded = read_sampling(j, sp);
-  sp.json_object = read_response_format(j);  // vLLM takes it here too
+  read_response_format(j, body, sp);  // vLLM takes it here too
   // The end-of-text token ends a completion with finish_reason "stop", as
   // OpenAI's do; it is no part of the text.
   stop_at_end_of_text(j, tok.eot_token(), sp);
@@ -126,7 +127,7 @@ Request parse(const json& j, const ModelInfo& model, const data::Tokenizer& tok,
 Request parse_completions(const std::string& body, const ModelInfo& model, const data::Tokenizer& tok) {
   int64_t n = 1;
   size_t prompts = 1;
-  return parse(parse_body(body), model, tok, n, prompts);
+  return parse(parse_body(body), body, model, tok, n, prompts);
 }
 
 }  // namespace brisk::serve

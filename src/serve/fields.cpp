@@ -6,6 +6,7 @@
 #include <random>
 
 #include "brisk/core/error.h"
+#include "brisk/infer/json_schema.h"
 
 namespace brisk::serve::fields {
 
@@ -130,16 +131,67 @@ bool read_sampling(const json& body, infer::SamplingParams& sp) {
   return seeded;
 }
 
-bool read_response_format(const json& body) {
+namespace {
+
+std::shared_ptr<const infer::JsonSchema> compile_schema(const nlohmann::ordered_json& schema, const std::string& path,
+                                                       const char* param) {
+  try {
+    return infer::JsonSchema::compile(schema, path);
+  } catch (const core::ConfigError& e) {
+    throw ApiError(400, e.what(), param);
+  }
+}
+
+}  // namespace
+
+void read_response_format(const json& body, const std::string& raw, infer::SamplingParams& sp) {
+  using ojson = nlohmann::ordered_json;
   const json* rf = field(body, "response_format");
-  if (!rf) return false;
-  const json type = rf->is_object() ? rf->value("type", json()) : json();
-  if (type == "text") return false;
-  if (type == "json_object") return true;
-  throw ApiError(400,
-                 "response_format must be {\"type\": \"text\"} or {\"type\": \"json_object\"}" +
-                     std::string(type == "json_schema" ? " (json_schema is not supported)" : ""),
-                 "response_format");
+  const json* guided = field(body, "guided_json");
+  const json type = rf && rf->is_object() ? rf->value("type", json()) : json();
+  if (rf && type != "text" && type != "json_object" && type != "json_schema")
+    throw ApiError(400,
+                   "response_format must be {\"type\": \"text\"}, {\"type\": \"json_object\"} or {\"type\": "
+                   "\"json_schema\", \"json_schema\": {\"name\": ..., \"schema\": {...}}}",
+                   "response_format");
+  if (guided && rf && type != "text")
+    throw ApiError(400, "give guided_json or a JSON response_format, not both", "guided_json");
+  if (guided) {
+    if (guided->is_string()) {
+      try {
+        sp.json_schema = infer::JsonSchema::compile_text(guided->get<std::string>(), "guided_json");
+      } catch (const core::ConfigError& e) {
+        throw ApiError(400, e.what(), "guided_json");
+      }
+    } else if (guided->is_object()) {
+      sp.json_schema = compile_schema(ojson::parse(raw)["guided_json"], "guided_json", "guided_json");
+    } else {
+      throw ApiError(400, "guided_json must be a JSON schema (an object, or its text)", "guided_json");
+    }
+    sp.json_object = true;
+    return;
+  }
+  if (type == "json_object") sp.json_object = true;
+  if (type != "json_schema") return;
+  const json* spec = rf->contains("json_schema") ? &(*rf)["json_schema"] : nullptr;
+  if (!spec || !spec->is_object())
+    throw ApiError(400, "response_format json_schema needs \"json_schema\": {\"name\": ..., \"schema\": {...}}",
+                   "response_format");
+  if (spec->contains("name")) {  // OpenAI's rule for the name
+    const json& name = (*spec)["name"];
+    const std::string n = name.is_string() ? name.get<std::string>() : std::string();
+    if (n.empty() || n.size() > 64 || n.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") !=
+                                          std::string::npos)
+      throw ApiError(400, "response_format.json_schema.name must be 1 to 64 of a-z, A-Z, 0-9, _ and -",
+                     "response_format");
+  }
+  if (spec->contains("strict") && !(*spec)["strict"].is_boolean())
+    throw ApiError(400, "response_format.json_schema.strict must be a boolean", "response_format");
+  if (!spec->contains("schema"))
+    throw ApiError(400, "response_format.json_schema.schema is missing: give the JSON schema", "response_format");
+  sp.json_schema = compile_schema(ojson::parse(raw)["response_format"]["json_schema"]["schema"],
+                                  "response_format.json_schema.schema", "response_format");
+  sp.json_object = true;
 }
 
 void stop_at_end_of_text(const json& body, int32_t eot_token, infer::SamplingParams& sp) {

@@ -27,10 +27,14 @@ void check_model_and_user(const nlohmann::json& body, const ModelInfo& model);
 // may not pass it); not max_tokens, logprobs (the routes differ) or n. True
 // when the body gave the seed.
 bool read_sampling(const nlohmann::json& body, infer::SamplingParams& sp);
-// response_format: {"type": "text"} (the default) or {"type": "json_object"}
-// (true: the output is constrained to one JSON object); anything else,
-// json_schema included, is a 400.
-bool read_response_format(const nlohmann::json& body);
+// response_format: {"type": "text"} (the default), {"type": "json_object"}
+// (the output is one JSON object) or {"type": "json_schema", "json_schema":
+// {"name": ..., "schema": {...}}} (an instance of the schema), or vLLM's
+// guided_json (a schema, or its text); sets sp.json_object and
+// sp.json_schema. The schema is read from `raw`, the body's text, where its
+// properties keep their order. A schema that cannot be enforced is a 400
+// naming its path.
+void read_response_format(const nlohmann::json& body, const std::string& raw, infer::SamplingParams& sp);
 // The end-of-text token becomes a stop token (finish_reason "stop", as
 // OpenAI's end) unless the body sets ignore_eos, which bans it instead (as
 // llama.cpp's server does: the text does not run on past a document's end).

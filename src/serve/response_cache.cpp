@@ -3,6 +3,8 @@
 
 #include <cstring>
 
+#include "brisk/infer/json_schema.h"
+
 namespace brisk::serve {
 
 namespace {
@@ -38,6 +40,7 @@ std::string ResponseCache::key_of(const Request& r, const std::string& model) {
     put_raw(k, p.max_tokens);
     put_raw(k, p.min_tokens);
     put_raw(k, uint8_t(p.json_object));
+    put_string(k, p.json_schema ? p.json_schema->text() : std::string());
     put_raw(k, p.temperature);
     put_raw(k, p.top_k);
     put_raw(k, p.top_p);

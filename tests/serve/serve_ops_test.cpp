@@ -326,6 +326,26 @@ TEST(ServeDrain, RunningStreamsFinishNewRequestsGet503) {
   EXPECT_EQ(s.server->open_requests(), 0);
 }
 
+// The schema is part of the key: the same greedy request under another
+// schema is generated again, not answered with the first schema's text.
+TEST(ServeResponseCache, TheJsonSchemaIsPartOfTheKey) {
+  Served s("", false, 1 << 20);
+  auto c = s.client();
+  const std::string head = R"({"prompt":"x","max_tokens":20,"temperature":0,"logit_bias":{"9":-100,"10":-100,)"
+                           R"("13":-100,"32":-100},"guided_json":)";
+  for (int round = 0; round < 2; ++round) {  // the second round from the cache
+    auto one = c.Post("/v1/completions", head + R"({"type":"array","minItems":1,"maxItems":1,"items":{"type":"null"}}})",
+                      kJson);
+    auto none = c.Post("/v1/completions", head + R"({"type":"array","maxItems":0}})", kJson);
+    ASSERT_TRUE(one && none);
+    ASSERT_EQ(one->status, 200) << one->body;
+    ASSERT_EQ(none->status, 200) << none->body;
+    EXPECT_EQ(json::parse(one->body)["choices"][0]["text"], "[null]") << round;
+    EXPECT_EQ(json::parse(none->body)["choices"][0]["text"], "[]") << round;
+  }
+  EXPECT_EQ(metrics_of(c)["brisk_response_cache_hits_total"], 2);
+}
+
 TEST(ServeResponseCache, DeterministicRequestsAreAnsweredFromTheCache) {
   Served s("", false, 1 << 20);
   auto c = s.client();

@@ -6,12 +6,14 @@
 #include <cstring>
 #include <limits>
 #include <fstream>
+#include <iterator>
 #include <memory>
 
 #include "brisk/core/error.h"
 #include "brisk/core/safetensors.h"
 #include "brisk/data/tokenizer.h"
 #include "brisk/infer/engine.h"
+#include "brisk/infer/json_schema.h"
 #include "brisk/monitor/machine.h"
 #include "brisk/serve/text_stream.h"
 #include "cli_checks.h"
@@ -22,6 +24,8 @@ namespace {
 
 struct GenerateArgs {
   std::string checkpoint, prompt, prompt_file, vocab_dir;
+  std::string json_schema, json_schema_file;
+  bool json = false;
   infer::SamplingParams sp;
   std::vector<std::string> stop;
   std::vector<int32_t> stop_tokens;
@@ -77,6 +81,15 @@ int run_generate(const GenerateArgs& a) {
       throw core::ConfigError("--stop-token " + std::to_string(t) + " is outside the tokenizer's ids [0, " +
                               std::to_string(tok->vocab_size()) + "); it could never be generated");
   infer::SamplingParams sp = a.sp;
+  if (!a.json_schema_file.empty()) {
+    std::ifstream in(a.json_schema_file);
+    if (!in) throw core::IoError(a.json_schema_file + ": cannot read the JSON schema file");
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    sp.json_schema = infer::JsonSchema::compile_text(text, a.json_schema_file);
+  } else if (!a.json_schema.empty()) {
+    sp.json_schema = infer::JsonSchema::compile_text(a.json_schema, "--json-schema");
+  }
+  sp.json_object = a.json || sp.json_schema;
   sp.stop = a.stop;
   sp.stop_tokens = a.stop_tokens;
   infer::EngineOptions eo;
@@ -217,6 +230,13 @@ InferCommands add_infer_commands(CLI::App& app) {
   gen->add_option("--kv-mb", g->kv_mb, "Key/value pool in MiB (0 = full context for every sequence)")
       ->check(non_negative());
   gen->add_flag("--no-stream", g->no_stream, "Print the text when done instead of token by token");
+  auto* json = gen->add_flag("--json", g->json, "The text is one JSON object (response_format json_object)");
+  auto* schema = gen->add_option("--json-schema", g->json_schema,
+                                 "The text is an instance of this JSON schema (its text; the subset in docs/serving.md)");
+  gen->add_option("--json-schema-file", g->json_schema_file, "The same, the schema read from a file")
+      ->excludes(schema)
+      ->excludes(json);
+  schema->excludes(json);
 
   auto q = std::make_shared<QuantizeArgs>();
   auto* quant = app.add_subcommand("quantize", "Quantize a checkpoint's weights to int8 or int4 (safetensors)");

@@ -6,12 +6,15 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
 namespace brisk::infer {
+
+class JsonSchema;
 
 struct SamplingParams {
   // Temperatures below this sample greedily, as 0 does (vLLM's rule): at
@@ -44,6 +47,9 @@ struct SamplingParams {
   // before the object closes, and the sequence ends (Finish::stop) when it
   // does. Needs the engine's tokenizer.
   bool json_object = false;
+  // With json_object: the text is an instance of this schema (an object or
+  // an array; json_schema.h), not just any object.
+  std::shared_ptr<const JsonSchema> json_schema;
   int logprobs = -1;                  // -1: none; n >= 0: the chosen token's log-probability and the n most likely
   // -1: none; n >= 0: each prompt token's log-probability given the tokens
   // before it (from the model's plain softmax: no penalty or temperature)
