@@ -19,6 +19,7 @@
 #include "brisk/serve/access_log.h"
 #include "brisk/serve/peer_watch.h"
 #include "brisk/serve/response_cache.h"
+#include "connection_threads.h"
 #include "fields.h"
 
 namespace brisk::serve {
@@ -80,7 +81,8 @@ struct Server::Impl {
 
   explicit Impl(ServerOptions o) : options(std::move(o)) {
     const size_t threads = size_t(options.http_threads > 0 ? options.http_threads : 16);
-    http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+    const size_t max = std::max(threads, size_t(options.max_connections > 0 ? options.max_connections : 512));
+    http.new_task_queue = [threads, max] { return new ConnectionThreads(threads, max); };
     http.set_payload_max_length(size_t(options.max_body));
     // Each token goes out as its own small write; with Nagle's algorithm on,
     // the kernel held such writes back and a lone request's first token

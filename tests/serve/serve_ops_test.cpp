@@ -558,6 +558,40 @@ TEST(ServeDisconnect, AClientThatResetsBeforeItsRequestIsAdmittedIsCancelled) {
   EXPECT_LT(m.at("brisk_generation_tokens_total"), kClients * 120 / 2) << "the requests ran unwatched";
 }
 
+// Kept-alive connections each hold an HTTP thread while open. With a fixed
+// pool (the server's 16 here), 20 idle ones made a new client wait for the
+// 5 s keep-alive timeout (and clients that kept theirs busy locked everyone
+// out); the pool now grows, so /health answers at once.
+TEST(ServeConnections, IdleKeptAliveConnectionsDoNotLockOutNewClients) {
+  Served s;
+  const std::string request = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n";
+  std::vector<int> held;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 20; ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(uint16_t(s.port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    const timeval wait{3, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof wait);
+    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    ASSERT_EQ(write(fd, request.data(), request.size()), ssize_t(request.size()));
+    char buf[512];
+    ASSERT_GT(read(fd, buf, sizeof buf), 0) << "connection " << i << " was not answered within 3 s";
+    held.push_back(fd);  // answered, and kept open
+  }
+  httplib::Client c("127.0.0.1", s.port);
+  c.set_read_timeout(3, 0);
+  c.set_connection_timeout(3, 0);
+  auto r = c.Get("/health");
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_TRUE(r) << "no answer within 3 s while 20 kept-alive connections were open";
+  EXPECT_EQ(r->status, 200);
+  EXPECT_LT(seconds, 2.0) << "21 connections took " << seconds << " s to be answered";
+  for (const int fd : held) close(fd);
+}
+
 // A client that leaves while its request waits for a slot takes it out of
 // the queue, streamed or not: it is never admitted, so its prompt is never
 // prefilled (without the watch a queued stream would be, once a slot freed,

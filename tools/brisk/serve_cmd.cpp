@@ -24,7 +24,7 @@ namespace {
 
 struct ServeArgs {
   std::string model, model_name, vocab_dir, host = "127.0.0.1";
-  int port = 8080, slots = 8, max_queue = 64, threads = 0;
+  int port = 8080, slots = 8, max_queue = 64, threads = 0, max_connections = 512;
   int64_t max_body = 1 << 20, kv_mb = 0;
   std::string api_key, cors_origin = "*";
   double drain_timeout = 30;
@@ -68,6 +68,7 @@ int run_serve(const ServeArgs& a) {
   so.port = a.port;
   so.max_body = a.max_body;
   so.http_threads = a.slots + a.max_queue + 4;  // every running and queued request holds an HTTP thread
+  so.max_connections = std::max(a.max_connections, so.http_threads);
   so.api_key = a.api_key;
   so.cors_origin = a.cors_origin;
   so.response_cache_bytes = a.response_cache_mb << 20;
@@ -163,6 +164,10 @@ ServeCommand add_serve_command(CLI::App& app) {
   s->add_option("--port", a->port, "Port (0 = any free port)")->capture_default_str();
   s->add_option("--slots", a->slots, "Sequences decoding at once")->capture_default_str();
   s->add_option("--max-queue", a->max_queue, "Requests waiting for a slot before 429")->capture_default_str();
+  s->add_option("--max-connections", a->max_connections,
+                 "Connections served at once (kept-alive ones too; each holds an HTTP thread); more wait")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   s->add_option("--max-body", a->max_body, "Largest request body in bytes (larger: 413)")->capture_default_str();
   s->add_option("--threads", a->threads, "CPU threads for the engine (0 = all cores)")->check(non_negative());
   s->add_option("--kv-mb", a->kv_mb, "Key/value pool in MiB (0 = full context for every slot)");

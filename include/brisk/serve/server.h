@@ -22,6 +22,10 @@ struct ServerOptions {
   int port = 8080;             // 0: any free port (bind() says which)
   int64_t max_body = 1 << 20;  // bytes; larger bodies get 413
   int http_threads = 0;        // 0: enough for every slot and queued request
+  // Connections served at once: the HTTP threads grow from http_threads to
+  // this, one per connection that finds none idle (connection_threads.h);
+  // past it a new connection waits for one to close. 0: 512.
+  int max_connections = 0;
   std::string api_key;         // non-empty: every route but /health needs "Authorization: Bearer <key>"
   // Access-Control-Allow-Origin on every answer, and CORS preflights
   // answered, so pages of other origins can call the API; "": neither.
