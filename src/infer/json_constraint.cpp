@@ -56,7 +56,9 @@ bool JsonConstraint::value_start(unsigned char c, const Node* n) {
   switch (c) {
     case '{':
     case '[':
-      if (stack_.size() >= kMaxDepth) return false;
+      // Its fewest containers must fit, or the text would reach a point
+      // where nothing can go on.
+      if (stack_.size() + size_t(c == '{' ? n->object_depth : n->array_depth) > kMaxDepth) return false;
       stack_.push_back(Frame{n, c == '{' ? -1 : 0, char(c)});
       mode_ = c == '{' ? Mode::first_key : Mode::first_value;
       return true;
@@ -93,7 +95,7 @@ bool JsonConstraint::key_start() {
     choice_ = &n->keys, choice_lo_ = 0, choice_hi_ = n->keys.size(), choice_pos_ = 0, choice_key_ = true;
     return choice('"');
   }
-  if (!n->additional) return false;
+  if (!n->additional || !fits(n->additional)) return false;
   mode_ = Mode::string;
   key_ = true;
   string_node_ = nullptr, chars_ = 0;
@@ -104,7 +106,22 @@ bool JsonConstraint::key_start() {
 // none past a required one not yet written.
 bool JsonConstraint::key_allowed(int32_t property) const {
   const Frame& f = stack_.back();
-  return property > f.index && property <= f.node->next_required[size_t(f.index + 1)];
+  return property > f.index && property <= f.node->next_required[size_t(f.index + 1)] &&
+         fits(f.node->properties[size_t(property)]);
+}
+
+// A value of `n` may begin inside the open containers: its fewest own fit.
+bool JsonConstraint::fits(const Node* n) const { return stack_.size() + size_t(n->min_depth) <= kMaxDepth; }
+
+// After a value, ',' needs something that may follow it: another item, or a
+// key (a listed one allowed there, or any where the object takes any).
+bool JsonConstraint::more_allowed() const {
+  const Frame& f = stack_.back();
+  if (f.kind == '[') return f.index < f.node->max_items && fits(f.node->items);
+  if (!f.node->keyed()) return f.node->additional && fits(f.node->additional);
+  for (int32_t p = int32_t(f.index + 1); p < int32_t(f.node->properties.size()); ++p)
+    if (key_allowed(p)) return true;
+  return false;
 }
 
 // One byte of an enum's text or a listed key. The candidates are sorted, so
@@ -125,7 +142,7 @@ bool JsonConstraint::choice(unsigned char c) {
   if (goes_on && choice_key_) {
     goes_on = false;
     for (auto t = lo; t != hi && !goes_on; ++t)
-      goes_on = key_allowed(choice_key_ ? stack_.back().node->key_property[size_t(t - texts.begin())] : 0);
+      goes_on = key_allowed(stack_.back().node->key_property[size_t(t - texts.begin())]);
   }
   if (goes_on) {
     choice_lo_ = size_t(lo - texts.begin()), choice_hi_ = size_t(hi - texts.begin()), choice_pos_ = pos + 1;
@@ -305,15 +322,10 @@ bool JsonConstraint::step(unsigned char c) {
       return true;
     case Mode::after: {
       if (c != ',') return (c == '}' || c == ']') && close(c);
+      if (!more_allowed()) return false;
       Frame& f = stack_.back();
-      if (f.kind == '[') {
-        if (f.index >= f.node->max_items) return false;
-        ++f.index;
-        mode_ = Mode::value;
-      } else {
-        if (f.node->keyed() && f.index + 1 >= int64_t(f.node->properties.size())) return false;  // no key left
-        mode_ = Mode::key;
-      }
+      if (f.kind == '[') ++f.index;
+      mode_ = f.kind == '[' ? Mode::value : Mode::key;
       return true;
     }
     case Mode::string:

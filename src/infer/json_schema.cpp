@@ -42,15 +42,18 @@ class JsonSchemaCompiler {
   JsonSchemaCompiler(const ojson& doc, JsonSchema& out) : doc_(doc), out_(out) {}
 
   const Node* run(const std::string& name) {
-    const Node* root = resolve(walk(doc_, name), name);
+    name_ = name;
+    const Node* root = resolve(walk(doc_, name));
     for (auto& n : out_.nodes_) link(*n);
     for (auto& n : out_.nodes_)
       if (!n->alias) first_bytes(*n);
-    check_finite();
+    depths();
     // Only the root's objects and arrays are written (a value the text can
     // close: a number at the top level has no last digit).
     if ((root->first & kContainers).none())
       fail(name, "the root must allow an object or an array (a number at the top level has no last digit)");
+    if (container_depth(*root) > Node::kMaxDepth)
+      fail(name, "every instance nests more than " + std::to_string(Node::kMaxDepth) + " containers deep");
     return root;
   }
 
@@ -139,6 +142,7 @@ class JsonSchemaCompiler {
       if (!alts.is_array() || alts.empty()) fail(path, named(form) + " must be a non-empty list of schemas");
       for (size_t i = 0; i < alts.size(); ++i)
         n->any_of.push_back(walk(alts[i], path + "." + form + "[" + std::to_string(i) + "]"));
+      n->one_of = form == "oneOf";
     } else {
       n->kinds = s.contains("type") ? kinds(s["type"], path, n->integer) : uint8_t(Node::kAll);
       if (form == "enum" || form == "const") {
@@ -193,6 +197,11 @@ class JsonSchemaCompiler {
     for (const ojson& v : values) {
       if (!(kind_of(v) & n.kinds)) continue;  // `type` rules it out
       if (n.integer && v.is_number_float() && std::floor(v.get<double>()) != v.get<double>()) continue;
+      // Past 64 bits an integer was read as a double: its text would be
+      // rounded (1.2345678901234568e+29), another number to a validator.
+      if (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>() &&
+          std::fabs(v.get<double>()) >= 9223372036854775808.0)
+        fail(path, named(form) + " holds " + v.dump() + ", an integer too large to write exactly (past 64 bits)");
       n.literals.push_back(v.dump());
     }
     if (n.literals.empty()) fail(path, named(form) + " holds no value of the schema's 'type'");
@@ -269,25 +278,28 @@ class JsonSchemaCompiler {
     }
     Node* n = make(path);  // registered before the walk: the target may refer back to it
     refs_[t] = n;
-    n->alias = walk(*doc, t);
+    std::string target_path = name_;  // "#/$defs/x" -> "schema.$defs.x"
+    for (const char c : t.substr(1)) target_path += c == '/' ? '.' : c;
+    n->alias = walk(*doc, target_path);
     return n;
   }
 
   // Follows $ref / allOf links to a node with content.
-  const Node* resolve(const Node* n, const std::string& path) const {
+  const Node* resolve(const Node* n) const {
+    const Node* start = n;
     for (size_t steps = 0; n->alias; ++steps) {
-      if (steps > out_.nodes_.size()) fail(path, "'$ref' leads back to itself without a value in between");
+      if (steps > out_.nodes_.size())
+        fail(paths_.at(start), "'$ref' leads back to itself without a value in between");
       n = n->alias;
     }
     return n;
   }
 
   void link(Node& n) {
-    const std::string& path = paths_.at(&n);
-    for (auto& p : n.properties) p = resolve(p, path);
-    for (auto& a : n.any_of) a = resolve(a, path);
-    if (n.items) n.items = resolve(n.items, path);
-    if (n.additional) n.additional = resolve(n.additional, path);
+    for (auto& p : n.properties) p = resolve(p);
+    for (auto& a : n.any_of) a = resolve(a);
+    if (n.items) n.items = resolve(n.items);
+    if (n.additional) n.additional = resolve(n.additional);
   }
 
   // The bytes a value may begin with; anyOf alternatives must not share one.
@@ -308,6 +320,7 @@ class JsonSchemaCompiler {
         }
         n.first |= f;
       }
+      if (n.one_of) one_of_disjoint(n);
     } else if (!n.literals.empty()) {
       for (const std::string& l : n.literals) n.first.set(static_cast<unsigned char>(l[0]));
     } else {
@@ -323,41 +336,100 @@ class JsonSchemaCompiler {
     return n.first;
   }
 
-  // Every schema must have a finite instance, or generation could only nest
-  // deeper: a least fixed point of "has a finite value".
-  void check_finite() const {
-    std::map<const Node*, bool> finite;
+  // oneOf: alternatives that begin with different bytes match different
+  // values, but for numbers written differently that are equal (0, -0.0).
+  void one_of_disjoint(const Node& n) const {
+    std::vector<std::pair<size_t, ojson>> values;
+    for (size_t i = 0; i < n.any_of.size(); ++i)
+      for (const std::string& l : n.any_of[i]->literals) values.emplace_back(i, ojson::parse(l));
+    for (size_t a = 0; a < values.size(); ++a)
+      for (size_t b = a + 1; b < values.size(); ++b)
+        if (values[a].first != values[b].first && values[a].second == values[b].second)
+          fail(paths_.at(&n), "'oneOf' alternatives " + std::to_string(values[a].first) + " and " +
+                                  std::to_string(values[b].first) + " both match " + values[a].second.dump());
+  }
+
+  static constexpr int32_t kInfinite = 1 << 30;
+
+  // The fewest containers a value opens (JsonSchemaNode::min_depth): a
+  // least fixed point, children before parents (nodes are made parents
+  // first, so the sweeps go backwards). kInfinite: no finite value, which
+  // is refused: generation could only nest deeper.
+  void depths() const {
+    for (auto& p : out_.nodes_) p->min_depth = p->object_depth = p->array_depth = kInfinite;
     for (bool changed = true; changed;) {
       changed = false;
-      for (const auto& p : out_.nodes_) {
-        const Node& n = *p;
-        if (n.alias || finite[&n]) continue;
-        bool f = !n.literals.empty() || (n.kinds & (Node::kString | Node::kNumber | Node::kBoolean | Node::kNull));
-        for (const Node* a : n.any_of) f = f || finite[a];
-        if (!f && (n.kinds & Node::kArray)) f = n.min_items == 0 || finite[n.items];
-        if (!f && (n.kinds & Node::kObject)) {
-          f = true;
+      for (auto it = out_.nodes_.rbegin(); it != out_.nodes_.rend(); ++it) {
+        Node& n = **it;
+        if (n.alias) continue;
+        int32_t object = kInfinite, array = kInfinite, least = kInfinite;
+        if (!n.literals.empty() || (n.kinds & (Node::kString | Node::kNumber | Node::kBoolean | Node::kNull)))
+          least = 0;
+        for (const Node* a : n.any_of) least = std::min(least, a->min_depth);
+        if (n.kinds & Node::kArray)
+          array = n.min_items == 0 ? 1 : std::min(kInfinite, 1 + n.items->min_depth);
+        if (n.kinds & Node::kObject) {
+          object = 1;
           for (size_t i = 0; i < n.properties.size(); ++i)
-            if (n.next_required[i] == int32_t(i) && !finite[n.properties[i]]) f = false;
+            if (n.next_required[i] == int32_t(i)) object = std::max(object, std::min(kInfinite, 1 + n.properties[i]->min_depth));
         }
-        if (f) finite[&n] = changed = true;
+        least = std::min({least, object, array});
+        if (least != n.min_depth || object != n.object_depth || array != n.array_depth) {
+          n.min_depth = least, n.object_depth = object, n.array_depth = array;
+          changed = true;
+        }
       }
     }
     for (const auto& p : out_.nodes_)
-      if (!p->alias && !finite[p.get()])
+      if (!p->alias && p->min_depth == kInfinite)
         fail(paths_.at(p.get()), "the schema has no finite value (a required property or item leads back to it)");
+  }
+
+  // The fewest containers a root value opens: only its objects and arrays
+  // are written (an enum's text opens none on the automaton's stack).
+  static int32_t container_depth(const Node& n) {
+    if (!n.any_of.empty()) {
+      int32_t d = kInfinite;
+      for (const Node* a : n.any_of) d = std::min(d, container_depth(*a));
+      return d;
+    }
+    if (!n.literals.empty()) return (n.first & kContainers).any() ? 0 : kInfinite;
+    return std::min(n.kinds & Node::kObject ? n.object_depth : kInfinite, n.kinds & Node::kArray ? n.array_depth : kInfinite);
   }
 
   const ojson& doc_;
   JsonSchema& out_;
   const Node* any_ = nullptr;
+  std::string name_;
   int depth_ = 0;
   std::map<std::string, Node*> refs_;
   std::map<const Node*, std::string> paths_;
   std::map<const Node*, int> state_;
 };
 
+namespace {
+
+// How deep `v` nests, without recursing: dump() and the walk recurse, and a
+// request's schema may nest an annotation 300,000 deep.
+size_t nesting(const ojson& v) {
+  size_t deepest = 0;
+  std::vector<std::pair<const ojson*, size_t>> todo = {{&v, 1}};
+  while (!todo.empty()) {
+    const auto [at, depth] = todo.back();
+    todo.pop_back();
+    deepest = std::max(deepest, depth);
+    if (at->is_structured())
+      for (const ojson& child : *at) todo.emplace_back(&child, depth + 1);
+  }
+  return deepest;
+}
+
+}  // namespace
+
 std::shared_ptr<const JsonSchema> JsonSchema::compile(const ojson& schema, const std::string& name) {
+  constexpr size_t kMaxJsonNesting = 256;
+  if (nesting(schema) > kMaxJsonNesting)
+    throw core::ConfigError(name + ": the schema's JSON nests deeper than " + std::to_string(kMaxJsonNesting) + " levels");
   std::shared_ptr<JsonSchema> s(new JsonSchema());
   s->text_ = schema.dump();
   s->root_ = JsonSchemaCompiler(schema, *s).run(name);

@@ -117,6 +117,13 @@ TEST(JsonSchema, RefusesWhatItCannotEnforceByName) {
        "'$ref' beside 'type' is not supported"},
       {R"({"allOf":[{"type":"object"},{"required":[]}]})", "'allOf' is supported with one schema only"},
       {"[1, 2]", "a schema must be an object or a boolean"},
+      {R"({"type":"array","items":{"oneOf":[{"const":0},{"const":-0.0}]}})", "both match 0"},
+      {R"({"type":"array","items":{"const":123456789012345678901234567890}})", "too large to write exactly"},
+      // A $ref's target is named under the schema's own name.
+      {R"({"type":"object","properties":{"a":{"$ref":"#/$defs/x"}},"$defs":{"x":{"type":"integer","minimum":1}}})",
+       "schema.$defs.x: 'minimum' is not supported"},
+      {R"({"type":"object","properties":{"a":{"$ref":"#/$defs/x"}},"$defs":{"x":{"$ref":"#/$defs/x"}}})",
+       "schema.properties.a: '$ref' leads back to itself"},
       {"{\"type\":", "schema: not JSON"},
   };
   for (const auto& [schema, message] : cases) {
@@ -130,6 +137,51 @@ TEST(JsonSchema, RefusesWhatItCannotEnforceByName) {
   std::string deep = "true";
   for (int i = 0; i < 100; ++i) deep = R"({"type":"array","items":)" + deep + "}";
   EXPECT_THROW(compile(deep), core::ConfigError);
+  // An annotation nested 100,000 deep: refused before anything recurses
+  // over it (dump() overflowed the stack).
+  const std::string nested = R"({"type":"object","description":)" + std::string(100000, '[') +
+                             std::string(100000, ']') + "}";
+  try {
+    compile(nested);
+    ADD_FAILURE() << "compiled a schema nested 100,000 deep";
+  } catch (const core::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("nests deeper than 256"), std::string::npos) << e.what();
+  }
+}
+
+// The automaton never reaches a point where no byte goes on: a key, item or
+// value whose fewest containers would pass the 64 open at once is refused
+// before it starts, and a schema whose every instance nests deeper is.
+TEST(JsonSchema, TheDepthLimitLeavesNoDeadEnd) {
+  const auto s = compile(R"({"type":"object","additionalProperties":{"$ref":"#"}})");
+  infer::JsonConstraint j(*s);
+  std::string text;
+  for (size_t i = 0; i + 1 < infer::JsonConstraint::kMaxDepth; ++i) text += R"({"":)";
+  ASSERT_TRUE(j.feed(text + "{"));  // the 64th object
+  EXPECT_FALSE(j.accepts("\"")) << "a key whose value (an object) could not open";
+  EXPECT_TRUE(j.accepts("}"));
+  std::string closes(infer::JsonConstraint::kMaxDepth, '}');
+  EXPECT_TRUE(j.feed(closes));
+  EXPECT_TRUE(j.done());
+
+  std::string d = R"({"type":"integer"})";
+  for (int i = 0; i < 35; ++i) d = R"({"type":"array","minItems":1,"items":)" + d + "}";
+  std::string b = R"({"$ref":"#/$defs/d"})";
+  for (int i = 0; i < 35; ++i) b = R"({"type":"array","minItems":1,"items":)" + b + "}";
+  try {
+    compile(R"({"$defs":{"d":)" + d + R"(},"type":"object","properties":{"a":{"$ref":"#/$defs/d"},"b":)" + b +
+            R"(},"required":["a","b"]})");
+    ADD_FAILURE() << "compiled a schema whose instances nest 71 deep";
+  } catch (const core::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("nests more than 64 containers"), std::string::npos) << e.what();
+  }
+  // Optional, it is left out where it does not fit.
+  const auto optional = compile(R"({"$defs":{"d":)" + d + R"(},"type":"object","properties":{"a":{"$ref":"#/$defs/d"},)"
+                                R"("b":)" + b + "}}");
+  infer::JsonConstraint o(*optional);
+  EXPECT_TRUE(o.feed(R"({"a":)" + std::string(35, '[') + "1" + std::string(35, ']')));
+  EXPECT_FALSE(o.accepts(",")) << "b's 70 containers cannot open inside the object";
+  EXPECT_TRUE(o.accepts("}"));
 }
 
 TEST(JsonSchema, KeysComeInTheSchemasOrderTheRequiredOnesAlways) {

@@ -29,7 +29,7 @@ namespace brisk::infer {
 class JsonConstraint {
  public:
   static constexpr int kMaxSpaces = 16;
-  static constexpr size_t kMaxDepth = 64;  // containers open at once
+  static constexpr size_t kMaxDepth = JsonSchemaNode::kMaxDepth;  // containers open at once
   static constexpr int kMaxExponentDigits = 2;
   static constexpr int kMaxIntegerDigits = 100;
 
@@ -88,6 +88,8 @@ class JsonConstraint {
   bool key_start();
   bool choice(unsigned char c);
   bool key_allowed(int32_t property) const;
+  bool fits(const Node* n) const;
+  bool more_allowed() const;
   bool take_char();
   bool close(unsigned char c);
   void end_value() { mode_ = stack_.empty() ? Mode::done : Mode::after; }

@@ -24,9 +24,10 @@
 // prefixItems, not, if...) is refused by name, never ignored: a client must
 // not believe a constraint holds that the text may break.
 //
-// The root must be an object or an array (a value the text can close: a
-// top-level number has no last digit), and every schema must have a finite
-// instance (a required property may not lead back to itself).
+// The root must allow an object or an array (a value the text can close: a
+// top-level number has no last digit), every schema must have a finite
+// instance (a required property may not lead back to itself) that fits in
+// kMaxDepth containers, and `false` is refused wherever it stands.
 #pragma once
 
 #include <bitset>
@@ -41,6 +42,8 @@ namespace brisk::infer {
 
 struct JsonSchemaNode {
   static constexpr int64_t kUnlimited = std::numeric_limits<int64_t>::max();
+  // Containers open at once in a text (JsonConstraint's stack).
+  static constexpr int32_t kMaxDepth = 64;
   enum Kind : uint8_t { kObject = 1, kArray = 2, kString = 4, kNumber = 8, kBoolean = 16, kNull = 32, kAll = 63 };
 
   uint8_t kinds = 0;     // the kinds of value allowed (Kind bits)
@@ -66,6 +69,12 @@ struct JsonSchemaNode {
   int64_t min_length = 0, max_length = kUnlimited;  // strings, in characters
 
   std::bitset<256> first;  // the bytes a value may begin with
+  bool one_of = false;     // any_of came from oneOf: no value may match two alternatives
+  // The fewest containers a value opens (its own included): any value,
+  // one that begins with '{', one that begins with '['. A text refuses a
+  // value, key or item whose depth would pass kMaxDepth, so it never
+  // reaches a point where no byte can go on.
+  int32_t min_depth = 0, object_depth = 0, array_depth = 0;
   // While compiling: this node is a $ref (or a one-schema allOf) to that one.
   const JsonSchemaNode* alias = nullptr;
 
