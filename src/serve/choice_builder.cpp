@@ -14,6 +14,8 @@ CompletionBuilder::CompletionBuilder(const data::Tokenizer& tok, const Completio
     : tok_(tok),
       text_(tok, req.params.stop, req.params.min_tokens, req.include_stop_str, req.route_stop),
       route_stop_(req.route_stop),
+      tool_name_(req.tool_name),
+      tool_named_(req.tool_named),
       id_(std::move(id)),
       model_(std::move(model)),
       created_(created),
@@ -31,13 +33,25 @@ json CompletionBuilder::envelope(bool chunk) const {
   return {{"id", id_}, {"object", object}, {"created", created_}, {"model", model_}};
 }
 
+std::string CompletionBuilder::tool_call_id() const {
+  const size_t dash = id_.find('-');
+  return "call" + (dash == std::string::npos ? "-" + id_ : id_.substr(dash)) + "-" + std::to_string(index_);
+}
+
 json CompletionBuilder::first_chunk() const {
   if (api_ != Api::chat) return nullptr;
   json c = envelope(true);
-  c["choices"] = json::array({{{"index", index_},
-                               {"delta", {{"role", "assistant"}, {"content", ""}}},
-                               {"logprobs", nullptr},
-                               {"finish_reason", nullptr}}});
+  // A tool call opens with its id and name; its arguments follow as text.
+  const json delta =
+      tool_name_.empty()
+          ? json{{"role", "assistant"}, {"content", ""}}
+          : json{{"role", "assistant"},
+                 {"content", nullptr},
+                 {"tool_calls", json::array({{{"index", 0},
+                                               {"id", tool_call_id()},
+                                               {"type", "function"},
+                                               {"function", {{"name", tool_name_}, {"arguments", ""}}}}})}};
+  c["choices"] = json::array({{{"index", index_}, {"delta", delta}, {"logprobs", nullptr}, {"finish_reason", nullptr}}});
   return c;
 }
 
@@ -78,7 +92,11 @@ json CompletionBuilder::chunk(const std::string& piece, const json& lp) const {
   json c = envelope(true);
   if (api_ == Api::chat) {
     // The last chunk of a choice may carry no text: its delta is then empty.
-    const json delta = piece.empty() && lp.is_null() ? json::object() : json{{"content", piece}};
+    json delta = json::object();
+    if (!piece.empty() || !lp.is_null())
+      delta = tool_name_.empty()
+                  ? json{{"content", piece}}
+                  : json{{"tool_calls", json::array({{{"index", 0}, {"function", {{"arguments", piece}}}}})}};
     c["choices"] = json::array({{{"index", index_}, {"delta", delta}, {"logprobs", lp}, {"finish_reason", finish}}});
   } else {
     c["choices"] = json::array({{{"index", index_}, {"text", piece}, {"logprobs", lp}, {"finish_reason", finish}}});
@@ -148,7 +166,9 @@ json CompletionBuilder::add(const infer::TokenEvent& e) {
     }
   }
   if (e.finish == infer::Finish::stop) {
-    finish_reason_ = "stop";
+    // A call whose arguments closed ends as OpenAI's do: "tool_calls" for
+    // tool_choice "required", "stop" for a named function.
+    finish_reason_ = !tool_name_.empty() && e.json_closed && !tool_named_ ? "tool_calls" : "stop";
     if (!e.stop_matched.empty() && e.stop_matched != route_stop_) stop_reason_ = e.stop_matched;
     else if (e.ended_by_stop_token() && e.choice.token != tok_.eot_token()) stop_reason_ = e.choice.token;
   }
@@ -173,6 +193,18 @@ json CompletionBuilder::choice(int64_t index) const {
           {"token_logprobs", lp_values_},
           {"top_logprobs", lp_top_},
           {"text_offset", lp_offsets_}};
+  if (api_ == Api::chat && !tool_name_.empty())
+    return {{"index", index},
+            {"message",
+             {{"role", "assistant"},
+              {"content", nullptr},
+              {"tool_calls", json::array({{{"id", tool_call_id()},
+                                           {"type", "function"},
+                                           {"function", {{"name", tool_name_}, {"arguments", all_text_}}}}})},
+              {"refusal", nullptr}}},
+            {"logprobs", lp},
+            {"finish_reason", finish_reason_},
+            {"stop_reason", stop_reason_}};
   if (api_ == Api::chat)
     return {{"index", index},
             {"message", {{"role", "assistant"}, {"content", all_text_}, {"refusal", nullptr}}},

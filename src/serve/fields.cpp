@@ -276,6 +276,8 @@ void fan_out(const std::vector<std::vector<int32_t>>& prompts, int64_t n, const 
       c.echo = r.echo;
       c.include_stop_str = r.include_stop_str;
       c.route_stop = r.route_stop;
+      c.tool_name = r.tool_name;
+      c.tool_named = r.tool_named;
       r.choices.push_back(std::move(c));
     }
   }

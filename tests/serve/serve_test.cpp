@@ -14,12 +14,14 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "brisk/data/tokenizer.h"
 #include "brisk/infer/engine.h"
 #include "brisk/infer/json_constraint.h"
 #include "brisk/infer/json_schema.h"
+#include "brisk/serve/chat.h"
 #include "brisk/serve/server.h"
 #include "../common/tiny_gpt.h"
 #include "serve/fields.h"
@@ -978,6 +980,117 @@ TEST_F(ServeTest, JsonSchemaResponsesAreInstancesInTheSchemasKeyOrder) {
                400, "response_format", {"schema is missing"});
 }
 
+// tools with a forced call: the message's tool_calls hold the function's
+// name and its arguments, an instance of its parameters schema; streamed,
+// the first chunk names the call and the rest carry its arguments.
+TEST_F(ServeTest, AForcedToolCallAnswersWithItsArguments) {
+  const std::string tools =
+      R"("tools":[{"type":"function","function":{"name":"get_weather","description":"Weather in a city",)"
+      R"("parameters":{"type":"object","properties":{"city":{"type":"string","maxLength":4},)"
+      R"("unit":{"enum":["c","f"]}},"required":["city","unit"]}}},)"
+      R"({"type":"function","function":{"name":"noop"}}])";
+  const std::string common = R"({"messages":[{"role":"user","content":"Hi"}],"temperature":0.8,)"
+                             R"("logit_bias":{"34":3,"125":3,"9":-100,"10":-100,"13":-100,"32":-100},)" + tools;
+  int closed = 0;
+  for (int seed : {1, 2, 3}) {
+    const std::string body = common + R"(,"seed":)" + std::to_string(seed) +
+                             R"(,"tool_choice":{"type":"function","function":{"name":"get_weather"}}})";
+    auto r = client().Post("/v1/chat/completions", body, "application/json");
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    const json c = json::parse(r->body)["choices"][0];
+    const json& m = c["message"];
+    EXPECT_TRUE(m["content"].is_null()) << m;
+    ASSERT_EQ(m["tool_calls"].size(), 1u) << m;
+    const json& call = m["tool_calls"][0];
+    EXPECT_EQ(call["type"], "function");
+    EXPECT_EQ(call["function"]["name"], "get_weather");
+    EXPECT_EQ(call["id"].get<std::string>().rfind("call-", 0), 0u) << call;
+    const std::string args = call["function"]["arguments"];
+    if (c["finish_reason"] != "stop") continue;  // named: "stop", as OpenAI answers
+    ++closed;
+    const json a = json::parse(args);
+    EXPECT_TRUE(a["unit"] == "c" || a["unit"] == "f") << args;
+    EXPECT_TRUE(a["city"].is_string()) << args;
+
+    // Streamed: the same call, its arguments in pieces.
+    const std::string streamed = body.substr(0, body.size() - 1) + R"(,"stream":true})";
+    auto s = client().Post("/v1/chat/completions", streamed, "application/json");
+    ASSERT_TRUE(s);
+    ASSERT_EQ(s->status, 200) << s->body;
+    std::string joined, name, finish;
+    std::istringstream in(s->body);
+    for (std::string line; std::getline(in, line);) {
+      if (line.rfind("data: {", 0) != 0) continue;
+      const json ch = json::parse(line.substr(6))["choices"][0];
+      if (ch["delta"].contains("tool_calls")) {
+        const json& d = ch["delta"]["tool_calls"][0];
+        EXPECT_EQ(d["index"], 0);
+        if (d.contains("id")) {  // (each response has its own id)
+          EXPECT_EQ(d["id"].get<std::string>().rfind("call-", 0), 0u) << line;
+        }
+        if (d["function"].contains("name")) name = d["function"]["name"];
+        joined += d["function"]["arguments"].get<std::string>();
+      }
+      EXPECT_FALSE(ch["delta"].contains("content") && ch["delta"]["content"].is_string()) << line;
+      if (!ch["finish_reason"].is_null()) finish = ch["finish_reason"];
+    }
+    EXPECT_EQ(name, "get_weather");
+    EXPECT_EQ(joined, args);
+    EXPECT_EQ(finish, "stop");
+  }
+  EXPECT_GT(closed, 0) << "no call's arguments closed";
+
+  // "required" with one tool: finish_reason "tool_calls"; no parameters: {}.
+  auto req = client().Post("/v1/chat/completions",
+                           R"({"messages":[{"role":"user","content":"Hi"}],"seed":1,"tool_choice":"required",)"
+                           R"("logit_bias":{"9":-100,"10":-100,"13":-100,"32":-100},)"
+                           R"("tools":[{"type":"function","function":{"name":"noop"}}]})",
+                           "application/json");
+  ASSERT_TRUE(req);
+  ASSERT_EQ(req->status, 200) << req->body;
+  const json rc = json::parse(req->body)["choices"][0];
+  EXPECT_EQ(rc["finish_reason"], "tool_calls");
+  EXPECT_EQ(rc["message"]["tool_calls"][0]["function"]["arguments"], "{}");
+
+  // A conversation that went through a call: the assistant's tool_calls and
+  // the tool's answer are part of the prompt.
+  auto after = client().Post(
+      "/v1/chat/completions",
+      R"({"messages":[{"role":"user","content":"Hi"},{"role":"assistant","content":null,"tool_calls":)"
+      R"([{"id":"call-1","type":"function","function":{"name":"noop","arguments":"{}"}}]},)"
+      R"({"role":"tool","tool_call_id":"call-1","content":"ok"}],"max_tokens":2})",
+      "application/json");
+  ASSERT_TRUE(after);
+  EXPECT_EQ(after->status, 200) << after->body;
+  EXPECT_EQ(serve::render_chat({{"assistant", "noop({})"}, {"tool", "ok"}}), "Assistant: noop({})\nTool: ok\nAssistant:");
+
+  const std::string user = R"({"messages":[{"role":"user","content":"Hi"}],)";
+  auto bad = [&](const std::string& rest, const std::string& param, const std::string& words) {
+    auto r = client().Post("/v1/chat/completions", user + rest, "application/json");
+    expect_error(r, 400, param, {words});
+  };
+  bad(tools + "}", "tool_choice", "\"auto\" (the default with tools) is not supported");
+  bad(tools + R"(,"tool_choice":"required"})", "tool_choice", "one tool");
+  bad(tools + R"(,"tool_choice":{"type":"function","function":{"name":"other"}}})", "tool_choice", "not in tools");
+  bad(R"("tool_choice":"required"})", "tool_choice", "needs tools");
+  bad(R"("tools":[{"type":"function","function":{"name":"f","parameters":{"type":"array"}}}],"tool_choice":"required"})",
+      "tools", "must be a JSON schema of \"type\": \"object\"");
+  bad(R"("tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":)"
+      R"({"n":{"type":"integer","minimum":0}}}}}],"tool_choice":"required"})",
+      "tools", "tools[0].function.parameters.properties.n: 'minimum' is not supported");
+  bad(R"("tools":[{"type":"function","function":{"name":"a b"}}],"tool_choice":"none"})", "tools", "name must be");
+  bad(R"("functions":[]})", "functions", "use tools");
+  expect_error(post("/v1/chat/completions", {{"messages", {{{"role", "tool"}, {"content", "x"}}}}}), 400, "messages",
+               {"tool_call_id"});
+  // "none": the tools are there, the answer is text.
+  auto none = client().Post("/v1/chat/completions", user + tools + R"(,"tool_choice":"none","max_tokens":3})",
+                            "application/json");
+  ASSERT_TRUE(none);
+  ASSERT_EQ(none->status, 200) << none->body;
+  EXPECT_TRUE(json::parse(none->body)["choices"][0]["message"]["content"].is_string());
+}
+
 TEST_F(ServeTest, TokenizeRoundTrip) {
   auto t = post("/tokenize", {{"prompt", "hello, world"}});
   ASSERT_TRUE(t);
@@ -1395,8 +1508,8 @@ TEST_F(ServeTest, ChatErrorsNameTheField) {
   expect_error(post("/v1/chat/completions", {{"max_tokens", 3}}), 400, "messages", {"messages"});
   expect_error(post("/v1/chat/completions", {{"messages", json::array()}}), 400, "messages", {"messages"});
   expect_error(post("/v1/chat/completions", {{"messages", "hi"}}), 400, "messages", {"messages"});
-  expect_error(post("/v1/chat/completions", {{"messages", {{{"role", "tool"}, {"content", "x"}}}}}), 400, "messages",
-               {"messages[0].role", "tool"});
+  expect_error(post("/v1/chat/completions", {{"messages", {{{"role", "function"}, {"content", "x"}}}}}), 400, "messages",
+               {"messages[0].role", "function"});
   expect_error(post("/v1/chat/completions", {{"messages", {{{"role", "user"}, {"content", "x"}}, {{"role", "user"}}}}}),
                400, "messages", {"messages[1].content"});
   expect_error(post("/v1/chat/completions", {{"messages", {{{"role", "user"}, {"content", 5}}}}}), 400, "messages",

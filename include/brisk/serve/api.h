@@ -62,6 +62,12 @@ struct CompletionRequest {
   // best_of asked the engine for logprobs to rank the choices by; the
   // client did not ask to see them.
   bool hide_logprobs = false;
+  // Chat with a forced tool call: the text (constrained to the function's
+  // parameters schema) is the call's arguments, answered as tool_calls.
+  // tool_named: tool_choice named the function (finish_reason "stop", as
+  // OpenAI answers), else "required" ("tool_calls").
+  std::string tool_name;
+  bool tool_named = false;
 };
 
 // A whole request: one sequence per choice, in the order of the choices'
@@ -78,6 +84,8 @@ struct Request {
   bool echo = false;  // /v1/completions' echo, for every choice
   bool include_stop_str = false;  // include_stop_str_in_output, for every choice
   std::string route_stop;         // CompletionRequest::route_stop, for every choice
+  std::string tool_name;          // CompletionRequest::tool_name, for every choice
+  bool tool_named = false;
   // Sequences generated per prompt (best_of) and choices returned per
   // prompt (n): the n of each prompt's best_of with the highest mean token
   // logprob. Equal unless best_of was given; best_of > n is never streamed.

@@ -55,6 +55,10 @@ class CompletionBuilder {
   const data::Tokenizer& tok_;
   TextStream text_;
   std::string route_stop_;  // CompletionRequest::route_stop
+  std::string tool_name_;   // CompletionRequest::tool_name: the text is this call's arguments
+  bool tool_named_;
+  // The call's id: the response's id with "call" for "chatcmpl", and the choice's index.
+  std::string tool_call_id() const;
   std::string id_, model_;
   int64_t created_;
   Api api_;
