@@ -10,25 +10,12 @@
 #include <string>
 
 #include "brisk/infer/json_constraint.h"
-#include "fuzz_util.h"
+#include "json_walk.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  using brisk::infer::JsonConstraint;
-  JsonConstraint json;
-  std::string text;
-  for (size_t i = 0; i < size && !json.done(); ++i) {
-    const std::string byte(1, char(data[i]));
-    const bool ok = json.accepts(byte);
-    JsonConstraint fed = json;
-    FUZZ_CHECK(fed.feed(byte) == ok);
-    if (!ok) break;
-    json = fed;
-    text += byte;
-  }
-  if (json.done()) {
-    FUZZ_CHECK(nlohmann::json::accept(text));
-    FUZZ_CHECK(nlohmann::json::parse(text).is_object());
-    for (int b = 0; b < 256; ++b) FUZZ_CHECK(!json.accepts(std::string(1, char(b))));
-  }
+  brisk::infer::JsonConstraint json;
+  const std::string text =
+      brisk::fuzz::walk_json(json, std::string_view(reinterpret_cast<const char*>(data), size), /*live=*/false);
+  if (json.done()) FUZZ_CHECK(brisk::fuzz::closed_json(json, text).is_object());
   return 0;
 }

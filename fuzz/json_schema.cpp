@@ -18,7 +18,7 @@
 #include "brisk/core/error.h"
 #include "brisk/infer/json_constraint.h"
 #include "brisk/infer/json_schema.h"
-#include "fuzz_util.h"
+#include "json_walk.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace brisk;
@@ -33,24 +33,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;  // refused, by name
   }
   infer::JsonConstraint json(*schema);
-  std::string text;
-  for (size_t i = 0; i < bytes.size() && !json.done(); ++i) {
-    bool live = false;
-    for (int b = 0; b < 256 && !live; ++b) live = json.accepts(std::string(1, char(b)));
-    FUZZ_CHECK(live);
-    const std::string byte(1, bytes[i]);
-    const bool ok = json.accepts(byte);
-    infer::JsonConstraint fed = json;
-    FUZZ_CHECK(fed.feed(byte) == ok);
-    if (!ok) break;
-    json = fed;
-    text += byte;
-  }
+  const std::string text = fuzz::walk_json(json, bytes, /*live=*/true);
   if (json.done()) {
-    FUZZ_CHECK(nlohmann::json::accept(text));
-    const nlohmann::json v = nlohmann::json::parse(text);
+    const nlohmann::json v = fuzz::closed_json(json, text);
     FUZZ_CHECK(v.is_object() || v.is_array());
-    for (int b = 0; b < 256; ++b) FUZZ_CHECK(!json.accepts(std::string(1, char(b))));
   }
   return 0;
 }
