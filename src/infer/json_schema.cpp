@@ -446,6 +446,28 @@ std::shared_ptr<const JsonSchema> JsonSchema::compile_text(const std::string& te
   return compile(schema, name);
 }
 
+std::shared_ptr<const JsonSchema> JsonSchema::choices(const std::vector<std::string>& texts, const std::string& name) {
+  if (texts.empty()) throw core::ConfigError(name + " must be a non-empty list of texts");
+  std::vector<std::string> sorted = texts;
+  std::sort(sorted.begin(), sorted.end());
+  sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
+  if (sorted.front().empty()) throw core::ConfigError(name + ": a choice is empty");
+  // Sorted, a text that begins another comes right before one it begins.
+  for (size_t i = 0; i + 1 < sorted.size(); ++i)
+    if (sorted[i + 1].compare(0, sorted[i].size(), sorted[i]) == 0)
+      throw core::ConfigError(name + ": \"" + sorted[i] + "\" begins \"" + sorted[i + 1] +
+                              "\" (after it the text could neither end nor go on by itself)");
+  std::shared_ptr<JsonSchema> s(new JsonSchema());
+  s->text_ = name + ":" + ojson(sorted).dump(-1, ' ', false, ojson::error_handler_t::replace);
+  auto n = std::make_unique<Node>();
+  n->literals = std::move(sorted);
+  n->raw = true;
+  for (const std::string& t : n->literals) n->first.set(static_cast<unsigned char>(t[0]));
+  s->root_ = n.get();
+  s->nodes_.push_back(std::move(n));
+  return s;
+}
+
 const JsonSchema& JsonSchema::any_object() {
   static const std::shared_ptr<const JsonSchema> any = compile(ojson{{"type", "object"}});
   return *any;

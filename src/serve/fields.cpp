@@ -156,6 +156,23 @@ void read_response_format(const json& body, const std::string& raw, infer::Sampl
                    "response_format");
   if (guided && rf && type != "text")
     throw ApiError(400, "give guided_json or a JSON response_format, not both", "guided_json");
+  if (const json* choice = field(body, "guided_choice")) {  // vLLM's: the text is one of these
+    if ((rf && type != "text") || guided)
+      throw ApiError(400, "give guided_choice, guided_json or a JSON response_format, only one", "guided_choice");
+    std::vector<std::string> texts;
+    if (choice->is_array())
+      for (const json& t : *choice)
+        if (t.is_string()) texts.push_back(t.get<std::string>());
+    if (!choice->is_array() || texts.size() != choice->size())
+      throw ApiError(400, "guided_choice must be a list of strings", "guided_choice");
+    try {
+      sp.json_schema = infer::JsonSchema::choices(texts);
+    } catch (const core::ConfigError& e) {
+      throw ApiError(400, e.what(), "guided_choice");
+    }
+    sp.json_object = true;
+    return;
+  }
   if (guided) {
     if (guided->is_string()) {
       try {

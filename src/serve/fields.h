@@ -30,7 +30,8 @@ bool read_sampling(const nlohmann::json& body, infer::SamplingParams& sp);
 // response_format: {"type": "text"} (the default), {"type": "json_object"}
 // (the output is one JSON object) or {"type": "json_schema", "json_schema":
 // {"name": ..., "schema": {...}}} (an instance of the schema), or vLLM's
-// guided_json (a schema, or its text); sets sp.json_object and
+// guided_json (a schema, or its text) or guided_choice (the text is one of
+// a list of strings); sets sp.json_object and
 // sp.json_schema. The schema is read from `raw`, the body's text, where its
 // properties keep their order. A schema that cannot be enforced is a 400
 // naming its path.

@@ -980,6 +980,34 @@ TEST_F(ServeTest, JsonSchemaResponsesAreInstancesInTheSchemasKeyOrder) {
                400, "response_format", {"schema is missing"});
 }
 
+// vLLM's guided_choice, on both routes: the text is one of the choices.
+TEST_F(ServeTest, GuidedChoiceAnswersWithOneOfTheChoices) {
+  const std::vector<std::string> choices = {"positive", "negative", "mixed"};
+  std::set<std::string> seen;
+  for (int seed = 1; seed <= 6; ++seed) {
+    for (const char* route : {"/v1/completions", "/v1/chat/completions"}) {
+      json body = {{"seed", seed}, {"guided_choice", choices}, {"max_tokens", 20}};
+      if (std::string(route) == "/v1/completions") body["prompt"] = "Review: fine. Sentiment:";
+      else body["messages"] = {{{"role", "user"}, {"content", "Sentiment?"}}};
+      auto r = post(route, body);
+      ASSERT_TRUE(r);
+      ASSERT_EQ(r->status, 200) << r->body;
+      const json c = json::parse(r->body)["choices"][0];
+      const std::string text = c.contains("message") ? c["message"]["content"] : c["text"];
+      EXPECT_NE(std::find(choices.begin(), choices.end(), text), choices.end()) << text;
+      EXPECT_EQ(c["finish_reason"], "stop");
+      seen.insert(text);
+    }
+  }
+  EXPECT_GT(seen.size(), 1u) << "every draw chose the same text";
+  expect_error(post("/v1/completions", {{"prompt", "x"}, {"guided_choice", {"yes", "yes!"}}}), 400, "guided_choice",
+               {"\"yes\" begins \"yes!\""});
+  expect_error(post("/v1/completions", {{"prompt", "x"}, {"guided_choice", "yes"}}), 400, "guided_choice",
+               {"list of strings"});
+  expect_error(post("/v1/completions", {{"prompt", "x"}, {"guided_choice", {"a"}}, {"guided_json", {{"type", "object"}}}}),
+               400, "guided_choice", {"only one"});
+}
+
 // tools with a forced call: the message's tool_calls hold the function's
 // name and its arguments, an instance of its parameters schema; streamed,
 // the first chunk names the call and the rest carry its arguments.

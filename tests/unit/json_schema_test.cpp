@@ -245,6 +245,28 @@ TEST(JsonSchema, EnumsConstsArraysStringsAndAlternatives) {
   EXPECT_FALSE(complete(*untyped, "[1]"));
 }
 
+// vLLM's guided_choice: the whole text is one of the choices, taken as
+// plain text (no JSON, no whitespace around it).
+TEST(JsonSchema, GuidedChoiceTextsAreTakenWhole) {
+  const auto c = infer::JsonSchema::choices({"positive", "negative", "neutral", "{x}", "positive"});
+  for (const std::string ok : {"positive", "negative", "neutral", "{x}"}) EXPECT_TRUE(complete(*c, ok)) << ok;
+  for (const std::string bad : {"pos", " positive", "positive ", "Positive", "{x} ", "\"positive\""})
+    EXPECT_FALSE(complete(*c, bad)) << bad;
+  infer::JsonConstraint j(*c);
+  EXPECT_TRUE(j.feed("ne"));
+  EXPECT_TRUE(j.accepts("u") && j.accepts("g"));
+  EXPECT_FALSE(j.accepts("x"));
+  for (const auto& [texts, words] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{}, "non-empty list"}, {{"a", ""}, "a choice is empty"}, {{"yes", "yes!"}, "\"yes\" begins \"yes!\""}}) {
+    try {
+      infer::JsonSchema::choices(texts);
+      ADD_FAILURE() << "accepted " << ::testing::PrintToString(texts);
+    } catch (const core::ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+    }
+  }
+}
+
 // Pydantic's shape: $defs, $ref, allOf around a $ref, anyOf with null,
 // titles and descriptions; and a recursive tree.
 const std::vector<std::string> kWalkSchemas = {

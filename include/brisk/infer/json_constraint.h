@@ -36,7 +36,10 @@ class JsonConstraint {
   // Any object (json_object).
   JsonConstraint() : JsonConstraint(JsonSchema::any_object()) {}
   // An instance of `schema`, which must outlive the automaton and its copies.
-  explicit JsonConstraint(const JsonSchema& schema) : root_(schema.root()) {}
+  explicit JsonConstraint(const JsonSchema& schema) : root_(schema.root()) {
+    if (root_->raw)  // a guided_choice: the text is one of the literals, from its first byte
+      mode_ = Mode::choice, choice_ = &root_->literals, choice_hi_ = root_->literals.size();
+  }
 
   // Whether `bytes` may come next (the state is left as it is).
   bool accepts(std::string_view bytes) const;

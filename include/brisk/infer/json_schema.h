@@ -52,6 +52,9 @@ struct JsonSchemaNode {
   std::vector<const JsonSchemaNode*> any_of;
   // enum / const: the value's compact JSON text is one of these (sorted).
   std::vector<std::string> literals;
+  // The literals are plain text, not JSON (vLLM's guided_choice): the whole
+  // text is one of them. Only a root is raw.
+  bool raw = false;
 
   // Objects with properties: values in schema order; keys[] are the names'
   // JSON texts (quotes included), sorted, key_property[i] the property of
@@ -92,6 +95,12 @@ class JsonSchema {
   static std::shared_ptr<const JsonSchema> compile_text(const std::string& text, const std::string& name = "schema");
   // {"type": "object"}: any object (response_format json_object).
   static const JsonSchema& any_object();
+  // Not JSON: the whole text is one of `texts` (vLLM's guided_choice).
+  // Throws core::ConfigError naming `name` for an empty list or text, or a
+  // text that begins another (after it the text could neither end nor
+  // go on by itself).
+  static std::shared_ptr<const JsonSchema> choices(const std::vector<std::string>& texts,
+                                                   const std::string& name = "guided_choice");
 
   const JsonSchemaNode* root() const { return root_; }
   // The schema's compact text (the response cache keys on it).

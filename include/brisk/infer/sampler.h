@@ -48,7 +48,8 @@ struct SamplingParams {
   // does. Needs the engine's tokenizer.
   bool json_object = false;
   // With json_object: the text is an instance of this schema (an object or
-  // an array; json_schema.h), not just any object.
+  // an array; json_schema.h), not just any object; or, for a schema made by
+  // JsonSchema::choices (guided_choice), one of its texts.
   std::shared_ptr<const JsonSchema> json_schema;
   int logprobs = -1;                  // -1: none; n >= 0: the chosen token's log-probability and the n most likely
   // -1: none; n >= 0: each prompt token's log-probability given the tokens
