@@ -9,6 +9,7 @@
 #include <set>
 
 #include "brisk/core/error.h"
+#include "brisk/core/json_nesting.h"
 
 namespace brisk::infer {
 
@@ -197,11 +198,14 @@ class JsonSchemaCompiler {
     for (const ojson& v : values) {
       if (!(kind_of(v) & n.kinds)) continue;  // `type` rules it out
       if (n.integer && v.is_number_float() && std::floor(v.get<double>()) != v.get<double>()) continue;
-      // Past 64 bits an integer was read as a double: its text would be
-      // rounded (1.2345678901234568e+29), another number to a validator.
+      // Past 64 bits an integer is read as a double and its text would be
+      // rounded (1.2345678901234568e+29), another number to a validator;
+      // the parser keeps no difference between such an integer and 1e20.
       if (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>() &&
           std::fabs(v.get<double>()) >= 9223372036854775808.0)
-        fail(path, named(form) + " holds " + v.dump() + ", an integer too large to write exactly (past 64 bits)");
+        fail(path, named(form) + " holds " + v.dump() +
+                       ": a whole number of 2^63 or more in size (an integer past 64 bits, or 1e20) cannot be "
+                       "written exactly");
       n.literals.push_back(v.dump());
     }
     if (n.literals.empty()) fail(path, named(form) + " holds no value of the schema's 'type'");
@@ -340,13 +344,19 @@ class JsonSchemaCompiler {
   // values, but for numbers written differently that are equal (0, -0.0).
   void one_of_disjoint(const Node& n) const {
     std::vector<std::pair<size_t, ojson>> values;
-    for (size_t i = 0; i < n.any_of.size(); ++i)
-      for (const std::string& l : n.any_of[i]->literals) values.emplace_back(i, ojson::parse(l));
+    for (size_t i = 0; i < n.any_of.size(); ++i) literal_values(*n.any_of[i], i, values);
     for (size_t a = 0; a < values.size(); ++a)
       for (size_t b = a + 1; b < values.size(); ++b)
         if (values[a].first != values[b].first && values[a].second == values[b].second)
           fail(paths_.at(&n), "'oneOf' alternatives " + std::to_string(values[a].first) + " and " +
                                   std::to_string(values[b].first) + " both match " + values[a].second.dump());
+  }
+
+  // An alternative's enum and const values, through the anyOf / oneOf it
+  // may itself be (tagged with the alternative's index).
+  static void literal_values(const Node& n, size_t alternative, std::vector<std::pair<size_t, ojson>>& out) {
+    for (const std::string& l : n.literals) out.emplace_back(alternative, ojson::parse(l));
+    for (const Node* a : n.any_of) literal_values(*a, alternative, out);
   }
 
   static constexpr int32_t kInfinite = 1 << 30;
@@ -407,28 +417,9 @@ class JsonSchemaCompiler {
   std::map<const Node*, int> state_;
 };
 
-namespace {
-
-// How deep `v` nests, without recursing: dump() and the walk recurse, and a
-// request's schema may nest an annotation 300,000 deep.
-size_t nesting(const ojson& v) {
-  size_t deepest = 0;
-  std::vector<std::pair<const ojson*, size_t>> todo = {{&v, 1}};
-  while (!todo.empty()) {
-    const auto [at, depth] = todo.back();
-    todo.pop_back();
-    deepest = std::max(deepest, depth);
-    if (at->is_structured())
-      for (const ojson& child : *at) todo.emplace_back(&child, depth + 1);
-  }
-  return deepest;
-}
-
-}  // namespace
-
 std::shared_ptr<const JsonSchema> JsonSchema::compile(const ojson& schema, const std::string& name) {
   constexpr size_t kMaxJsonNesting = 256;
-  if (nesting(schema) > kMaxJsonNesting)
+  if (core::json_nesting(schema) > kMaxJsonNesting)
     throw core::ConfigError(name + ": the schema's JSON nests deeper than " + std::to_string(kMaxJsonNesting) + " levels");
   std::shared_ptr<JsonSchema> s(new JsonSchema());
   s->text_ = schema.dump();

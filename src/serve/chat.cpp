@@ -154,7 +154,7 @@ void read_tools(const json& j, const std::string& body, infer::SamplingParams& s
   }
   if (sp.json_object) throw ApiError(400, "a forced tool call and a JSON response_format or guided_json cannot be combined", "tool_choice");
   // The schema as the body wrote it (its keys' order is the arguments').
-  const nlohmann::ordered_json fn = nlohmann::ordered_json::parse(body)["tools"][pick]["function"];
+  const nlohmann::ordered_json fn = ordered_body(j, body, "tools")["tools"][pick]["function"];
   const std::string path = "tools[" + std::to_string(pick) + "].function.parameters";
   // No parameters: a function that takes none, called with {}.
   const nlohmann::ordered_json params =

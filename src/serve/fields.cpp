@@ -6,6 +6,7 @@
 #include <random>
 
 #include "brisk/core/error.h"
+#include "brisk/core/json_nesting.h"
 #include "brisk/infer/json_schema.h"
 
 namespace brisk::serve::fields {
@@ -131,6 +132,13 @@ bool read_sampling(const json& body, infer::SamplingParams& sp) {
   return seeded;
 }
 
+nlohmann::ordered_json ordered_body(const json& body, const std::string& raw, const char* param) {
+  constexpr size_t kMaxNesting = 300;  // above the schema's own 256, so that its message names the schema
+  if (core::json_nesting(body) > kMaxNesting)
+    throw ApiError(400, "the request's JSON nests deeper than " + std::to_string(kMaxNesting) + " levels", param);
+  return nlohmann::ordered_json::parse(raw);
+}
+
 namespace {
 
 std::shared_ptr<const infer::JsonSchema> compile_schema(const nlohmann::ordered_json& schema, const std::string& path,
@@ -145,7 +153,6 @@ std::shared_ptr<const infer::JsonSchema> compile_schema(const nlohmann::ordered_
 }  // namespace
 
 void read_response_format(const json& body, const std::string& raw, infer::SamplingParams& sp) {
-  using ojson = nlohmann::ordered_json;
   const json* rf = field(body, "response_format");
   const json* guided = field(body, "guided_json");
   const json type = rf && rf->is_object() ? rf->value("type", json()) : json();
@@ -181,7 +188,7 @@ void read_response_format(const json& body, const std::string& raw, infer::Sampl
         throw ApiError(400, e.what(), "guided_json");
       }
     } else if (guided->is_object()) {
-      sp.json_schema = compile_schema(ojson::parse(raw)["guided_json"], "guided_json", "guided_json");
+      sp.json_schema = compile_schema(ordered_body(body, raw, "guided_json")["guided_json"], "guided_json", "guided_json");
     } else {
       throw ApiError(400, "guided_json must be a JSON schema (an object, or its text)", "guided_json");
     }
@@ -206,7 +213,7 @@ void read_response_format(const json& body, const std::string& raw, infer::Sampl
     throw ApiError(400, "response_format.json_schema.strict must be a boolean", "response_format");
   if (!spec->contains("schema"))
     throw ApiError(400, "response_format.json_schema.schema is missing: give the JSON schema", "response_format");
-  sp.json_schema = compile_schema(ojson::parse(raw)["response_format"]["json_schema"]["schema"],
+  sp.json_schema = compile_schema(ordered_body(body, raw, "response_format")["response_format"]["json_schema"]["schema"],
                                   "response_format.json_schema.schema", "response_format");
   sp.json_object = true;
 }

@@ -36,6 +36,11 @@ bool read_sampling(const nlohmann::json& body, infer::SamplingParams& sp);
 // properties keep their order. A schema that cannot be enforced is a 400
 // naming its path.
 void read_response_format(const nlohmann::json& body, const std::string& raw, infer::SamplingParams& sp);
+// The body again as ordered_json (a schema's keys keep their order), once
+// `body`, the same text parsed, is known to nest at most 300 deep: parsing
+// as ordered_json copies a deep value that another key follows, and the
+// copy recursed past the stack (a 400 naming `param` instead).
+nlohmann::ordered_json ordered_body(const nlohmann::json& body, const std::string& raw, const char* param);
 // The end-of-text token becomes a stop token (finish_reason "stop", as
 // OpenAI's end) unless the body sets ignore_eos, which bans it instead (as
 // llama.cpp's server does: the text does not run on past a document's end).

@@ -558,6 +558,35 @@ TEST(ServeDisconnect, AClientThatResetsBeforeItsRequestIsAdmittedIsCancelled) {
   EXPECT_LT(m.at("brisk_generation_tokens_total"), kClients * 120 / 2) << "the requests ran unwatched";
 }
 
+// A schema nested 400,000 deep inside a body under the 1 MiB limit, with a
+// key after it: parsing the body as ordered_json (to keep the schema's key
+// order) copied the deep value recursively and the server died of a stack
+// overflow. The nesting is checked first: a 400, and the server lives on.
+TEST(ServeLimits, ADeeplyNestedSchemaIsA400NotACrash) {
+  Served s;
+  auto c = s.client();
+  const std::string deep = std::string(400000, '[') + std::string(400000, ']');
+  const std::vector<std::pair<std::string, std::string>> bodies = {
+      {R"({"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"a",)"
+       R"("parameters":{"type":"object","description":)" + deep + R"(}}}],"tool_choice":"required","max_tokens":5})",
+       "tools"},
+      {R"({"prompt":"x","response_format":{"type":"json_schema","json_schema":{"name":"n","schema":)"
+       R"({"type":"object","description":)" + deep + R"(}}},"max_tokens":5})",
+       "response_format"},
+      {R"({"prompt":"x","guided_json":{"type":"object","description":)" + deep + R"(},"max_tokens":5})", "guided_json"},
+  };
+  for (const auto& [body, param] : bodies) {
+    const std::string route = param == "tools" ? "/v1/chat/completions" : "/v1/completions";
+    auto r = c.Post(route, body, kJson);
+    ASSERT_TRUE(r) << param << ": no answer (the server died?)";
+    EXPECT_EQ(r->status, 400) << r->body.substr(0, 300);
+    const json e = json::parse(r->body)["error"];
+    EXPECT_EQ(e["param"], param);
+    EXPECT_NE(e["message"].get<std::string>().find("nests deeper than 300"), std::string::npos) << e;
+  }
+  EXPECT_EQ(c.Get("/health")->status, 200);
+}
+
 // Kept-alive connections each hold an HTTP thread while open. With a fixed
 // pool (the server's 16 here), 20 idle ones made a new client wait for the
 // 5 s keep-alive timeout (and clients that kept theirs busy locked everyone

@@ -165,7 +165,7 @@ ServeCommand add_serve_command(CLI::App& app) {
   s->add_option("--slots", a->slots, "Sequences decoding at once")->capture_default_str();
   s->add_option("--max-queue", a->max_queue, "Requests waiting for a slot before 429")->capture_default_str();
   s->add_option("--max-connections", a->max_connections,
-                 "Connections served at once (kept-alive ones too; each holds an HTTP thread); more wait")
+                 "Connections served at once, kept-alive ones too (each holds an HTTP thread; at least --slots + --max-queue + 4); more wait")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   s->add_option("--max-body", a->max_body, "Largest request body in bytes (larger: 413)")->capture_default_str();
