@@ -160,6 +160,20 @@ bool JsonConstraint::choice(unsigned char c) {
   return step(c);
 }
 
+// Whitespace between tokens: nothing, one space, or a newline and an indent
+// of up to kMaxIndent spaces or tabs. spaces_ counts the gap's bytes so
+// far; gap_newline_ says it began with a newline.
+bool JsonConstraint::gap(unsigned char c) {
+  if (spaces_ == 0) {
+    if (c != ' ' && c != '\n') return false;
+    gap_newline_ = c == '\n';
+    spaces_ = 1;
+    return true;
+  }
+  if (!gap_newline_ || (c != ' ' && c != '\t')) return false;
+  return ++spaces_ <= kMaxIndent + 1;
+}
+
 // A string's next character: within its schema's maxLength.
 bool JsonConstraint::take_char() {
   if (string_node_ && chars_ >= string_node_->max_length) return false;
@@ -293,7 +307,7 @@ bool JsonConstraint::step(unsigned char c) {
     case Mode::first_key:
     case Mode::colon:
     case Mode::after:
-      if (is_space(c)) return ++spaces_ <= kMaxSpaces;
+      if (is_space(c)) return gap(c);
       spaces_ = 0;
       break;
     default:

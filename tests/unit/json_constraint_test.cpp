@@ -49,8 +49,14 @@ TEST(JsonConstraint, RefusesWhatIsNoJsonObject) {
   EXPECT_FALSE(j.done());
   EXPECT_TRUE(j.accepts(std::string(100, ' ')));  // inside a string: text
   infer::JsonConstraint w;
-  EXPECT_TRUE(w.accepts(std::string(infer::JsonConstraint::kMaxSpaces, ' ')));
-  EXPECT_FALSE(w.accepts(std::string(infer::JsonConstraint::kMaxSpaces + 1, ' ')));
+  // Between tokens: one space, or a newline and an indent (llama.cpp's rule).
+  const std::string indent(infer::JsonConstraint::kMaxIndent, ' ');
+  for (const std::string& ok : std::vector<std::string>{" {", "\n{", "\n" + indent + "{", "\n\t\t{"}) EXPECT_TRUE(w.accepts(ok)) << ok;
+  for (const std::string& bad : std::vector<std::string>{"  {", "\n\n{", " \n{", "\t{", "\r\n{", "\n" + indent + " {"})
+    EXPECT_FALSE(w.accepts(bad)) << ::testing::PrintToString(bad);
+  infer::JsonConstraint pretty;
+  EXPECT_TRUE(pretty.feed("{\n  \"a\": [\n    1,\n    2\n  ],\n  \"b\": { \"c\" : null }\n}"));
+  EXPECT_TRUE(pretty.done());
 }
 
 // Random walks: each step draws a byte among those the automaton allows
