@@ -116,11 +116,9 @@ void read_tools(const json& j, const std::string& body, infer::SamplingParams& s
     if (!t.is_object() || t.value("type", json()) != "function" || !t.contains("function") || !t["function"].is_object())
       throw ApiError(400, at + " must be {\"type\": \"function\", \"function\": {\"name\": ..., \"parameters\": {...}}}",
                      "tools");
-    const json& name = t["function"].value("name", json());
-    const std::string n = name.is_string() ? name.get<std::string>() : std::string();
-    if (n.empty() || n.size() > 64 ||
-        n.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") != std::string::npos)
-      throw ApiError(400, at + ".function.name must be 1 to 64 of a-z, A-Z, 0-9, _ and -", "tools");
+    const json name = t["function"].value("name", json());
+    if (!is_api_name(name)) throw ApiError(400, at + ".function.name must be 1 to 64 of a-z, A-Z, 0-9, _ and -", "tools");
+    const std::string n = name.get<std::string>();
     if (std::find(names.begin(), names.end(), n) != names.end())
       throw ApiError(400, at + ".function.name " + n + " is given twice", "tools");
     names.push_back(n);
@@ -161,11 +159,7 @@ void read_tools(const json& j, const std::string& body, infer::SamplingParams& s
       fn.contains("parameters") ? fn["parameters"] : nlohmann::ordered_json{{"type", "object"}, {"additionalProperties", false}};
   if (!params.is_object() || params.value("type", nlohmann::ordered_json()) != "object")
     throw ApiError(400, path + " must be a JSON schema of \"type\": \"object\" (a call's arguments are an object)", "tools");
-  try {
-    sp.json_schema = infer::JsonSchema::compile(params, path);
-  } catch (const core::ConfigError& e) {
-    throw ApiError(400, e.what(), "tools");
-  }
+  sp.json_schema = compiled_or_400("tools", [&] { return infer::JsonSchema::compile(params, path); });
   sp.json_object = true;
   r.tool_name = names[pick];
 }

@@ -139,18 +139,11 @@ nlohmann::ordered_json ordered_body(const json& body, const std::string& raw, co
   return nlohmann::ordered_json::parse(raw);
 }
 
-namespace {
-
-std::shared_ptr<const infer::JsonSchema> compile_schema(const nlohmann::ordered_json& schema, const std::string& path,
-                                                       const char* param) {
-  try {
-    return infer::JsonSchema::compile(schema, path);
-  } catch (const core::ConfigError& e) {
-    throw ApiError(400, e.what(), param);
-  }
+bool is_api_name(const json& name) {
+  const std::string n = name.is_string() ? name.get<std::string>() : std::string();
+  return !n.empty() && n.size() <= 64 &&
+         n.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") == std::string::npos;
 }
-
-}  // namespace
 
 void read_response_format(const json& body, const std::string& raw, infer::SamplingParams& sp) {
   const json* rf = field(body, "response_format");
@@ -172,23 +165,17 @@ void read_response_format(const json& body, const std::string& raw, infer::Sampl
         if (t.is_string()) texts.push_back(t.get<std::string>());
     if (!choice->is_array() || texts.size() != choice->size())
       throw ApiError(400, "guided_choice must be a list of strings", "guided_choice");
-    try {
-      sp.json_schema = infer::JsonSchema::choices(texts);
-    } catch (const core::ConfigError& e) {
-      throw ApiError(400, e.what(), "guided_choice");
-    }
+    sp.json_schema = compiled_or_400("guided_choice", [&] { return infer::JsonSchema::choices(texts); });
     sp.json_object = true;
     return;
   }
   if (guided) {
     if (guided->is_string()) {
-      try {
-        sp.json_schema = infer::JsonSchema::compile_text(guided->get<std::string>(), "guided_json");
-      } catch (const core::ConfigError& e) {
-        throw ApiError(400, e.what(), "guided_json");
-      }
+      sp.json_schema = compiled_or_400(
+          "guided_json", [&] { return infer::JsonSchema::compile_text(guided->get<std::string>(), "guided_json"); });
     } else if (guided->is_object()) {
-      sp.json_schema = compile_schema(ordered_body(body, raw, "guided_json")["guided_json"], "guided_json", "guided_json");
+      const nlohmann::ordered_json schema = ordered_body(body, raw, "guided_json")["guided_json"];
+      sp.json_schema = compiled_or_400("guided_json", [&] { return infer::JsonSchema::compile(schema, "guided_json"); });
     } else {
       throw ApiError(400, "guided_json must be a JSON schema (an object, or its text)", "guided_json");
     }
@@ -201,20 +188,16 @@ void read_response_format(const json& body, const std::string& raw, infer::Sampl
   if (!spec || !spec->is_object())
     throw ApiError(400, "response_format json_schema needs \"json_schema\": {\"name\": ..., \"schema\": {...}}",
                    "response_format");
-  if (spec->contains("name")) {  // OpenAI's rule for the name
-    const json& name = (*spec)["name"];
-    const std::string n = name.is_string() ? name.get<std::string>() : std::string();
-    if (n.empty() || n.size() > 64 || n.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") !=
-                                          std::string::npos)
-      throw ApiError(400, "response_format.json_schema.name must be 1 to 64 of a-z, A-Z, 0-9, _ and -",
-                     "response_format");
-  }
+  if (spec->contains("name") && !is_api_name((*spec)["name"]))
+    throw ApiError(400, "response_format.json_schema.name must be 1 to 64 of a-z, A-Z, 0-9, _ and -",
+                   "response_format");
   if (spec->contains("strict") && !(*spec)["strict"].is_boolean())
     throw ApiError(400, "response_format.json_schema.strict must be a boolean", "response_format");
   if (!spec->contains("schema"))
     throw ApiError(400, "response_format.json_schema.schema is missing: give the JSON schema", "response_format");
-  sp.json_schema = compile_schema(ordered_body(body, raw, "response_format")["response_format"]["json_schema"]["schema"],
-                                  "response_format.json_schema.schema", "response_format");
+  const nlohmann::ordered_json schema = ordered_body(body, raw, "response_format")["response_format"]["json_schema"]["schema"];
+  sp.json_schema = compiled_or_400(
+      "response_format", [&] { return infer::JsonSchema::compile(schema, "response_format.json_schema.schema"); });
   sp.json_object = true;
 }
 

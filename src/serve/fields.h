@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "brisk/core/error.h"
 #include "brisk/serve/api.h"
 
 namespace brisk::serve::fields {
@@ -41,6 +42,20 @@ void read_response_format(const nlohmann::json& body, const std::string& raw, in
 // as ordered_json copies a deep value that another key follows, and the
 // copy recursed past the stack (a 400 naming `param` instead).
 nlohmann::ordered_json ordered_body(const nlohmann::json& body, const std::string& raw, const char* param);
+// OpenAI's rule for a schema's or a function's name: 1 to 64 of a-z, A-Z,
+// 0-9, _ and -.
+bool is_api_name(const nlohmann::json& name);
+// A JSON schema (or guided_choice list) compiled for SamplingParams::
+// json_schema, its ConfigError (which names the place in the schema) a 400
+// naming `param`.
+template <class Compile>
+auto compiled_or_400(const char* param, Compile&& compile) {
+  try {
+    return compile();
+  } catch (const core::ConfigError& e) {
+    throw ApiError(400, e.what(), param);
+  }
+}
 // The end-of-text token becomes a stop token (finish_reason "stop", as
 // OpenAI's end) unless the body sets ignore_eos, which bans it instead (as
 // llama.cpp's server does: the text does not run on past a document's end).
