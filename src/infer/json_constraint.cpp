@@ -26,6 +26,7 @@ bool JsonConstraint::accepts(std::string_view bytes) const {
 }
 
 bool JsonConstraint::feed(std::string_view bytes) {
+  ++tokens_;
   for (const char ch : bytes)
     if (!step(static_cast<unsigned char>(ch))) return false;
   return true;
@@ -161,16 +162,23 @@ bool JsonConstraint::choice(unsigned char c) {
 }
 
 // Whitespace between tokens: nothing, one space, or a newline and an indent
-// of up to kMaxIndent spaces or tabs. spaces_ counts the gap's bytes so
-// far; gap_newline_ says it began with a newline.
+// of up to kMaxIndent spaces or tabs, from at most kMaxGapTokens fed
+// tokens. spaces_ counts the gap's bytes so far; gap_newline_ says it
+// began with a newline.
 bool JsonConstraint::gap(unsigned char c) {
   if (spaces_ == 0) {
     if (c != ' ' && c != '\n') return false;
     gap_newline_ = c == '\n';
     spaces_ = 1;
+    gap_tokens_ = 1;
+    gap_token_ = tokens_;
     return true;
   }
   if (!gap_newline_ || (c != ' ' && c != '\t')) return false;
+  if (gap_token_ != tokens_) {  // a later token goes on with the gap
+    if (++gap_tokens_ > kMaxGapTokens) return false;
+    gap_token_ = tokens_;
+  }
   return ++spaces_ <= kMaxIndent + 1;
 }
 

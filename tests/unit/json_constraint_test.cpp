@@ -57,6 +57,23 @@ TEST(JsonConstraint, RefusesWhatIsNoJsonObject) {
   infer::JsonConstraint pretty;
   EXPECT_TRUE(pretty.feed("{\n  \"a\": [\n    1,\n    2\n  ],\n  \"b\": { \"c\" : null }\n}"));
   EXPECT_TRUE(pretty.done());
+  // A gap's whitespace comes from at most kMaxGapTokens tokens (feeds):
+  // GPT-2 has no token of two spaces, and a model spent its tokens on
+  // " " after " ".
+  for (const std::vector<std::string>& tokens :
+       {std::vector<std::string>{"{", "\n", "  "}, {"{", "\n  "}, {"{\n", " "}, {"{", " "}}) {
+    infer::JsonConstraint g;
+    for (const std::string& t : tokens) EXPECT_TRUE(g.feed(t)) << ::testing::PrintToString(t);
+    EXPECT_TRUE(g.accepts("\"")) << "after " << ::testing::PrintToString(tokens.back());
+  }
+  infer::JsonConstraint g;
+  ASSERT_TRUE(g.feed("{"));
+  ASSERT_TRUE(g.feed("\n"));
+  ASSERT_TRUE(g.feed(" "));
+  EXPECT_FALSE(g.accepts(" "));        // a third token of the gap
+  EXPECT_TRUE(g.accepts("\"a\""));   // the key may come
+  ASSERT_TRUE(g.feed("\"a\":"));
+  EXPECT_TRUE(g.accepts("\n"));       // a new gap counts anew
 }
 
 // Random walks: each step draws a byte among those the automaton allows
