@@ -21,6 +21,7 @@
 #include "brisk/cpu/cpu_backend.h"
 #include "brisk/cpu/cpu_features.h"
 #include "brisk/data/tokenizer.h"
+#include "brisk/infer/grammar_constraint.h"
 #include "brisk/infer/json_constraint.h"
 #include "brisk/ops/ops.h"
 
@@ -256,6 +257,7 @@ struct Seq {
   bool done = false;     // finished this step: leaves before the next
   std::string text;      // generated text so far (stop strings)
   std::optional<JsonConstraint> json;  // SamplingParams::json_object: where in the object the text is
+  std::optional<GrammarConstraint> grammar;  // SamplingParams::grammar: where in the grammar the text is
   std::vector<TokenChoice> prompt_choices;  // SamplingParams::prompt_logprobs: scored so far
 };
 
@@ -272,6 +274,7 @@ struct Engine::Impl {
   // Each drawable token's bytes, for SamplingParams::json_object (made on
   // the first such request).
   std::optional<JsonVocabulary> json_vocab;
+  std::optional<GrammarVocabulary> grammar_vocab;  // the same bytes as a trie, for SamplingParams::grammar
   cpu::CpuBackend backend;
   KvPool pool;
   std::vector<std::unique_ptr<Seq>> seqs;  // active, in admission order
@@ -398,8 +401,10 @@ struct Engine::Impl {
     const models::GptConfig& cfg = model.config;
     validate(p, cfg.vocab_size);
     if (prompt.empty()) throw core::ConfigError("the prompt is empty: give at least one token");
-    if (p.json_object && !tokenizer)
-      throw core::ConfigError("a JSON-constrained sequence needs the engine's tokenizer (the bytes of each token)");
+    if ((p.json_object || p.grammar) && !tokenizer)
+      throw core::ConfigError("a JSON- or grammar-constrained sequence needs the engine's tokenizer (the bytes of each token)");
+    if (p.json_object && p.grammar)
+      throw core::ConfigError("a sequence is constrained to JSON or to a grammar, not both");
     for (size_t i = 0; i < prompt.size(); ++i)
       if (prompt[i] < 0 || prompt[i] >= cfg.vocab_size)
         throw core::ConfigError("prompt token " + std::to_string(prompt[i]) + " at position " + std::to_string(i) +
@@ -436,12 +441,11 @@ struct Engine::Impl {
     if (p.json_object) {
       if (p.json_schema) s->json.emplace(*p.json_schema);  // s->params holds the schema
       else s->json.emplace();
-      if (!json_vocab) {
-        std::vector<std::string> bytes;
-        for (int32_t id = 0; id < int32_t(drawable_vocab); ++id)
-          bytes.push_back(tokenizer->decode(std::span<const int32_t>(&id, 1)));
-        json_vocab.emplace(std::move(bytes));
-      }
+      if (!json_vocab) json_vocab.emplace(token_bytes());
+    }
+    if (p.grammar) {
+      s->grammar.emplace(*p.grammar);  // s->params holds the grammar
+      if (!grammar_vocab) grammar_vocab.emplace(token_bytes());
     }
     s->reserved = reach;
     s->fed = s->cached = got.cached;
@@ -450,6 +454,13 @@ struct Engine::Impl {
     stats.cached_prompt_tokens += got.cached;
     seqs.push_back(std::move(s));
     return seqs.back()->id;
+  }
+
+  std::vector<std::string> token_bytes() const {
+    std::vector<std::string> bytes;
+    for (int32_t id = 0; id < int32_t(drawable_vocab); ++id)
+      bytes.push_back(tokenizer->decode(std::span<const int32_t>(&id, 1)));
+    return bytes;
   }
 
   void finish(size_t i) {
@@ -484,6 +495,23 @@ struct Engine::Impl {
       for (const auto& [t, v] : held) row[t] = v;
   }
 
+  // SamplingParams::grammar: -inf for every token whose bytes cannot come
+  // next (GrammarConstraint::mask); the stop tokens, whatever their bytes,
+  // only where the text is a whole one (llama.cpp's rule for its end of
+  // generation token), or where nothing else is left (a byte refused at the
+  // cap on ambiguity): then one of them ends the sequence.
+  void constrain(const GrammarConstraint& grammar, const std::vector<int32_t>& stop_tokens, float* row) const {
+    constexpr float never = -std::numeric_limits<float>::infinity();
+    std::vector<std::pair<int32_t, float>> stops;
+    for (int32_t t : stop_tokens)
+      if (t < drawable_vocab) stops.emplace_back(t, row[t]);
+    int64_t left = grammar.mask(*grammar_vocab, row);
+    for (const auto& [t, v] : stops)
+      if (row[t] != never) row[t] = never, --left;
+    if (grammar.can_end() || left == 0)
+      for (const auto& [t, v] : stops) row[t] = v;
+  }
+
   // Each sampled row's token, rows across threads: a row's choice depends
   // only on its logits, parameters, history and seed, so the result is the
   // same on any number of threads. (One thread sampling 16 rows of a 50k
@@ -496,6 +524,7 @@ struct Engine::Impl {
     auto one = [&](int64_t i, SamplerScratch& work) {
       const Seq& s = *samplers[size_t(i)];
       if (s.json) constrain(*s.json, s.params.stop_tokens, logits.data() + i * vocab);
+      if (s.grammar) constrain(*s.grammar, s.params.stop_tokens, logits.data() + i * vocab);
       choices[size_t(i)] =
           sample(logits.data() + i * vocab, drawable_vocab, s.params, s.history, uint64_t(s.generated), work);
     };
@@ -643,14 +672,16 @@ struct Engine::Impl {
       // A token the automaton refuses (only where later masks, min_tokens'
       // or banned tokens, left no token at all) ends the sequence as a stop
       // token does: its bytes stay out of the text, which stays a prefix.
-      const bool json_refused = s.json && !s.json->feed(json_vocab->bytes(tok));
-      const bool json_closed = s.json && !json_refused && s.json->done();
-      if (json_refused ||
-          std::find(s.params.stop_tokens.begin(), s.params.stop_tokens.end(), tok) != s.params.stop_tokens.end()) {
+      // A stop token is never fed to a grammar: it ends a whole text.
+      const bool is_stop =
+          std::find(s.params.stop_tokens.begin(), s.params.stop_tokens.end(), tok) != s.params.stop_tokens.end();
+      const bool refused = (s.json && !s.json->feed(json_vocab->bytes(tok))) ||
+                           (s.grammar && !is_stop && !s.grammar->feed(tokenizer->decode(std::span<const int32_t>(&tok, 1))));
+      if (refused || is_stop) {
         e.finish = Finish::stop;
-      } else if (json_closed) {
-        e.finish = Finish::stop;  // the object is complete: nothing may follow it
-        e.json_closed = true;
+      } else if ((s.json && s.json->done()) || (s.grammar && s.grammar->done())) {
+        e.finish = Finish::stop;  // the object or the grammar's text is complete: nothing may follow it
+        e.constraint_closed = true;
       } else if (std::string hit = stop_string_hit(s, tok); may_stop && !hit.empty()) {
         e.finish = Finish::stop;
         e.stop_matched = hit;

@@ -150,7 +150,9 @@ void read_tools(const json& j, const std::string& body, infer::SamplingParams& s
     pick = size_t(at - names.begin());
     r.tool_named = true;
   }
-  if (sp.json_object) throw ApiError(400, "a forced tool call and a JSON response_format or guided_json cannot be combined", "tool_choice");
+  if (sp.json_object || sp.grammar)
+    throw ApiError(400, "a forced tool call cannot be combined with a response_format or a guided_ or grammar constraint",
+                   "tool_choice");
   // The schema as the body wrote it (its keys' order is the arguments').
   const nlohmann::ordered_json fn = ordered_body(j, body, "tools")["tools"][pick]["function"];
   const std::string path = "tools[" + std::to_string(pick) + "].function.parameters";

@@ -168,7 +168,7 @@ json CompletionBuilder::add(const infer::TokenEvent& e) {
   if (e.finish == infer::Finish::stop) {
     // A call whose arguments closed ends as OpenAI's do: "tool_calls" for
     // tool_choice "required", "stop" for a named function.
-    finish_reason_ = !tool_name_.empty() && e.json_closed && !tool_named_ ? "tool_calls" : "stop";
+    finish_reason_ = !tool_name_.empty() && e.constraint_closed && !tool_named_ ? "tool_calls" : "stop";
     if (!e.stop_matched.empty() && e.stop_matched != route_stop_) stop_reason_ = e.stop_matched;
     else if (e.ended_by_stop_token() && e.choice.token != tok_.eot_token()) stop_reason_ = e.choice.token;
   }

@@ -7,6 +7,7 @@
 
 #include "brisk/core/error.h"
 #include "brisk/core/json_nesting.h"
+#include "brisk/infer/grammar.h"
 #include "brisk/infer/json_schema.h"
 
 namespace brisk::serve::fields {
@@ -154,11 +155,30 @@ void read_response_format(const json& body, const std::string& raw, infer::Sampl
                    "response_format must be {\"type\": \"text\"}, {\"type\": \"json_object\"} or {\"type\": "
                    "\"json_schema\", \"json_schema\": {\"name\": ..., \"schema\": {...}}}",
                    "response_format");
-  if (guided && rf && type != "text")
-    throw ApiError(400, "give guided_json or a JSON response_format, not both", "guided_json");
+  // One constraint at most: which would hold where they disagree?
+  std::vector<std::string> given;
+  if (rf && type != "text") given.push_back("a JSON response_format");
+  for (const char* name : {"guided_json", "guided_choice", "guided_regex", "guided_grammar", "grammar"})
+    if (field(body, name)) given.push_back(name);
+  if (given.size() > 1)
+    throw ApiError(400, "give one of a JSON response_format, guided_json, guided_choice, guided_regex, "
+                        "guided_grammar and grammar, not " + given[0] + " and " + given[1],
+                   given[1] == "a JSON response_format" ? "response_format" : given[1]);
+  // vLLM's guided_regex (the whole text matches) and guided_grammar, and
+  // llama.cpp's grammar (both GBNF).
+  for (const char* name : {"guided_regex", "guided_grammar", "grammar"}) {
+    const json* g = field(body, name);
+    if (!g) continue;
+    const bool regex = std::string(name) == "guided_regex";
+    if (!g->is_string() || g->get_ref<const std::string&>().empty())
+      throw ApiError(400, std::string(name) + (regex ? " must be a regular expression" : " must be a GBNF grammar") +
+                              " (a non-empty string)", name);
+    sp.grammar = compiled_or_400(name, [&] {
+      return regex ? infer::Grammar::regex(g->get<std::string>(), name) : infer::Grammar::gbnf(g->get<std::string>(), name);
+    });
+    return;
+  }
   if (const json* choice = field(body, "guided_choice")) {  // vLLM's: the text is one of these
-    if ((rf && type != "text") || guided)
-      throw ApiError(400, "give guided_choice, guided_json or a JSON response_format, only one", "guided_choice");
     std::vector<std::string> texts;
     if (choice->is_array())
       for (const json& t : *choice)

@@ -33,7 +33,8 @@ bool read_sampling(const nlohmann::json& body, infer::SamplingParams& sp);
 // {"name": ..., "schema": {...}}} (an instance of the schema), or vLLM's
 // guided_json (a schema, or its text) or guided_choice (the text is one of
 // a list of strings); sets sp.json_object and
-// sp.json_schema. The schema is read from `raw`, the body's text, where its
+// sp.json_schema. Or vLLM's guided_regex or guided_grammar, or llama.cpp's
+// grammar (GBNF): sets sp.grammar. One of these at most. The schema is read from `raw`, the body's text, where its
 // properties keep their order. A schema that cannot be enforced is a 400
 // naming its path.
 void read_response_format(const nlohmann::json& body, const std::string& raw, infer::SamplingParams& sp);

@@ -3,6 +3,7 @@
 
 #include <cstring>
 
+#include "brisk/infer/grammar.h"
 #include "brisk/infer/json_schema.h"
 
 namespace brisk::serve {
@@ -41,6 +42,7 @@ std::string ResponseCache::key_of(const Request& r, const std::string& model) {
     put_raw(k, p.min_tokens);
     put_raw(k, uint8_t(p.json_object));
     put_string(k, p.json_schema ? p.json_schema->text() : std::string());
+    put_string(k, p.grammar ? p.grammar->source() : std::string());
     put_raw(k, p.temperature);
     put_raw(k, p.top_k);
     put_raw(k, p.top_p);

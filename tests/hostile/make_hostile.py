@@ -1259,6 +1259,35 @@ def _(c):
             "--vocab-dir", v]
 
 
+# -- grammar files (brisk generate --grammar-file: GBNF, docs/serving.md, Grammars)
+
+
+def _grammar(c, text):
+    p = c.path("bad.gbnf")
+    write(p, text)
+    return c.generate(c.base.checkpoint) + ["--grammar-file", p]
+
+
+@case("gbnf_left_recursive", "grammar", "expr ::= expr \"+\" term", "bad.gbnf", "rule 'expr' is left-recursive")
+def _(c):
+    return _grammar(c, b'root ::= expr\nexpr ::= expr "+" term | term\nterm ::= [0-9]+\n')
+
+
+@case("gbnf_not_utf8", "grammar", "a literal holding byte 0xFF", "bad.gbnf", "not UTF-8")
+def _(c):
+    return _grammar(c, b'root ::= "\xff"\n')
+
+
+@case("gbnf_repeat_huge", "grammar", "a repetition {99999}", "bad.gbnf", "repetition count over 1000")
+def _(c):
+    return _grammar(c, b'root ::= "a"{99999}\n')
+
+
+@case("gbnf_undefined_rule", "grammar", "root ::= item, no item", "bad.gbnf", "rule 'item' is used but never defined")
+def _(c):
+    return _grammar(c, b"root ::= item\n")
+
+
 # ---- entry point ---------------------------------------------------------------------------
 
 

@@ -346,6 +346,27 @@ TEST(ServeResponseCache, TheJsonSchemaIsPartOfTheKey) {
   EXPECT_EQ(metrics_of(c)["brisk_response_cache_hits_total"], 2);
 }
 
+// So is a grammar or regular expression.
+TEST(ServeResponseCache, TheGrammarIsPartOfTheKey) {
+  Served s("", false, 1 << 20);
+  auto c = s.client();
+  for (int round = 0; round < 2; ++round) {
+    for (const char* want : {"aaa", "bbb"}) {
+      const json body = {{"prompt", "x"}, {"max_tokens", 20}, {"temperature", 0},
+                         {"guided_regex", std::string(1, want[0]) + "{3}"}};
+      auto r = c.Post("/v1/completions", body.dump(), kJson);
+      ASSERT_TRUE(r);
+      ASSERT_EQ(r->status, 200) << r->body;
+      EXPECT_EQ(json::parse(r->body)["choices"][0]["text"], want) << round;
+    }
+    const json gbnf = {{"prompt", "x"}, {"max_tokens", 20}, {"temperature", 0}, {"grammar", "root ::= \"ccc\""}};
+    auto r = c.Post("/v1/completions", gbnf.dump(), kJson);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(json::parse(r->body)["choices"][0]["text"], "ccc") << round;
+  }
+  EXPECT_EQ(metrics_of(c)["brisk_response_cache_hits_total"], 3);
+}
+
 TEST(ServeResponseCache, DeterministicRequestsAreAnsweredFromTheCache) {
   Served s("", false, 1 << 20);
   auto c = s.client();

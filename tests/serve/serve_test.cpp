@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <ctime>
 #include <map>
+#include <regex>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -970,7 +971,7 @@ TEST_F(ServeTest, JsonSchemaResponsesAreInstancesInTheSchemasKeyOrder) {
                {"not JSON"});
   expect_error(post("/v1/completions", {{"prompt", "x"}, {"guided_json", {{"type", "object"}}},
                                         {"response_format", {{"type", "json_object"}}}}),
-               400, "guided_json", {"not both"});
+               400, "guided_json", {"give one of", "not a JSON response_format and guided_json"});
   expect_error(post("/v1/completions", {{"prompt", "x"},
                                         {"response_format", {{"type", "json_schema"},
                                                              {"json_schema", {{"name", "a b"}, {"schema", bad}}}}}}),
@@ -1005,7 +1006,79 @@ TEST_F(ServeTest, GuidedChoiceAnswersWithOneOfTheChoices) {
   expect_error(post("/v1/completions", {{"prompt", "x"}, {"guided_choice", "yes"}}), 400, "guided_choice",
                {"list of strings"});
   expect_error(post("/v1/completions", {{"prompt", "x"}, {"guided_choice", {"a"}}, {"guided_json", {{"type", "object"}}}}),
-               400, "guided_choice", {"only one"});
+               400, "guided_choice", {"give one of", "not guided_json and guided_choice"});
+}
+
+// Whether `text` is one the test grammar below derives: "(" 1-3 of a-c ")"
+// inside any number of matched "<" ">".
+bool nested_in_angles(const std::string& text) {
+  size_t open = 0;
+  while (open < text.size() && text[open] == '<') ++open;
+  const std::string rest = text.substr(open);
+  return std::regex_match(rest, std::regex("\\([a-c]{1,3}\\)>*")) && rest.size() - rest.find(')') - 1 == open;
+}
+
+// vLLM's guided_regex and guided_grammar and llama.cpp's grammar: the
+// answer is a whole text of the regular expression or grammar (checked
+// here by std::regex and by hand), on both routes, streamed alike; what
+// cannot be compiled, or two constraints at once, is a 400 naming the field.
+TEST_F(ServeTest, GuidedRegexAndGrammarAnswersAreWholeTexts) {
+  const std::string pattern = "(yes|no), [0-9]{2,3}!";
+  const std::string grammar = "root ::= \"(\" [a-c]{1,3} \")\" | \"<\" root \">\"\n";
+  std::set<std::string> seen;
+  for (int seed = 1; seed <= 4; ++seed) {
+    for (const char* route : {"/v1/completions", "/v1/chat/completions"}) {
+      for (const char* field : {"guided_regex", "guided_grammar", "grammar"}) {
+        const bool regex = std::string(field) == "guided_regex";
+        json body = {{"seed", seed}, {field, regex ? pattern : grammar}, {"max_tokens", 40}, {"temperature", 1.0}};
+        if (std::string(route) == "/v1/completions") body["prompt"] = "Answer:";
+        else body["messages"] = {{{"role", "user"}, {"content", "Answer?"}}};
+        auto r = post(route, body);
+        ASSERT_TRUE(r);
+        ASSERT_EQ(r->status, 200) << r->body;
+        const json c = json::parse(r->body)["choices"][0];
+        const std::string text = c.contains("message") ? c["message"]["content"] : c["text"];
+        // The byte model has no end-of-text token: the text ends where
+        // nothing may follow, or at max_tokens as a prefix.
+        if (c["finish_reason"] == "stop") {
+          if (regex) EXPECT_TRUE(std::regex_match(text, std::regex(pattern))) << text;
+          else EXPECT_TRUE(nested_in_angles(text)) << text;
+          seen.insert(text);
+        } else {
+          EXPECT_EQ(c["finish_reason"], "length") << text;
+        }
+        body["stream"] = true;
+        auto st = post(route, body);
+        ASSERT_TRUE(st);
+        ASSERT_EQ(st->status, 200);
+        std::string streamed;
+        for (const std::string& ev : sse_events(st->body)) {
+          if (ev == "[DONE]") break;
+          const json d = json::parse(ev)["choices"][0];
+          if (d.contains("text")) streamed += d["text"].get<std::string>();
+          else if (d["delta"].contains("content") && d["delta"]["content"].is_string())
+            streamed += d["delta"]["content"].get<std::string>();
+        }
+        EXPECT_EQ(streamed, text) << route << " " << field << " seed " << seed;
+      }
+    }
+  }
+  EXPECT_GT(seen.size(), 3u) << "the draws closed too few distinct texts";
+  expect_error(post("/v1/completions", {{"prompt", "x"}, {"guided_regex", "a(?=b)"}}), 400, "guided_regex",
+               {"guided_regex: lookaround"});
+  expect_error(post("/v1/completions", {{"prompt", "x"}, {"grammar", "root ::= root \"a\" | \"b\""}}), 400,
+               "grammar", {"grammar: rule 'root' is left-recursive"});
+  expect_error(post("/v1/chat/completions", {{"messages", {{{"role", "user"}, {"content", "x"}}}},
+                                             {"guided_grammar", "root ::= item"}}),
+               400, "guided_grammar", {"rule 'item' is used but never defined"});
+  expect_error(post("/v1/completions", {{"prompt", "x"}, {"guided_regex", 5}}), 400, "guided_regex",
+               {"must be a regular expression"});
+  expect_error(post("/v1/completions", {{"prompt", "x"}, {"grammar", ""}}), 400, "grammar", {"must be a GBNF grammar"});
+  expect_error(post("/v1/completions", {{"prompt", "x"}, {"guided_regex", "a"}, {"grammar", "root ::= \"a\""}}), 400,
+               "grammar", {"not guided_regex and grammar"});
+  expect_error(post("/v1/completions", {{"prompt", "x"}, {"response_format", {{"type", "json_object"}}},
+                                        {"guided_regex", "a"}}),
+               400, "guided_regex", {"not a JSON response_format and guided_regex"});
 }
 
 // tools with a forced call: the message's tool_calls hold the function's

@@ -11,6 +11,7 @@
 #include <limits>
 #include <map>
 #include <numeric>
+#include <regex>
 #include <set>
 
 #include "brisk/core/error.h"
@@ -18,6 +19,7 @@
 #include "brisk/cpu/cpu_backend.h"
 #include "brisk/data/tokenizer.h"
 #include "brisk/infer/engine.h"
+#include "brisk/infer/grammar.h"
 #include "brisk/infer/json_constraint.h"
 #include "brisk/models/generate.h"
 #include "brisk/train/checkpoint.h"
@@ -448,7 +450,7 @@ TEST(InferEngine, MinTokensDefersStopTokensAndStopStrings) {
 
 // json_object: every token's bytes continue one JSON object, no stop token
 // comes before it closes, and the token that closes it ends the sequence
-// (json_closed: its text is the object's last byte). Without a tokenizer the
+// (constraint_closed: its text is the object's last byte). Without a tokenizer the
 // engine cannot know a token's bytes: refused.
 TEST(InferEngine, JsonObjectSequencesCloseIntoObjects) {
   auto tok = data::make_byte_tokenizer();
@@ -472,7 +474,7 @@ TEST(InferEngine, JsonObjectSequencesCloseIntoObjects) {
     EXPECT_EQ(text.find_first_of("a "), std::string::npos) << text;
     if (last.finish == infer::Finish::stop) {
       ++closed;
-      EXPECT_TRUE(last.json_closed) << text;
+      EXPECT_TRUE(last.constraint_closed) << text;
       EXPECT_FALSE(last.ended_by_stop_token());
       EXPECT_TRUE(prefix.done()) << text;
       EXPECT_TRUE(nlohmann::json::accept(text) && nlohmann::json::parse(text).is_object()) << text;
@@ -521,6 +523,50 @@ TEST(InferEngine, JsonObjectSequencesCloseIntoObjects) {
   infer::SamplingParams sp = greedy(4);
   sp.json_object = true;
   EXPECT_THROW(bare.add(prompt_of(4), sp), core::ConfigError);
+}
+
+// grammar: every token's bytes continue a text of the grammar, a stop token
+// comes only where the text so far is a whole one (however strongly the
+// model wants it earlier), and where nothing may follow the sequence ends
+// on its last token (constraint_closed). With JSON too: refused.
+TEST(InferEngine, GrammarSequencesStopOnlyWhereTheTextIsWhole) {
+  auto tok = data::make_byte_tokenizer();
+  infer::Engine e(infer::load_model(checkpoint()), opts(), tok.get());
+  const auto g = infer::Grammar::regex("[a-c]{2,4}(!|\\?\\?)?", "test");
+  const std::regex whole("[a-c]{2,4}(!|\\?\\?)?");
+  int stopped = 0, closed = 0;
+  for (uint64_t seed = 1; seed <= 12; ++seed) {
+    infer::SamplingParams sp = greedy(20);
+    sp.temperature = 0.9f;
+    sp.seed = seed;
+    sp.grammar = g;
+    sp.stop_tokens = {int32_t('x')};
+    // The stop token first wherever it may come; '!' or '?' after it.
+    sp.logit_bias = {{int32_t('x'), seed % 2 ? 30.f : 0.f}, {int32_t('!'), 3.f}, {int32_t('?'), 3.f}};
+    const int64_t id = e.add(prompt_of(4), sp);
+    std::string text;
+    infer::TokenEvent last;
+    while (!e.idle())
+      for (auto& ev : e.step())
+        if (ev.seq == id) last = ev, text += ev.ended_by_stop_token() ? std::string() : std::string(1, char(ev.choice.token));
+    ASSERT_EQ(last.finish, infer::Finish::stop) << text;
+    EXPECT_TRUE(std::regex_match(text, whole)) << text;
+    if (last.ended_by_stop_token()) {
+      ++stopped;
+      EXPECT_EQ(last.choice.token, int32_t('x'));
+      if (seed % 2) EXPECT_EQ(text.size(), 2u) << "the favoured stop token waits for the shortest whole text";
+    } else {
+      ++closed;
+      EXPECT_TRUE(last.constraint_closed) << text;
+      EXPECT_TRUE(text.back() == '!' || text.back() == '?' || text.size() == 4u) << text;
+    }
+  }
+  EXPECT_GT(stopped, 0);
+  EXPECT_GT(closed, 0);
+  infer::SamplingParams both = greedy(4);
+  both.grammar = g;
+  both.json_object = true;
+  EXPECT_THROW(e.add(prompt_of(4), both), core::ConfigError);
 }
 
 // Of two stop strings ending in one token, the one starting first is

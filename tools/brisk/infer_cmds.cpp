@@ -13,6 +13,7 @@
 #include "brisk/core/safetensors.h"
 #include "brisk/data/tokenizer.h"
 #include "brisk/infer/engine.h"
+#include "brisk/infer/grammar.h"
 #include "brisk/infer/json_schema.h"
 #include "brisk/monitor/machine.h"
 #include "brisk/serve/text_stream.h"
@@ -26,6 +27,7 @@ struct GenerateArgs {
   std::string checkpoint, prompt, prompt_file, vocab_dir;
   std::string json_schema, json_schema_file;
   bool json = false;
+  std::string grammar, grammar_file, regex;
   infer::SamplingParams sp;
   std::vector<std::string> stop;
   std::vector<int32_t> stop_tokens;
@@ -81,15 +83,20 @@ int run_generate(const GenerateArgs& a) {
       throw core::ConfigError("--stop-token " + std::to_string(t) + " is outside the tokenizer's ids [0, " +
                               std::to_string(tok->vocab_size()) + "); it could never be generated");
   infer::SamplingParams sp = a.sp;
+  auto read_file = [](const std::string& path, const char* what) {
+    std::ifstream in(path);
+    if (!in) throw core::IoError(path + ": cannot read the " + what + " file");
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
   if (!a.json_schema_file.empty()) {
-    std::ifstream in(a.json_schema_file);
-    if (!in) throw core::IoError(a.json_schema_file + ": cannot read the JSON schema file");
-    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    sp.json_schema = infer::JsonSchema::compile_text(text, a.json_schema_file);
+    sp.json_schema = infer::JsonSchema::compile_text(read_file(a.json_schema_file, "JSON schema"), a.json_schema_file);
   } else if (!a.json_schema.empty()) {
     sp.json_schema = infer::JsonSchema::compile_text(a.json_schema, "--json-schema");
   }
   sp.json_object = a.json || sp.json_schema;
+  if (!a.grammar_file.empty()) sp.grammar = infer::Grammar::gbnf(read_file(a.grammar_file, "grammar"), a.grammar_file);
+  else if (!a.grammar.empty()) sp.grammar = infer::Grammar::gbnf(a.grammar, "--grammar");
+  else if (!a.regex.empty()) sp.grammar = infer::Grammar::regex(a.regex, "--regex");
   sp.stop = a.stop;
   sp.stop_tokens = a.stop_tokens;
   infer::EngineOptions eo;
@@ -237,6 +244,16 @@ InferCommands add_infer_commands(CLI::App& app) {
       ->excludes(schema)
       ->excludes(json);
   schema->excludes(json);
+  auto* grammar = gen->add_option("--grammar", g->grammar,
+                                  "The text is one this GBNF grammar derives (llama.cpp's format; docs/serving.md)");
+  auto* grammar_file = gen->add_option("--grammar-file", g->grammar_file, "The same, the grammar read from a file");
+  auto* regex = gen->add_option("--regex", g->regex, "The whole text matches this regular expression");
+  for (CLI::Option* constraint : {grammar, grammar_file, regex}) {
+    for (CLI::Option* other : {grammar, grammar_file, regex})
+      if (other != constraint) constraint->excludes(other);
+    constraint->excludes(json)->excludes(schema);
+  }
+  gen->get_option("--json-schema-file")->excludes(grammar)->excludes(grammar_file)->excludes(regex);
 
   auto q = std::make_shared<QuantizeArgs>();
   auto* quant = app.add_subcommand("quantize", "Quantize a checkpoint's weights to int8 or int4 (safetensors)");

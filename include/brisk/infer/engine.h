@@ -64,10 +64,11 @@ struct TokenEvent {
   bool context_full = false;  // finish == length because the context is full, not max_tokens
   std::string stop_matched;   // the stop string that ended it
   // finish == stop because this token closed the JSON object
-  // (SamplingParams::json_object): unlike a stop token, it is text.
-  bool json_closed = false;
+  // (SamplingParams::json_object) or ended the grammar's text where nothing
+  // may follow (SamplingParams::grammar): unlike a stop token, it is text.
+  bool constraint_closed = false;
   // A stop token (SamplingParams::stop_tokens) ended it: no part of the text.
-  bool ended_by_stop_token() const { return finish == Finish::stop && stop_matched.empty() && !json_closed; }
+  bool ended_by_stop_token() const { return finish == Finish::stop && stop_matched.empty() && !constraint_closed; }
   int64_t cached_prompt_tokens = 0;  // on a sequence's first event: its prompt positions taken from the prefix cache
   // On a sequence's first event, with SamplingParams::prompt_logprobs >= 0:
   // one choice per prompt token after the first (token = that prompt token).

@@ -14,6 +14,7 @@
 
 namespace brisk::infer {
 
+class Grammar;
 class JsonSchema;
 
 struct SamplingParams {
@@ -51,6 +52,13 @@ struct SamplingParams {
   // an array; json_schema.h), not just any object; or, for a schema made by
   // JsonSchema::choices (guided_choice), one of its texts.
   std::shared_ptr<const JsonSchema> json_schema;
+  // The text is one the grammar derives (GrammarConstraint,
+  // grammar_constraint.h: llama.cpp's GBNF, vLLM's guided_grammar and
+  // guided_regex): a token whose bytes cannot continue one is never drawn,
+  // a stop token only where the text is a whole one, and the sequence ends
+  // (Finish::stop) where nothing more may follow. Not with json_object.
+  // Needs the engine's tokenizer.
+  std::shared_ptr<const Grammar> grammar;
   int logprobs = -1;                  // -1: none; n >= 0: the chosen token's log-probability and the n most likely
   // -1: none; n >= 0: each prompt token's log-probability given the tokens
   // before it (from the model's plain softmax: no penalty or temperature)
