@@ -11,12 +11,10 @@ A schema brisk cannot enforce must be refused with exit code 2.
 import argparse
 import json
 import os
-import re
-import shutil
-import subprocess
-import sys
 
 import jsonschema
+
+from tiny_generate import die, generated, run, train_tiny
 
 SCHEMAS = {
     # Pydantic's shape: $defs, $ref, allOf around a $ref, anyOf with null.
@@ -85,15 +83,6 @@ REFUSED = {
 }
 
 
-def die(msg):
-    print(f"check_json_schema: FAIL: {msg}", file=sys.stderr)
-    sys.exit(1)
-
-
-def run(cmd, **kw):
-    return subprocess.run(cmd, capture_output=True, text=True, **kw)
-
-
 def key_order_ok(value, schema):
     """Listed keys appear in the schema's order (checked where the value is an
     object under a schema with properties; nested values by their property)."""
@@ -111,29 +100,7 @@ def main():
     ap.add_argument("--workdir", required=True)
     ap.add_argument("--batch", type=int, default=12)
     a = ap.parse_args()
-    shutil.rmtree(a.workdir, ignore_errors=True)
-    os.makedirs(a.workdir)
-    run_dir = os.path.join(a.workdir, "run")
-    text_file, data_dir = os.path.join(a.workdir, "text.txt"), os.path.join(a.workdir, "data")
-    with open(text_file, "w") as f:  # its own few kilobytes: the test needs no prepared corpus
-        f.write("".join(f"line {i}: the quick brown fox jumps over the lazy dog {i * i}\n" for i in range(400)))
-    r = run([a.brisk, "data", "prepare", "--input", text_file, "--tokenizer", "bytes", "--out", data_dir,
-             "--val-fraction", "0.1"])
-    if r.returncode != 0:
-        die(f"preparing the tiny corpus failed: {r.stderr.strip()}")
-    sets = {"model.n_layer": "1", "model.n_embd": "32", "model.n_head": "2", "model.block_size": "256",
-            "model.vocab_size": "256", "data.dir": json.dumps(data_dir), "train.steps": "1",
-            "train.batch": "2", "train.seq": "32", "train.eval_every": "1000", "train.log_every": "1",
-            "checkpoint.dir": json.dumps(run_dir), "checkpoint.every": "1"}
-    cfg = os.path.join(a.workdir, "tiny.toml")
-    with open(cfg, "w") as f:
-        f.write("[model]\n[data]\n[train]\n[checkpoint]\n")
-    cmd = [a.brisk, "train", "-c", cfg]
-    for k, v in sets.items():
-        cmd += ["--set", f"{k}={v}"]
-    r = run(cmd)
-    if r.returncode != 0:
-        die(f"training the tiny model failed: {r.stderr.strip()[-2000:]}")
+    run_dir = train_tiny(a.brisk, a.workdir)
 
     prompt = "JSON:"
     for name, schema in SCHEMAS.items():
@@ -143,18 +110,9 @@ def main():
         r = run([a.brisk, "generate", "--checkpoint", run_dir, "--prompt", prompt, "--batch", str(a.batch),
                  "--no-stream", "--max-new", "240", "--temperature", "1", "--seed", "7", "--threads", "1",
                  "--json-schema-file", path])
-        if r.returncode != 0:
-            die(f"{name}: brisk generate failed: {r.stderr.strip()}")
-        blocks = re.split(r"^=== (\d+): (.*)\n", r.stdout, flags=re.M)[1:]
-        if len(blocks) != 3 * a.batch:
-            die(f"{name}: expected {a.batch} texts, got output:\n{r.stdout[:2000]}")
         closed = 0
         validator = jsonschema.Draft202012Validator(schema)
-        for i in range(a.batch):
-            reason, text = blocks[3 * i + 1], blocks[3 * i + 2]
-            if not text.startswith(prompt):
-                die(f"{name}: text {i} does not start with the prompt: {text!r}")
-            text = text[len(prompt):].removesuffix("\n")
+        for i, (reason, text) in enumerate(generated(r, a.batch, prompt, name)):
             if reason != "stop":
                 continue
             closed += 1
