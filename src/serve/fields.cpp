@@ -148,7 +148,9 @@ bool is_api_name(const json& name) {
 
 void read_response_format(const json& body, const std::string& raw, infer::SamplingParams& sp) {
   const json* rf = field(body, "response_format");
-  const json* guided = field(body, "guided_json");
+  // vLLM's guided_json, or llama.cpp's server's json_schema: the same.
+  const char* guided_name = field(body, "json_schema") ? "json_schema" : "guided_json";
+  const json* guided = field(body, guided_name);
   const json type = rf && rf->is_object() ? rf->value("type", json()) : json();
   if (rf && type != "text" && type != "json_object" && type != "json_schema")
     throw ApiError(400,
@@ -158,10 +160,10 @@ void read_response_format(const json& body, const std::string& raw, infer::Sampl
   // One constraint at most: which would hold where they disagree?
   std::vector<std::string> given;
   if (rf && type != "text") given.push_back("a JSON response_format");
-  for (const char* name : {"guided_json", "guided_choice", "guided_regex", "guided_grammar", "grammar"})
+  for (const char* name : {"guided_json", "json_schema", "guided_choice", "guided_regex", "guided_grammar", "grammar"})
     if (field(body, name)) given.push_back(name);
   if (given.size() > 1)
-    throw ApiError(400, "give one of a JSON response_format, guided_json, guided_choice, guided_regex, "
+    throw ApiError(400, "give one of a JSON response_format, guided_json, json_schema, guided_choice, guided_regex, "
                         "guided_grammar and grammar, not " + given[0] + " and " + given[1],
                    given[1] == "a JSON response_format" ? "response_format" : given[1]);
   // vLLM's guided_regex (the whole text matches) and guided_grammar, and
@@ -190,14 +192,15 @@ void read_response_format(const json& body, const std::string& raw, infer::Sampl
     return;
   }
   if (guided) {
+    const std::string name = guided_name;
     if (guided->is_string()) {
       sp.json_schema = compiled_or_400(
-          "guided_json", [&] { return infer::JsonSchema::compile_text(guided->get<std::string>(), "guided_json"); });
+          guided_name, [&] { return infer::JsonSchema::compile_text(guided->get<std::string>(), name); });
     } else if (guided->is_object()) {
-      const nlohmann::ordered_json schema = ordered_body(body, raw, "guided_json")["guided_json"];
-      sp.json_schema = compiled_or_400("guided_json", [&] { return infer::JsonSchema::compile(schema, "guided_json"); });
+      const nlohmann::ordered_json schema = ordered_body(body, raw, guided_name)[name];
+      sp.json_schema = compiled_or_400(guided_name, [&] { return infer::JsonSchema::compile(schema, name); });
     } else {
-      throw ApiError(400, "guided_json must be a JSON schema (an object, or its text)", "guided_json");
+      throw ApiError(400, name + " must be a JSON schema (an object, or its text)", guided_name);
     }
     sp.json_object = true;
     return;

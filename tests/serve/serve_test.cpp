@@ -1079,6 +1079,16 @@ TEST_F(ServeTest, GuidedRegexAndGrammarAnswersAreWholeTexts) {
   expect_error(post("/v1/completions", {{"prompt", "x"}, {"response_format", {{"type", "json_object"}}},
                                         {"guided_regex", "a"}}),
                400, "guided_regex", {"not a JSON response_format and guided_regex"});
+  // llama.cpp's server's json_schema is guided_json by another name.
+  auto js = post("/v1/completions", {{"prompt", "x"}, {"json_schema", {{"type", "array"}, {"maxItems", 0}}}});
+  ASSERT_TRUE(js);
+  ASSERT_EQ(js->status, 200) << js->body;
+  EXPECT_EQ(json::parse(json::parse(js->body)["choices"][0]["text"].get<std::string>()), json::array());
+  expect_error(post("/v1/completions", {{"prompt", "x"}, {"json_schema", {{"type", "string"}}}}), 400, "json_schema",
+               {"json_schema: the root must allow an object or an array"});
+  expect_error(post("/v1/completions", {{"prompt", "x"}, {"json_schema", {{"type", "object"}}},
+                                        {"guided_json", {{"type", "object"}}}}),
+               400, "json_schema", {"not guided_json and json_schema"});
 }
 
 // tools with a forced call: the message's tool_calls hold the function's
