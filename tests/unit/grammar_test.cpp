@@ -67,7 +67,8 @@ TEST(Grammar, RefusalsNameTheRuleOrThePlace) {
       {"root ::= (\"a\"\n", "expected ')'"},
       {"", "the grammar is empty"},
   };
-  for (const auto& [text, want] : gbnf_cases) {
+  for (const auto& c : gbnf_cases) {  // (clang 14 cannot capture a structured binding)
+    const std::string &text = c.first, &want = c.second;
     const std::string got = refusal([&] { gbnf(text); });
     EXPECT_NE(got.find(want), std::string::npos) << text << "\n=> " << got;
     EXPECT_EQ(got.rfind("grammar: ", 0), 0u) << got;
@@ -82,7 +83,8 @@ TEST(Grammar, RefusalsNameTheRuleOrThePlace) {
       {"\\q", "unknown escape \\q"}, {"[b-a]", "runs backwards"}, {"a{2000}", "over 1000"},
       {"(ab", "closing ')'"},      {"+a", "'+' repeats nothing"}, {"[^\\s\\S]", "matches nothing"},
   };
-  for (const auto& [text, want] : regex_cases) {
+  for (const auto& c : regex_cases) {
+    const std::string &text = c.first, &want = c.second;
     const std::string got = refusal([&] { regex(text); });
     EXPECT_NE(got.find(want), std::string::npos) << text << "\n=> " << got;
   }
