@@ -145,7 +145,7 @@ class GrammarBuilder {
       }
       seq.insert(seq.end(), tail.begin(), tail.end());
     }
-    count(seq.size());
+    count(seq.size() - from);  // what the repetition wrote (counting all of seq each time was quadratic)
   }
 
   std::shared_ptr<const Grammar> finish(uint32_t root, const std::string& source) {
@@ -346,6 +346,21 @@ class Reader {
   }
   [[noreturn]] void fail(const std::string& what) const { b_.fail_at(pos_, what); }
 
+  // Groups are parsed recursively: past this depth a request's pattern
+  // would overflow the stack of the thread parsing it (a 100 KB body of
+  // '(' did). Opened by each group, closed when its ')' is read.
+  static constexpr int kMaxNesting = 256;
+  void open_group() {
+    if (++depth_ > kMaxNesting) fail("groups nest more than " + std::to_string(kMaxNesting) + " deep");
+  }
+  void close_group() { --depth_; }
+  int depth_ = 0;
+
+  // The text of an unknown escape's character, for its message.
+  static std::string shown(char c) {
+    return uint8_t(c) >= 0x20 && uint8_t(c) < 0x7F ? std::string(1, c) : "(a byte " + std::to_string(uint8_t(c)) + ")";
+  }
+
   // One UTF-8 character of the source.
   uint32_t character() {
     const auto c = uint8_t(s_[pos_]);
@@ -490,10 +505,12 @@ class GbnfParser : Reader {
       } else if (c == '(') {
         last = seq.size();
         ++pos_;
+        open_group();
         space(true);
         std::vector<Seq> alts = alternates(base, true);
         if (peek() != ')') fail("expected ')'");
         ++pos_;
+        close_group();
         const uint32_t r = b_.fresh(base);
         b_.define(r, std::move(alts), at);
         seq.push_back(GrammarBuilder::ref(r));
@@ -551,7 +568,7 @@ class GbnfParser : Reader {
     if (c == 'U') return hex(8);
     if (c == '\\' || c == '"' || c == '[' || c == ']' || c == '-' || c == '^') return uint8_t(c);
     --pos_;
-    fail(std::string("unknown escape \\") + c);
+    fail("unknown escape \\" + shown(c));
   }
 
   uint32_t literal_char() { return peek() == '\\' ? escape() : character(); }
@@ -628,12 +645,16 @@ class RegexParser : Reader {
         seq.push_back(b_.chars(complement(one('\n')), at));
       } else if (c == '\\') {
         seq.push_back(b_.chars(escape(false), at));
-      } else if (c == '$') {
+      } else if (c == '$') {  // at the end of a whole alternative only: the text must end there
         ++pos_;
-        if (!eof()) fail("'$' anywhere but at the end (the whole text must match)");
+        if (depth_ > 0 || (!eof() && peek() != '|'))
+          fail("'$' anywhere but at the end of the pattern or of one of its alternatives (the whole text must match)");
         last = std::string::npos;
       } else if (c == '^') {
-        fail("'^' anywhere but at the start (the whole text must match)");
+        ++pos_;
+        if (depth_ > 0 || !seq.empty())
+          fail("'^' anywhere but at the start of the pattern or of one of its alternatives (the whole text must match)");
+        last = std::string::npos;
       } else {
         seq.push_back(b_.chars(one(character()), at));
       }
@@ -644,6 +665,7 @@ class RegexParser : Reader {
   GrammarBuilder::Sym group() {
     const size_t at = pos_;
     ++pos_;  // '('
+    open_group();
     if (eat("?")) {
       if (eat(":")) {
       } else if (eat("P<") || (peek() == '<' && peek(1) != '=' && peek(1) != '!' && eat("<"))) {
@@ -657,6 +679,7 @@ class RegexParser : Reader {
     }
     std::vector<Seq> alts = alternation();
     if (!eat(")")) fail("a group without its closing ')'");
+    close_group();
     const uint32_t r = b_.fresh("regex");
     b_.define(r, std::move(alts), at);
     return GrammarBuilder::ref(r);
@@ -675,11 +698,14 @@ class RegexParser : Reader {
       }
       return p > from;
     };
-    if (!number(min)) return false;
+    const bool has_min = number(min);  // {,n}: no least count is 0, as in Python
+    if (!has_min) min = 0;
     max = min;
     if (p < s_.size() && s_[p] == ',') {
       ++p;
       if (!number(max)) max = -1;
+    } else if (!has_min) {
+      return false;
     }
     if (p >= s_.size() || s_[p] != '}') return false;
     if (!probe) pos_ = p + 1;
@@ -705,8 +731,16 @@ class RegexParser : Reader {
       case 'S': return complement(space);
       case 'f': return one('\f');
       case 'v': return one('\v');
-      case '0': return one(0);
+      case 'a': return one('\a');
       default: break;
+    }
+    // Octal as Python reads it: \0 and up to two more octal digits, or
+    // three octal digits; other digits are backreferences.
+    auto octal = [&](size_t at) { return at < s_.size() && s_[at] >= '0' && s_[at] <= '7'; };
+    if (c == '0' || (c <= '3' && octal(pos_ - 1) && octal(pos_) && octal(pos_ + 1))) {
+      uint32_t v = uint32_t(c - '0');
+      for (int i = 0; i < 2 && octal(pos_); ++i) v = v * 8 + uint32_t(s_[pos_++] - '0');
+      return one(v);
     }
     if (common_escape(c, cp)) return one(cp);
     if (c == 'b' && in_class) return one('\b');
@@ -718,9 +752,13 @@ class RegexParser : Reader {
       --pos_;
       fail("backreferences are not supported: they match no regular language");
     }
-    if (uint8_t(c) < 0x80 && !is_name_char(c)) return one(uint8_t(c));  // an escaped punctuation character
+    // Any other character but an ASCII letter or digit stands for itself
+    // (Python's rule: those are kept for escapes of their own).
+    const bool alnum = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+    if (uint8_t(c) >= 0x80) return --pos_, one(character());
+    if (!alnum) return one(uint8_t(c));
     --pos_;
-    fail(std::string("unknown escape \\") + c);
+    fail("unknown escape \\" + shown(c));
   }
 
   CodePointSet klass() {

@@ -153,7 +153,10 @@ bool GrammarConstraint::accepts(std::string_view bytes) const {
 
 // The arena only grows (a mask's states stand on the nodes it made); past
 // kMaxNodes it is rebuilt from the current state's stacks alone, and what
-// was kept by node id (the table, the masks) goes with it.
+// was kept by node id (the table, the masks) goes with it. Only mask()
+// calls it, before its walk: the feed that follows a mask then meets the
+// very nodes the mask made, so where a cap keeps the first places by id it
+// keeps the same ones, and a token the mask allowed is never refused.
 void GrammarConstraint::compact() const {
   if (nodes_.size() <= kMaxNodes) return;
   const std::vector<std::pair<uint32_t, uint32_t>> old = std::move(nodes_);
@@ -179,7 +182,6 @@ void GrammarConstraint::compact() const {
 }
 
 bool GrammarConstraint::feed(std::string_view bytes) {
-  compact();
   State a = state_, b;
   for (char c : bytes) {
     if (!step(a, uint8_t(c), b)) return false;
@@ -216,6 +218,7 @@ bool GrammarConstraint::child(const Level& from, uint8_t b, Level& to) const {
     if (known >= 0) return to.id = known, true;
   }
   const State& at = from.id >= 0 ? states_[size_t(from.id)] : from.value;
+  mask_work_ += at.stacks.size() + 1;
   if (!step(at, b, to.value)) {
     if (from.id >= 0) moves_[size_t(from.id) * 256 + b] = kDead;
     return false;
@@ -242,13 +245,34 @@ int64_t GrammarConstraint::mask(const GrammarVocabulary& vocab, float* row) cons
       moves_.clear();
     }
     std::vector<uint64_t> allowed(size_t(vocab.size() + 63) / 64);
+    auto allow = [&](const GrammarVocabulary::Node& n) {
+      for (uint32_t i = 0; i < n.tokens; ++i) {
+        const auto t = size_t(vocab.tokens_[n.first_token + i]);
+        allowed[t / 64] |= uint64_t(1) << (t % 64);
+      }
+    };
     if (levels_.size() < vocab.depth_ + 1) levels_.resize(vocab.depth_ + 1);
     levels_[0].id = int32_t(intern_state(state_));
+    mask_work_ = 0;
+    // The tokens of one byte first: were the walk below cut short, they
+    // are what keeps a live state from a mask of nothing.
+    const GrammarVocabulary::Node& root = vocab.nodes_[0];
+    for (uint32_t e = 0; e < root.edges; ++e) {
+      const auto [byte, next] = vocab.edges_[root.first_edge + e];
+      if (vocab.nodes_[next].tokens && child(levels_[0], byte, levels_[1])) allow(vocab.nodes_[next]);
+    }
     // Depth first over the trie: (node, its next edge), the state after
     // each node's bytes in levels_[depth]. The nodes made here stay: the
-    // table's states stand on them.
+    // table's states stand on them. Past kMaxMaskWork stacks stepped (an
+    // ambiguous grammar whose thousands of places give every trie node a
+    // state of its own) the walk stops: the tokens it has not reached are
+    // refused, as at the other caps.
     std::vector<std::pair<uint32_t, uint32_t>> path{{0, 0}};
     while (!path.empty()) {
+      if (mask_work_ > kMaxMaskWork) {
+        capped_ = true;
+        break;
+      }
       auto& [node, edge] = path.back();
       const GrammarVocabulary::Node& n = vocab.nodes_[node];
       if (edge == n.edges) {
@@ -259,10 +283,7 @@ int64_t GrammarConstraint::mask(const GrammarVocabulary& vocab, float* row) cons
       const size_t depth = path.size();
       if (!child(levels_[depth - 1], byte, levels_[depth])) continue;
       const GrammarVocabulary::Node& c = vocab.nodes_[next];
-      for (uint32_t i = 0; i < c.tokens; ++i) {
-        const auto t = size_t(vocab.tokens_[c.first_token + i]);
-        allowed[t / 64] |= uint64_t(1) << (t % 64);
-      }
+      allow(c);
       if (c.edges) path.emplace_back(next, 0);
     }
     it = masks_.emplace(k, std::move(allowed)).first;

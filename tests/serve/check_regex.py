@@ -24,6 +24,7 @@ PATTERNS = {
     "pairs": r"(?P<key>[a-z_]{1,4})=(\"[^\"\n]{0,6}\"|-?\d{1,3})(;[a-z]{1,3}=\d){0,2}",
     "greek": r"[α-ω]{2,4} (é|ü|\x41){1,2}<.{1,3}>",
     "nullable": r"(a*)*b|(?:x|y?){2,3}\.",
+    "python": r"^[a-z\-]{1,4}\_x{,2}\101\é$|^\d{2}$",
 }
 
 # GBNF grammars and the expressions that say the same.

@@ -1079,6 +1079,12 @@ TEST_F(ServeTest, GuidedRegexAndGrammarAnswersAreWholeTexts) {
   expect_error(post("/v1/completions", {{"prompt", "x"}, {"response_format", {{"type", "json_object"}}},
                                         {"guided_regex", "a"}}),
                400, "guided_regex", {"not a JSON response_format and guided_regex"});
+  // A pattern nested past 256 groups is a 400, not a stack overflow (a
+  // body of 100,000 '(' killed the server; this one's --max-body is 4 KiB).
+  expect_error(post("/v1/completions", {{"prompt", "x"}, {"guided_regex", std::string(3000, '(') + "a"}}), 400,
+               "guided_regex", {"groups nest more than 256 deep"});
+  expect_error(post("/v1/completions", {{"prompt", "x"}, {"grammar", "root ::= " + std::string(3000, '(')}}), 400,
+               "grammar", {"groups nest more than 256 deep"});
   // llama.cpp's server's json_schema is guided_json by another name.
   auto js = post("/v1/completions", {{"prompt", "x"}, {"json_schema", {{"type", "array"}, {"maxItems", 0}}}});
   ASSERT_TRUE(js);

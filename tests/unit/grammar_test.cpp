@@ -13,6 +13,7 @@
 #include <regex>
 #include <span>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "brisk/core/error.h"
@@ -73,6 +74,19 @@ TEST(Grammar, RefusalsNameTheRuleOrThePlace) {
     EXPECT_NE(got.find(want), std::string::npos) << text << "\n=> " << got;
     EXPECT_EQ(got.rfind("grammar: ", 0), 0u) << got;
   }
+  // Groups nest at most 256 deep: deeper, the recursive parse would
+  // overflow a thread's stack (100,000 did).
+  const std::string deep_open(100000, '('), deep_close(100000, ')');
+  EXPECT_NE(refusal([&] { regex(deep_open + "a" + deep_close); }).find("groups nest more than 256 deep"),
+            std::string::npos);
+  EXPECT_NE(refusal([&] { gbnf("root ::= " + deep_open + "\"a\"" + deep_close); }).find("nest more than 256"),
+            std::string::npos);
+  EXPECT_TRUE(whole(*regex(std::string(256, '(') + "a" + std::string(256, ')')), "a"));
+  // The symbol cap counts what repetitions write, once: 640 stars are some
+  // 2,600 symbols, not 200,000.
+  std::string stars;
+  for (int i = 0; i < 640; ++i) stars += "[a-z]*";
+  EXPECT_TRUE(whole(*regex(stars), "abc"));
   std::string large = "root ::= x0\n";
   for (int i = 0; i <= 200; ++i) large += "x" + std::to_string(i) + " ::= \"a\"{1000}\n";
   EXPECT_NE(refusal([&] { gbnf(large); }).find("more than 200000 symbols"), std::string::npos);
@@ -80,6 +94,8 @@ TEST(Grammar, RefusalsNameTheRuleOrThePlace) {
       {"a(?=b)", "lookaround"},   {"(a)\\1", "backreferences"},  {"\\bword", "the anchor \\b"},
       {"(?i)abc", "inline flags"}, {"a*+", "possessive"},         {"a)", "an unmatched ')'"},
       {"a$b", "'$' anywhere but at the end"}, {"a^", "'^' anywhere but at the start"},
+      {"(a$)", "'$' anywhere but at the end"}, {"(^a)", "'^' anywhere but at the start"},
+      {"\\q", "unknown escape \\q"}, {"\\8", "backreferences"},
       {"\\q", "unknown escape \\q"}, {"[b-a]", "runs backwards"}, {"a{2000}", "over 1000"},
       {"(ab", "closing ')'"},      {"+a", "'+' repeats nothing"}, {"[^\\s\\S]", "matches nothing"},
   };
@@ -87,6 +103,24 @@ TEST(Grammar, RefusalsNameTheRuleOrThePlace) {
     const std::string &text = c.first, &want = c.second;
     const std::string got = refusal([&] { regex(text); });
     EXPECT_NE(got.find(want), std::string::npos) << text << "\n=> " << got;
+  }
+}
+
+// Python's re: escaped punctuation and non-ASCII characters stand for
+// themselves, {,n}, octal escapes, \a, ^ and $ around alternatives.
+TEST(Grammar, RegularExpressionsReadAsPythonDoes) {
+  const std::vector<std::tuple<std::string, std::vector<std::string>, std::vector<std::string>>> cases = {
+      {"[a-z\\-]+\\_\\/", {"a-b_/", "-_/"}, {"_/", "A-_/"}},
+      {"a{,3}b", {"b", "aaab"}, {"aaaab", "a{,3}b"}},
+      {"x{,}", {"", "xxxx"}, {"x{,}"}},
+      {"\\012\\101\\0\\a", {std::string("\nA\0\a", 4)}, {"\n101\0\a"}},
+      {"\\\xC3\xA9+", {"\xC3\xA9\xC3\xA9"}, {"\\\xC3\xA9"}},
+      {"^a|^b$|c$", {"a", "b", "c"}, {"ab", ""}},
+  };
+  for (const auto& [pattern, ok, bad] : cases) {
+    const auto g = regex(pattern);
+    for (const std::string& t : ok) EXPECT_TRUE(whole(*g, t)) << pattern << " " << ::testing::PrintToString(t);
+    for (const std::string& t : bad) EXPECT_FALSE(whole(*g, t)) << pattern << " " << ::testing::PrintToString(t);
   }
 }
 
@@ -275,23 +309,23 @@ TEST(Grammar, CharactersSplitAcrossTokens) {
 TEST(Grammar, AmbiguityIsCappedNotExploded) {
   // After n a's, 2^n ways to read the b's to come (p or q for each).
   const auto g = gbnf("root ::= \"a\" root p | \"a\" root q | \"\"\np ::= \"b\"\nq ::= \"b\"\n");
-  // 100 steps of 16,384 places make some 3 million stack nodes: the arena
-  // is rebuilt from the current places (kMaxNodes) on the way, and the
+  // 60 steps of 16,384 places make some 2 million stack nodes: the first
+  // mask rebuilds the arena from the current places (kMaxNodes), and the
   // walk and its mask go on as before.
   GrammarConstraint c(*g);
   const std::vector<std::string> tokens = {"a", "b", "ab", "ba", "bb", "aab", "c", ""};
   const GrammarVocabulary vocab(tokens);
-  for (int i = 0; i < 100; ++i) ASSERT_TRUE(c.feed("a")) << i;
+  for (int i = 0; i < 60; ++i) ASSERT_TRUE(c.feed("a")) << i;
   EXPECT_TRUE(c.capped());
   int b = 0;
-  while (!c.can_end() && b < 100) {
+  while (!c.can_end() && b < 60) {
     std::vector<float> row(tokens.size(), 0.f);
     c.mask(vocab, row.data());
     for (size_t t = 0; t < tokens.size(); ++t) ASSERT_EQ(row[t] == 0.f, !tokens[t].empty() && c.accepts(tokens[t])) << t;
     ASSERT_TRUE(c.feed("b"));
     ++b;
   }
-  EXPECT_EQ(b, 100);  // what is kept still closes, and as the grammar says
+  EXPECT_EQ(b, 60);  // what is kept still closes, and as the grammar says
   EXPECT_TRUE(c.done());
   std::string words = "root ::= w0";
   for (int i = 1; i < 3000; ++i) words += " | w" + std::to_string(i);
@@ -346,6 +380,38 @@ ws ::= [ \n]{0,2}
   check_mask(*json_ish, tokens, 30, 25, 1);
   check_mask(*regex("(\\w|\xCE\xB1| )*[19]{2,}"), tokens, 30, 25, 2);
   check_mask(*regex("[^\"]*\""), tokens, 10, 20, 3);
+}
+
+// A grammar of thousands of places that give every trie node a state of
+// its own: the mask stops at kMaxMaskWork, leaves only tokens that fit
+// (never none), and says it was capped.
+TEST(Grammar, AnAmbiguousGrammarsMaskIsBounded) {
+  std::unique_ptr<data::Tokenizer> tok;
+  try {
+    tok = data::load_gpt2_tokenizer(data::default_gpt2_vocab_dir());
+  } catch (const core::Error& e) {
+    FAIL() << e.what() << " (run scripts/fetch_data.sh)";
+  }
+  std::vector<std::string> tokens;
+  for (int32_t id = 0; id < int32_t(tok->vocab_size()); ++id)
+    tokens.push_back(tok->decode(std::span<const int32_t>(&id, 1)));
+  const GrammarVocabulary vocab(tokens);
+  const auto g = gbnf("root ::= s\ns ::= [a-z] s [b-y] | [a-z] s \"z\" | [a-z] s \"1\" | \"\"\n");
+  GrammarConstraint c(*g);
+  ASSERT_TRUE(c.feed("abcdefghijkl"));
+  std::vector<float> row(tokens.size(), 0.f);
+  const int64_t left = c.mask(vocab, row.data());
+  EXPECT_TRUE(c.capped());
+  EXPECT_GT(left, 0);
+  int64_t finite = 0;
+  for (size_t t = 0; t < tokens.size(); ++t)
+    if (row[t] == 0.f) {
+      ++finite;
+      if (finite % 50 == 1) {
+        EXPECT_TRUE(c.accepts(tokens[t])) << ::testing::PrintToString(tokens[t]);
+      }
+    }
+  EXPECT_EQ(finite, left);
 }
 
 TEST(Grammar, MaskEqualsTryingEveryGpt2Token) {

@@ -43,8 +43,9 @@ class GrammarConstraint {
   // the grammar's start alone meets a cap.
   explicit GrammarConstraint(const Grammar& grammar);
 
-  // A step or probe met a cap: texts only the dropped places allowed may
-  // have been refused since (the walk is still live and in the grammar).
+  // A step, probe or mask met a cap: texts only the dropped places (or the
+  // tokens a mask did not reach) allowed may have been refused since (the
+  // walk is still live and in the grammar).
   bool capped() const { return capped_; }
 
   // Whether `bytes` may come next (the state is left as it is).
@@ -81,6 +82,7 @@ class GrammarConstraint {
   static constexpr size_t kMaxStates = 2048;  // moves_ is 1 KiB a state
   static constexpr size_t kMaxStateWords = 1 << 20;  // stack ids in states_, all told
   static constexpr size_t kMaxNodes = 1 << 20;       // stack nodes before compact()
+  static constexpr size_t kMaxMaskWork = 1 << 22;    // stacks one mask may step (about 50 ms)
 
   bool step(const State& from, uint8_t byte, State& to) const;
   bool child(const Level& from, uint8_t byte, Level& to) const;
@@ -116,6 +118,7 @@ class GrammarConstraint {
   mutable std::unordered_map<std::string, uint32_t> state_ids_;
   mutable std::vector<int32_t> moves_;
   mutable size_t state_words_ = 0;
+  mutable size_t mask_work_ = 0;  // stacks stepped in this mask
   mutable std::unordered_map<std::string, std::vector<uint64_t>> masks_;  // by state
 };
 
