@@ -735,11 +735,13 @@ class RegexParser : Reader {
       default: break;
     }
     // Octal as Python reads it: \0 and up to two more octal digits, or
-    // three octal digits; other digits are backreferences.
+    // three octal digits; inside a class any octal digit and up to two
+    // more. Other digits are backreferences.
     auto octal = [&](size_t at) { return at < s_.size() && s_[at] >= '0' && s_[at] <= '7'; };
-    if (c == '0' || (c <= '3' && octal(pos_ - 1) && octal(pos_) && octal(pos_ + 1))) {
+    if (c == '0' || (in_class && octal(pos_ - 1)) || (c <= '3' && octal(pos_ - 1) && octal(pos_) && octal(pos_ + 1))) {
       uint32_t v = uint32_t(c - '0');
       for (int i = 0; i < 2 && octal(pos_); ++i) v = v * 8 + uint32_t(s_[pos_++] - '0');
+      if (v > 0377) fail("an octal escape past \\377");
       return one(v);
     }
     if (common_escape(c, cp)) return one(cp);
@@ -771,7 +773,8 @@ class RegexParser : Reader {
       first = false;
       CodePointSet lo_set = peek() == '\\' ? escape(true) : one(character());
       const bool single = lo_set.ranges.size() == 1 && lo_set.ranges[0].first == lo_set.ranges[0].second;
-      if (single && peek() == '-' && peek(1) != ']' && peek(1) != '\0') {
+      if (peek() == '-' && pos_ + 1 < s_.size() && peek(1) != ']') {  // a range (a '-' last is a literal)
+        if (!single) fail("a range in a class that begins with a class escape (\\d, \\w, \\s...)");
         ++pos_;
         const CodePointSet hi_set = peek() == '\\' ? escape(true) : one(character());
         if (hi_set.ranges.size() != 1 || hi_set.ranges[0].first != hi_set.ranges[0].second)

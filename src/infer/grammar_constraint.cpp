@@ -21,8 +21,9 @@ GrammarConstraint::GrammarConstraint(const Grammar& grammar) : g_(&grammar) {
       break;
   settle(state_.stacks);
   if (capped_)
-    throw core::ConfigError("the grammar's start can be read more than " + std::to_string(kMaxStacks) +
-                            " ways at once: make its alternatives less ambiguous");
+    throw core::ConfigError("the grammar's start is too wide: more than " + std::to_string(kMaxStacks) +
+                            " places or " + std::to_string(kMaxExpansions) +
+                            " rule expansions at once; make its alternatives fewer or less ambiguous");
 }
 
 uint32_t GrammarConstraint::intern(uint32_t pos, uint32_t below) const {
@@ -59,6 +60,7 @@ bool GrammarConstraint::expand(uint32_t id, std::vector<uint32_t>& out, size_t& 
     seen_[s] = epoch_;
     if (budget == 0) return capped_ = true, false;
     --budget;
+    ++expansions_;
     const auto [pos, below] = nodes_[s];
     if (s == kEmpty || sym[pos].kind == Sym::kChars) {
       out.push_back(s);
@@ -218,8 +220,10 @@ bool GrammarConstraint::child(const Level& from, uint8_t b, Level& to) const {
     if (known >= 0) return to.id = known, true;
   }
   const State& at = from.id >= 0 ? states_[size_t(from.id)] : from.value;
-  mask_work_ += at.stacks.size() + 1;
-  if (!step(at, b, to.value)) {
+  const size_t expanded = expansions_;
+  const bool ok = step(at, b, to.value);
+  mask_work_ += at.stacks.size() + (expansions_ - expanded) + 1;
+  if (!ok) {
     if (from.id >= 0) moves_[size_t(from.id) * 256 + b] = kDead;
     return false;
   }
@@ -255,11 +259,13 @@ int64_t GrammarConstraint::mask(const GrammarVocabulary& vocab, float* row) cons
     levels_[0].id = int32_t(intern_state(state_));
     mask_work_ = 0;
     // The tokens of one byte first: were the walk below cut short, they
-    // are what keeps a live state from a mask of nothing.
+    // are what keeps a live state from a mask of nothing (past the budget
+    // only until one is found).
     const GrammarVocabulary::Node& root = vocab.nodes_[0];
-    for (uint32_t e = 0; e < root.edges; ++e) {
+    bool any = false;
+    for (uint32_t e = 0; e < root.edges && !(any && mask_work_ > kMaxMaskWork); ++e) {
       const auto [byte, next] = vocab.edges_[root.first_edge + e];
-      if (vocab.nodes_[next].tokens && child(levels_[0], byte, levels_[1])) allow(vocab.nodes_[next]);
+      if (vocab.nodes_[next].tokens && child(levels_[0], byte, levels_[1])) allow(vocab.nodes_[next]), any = true;
     }
     // Depth first over the trie: (node, its next edge), the state after
     // each node's bytes in levels_[depth]. The nodes made here stay: the

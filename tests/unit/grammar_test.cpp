@@ -95,7 +95,8 @@ TEST(Grammar, RefusalsNameTheRuleOrThePlace) {
       {"(?i)abc", "inline flags"}, {"a*+", "possessive"},         {"a)", "an unmatched ')'"},
       {"a$b", "'$' anywhere but at the end"}, {"a^", "'^' anywhere but at the start"},
       {"(a$)", "'$' anywhere but at the end"}, {"(^a)", "'^' anywhere but at the start"},
-      {"\\q", "unknown escape \\q"}, {"\\8", "backreferences"},
+      {"\\q", "unknown escape \\q"}, {"\\8", "backreferences"}, {"[\\d-z]", "begins with a class escape"},
+      {"\\400", "backreferences"}, {"[\\400]", "octal escape past \\377"},
       {"\\q", "unknown escape \\q"}, {"[b-a]", "runs backwards"}, {"a{2000}", "over 1000"},
       {"(ab", "closing ')'"},      {"+a", "'+' repeats nothing"}, {"[^\\s\\S]", "matches nothing"},
   };
@@ -116,6 +117,8 @@ TEST(Grammar, RegularExpressionsReadAsPythonDoes) {
       {"\\012\\101\\0\\a", {std::string("\nA\0\a", 4)}, {"\n101\0\a"}},
       {"\\\xC3\xA9+", {"\xC3\xA9\xC3\xA9"}, {"\\\xC3\xA9"}},
       {"^a|^b$|c$", {"a", "b", "c"}, {"ab", ""}},
+      {"[\\1\\12\\47]+", {"\x01\n'"}, {"1"}},
+      {std::string("[\0-\0]", 5), {std::string(1, '\0')}, {"-"}},
   };
   for (const auto& [pattern, ok, bad] : cases) {
     const auto g = regex(pattern);
@@ -412,6 +415,37 @@ TEST(Grammar, AnAmbiguousGrammarsMaskIsBounded) {
       }
     }
   EXPECT_EQ(finite, left);
+}
+
+// A grammar whose places fan out (one rule of 30,000 alternatives) costs
+// 30,000 expansions a byte: the mask's budget counts them too.
+TEST(Grammar, AWideGrammarsMaskIsBounded) {
+  std::unique_ptr<data::Tokenizer> tok;
+  try {
+    tok = data::load_gpt2_tokenizer(data::default_gpt2_vocab_dir());
+  } catch (const core::Error& e) {
+    FAIL() << e.what() << " (run scripts/fetch_data.sh)";
+  }
+  std::vector<std::string> tokens;
+  for (int32_t id = 0; id < int32_t(tok->vocab_size()); ++id)
+    tokens.push_back(tok->decode(std::span<const int32_t>(&id, 1)));
+  const GrammarVocabulary vocab(tokens);
+  std::string wide = "root ::= x x x x x\nx ::= s";
+  for (int i = 1; i < 30000; ++i) wide += " | s";
+  wide += "\ns ::= .\n";
+  const auto g = gbnf(wide);
+  GrammarConstraint c(*g);
+  for (int step = 0; step < 3; ++step) {
+    std::vector<float> row(tokens.size(), 0.f);
+    EXPECT_GT(c.mask(vocab, row.data()), 0);
+    EXPECT_TRUE(c.capped());
+    ASSERT_TRUE(c.feed("a"));
+  }
+  std::string wider = "root ::= x\nx ::= s";
+  for (int i = 1; i < 70000; ++i) wider += " | s";
+  wider += "\ns ::= .\n";
+  const auto too_wide = gbnf(wider);
+  EXPECT_THROW(GrammarConstraint{*too_wide}, core::ConfigError);
 }
 
 TEST(Grammar, MaskEqualsTryingEveryGpt2Token) {

@@ -37,7 +37,7 @@ class GrammarConstraint {
   // can multiply them; past this the first are kept (settle()).
   static constexpr size_t kMaxStacks = 1 << 14;
   // Stacks expanded in one step; past this the step keeps those done.
-  static constexpr size_t kMaxExpansions = 1 << 18;
+  static constexpr size_t kMaxExpansions = 1 << 16;
 
   // `grammar` must outlive the constraint. Throws core::ConfigError when
   // the grammar's start alone meets a cap.
@@ -82,7 +82,10 @@ class GrammarConstraint {
   static constexpr size_t kMaxStates = 2048;  // moves_ is 1 KiB a state
   static constexpr size_t kMaxStateWords = 1 << 20;  // stack ids in states_, all told
   static constexpr size_t kMaxNodes = 1 << 20;       // stack nodes before compact()
-  static constexpr size_t kMaxMaskWork = 1 << 22;    // stacks one mask may step (about 50 ms)
+  // Stacks one mask may step and expand, all told (about 50 ms): a grammar
+  // whose places fan out gave every trie node a state of its own, and one
+  // mask ran for minutes.
+  static constexpr size_t kMaxMaskWork = 1 << 20;
 
   bool step(const State& from, uint8_t byte, State& to) const;
   bool child(const Level& from, uint8_t byte, Level& to) const;
@@ -118,7 +121,8 @@ class GrammarConstraint {
   mutable std::unordered_map<std::string, uint32_t> state_ids_;
   mutable std::vector<int32_t> moves_;
   mutable size_t state_words_ = 0;
-  mutable size_t mask_work_ = 0;  // stacks stepped in this mask
+  mutable size_t mask_work_ = 0;   // stacks stepped and expanded in this mask
+  mutable size_t expansions_ = 0;  // expand()'s, all told
   mutable std::unordered_map<std::string, std::vector<uint64_t>> masks_;  // by state
 };
 
