@@ -36,6 +36,23 @@ bool whole(const Grammar& g, const std::string& text) {
   return c.feed(text) && c.can_end();
 }
 
+// GPT-2's 50,257 tokens' bytes, read once (empty, with a failure, when the
+// vocabulary is missing).
+const std::vector<std::string>& gpt2_tokens() {
+  static const std::vector<std::string> tokens = [] {
+    std::vector<std::string> out;
+    try {
+      const auto tok = data::load_gpt2_tokenizer(data::default_gpt2_vocab_dir());
+      for (int32_t id = 0; id < int32_t(tok->vocab_size()); ++id)
+        out.push_back(tok->decode(std::span<const int32_t>(&id, 1)));
+    } catch (const core::Error& e) {
+      ADD_FAILURE() << e.what();
+    }
+    return out;
+  }();
+  return tokens;
+}
+
 std::string refusal(const std::function<void()>& compile) {
   try {
     compile();
@@ -389,15 +406,8 @@ ws ::= [ \n]{0,2}
 // its own: the mask stops at kMaxMaskWork, leaves only tokens that fit
 // (never none), and says it was capped.
 TEST(Grammar, AnAmbiguousGrammarsMaskIsBounded) {
-  std::unique_ptr<data::Tokenizer> tok;
-  try {
-    tok = data::load_gpt2_tokenizer(data::default_gpt2_vocab_dir());
-  } catch (const core::Error& e) {
-    FAIL() << e.what() << " (run scripts/fetch_data.sh)";
-  }
-  std::vector<std::string> tokens;
-  for (int32_t id = 0; id < int32_t(tok->vocab_size()); ++id)
-    tokens.push_back(tok->decode(std::span<const int32_t>(&id, 1)));
+  const std::vector<std::string>& tokens = gpt2_tokens();
+  ASSERT_FALSE(tokens.empty()) << "no GPT-2 vocabulary (run scripts/fetch_data.sh)";
   const GrammarVocabulary vocab(tokens);
   const auto g = gbnf("root ::= s\ns ::= [a-z] s [b-y] | [a-z] s \"z\" | [a-z] s \"1\" | \"\"\n");
   GrammarConstraint c(*g);
@@ -420,15 +430,8 @@ TEST(Grammar, AnAmbiguousGrammarsMaskIsBounded) {
 // A grammar whose places fan out (one rule of 30,000 alternatives) costs
 // 30,000 expansions a byte: the mask's budget counts them too.
 TEST(Grammar, AWideGrammarsMaskIsBounded) {
-  std::unique_ptr<data::Tokenizer> tok;
-  try {
-    tok = data::load_gpt2_tokenizer(data::default_gpt2_vocab_dir());
-  } catch (const core::Error& e) {
-    FAIL() << e.what() << " (run scripts/fetch_data.sh)";
-  }
-  std::vector<std::string> tokens;
-  for (int32_t id = 0; id < int32_t(tok->vocab_size()); ++id)
-    tokens.push_back(tok->decode(std::span<const int32_t>(&id, 1)));
+  const std::vector<std::string>& tokens = gpt2_tokens();
+  ASSERT_FALSE(tokens.empty()) << "no GPT-2 vocabulary (run scripts/fetch_data.sh)";
   const GrammarVocabulary vocab(tokens);
   std::string wide = "root ::= x x x x x\nx ::= s";
   for (int i = 1; i < 30000; ++i) wide += " | s";
@@ -449,15 +452,8 @@ TEST(Grammar, AWideGrammarsMaskIsBounded) {
 }
 
 TEST(Grammar, MaskEqualsTryingEveryGpt2Token) {
-  std::unique_ptr<data::Tokenizer> tok;
-  try {
-    tok = data::load_gpt2_tokenizer(data::default_gpt2_vocab_dir());
-  } catch (const core::Error& e) {
-    FAIL() << e.what() << " (run scripts/fetch_data.sh)";
-  }
-  std::vector<std::string> tokens;
-  for (int32_t id = 0; id < int32_t(tok->vocab_size()); ++id)
-    tokens.push_back(tok->decode(std::span<const int32_t>(&id, 1)));
+  const std::vector<std::string>& tokens = gpt2_tokens();
+  ASSERT_FALSE(tokens.empty()) << "no GPT-2 vocabulary (run scripts/fetch_data.sh)";
   check_mask(*gbnf("root ::= \"The answer is \" (\"yes\" | \"no\") \".\" [ \\n]{0,1}\n"), tokens, 3, 8, 5);
   check_mask(*regex("[A-Z][a-z]+( [a-z]+){0,6}\\."), tokens, 3, 6, 6);
 }
