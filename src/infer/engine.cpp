@@ -271,10 +271,12 @@ struct Engine::Impl {
   // is padded past them (GPT-2's 50,257 padded to 50,304). A padded id has a
   // trained, finite logit, so sampling could draw one, and it has no text.
   int64_t drawable_vocab;
-  // Each drawable token's bytes, for SamplingParams::json_object (made on
-  // the first such request).
+  // Each drawable token's bytes, for SamplingParams::json_object and
+  // ::grammar (decoded on the first such request), and the two masks' forms
+  // of them.
+  std::vector<std::string> token_text;
   std::optional<JsonVocabulary> json_vocab;
-  std::optional<GrammarVocabulary> grammar_vocab;  // the same bytes as a trie, for SamplingParams::grammar
+  std::optional<GrammarVocabulary> grammar_vocab;  // a trie, for SamplingParams::grammar
   cpu::CpuBackend backend;
   KvPool pool;
   std::vector<std::unique_ptr<Seq>> seqs;  // active, in admission order
@@ -456,11 +458,10 @@ struct Engine::Impl {
     return seqs.back()->id;
   }
 
-  std::vector<std::string> token_bytes() const {
-    std::vector<std::string> bytes;
-    for (int32_t id = 0; id < int32_t(drawable_vocab); ++id)
-      bytes.push_back(tokenizer->decode(std::span<const int32_t>(&id, 1)));
-    return bytes;
+  const std::vector<std::string>& token_bytes() {
+    for (int32_t id = int32_t(token_text.size()); id < int32_t(drawable_vocab); ++id)
+      token_text.push_back(tokenizer->decode(std::span<const int32_t>(&id, 1)));
+    return token_text;
   }
 
   void finish(size_t i) {
@@ -675,8 +676,8 @@ struct Engine::Impl {
       // A stop token is never fed to a grammar: it ends a whole text.
       const bool is_stop =
           std::find(s.params.stop_tokens.begin(), s.params.stop_tokens.end(), tok) != s.params.stop_tokens.end();
-      const bool refused = (s.json && !s.json->feed(json_vocab->bytes(tok))) ||
-                           (s.grammar && !is_stop && !s.grammar->feed(tokenizer->decode(std::span<const int32_t>(&tok, 1))));
+      const bool refused = (s.json && !s.json->feed(token_text[size_t(tok)])) ||
+                           (s.grammar && !is_stop && !s.grammar->feed(token_text[size_t(tok)]));
       if (refused || is_stop) {
         e.finish = Finish::stop;
       } else if ((s.json && s.json->done()) || (s.grammar && s.grammar->done())) {

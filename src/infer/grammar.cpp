@@ -599,7 +599,6 @@ class RegexParser : Reader {
   using Reader::Reader;
 
   uint32_t run() {
-    eat("^");
     std::vector<Seq> alts = alternation();
     if (!eof()) fail("an unmatched ')'");
     const uint32_t root = b_.rule("regex");

@@ -202,8 +202,8 @@ std::string GrammarConstraint::key(const State& s) const {
   return k;
 }
 
-uint32_t GrammarConstraint::intern_state(const State& st) const {
-  auto [it, added] = state_ids_.try_emplace(key(st), uint32_t(states_.size()));
+uint32_t GrammarConstraint::intern_state(const State& st, std::string k) const {
+  auto [it, added] = state_ids_.try_emplace(std::move(k), uint32_t(states_.size()));
   if (added) {
     state_words_ += st.stacks.size();
     states_.push_back(st);
@@ -229,7 +229,7 @@ bool GrammarConstraint::child(const Level& from, uint8_t b, Level& to) const {
   }
   to.id = -1;
   if (from.id >= 0 && states_.size() < kMaxStates && state_words_ + to.value.stacks.size() <= kMaxStateWords) {
-    to.id = int32_t(intern_state(to.value));
+    to.id = int32_t(intern_state(to.value, key(to.value)));
     moves_[size_t(from.id) * 256 + b] = to.id;
   }
   return true;
@@ -256,7 +256,7 @@ int64_t GrammarConstraint::mask(const GrammarVocabulary& vocab, float* row) cons
       }
     };
     if (levels_.size() < vocab.depth_ + 1) levels_.resize(vocab.depth_ + 1);
-    levels_[0].id = int32_t(intern_state(state_));
+    levels_[0].id = int32_t(intern_state(state_, k));
     mask_work_ = 0;
     // The tokens of one byte first: were the walk below cut short, they
     // are what keeps a live state from a mask of nothing (past the budget

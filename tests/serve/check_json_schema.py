@@ -8,13 +8,12 @@ schema with `brisk generate --json-schema-file`, and validates every text
 that closed (finish "stop"); its keys must also come in the schema's order.
 A schema brisk cannot enforce must be refused with exit code 2.
 """
-import argparse
 import json
 import os
 
 import jsonschema
 
-from tiny_generate import die, generated, run, train_tiny
+from tiny_generate import die, generated, run, setup
 
 SCHEMAS = {
     # Pydantic's shape: $defs, $ref, allOf around a $ref, anyOf with null.
@@ -95,12 +94,7 @@ def key_order_ok(value, schema):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--brisk", required=True)
-    ap.add_argument("--workdir", required=True)
-    ap.add_argument("--batch", type=int, default=12)
-    a = ap.parse_args()
-    run_dir = train_tiny(a.brisk, a.workdir)
+    a, run_dir = setup()
 
     prompt = "JSON:"
     for name, schema in SCHEMAS.items():

@@ -9,11 +9,10 @@ pattern with `brisk generate --regex` (or `--grammar-file`), and checks
 every text that ended (finish "stop": nothing more may follow). A pattern
 brisk cannot enforce must be refused with exit code 2.
 """
-import argparse
 import os
 import re
 
-from tiny_generate import die, generated, run, train_tiny
+from tiny_generate import die, generated, run, setup
 
 # brisk's \d \w \s are ASCII (Python's re.ASCII); these patterns match the
 # same texts either way.
@@ -42,12 +41,7 @@ REFUSED = {
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--brisk", required=True)
-    ap.add_argument("--workdir", required=True)
-    ap.add_argument("--batch", type=int, default=12)
-    a = ap.parse_args()
-    run_dir = train_tiny(a.brisk, a.workdir)
+    a, run_dir = setup()
     prompt = "Answer:"
     cases = [(name, ["--regex", p], p) for name, p in PATTERNS.items()]
     for name, (grammar, equivalent) in GRAMMARS.items():

@@ -1,6 +1,7 @@
 """What the generation checks share: a one-step byte-level GPT trained from
 its own few kilobytes of text, and the texts `brisk generate --no-stream`
 prints."""
+import argparse
 import json
 import os
 import re
@@ -49,6 +50,17 @@ def train_tiny(brisk, workdir):
     if r.returncode != 0:
         die(f"training the tiny model failed: {r.stderr.strip()[-2000:]}")
     return run_dir
+
+
+def setup():
+    """The checks' arguments (--brisk, --workdir, --batch) and the tiny model
+    trained under the workdir."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--brisk", required=True)
+    ap.add_argument("--workdir", required=True)
+    ap.add_argument("--batch", type=int, default=12)
+    a = ap.parse_args()
+    return a, train_tiny(a.brisk, a.workdir)
 
 
 def generated(r, batch, prompt, name):

@@ -89,7 +89,7 @@ class GrammarConstraint {
 
   bool step(const State& from, uint8_t byte, State& to) const;
   bool child(const Level& from, uint8_t byte, Level& to) const;
-  uint32_t intern_state(const State& s) const;
+  uint32_t intern_state(const State& s, std::string key) const;  // key: key(s)
   bool advance(const State& from, uint32_t cp, State& to) const;
   bool expand(uint32_t id, std::vector<uint32_t>& out, size_t& budget) const;
   void settle(std::vector<uint32_t>& stacks) const;
