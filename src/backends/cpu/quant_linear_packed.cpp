@@ -204,6 +204,15 @@ struct Q4Call {
   int64_t rows, k, n, panels, groups;
 };
 
+// 4 activation codes, broadcast to every lane. A function of its own with
+// the target: a lambda in the kernel would not inherit the kernel's target
+// and fails to build where the compiler's baseline lacks AVX-512.
+__attribute__((target("avx512f"))) inline __m512i broadcast4(const int8_t* at) {
+  int32_t four;
+  std::memcpy(&four, at, sizeof(four));
+  return _mm512_set1_epi32(four);
+}
+
 template <int NP, int NR>
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) void tile_q4_avx512(const Q4Call& c, int64_t p0, int np,
                                                                                      int64_t r0) {
@@ -221,11 +230,6 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) void tile_q4_avx
   for (int i = 0; i < NP; ++i)
 #pragma GCC unroll 8
     for (int r = 0; r < NR; ++r) acc[i][r] = _mm512_setzero_ps();
-  auto quad = [&](int r, int64_t at) {  // 4 activation codes of row r, broadcast
-    int32_t four;
-    std::memcpy(&four, x + r * c.k + at, sizeof(four));
-    return _mm512_set1_epi32(four);
-  };
   for (int64_t g = 0; g < c.groups; ++g) {
     __m512i dot[NP][NR];
 #pragma GCC unroll 8
@@ -242,8 +246,8 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) void tile_q4_avx
         const __m512i lo = _mm512_and_si512(v, low4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
 #pragma GCC unroll 8
         for (int r = 0; r < NR; ++r) {
-          dot[i][r] = _mm512_dpbusd_epi32(dot[i][r], lo, quad(r, g * 32 + t * 8));
-          dot[i][r] = _mm512_dpbusd_epi32(dot[i][r], hi, quad(r, g * 32 + t * 8 + 4));
+          dot[i][r] = _mm512_dpbusd_epi32(dot[i][r], lo, broadcast4(x + r * c.k + g * 32 + t * 8));
+          dot[i][r] = _mm512_dpbusd_epi32(dot[i][r], hi, broadcast4(x + r * c.k + g * 32 + t * 8 + 4));
         }
       }
 #pragma GCC unroll 8
