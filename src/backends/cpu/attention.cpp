@@ -25,15 +25,14 @@
 // (and the reference kernel) only define the lower triangle.
 #include <cmath>
 #include <cstring>
-#include <type_traits>
 #include <vector>
 
 #include "brisk/core/op.h"
 #include "brisk/cpu/cpu_features.h"
+#include "attention_gemm.h"
 #include "attention_tiles.h"
 #include "attention_util.h"
 #include "cpu_util.h"
-#include "gemm.h"
 #include "kernels.h"
 #include "vec_math.h"
 
@@ -52,22 +51,6 @@ constexpr int64_t kGemmBlock = 128;
 constexpr int64_t kTileBlock = 64;
 
 using Dims = AttentionDims;
-
-// Element types of the per-head code: float, or bf16 (uint16_t) operands on
-// the bf16-native path, where the products take bf16 and accumulate in f32.
-template <class E> constexpr core::DType dtype_of = std::is_same_v<E, float> ? core::DType::f32 : core::DType::bf16;
-
-// C (m, n) = alpha op(A) op(B) + beta C through gemm.h (nested in our
-// parallel region: one thread per head).
-template <class EA, class EC>
-void mm(GemmCache& cache, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const EA* a, int64_t lda,
-        const EA* b, int64_t ldb, float beta, EC* c, int64_t ldc) {
-  Gemm g;
-  g.ta = ta, g.tb = tb, g.m = m, g.n = n, g.k = k, g.alpha = alpha, g.beta = beta;
-  g.a = a, g.lda = lda, g.b = b, g.ldb = ldb, g.c = c, g.ldc = ldc;
-  g.ab_type = dtype_of<EA>, g.c_type = dtype_of<EC>;
-  gemm(cache, g);
-}
 
 // The first n values of a probability row as the products' operand type,
 // zeros up to len (the masked part).

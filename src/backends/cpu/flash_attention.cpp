@@ -5,20 +5,22 @@
 // pair owns its columns of y / dqkv and its lse row, so nothing is reduced
 // across threads and dK, dV can be accumulated straight into the output.
 // Within a pair, queries go in tiles of kTileQ rows and keys in tiles of
-// kTileK; each (query tile, key tile) product is one OpenBLAS sgemm into a
-// kTileQ x kTileK scratch tile, so the only scratch is two tiles per thread
+// kTileK; each (query tile, key tile) product is one gemm() (gemm.h: oneDNN
+// on AVX-512 CPUs, OpenBLAS elsewhere; nested in our parallel region, so on
+// one thread) into a kTileQ x kTileK scratch tile, so the only scratch is
+// two tiles per thread
 // whatever T is. Key tiles stop at the query tile's last row (causal), and
 // only the diagonal tiles need a mask.
 //
 // Forward: the output rows of y serve as the accumulator of the online
 // softmax: per key tile, the running max m rises to m', y is rescaled by
-// exp(m - m') and P V is added (sgemm with beta 1); at the end y /= l and
+// exp(m - m') and P V is added (beta 1); at the end y /= l and
 // lse = m + log(l). Backward (FlashAttention-2): P = exp(S - lse) is
 // recomputed per tile, D = rowsum(dY * Y) replaces rowsum(P * dP), and
 // dV += P^T dY, dS = P (dY V^T - D) scale, dQ += dS K, dK += dS^T Q.
 //
 // Tile sizes (measured at W2's B 8, T 256, hd 64 on 2 threads with
-// bench_attention): 64 query rows beat 32 and 128 (sgemm efficiency vs the
+// bench_attention, OpenBLAS): 64 query rows beat 32 and 128 (gemm efficiency vs the
 // wasted upper half of diagonal tiles), and 256 keys beat 128 (fewer, larger
 // sgemms: fwd+bwd 1.13x plain's time against 1.21x). Two 64 x 256 f32 tiles
 // are 128 KiB, well inside a 512 KiB L2. kTileQ divides kTileK, so a key tile
@@ -31,8 +33,6 @@
 //
 // bf16 widens one head's q, k, v (and dy, y) into f32 scratch, runs the same
 // f32 code and narrows: bf16 is storage only, as in the plain kernels.
-#include <cblas.h>
-
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -40,6 +40,7 @@
 
 #include "brisk/core/op.h"
 #include "brisk/cpu/cpu_features.h"
+#include "attention_gemm.h"
 #include "attention_util.h"
 #include "cpu_util.h"
 #include "flash_tiles.h"
@@ -64,8 +65,8 @@ inline int64_t valid_keys(int64_t t, int64_t j0, int64_t width) { return std::mi
 
 // One head of the forward. q, k, v: T rows of hd floats `ld` apart; y: rows
 // `ldy` apart; lse: T floats. work: tile_floats().
-void forward_head(const float* q, const float* k, const float* v, int64_t ld, float* y, int64_t ldy, float* lse,
-                  int64_t T, int64_t hd, float scale, float* work) {
+void forward_head(GemmCache& cache, const float* q, const float* k, const float* v, int64_t ld, float* y,
+                  int64_t ldy, float* lse, int64_t T, int64_t hd, float scale, float* work) {
   float* S = work;                       // (kTileQ, kTileK) scores, then probabilities
   float* m = work + 2 * kTileQ * kTileK;  // running max per row
   float* l = m + kTileQ;                  // running sum per row
@@ -76,8 +77,7 @@ void forward_head(const float* q, const float* k, const float* v, int64_t ld, fl
       const int64_t w = std::min(j0 + kTileK, i1) - j0;  // keys past i1 are masked for the whole tile
       const bool first = j0 == 0;
       // S = scale * Q[i0:i1] K[j0:j0+w]^T
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(bs), int(w), int(hd), scale, q + i0 * ld, int(ld),
-                  k + j0 * ld, int(ld), 0.f, S, int(w));
+      mm(cache, false, true, bs, w, hd, scale, q + i0 * ld, ld, k + j0 * ld, ld, 0.f, S, w);
       for (int64_t r = 0; r < bs; ++r) {
         float* s = S + r * w;
         const int64_t n = valid_keys(i0 + r, j0, w);
@@ -103,8 +103,7 @@ void forward_head(const float* q, const float* k, const float* v, int64_t ld, fl
         m[r] = mx;
       }
       // Y[i0:i1] (+)= P V[j0:j0+w]
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(bs), int(hd), int(w), 1.f, S, int(w), v + j0 * ld,
-                  int(ld), first ? 0.f : 1.f, yb, int(ldy));
+      mm(cache, false, false, bs, hd, w, 1.f, S, w, v + j0 * ld, ld, first ? 0.f : 1.f, yb, ldy);
     }
     for (int64_t r = 0; r < bs; ++r) {
       const float inv = 1.f / l[r];
@@ -118,9 +117,9 @@ void forward_head(const float* q, const float* k, const float* v, int64_t ld, fl
 
 // One head of the backward. Inputs as in forward_head plus dy and y (rows
 // `ldg` apart) and lse; outputs dq, dk, dv (rows `ldd` apart). work: tile_floats().
-void backward_head(const float* q, const float* k, const float* v, int64_t ld, const float* dy, const float* y,
-                   int64_t ldg, const float* lse, float* dq, float* dk, float* dv, int64_t ldd, int64_t T, int64_t hd,
-                   float scale, float* work) {
+void backward_head(GemmCache& cache, const float* q, const float* k, const float* v, int64_t ld, const float* dy,
+                   const float* y, int64_t ldg, const float* lse, float* dq, float* dk, float* dv, int64_t ldd,
+                   int64_t T, int64_t hd, float scale, float* work) {
   for (int64_t t = 0; t < T; ++t) {
     std::fill(dk + t * ldd, dk + t * ldd + hd, 0.f);
     std::fill(dv + t * ldd, dv + t * ldd + hd, 0.f);
@@ -135,8 +134,7 @@ void backward_head(const float* q, const float* k, const float* v, int64_t ld, c
     for (int64_t j0 = 0; j0 < i1; j0 += kTileK) {
       const int64_t w = std::min(j0 + kTileK, i1) - j0;
       // P = exp(scale * Q K^T - lse), zero where masked
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(bs), int(w), int(hd), scale, q + i0 * ld, int(ld),
-                  k + j0 * ld, int(ld), 0.f, P, int(w));
+      mm(cache, false, true, bs, w, hd, scale, q + i0 * ld, ld, k + j0 * ld, ld, 0.f, P, w);
       for (int64_t r = 0; r < bs; ++r) {
         float* p = P + r * w;
         const int64_t n = valid_keys(i0 + r, j0, w);
@@ -146,18 +144,14 @@ void backward_head(const float* q, const float* k, const float* v, int64_t ld, c
         std::fill(p + n, p + w, 0.f);
       }
       // dV[j0:j0+w] += P^T dY[i0:i1]
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(w), int(hd), int(bs), 1.f, P, int(w), dyb, int(ldg),
-                  1.f, dv + j0 * ldd, int(ldd));
+      mm(cache, true, false, w, hd, bs, 1.f, P, w, dyb, ldg, 1.f, dv + j0 * ldd, ldd);
       // dP = dY[i0:i1] V[j0:j0+w]^T
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(bs), int(w), int(hd), 1.f, dyb, int(ldg),
-                  v + j0 * ld, int(ld), 0.f, dS, int(w));
+      mm(cache, false, true, bs, w, hd, 1.f, dyb, ldg, v + j0 * ld, ld, 0.f, dS, w);
       flash_softmax_backward(P, dS, bs, w, D, scale);  // masked entries of P are zero
       // dQ[i0:i1] (+)= dS K[j0:j0+w]
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(bs), int(hd), int(w), 1.f, dS, int(w), k + j0 * ld,
-                  int(ld), j0 == 0 ? 0.f : 1.f, dq + i0 * ldd, int(ldd));
+      mm(cache, false, false, bs, hd, w, 1.f, dS, w, k + j0 * ld, ld, j0 == 0 ? 0.f : 1.f, dq + i0 * ldd, ldd);
       // dK[j0:j0+w] += dS^T Q[i0:i1]
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(w), int(hd), int(bs), 1.f, dS, int(w), q + i0 * ld,
-                  int(ld), 1.f, dk + j0 * ldd, int(ldd));
+      mm(cache, true, false, w, hd, bs, 1.f, dS, w, q + i0 * ld, ld, 1.f, dk + j0 * ldd, ldd);
     }
   }
 }
@@ -176,14 +170,15 @@ void flash_attention_f32(const KernelCall& c) {
     });
     return;
   }
+  GemmCache& cache = gemm_cache_of(c.ctx);
   const Scratch scratch(c, tile_floats());
   parallel_for(d.B * d.nh, 1, [&](int64_t lo, int64_t hi) {
     float* work = scratch.get();
     for (int64_t bh = lo; bh < hi; ++bh) {
       const int64_t b = bh / d.nh, h = bh % d.nh;
       const float* q = qkv + b * d.T * 3 * d.C + h * d.hd;
-      forward_head(q, q + d.C, q + 2 * d.C, 3 * d.C, y + b * d.T * d.C + h * d.hd, d.C, lse + bh * d.T, d.T, d.hd,
-                   d.scale, work);
+      forward_head(cache, q, q + d.C, q + 2 * d.C, 3 * d.C, y + b * d.T * d.C + h * d.hd, d.C, lse + bh * d.T, d.T,
+                   d.hd, d.scale, work);
     }
   });
 }
@@ -205,6 +200,7 @@ void flash_attention_backward_f32(const KernelCall& c) {
     });
     return;
   }
+  GemmCache& cache = gemm_cache_of(c.ctx);
   const Scratch scratch(c, tile_floats());
   parallel_for(d.B * d.nh, 1, [&](int64_t lo, int64_t hi) {
     float* work = scratch.get();
@@ -213,7 +209,7 @@ void flash_attention_backward_f32(const KernelCall& c) {
       const int64_t off = b * d.T * 3 * d.C + h * d.hd, goff = b * d.T * d.C + h * d.hd;
       const float* q = qkv + off;
       float* dq = dqkv + off;
-      backward_head(q, q + d.C, q + 2 * d.C, 3 * d.C, dy + goff, y + goff, d.C, lse + bh * d.T, dq, dq + d.C,
+      backward_head(cache, q, q + d.C, q + 2 * d.C, 3 * d.C, dy + goff, y + goff, d.C, lse + bh * d.T, dq, dq + d.C,
                     dq + 2 * d.C, 3 * d.C, d.T, d.hd, d.scale, work);
     }
   });
@@ -227,6 +223,7 @@ void flash_attention_bf16(const KernelCall& c) {
   uint16_t* y = c.out(0).as<uint16_t>();
   float* lse = c.out(1).as<float>();
   const int64_t n = d.T * d.hd;
+  GemmCache& cache = gemm_cache_of(c.ctx);
   const Scratch scratch(c, tile_floats() + size_t(4 * n));
   parallel_for(d.B * d.nh, 1, [&](int64_t lo, int64_t hi) {
     float* buf = scratch.get();
@@ -237,7 +234,7 @@ void flash_attention_bf16(const KernelCall& c) {
       widen_head(src, 3 * d.C, q, d.T, d.hd);
       widen_head(src + d.C, 3 * d.C, k, d.T, d.hd);
       widen_head(src + 2 * d.C, 3 * d.C, v, d.T, d.hd);
-      forward_head(q, k, v, d.hd, yh, d.hd, lse + bh * d.T, d.T, d.hd, d.scale, work);
+      forward_head(cache, q, k, v, d.hd, yh, d.hd, lse + bh * d.T, d.T, d.hd, d.scale, work);
       narrow_head(yh, y + b * d.T * d.C + h * d.hd, d.C, d.T, d.hd);
     }
   });
@@ -251,6 +248,7 @@ void flash_attention_backward_bf16(const KernelCall& c) {
   const float* lse = c.in(3).as<float>();
   uint16_t* dqkv = c.out(0).as<uint16_t>();
   const int64_t n = d.T * d.hd;
+  GemmCache& cache = gemm_cache_of(c.ctx);
   const Scratch scratch(c, tile_floats() + size_t(8 * n));
   parallel_for(d.B * d.nh, 1, [&](int64_t lo, int64_t hi) {
     float* buf = scratch.get();
@@ -264,7 +262,7 @@ void flash_attention_backward_bf16(const KernelCall& c) {
       widen_head(qkv + off + 2 * d.C, 3 * d.C, v, d.T, d.hd);
       widen_head(dy + goff, d.C, g, d.T, d.hd);
       widen_head(y + goff, d.C, yh, d.T, d.hd);
-      backward_head(q, k, v, d.hd, g, yh, d.hd, lse + bh * d.T, dq, dk, dv, d.hd, d.T, d.hd, d.scale, work);
+      backward_head(cache, q, k, v, d.hd, g, yh, d.hd, lse + bh * d.T, dq, dk, dv, d.hd, d.T, d.hd, d.scale, work);
       narrow_head(dq, dqkv + off, 3 * d.C, d.T, d.hd);
       narrow_head(dk, dqkv + off + d.C, 3 * d.C, d.T, d.hd);
       narrow_head(dv, dqkv + off + 2 * d.C, 3 * d.C, d.T, d.hd);

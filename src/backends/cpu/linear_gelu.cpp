@@ -1,17 +1,18 @@
 // CPU kernels of linear_gelu (src/ops/linear_gelu.cpp): h = x W^T + b, y = gelu(h),
 // and of matmul_gelu_backward (at the end).
 //
-// f32: each thread takes a contiguous block of rows and finishes it: the
-// bias broadcast into its h rows, one single-threaded OpenBLAS gemm on top
-// (beta = 1, as linear does), then GELU over those rows into y while they are
-// in this core's caches, with no second fork/join. The gemms run inside our
-// own OpenMP region, where OpenBLAS stays serial and allocates nothing, as in
-// matmul.cpp. GELU is gelu_math.h's, the gelu op's own; the product is
-// OpenBLAS split by rows where linear may use oneDNN or another split, so
-// fused and unfused graphs agree to float rounding, not bit for bit.
+// f32: each thread takes a contiguous block of rows and finishes it: one
+// single-threaded gemm() of its rows (gemm.h: oneDNN with the bias as its
+// epilogue on AVX-512 CPUs, OpenBLAS over the broadcast bias elsewhere, the
+// engine linear uses), then GELU over those rows into y while they are in
+// this core's caches, with no second fork/join. The gemms run nested in our
+// own OpenMP region (one oneDNN primitive per block shape, OpenBLAS serial
+// and allocation-free). GELU is gelu_math.h's, the gelu op's own; the product
+// is split by rows where linear's one product may split otherwise, so fused
+// and unfused graphs agree to float rounding, not bit for bit.
 //
 // Why one block per thread and not row chunks of ~100 that stay in L2: every
-// gemm call packs W again. Measured on this machine (2048 x 384 -> 1536,
+// gemm call packs W again. Measured through OpenBLAS (2048 x 384 -> 1536,
 // W2's c_fc, one thread, CPU time): linear + gelu 30.2 ms; fused with 96-row
 // chunks 33.6, 512-row 31.2, 1024-row 30.6, one block 30.3. GELU is compute
 // bound here (about 1.1 ns per element), so keeping h in cache saves less
@@ -21,12 +22,11 @@
 // h, then the gelu kernel into y. No faster than the unfused pair, but the
 // fusion pass may put the op in any graph, and low-precision products go
 // through whatever path matmul.cpp provides for them.
-#include <cblas.h>
-
 #include <algorithm>
 
 #include "brisk/core/op.h"
 #include "cpu_util.h"
+#include "gemm.h"
 #include "gelu_math.h"
 #include "kernels.h"
 
@@ -39,22 +39,14 @@ using core::KernelCall;
 // own threshold, as in matmul.cpp).
 constexpr int64_t kSplitGemm = int64_t(1) << 18;
 
-void linear_gelu_rows(const float* x, const float* w, const float* bias, float* h, float* y, int64_t r0, int64_t r1,
-                       int64_t in, int64_t out) {
-  const int64_t m = r1 - r0;
-  if (m <= 0) return;
-  float* hc = h + r0 * out;
-  float beta = 0.f;
-  if (bias) {
-    for (int64_t r = 0; r < m; ++r) std::copy(bias, bias + out, hc + r * out);
-    beta = 1.f;
-  }
-  if (in > 0)
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, blasint(m), blasint(out), blasint(in), 1.f, x + r0 * in,
-                blasint(in), w, blasint(in), beta, hc, blasint(out));
-  else if (!bias)
-    std::fill(hc, hc + m * out, 0.f);
-  gelu_rows(hc, y + r0 * out, m * out);
+void linear_gelu_rows(GemmCache& cache, const float* x, const float* w, const float* bias, float* h, float* y,
+                      int64_t r0, int64_t r1, int64_t in, int64_t out) {
+  if (r1 <= r0) return;
+  Gemm g;  // h[r0:r1] = x[r0:r1] W^T + bias
+  g.tb = true, g.m = r1 - r0, g.n = out, g.k = in;
+  g.a = x + r0 * in, g.lda = in, g.b = w, g.ldb = in, g.c = h + r0 * out, g.ldc = out, g.bias = bias;
+  gemm(cache, g);
+  gelu_rows(h + r0 * out, y + r0 * out, g.m * out);
 }
 
 void linear_gelu_f32(const KernelCall& c) {
@@ -66,9 +58,11 @@ void linear_gelu_f32(const KernelCall& c) {
   const int64_t out = c.in(1).shape()[0], in = c.in(1).shape()[1];
   const int64_t rows = c.out(0).numel() / std::max<int64_t>(out, 1);
   if (rows == 0 || out == 0) return;
-  const int threads = omp_in_parallel() || rows * out * std::max<int64_t>(in, 1) < kSplitGemm ? 1 : omp_get_max_threads();
+  const int threads =
+      omp_in_parallel() || rows * out * std::max<int64_t>(in, 1) < kSplitGemm ? 1 : omp_get_max_threads();
+  GemmCache& cache = gemm_cache_of(c.ctx);
   if (threads <= 1) {
-    linear_gelu_rows(x, w, bias, h, y, 0, rows, in, out);
+    linear_gelu_rows(cache, x, w, bias, h, y, 0, rows, in, out);
     return;
   }
   // Row blocks on multiples of 4 (the gemm micro-kernel's), as matmul.cpp splits.
@@ -78,7 +72,7 @@ void linear_gelu_f32(const KernelCall& c) {
     const int t = omp_get_thread_num(), nt = omp_get_num_threads();
     const int64_t lo = (rows * t / nt) / quantum * quantum;
     const int64_t hi = t == nt - 1 ? rows : (rows * (t + 1) / nt) / quantum * quantum;
-    linear_gelu_rows(x, w, bias, h, y, lo, hi, in, out);
+    linear_gelu_rows(cache, x, w, bias, h, y, lo, hi, in, out);
   }
 }
 
