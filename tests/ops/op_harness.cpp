@@ -235,11 +235,24 @@ void use_int8_path(cpu::Int8Dot p) {
   cpu::reload_cpu_features();
 }
 
+// ---- the CPU's two fp32 matrix-product engines -----------------------------------------
+// gemm.h runs fp32 products on oneDNN (the default on AVX-512 CPUs) or
+// OpenBLAS (elsewhere). Both run on every CPU (oneDNN has AVX2 kernels), so
+// the f32 cases of the ops whose kernels multiply through gemm.h run on both
+// (BRISK_GEMM), whichever one this machine would choose.
+bool is_gemm_op(core::OpKind k) {
+  using K = core::OpKind;
+  return k == K::matmul || k == K::linear || k == K::linear_gelu || k == K::matmul_gelu_backward ||
+         k == K::linear_param_grad || k == K::classifier_train || k == K::attention || k == K::attention_backward ||
+         k == K::flash_attention || k == K::flash_attention_backward;
+}
+
 // Back to what the machine runs with no override.
 void restore_paths() {
   unsetenv("BRISK_INT8");
   unsetenv("BRISK_FEW_ROWS");
   unsetenv("BRISK_ATTENTION");
+  unsetenv("BRISK_GEMM");
   use_bf16_path(native_features().bf16);
 }
 
@@ -336,6 +349,25 @@ void check_forward(core::OpKind kind) {
                              setenv("BRISK_ATTENTION", p, 1);
                              cpu::reload_cpu_features();
                            }});
+      }
+      // Every path above once per fp32 engine: the attention kernels' BLAS
+      // products are gemm.h's (the register tiles use neither engine, and
+      // the masked kernels call OpenBLAS themselves).
+      if (is_gemm_op(kind) && key == DType::f32 && backend->name() == "cpu") {
+        std::vector<std::pair<std::string, std::function<void()>>> both;
+        for (const auto& [suffix, enter] : paths) {
+          if (suffix == "/attention-tiles") {
+            both.push_back({suffix, enter});
+            continue;
+          }
+          for (const char* engine : {"openblas", "onednn"})
+            both.push_back({suffix + "/gemm-" + engine, [enter, engine] {
+                              enter();
+                              setenv("BRISK_GEMM", engine, 1);
+                              cpu::reload_cpu_features();
+                            }});
+        }
+        paths = std::move(both);
       }
       for (const auto& [suffix, enter] : paths) {
         if (!suffix.empty()) enter();
