@@ -355,13 +355,13 @@ void check_forward(core::OpKind kind) {
       // the masked kernels call OpenBLAS themselves).
       if (is_gemm_op(kind) && key == DType::f32 && backend->name() == "cpu") {
         std::vector<std::pair<std::string, std::function<void()>>> both;
-        for (const auto& [suffix, enter] : paths) {
-          if (suffix == "/attention-tiles") {
-            both.push_back({suffix, enter});
+        for (const auto& path : paths) {  // not a structured binding: clang 14 cannot capture one
+          if (path.first == "/attention-tiles") {
+            both.push_back(path);
             continue;
           }
           for (const char* engine : {"openblas", "onednn"})
-            both.push_back({suffix + "/gemm-" + engine, [enter, engine] {
+            both.push_back({path.first + "/gemm-" + engine, [enter = path.second, engine] {
                               enter();
                               setenv("BRISK_GEMM", engine, 1);
                               cpu::reload_cpu_features();
