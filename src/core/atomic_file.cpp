@@ -113,6 +113,18 @@ void AtomicFile::write(const void* data, size_t bytes) {
   }
 }
 
+void AtomicFile::write_at(uint64_t offset, const void* data, size_t bytes) {
+  if (fd_ < 0) throw IoError(tmp_ + ": write after commit");
+  const char* p = static_cast<const char*>(data);
+  size_t done = 0;
+  while (done < bytes) {
+    const ssize_t n = ::pwrite(fd_, p + done, bytes - done, off_t(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw IoError(tmp_ + ": write failed (" + std::strerror(errno) + ")");
+    done += size_t(n);
+  }
+}
+
 void AtomicFile::commit() {
   if (fd_ < 0) throw IoError(tmp_ + ": committed twice");
   const bool synced = ::fsync(fd_) == 0;

@@ -191,22 +191,44 @@ SafetensorsWriter::SafetensorsWriter(const std::string& path, std::vector<Entry>
   const uint64_t n = json.size();
   file_.write(&n, 8);
   file_.write(json.data(), json.size());
+  uint64_t at = 8 + n;
+  for (const Entry& e : entries_) {
+    starts_.push_back(at);
+    at += e.meta.bytes();
+  }
+  written_.assign(entries_.size(), 0);
 }
 
 void SafetensorsWriter::write(const TensorView& t) {
+  if (parts_) throw Error("safetensors writer: write() after write_part()");
   if (next_ >= entries_.size()) throw Error("safetensors writer: more tensors than the header lists");
   const Entry& e = entries_[next_];
   if (!(t.meta == e.meta))
     throw Error("safetensors writer: tensor '" + e.name + "' is " + e.meta.str() + " in the header, given " +
                 t.meta.str());
   file_.write(t.data, t.meta.bytes());
+  written_[next_] = t.meta.bytes();
   ++next_;
 }
 
+void SafetensorsWriter::write_part(size_t entry, size_t offset, const void* data, size_t bytes) {
+  if (next_ != 0) throw Error("safetensors writer: write_part() after write()");
+  if (entry >= entries_.size()) throw Error("safetensors writer: no tensor " + std::to_string(entry) + " in the header");
+  const Entry& e = entries_[entry];
+  if (offset > e.meta.bytes() || bytes > e.meta.bytes() - offset)
+    throw Error("safetensors writer: bytes [" + std::to_string(offset) + ", " + std::to_string(offset + bytes) +
+                ") are outside tensor '" + e.name + "' (" + std::to_string(e.meta.bytes()) + " bytes)");
+  parts_ = true;
+  file_.write_at(starts_[entry] + offset, data, bytes);
+  written_[entry] += bytes;
+}
+
 void SafetensorsWriter::commit() {
-  if (next_ != entries_.size())
-    throw Error("safetensors writer: " + std::to_string(entries_.size() - next_) + " of " +
-                std::to_string(entries_.size()) + " tensors were not written");
+  size_t missing = 0;
+  for (size_t i = 0; i < entries_.size(); ++i) missing += written_[i] != entries_[i].meta.bytes();
+  if (missing != 0)
+    throw Error("safetensors writer: " + std::to_string(missing) + " of " + std::to_string(entries_.size()) +
+                " tensors were not written" + (parts_ ? " whole" : ""));
   file_.commit();
 }
 

@@ -343,4 +343,40 @@ TEST(SafetensorsWriter, OnlyACompleteMatchingFileReplacesThePreviousOne) {
   EXPECT_EQ(std::memcmp(f.tensors.at("b").data(), b.data(), b.bytes()), 0);
 }
 
+// Filled out of order in parts (as ZeRO-1 checkpoints are, from the slabs
+// of every rank): the same bytes as writing each tensor whole; a part
+// outside its tensor, a tensor short of a part, or mixing the two ways is
+// refused, and the previous file stays.
+TEST(SafetensorsWriter, PartsInAnyOrderMakeTheSameFile) {
+  TempDir dir;
+  const std::string whole = (dir.path / "whole.safetensors").string(), parts = (dir.path / "parts.safetensors").string();
+  core::Tensor a = core::Tensor::uniform({3, 5}, core::DType::f32, 1, -1.f, 1.f);
+  core::Tensor b = core::Tensor::uniform({7}, core::DType::f32, 2, -1.f, 1.f);
+  const std::vector<core::SafetensorsWriter::Entry> entries = {{"b", b.meta()}, {"a", a.meta()}};
+  core::SafetensorsWriter w(whole, entries);
+  w.write(b.as_view());
+  w.write(a.as_view());
+  w.commit();
+
+  const auto* fa = static_cast<const char*>(a.data());
+  const auto* fb = static_cast<const char*>(b.data());
+  {
+    core::SafetensorsWriter p(parts, entries);
+    EXPECT_THROW(p.write_part(1, 56, fa, 8), core::Error) << "bytes 56..64 of a 60-byte tensor";
+    EXPECT_THROW(p.write_part(2, 0, fa, 4), core::Error) << "no third tensor";
+    p.write_part(1, 40, fa + 40, 20);
+    EXPECT_THROW(p.write(b.as_view()), core::Error) << "write() after write_part()";
+    p.write_part(0, 0, fb, 28);
+    EXPECT_THROW(p.commit(), core::Error) << "bytes 0..40 of 'a' are missing";
+  }
+  EXPECT_FALSE(fs::exists(parts));
+  core::SafetensorsWriter p(parts, entries);
+  p.write_part(1, 40, fa + 40, 20);
+  p.write_part(0, 12, fb + 12, 16);
+  p.write_part(1, 0, fa, 40);
+  p.write_part(0, 0, fb, 12);
+  p.commit();
+  EXPECT_EQ(core::read_file(parts), core::read_file(whole));
+}
+
 }  // namespace

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 namespace brisk::core {
@@ -20,6 +21,9 @@ class AtomicFile {
   // Appends bytes straight to the file (no buffering of our own: callers
   // hand over whole tensors, so nothing the size of the file is held).
   void write(const void* data, size_t bytes);
+  // Bytes at `offset` from the file's start (pwrite: the append position of
+  // write() does not move), for files filled out of order.
+  void write_at(uint64_t offset, const void* data, size_t bytes);
   void commit();  // fsync, close, rename into place
 
  private:

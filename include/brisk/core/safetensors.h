@@ -36,12 +36,19 @@ class SafetensorsWriter {
                     const std::map<std::string, std::string>& metadata = {});
   // The next entry's bytes; throws Error if `t` is not shaped as that entry.
   void write(const TensorView& t);
-  void commit();  // throws Error unless every entry was written
+  // Or, for a file filled out of order: `bytes` of entry `entry` from byte
+  // `offset` of its data, the parts of an entry never overlapping (a writer
+  // uses one of the two ways). Throws Error for a part outside the entry.
+  void write_part(size_t entry, size_t offset, const void* data, size_t bytes);
+  void commit();  // throws Error unless every entry was written whole
 
  private:
   AtomicFile file_;
   std::vector<Entry> entries_;
+  std::vector<uint64_t> starts_;   // each entry's first byte in the file
+  std::vector<uint64_t> written_;  // bytes given for each entry
   size_t next_ = 0;
+  bool parts_ = false;
 };
 
 struct SafetensorsFile {
