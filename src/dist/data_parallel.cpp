@@ -214,39 +214,70 @@ void DataParallel::gather_weights() {
   thread_->wait();
 }
 
-void DataParallel::gather_moments(const optim::AdamW& adamw) {
-  if (!sharded_) return;
-  full_m_ = params_.make_zeros(core::Shape{layout_.total}, core::DType::f32);
-  full_v_ = params_.make_zeros(core::Shape{layout_.total}, core::DType::f32);
-  std::map<std::string, int64_t> offset;
-  for (const FlatLayout::Param& p : layout_.params) offset[p.name] = p.offset;
-  int64_t at = 0;
-  for (const optim::AdamW::Piece& piece : layout_.shard_pieces(rank(), world())) {
-    const int64_t flat = offset[piece.name] + piece.offset;
-    copy(backend_, adamw.shard_exp_avg().slice(at, {piece.count}), full_m_.slice(flat, {piece.count}));
-    copy(backend_, adamw.shard_exp_avg_sq().slice(at, {piece.count}), full_v_.slice(flat, {piece.count}));
-    at += piece.count;
-  }
-  if (!backend_.device().is_host()) backend_.synchronize();
-  for (const FlatLayout::Bucket& b : layout_.buckets) {
-    const size_t chunk = size_t(b.numel / world());
-    float* m = full_m_.data_as<float>() + b.offset;
-    float* v = full_v_.data_as<float>() + b.offset;
-    thread_->submit([this, m, chunk] { comm_.allgather(m, chunk); }, "the all-gather of AdamW moments");
-    thread_->submit([this, v, chunk] { comm_.allgather(v, chunk); }, "the all-gather of AdamW moments");
-  }
-  thread_->wait();
-  for (const FlatLayout::Param& p : layout_.params) {
-    core::ParameterStore::Entry& e = params_.at(p.name);
-    e.state = {full_m_.slice(p.offset, e.value.shape()), full_v_.slice(p.offset, e.value.shape())};
-  }
+int64_t DataParallel::moment_gather_floats(const DistConfig& config) {
+  return std::min(kMomentSlabFloats, int64_t(config.bucket_mb * 1024 * 1024 / 4));
 }
 
-void DataParallel::release_moments() {
-  if (!sharded_) return;
-  for (auto& [name, e] : params_.entries()) e.state.clear();
-  full_m_ = core::Tensor();
-  full_v_ = core::Tensor();
+void DataParallel::stream_moments(const optim::AdamW& adamw, const MomentPlace* place) {
+  if (!sharded_) throw core::Error("data parallel: stream_moments needs the ZeRO-1 optimizer (dist.zero = 1)");
+  const int64_t W = world(), me = rank();
+  // Where this rank's pieces lie: flat position and position in its shard, in flat order.
+  struct Run {
+    int64_t flat, shard, count;
+  };
+  std::map<std::string, int64_t> param_offset;
+  for (const FlatLayout::Param& p : layout_.params) param_offset[p.name] = p.offset;
+  std::vector<Run> runs;
+  int64_t at = 0;
+  for (const optim::AdamW::Piece& piece : layout_.shard_pieces(rank(), world())) {
+    runs.push_back({param_offset[piece.name] + piece.offset, at, piece.count});
+    at += piece.count;
+  }
+  // Slabs of each rank's chunk: W of them make one all-gather of at most a
+  // gradient bucket (dist.bucket_mb) and at most kMomentSlabFloats.
+  int64_t widest = 0;
+  for (const FlatLayout::Bucket& b : layout_.buckets) widest = std::max(widest, b.numel / W);
+  const int64_t slab = std::min(widest, std::max<int64_t>(16, moment_gather_floats(config_) / W / 16 * 16));
+  const core::Tensor moments[2] = {adamw.shard_exp_avg(), adamw.shard_exp_avg_sq()};
+  core::Tensor bufs[2] = {params_.make_zeros(core::Shape{W * slab}, core::DType::f32),
+                          params_.make_zeros(core::Shape{W * slab}, core::DType::f32)};
+  const bool host = backend_.device().is_host();
+  size_t run = 0;  // the first run not wholly before the current slab
+  for (const FlatLayout::Bucket& b : layout_.buckets) {
+    const int64_t chunk = b.numel / W;
+    for (int64_t s0 = 0; s0 < chunk; s0 += slab) {
+      const int64_t len = std::min(slab, chunk - s0);
+      const int64_t lo = b.offset + me * chunk + s0, hi = lo + len;  // this rank's slab, flat
+      while (run < runs.size() && runs[run].flat + runs[run].count <= lo) ++run;
+      for (size_t i = run; i < runs.size() && runs[i].flat < hi; ++i) {
+        const int64_t from = std::max(lo, runs[i].flat), to = std::min(hi, runs[i].flat + runs[i].count);
+        for (int k = 0; k < 2; ++k)
+          copy(backend_, moments[k].slice(runs[i].shard + (from - runs[i].flat), {to - from}),
+               bufs[k].slice(me * len + (from - lo), {to - from}));
+      }
+      if (!host) backend_.synchronize();
+      for (int k = 0; k < 2; ++k) {
+        float* data = bufs[k].data_as<float>();
+        thread_->submit([this, data, len] { comm_.allgather(data, size_t(len)); }, "the all-gather of AdamW moments");
+      }
+      thread_->wait();
+      if (!place) continue;
+      // Block q of the slab is chunk q's [s0, s0 + len) of this bucket: hand
+      // out the parameters' runs in it (alignment gaps and padding hold none).
+      for (int k = 0; k < 2; ++k) {
+        const core::Tensor got = host ? bufs[k] : params_.download(bufs[k].slice(0, {W * len}));
+        const float* values = got.data_as<float>();
+        for (int64_t q = 0; q < W; ++q) {
+          const int64_t block = b.offset + q * chunk + s0;
+          for (int pi : b.params) {
+            const FlatLayout::Param& p = layout_.params[size_t(pi)];
+            const int64_t from = std::max(block, p.offset), to = std::min(block + len, p.offset + p.numel);
+            if (from < to) (*place)(p.name, k, from - p.offset, values + q * len + (from - block), to - from);
+          }
+        }
+      }
+    }
+  }
 }
 
 void DataParallel::broadcast_weights() {

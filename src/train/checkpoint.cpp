@@ -314,7 +314,8 @@ namespace {
 // temporary directory and renamed into place, then all but the newest `keep`
 // are removed.
 std::string write_checkpoint(const std::string& out_dir, int64_t step, const core::ParameterStore& store,
-                             const optim::AdamW* optimizer, const nlohmann::json& state, int keep) {
+                             const optim::AdamW* optimizer, const nlohmann::json& state, int keep,
+                             const ShardedMoments* sharded) {
   char name[32];
   std::snprintf(name, sizeof name, "step_%07lld", (long long)step);
   const fs::path final_dir = fs::path(out_dir) / name;
@@ -326,15 +327,21 @@ std::string write_checkpoint(const std::string& out_dir, int64_t step, const cor
   // Weights in HF GPT-2 layout, then the moments, each streamed to its file
   // one tensor at a time: the only copy made is one weight's transpose (or
   // one tensor's host copy where the store lives on a device), so saving
-  // needs no memory the size of either file.
+  // needs no memory the size of either file. Sharded moments arrive in runs
+  // and are written where they belong.
   std::vector<core::SafetensorsWriter::Entry> weights, moments;
+  std::map<std::string, size_t> exp_avg_entry;  // sharded: each parameter's first moment entry
   for (const auto& [pname, e] : store.entries()) {
     core::TensorMeta meta = e.value.meta();
     if (is_hf_conv1d_weight(pname)) meta.shape = core::Shape{meta.shape[1], meta.shape[0]};
     weights.push_back({pname, meta});
-    if (optimizer && e.state.size() == 2)
+    const bool has_moments = sharded ? e.value.dtype() == core::DType::f32 : e.state.size() == 2;
+    if (optimizer && has_moments) {
+      exp_avg_entry[pname] = moments.size();
       for (int k = 0; k < 2; ++k)
-        moments.push_back({pname + (k == 0 ? ".exp_avg" : ".exp_avg_sq"), e.state[size_t(k)].meta()});
+        moments.push_back({pname + (k == 0 ? ".exp_avg" : ".exp_avg_sq"),
+                           sharded ? e.value.meta() : e.state[size_t(k)].meta()});
+    }
   }
   core::SafetensorsWriter wfile((tmp_dir / "model.safetensors").string(), weights, {{"format", "pt"}});
   for (const auto& [pname, e] : store.entries()) {
@@ -344,9 +351,18 @@ std::string write_checkpoint(const std::string& out_dir, int64_t step, const cor
   wfile.commit();
   if (optimizer) {
     core::SafetensorsWriter mfile((tmp_dir / "optimizer.safetensors").string(), moments);
-    for (const auto& [pname, e] : store.entries())
-      if (e.state.size() == 2)
-        for (int k = 0; k < 2; ++k) mfile.write(store.download(e.state[size_t(k)]).as_view());
+    if (sharded) {
+      (*sharded)([&](const std::string& param, int moment, int64_t first, const float* values, int64_t count) {
+        const auto it = exp_avg_entry.find(param);
+        if (it == exp_avg_entry.end()) throw core::Error("checkpoint: moments of unknown parameter '" + param + "'");
+        mfile.write_part(it->second + size_t(moment), size_t(first) * sizeof(float), values,
+                         size_t(count) * sizeof(float));
+      });
+    } else {
+      for (const auto& [pname, e] : store.entries())
+        if (e.state.size() == 2)
+          for (int k = 0; k < 2; ++k) mfile.write(store.download(e.state[size_t(k)]).as_view());
+    }
     mfile.commit();
   }
   core::write_file_atomic((tmp_dir / "state.json").string(), state.dump(2) + "\n");
@@ -368,7 +384,7 @@ std::string write_checkpoint(const std::string& out_dir, int64_t step, const cor
 }  // namespace
 
 std::string save_checkpoint(const std::string& out_dir, const models::Gpt& model, const optim::AdamW* optimizer,
-                            const TrainState& state, int keep) {
+                            const TrainState& state, int keep, const ShardedMoments* sharded) {
   nlohmann::json st = {{"step", state.step},
                        {"data_position", state.data_position},
                        {"seed", state.seed},
@@ -388,7 +404,7 @@ std::string save_checkpoint(const std::string& out_dir, const models::Gpt& model
                         {"bad_evals", p.bad_evals},
                         {"cuts", p.cuts}};
   }
-  return write_checkpoint(out_dir, state.step, model.params(), optimizer, st, keep);
+  return write_checkpoint(out_dir, state.step, model.params(), optimizer, st, keep, sharded);
 }
 
 std::string latest_checkpoint(const std::string& path) {
@@ -569,7 +585,7 @@ std::string save_encoder_checkpoint(const std::string& out_dir, const models::En
   nlohmann::json st = body_state_json(kEncoderKind, info, optimizer, body_model_json(c, "n_classes", c.n_classes));
   st["label_names"] = info.label_names;
   st["strip_headers"] = info.strip_headers;
-  return write_checkpoint(out_dir, info.step, model.params(), optimizer, st, keep);
+  return write_checkpoint(out_dir, info.step, model.params(), optimizer, st, keep, nullptr);
 }
 
 EncoderCheckpoint read_encoder_checkpoint(const std::string& ckpt_dir) {
@@ -601,7 +617,7 @@ std::string save_autoencoder_checkpoint(const std::string& out_dir, const models
   const models::SeqAutoencoderConfig& c = model.config();
   const nlohmann::json st =
       body_state_json(kAutoencoderKind, info, optimizer, body_model_json(c, "latent", c.latent));
-  return write_checkpoint(out_dir, info.step, model.params(), optimizer, st, keep);
+  return write_checkpoint(out_dir, info.step, model.params(), optimizer, st, keep, nullptr);
 }
 
 AutoencoderCheckpoint read_autoencoder_checkpoint(const std::string& ckpt_dir) {

@@ -262,6 +262,9 @@ Trainer::Impl::Impl(const TrainConfig& c, core::Backend& b, const TrainOptions& 
   if (plateau) state.lr_plateau = plateau->state();
   else state.lr_plateau.reset();  // a plateau checkpoint resumed with another schedule: nothing to carry on
   if (start_checkpoint.empty() && !cfg.init_from.empty()) init_from_checkpoint();
+  // dist.zero = 1: this rank's moments only, and a resume's full ones freed
+  // before the step's arena is allocated (the two never coexist).
+  if (dp) dp->shard_optimizer(adamw);
   if (cfg.keep_mask) make_mask();
   if (!dp || dp->rank() == 0) open_run_dir();
   measure_peak();
@@ -279,7 +282,6 @@ Trainer::Impl::Impl(const TrainConfig& c, core::Backend& b, const TrainOptions& 
                               "each host)");
     dp->broadcast_weights();  // the same start everywhere, whatever each rank read
     dp->attach(*train_exec);
-    dp->shard_optimizer(adamw);  // dist.zero = 1: this rank's moments only (after a resume loaded them all)
     result.rank = dp->rank();
     result.world = dp->world();
   }
@@ -704,10 +706,16 @@ void Trainer::Impl::after_step(StepRow row) {
 
   const bool stop = stop_agreed;
   if (stop || state.step == cfg.steps || (cfg.checkpoint_every > 0 && state.step % cfg.checkpoint_every == 0)) {
-    // One ordinary checkpoint, written by rank 0; ZeRO-1 gathers the moments for it first.
-    if (dp) dp->gather_moments(adamw);
-    if (rank0) result.last_checkpoint = save_checkpoint(cfg.out_dir, model, &adamw, state, cfg.keep_checkpoints);
-    if (dp) dp->release_moments();
+    // One ordinary checkpoint, written by rank 0. Under ZeRO-1 every rank
+    // takes part in gathering the moments, a slab at a time, while rank 0
+    // writes them into the file.
+    if (dp && dp->sharded()) {
+      const ShardedMoments gather = [&](const MomentPlace& place) { dp->stream_moments(adamw, &place); };
+      if (rank0) result.last_checkpoint = save_checkpoint(cfg.out_dir, model, &adamw, state, cfg.keep_checkpoints, &gather);
+      else dp->stream_moments(adamw, nullptr);
+    } else if (rank0) {
+      result.last_checkpoint = save_checkpoint(cfg.out_dir, model, &adamw, state, cfg.keep_checkpoints);
+    }
   }
   if (stop) {
     const int sig = detail::stop_signal();

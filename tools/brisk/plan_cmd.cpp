@@ -94,9 +94,10 @@ int run_plan(const std::string& path, const std::vector<std::string>& sets, int 
                 ranks, (long long)cfg.batch, (long long)global_batch, cfg.dist.zero, double(state_bytes) / (1 << 20),
                 double(zero1_bytes) / (1 << 20));
   if (ranks > 1 && cfg.dist.zero == 1)
-    std::printf("ZeRO-1 at a checkpoint: every rank all-gathers the full moments (%.1f MiB) beside its shard while\n"
-                "rank 0 writes them, so a run that saves checkpoints peaks %.1f MiB above the totals below\n",
-                double(state_bytes) / (1 << 20), double(state_bytes) / (1 << 20));
+    std::printf("ZeRO-1 at a checkpoint: the moments are all-gathered a slab at a time while rank 0 writes them,\n"
+                "%.1f MiB beside the totals below (never the full %.1f MiB)\n",
+                double(2 * sizeof(float) * dist::DataParallel::moment_gather_floats(cfg.dist)) / (1 << 20),
+                double(state_bytes) / (1 << 20));
   std::printf("memory of one train step in MiB, planned (nothing allocated or run); train.recompute picks the row\n\n");
   std::printf("%-10s %10s %12s %9s %9s %10s %10s %8s %13s %9s\n", "recompute", "arena", "activations", "params",
               "grads", "optimizer", "total", "vs none", "GFLOP/step", "recompute");

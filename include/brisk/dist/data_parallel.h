@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -87,10 +88,19 @@ class DataParallel {
   void shard_optimizer(optim::AdamW& adamw);
   // ZeRO-1, after the update: every rank gets every updated weight.
   void gather_weights();
-  // ZeRO-1, before a checkpoint: the full moments into the store's
-  // per-parameter state on every rank (collective); release_moments() drops them again.
-  void gather_moments(const optim::AdamW& adamw);
-  void release_moments();
+  // ZeRO-1, for a checkpoint: the AdamW moments gathered a slab at a time
+  // (collective: every rank calls it), so no rank ever holds the whole
+  // state, only a slab of every rank's chunk: of each moment, a gradient
+  // bucket's worth (dist.bucket_mb) and at most kMomentSlabFloats values in
+  // all. On the rank that writes, `place` receives every
+  // run of values: the parameter, the moment (0 exp_avg, 1 exp_avg_sq),
+  // its first element and the values (host memory); the others pass nullptr.
+  using MomentPlace =
+      std::function<void(const std::string& param, int moment, int64_t first, const float* values, int64_t count)>;
+  static constexpr int64_t kMomentSlabFloats = int64_t(1) << 21;
+  void stream_moments(const optim::AdamW& adamw, const MomentPlace* place);
+  // Values of each moment that one all-gather of stream_moments holds (all ranks' slabs together).
+  static int64_t moment_gather_floats(const DistConfig& config);
 
   // Host reductions through the communication thread.
   double sum(double v);
@@ -124,7 +134,6 @@ class DataParallel {
  public:
   bool sharded() const { return sharded_; }
  private:
-  core::Tensor full_m_, full_v_;  // gather_moments' buffers
   core::Executor* exec_ = nullptr;
 };
 

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -31,9 +32,19 @@ struct TrainState {
   std::optional<optim::PlateauState> lr_plateau;
 };
 
-// Returns the directory written (out_dir/step_NNNNNNN).
+// ZeRO-1: the optimizer's moments when each rank holds only its chunk of
+// them. The function runs the gather (a collective, which the other ranks
+// run at the same time) and hands every run of values to `place`: the
+// parameter, the moment (0 exp_avg, 1 exp_avg_sq), its first element, the
+// values; the file is filled as they come (dist::DataParallel::stream_moments).
+using MomentPlace =
+    std::function<void(const std::string& param, int moment, int64_t first, const float* values, int64_t count)>;
+using ShardedMoments = std::function<void(const MomentPlace& place)>;
+
+// Returns the directory written (out_dir/step_NNNNNNN). With `sharded`, the
+// moments of every f32 parameter come from it, not from the store's state.
 std::string save_checkpoint(const std::string& out_dir, const models::Gpt& model, const optim::AdamW* optimizer,
-                            const TrainState& state, int keep);
+                            const TrainState& state, int keep, const ShardedMoments* sharded = nullptr);
 
 // The newest checkpoint under out_dir, or "" if none. A path that is itself a
 // checkpoint directory is returned as is.
