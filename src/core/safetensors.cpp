@@ -218,9 +218,24 @@ void SafetensorsWriter::write_part(size_t entry, size_t offset, const void* data
   if (offset > e.meta.bytes() || bytes > e.meta.bytes() - offset)
     throw Error("safetensors writer: bytes [" + std::to_string(offset) + ", " + std::to_string(offset + bytes) +
                 ") are outside tensor '" + e.name + "' (" + std::to_string(e.meta.bytes()) + " bytes)");
+  // The ranges written so far, merged: a part over any of them is a bug of
+  // the caller's, and a byte count alone would not see it (an overlap and a
+  // gap of the same size).
+  if (parts_written_.empty()) parts_written_.resize(entries_.size());
+  std::map<uint64_t, uint64_t>& done = parts_written_[entry];
+  uint64_t first = offset, end = offset + bytes;
+  auto next = done.lower_bound(first);
+  if ((next != done.end() && next->first < end) ||
+      (next != done.begin() && std::prev(next)->second > first))
+    throw Error("safetensors writer: bytes [" + std::to_string(first) + ", " + std::to_string(end) + ") of tensor '" +
+                e.name + "' were already written");
   parts_ = true;
   file_.write_at(starts_[entry] + offset, data, bytes);
   written_[entry] += bytes;
+  if (bytes == 0) return;
+  if (next != done.end() && next->first == end) end = next->second, next = done.erase(next);
+  if (next != done.begin() && std::prev(next)->second == first) first = std::prev(next)->first;
+  done[first] = end;
 }
 
 void SafetensorsWriter::commit() {

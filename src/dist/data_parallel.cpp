@@ -3,6 +3,7 @@
 #include "brisk/dist/data_parallel.h"
 
 #include <algorithm>
+#include <exception>
 #include <map>
 
 #include "brisk/core/error.h"
@@ -242,6 +243,7 @@ void DataParallel::stream_moments(const optim::AdamW& adamw, const MomentPlace* 
   core::Tensor bufs[2] = {params_.make_zeros(core::Shape{W * slab}, core::DType::f32),
                           params_.make_zeros(core::Shape{W * slab}, core::DType::f32)};
   const bool host = backend_.device().is_host();
+  std::exception_ptr failed;
   size_t run = 0;  // the first run not wholly before the current slab
   for (const FlatLayout::Bucket& b : layout_.buckets) {
     const int64_t chunk = b.numel / W;
@@ -261,23 +263,32 @@ void DataParallel::stream_moments(const optim::AdamW& adamw, const MomentPlace* 
         thread_->submit([this, data, len] { comm_.allgather(data, size_t(len)); }, "the all-gather of AdamW moments");
       }
       thread_->wait();
-      if (!place) continue;
+      if (!place || failed) continue;
       // Block q of the slab is chunk q's [s0, s0 + len) of this bucket: hand
       // out the parameters' runs in it (alignment gaps and padding hold none).
       for (int k = 0; k < 2; ++k) {
         const core::Tensor got = host ? bufs[k] : params_.download(bufs[k].slice(0, {W * len}));
         const float* values = got.data_as<float>();
-        for (int64_t q = 0; q < W; ++q) {
-          const int64_t block = b.offset + q * chunk + s0;
-          for (int pi : b.params) {
-            const FlatLayout::Param& p = layout_.params[size_t(pi)];
-            const int64_t from = std::max(block, p.offset), to = std::min(block + len, p.offset + p.numel);
-            if (from < to) (*place)(p.name, k, from - p.offset, values + q * len + (from - block), to - from);
+        try {
+          for (int64_t q = 0; q < W; ++q) {
+            const int64_t block = b.offset + q * chunk + s0;
+            for (int pi : b.params) {
+              const FlatLayout::Param& p = layout_.params[size_t(pi)];
+              const int64_t from = std::max(block, p.offset), to = std::min(block + len, p.offset + p.numel);
+              if (from < to) (*place)(p.name, k, from - p.offset, values + q * len + (from - block), to - from);
+            }
           }
+        } catch (...) {
+          // The writer failed (a full disk, say): this rank still takes its
+          // part in every remaining all-gather, so the others finish the
+          // same collectives, and the error surfaces after the last one.
+          failed = std::current_exception();
+          break;
         }
       }
     }
   }
+  if (failed) std::rethrow_exception(failed);
 }
 
 void DataParallel::broadcast_weights() {

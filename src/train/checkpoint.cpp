@@ -324,8 +324,8 @@ std::string write_checkpoint(const std::string& out_dir, int64_t step, const cor
   sweep_leftovers(out_dir);
   fs::create_directories(tmp_dir);
 
-  // Weights in HF GPT-2 layout, then the moments, each streamed to its file
-  // one tensor at a time: the only copy made is one weight's transpose (or
+  // The moments and the weights (in HF GPT-2 layout), each streamed to its
+  // file one tensor at a time: the only copy made is one weight's transpose (or
   // one tensor's host copy where the store lives on a device), so saving
   // needs no memory the size of either file. Sharded moments arrive in runs
   // and are written where they belong.
@@ -343,12 +343,8 @@ std::string write_checkpoint(const std::string& out_dir, int64_t step, const cor
                            sharded ? e.value.meta() : e.state[size_t(k)].meta()});
     }
   }
-  core::SafetensorsWriter wfile((tmp_dir / "model.safetensors").string(), weights, {{"format", "pt"}});
-  for (const auto& [pname, e] : store.entries()) {
-    const core::Tensor value = store.download(e.value);
-    wfile.write((is_hf_conv1d_weight(pname) ? transposed(value) : value).as_view());
-  }
-  wfile.commit();
+  // The moments first: under ZeRO-1 the other ranks wait in the gather
+  // while this rank writes, and should not wait for the weights as well.
   if (optimizer) {
     core::SafetensorsWriter mfile((tmp_dir / "optimizer.safetensors").string(), moments);
     if (sharded) {
@@ -365,6 +361,12 @@ std::string write_checkpoint(const std::string& out_dir, int64_t step, const cor
     }
     mfile.commit();
   }
+  core::SafetensorsWriter wfile((tmp_dir / "model.safetensors").string(), weights, {{"format", "pt"}});
+  for (const auto& [pname, e] : store.entries()) {
+    const core::Tensor value = store.download(e.value);
+    wfile.write((is_hf_conv1d_weight(pname) ? transposed(value) : value).as_view());
+  }
+  wfile.commit();
   core::write_file_atomic((tmp_dir / "state.json").string(), state.dump(2) + "\n");
 
   replace_directory(tmp_dir, final_dir);

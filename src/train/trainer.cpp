@@ -711,8 +711,10 @@ void Trainer::Impl::after_step(StepRow row) {
     // writes them into the file.
     if (dp && dp->sharded()) {
       const ShardedMoments gather = [&](const MomentPlace& place) { dp->stream_moments(adamw, &place); };
-      if (rank0) result.last_checkpoint = save_checkpoint(cfg.out_dir, model, &adamw, state, cfg.keep_checkpoints, &gather);
-      else dp->stream_moments(adamw, nullptr);
+      if (rank0)
+        result.last_checkpoint = save_checkpoint(cfg.out_dir, model, &adamw, state, cfg.keep_checkpoints, &gather);
+      else
+        dp->stream_moments(adamw, nullptr);
     } else if (rank0) {
       result.last_checkpoint = save_checkpoint(cfg.out_dir, model, &adamw, state, cfg.keep_checkpoints);
     }

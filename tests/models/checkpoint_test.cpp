@@ -345,8 +345,8 @@ TEST(SafetensorsWriter, OnlyACompleteMatchingFileReplacesThePreviousOne) {
 
 // Filled out of order in parts (as ZeRO-1 checkpoints are, from the slabs
 // of every rank): the same bytes as writing each tensor whole; a part
-// outside its tensor, a tensor short of a part, or mixing the two ways is
-// refused, and the previous file stays.
+// outside its tensor or over bytes already written, a tensor short of a
+// part, or mixing the two ways is refused, and no file appears.
 TEST(SafetensorsWriter, PartsInAnyOrderMakeTheSameFile) {
   TempDir dir;
   const std::string whole = (dir.path / "whole.safetensors").string(), parts = (dir.path / "parts.safetensors").string();
@@ -365,6 +365,8 @@ TEST(SafetensorsWriter, PartsInAnyOrderMakeTheSameFile) {
     EXPECT_THROW(p.write_part(1, 56, fa, 8), core::Error) << "bytes 56..64 of a 60-byte tensor";
     EXPECT_THROW(p.write_part(2, 0, fa, 4), core::Error) << "no third tensor";
     p.write_part(1, 40, fa + 40, 20);
+    EXPECT_THROW(p.write_part(1, 30, fa + 30, 20), core::Error) << "bytes 40..50 were written";
+    EXPECT_THROW(p.write_part(1, 44, fa + 44, 4), core::Error) << "inside a written part";
     EXPECT_THROW(p.write(b.as_view()), core::Error) << "write() after write_part()";
     p.write_part(0, 0, fb, 28);
     EXPECT_THROW(p.commit(), core::Error) << "bytes 0..40 of 'a' are missing";

@@ -37,8 +37,8 @@ class SafetensorsWriter {
   // The next entry's bytes; throws Error if `t` is not shaped as that entry.
   void write(const TensorView& t);
   // Or, for a file filled out of order: `bytes` of entry `entry` from byte
-  // `offset` of its data, the parts of an entry never overlapping (a writer
-  // uses one of the two ways). Throws Error for a part outside the entry.
+  // `offset` of its data (a writer uses one of the two ways). Throws Error
+  // for a part outside the entry or over bytes already written.
   void write_part(size_t entry, size_t offset, const void* data, size_t bytes);
   void commit();  // throws Error unless every entry was written whole
 
@@ -47,6 +47,7 @@ class SafetensorsWriter {
   std::vector<Entry> entries_;
   std::vector<uint64_t> starts_;   // each entry's first byte in the file
   std::vector<uint64_t> written_;  // bytes given for each entry
+  std::vector<std::map<uint64_t, uint64_t>> parts_written_;  // write_part: each entry's ranges [first, end), merged
   size_t next_ = 0;
   bool parts_ = false;
 };

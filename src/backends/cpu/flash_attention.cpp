@@ -8,9 +8,8 @@
 // kTileK; each (query tile, key tile) product is one gemm() (gemm.h: oneDNN
 // on AVX-512 CPUs, OpenBLAS elsewhere; nested in our parallel region, so on
 // one thread) into a kTileQ x kTileK scratch tile, so the only scratch is
-// two tiles per thread
-// whatever T is. Key tiles stop at the query tile's last row (causal), and
-// only the diagonal tiles need a mask.
+// two tiles per thread whatever T is. Key tiles stop at the query tile's
+// last row (causal), and only the diagonal tiles need a mask.
 //
 // Forward: the output rows of y serve as the accumulator of the online
 // softmax: per key tile, the running max m rises to m', y is rescaled by
@@ -20,9 +19,10 @@
 // dV += P^T dY, dS = P (dY V^T - D) scale, dQ += dS K, dK += dS^T Q.
 //
 // Tile sizes (measured at W2's B 8, T 256, hd 64 on 2 threads with
-// bench_attention, OpenBLAS): 64 query rows beat 32 and 128 (gemm efficiency vs the
-// wasted upper half of diagonal tiles), and 256 keys beat 128 (fewer, larger
-// sgemms: fwd+bwd 1.13x plain's time against 1.21x). Two 64 x 256 f32 tiles
+// bench_attention, through OpenBLAS; unmeasured through oneDNN): 64 query
+// rows beat 32 and 128 (product efficiency vs the wasted upper half of
+// diagonal tiles), and 256 keys beat 128 (fewer, larger products: fwd+bwd
+// 1.13x plain's time against 1.21x). Two 64 x 256 f32 tiles
 // are 128 KiB, well inside a 512 KiB L2. kTileQ divides kTileK, so a key tile
 // never starts after its query tile's first row (every row of every visited
 // tile has at least one unmasked key).
