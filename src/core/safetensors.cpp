@@ -196,18 +196,16 @@ SafetensorsWriter::SafetensorsWriter(const std::string& path, std::vector<Entry>
     starts_.push_back(at);
     at += e.meta.bytes();
   }
-  written_.assign(entries_.size(), 0);
 }
 
 void SafetensorsWriter::write(const TensorView& t) {
-  if (parts_) throw Error("safetensors writer: write() after write_part()");
+  if (!parts_written_.empty()) throw Error("safetensors writer: write() after write_part()");
   if (next_ >= entries_.size()) throw Error("safetensors writer: more tensors than the header lists");
   const Entry& e = entries_[next_];
   if (!(t.meta == e.meta))
     throw Error("safetensors writer: tensor '" + e.name + "' is " + e.meta.str() + " in the header, given " +
                 t.meta.str());
   file_.write(t.data, t.meta.bytes());
-  written_[next_] = t.meta.bytes();
   ++next_;
 }
 
@@ -229,9 +227,7 @@ void SafetensorsWriter::write_part(size_t entry, size_t offset, const void* data
       (next != done.begin() && std::prev(next)->second > first))
     throw Error("safetensors writer: bytes [" + std::to_string(first) + ", " + std::to_string(end) + ") of tensor '" +
                 e.name + "' were already written");
-  parts_ = true;
   file_.write_at(starts_[entry] + offset, data, bytes);
-  written_[entry] += bytes;
   if (bytes == 0) return;
   if (next != done.end() && next->first == end) end = next->second, next = done.erase(next);
   if (next != done.begin() && std::prev(next)->second == first) first = std::prev(next)->first;
@@ -239,11 +235,19 @@ void SafetensorsWriter::write_part(size_t entry, size_t offset, const void* data
 }
 
 void SafetensorsWriter::commit() {
-  size_t missing = 0;
-  for (size_t i = 0; i < entries_.size(); ++i) missing += written_[i] != entries_[i].meta.bytes();
+  const bool parts = !parts_written_.empty();
+  size_t missing = entries_.size() - next_;
+  if (parts) {  // whole: one merged range over all its bytes (none for an empty tensor)
+    missing = 0;
+    for (size_t i = 0; i < entries_.size(); ++i) {
+      const std::map<uint64_t, uint64_t>& done = parts_written_[i];
+      const uint64_t bytes = entries_[i].meta.bytes();
+      if (bytes != 0 && !(done.size() == 1 && done.begin()->first == 0 && done.begin()->second == bytes)) ++missing;
+    }
+  }
   if (missing != 0)
     throw Error("safetensors writer: " + std::to_string(missing) + " of " + std::to_string(entries_.size()) +
-                " tensors were not written" + (parts_ ? " whole" : ""));
+                " tensors were not written" + (parts ? " whole" : ""));
   file_.commit();
 }
 

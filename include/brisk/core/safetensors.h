@@ -46,10 +46,10 @@ class SafetensorsWriter {
   AtomicFile file_;
   std::vector<Entry> entries_;
   std::vector<uint64_t> starts_;   // each entry's first byte in the file
-  std::vector<uint64_t> written_;  // bytes given for each entry
-  std::vector<std::map<uint64_t, uint64_t>> parts_written_;  // write_part: each entry's ranges [first, end), merged
+  // write_part: each entry's bytes written, as merged ranges [first, end);
+  // empty until the first part (write() and write_part() do not mix).
+  std::vector<std::map<uint64_t, uint64_t>> parts_written_;
   size_t next_ = 0;
-  bool parts_ = false;
 };
 
 struct SafetensorsFile {
