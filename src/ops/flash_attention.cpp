@@ -11,6 +11,7 @@
 //
 // The reference kernels are the oracle, not a model of the tiling: they go one
 // query row at a time, keeping that row's scores (O(T) memory), in double.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <thread>
@@ -47,18 +48,22 @@ std::vector<TensorMeta> infer_backward(std::span<const TensorMeta> in, const cor
 }
 
 // Scratch of the CPU kernels, per thread: two (kTileQ, kTileK) score tiles,
-// a few per-row statistics, and for bf16 the widened f32 copies of one head
-// (q, k, v, dy, y, dq, dk, dv: at most 8 T x hd). Linear in T, never T^2.
+// a few per-row statistics, and for bf16 the larger of its two paths' needs:
+// bf16-emulated widens one head (q, k, v, dy, y, dq, dk, dv: at most
+// 8 T x hd); bf16-native keeps P and dS as bf16 (one more tile), one query
+// tile's f32 rows of Y or dQ, and the head's f32 dK and dV. Linear in T,
+// never T^2.
 // The CPU kernel (backends/cpu/flash_attention.cpp) uses tiles of at most
 // these sizes and falls back to its own buffers if a workspace is short (when
 // it runs on more threads than this machine has cores, or via run_op).
-constexpr int64_t kTileQ = 64, kTileK = 256;
+constexpr int64_t kTileQ = 128, kTileK = 256;
 
 size_t workspace_bytes(std::span<const TensorMeta> in, const core::OpParams& params, bool backward) {
   const Dims d = attention_dims(in[backward ? 1 : 0].shape, std::get<AttentionParams>(params).n_head);
   const bool wide = in[0].dtype != DType::f32;
-  const int64_t per_thread =
-      2 * kTileQ * kTileK + 4 * kTileQ + (wide ? (backward ? 8 : 4) * d.T * d.hd : 0);
+  const int64_t emulated = (backward ? 8 : 4) * d.T * d.hd;
+  const int64_t native = kTileQ * d.hd + (backward ? kTileQ * kTileK + 2 * d.T * d.hd : 0);
+  const int64_t per_thread = 2 * kTileQ * kTileK + 4 * kTileQ + (wide ? std::max(emulated, native) : 0);
   const int64_t threads = std::max(1u, std::thread::hardware_concurrency());
   return size_t(per_thread * threads) * sizeof(float);
 }
