@@ -147,8 +147,9 @@ void backward_reference(const KernelCall& c) {
 }
 
 // (B, T, C, n_head): odd T, head sizes that are not powers of two, one head,
-// and T that spans several query tiles (64) and key tiles (256) of the CPU
-// kernel, with ragged last tiles (130, 300: the online softmax's rescaling).
+// and T that spans several query tiles (128 rows through gemm.h, 64 on the
+// register tiles) and key tiles (256) of the CPU kernels, with ragged last
+// tiles (130, 300: the online softmax's rescaling).
 // The register tiles (attention_tiles.h: 6 rows x 16 columns, panels of 16
 // keys) also get head sizes 32, 24 and 64 and lengths off a panel's edge
 // (17, 83, 70); the online softmax's rescaling on them is the T 300 case.

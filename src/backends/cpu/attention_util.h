@@ -1,7 +1,7 @@
 // Pieces shared by the CPU attention kernels (plain and flash, causal and
 // masked): the problem dims of packed qkv (B, T, 3C), per-thread scratch,
 // the plain kernels' row softmax, and moving one head's strided bf16 rows in and out of
-// dense f32 buffers (bf16 is storage only; the math runs in f32).
+// dense f32 buffers (the bf16-emulated paths, where bf16 is storage only).
 #pragma once
 
 #include <algorithm>

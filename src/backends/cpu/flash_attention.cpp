@@ -3,16 +3,17 @@
 //
 // As in the plain kernels, threads split the (batch, head) pairs, and each
 // pair owns its columns of y / dqkv and its lse row, so nothing is reduced
-// across threads and dK, dV can be accumulated straight into the output.
+// across threads and (f32) dK, dV can be accumulated straight into the output.
 // Within a pair, queries go in tiles of kTileQ rows and keys in tiles of
 // kTileK; each (query tile, key tile) product is one gemm() (gemm.h: oneDNN
 // on AVX-512 CPUs, OpenBLAS elsewhere; nested in our parallel region, so on
-// one thread) into a kTileQ x kTileK scratch tile, so the only scratch is
-// two tiles per thread whatever T is. Key tiles stop at the query tile's
+// one thread) into a kTileQ x kTileK scratch tile, so the f32 kernels' only
+// scratch is two tiles per thread whatever T is (bf16 adds O(T x hd) per
+// thread, below). Key tiles stop at the query tile's
 // last row (causal), and only the diagonal tiles need a mask.
 //
-// Forward: the output rows of y serve as the accumulator of the online
-// softmax: per key tile, the running max m rises to m', y is rescaled by
+// Forward: the output rows of y (f32; bf16 uses f32 scratch rows) serve as
+// the accumulator of the online softmax: per key tile, the running max m rises to m', y is rescaled by
 // exp(m - m') and P V is added (beta 1); at the end y /= l and
 // lse = m + log(l). Backward (FlashAttention-2): P = exp(S - lse) is
 // recomputed per tile, D = rowsum(dY * Y) replaces rowsum(P * dP), and
@@ -77,8 +78,8 @@ size_t native_backward_floats(int64_t T, int64_t hd) {
 inline int64_t valid_keys(int64_t t, int64_t j0, int64_t width) { return std::min(width, t + 1 - j0); }
 
 // One head of the forward. q, k, v: T rows of hd values `ld` apart; y: rows
-// `ldy` apart; lse: T floats. work: forward_floats(hd) for bf16 operands,
-// tile_floats() for f32. The scores and the online softmax are f32 either
+// `ldy` apart; lse: T floats. work: native_forward_floats(hd) for bf16
+// operands, tile_floats() for f32. The scores and the online softmax are f32 either
 // way; with bf16 operands P is rounded to bf16 (into the second tile) only as
 // the operand of P V, and the query tile's rows of Y accumulate in f32
 // scratch until they are normalised and rounded once.
@@ -86,11 +87,12 @@ template <class E>
 void forward_head(GemmCache& cache, const E* q, const E* k, const E* v, int64_t ld, E* y, int64_t ldy, float* lse,
                   int64_t T, int64_t hd, float scale, float* work) {
   constexpr bool f32 = std::is_same_v<E, float>;
-  float* S = work;                                       // (kTileQ, kTileK) scores, then probabilities
-  E* Pe = reinterpret_cast<E*>(work + kTileQ * kTileK);  // P as the operand type (bf16 only)
-  float* m = work + 2 * kTileQ * kTileK;                 // running max per row
-  float* l = m + kTileQ;                                 // running sum per row
-  float* acc = work + tile_floats();                     // bf16: Y's f32 rows, hd apart
+  float* S = work;                        // (kTileQ, kTileK) scores, then probabilities
+  float* m = work + 2 * kTileQ * kTileK;  // running max per row
+  float* l = m + kTileQ;                  // running sum per row
+  E* Pe = nullptr;                        // bf16: P as an operand, in the second tile
+  float* acc = nullptr;                   // bf16: Y's f32 rows, hd apart
+  if constexpr (!f32) Pe = reinterpret_cast<E*>(work + kTileQ * kTileK), acc = work + tile_floats();
   for (int64_t i0 = 0; i0 < T; i0 += kTileQ) {
     const int64_t bs = std::min(kTileQ, T - i0), i1 = i0 + bs;
     float* ya;
@@ -156,6 +158,7 @@ void row_dots(const E* dy, const E* y, int64_t ld, int64_t rows, int64_t hd, flo
   } else {
     for (int64_t r = 0; r < rows; ++r) {
       float acc = 0.f;
+#pragma omp simd reduction(+ : acc)
       for (int64_t i = 0; i < hd; ++i) acc += widen(dy[r * ld + i]) * widen(y[r * ld + i]);
       D[r] = acc;
     }
@@ -165,7 +168,8 @@ void row_dots(const E* dy, const E* y, int64_t ld, int64_t rows, int64_t hd, flo
 // One head of the backward. Inputs as in forward_head plus dy and y (rows
 // `ldg` apart) and lse. dq: the output (rows `lddq` apart); dk, dv: f32
 // accumulators (rows `ldd` apart), the outputs themselves for f32. work:
-// backward_floats(hd) for bf16 operands, tile_floats() for f32. With bf16
+// tile_floats() + kTileQ * (kTileK + hd) for bf16 operands (what
+// native_backward_floats leaves after dK and dV), tile_floats() for f32. With bf16
 // operands P and dS are rounded to bf16 only as the operands of their
 // products (dV, dQ, dK), and the query tile's dQ accumulates in f32 scratch.
 template <class E>
@@ -177,10 +181,14 @@ void backward_head(GemmCache& cache, const E* q, const E* k, const E* v, int64_t
   float* P = work;                     // (bs, w) probabilities
   float* dS = work + kTileQ * kTileK;  // (bs, w) dP, then dS
   float* D = dS + kTileQ * kTileK;     // rowsum(dY * Y)
-  E* Pe = reinterpret_cast<E*>(work + tile_floats());  // bf16: P and dS as operands
-  E* dSe = Pe + kTileQ * kTileK;
-  float* dqa = work + tile_floats() + kTileQ * kTileK;  // bf16: dQ's f32 rows, hd apart
-  if constexpr (f32) Pe = P, dSe = dS;
+  E *Pe, *dSe;          // P and dS as operands: bf16 copies past the tiles, or the tiles themselves
+  float* dqa = nullptr;  // bf16: dQ's f32 rows, hd apart
+  if constexpr (f32) {
+    Pe = P, dSe = dS;
+  } else {
+    Pe = reinterpret_cast<E*>(work + tile_floats()), dSe = Pe + kTileQ * kTileK;
+    dqa = work + tile_floats() + kTileQ * kTileK;
+  }
   for (int64_t i0 = 0; i0 < T; i0 += kTileQ) {
     const int64_t bs = std::min(kTileQ, T - i0), i1 = i0 + bs;
     const E* dyb = dy + i0 * ldg;
