@@ -554,7 +554,9 @@ TEST(InferEngine, GrammarSequencesStopOnlyWhereTheTextIsWhole) {
     if (last.ended_by_stop_token()) {
       ++stopped;
       EXPECT_EQ(last.choice.token, int32_t('x'));
-      if (seed % 2) EXPECT_EQ(text.size(), 2u) << "the favoured stop token waits for the shortest whole text";
+      if (seed % 2) {
+        EXPECT_EQ(text.size(), 2u) << "the favoured stop token waits for the shortest whole text";
+      }
     } else {
       ++closed;
       EXPECT_TRUE(last.constraint_closed) << text;
