@@ -335,6 +335,16 @@ void check_forward(core::OpKind kind) {
                            setenv("BRISK_FEW_ROWS", "portable", 1);
                            cpu::reload_cpu_features();
                          }});
+      // linear_packed's and kv_attention's AVX2 + FMA kernels, on an AVX-512
+      // CPU too (where the machine's own path is the AVX-512 one).
+      const bool avx2_too = (kind == core::OpKind::linear_packed || kind == core::OpKind::kv_attention) &&
+                            native_features().packed == cpu::CpuFeatures::PackedPath::avx512 &&
+                            native_features().avx2_fma;
+      if (avx2_too && key == DType::f32 && backend->name() == "cpu")
+        paths.push_back({"/few-rows-avx2", [] {
+                           setenv("BRISK_FEW_ROWS", "avx2", 1);
+                           cpu::reload_cpu_features();
+                         }});
       // The attention kernels' f32 products, plain and flash: AVX2 + FMA
       // register tiles where the CPU has them, BLAS calls on every CPU.
       const bool attention_products =

@@ -53,10 +53,14 @@ struct CpuFeatures {
   // kv_attention: AVX-512 where the CPU has it, compiler-vectorised loops
   // otherwise or under BRISK_FEW_ROWS=portable (tests run both).
   // kv_attention without AVX-512 takes the AVX2 path where `packed` does.
+  // BRISK_FEW_ROWS=avx2 turns this off on an AVX-512 CPU too (and `packed`
+  // to avx2): these kernels and the sampler's compaction run as on an AVX2
+  // machine, everything else (oneDNN, int8, attention) as on this one.
   bool few_rows_avx512 = false;
   // linear_packed (the engine's fp32 Linear): broadcast tiles on 512-bit
   // registers where the CPU has AVX-512, on 256-bit ones with AVX2 + FMA;
-  // plain loops otherwise or under BRISK_FEW_ROWS=portable (tests run both).
+  // plain loops otherwise or under BRISK_FEW_ROWS=portable (tests run all
+  // the CPU has).
   enum class PackedPath { avx512, avx2, portable };
   PackedPath packed = PackedPath::portable;
   bool avx2_fma = false;  // the CPU has AVX2 and FMA

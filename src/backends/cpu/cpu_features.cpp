@@ -120,15 +120,17 @@ CpuFeatures detect() {
     f.f32_reason = "oneDNN " + f.onednn_isa + " (no AVX-512): OpenBLAS";
   }
   detect_int8(f);
-  const char* rows = env("BRISK_FEW_ROWS", {"portable"});
+  // "avx2": the AVX2 + FMA kernels on an AVX-512 CPU (tests run both there).
+  const char* rows = env("BRISK_FEW_ROWS", {"portable", "avx2"});
   const bool portable = rows && std::strcmp(rows, "portable") == 0;
-  f.few_rows_avx512 = f.avx512f && __builtin_cpu_supports("avx512vl") && !portable;
-  using PackedPath = CpuFeatures::PackedPath;
-  f.packed = portable                                                       ? PackedPath::portable
-             : f.avx512f                                                    ? PackedPath::avx512
-             : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? PackedPath::avx2
-                                                                            : PackedPath::portable;
+  const bool avx2_only = rows && std::strcmp(rows, "avx2") == 0;
   f.avx2_fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  f.few_rows_avx512 = f.avx512f && __builtin_cpu_supports("avx512vl") && !portable && !avx2_only;
+  using PackedPath = CpuFeatures::PackedPath;
+  f.packed = portable                   ? PackedPath::portable
+             : f.avx512f && !avx2_only ? PackedPath::avx512
+             : f.avx2_fma              ? PackedPath::avx2
+                                       : PackedPath::portable;
   const char* attention = env("BRISK_ATTENTION", {"blas", "tiles"});
   if (attention && std::strcmp(attention, "blas") == 0) f.attention_tiles = false;
   else if (attention && std::strcmp(attention, "tiles") == 0) f.attention_tiles = f.avx2_fma;
