@@ -69,7 +69,7 @@ TensorView view(const void* p, Shape s, DType t = DType::f32) {
 class KvPool {
  public:
   KvPool(const models::GptConfig& c, const EngineOptions& o) : block_(o.kv_block) {
-    const int64_t per_block = 2 * c.n_layer * block_ * c.n_embd * int64_t(sizeof(float));
+    const int64_t per_block = 2 * c.n_layer * block_ * c.n_embd * int64_t(core::dtype_size(o.kv_dtype));
     blocks_per_seq_ = (c.block_size + block_ - 1) / block_;
     // A pool past the machine's memory is a typo, not a request: say so before
     // the size overflows or the allocation throws std::bad_alloc.
@@ -95,8 +95,8 @@ class KvPool {
     // machine cannot hold fails at start-up, not in the middle of a request.
     try {
       for (int64_t l = 0; l < c.n_layer; ++l) {
-        k_.push_back(Tensor::zeros(Shape{blocks_, block_, c.n_embd}, DType::f32));
-        v_.push_back(Tensor::zeros(Shape{blocks_, block_, c.n_embd}, DType::f32));
+        k_.push_back(Tensor::zeros(Shape{blocks_, block_, c.n_embd}, o.kv_dtype));
+        v_.push_back(Tensor::zeros(Shape{blocks_, block_, c.n_embd}, o.kv_dtype));
       }
     } catch (const std::bad_alloc&) {
       throw core::ConfigError("cannot allocate the key/value pool: " + std::to_string((blocks_ * per_block) >> 20) +
@@ -110,7 +110,7 @@ class KvPool {
     info_.resize(size_t(blocks_));
     for (int64_t b = blocks_ - 1; b >= 0; --b) free_.push_back(int32_t(b));
   }
-  int64_t bytes() const { return int64_t(k_.size()) * 2 * blocks_ * block_ * k_[0].shape()[2] * int64_t(sizeof(float)); }
+  int64_t bytes() const { return int64_t(k_.size()) * 2 * int64_t(k_[0].bytes()); }
   // Blocks a new sequence can get: free ones and cached ones nobody holds.
   int64_t free_blocks() const { return int64_t(free_.size() + released_.size()); }
   int64_t cached_blocks() const { return int64_t(by_hash_.size()); }
@@ -721,6 +721,9 @@ Engine::Engine(Model model, const EngineOptions& options, const data::Tokenizer*
     throw core::ConfigError("max_step_tokens must be at least max_seqs (" + std::to_string(options.max_seqs) + ")");
   if (options.kv_block < 1) throw core::ConfigError("kv_block must be at least 1");
   if (options.kv_mb < 0) throw core::ConfigError("--kv-mb must not be negative");
+  if (options.kv_dtype != core::DType::f32 && options.kv_dtype != core::DType::bf16)
+    throw core::ConfigError(std::string("the key/value pool holds f32 or bf16, not ") +
+                            std::string(core::dtype_name(options.kv_dtype)));
   if (model.scheme == Scheme::int4 && model.config.n_embd % 32 != 0)
     throw core::ConfigError("int4 needs n_embd to be a multiple of 32");
   pack_f32_linears(model);

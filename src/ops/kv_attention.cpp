@@ -14,6 +14,11 @@
 // different positions, mix freely in one call: that is what lets one step
 // serve prefills and decodes of many sequences together.
 //
+// The caches are f32 or bf16 (both the same): a bf16 cache stores each key
+// and value rounded to nearest even, and the products read them back
+// widened, in f32 (half the memory and half the bytes a decoding step
+// reads). The kernel is keyed on qkv, f32 either way.
+//
 // A row whose slot, position or block is out of range is an error (the
 // engine never makes one; a wrong table would otherwise write anywhere).
 // Inference only: no backward.
@@ -30,7 +35,11 @@ constexpr std::string_view kOp = "kv_attention";
 
 std::vector<TensorMeta> infer_kv_attention(std::span<const TensorMeta> in, const core::OpParams& params) {
   check_count(kOp, in, 5);
-  for (int i : {0, 1, 2}) check_dtype(kOp, in[size_t(i)], DType::f32, i == 0 ? "qkv" : "cache");
+  check_dtype(kOp, in[0], DType::f32, "qkv");
+  if (in[1].dtype != DType::f32 && in[1].dtype != DType::bf16)
+    throw core::DTypeError(std::string(kOp) + ": k_cache must be f32 or bf16, got " +
+                           std::string(core::dtype_name(in[1].dtype)));
+  check_dtype(kOp, in[2], in[1].dtype, "v_cache (the dtype of k_cache)");
   check_dtype(kOp, in[3], DType::i32, "rows");
   check_dtype(kOp, in[4], DType::i32, "block_table");
   const Shape &qkv = in[0].shape, &kc = in[1].shape;
@@ -109,6 +118,7 @@ std::vector<TestCase> kv_attention_cases() {
                    core::AttentionParams{4, 0.f}});
   std::vector<double> prefill_rows;
   for (int i = 0; i < 16; ++i) prefill_rows.insert(prefill_rows.end(), {0, double(i)});
+  const std::vector<double> prefill_rows_copy = prefill_rows;
   cases.push_back({"prefill of 16 from 0, scale 0.2",
                    {no_grad(spec({16, 192}, DType::f32, -2, 2)), no_grad(spec({4, 16, 64})), no_grad(spec({4, 16, 64})),
                     ints({16, 2}, std::move(prefill_rows)), ints({1, 2}, {2, 0})},
@@ -119,6 +129,39 @@ std::vector<TestCase> kv_attention_cases() {
                    {no_grad(spec({3, 768}, DType::f32, -2, 2)), no_grad(spec({12, 16, 256})), no_grad(spec({12, 16, 256})),
                     ints({3, 2}, {0, 40, 1, 15, 2, 16}), ints({3, 4}, {7, 2, 9, 0, 4, 1, 3, 5, 11, 6, 8, 10})},
                    core::AttentionParams{4, 0.f}});
+  // Heads of 128 (the widest the SIMD paths take), a decode mid-block and a
+  // partial last group of 16 positions.
+  cases.push_back({"2 decodes, 2 heads of 128",
+                   {no_grad(spec({2, 768}, DType::f32, -2, 2)), no_grad(spec({6, 16, 256})), no_grad(spec({6, 16, 256})),
+                    ints({2, 2}, {0, 40, 1, 9}), ints({2, 3}, {4, 0, 2, 5, 1, 3})},
+                   core::AttentionParams{2, 0.f}});
+  // A bf16 cache: the same mixes. The reference rounds what it stores as the
+  // kernels do and reads the rounded values back, so every output, the
+  // caches' bf16 values too, must match at f32's tolerance (a store that
+  // truncated instead of rounding would not).
+  const DType bf = DType::bf16;
+  cases.push_back({"bf16 cache: prefill + decode, 2 heads of 8",
+                   {no_grad(spec({4, 48}, DType::f32, -2, 2)), no_grad(spec({8, 4, 16}, bf)), no_grad(spec({8, 4, 16}, bf)),
+                    ints({4, 2}, {0, 5, 0, 6, 0, 7, 1, 9}), ints({2, 3}, {3, 0, 5, 1, 6, 2})},
+                   core::AttentionParams{2, 0.f}});
+  cases.push_back({"bf16 cache: one row at position 40, 4 heads of 16",
+                   {no_grad(spec({1, 192}, DType::f32, -2, 2)), no_grad(spec({12, 8, 64}, bf)), no_grad(spec({12, 8, 64}, bf)),
+                    ints({1, 2}, {1, 40}), ints({2, 6}, {0, 1, 2, 3, 4, 5, 11, 10, 9, 8, 7, 6})},
+                   core::AttentionParams{4, 0.f}});
+  cases.push_back({"bf16 cache: 3 decodes, 4 heads of 64, blocks of 16",
+                   {no_grad(spec({3, 768}, DType::f32, -2, 2)), no_grad(spec({12, 16, 256}, bf)), no_grad(spec({12, 16, 256}, bf)),
+                    ints({3, 2}, {0, 40, 1, 15, 2, 16}), ints({3, 4}, {7, 2, 9, 0, 4, 1, 3, 5, 11, 6, 8, 10})},
+                   core::AttentionParams{4, 0.f}});
+  cases.push_back({"bf16 cache: prefill of 16 from 0, scale 0.2",
+                   {no_grad(spec({16, 192}, DType::f32, -2, 2)), no_grad(spec({4, 16, 64}, bf)), no_grad(spec({4, 16, 64}, bf)),
+                    ints({16, 2}, prefill_rows_copy), ints({1, 2}, {2, 0})},
+                   core::AttentionParams{2, 0.2f}});
+  cases.push_back({"bf16 cache: 2 decodes, 2 heads of 128",
+                   {no_grad(spec({2, 768}, DType::f32, -2, 2)), no_grad(spec({6, 16, 256}, bf)), no_grad(spec({6, 16, 256}, bf)),
+                    ints({2, 2}, {0, 40, 1, 9}), ints({2, 3}, {4, 0, 2, 5, 1, 3})},
+                   core::AttentionParams{2, 0.f}});
+  for (TestCase& tc : cases)
+    if (tc.inputs[1].meta.dtype == bf) tc.forward_tolerance = 2e-5;
   return cases;
 }
 

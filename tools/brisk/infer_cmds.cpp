@@ -34,6 +34,7 @@ struct GenerateArgs {
   int64_t batch = 0;
   int threads = 0;
   int64_t kv_mb = 0;
+  std::string kv_dtype = "f32";
   bool no_stream = false;
 };
 
@@ -103,6 +104,7 @@ int run_generate(const GenerateArgs& a) {
   eo.max_seqs = int(prompts.size());
   eo.threads = a.threads;
   eo.kv_mb = a.kv_mb;
+  eo.kv_dtype = core::dtype_from_name(a.kv_dtype);
   eo.max_step_tokens = std::max<int64_t>(512, eo.max_seqs);
   infer::Engine engine(std::move(model), eo, tok.get());
   std::vector<int64_t> ids;
@@ -116,7 +118,7 @@ int run_generate(const GenerateArgs& a) {
     const int64_t id = engine.add(p, sp);
     if (id < 0)
       throw core::ConfigError("the key/value pool (--kv-mb " + std::to_string(a.kv_mb) + ") cannot hold " +
-                              std::to_string(prompts.size()) + " sequences of this length; raise --kv-mb");
+                              std::to_string(prompts.size()) + " sequences of this length; raise --kv-mb (or use --kv-dtype bf16)");
     ids.push_back(id);
   }
   const bool stream = prompts.size() == 1 && !a.no_stream;
@@ -157,12 +159,12 @@ int run_generate(const GenerateArgs& a) {
   const double total = monitor::now_seconds() - t0;
   std::fprintf(stderr,
                "[%s %s, %zu sequence%s: prefill %lld tokens in %.1f ms (%.0f tokens/s), decode %lld tokens in %.2f s "
-               "(%.1f tokens/s); %.2f s in all; KV pool %.1f MiB; stopped: %s]\n",
+               "(%.1f tokens/s); %.2f s in all; KV pool %.1f MiB %s; stopped: %s]\n",
                infer::scheme_name(engine.model().scheme), engine.model().source.c_str(), prompts.size(),
                prompts.size() == 1 ? "" : "s", (long long)s.prefill_tokens, s.prefill_seconds * 1e3,
                s.prefill_seconds > 0 ? double(s.prefill_tokens) / s.prefill_seconds : 0.0, (long long)s.decode_tokens,
                s.decode_seconds, s.decode_seconds > 0 ? double(s.decode_tokens) / s.decode_seconds : 0.0, total,
-               double(engine.kv_bytes()) / (1 << 20), reasons[0].c_str());
+               double(engine.kv_bytes()) / (1 << 20), a.kv_dtype.c_str(), reasons[0].c_str());
   return 0;
 }
 
@@ -236,6 +238,9 @@ InferCommands add_infer_commands(CLI::App& app) {
   gen->add_option("--threads", g->threads, "CPU threads (0 = all cores)")->check(non_negative());
   gen->add_option("--kv-mb", g->kv_mb, "Key/value pool in MiB (0 = full context for every sequence)")
       ->check(non_negative());
+  gen->add_option("--kv-dtype", g->kv_dtype, "Key/value pool element type: f32, or bf16 (half the memory)")
+      ->check(CLI::IsMember({"f32", "bf16"}))
+      ->capture_default_str();
   gen->add_flag("--no-stream", g->no_stream, "Print the text when done instead of token by token");
   auto* json = gen->add_flag("--json", g->json, "The text is one JSON object (response_format json_object)");
   auto* schema = gen->add_option("--json-schema", g->json_schema,

@@ -26,6 +26,7 @@ struct ServeArgs {
   std::string model, model_name, vocab_dir, host = "127.0.0.1";
   int port = 8080, slots = 8, max_queue = 64, threads = 0, max_connections = 512;
   int64_t max_body = 1 << 20, kv_mb = 0;
+  std::string kv_dtype = "f32";
   std::string api_key, cors_origin = "*";
   double drain_timeout = 30;
   int64_t response_cache_mb = 0;
@@ -135,16 +136,17 @@ int run_serve(const ServeArgs& a) {
   eo.max_seqs = a.slots;
   eo.threads = a.threads;
   eo.kv_mb = a.kv_mb;
+  eo.kv_dtype = core::dtype_from_name(a.kv_dtype);
   eo.prefix_cache = !a.no_prefix_cache;
   eo.max_step_tokens = std::max<int64_t>(512, a.slots);
   infer::Engine engine(std::move(model), eo, tok.get());
   serve::Scheduler scheduler(engine, a.max_queue, a.request_timeout);
   server.attach(scheduler, *tok, info);
   attached = &scheduler;
-  std::printf("brisk serve: %s on http://%s:%d (%s %s, context %lld, %d slots, queue %d, KV pool %.1f MiB)\n",
+  std::printf("brisk serve: %s on http://%s:%d (%s %s, context %lld, %d slots, queue %d, KV pool %.1f MiB %s)\n",
               info.name.c_str(), a.host.c_str(), port, infer::scheme_name(engine.model().scheme),
               engine.model().source.c_str(), (long long)info.context, a.slots, a.max_queue,
-              double(engine.kv_bytes()) / (1 << 20));
+              double(engine.kv_bytes()) / (1 << 20), a.kv_dtype.c_str());
   std::fflush(stdout);
   listener.join();  // returns after the waiter's server.stop()
   std::fprintf(stderr, "brisk serve: stopped\n");
@@ -171,6 +173,9 @@ ServeCommand add_serve_command(CLI::App& app) {
   s->add_option("--max-body", a->max_body, "Largest request body in bytes (larger: 413)")->capture_default_str();
   s->add_option("--threads", a->threads, "CPU threads for the engine (0 = all cores)")->check(non_negative());
   s->add_option("--kv-mb", a->kv_mb, "Key/value pool in MiB (0 = full context for every slot)");
+  s->add_option("--kv-dtype", a->kv_dtype, "Key/value pool element type: f32, or bf16 (half the memory)")
+      ->check(CLI::IsMember({"f32", "bf16"}))
+      ->capture_default_str();
   s->add_option("--vocab-dir", a->vocab_dir, "GPT-2 vocabulary directory (gpt2 models)");
   s->add_option("--api-key", a->api_key,
                 "Require \"Authorization: Bearer KEY\" on every route but /health (default: $BRISK_API_KEY)")

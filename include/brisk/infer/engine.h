@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "brisk/core/backend.h"
+#include "brisk/core/dtype.h"
 #include "brisk/infer/model.h"
 #include "brisk/infer/sampler.h"
 
@@ -48,6 +49,10 @@ struct EngineOptions {
   int64_t max_step_tokens = 512;  // rows of one forward (prefill chunks)
   int64_t kv_mb = 0;              // key/value pool; 0: enough for max_seqs full contexts
   int64_t kv_block = 16;          // positions per block
+  // Element type of the key/value pool: f32, or bf16 (half the memory, so
+  // twice the positions in the same --kv-mb, and half the bytes a decoding
+  // step reads; each key and value rounded once, to nearest even).
+  core::DType kv_dtype = core::DType::f32;
   int threads = 0;                // CPU threads of whichever thread calls step() or score(); 0: one per core
   // Share the key/value blocks of prompt prefixes seen before (engine.cpp,
   // KvPool): a prompt that starts like an earlier one skips computing them.
