@@ -51,12 +51,14 @@ struct Run {
 // The sampled rows' settings.
 constexpr float kSampleTemperature = 0.8f, kSampleTopP = 0.95f;
 
-// One generation of `batch` copies of the prompt: greedy, or top-p sampling.
+// One generation of `batch` copies of the prompt: greedy, or top-p sampling;
+// the key/value pool in `kv` (f32 or bf16).
 Run run_engine(const infer::Model& model, const std::vector<int32_t>& prompt, int64_t new_tokens, int64_t batch,
-               int threads, bool sampled) {
+               int threads, bool sampled, core::DType kv) {
   infer::EngineOptions eo;
   eo.max_seqs = int(batch);
   eo.threads = threads;
+  eo.kv_dtype = kv;
   eo.max_step_tokens = std::max<int64_t>(512, batch * int64_t(prompt.size()));
   infer::Engine engine(model, eo);
   infer::SamplingParams sp;
@@ -85,6 +87,7 @@ struct Row {
   std::string name, engine, format;
   int64_t batch = 1;
   bool sampled = false;  // top-p sampling instead of greedy
+  core::DType kv = core::DType::f32;  // brisk's key/value pool
   std::vector<double> prefill_ms, decode_tok_s;
   std::vector<int32_t> tokens;
   double memory_mib = 0;        // the weights' bytes, for either engine
@@ -172,6 +175,13 @@ int run_generate_bench(const GenerateBenchOptions& o) {
       s.row.batch = b;
       s.row.name = "brisk " + s.row.format + " b" + std::to_string(b);
       sides.push_back(s);
+      // A bf16 key/value pool at the batch (where the pool is read most),
+      // fp32 and int8 weights, run right after its f32-pool row.
+      if (b > 1 && m != &int4) {
+        s.row.kv = core::DType::bf16;
+        s.row.name += " kv-bf16";
+        sides.push_back(s);
+      }
     }
   {
     Side s;
@@ -209,11 +219,14 @@ int run_generate_bench(const GenerateBenchOptions& o) {
   // process before the runs it reports: a first run pays for page faults
   // and cold caches, and had been timed on brisk's side only.
   std::fprintf(stderr, "  warm-up\n");
-  for (Side& s : sides) run_engine(*s.model, prompt, o.new_tokens, s.row.batch, o.threads, s.row.sampled);
+  for (Side& s : sides) run_engine(*s.model, prompt, o.new_tokens, s.row.batch, o.threads, s.row.sampled, s.row.kv);
   for (int round = 0; round < o.rounds; ++round) {
     std::fprintf(stderr, "  round %d/%d\n", round + 1, o.rounds);
-    for (Side& s : sides) {
-      const Run r = run_engine(*s.model, prompt, o.new_tokens, s.row.batch, o.threads, s.row.sampled);
+    // Every other round in reverse order: a row and its neighbour (the f32
+    // and bf16 pools) swap who runs first.
+    for (size_t k = 0; k < sides.size(); ++k) {
+      Side& s = sides[round % 2 ? sides.size() - 1 - k : k];
+      const Run r = run_engine(*s.model, prompt, o.new_tokens, s.row.batch, o.threads, s.row.sampled, s.row.kv);
       s.row.prefill_ms.push_back(r.prefill_ms);
       s.row.decode_tok_s.push_back(double(s.row.batch * (o.new_tokens - 1)) / (r.decode_ms / 1e3));
       s.row.tokens = r.tokens;
@@ -271,12 +284,12 @@ int run_generate_bench(const GenerateBenchOptions& o) {
   const double peer_b1 = o.peer && !peers[0].decode_tok_s.empty() ? median(peers[0].decode_tok_s) : 0;
   std::printf("\n== bench generate I1: %lld-token prompt, %lld new tokens, greedy, %d threads, %d rounds ==\n",
               (long long)o.prompt_tokens, (long long)o.new_tokens, o.threads, o.rounds);
-  std::printf("%-20s %26s %24s %9s %22s %10s %12s\n", "row", "decode tok/s [range]", "prefill ms [range]", "x peer b1",
+  std::printf("%-24s %26s %24s %9s %22s %10s %12s\n", "row", "decode tok/s [range]", "prefill ms [range]", "x peer b1",
               "x peer same b [range]", "x own b1", "weights MiB");
   json jrows = json::array();
   for (const Row& r : rows) {
     if (!r.error.empty()) {
-      std::printf("%-20s error: %s\n", r.name.c_str(), r.error.c_str());
+      std::printf("%-24s error: %s\n", r.name.c_str(), r.error.c_str());
       jrows.push_back({{"row", r.name}, {"error", r.error}});
       continue;
     }
@@ -290,14 +303,16 @@ int run_generate_bench(const GenerateBenchOptions& o) {
             same_batch.push_back(r.decode_tok_s[i] / q.decode_tok_s[i]);
     double own_b1 = 0;
     for (const Row& q : rows)
-      if (q.engine == r.engine && q.format == r.format && q.batch == 1 && !q.sampled && !q.decode_tok_s.empty())
+      if (q.engine == r.engine && q.format == r.format && q.batch == 1 && !q.sampled && q.kv == core::DType::f32 &&
+          !q.decode_tok_s.empty())
         own_b1 = median(q.decode_tok_s);
-    std::printf("%-20s %26s %24s %9s %22s %10s %12.1f\n", r.name.c_str(), range(r.decode_tok_s, "%.0f").c_str(),
+    std::printf("%-24s %26s %24s %9s %22s %10s %12.1f\n", r.name.c_str(), range(r.decode_tok_s, "%.0f").c_str(),
                 range(r.prefill_ms, "%.2f").c_str(), peer_b1 > 0 ? (std::to_string(tps / peer_b1).substr(0, 5) + "x").c_str() : "-",
                 same_batch.empty() ? "-" : (range(same_batch, "%.2f") + "x").c_str(),
                 (std::to_string(tps / own_b1).substr(0, 5) + "x").c_str(), r.memory_mib);
     jrows.push_back({{"row", r.name}, {"engine", r.engine}, {"format", r.format}, {"batch", r.batch},
                      {"sampling", r.sampled ? "top-p" : "greedy"},
+                     {"kv_dtype", r.engine == "brisk" ? json(core::dtype_name(r.kv)) : json(nullptr)},
                      {"decode_tokens_per_s", r.decode_tok_s}, {"prefill_ms", r.prefill_ms},
                      {"median_decode_tokens_per_s", tps}, {"vs_peer_batch1", peer_b1 > 0 ? tps / peer_b1 : 0},
                      {"vs_own_batch1", tps / own_b1},
@@ -326,6 +341,26 @@ int run_generate_bench(const GenerateBenchOptions& o) {
   std::printf("top-p sampling (temperature %.1f, top-p %.2f) at batch %lld: brisk %.0f tok/s, %s pytorch\n",
               kSampleTemperature, kSampleTopP, (long long)o.batch, median(ours_sampled.decode_tok_s),
               sampled_ratio.empty() ? "no" : (range(sampled_ratio, "%.2f") + "x").c_str());
+  // The bf16 pool against the f32 one: decode rate per round, and whether
+  // the first sequence's greedy tokens stayed the same.
+  json kv_bf16 = json::array();
+  for (const Side& b : sides) {
+    if (b.row.kv != core::DType::bf16) continue;
+    for (const Side& f : sides) {
+      if (f.row.kv != core::DType::f32 || f.row.format != b.row.format || f.row.batch != b.row.batch ||
+          f.row.sampled)
+        continue;
+      std::vector<double> ratio;
+      for (size_t i = 0; i < std::min(b.row.decode_tok_s.size(), f.row.decode_tok_s.size()); ++i)
+        ratio.push_back(b.row.decode_tok_s[i] / f.row.decode_tok_s[i]);
+      const bool same = b.row.tokens == f.row.tokens;
+      std::printf("bf16 key/value pool, %s at batch %lld: %s the f32 pool's decode rate; greedy tokens %s\n",
+                  b.row.format.c_str(), (long long)b.row.batch, (range(ratio, "%.3f") + "x").c_str(),
+                  same ? "identical" : "differ");
+      kv_bf16.push_back({{"format", b.row.format}, {"batch", b.row.batch}, {"vs_f32_pool_per_round", ratio},
+                         {"vs_f32_pool_median", median(ratio)}, {"greedy_tokens_identical", same}});
+    }
+  }
 
   json quality = nullptr;
   if (o.quality) {
@@ -338,16 +373,22 @@ int run_generate_bench(const GenerateBenchOptions& o) {
     struct Q {
       std::string name;
       const infer::Model* m;
+      core::DType kv = core::DType::f32;
       double nll = 0;
       int64_t n = 0, agree = 0;
     };
-    std::vector<Q> qs = {{"fp32", &fp32}, {"int8", &int8}, {"int4", &int4}, {"int4+awq", &int4_awq}};
+    std::vector<Q> qs = {{"fp32", &fp32},
+                         {"int8", &int8},
+                         {"int4", &int4},
+                         {"int4+awq", &int4_awq},
+                         {"fp32 kv-bf16", &fp32, core::DType::bf16}};  // the weights' fp32, the pool's bf16
     std::vector<std::vector<int32_t>> fp32_top;
     for (Q& q : qs) {
       infer::EngineOptions eo;
       eo.max_seqs = 16;
       eo.max_step_tokens = w;
       eo.threads = o.threads;
+      eo.kv_dtype = q.kv;
       infer::Engine e(*q.m, eo);
       for (int64_t i = 0; i < windows; ++i) {
         std::vector<int32_t> ids(static_cast<size_t>(w));
@@ -360,14 +401,14 @@ int run_generate_bench(const GenerateBenchOptions& o) {
       }
     }
     std::printf("\n== quality: KJV validation, %lld windows of %lld tokens ==\n", (long long)windows, (long long)w);
-    std::printf("%-10s %12s %10s %16s\n", "weights", "perplexity", "vs fp32", "top-1 = fp32");
+    std::printf("%-13s %12s %10s %16s\n", "weights", "perplexity", "vs fp32", "top-1 = fp32");
     quality = json::array();
     const double base = std::exp(qs[0].nll / double(qs[0].n));
     for (const Q& q : qs) {
       const double ppl = std::exp(q.nll / double(q.n));
-      std::printf("%-10s %12.3f %+9.2f%% %15.2f%%\n", q.name.c_str(), ppl, 100 * (ppl / base - 1),
+      std::printf("%-13s %12.3f %+9.2f%% %15.2f%%\n", q.name.c_str(), ppl, 100 * (ppl / base - 1),
                   100.0 * double(q.agree) / double(q.n));
-      quality.push_back({{"weights", q.name}, {"perplexity", ppl}, {"vs_fp32", ppl / base - 1},
+      quality.push_back({{"weights", q.name}, {"kv_dtype", core::dtype_name(q.kv)}, {"perplexity", ppl}, {"vs_fp32", ppl / base - 1},
                          {"top1_agreement", double(q.agree) / double(q.n)}, {"positions", q.n}});
     }
     std::printf("int4+awq: %s\n", int4_awq.quant_note.c_str());
@@ -382,7 +423,8 @@ int run_generate_bench(const GenerateBenchOptions& o) {
                        {"cpu", monitor::cpu_model()}, {"int8_path", cpu::int8_dot_name(cpu::cpu_features().int8)},
                        {"rows", jrows},             {"greedy_identical_to_recompute", same_as_recompute},
                        {"greedy_identical_to_peer", peer_compared ? json(same_as_peer) : json(nullptr)},
-                       {"sampled_vs_peer", sampled_ratio}, {"quality", quality}, {"date", now_iso()}};
+                       {"sampled_vs_peer", sampled_ratio}, {"kv_bf16", kv_bf16},
+                       {"quality", quality}, {"date", now_iso()}};
   core::write_file_atomic(path, report.dump(2) + "\n");
   std::printf("report: %s\n", shown(path).c_str());
   return same_as_recompute && peers_ok ? 0 : 1;
