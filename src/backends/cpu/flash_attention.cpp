@@ -229,6 +229,61 @@ void backward_head(GemmCache& cache, const E* q, const E* k, const E* v, int64_t
   }
 }
 
+// ---- every (batch, head) pair through gemm.h, on the operands where they lie -----------
+// E = float (the f32 kernels where the register tiles do not run) or
+// uint16_t (bf16-native). work_floats: the per-thread scratch forward_head /
+// backward_head need, plus (bf16) the head's f32 dK and dV in front.
+
+template <class E>
+void forward_gemm(const KernelCall& c, const Dims& d, size_t work_floats) {
+  const E* qkv = c.in(0).as<E>();
+  E* y = c.out(0).as<E>();
+  float* lse = c.out(1).as<float>();
+  GemmCache& cache = gemm_cache_of(c.ctx);
+  const Scratch scratch(c, work_floats);
+  parallel_for(d.B * d.nh, 1, [&](int64_t lo, int64_t hi) {
+    float* work = scratch.get();
+    for (int64_t bh = lo; bh < hi; ++bh) {
+      const int64_t b = bh / d.nh, h = bh % d.nh;
+      const E* q = qkv + b * d.T * 3 * d.C + h * d.hd;
+      forward_head(cache, q, q + d.C, q + 2 * d.C, 3 * d.C, y + b * d.T * d.C + h * d.hd, d.C, lse + bh * d.T, d.T,
+                   d.hd, d.scale, work);
+    }
+  });
+}
+
+// f32 accumulates dK and dV straight into dqkv; bf16 in f32 scratch, rounded once per head.
+template <class E>
+void backward_gemm(const KernelCall& c, const Dims& d, size_t work_floats) {
+  const E* dy = c.in(0).as<E>();
+  const E* qkv = c.in(1).as<E>();
+  const E* y = c.in(2).as<E>();
+  const float* lse = c.in(3).as<float>();
+  E* dqkv = c.out(0).as<E>();
+  const int64_t n = d.T * d.hd;
+  GemmCache& cache = gemm_cache_of(c.ctx);
+  const Scratch scratch(c, work_floats);
+  parallel_for(d.B * d.nh, 1, [&](int64_t lo, int64_t hi) {
+    float* buf = scratch.get();
+    for (int64_t bh = lo; bh < hi; ++bh) {
+      const int64_t b = bh / d.nh, h = bh % d.nh;
+      const int64_t off = b * d.T * 3 * d.C + h * d.hd, goff = b * d.T * d.C + h * d.hd;
+      const E* q = qkv + off;
+      E* dq = dqkv + off;
+      if constexpr (std::is_same_v<E, float>) {
+        backward_head(cache, q, q + d.C, q + 2 * d.C, 3 * d.C, dy + goff, y + goff, d.C, lse + bh * d.T, dq, 3 * d.C,
+                      dq + d.C, dq + 2 * d.C, 3 * d.C, d.T, d.hd, d.scale, buf);
+      } else {
+        float *dk = buf, *dv = buf + n;
+        backward_head(cache, q, q + d.C, q + 2 * d.C, 3 * d.C, dy + goff, y + goff, d.C, lse + bh * d.T, dq, 3 * d.C,
+                      dk, dv, d.hd, d.T, d.hd, d.scale, buf + 2 * n);
+        narrow_head(dk, dq + d.C, 3 * d.C, d.T, d.hd);
+        narrow_head(dv, dq + 2 * d.C, 3 * d.C, d.T, d.hd);
+      }
+    }
+  });
+}
+
 // ---- f32: work directly on the packed layout -----------------------------------------
 void flash_attention_f32(const KernelCall& c) {
   const Dims d = attention_dims(c, c.in(0).shape());
@@ -243,17 +298,7 @@ void flash_attention_f32(const KernelCall& c) {
     });
     return;
   }
-  GemmCache& cache = gemm_cache_of(c.ctx);
-  const Scratch scratch(c, tile_floats());
-  parallel_for(d.B * d.nh, 1, [&](int64_t lo, int64_t hi) {
-    float* work = scratch.get();
-    for (int64_t bh = lo; bh < hi; ++bh) {
-      const int64_t b = bh / d.nh, h = bh % d.nh;
-      const float* q = qkv + b * d.T * 3 * d.C + h * d.hd;
-      forward_head(cache, q, q + d.C, q + 2 * d.C, 3 * d.C, y + b * d.T * d.C + h * d.hd, d.C, lse + bh * d.T, d.T,
-                   d.hd, d.scale, work);
-    }
-  });
+  forward_gemm<float>(c, d, tile_floats());
 }
 
 void flash_attention_backward_f32(const KernelCall& c) {
@@ -273,64 +318,19 @@ void flash_attention_backward_f32(const KernelCall& c) {
     });
     return;
   }
-  GemmCache& cache = gemm_cache_of(c.ctx);
-  const Scratch scratch(c, tile_floats());
-  parallel_for(d.B * d.nh, 1, [&](int64_t lo, int64_t hi) {
-    float* work = scratch.get();
-    for (int64_t bh = lo; bh < hi; ++bh) {
-      const int64_t b = bh / d.nh, h = bh % d.nh;
-      const int64_t off = b * d.T * 3 * d.C + h * d.hd, goff = b * d.T * d.C + h * d.hd;
-      const float* q = qkv + off;
-      float* dq = dqkv + off;
-      backward_head(cache, q, q + d.C, q + 2 * d.C, 3 * d.C, dy + goff, y + goff, d.C, lse + bh * d.T, dq, 3 * d.C,
-                    dq + d.C, dq + 2 * d.C, 3 * d.C, d.T, d.hd, d.scale, work);
-    }
-  });
+  backward_gemm<float>(c, d, tile_floats());
 }
 
 // ---- bf16-native: bf16 operands straight from qkv, f32 accumulation --------------------
 
 void flash_attention_bf16_native(const KernelCall& c) {
   const Dims d = attention_dims(c, c.in(0).shape());
-  const uint16_t* qkv = c.in(0).as<uint16_t>();
-  uint16_t* y = c.out(0).as<uint16_t>();
-  float* lse = c.out(1).as<float>();
-  GemmCache& cache = gemm_cache_of(c.ctx);
-  const Scratch scratch(c, native_forward_floats(d.hd));
-  parallel_for(d.B * d.nh, 1, [&](int64_t lo, int64_t hi) {
-    float* work = scratch.get();
-    for (int64_t bh = lo; bh < hi; ++bh) {
-      const int64_t b = bh / d.nh, h = bh % d.nh;
-      const uint16_t* q = qkv + b * d.T * 3 * d.C + h * d.hd;
-      forward_head(cache, q, q + d.C, q + 2 * d.C, 3 * d.C, y + b * d.T * d.C + h * d.hd, d.C, lse + bh * d.T, d.T,
-                   d.hd, d.scale, work);
-    }
-  });
+  forward_gemm<uint16_t>(c, d, native_forward_floats(d.hd));
 }
 
 void flash_attention_backward_bf16_native(const KernelCall& c) {
   const Dims d = attention_dims(c, c.in(1).shape());
-  const uint16_t* dy = c.in(0).as<uint16_t>();
-  const uint16_t* qkv = c.in(1).as<uint16_t>();
-  const uint16_t* y = c.in(2).as<uint16_t>();
-  const float* lse = c.in(3).as<float>();
-  uint16_t* dqkv = c.out(0).as<uint16_t>();
-  const int64_t n = d.T * d.hd;
-  GemmCache& cache = gemm_cache_of(c.ctx);
-  const Scratch scratch(c, native_backward_floats(d.T, d.hd));
-  parallel_for(d.B * d.nh, 1, [&](int64_t lo, int64_t hi) {
-    float* buf = scratch.get();
-    float *dk = buf, *dv = buf + n, *work = buf + 2 * n;
-    for (int64_t bh = lo; bh < hi; ++bh) {
-      const int64_t b = bh / d.nh, h = bh % d.nh;
-      const int64_t off = b * d.T * 3 * d.C + h * d.hd, goff = b * d.T * d.C + h * d.hd;
-      const uint16_t* q = qkv + off;
-      backward_head(cache, q, q + d.C, q + 2 * d.C, 3 * d.C, dy + goff, y + goff, d.C, lse + bh * d.T, dqkv + off,
-                    3 * d.C, dk, dv, d.hd, d.T, d.hd, d.scale, work);
-      narrow_head(dk, dqkv + off + d.C, 3 * d.C, d.T, d.hd);
-      narrow_head(dv, dqkv + off + 2 * d.C, 3 * d.C, d.T, d.hd);
-    }
-  });
+  backward_gemm<uint16_t>(c, d, native_backward_floats(d.T, d.hd));
 }
 
 // ---- bf16-emulated: widen one head, run the f32 code, narrow --------------------------
