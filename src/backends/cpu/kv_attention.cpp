@@ -20,6 +20,7 @@
 // (to nearest even) once as they are stored and widened to f32 as they are
 // loaded (a shift of 16 bits), so the dot products, the softmax and the
 // weighted sum stay f32 while a decoding step reads half the bytes.
+//
 // GCC 12 reports its own _mm512_undefined_ps() inside the shuffle and
 // reduce intrinsics as maybe-uninitialised once they are inlined here.
 #ifndef __clang__  // a GCC-only warning; clang would warn about the unknown group
