@@ -26,10 +26,14 @@ using core::ConfigError;
 
 namespace {
 
+// model.classifier_chunk_mb: the fused classifier's chunk in MiB of f32 logits.
+constexpr int64_t kFloatsPerMiB = (int64_t(1) << 20) / int64_t(sizeof(float));
+constexpr int64_t kMaxClassifierChunkMiB = 65536;
+
 const detail::KnownKeys kKnownKeys = {
     {"model", {"kind", "preset", "vocab_size", "n_layer", "n_embd", "n_head", "block_size", "attention", "fused_classifier",
                "fuse_bias_gelu", "fuse_residual_layernorm", "fuse_layernorm_backward", "fuse_gelu_backward",
-               "fuse_bias_backward", "fuse_weight_casts"}},
+               "fuse_bias_backward", "fuse_weight_casts", "classifier_chunk_mb"}},
     {"data", {"dir"}},
     {"train", {"batch", "seq", "grad_accum", "steps", "lr", "min_lr_ratio", "warmup", "schedule", "weight_decay",
                "grad_clip", "beta1", "beta2", "eps", "seed", "threads", "device", "eval_every", "eval_batches", "log_every",
@@ -185,6 +189,14 @@ TrainConfig config_from_table(const toml::table& file) {
   r.get("model", "fuse_gelu_backward", c.model.fuse_gelu_backward);  // likewise
   r.get("model", "fuse_bias_backward", c.model.fuse_bias_backward);  // likewise
   r.get("model", "fuse_weight_casts", c.model.fuse_weight_casts);    // likewise
+  // The fused classifier's f32 logits per chunk of rows, in MiB (0: the
+  // backend's choice): more rows per chunk, fewer passes over dW.
+  int64_t chunk_mb = c.model.classifier_chunk_floats / kFloatsPerMiB;
+  r.get("model", "classifier_chunk_mb", chunk_mb);
+  if (chunk_mb < 0 || chunk_mb > kMaxClassifierChunkMiB)
+    throw ConfigError("config: model.classifier_chunk_mb must be in [0, " + std::to_string(kMaxClassifierChunkMiB) +
+                      "] (0: the backend's choice, 64 on a CPU), got " + std::to_string(chunk_mb));
+  c.model.classifier_chunk_floats = chunk_mb * kFloatsPerMiB;
   r.get("data", "dir", c.data_dir);
   r.get("train", "batch", c.batch);
   r.get("train", "seq", c.seq);
@@ -387,6 +399,7 @@ std::string to_toml(const TrainConfig& c) {
     << "\nfuse_gelu_backward = " << toml_string(c.model.fuse_gelu_backward)
     << "\nfuse_bias_backward = " << toml_string(c.model.fuse_bias_backward)
     << "\nfuse_weight_casts = " << toml_string(c.model.fuse_weight_casts)
+    << "\nclassifier_chunk_mb = " << c.model.classifier_chunk_floats / kFloatsPerMiB
     << "\n\n[data]\ndir = " << toml_string(c.data_dir) << "\n\n[train]\nbatch = " << c.batch << "\nseq = " << c.seq << "\ngrad_accum = " << c.grad_accum
     << "\nsteps = " << c.steps << "\nlr = " << toml_number(c.schedule.max_lr) << "\nmin_lr_ratio = " << toml_number(c.schedule.min_lr_ratio)
     << "\nwarmup = " << c.schedule.warmup_steps << "\nschedule = \"" << kinds[int(c.schedule.kind)]

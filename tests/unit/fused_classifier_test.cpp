@@ -26,6 +26,7 @@
 #include "brisk/cpu/cpu_features.h"
 #include "brisk/models/gpt.h"
 #include "brisk/ops/ops.h"
+#include "brisk/train/config.h"
 #include "test_util.h"
 
 using namespace brisk;
@@ -548,6 +549,28 @@ TEST(FusedClassifier, W1ArenaDropsByTheLogits) {
   std::printf("W1 train arena: unfused %.1f MiB, fused %.1f MiB (logits + dlogits %.1f MiB)\n",
               double(arena[0]) / (1 << 20), double(arena[1]) / (1 << 20), 2 * logits / (1 << 20));
   EXPECT_LE(double(arena[1]) + 1.6 * logits, double(arena[0]));
+}
+
+// model.classifier_chunk_mb: the chunk of f32 logits in MiB, in config.toml
+// and in the plan. At W1 (2048 rows, V 50304) 128 MiB makes 4 chunks of 512
+// rows where the default 64 MiB makes 7 of 293: the arena grows by the
+// difference of the two chunks' logits. A negative size is refused.
+TEST(FusedClassifier, ChunkSizeKeyReachesTheConfigAndThePlan) {
+  const train::TrainConfig c = train::load_train_config("", {"model.classifier_chunk_mb=128"});
+  EXPECT_EQ(c.model.classifier_chunk_floats, int64_t(128) << 18);
+  EXPECT_NE(train::to_toml(c).find("classifier_chunk_mb = 128"), std::string::npos);
+  EXPECT_EQ(train::load_train_config("", {}).model.classifier_chunk_floats, 0);
+
+  models::GptConfig cfg = models::GptConfig::preset("W1");
+  cfg.fused_classifier = true;
+  const size_t base = w1_arena(true, 8, 256, true);
+  cfg.classifier_chunk_floats = c.model.classifier_chunk_floats;
+  models::Gpt m(cfg, backend());
+  const size_t big = core::plan_memory(m.train_graph(8, 256)).report.arena;
+  const double want = double(512 - 293) * double(cfg.vocab_size) * 4.0;
+  EXPECT_NEAR(double(big) - double(base), want, 0.05 * want);
+
+  EXPECT_THROW(train::load_train_config("", {"model.classifier_chunk_mb=-1"}), core::ConfigError);
 }
 
 // The tied embedding/head gradient: the head's (V, C) piece goes into the

@@ -46,7 +46,8 @@ struct GptConfig {
   // a little less efficient than the three whole ones); at W2 no memory gain.
   bool fused_classifier = false;
   // Its train op's chunk: f32 logits per chunk of rows in the op's workspace
-  // (CrossEntropyParams::chunk_floats). 0: the backend's choice, 64 MiB on a
+  // (CrossEntropyParams::chunk_floats; model.classifier_chunk_mb in a config,
+  // docs/tuning.md). 0: the backend's choice, 64 MiB on a
   // CPU (near its caches) and kDeviceClassifierChunkFloats on a GPU (whose
   // products fill the chip only at thousands of rows). `brisk plan` sets the
   // GPU's figure to plan a CUDA run on a machine without one.
