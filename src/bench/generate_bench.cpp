@@ -107,6 +107,13 @@ std::string range(const std::vector<double>& v, const char* fmt) {
   return buf;
 }
 
+// a[i] / b[i] for each round both have: ratios formed within a round.
+std::vector<double> per_round_ratio(const std::vector<double>& a, const std::vector<double>& b) {
+  std::vector<double> r;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) r.push_back(a[i] / b[i]);
+  return r;
+}
+
 std::vector<int32_t> read_tokens(const std::string& dir, const char* split, int64_t begin, int64_t n) {
   data::TokenDataset d(dir, split);
   if (d.size() < begin + n) throw core::IoError(dir + ": the " + split + " split has only " + std::to_string(d.size()) + " tokens");
@@ -298,9 +305,10 @@ int run_generate_bench(const GenerateBenchOptions& o) {
     std::vector<double> same_batch;
     if (r.engine == "brisk")
       for (const Row& q : rows)
-        if (q.engine == "pytorch" && q.batch == r.batch && q.sampled == r.sampled && q.error.empty())
-          for (size_t i = 0; i < std::min(r.decode_tok_s.size(), q.decode_tok_s.size()); ++i)
-            same_batch.push_back(r.decode_tok_s[i] / q.decode_tok_s[i]);
+        if (q.engine == "pytorch" && q.batch == r.batch && q.sampled == r.sampled && q.error.empty()) {
+          const std::vector<double> v = per_round_ratio(r.decode_tok_s, q.decode_tok_s);
+          same_batch.insert(same_batch.end(), v.begin(), v.end());
+        }
     double own_b1 = 0;
     for (const Row& q : rows)
       if (q.engine == r.engine && q.format == r.format && q.batch == 1 && !q.sampled && q.kv == core::DType::f32 &&
@@ -334,10 +342,9 @@ int run_generate_bench(const GenerateBenchOptions& o) {
                                : "; differ from pytorch");
   // The sampled rows side by side, the ratio formed per round.
   const Row& ours_sampled = sides.back().row;
-  std::vector<double> sampled_ratio;
-  if (o.peer && peers.back().error.empty())
-    for (size_t i = 0; i < std::min(ours_sampled.decode_tok_s.size(), peers.back().decode_tok_s.size()); ++i)
-      sampled_ratio.push_back(ours_sampled.decode_tok_s[i] / peers.back().decode_tok_s[i]);
+  const std::vector<double> sampled_ratio = o.peer && peers.back().error.empty()
+                                                ? per_round_ratio(ours_sampled.decode_tok_s, peers.back().decode_tok_s)
+                                                : std::vector<double>{};
   std::printf("top-p sampling (temperature %.1f, top-p %.2f) at batch %lld: brisk %.0f tok/s, %s pytorch\n",
               kSampleTemperature, kSampleTopP, (long long)o.batch, median(ours_sampled.decode_tok_s),
               sampled_ratio.empty() ? "no" : (range(sampled_ratio, "%.2f") + "x").c_str());
@@ -350,9 +357,7 @@ int run_generate_bench(const GenerateBenchOptions& o) {
       if (f.row.kv != core::DType::f32 || f.row.format != b.row.format || f.row.batch != b.row.batch ||
           f.row.sampled)
         continue;
-      std::vector<double> ratio;
-      for (size_t i = 0; i < std::min(b.row.decode_tok_s.size(), f.row.decode_tok_s.size()); ++i)
-        ratio.push_back(b.row.decode_tok_s[i] / f.row.decode_tok_s[i]);
+      const std::vector<double> ratio = per_round_ratio(b.row.decode_tok_s, f.row.decode_tok_s);
       const bool same = b.row.tokens == f.row.tokens;
       std::printf("bf16 key/value pool, %s at batch %lld: %s the f32 pool's decode rate; greedy tokens %s\n",
                   b.row.format.c_str(), (long long)b.row.batch, (range(ratio, "%.3f") + "x").c_str(),

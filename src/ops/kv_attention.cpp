@@ -118,10 +118,9 @@ std::vector<TestCase> kv_attention_cases() {
                    core::AttentionParams{4, 0.f}});
   std::vector<double> prefill_rows;
   for (int i = 0; i < 16; ++i) prefill_rows.insert(prefill_rows.end(), {0, double(i)});
-  const std::vector<double> prefill_rows_copy = prefill_rows;
   cases.push_back({"prefill of 16 from 0, scale 0.2",
                    {no_grad(spec({16, 192}, DType::f32, -2, 2)), no_grad(spec({4, 16, 64})), no_grad(spec({4, 16, 64})),
-                    ints({16, 2}, std::move(prefill_rows)), ints({1, 2}, {2, 0})},
+                    ints({16, 2}, prefill_rows), ints({1, 2}, {2, 0})},
                    core::AttentionParams{2, 0.2f}});
   // GPT-2's head size: three sequences decoding at once, at the end of a
   // block, at the start of one, and mid-block after several whole blocks.
@@ -154,7 +153,7 @@ std::vector<TestCase> kv_attention_cases() {
                    core::AttentionParams{4, 0.f}});
   cases.push_back({"bf16 cache: prefill of 16 from 0, scale 0.2",
                    {no_grad(spec({16, 192}, DType::f32, -2, 2)), no_grad(spec({4, 16, 64}, bf)), no_grad(spec({4, 16, 64}, bf)),
-                    ints({16, 2}, prefill_rows_copy), ints({1, 2}, {2, 0})},
+                    ints({16, 2}, prefill_rows), ints({1, 2}, {2, 0})},
                    core::AttentionParams{2, 0.2f}});
   cases.push_back({"bf16 cache: 2 decodes, 2 heads of 128",
                    {no_grad(spec({2, 768}, DType::f32, -2, 2)), no_grad(spec({6, 16, 256}, bf)), no_grad(spec({6, 16, 256}, bf)),

@@ -109,14 +109,15 @@ inline void softmax_backward_rows(const float* P, int64_t ldp, float* dS, int64_
 }
 
 // The flash backward's D = rowsum(dY * Y) (FlashAttention-2's stand-in for
-// rowsum(P * dP)) for `rows` rows hd wide: dy rows `lddy` apart, y `ldy`.
-inline void flash_row_dots(const float* dy, int64_t lddy, const float* y, int64_t ldy, int64_t rows, int64_t hd,
-                           float* D) {
+// rowsum(P * dP)) for `rows` rows hd wide: dy rows `lddy` apart, y `ldy`;
+// E is float or bf16 (uint16_t, widened as read), the sum f32.
+template <class E>
+void flash_row_dots(const E* dy, int64_t lddy, const E* y, int64_t ldy, int64_t rows, int64_t hd, float* D) {
   for (int64_t r = 0; r < rows; ++r) {
-    const float *g = dy + r * lddy, *yr = y + r * ldy;
+    const E *g = dy + r * lddy, *yr = y + r * ldy;
     float acc = 0.f;
 #pragma omp simd reduction(+ : acc)
-    for (int64_t i = 0; i < hd; ++i) acc += g[i] * yr[i];
+    for (int64_t i = 0; i < hd; ++i) acc += widen(g[i]) * widen(yr[i]);
     D[r] = acc;
   }
 }

@@ -150,21 +150,6 @@ void forward_head(GemmCache& cache, const E* q, const E* k, const E* v, int64_t 
   }
 }
 
-// D = rowsum(dY * Y) for a query tile, from the operand type.
-template <class E>
-void row_dots(const E* dy, const E* y, int64_t ld, int64_t rows, int64_t hd, float* D) {
-  if constexpr (std::is_same_v<E, float>) {
-    flash_row_dots(dy, ld, y, ld, rows, hd, D);
-  } else {
-    for (int64_t r = 0; r < rows; ++r) {
-      float acc = 0.f;
-#pragma omp simd reduction(+ : acc)
-      for (int64_t i = 0; i < hd; ++i) acc += widen(dy[r * ld + i]) * widen(y[r * ld + i]);
-      D[r] = acc;
-    }
-  }
-}
-
 // One head of the backward. Inputs as in forward_head plus dy and y (rows
 // `ldg` apart) and lse. dq: the output (rows `lddq` apart); dk, dv: f32
 // accumulators (rows `ldd` apart), the outputs themselves for f32. work:
@@ -199,7 +184,7 @@ void backward_head(GemmCache& cache, const E* q, const E* k, const E* v, int64_t
     } else {
       dqb = dqa, ldq = hd;
     }
-    row_dots(dyb, y + i0 * ldg, ldg, bs, hd, D);
+    flash_row_dots(dyb, ldg, y + i0 * ldg, ldg, bs, hd, D);
     for (int64_t j0 = 0; j0 < i1; j0 += kTileK) {
       const int64_t w = std::min(j0 + kTileK, i1) - j0;
       // P = exp(scale * Q K^T - lse), zero where masked
