@@ -6,7 +6,8 @@
 // flash_attention.cpp does for the causal op. Kernels walk query tiles x key
 // tiles over the valid keys with an online softmax; the backward recomputes
 // P = exp(s - lse) tile by tile, with D_t = rowsum(dy_t * y_t) standing in for
-// rowsum(P * dP) (FlashAttention-2). f32 only; lengths gets no gradient.
+// rowsum(P * dP) (FlashAttention-2). qkv, y, dy and dqkv are f32 or bf16 (one
+// dtype per call), lse f32; lengths gets no gradient.
 //
 // The reference kernels are the oracle, not a model of the tiling: one query
 // row at a time, in double.
@@ -24,38 +25,47 @@ namespace {
 using Dims = AttentionDims;
 constexpr std::string_view kFwd = "masked_flash_attention", kBwd = "masked_flash_attention_backward";
 
-// Inputs: qkv (B, T, 3C) f32, lengths (B) i32.
+// Inputs: qkv (B, T, 3C) f32 or bf16, lengths (B) i32.
 std::vector<TensorMeta> infer_forward(std::span<const TensorMeta> in, const core::OpParams& params) {
   check_count(kFwd, in, 2);
-  check_dtype(kFwd, in[0], DType::f32, "qkv");
+  check_float(kFwd, in, {0});
   const Dims d = check_qkv(kFwd, in, in[0], std::get<AttentionParams>(params).n_head);
   check_lengths_meta(kFwd, in, 1, d.B);
-  return {TensorMeta{Shape{d.B, d.T, d.C}, DType::f32}, TensorMeta{Shape{d.B, d.nh, d.T}, DType::f32}};
+  return {TensorMeta{Shape{d.B, d.T, d.C}, in[0].dtype}, TensorMeta{Shape{d.B, d.nh, d.T}, DType::f32}};
 }
 
 // Inputs: dy (B, T, C), qkv (B, T, 3C), y (B, T, C), lse (B, n_head, T), lengths (B).
 std::vector<TensorMeta> infer_backward(std::span<const TensorMeta> in, const core::OpParams& params) {
   check_count(kBwd, in, 5);
-  check_dtype(kBwd, in[0], DType::f32, "dy");
-  check_dtype(kBwd, in[1], DType::f32, "qkv");
-  check_dtype(kBwd, in[2], DType::f32, "y");
+  check_float(kBwd, in, {0, 1, 2});
   const Dims d = check_qkv(kBwd, in, in[1], std::get<AttentionParams>(params).n_head);
   check_shape(in[0].shape == Shape{d.B, d.T, d.C}, kBwd, "dy must be (B, T, C) for qkv (B, T, 3C)", in);
   check_shape(in[2].shape == Shape{d.B, d.T, d.C}, kBwd, "y must be (B, T, C) for qkv (B, T, 3C)", in);
+  check_shape(in[0].dtype == in[1].dtype && in[2].dtype == in[1].dtype, kBwd,
+              "dy, qkv and y must have the same dtype", in);
   check_shape(in[3].shape == Shape{d.B, d.nh, d.T}, kBwd, "lse must be (B, n_head, T)", in);
   check_dtype(kBwd, in[3], DType::f32, "lse");
   check_lengths_meta(kBwd, in, 4, d.B);
   return {in[1]};
 }
 
-// Scratch of the CPU kernel per thread: two (kTileQ, kTileK) tiles and a few
-// per-row statistics, whatever T is. The CPU kernel
-// (backends/cpu/masked_flash_attention.cpp) uses tiles of at most these sizes
-// and falls back to its own buffers if a workspace is short.
-constexpr int64_t kTileQ = 64, kTileK = 256;
+// Scratch of the CPU kernels per thread: two (kTileQ, kTileK) tiles and a few
+// per-row statistics, and for bf16 the larger of its two paths' needs, as
+// flash_attention.cpp's (the bf16 kernels are the causal op's, flash_gemm.h):
+// bf16-emulated widens one head (at most 8 T x hd); bf16-native keeps P and dS
+// as bf16 (one more tile), one query tile's f32 rows of Y or dQ, and the
+// head's f32 dK and dV. Linear in T, never T^2. The CPU kernels
+// (backends/cpu/masked_flash_attention.cpp, flash_gemm.cpp) use tiles of at
+// most these sizes (f32: 64 query rows, bf16: 128) and fall back to their own
+// buffers if a workspace is short.
+constexpr int64_t kTileQ = 128, kTileK = 256;
 
-size_t workspace_bytes(std::span<const TensorMeta>, const core::OpParams&) {
-  const int64_t per_thread = 2 * kTileQ * kTileK + 4 * kTileQ;
+size_t workspace_bytes(std::span<const TensorMeta> in, const core::OpParams& params, bool backward) {
+  const Dims d = attention_dims(in[backward ? 1 : 0].shape, std::get<AttentionParams>(params).n_head);
+  const bool wide = in[0].dtype != DType::f32;
+  const int64_t emulated = (backward ? 8 : 4) * d.T * d.hd;
+  const int64_t native = kTileQ * d.hd + (backward ? kTileQ * kTileK + 2 * d.T * d.hd : 0);
+  const int64_t per_thread = 2 * kTileQ * kTileK + 4 * kTileQ + (wide ? std::max(emulated, native) : 0);
   const int64_t threads = std::max(1u, std::thread::hardware_concurrency());
   return size_t(per_thread * threads) * sizeof(float);
 }
@@ -150,11 +160,27 @@ std::vector<MaskedConfig> configs() {
           {40, 48, 2, {40, 23, 9}},    {36, 128, 2, {36, 19}}};
 }
 
+// bf16 (flash_gemm.h's kernels: 128-row query tiles, 256-key tiles, the last
+// key tile rounded up to 16 keys and masked past the length): lengths on and
+// off a 16-key step (1, 16, 17, 31), every row of a query tile padded
+// (T 290 with length 100: the second and third query tiles are padding
+// only), several key tiles with a ragged last one (300, 257, 513), heads of
+// 64 and 128, and T not a multiple of 16 (the rounded width stops at T).
+std::vector<MaskedConfig> bf16_configs() {
+  return {{7, 12, 3, {7, 1, 4}},           {40, 48, 2, {40, 17, 31, 16}},       {290, 32, 2, {290, 100, 1}},
+          {300, 128, 2, {300, 257, 256}},  {530, 64, 1, {513, 530, 77}},        {36, 256, 2, {36, 19}}};
+}
+
 std::vector<TestCase> forward_cases() {
   std::vector<TestCase> cases;
   for (const MaskedConfig& k : configs()) {
     const int64_t B = int64_t(k.lengths.size());
     cases.push_back({masked_label(k), {spec({B, k.T, 3 * k.C}), lengths_spec(k.lengths)}, AttentionParams{k.n_head, 0.f}});
+  }
+  for (const MaskedConfig& k : bf16_configs()) {
+    const int64_t B = int64_t(k.lengths.size());
+    cases.push_back({masked_label(k, DType::bf16), {spec({B, k.T, 3 * k.C}, DType::bf16), lengths_spec(k.lengths)},
+                     AttentionParams{k.n_head, 0.f}});
   }
   cases.push_back({"f32 explicit scale", {spec({3, 9, 3 * 8}), lengths_spec({9, 1, 5})}, AttentionParams{2, 0.8f}});
   // Large scores: the online max must keep exp() in range.
@@ -167,15 +193,16 @@ std::vector<TestCase> forward_cases() {
 // inputs whether or not they came from the forward (the unit test checks the pair).
 std::vector<TestCase> backward_cases() {
   std::vector<TestCase> cases;
-  auto add = [&](const MaskedConfig& k, float scale, const std::string& label) {
+  auto add = [&](const MaskedConfig& k, DType t, float scale, const std::string& label) {
     const int64_t B = int64_t(k.lengths.size());
     cases.push_back({label,
-                     {no_grad(spec({B, k.T, k.C})), no_grad(spec({B, k.T, 3 * k.C})), no_grad(spec({B, k.T, k.C})),
+                     {no_grad(spec({B, k.T, k.C}, t)), no_grad(spec({B, k.T, 3 * k.C}, t)), no_grad(spec({B, k.T, k.C}, t)),
                       no_grad(spec({B, k.n_head, k.T}, DType::f32, 0.0, 2.0)), lengths_spec(k.lengths)},
                      AttentionParams{k.n_head, scale}});
   };
-  for (const MaskedConfig& k : configs()) add(k, 0.f, masked_label(k));
-  add(MaskedConfig{9, 8, 2, {9, 1, 5}}, 0.8f, "f32 explicit scale");
+  for (const MaskedConfig& k : configs()) add(k, DType::f32, 0.f, masked_label(k));
+  add(MaskedConfig{9, 8, 2, {9, 1, 5}}, DType::f32, 0.8f, "f32 explicit scale");
+  for (const MaskedConfig& k : bf16_configs()) add(k, DType::bf16, 0.f, masked_label(k, DType::bf16));
   return cases;
 }
 
@@ -197,7 +224,9 @@ core::OpDef masked_flash_attention_def() {
   };
   d.reference = forward_reference;
   d.test_cases = forward_cases;
-  d.workspace_bytes = workspace_bytes;
+  d.workspace_bytes = [](std::span<const TensorMeta> in, const core::OpParams& p) {
+    return workspace_bytes(in, p, false);
+  };
   d.num_saved_outputs = 1;
   return d;
 }
@@ -210,7 +239,9 @@ core::OpDef masked_flash_attention_backward_def() {
   d.infer = infer_backward;
   d.reference = backward_reference;
   d.test_cases = backward_cases;
-  d.workspace_bytes = workspace_bytes;
+  d.workspace_bytes = [](std::span<const TensorMeta> in, const core::OpParams& p) {
+    return workspace_bytes(in, p, true);
+  };
   d.kernel_dtype_input = 1;
   return d;
 }

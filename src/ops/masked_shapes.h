@@ -40,8 +40,8 @@ struct MaskedConfig {
   std::vector<int> lengths;
 };
 
-inline std::string masked_label(const MaskedConfig& k) {
-  std::string s = "f32 B" + std::to_string(k.lengths.size()) + " T" + std::to_string(k.T) + " C" +
+inline std::string masked_label(const MaskedConfig& k, DType t = DType::f32) {
+  std::string s = std::string(core::dtype_name(t)) + " B" + std::to_string(k.lengths.size()) + " T" + std::to_string(k.T) + " C" +
                   std::to_string(k.C) + " nh" + std::to_string(k.n_head) + " len";
   for (int l : k.lengths) s += " " + std::to_string(l);
   return s;

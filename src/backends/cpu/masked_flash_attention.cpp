@@ -1,20 +1,24 @@
 // CPU kernels for memory-efficient bidirectional attention over a
-// right-padded batch (masked_flash_attention and its backward), f32.
+// right-padded batch (masked_flash_attention and its backward).
 //
-// The structure of flash_attention.cpp: threads split the (batch, head)
-// pairs, queries go in tiles of kTileQ rows and keys in tiles of kTileK, each
-// (query tile, key tile) product is one cblas_sgemm into a per-thread tile,
-// and y serves as the online softmax's accumulator. What differs is the
-// mask: sequence b's key tiles cover [0, L) with L = lengths[b] and stop
-// there, the last one narrowed to the valid keys, so every key a tile holds
-// is valid for every query row and no tile needs a per-row mask. All T query
-// rows are computed (padded ones attend over the valid keys, the op's
-// contract). Backward (FlashAttention-2): P = exp(S - lse) per tile,
-// D = rowsum(dY * Y), dV += P^T dY, dS = P (dY V^T - D) scale, dQ += dS K,
-// dK += dS^T Q; dK and dV rows of padded keys are zeroed and never touched.
-// On AVX2 + FMA CPUs (cpu_features().attention_tiles) the same blocks run as
-// register tiles instead (flash_tiles.h), heads handed out one at a time as
-// in masked_attention.cpp.
+// bf16 (native or emulated) runs flash_gemm.h's kernels, shared with the
+// causal op: they round a sequence's last key tile up to 16 keys and mask the
+// rest, so that oneDNN meets a few widths rather than one per length.
+//
+// f32 has kernels of its own, with the structure of flash_gemm.cpp: threads
+// split the (batch, head) pairs, queries go in tiles of kTileQ rows and keys
+// in tiles of kTileK, each (query tile, key tile) product is one cblas_sgemm
+// into a per-thread tile, and y serves as the online softmax's accumulator.
+// Sequence b's key tiles cover [0, L) with L = lengths[b] and stop there, the
+// last one narrowed to the valid keys, so every key a tile holds is valid for
+// every query row and no tile needs a per-row mask. All T query rows are
+// computed (padded ones attend over the valid keys, the op's contract).
+// Backward (FlashAttention-2): P = exp(S - lse) per tile, D = rowsum(dY * Y),
+// dV += P^T dY, dS = P (dY V^T - D) scale, dQ += dS K, dK += dS^T Q; dK and
+// dV rows of padded keys are zeroed and never touched. On AVX2 + FMA CPUs
+// (cpu_features().attention_tiles) the same blocks run as register tiles
+// instead (flash_tiles.h), heads handed out one at a time as in
+// masked_attention.cpp.
 #include <cblas.h>
 
 #include <cmath>
@@ -25,6 +29,7 @@
 #include "brisk/ops/layout.h"
 #include "attention_util.h"
 #include "cpu_util.h"
+#include "flash_gemm.h"
 #include "flash_tiles.h"
 #include "kernels.h"
 #include "vec_math.h"
@@ -195,11 +200,29 @@ void masked_flash_attention_backward_f32(const KernelCall& c) {
   });
 }
 
+// ---- bf16: native or emulated (flash_gemm.h) -----------------------------------------
+
+void masked_flash_attention_bf16(const KernelCall& c) {
+  const Dims d = attention_dims(c, c.in(0).shape());
+  const int32_t* lengths = c.in(1).as<const int32_t>();
+  ops::check_lengths("masked_flash_attention", lengths, d.B, d.T);
+  flash_gemm::forward_bf16(c, d, lengths);
+}
+
+void masked_flash_attention_backward_bf16(const KernelCall& c) {
+  const Dims d = attention_dims(c, c.in(1).shape());
+  const int32_t* lengths = c.in(4).as<const int32_t>();
+  ops::check_lengths("masked_flash_attention_backward", lengths, d.B, d.T);
+  flash_gemm::backward_bf16(c, d, lengths);
+}
+
 }  // namespace
 
 void register_masked_flash_attention_kernels(core::KernelRegistry& r) {
   r.add(core::OpKind::masked_flash_attention, core::DType::f32, masked_flash_attention_f32);
+  r.add(core::OpKind::masked_flash_attention, core::DType::bf16, masked_flash_attention_bf16);
   r.add(core::OpKind::masked_flash_attention_backward, core::DType::f32, masked_flash_attention_backward_f32);
+  r.add(core::OpKind::masked_flash_attention_backward, core::DType::bf16, masked_flash_attention_backward_bf16);
 }
 
 }  // namespace brisk::cpu
