@@ -66,6 +66,9 @@ void validate_encoder_body(int64_t vocab_size, int64_t n_layer, int64_t n_embd, 
 
 void EncoderConfig::validate() const {
   validate_encoder_body(vocab_size, n_layer, n_embd, n_head, max_len, attention);
+  if (compute != DType::f32 && compute != DType::bf16)
+    throw ConfigError("encoder compute dtype: unknown value '" + std::string(core::dtype_name(compute)) +
+                      "' (allowed: f32, bf16; set through train.precision)");
   if (n_classes < 2 || n_classes > (int64_t(1) << 20))
     throw ConfigError("model.n_classes must be in [2, " + std::to_string(int64_t(1) << 20) + "], got " +
                       std::to_string(n_classes));
@@ -98,24 +101,33 @@ Encoder::Encoder(const EncoderConfig& config, core::Backend& backend) : config_(
 // One pre-LN block (encoder_block.h); the encoder's attention sees every real
 // position of its row, the autoencoder's decoder passes causal.   x: (B, T, C)
 ValueId encoder_block(Graph& g, ValueId x, ValueId lengths, const std::string& p, int64_t C, int n_head, bool flash,
-                      BlockAttention attention) {
+                      BlockAttention attention, const Lowp& lp) {
+  using core::OpKind;
   auto param = [&](const std::string& name, Shape s) { return g.param(p + name, s); };
+  auto weight = [&](const std::string& name, Shape s) { return lp.narrow(param(name, s)); };  // compute dtype
   // --- attention: x + proj(attn(ln_1(x)))
-  auto ln1 = ops::layernorm(g, x, param("ln_1.weight", {C}), param("ln_1.bias", {C}));
-  ValueId qkv = ops::linear(g, ln1.y, param("attn.c_attn.weight", {3 * C, C}), param("attn.c_attn.bias", {3 * C}));
+  auto ln1 = ops::layernorm(g, x, param("ln_1.weight", {C}), param("ln_1.bias", {C}), 1e-5f, lp.dt);
+  ValueId qkv =
+      ops::linear(g, ln1.y, weight("attn.c_attn.weight", {3 * C, C}), weight("attn.c_attn.bias", {3 * C}));
   ValueId att;
   if (attention == BlockAttention::causal)
-    att = flash ? ops::flash_attention(g, qkv, n_head) : ops::attention(g, qkv, n_head);  // (B, T, C)
+    att = flash ? lp.run(qkv, OpKind::flash_attention, OpKind::flash_attention_backward,
+                         [&](ValueId v) { return ops::flash_attention(g, v, n_head); })
+                : lp.run(qkv, OpKind::attention, OpKind::attention_backward,
+                         [&](ValueId v) { return ops::attention(g, v, n_head); });  // (B, T, C)
   else
-    att = flash ? ops::masked_flash_attention(g, qkv, lengths, n_head)
-                : ops::masked_attention(g, qkv, lengths, n_head);  // (B, T, C)
-  att = ops::linear(g, att, param("attn.c_proj.weight", {C, C}), param("attn.c_proj.bias", {C}));
-  x = ops::add(g, x, att);
+    att = flash ? lp.run(qkv, OpKind::masked_flash_attention, OpKind::masked_flash_attention_backward,
+                         [&](ValueId v) { return ops::masked_flash_attention(g, v, lengths, n_head); })
+                : lp.run(qkv, OpKind::masked_attention, OpKind::masked_attention_backward,
+                         [&](ValueId v) { return ops::masked_attention(g, v, lengths, n_head); });  // (B, T, C)
+  att = ops::linear(g, att, weight("attn.c_proj.weight", {C, C}), weight("attn.c_proj.bias", {C}));
+  x = ops::add(g, x, att);  // the f32 residual plus the compute-dtype branch, no cast
   // --- MLP: x + proj(gelu(fc(ln_2(x))))
-  auto ln2 = ops::layernorm(g, x, param("ln_2.weight", {C}), param("ln_2.bias", {C}));
-  ValueId h = ops::linear(g, ln2.y, param("mlp.c_fc.weight", {4 * C, C}), param("mlp.c_fc.bias", {4 * C}));
-  h = ops::gelu(g, h);  // (B, T, 4C)
-  h = ops::linear(g, h, param("mlp.c_proj.weight", {C, 4 * C}), param("mlp.c_proj.bias", {C}));
+  auto ln2 = ops::layernorm(g, x, param("ln_2.weight", {C}), param("ln_2.bias", {C}), 1e-5f, lp.dt);
+  ValueId h =
+      ops::linear(g, ln2.y, weight("mlp.c_fc.weight", {4 * C, C}), weight("mlp.c_fc.bias", {4 * C}));
+  h = lp.run(h, OpKind::gelu, OpKind::gelu_backward, [&](ValueId v) { return ops::gelu(g, v); });  // (B, T, 4C)
+  h = ops::linear(g, h, weight("mlp.c_proj.weight", {C, 4 * C}), weight("mlp.c_proj.bias", {C}));
   return ops::add(g, x, h);
 }
 
@@ -149,10 +161,11 @@ std::unique_ptr<EncoderProgram> Encoder::build(bool train, int64_t B, int64_t T)
   ValueId x = ops::add(g, ops::embedding(g, p->ids, g.param("wte.weight", {config_.vocab_size, C})),
                        ops::embedding(g, p->pos, g.param("wpe.weight", {config_.max_len, C})));
 
-  // --- the blocks
+  // --- the blocks, in the compute dtype (f32: the helpers are the identity)
+  const Lowp lp{g, &backend_, config_.compute};
   for (int64_t l = 0; l < config_.n_layer; ++l)
     x = encoder_block(g, x, p->lengths, "h." + std::to_string(l) + ".", C, int(config_.n_head),
-                      config_.attention == "flash");
+                      config_.attention == "flash", BlockAttention::padding_masked, lp);
 
   // --- final LayerNorm, mean over the real positions, class logits   (B, K)
   auto lnf = ops::layernorm(g, x, g.param("ln_f.weight", {C}), g.param("ln_f.bias", {C}));

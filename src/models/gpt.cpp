@@ -16,6 +16,7 @@
 #include "brisk/core/passes.h"
 #include "brisk/core/recompute.h"
 #include "brisk/models/init.h"
+#include "brisk/models/lowp.h"
 #include "brisk/ops/ops.h"
 
 namespace brisk::models {
@@ -172,25 +173,8 @@ namespace {
 //   elsewhere; softmax and the loss's log-sum-exp are fp32 either way. An op whose forward or
 //   backward has no kernel in the compute dtype on this backend runs in f32
 //   between casts: the same numbers as a widen-compute-narrow kernel.
-// With compute == f32 every helper below is the identity, so the fp32 graph
-// is exactly what it was.
-struct Lowp {
-  Graph& g;
-  const core::Backend& backend;
-  DType dt;
-
-  ValueId narrow(ValueId v) const { return g.meta(v).dtype == dt ? v : ops::cast(g, v, dt); }
-  ValueId wide(ValueId v) const { return g.meta(v).dtype == DType::f32 ? v : ops::cast(g, v, DType::f32); }
-  bool native(core::OpKind fwd, core::OpKind bwd) const {
-    return backend.supports(fwd, dt) && backend.supports(bwd, dt);
-  }
-  // op(x) in the compute dtype: natively, or in f32 between casts.
-  template <class Op>
-  ValueId run(ValueId x, core::OpKind fwd, core::OpKind bwd, Op op) const {
-    return native(fwd, bwd) ? op(x) : narrow(op(wide(x)));
-  }
-};
-
+// The helpers are Lowp's (brisk/models/lowp.h); with compute == f32 each is
+// the identity, so the fp32 graph is exactly what it was.
 // One pre-LN transformer block.                                 x: (B, T, C)
 ValueId block(Graph& g, ValueId x, const std::string& p, int64_t C, int n_head, bool flash, const Lowp& lp) {
   using core::OpKind;
@@ -347,7 +331,7 @@ std::unique_ptr<GptProgram> Gpt::build(Mode mode, int64_t B, int64_t T) {
   ValueId wte = g.param("wte.weight", {V, C});
   ValueId wpe = g.param("wpe.weight", {config_.block_size, C});
 
-  const Lowp lp{g, backend_, config_.compute};
+  const Lowp lp{g, &backend_, config_.compute};
 
   // --- token + position embeddings: the fp32 residual stream      (B, T, C)
   // (a gather of fp32 rows; its backward scatter-adds in fp32)
@@ -366,7 +350,7 @@ std::unique_ptr<GptProgram> Gpt::build(Mode mode, int64_t B, int64_t T) {
   // op never makes the logits, so the memory it exists for is saved anyway).
   const bool fused_head = mode == Mode::train && config_.fused_classifier;
   const Lowp head = fused_head && !backend_.supports(core::OpKind::classifier_train, lp.dt)
-                        ? Lowp{g, backend_, DType::f32} : lp;
+                        ? Lowp::fp32(g) : lp;
   auto lnf = ops::layernorm(g, x, g.param("ln_f.weight", {C}), g.param("ln_f.bias", {C}), 1e-5f, head.dt);
   const int64_t N = B * T;
   const int64_t chunk = mode == Mode::eval && config_.fused_classifier ? eval_chunk_rows(N, V) : N;

@@ -262,9 +262,15 @@ ClassifyResult train_classifier(const ClassifyConfig& cfg, const ClassifyOptions
   data::Loader loader(batches, {.workers = cfg.loader_workers});
   loader.start();
 
-  // --- model and optimizer
+  // --- model and optimizer; the blocks compute in the effective precision (fp32 master weights either way)
+  const PrecisionChoice precision = resolve_precision(cfg.precision, cfg.precision_fallback, "cpu");
+  if (!precision.warning.empty()) say(precision.warning + "\n");
+  if (!precision.note.empty()) say(precision.note + "\n");
+  res.precision_path = precision.path;
   cpu::CpuBackend backend(cfg.threads);
-  models::Encoder model(cfg.model, backend);
+  models::EncoderConfig model_config = cfg.model;
+  model_config.compute = compute_dtype(precision.effective);
+  models::Encoder model(model_config, backend);
   model.init_weights(cfg.seed);
   model.set_train_profiling(options.profile);
   optim::AdamW adamw(cfg.adamw, model.params(), backend);
@@ -301,12 +307,12 @@ ClassifyResult train_classifier(const ClassifyConfig& cfg, const ClassifyOptions
 
   std::snprintf(line, sizeof line,
                 "brisk train (encoder classifier): %lld params | %lld layers, %lld embd, %lld heads, max_len %lld, "
-                "%lld classes | %d threads\n"
+                "%lld classes | %s | %d threads\n"
                 "data: %s (%lld records, tokenizer %s) | split %zu / %zu / %zu (seed %llu) | %lld empty, %lld repeats left out | "
                 "batch %lld, %lld steps/epoch x %lld epochs | %s batches\n",
                 (long long)cfg.model.num_params(), (long long)cfg.model.n_layer, (long long)cfg.model.n_embd,
                 (long long)cfg.model.n_head, (long long)cfg.model.max_len, (long long)cfg.model.n_classes,
-                backend.num_threads(), cfg.store.c_str(), (long long)store.size(), store.info().tokenizer.c_str(),
+                precision.path.c_str(), backend.num_threads(), cfg.store.c_str(), (long long)store.size(), store.info().tokenizer.c_str(),
                 split.train.size(), split.val.size(), split.test.size(), (unsigned long long)cfg.split_seed,
                 (long long)res.dropped_empty, (long long)res.repeats, (long long)cfg.batch, (long long)per_epoch, (long long)cfg.epochs,
                 cfg.bucket ? "length-bucketed" : "shuffled (unbucketed)");
@@ -427,6 +433,7 @@ ClassifyResult train_classifier(const ClassifyConfig& cfg, const ClassifyOptions
         {"last_loss", res.last_loss}, {"tokens_per_s", res.tokens_per_s},
         {"padded_tokens_per_s", res.padded_tokens_per_s}, {"padding_waste", res.padding_waste},
         {"bucketed", cfg.bucket}, {"truncated_records_epoch0", res.truncated},
+        {"precision", precision_name(precision.effective)}, {"precision_path", precision.path},
         {"cache", {{"hit_rate", consumed.hit_rate()}, {"hits", consumed.hits},
                    {"misses", consumed.lookups - consumed.hits},
                    {"evictions", cs.evictions}, {"bytes_used", cs.bytes_used}}}}},

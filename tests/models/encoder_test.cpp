@@ -124,6 +124,63 @@ TEST(Encoder, FlashAndPlainAttentionGiveTheSameModel) {
   EXPECT_LT(rel_error(la, std::vector<float>(b, b + 9)), 1e-4);
 }
 
+// Mixed precision: the blocks in bf16 (native on CPUs with avx512_bf16,
+// emulated elsewhere), master weights and grads fp32. The same weights and
+// batch give the fp32 model's loss, logits and gradients within bf16's
+// rounding, and not exactly (the graph is really bf16): its masked flash
+// attention runs on bf16 operands, not in f32 between casts.
+TEST(Encoder, Bf16BlocksGiveTheFp32ModelWithinRounding) {
+  models::EncoderConfig c16 = small_config("flash");
+  c16.compute = core::DType::bf16;
+  models::Encoder fp32(small_config("flash"), backend()), bf16(c16, backend());
+  fp32.init_weights(5);
+  bf16.init_weights(5);
+  const std::vector<int32_t> lengths = {64, 17, 40, 1};
+  const std::vector<int32_t> labels = {0, 2, 1, 2};
+  const auto ids = padded(random_rows(lengths, 21), 64, 4);
+  const double l32 = fp32.train_micro_step(ids.data(), lengths.data(), labels.data(), 4, 64);
+  const double l16 = bf16.train_micro_step(ids.data(), lengths.data(), labels.data(), 4, 64);
+  EXPECT_NEAR(l16, l32, 2e-2 * l32);
+  EXPECT_NE(l16, l32);
+  const auto g32 = grads_of(fp32), g16 = grads_of(bf16);
+  for (const auto& [name, g] : g32) EXPECT_LT(rel_error(g, g16.at(name)), 5e-2) << name;
+  const float* a = fp32.logits(ids.data(), lengths.data(), 4, 64);
+  const std::vector<float> la(a, a + 12);
+  const float* b = bf16.logits(ids.data(), lengths.data(), 4, 64);
+  EXPECT_LT(rel_error(la, std::vector<float>(b, b + 12)), 5e-2);
+
+  int bf16_attention = 0;
+  const core::Graph& g = bf16.program(true, 4, 64).graph;
+  for (const core::Node& n : g.nodes())
+    if (n.op == core::OpKind::masked_flash_attention || n.op == core::OpKind::masked_flash_attention_backward)
+      bf16_attention += g.meta(n.inputs[0]).dtype == core::DType::bf16;
+  EXPECT_EQ(bf16_attention, 2 * 2) << "forward and backward of both layers on bf16 operands";
+}
+
+// In bf16 too, padding never reaches a real row beyond rounding (the flash
+// kernels round a sequence's last key tile up to 16 keys and mask the rest),
+// and padded positions get no gradient at all.
+TEST(Encoder, Bf16PaddingDoesNotReachTheRealRows) {
+  models::EncoderConfig c = small_config("flash");
+  c.compute = core::DType::bf16;
+  models::Encoder m(c, backend());
+  m.init_weights(7);
+  const std::vector<int32_t> lengths = {5, 30, 1, 17};
+  const std::vector<int32_t> labels = {0, 2, 1, 2};
+  const auto rows = random_rows(lengths, 11);
+  const auto narrow = padded(rows, 30, 1), wide = padded(rows, 64, 2);
+  m.params().zero_grads();
+  const double loss30 = m.train_micro_step(narrow.data(), lengths.data(), labels.data(), 4, 30);
+  const auto g30 = grads_of(m);
+  m.params().zero_grads();
+  const double loss64 = m.train_micro_step(wide.data(), lengths.data(), labels.data(), 4, 64);
+  const auto g64 = grads_of(m);
+  EXPECT_NEAR(loss30, loss64, 2e-3 * loss30);
+  for (size_t i = 30 * 32; i < g64.at("wpe.weight").size(); ++i)
+    ASSERT_EQ(g64.at("wpe.weight")[i], 0.f) << "wpe row " << i / 32;
+  for (const auto& [name, g] : g30) EXPECT_LT(rel_error(g, g64.at(name)), 2e-2) << name;
+}
+
 TEST(Encoder, BadInputsAreRefusedWithAMessage) {
   models::Encoder m(small_config(), backend());
   m.init_weights(1);
@@ -246,6 +303,29 @@ TEST(TrainClassifier, LearnsASyntheticTaskAndWritesItsReportAndCheckpoint) {
   const train::ClassMetrics again =
       train::classification_metrics(labels, train::predict_probs(reloaded, seqs), info.config.n_classes);
   EXPECT_DOUBLE_EQ(again.accuracy, r.test.accuracy);
+  fs::remove_all(dir);
+}
+
+// train.precision = "bf16" (without the fallback, so that a CPU without
+// bf16 dot products runs it emulated rather than in fp32) learns the task,
+// says which path ran, and its checkpoint holds fp32 weights.
+TEST(TrainClassifier, Bf16RunLearnsTheSyntheticTask) {
+  const fs::path dir = fs::temp_directory_path() / ("brisk_encoder_bf16_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  synthetic_store(dir);
+  train::ClassifyConfig cfg = synthetic_config(dir);
+  cfg.precision = train::Precision::bf16;
+  cfg.precision_fallback = false;
+  const train::ClassifyResult r = train::train_classifier(cfg, {.quiet = true});
+  EXPECT_TRUE(r.precision_path == "bf16-native" || r.precision_path == "bf16-emulated") << r.precision_path;
+  EXPECT_LT(r.last_loss, r.first_loss);
+  EXPECT_GE(r.test.accuracy, 0.9);
+  const nlohmann::json report = nlohmann::json::parse(std::ifstream(dir / "run/report.json"));
+  EXPECT_EQ(report["training"]["precision"], "bf16");
+  const train::EncoderCheckpoint info = train::read_encoder_checkpoint(r.checkpoint);
+  models::Encoder reloaded(info.config, backend());
+  train::load_encoder_checkpoint(r.checkpoint, reloaded);
+  EXPECT_EQ(reloaded.params().entries().at("wte.weight").value.dtype(), core::DType::f32);
   fs::remove_all(dir);
 }
 

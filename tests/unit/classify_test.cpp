@@ -176,12 +176,21 @@ TEST(ClassifyConfig, EveryKeyIsCheckedAndNamed) {
   EXPECT_NE(error_of(base, {"checkpoint.every=-1"}).find("checkpoint.every must not be negative"), std::string::npos);
   EXPECT_EQ(error_of(base, {"data.cache_mb=0"}), "no error");  // no cache
   EXPECT_NE(error_of(base, {"data.cache_mb=99999999999"}).find("data.cache_mb must be in [0,"), std::string::npos);
+  EXPECT_NE(error_of(base, {"train.precision=fp8"}).find("train.precision: unknown value 'fp8'"), std::string::npos);
+  EXPECT_NE(error_of(base, {"train.precision=fp16"}).find("fp16 is not available for encoder runs"),
+            std::string::npos);
+  EXPECT_EQ(error_of(base, {"train.precision=bf16"}), "no error");
   // The written config reads back to the same run.
   const ClassifyConfig c = parse_classify_config(
-      base + "[data]\nlabel_names = [\"ham\", \"spam\"]\n[checkpoint]\nevery = 50\n", "c.toml");
+      base + "[data]\nlabel_names = [\"ham\", \"spam\"]\n[train]\nprecision = \"bf16\"\n"
+             "precision_fallback = false\n[checkpoint]\nevery = 50\n",
+      "c.toml");
+  EXPECT_EQ(c.precision, Precision::bf16);
   const ClassifyConfig back = parse_classify_config(to_toml(c), "back.toml");
   EXPECT_EQ(back.label_names, c.label_names);
   EXPECT_TRUE(back.model.same_shape(c.model));
   EXPECT_EQ(back.epochs, c.epochs);
   EXPECT_EQ(back.checkpoint_every, 50);
+  EXPECT_EQ(back.precision, Precision::bf16);
+  EXPECT_FALSE(back.precision_fallback);
 }

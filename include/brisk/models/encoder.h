@@ -29,6 +29,14 @@ struct EncoderConfig {
   // row's log-sum-exp and recomputes the scores. Flash is the default: it
   // trained E1 faster than plain, in less memory (docs/encoder.md).
   std::string attention = "flash";
+  // Compute dtype of the blocks (mixed precision): f32 or bf16. The
+  // ParameterStore keeps fp32 master weights and grads whatever this says; a
+  // bf16 graph casts each block weight at its use, runs the blocks' products,
+  // attention and GELU in bf16 with fp32 accumulation, and keeps the residual
+  // stream, the LayerNorms' statistics, the embeddings, pooling, the head and
+  // the loss in fp32 (as the GPT does, gpt.cpp). Not part of the weights, like
+  // `attention`; the classifier trainer sets it from train.precision.
+  core::DType compute = core::DType::f32;
 
   // "E1" (the spam encoder of docs/workloads.md); throws ConfigError listing the presets.
   static EncoderConfig preset(const std::string& name);
@@ -38,7 +46,7 @@ struct EncoderConfig {
   // Training FLOPs per real token at sequence length `seq`: 6N (without the
   // embedding tables, which are gathers) + 12 L T C for the attention products.
   double flops_per_token(int64_t seq) const;
-  bool same_shape(const EncoderConfig& o) const;  // every field but `attention`
+  bool same_shape(const EncoderConfig& o) const;  // every field but `attention` and `compute`
 };
 
 // One compiled step for one (batch, seq) shape.

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "brisk/core/graph.h"
+#include "brisk/models/lowp.h"
 
 namespace brisk::models {
 
@@ -19,7 +20,11 @@ enum class BlockAttention {
 // x (B, T, C) -> (B, T, C): x + proj(attn(ln_1(x))), then + proj(gelu(fc(ln_2(x)))).
 // Parameters are `prefix` + "ln_1.weight", "attn.c_attn.weight", ... (the GPT's
 // names). `lengths` (B) i32 is read only by padding_masked attention; `flash`
-// picks the tiled kernel that keeps only each row's log-sum-exp.
+// picks the tiled kernel that keeps only each row's log-sum-exp. `lp` is the
+// compute dtype, as in the GPT's blocks (gpt.cpp): the weights are cast at
+// their use, the LayerNorms write the compute dtype, the products, attention
+// and GELU run in it (attention in f32 between casts where the backend has
+// no kernel in it), and x, the residual stream, stays f32.
 // The checks every encoder-bodied model's config shares (the classifier, the
 // sequence autoencoder): sizes in range and clear of overflow, n_embd
 // divisible by n_head, a known attention kind. Throws ConfigError naming the key.
@@ -31,6 +36,6 @@ inline int64_t encoder_block_params(int64_t C) {
 }
 
 core::ValueId encoder_block(core::Graph& g, core::ValueId x, core::ValueId lengths, const std::string& prefix,
-                            int64_t C, int n_head, bool flash, BlockAttention attention = BlockAttention::padding_masked);
+                            int64_t C, int n_head, bool flash, BlockAttention attention, const Lowp& lp);
 
 }  // namespace brisk::models

@@ -56,6 +56,7 @@ struct ClassifyResult {
   double padded_tokens_per_s = 0;  // batch cells per second, padding included
   double padding_waste = 0;        // padded cells / all cells over the run
   double cache_hit_rate = 0;
+  std::string precision_path = "fp32";  // fp32 | bf16-native | bf16-emulated (resolve_precision's path)
   int64_t dropped_empty = 0, repeats = 0, truncated = 0;  // repeats: records left out as copies of earlier ones
   Split split;
   ClassMetrics val, test;
