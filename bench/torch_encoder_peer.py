@@ -4,7 +4,9 @@
 The E1 spam encoder written in PyTorch (token + position embeddings, pre-LN
 blocks with bidirectional attention masked at padded keys, tanh GELU, final
 LayerNorm, mean over the real positions, Linear head, mean cross-entropy),
-trained eagerly in fp32 on the batches and from the initial weights that
+trained eagerly in fp32 (or under torch.autocast bf16 with --bf16: the
+mixed precision a PyTorch user reaches for on a CPU) on the batches and
+from the initial weights that
 `brisk bench train` wrote into its plan: the same padded batches (ids,
 lengths, labels), in the same order, as the brisk side. It times one full
 optimizer step (zero grads, forward + backward, clip, AdamW) per step and
@@ -21,7 +23,7 @@ float64), with the attention call swapped for the fast one.
 The environment (threads, ATEN_CPU_CAPABILITY, OpenBLAS and its OpenMP build)
 is set up exactly as bench/torch_peer.py does for W1/W2, by its own functions.
 
-    /usr/bin/python3 bench/torch_encoder_peer.py --plan PLAN.json --batches bucketed|padded
+    /usr/bin/python3 bench/torch_encoder_peer.py --plan PLAN.json --batches bucketed|padded [--bf16]
 """
 import argparse
 import json
@@ -221,6 +223,7 @@ def main():
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--bf16", action="store_true", help="torch.autocast(device_type='cpu', dtype=torch.bfloat16)")
     ap.add_argument("--fix-blas", action="store_true", help="select OpenBLAS system-wide if the reference BLAS is")
     ap.add_argument("--blas", choices=("openmp", "system"), default="openmp",
                     help="openmp: load OpenBLAS's OpenMP build for this process (default); system: the alternatives' pick")
@@ -284,7 +287,7 @@ def main():
     o = plan["optimizer"]
     opt, opt_name = make_optimizer(torch, model, o)
     params = list(model.parameters())
-    name = f"pytorch {args.batches}"
+    name = f"pytorch {args.batches}" + (" bf16" if args.bf16 else "")
     log(f"  {name}: torch {torch.__version__}, {torch.get_num_threads()} threads, CPU capability {cap}, "
         f"BLAS {openblas[0]}; {opt_name}")
 
@@ -300,7 +303,11 @@ def main():
         labels = torch.from_numpy(lab_np.astype(np.int64))
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        loss = model(ids, lengths, labels)
+        if args.bf16:
+            with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+                loss = model(ids, lengths, labels)
+        else:
+            loss = model(ids, lengths, labels)
         loss.backward()
         if o["grad_clip"] > 0:
             torch.nn.utils.clip_grad_norm_(params, o["grad_clip"])
@@ -320,7 +327,7 @@ def main():
         print(file=sys.stderr)
 
     print(json.dumps({
-        "engine": "pytorch", "precision": "fp32", "workload": "E1", "variant": args.batches,
+        "engine": "pytorch", "precision": "bf16" if args.bf16 else "fp32", "workload": "E1", "variant": args.batches,
         "torch": torch.__version__, "python": sys.executable + " " + platform.python_version(),
         "threads": torch.get_num_threads(), "cpu_capability": cap,
         "aten_cpu_capability_env": os.environ.get("ATEN_CPU_CAPABILITY", ""),

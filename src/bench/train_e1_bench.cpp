@@ -17,6 +17,9 @@
 //   that the brisk worker (train_e1_worker.cpp) and
 //   bench/torch_encoder_peer.py both read. The first
 //   step's losses of the two engines must then agree; the run fails if not.
+// - With --bf16, every kind of batch also gets a brisk side whose blocks
+//   compute in bf16 (train.precision = "bf16"'s graph) and a PyTorch side
+//   under torch.autocast bf16, paired with each other as the fp32 sides are.
 // - The data, batch and optimizer come from the classifier config
 //   (configs/spam.toml by default), at the constant lr train.lr: the bench
 //   times the trainer's own workload without its schedule, as W1/W2 do.
@@ -53,6 +56,7 @@ namespace {
 
 const char* const kVariants[] = {"bucketed", "padded"};
 
+
 TrainBenchOptions resolve_e1_options(TrainBenchOptions o) {
   o.workload = "E1";
   const fs::path root = repo_root();
@@ -64,7 +68,6 @@ TrainBenchOptions resolve_e1_options(TrainBenchOptions o) {
   if (o.threads < 1) throw core::ConfigError("--threads must be at least 1, got " + std::to_string(o.threads));
   if (o.rounds < 1) throw core::ConfigError("--rounds must be at least 1, got " + std::to_string(o.rounds));
   // What E1 has no counterpart for is refused rather than silently ignored.
-  if (o.peer_bf16) throw core::ConfigError("--bf16: the encoder's kernels are fp32 only (docs/encoder.md)");
   if (o.ablation) throw core::ConfigError("--ablation is for W1/W2; E1 has one technique (attention)");
   if (!o.data_dir.empty())
     throw core::ConfigError("--data: E1 reads data.store of --config (" + o.config + "); point that at the store");
@@ -171,6 +174,12 @@ std::string pct(double x) {
   return b;
 }
 
+std::string fixed1(double x) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.1f", x);
+  return b;
+}
+
 std::string widths_of(const E1Stream& s, const TrainBenchOptions& o) {
   std::map<int64_t, int> n;
   for (int k = o.warmup; k < o.warmup + o.steps; ++k) ++n[s.batches[size_t(k)].cols];
@@ -266,6 +275,10 @@ int run_e1_bench(const TrainBenchOptions& options) {
 
   double peak = monitor::peak_fp32_gflops(o.threads, 0.5);
   const double peak_parent = peak;
+  // bf16 rows are measured against the bf16 peak where the CPU has bf16 dot
+  // products (0 elsewhere: those rows use the fp32 peak), as W1/W2's are.
+  double peak_bf16 = o.peer_bf16 ? monitor::peak_bf16_gflops(o.threads, 0.5) : 0.0;
+  auto peak_of = [&](bool bf16) { return bf16 && peak_bf16 > 0 ? peak_bf16 : peak; };
   std::printf("brisk bench train: E1 (spam-encoder) | %.2fM params | vocab %lld, %lld layers, %lld embd, %lld heads, "
               "%lld classes, %s attention | batch %lld x width <= %lld (each batch's width rounded up to %lld) | %d "
               "timed steps after %d warm-up | %d threads\n",
@@ -295,21 +308,29 @@ int run_e1_bench(const TrainBenchOptions& options) {
     size_t variant;
     bool brisk;
     std::vector<std::string> argv;
+    bool bf16 = false;
   };
   const std::vector<std::string> common = {"--workload", "E1", "--steps", std::to_string(o.steps), "--warmup",
                                            std::to_string(o.warmup), "--threads", std::to_string(o.threads),
                                            "--plan", plan_path};
+  // Per kind of batch: brisk and PyTorch in fp32, then (--bf16) brisk's bf16
+  // blocks and PyTorch under torch.autocast bf16.
   std::vector<Side> sides;
-  for (size_t v = 0; v < streams.size(); ++v) {
-    std::vector<std::string> argv = {self_exe(), "bench", "train", "--worker", "--batches", kVariants[v]};
-    argv.insert(argv.end(), common.begin(), common.end());
-    sides.push_back({std::string("brisk ") + kVariants[v], v, true, argv});
-    if (!o.peer) continue;
-    argv = {o.python, o.peer_script, "--batches", kVariants[v]};
-    argv.insert(argv.end(), common.begin(), common.end());
-    if (o.fix_blas) argv.push_back("--fix-blas");
-    sides.push_back({std::string("pytorch ") + kVariants[v], v, false, argv});
-  }
+  for (size_t v = 0; v < streams.size(); ++v)
+    for (bool bf16 : {false, true}) {
+      if (bf16 && !o.peer_bf16) continue;
+      const std::string suffix = bf16 ? " bf16" : "";
+      std::vector<std::string> argv = {self_exe(), "bench", "train", "--worker", "--batches", kVariants[v]};
+      argv.insert(argv.end(), common.begin(), common.end());
+      if (bf16) argv.insert(argv.end(), {"--variant", "precision=bf16"});
+      sides.push_back({std::string("brisk ") + kVariants[v] + suffix, v, true, argv, bf16});
+      if (!o.peer) continue;
+      argv = {o.python, o.peer_script, "--batches", kVariants[v]};
+      argv.insert(argv.end(), common.begin(), common.end());
+      if (bf16) argv.push_back("--bf16");
+      if (o.fix_blas) argv.push_back("--fix-blas");
+      sides.push_back({std::string("pytorch ") + kVariants[v] + suffix, v, false, argv, bf16});
+    }
   // Interleaved rounds (A B C D, A B C D, ...), as for W1/W2.
   std::vector<std::vector<Run>> runs(sides.size());  // [side][round]
   for (int r = 0; r < o.rounds; ++r) {
@@ -317,9 +338,11 @@ int run_e1_bench(const TrainBenchOptions& options) {
     for (size_t i = 0; i < sides.size(); ++i) {
       const ChildResult c = run_child(sides[i].argv);
       if (sides[i].brisk)
-        if (auto rep = report_of(c.out); rep && rep->contains("peak_fp32_gflops"))
+        if (auto rep = report_of(c.out); rep && rep->contains("peak_fp32_gflops")) {
           peak = std::max(peak, (*rep)["peak_fp32_gflops"].get<double>());
-      runs[i].push_back(make_run(sides[i].name, c, o, work[sides[i].variant], peak));
+          peak_bf16 = std::max(peak_bf16, rep->value("peak_bf16_gflops", 0.0));
+        }
+      runs[i].push_back(make_run(sides[i].name, c, o, work[sides[i].variant], peak_of(sides[i].bf16)));
     }
   }
 
@@ -340,7 +363,7 @@ int run_e1_bench(const TrainBenchOptions& options) {
   for (size_t i = 0; i < sides.size(); ++i) {
     if (!sides[i].brisk) continue;
     for (size_t j = 0; j < sides.size(); ++j) {
-      if (sides[j].brisk || sides[j].variant != sides[i].variant) continue;
+      if (sides[j].brisk || sides[j].variant != sides[i].variant || sides[j].bf16 != sides[i].bf16) continue;
       double first = 0, any = 0;
       for (int r = 0; r < o.rounds; ++r) {
         const Run &a = runs[i][size_t(r)], &b = runs[j][size_t(r)];
@@ -349,12 +372,14 @@ int run_e1_bench(const TrainBenchOptions& options) {
         for (size_t k = 0; k < std::min(a.losses.size(), b.losses.size()); ++k)
           any = std::max(any, std::fabs(a.losses[k] - b.losses[k]));
       }
-      // fp32 rounding alone differs in the 6th digit; a different weight or
-      // batch moves the first loss by far more.
+      // fp32 rounding alone differs in the 6th digit, and so does bf16's
+      // (1e-5 on E1: at the initial weights the logits are small, and the
+      // loss is near ln 2 whatever rounds them); a different weight or batch
+      // moves the first loss by far more.
       const bool ok = first <= 1e-3;
       same_start = same_start && ok;
-      agreement[kVariants[sides[i].variant]] = {{"first_loss_max_abs_diff", first},
-                                                {"any_step_loss_max_abs_diff", any}, {"same_start", ok}};
+      agreement[std::string(kVariants[sides[i].variant]) + (sides[i].bf16 ? " bf16" : "")] = {
+          {"first_loss_max_abs_diff", first}, {"any_step_loss_max_abs_diff", any}, {"same_start", ok}};
     }
   }
 
@@ -381,7 +406,7 @@ int run_e1_bench(const TrainBenchOptions& options) {
       row.cells_per_s = w.cells / sec;
       row.row.ms_per_step = sec * 1e3 / double(o.steps);
       row.row.gflops = w.flops / sec / 1e9;
-      row.row.pct_peak = 100.0 * row.row.gflops / peak;
+      row.row.pct_peak = 100.0 * row.row.gflops / peak_of(sides[i].bf16);
       spread.emplace_back(*std::min_element(tps.begin(), tps.end()), *std::max_element(tps.begin(), tps.end()));
     } else {
       spread.emplace_back(0, 0);
@@ -391,15 +416,18 @@ int run_e1_bench(const TrainBenchOptions& options) {
 
   // ---- configuration of each side
   std::printf("\nmachine: %s, %ld online cores, fp32 peak %.1f GFLOP/s on %d threads (FMA loop, best of several "
-              "readings); CPU flags: %s\n",
+              "readings)%s; CPU flags: %s\n",
               monitor::cpu_model().c_str(), sysconf(_SC_NPROCESSORS_ONLN), peak, o.threads,
+              peak_bf16 > 0 ? (", bf16 peak " + fixed1(peak_bf16) + " GFLOP/s (vdpbf16ps loop)").c_str() : "",
               monitor::cpu_flags().c_str());
   for (size_t i = 0; i < rows.size(); ++i) {
     const json& rep = rows[i].row.report;
     if (rep.is_null() || (sides[i].variant != 0 && rows.size() > 1)) continue;  // one line per engine
     if (sides[i].brisk)
-      std::printf("%-9s %d threads, %s attention; matrix products: %s; %lld programs built before timing (%.1f s)\n",
-                  "brisk", rep.value("threads", 0), rep.value("attention", "?").c_str(), rep.value("gemm", "?").c_str(),
+      std::printf("%-9s %s: %d threads, %s attention; matrix products: %s; %lld programs built before timing (%.1f "
+                  "s)\n",
+                  "brisk", rep.value("precision_path", "?").c_str(), rep.value("threads", 0),
+                  rep.value("attention", "?").c_str(), rep.value("gemm", "?").c_str(),
                   (long long)rep.value("programs", 0), rep.value("program_build_s", 0.0));
     else
       std::printf("%-9s torch %s (%s), %d threads, CPU capability %s; attention: %s; optimizer: %s; BLAS %s\n",
@@ -409,7 +437,7 @@ int run_e1_bench(const TrainBenchOptions& options) {
                   rep.contains("blas") ? rep["blas"].value("mapped", "?").c_str() : "?");
   }
   for (const auto& [variant, a] : agreement.items())
-    std::printf("%-9s same batches (data hash) and same start: first-step loss differs by %.1e (must be <= 1e-3), "
+    std::printf("%-13s same batches (data hash) and same start: first-step loss differs by %.1e (must be <= 1e-3), "
                 "at most %.1e over all steps%s\n",
                 variant.c_str(), a["first_loss_max_abs_diff"].get<double>(),
                 a["any_step_loss_max_abs_diff"].get<double>(),
@@ -422,21 +450,21 @@ int run_e1_bench(const TrainBenchOptions& options) {
               "importing torch), the largest over rounds\n",
               o.rounds, o.rounds == 1 ? "" : "s");
   const size_t tail = loss_tail(size_t(total));
-  std::printf("%-17s %10s %15s %10s %8s %9s %8s %7s %15s %20s\n", "", "tokens/s", "min-max", "cells/s", "padding",
+  std::printf("%-22s %10s %15s %10s %8s %9s %8s %7s %15s %20s\n", "", "tokens/s", "min-max", "cells/s", "padding",
               "ms/step", "GFLOP/s", "% peak", "RSS growth MiB",
               ("loss first->last " + std::to_string(tail)).c_str());
   bool all_ok = same_start;
   for (size_t i = 0; i < rows.size(); ++i) {
     const Row& r = rows[i].row;
     if (!r.ok()) {
-      std::printf("%-17s FAILED: %s\n", r.name.c_str(), r.error.c_str());
+      std::printf("%-22s FAILED: %s\n", r.name.c_str(), r.error.c_str());
       all_ok = false;
       continue;
     }
     const Work& w = work[sides[i].variant];
     char range[40];
     std::snprintf(range, sizeof range, "%.0f-%.0f", spread[i].first, spread[i].second);
-    std::printf("%-17s %10.0f %15s %10.0f %8s %9.1f %8.1f %6.1f%% %15.0f %8.3f -> %.3f\n", r.name.c_str(),
+    std::printf("%-22s %10.0f %15s %10.0f %8s %9.1f %8.1f %6.1f%% %15.0f %8.3f -> %.3f\n", r.name.c_str(),
                 r.tokens_per_s, range, rows[i].cells_per_s, pct(1.0 - w.real / w.cells).c_str(), r.ms_per_step,
                 r.gflops, r.pct_peak, r.rss_mib, r.loss_first, r.loss_last);
   }
@@ -464,16 +492,23 @@ int run_e1_bench(const TrainBenchOptions& options) {
     const std::string key = rows[i].row.name + "/" + rows[j].row.name;
     ratios[key] = med;
     ratio_spread[key] = {*lo, *hi};
-    std::printf("%-44s %.2fx (rounds %.2f-%.2f)\n", (label + ":").c_str(), med, *lo, *hi);
+    std::printf("%-52s %.2fx (rounds %.2f-%.2f)\n", (label + ":").c_str(), med, *lo, *hi);
   };
   for (size_t i = 0; i < sides.size(); ++i)
     for (size_t j = 0; j < sides.size(); ++j)
-      if (sides[i].brisk && !sides[j].brisk && sides[i].variant == sides[j].variant)
+      if (sides[i].brisk && !sides[j].brisk && sides[i].variant == sides[j].variant && sides[i].bf16 == sides[j].bf16)
         ratio(i, j, "ratio " + rows[i].row.name + " / " + rows[j].row.name);
   for (size_t i = 0; i < sides.size(); ++i)
     for (size_t j = 0; j < sides.size(); ++j)
-      if (sides[i].brisk == sides[j].brisk && sides[i].variant == 0 && sides[j].variant == 1)
-        ratio(i, j, std::string("bucketing speed-up, ") + (sides[i].brisk ? "brisk" : "pytorch") + " (real tokens/s)");
+      if (sides[i].brisk == sides[j].brisk && sides[i].bf16 == sides[j].bf16 && sides[i].variant == 0 &&
+          sides[j].variant == 1)
+        ratio(i, j, std::string("bucketing speed-up, ") + (sides[i].brisk ? "brisk" : "pytorch") +
+                        (sides[i].bf16 ? " bf16" : "") + " (real tokens/s)");
+  for (size_t i = 0; i < sides.size(); ++i)
+    for (size_t j = 0; j < sides.size(); ++j)
+      if (sides[i].brisk == sides[j].brisk && sides[i].variant == sides[j].variant && sides[i].bf16 && !sides[j].bf16)
+        ratio(i, j, std::string("bf16 speed-up, ") + (sides[i].brisk ? "brisk " : "pytorch ") +
+                        kVariants[sides[i].variant]);
 
   // ---- the JSON report (train_<W>.json's layout, with E1's additions)
   json out = {{"bench", "train"},
@@ -501,6 +536,7 @@ int run_e1_bench(const TrainBenchOptions& options) {
                {{"cpu", monitor::cpu_model()},
                 {"online_cores", sysconf(_SC_NPROCESSORS_ONLN)},
                 {"peak_fp32_gflops", peak},
+                {"peak_bf16_gflops", peak_bf16},
                 {"peak_fp32_gflops_readings",
                  {peak_parent, rows[0].row.report.is_object() ? rows[0].row.report.value("peak_fp32_gflops", 0.0)
                                                                : 0.0}},
@@ -531,8 +567,11 @@ int run_e1_bench(const TrainBenchOptions& options) {
     j["variant"] = kVariants[sides[i].variant];
     j["engine"] = sides[i].brisk ? "brisk" : "pytorch";
     j["tokens_per_s_range"] = {spread[i].first, spread[i].second};
-    j["precision_path"] = "fp32";  // the encoder's kernels are fp32 only
-    j["pct_peak_of"] = "fp32";
+    j["precision"] = sides[i].bf16 ? "bf16" : "fp32";
+    j["precision_path"] = sides[i].brisk && rows[i].row.report.is_object()
+                              ? rows[i].row.report.value("precision_path", "?")
+                              : (sides[i].bf16 ? "autocast bf16" : "fp32");
+    j["pct_peak_of"] = sides[i].bf16 && peak_bf16 > 0 ? "bf16" : "fp32";
     if (rows[i].row.ok()) {
       j["cells_per_s"] = rows[i].cells_per_s;
       j["padding_waste"] = 1.0 - work[sides[i].variant].real / work[sides[i].variant].cells;

@@ -18,6 +18,7 @@
 #include "brisk/monitor/machine.h"
 #include "brisk/monitor/peak.h"
 #include "brisk/optim/optimizer.h"
+#include "brisk/train/config.h"
 #include "e1_batches.h"
 #include "train_common.h"
 
@@ -48,6 +49,14 @@ int run_e1_worker(const TrainBenchOptions& o) {
     throw core::ConfigError("the plan holds " + std::to_string(batches.size()) + " batches, the run needs " +
                             std::to_string(total));
 
+  // The parent passes --variant precision=bf16 to the bf16 sides: the
+  // blocks in bf16 (native or emulated, whatever this CPU has: never fp32).
+  if (!o.variant.empty() && o.variant != "precision=bf16")
+    throw core::ConfigError("--variant: an E1 worker takes only precision=bf16, got '" + o.variant + "'");
+  const bool bf16 = !o.variant.empty();
+  const train::PrecisionChoice precision =
+      train::resolve_precision(bf16 ? train::Precision::bf16 : train::Precision::fp32, /*fallback=*/false);
+  mc.compute = train::compute_dtype(precision.effective);
   cpu::CpuBackend backend(o.threads);
   models::Encoder model(mc, backend);
   model.init_weights(seed);  // the trainer's init; the peer loads what this wrote in the parent
@@ -66,7 +75,7 @@ int run_e1_worker(const TrainBenchOptions& o) {
   const double build_s = monitor::now_seconds() - t_build;
   widest.optimizer_state = model.params().state_bytes();
 
-  const std::string name = "brisk " + o.batches;
+  const std::string name = "brisk " + o.batches + (bf16 ? " bf16" : "");
   const bool tty = isatty(STDERR_FILENO);
   std::vector<double> losses, step_ms;
   uint64_t data_hash = 0;
@@ -95,6 +104,8 @@ int run_e1_worker(const TrainBenchOptions& o) {
               {"workload", "E1"},
               {"variant", o.batches},
               {"attention", mc.attention},
+              {"precision", train::precision_name(precision.effective)},
+              {"precision_path", precision.path},
               {"gemm", std::string(cpu::f32_gemm_name(feat.f32_gemm)) + " fp32 (" + feat.f32_reason + ")"},
               {"blas", {{"name", "OpenBLAS"}, {"config", std::string(openblas_get_config())}}},
               {"params", mc.num_params()},
@@ -113,6 +124,7 @@ int run_e1_worker(const TrainBenchOptions& o) {
               {"losses", losses},
               {"data_hash", data_hash},
               {"peak_fp32_gflops", monitor::peak_fp32_gflops(backend.num_threads(), 0.5)},
+              {"peak_bf16_gflops", monitor::peak_bf16_gflops(backend.num_threads(), 0.5)},
               {"peak_rss_bytes", monitor::peak_rss_bytes()},
               {"baseline_rss_bytes", baseline_rss}};
   std::printf("%s\n", rep.dump().c_str());

@@ -111,10 +111,51 @@ TEST(BenchTrainE1, BucketedAndPaddedAgainstThePeer) {
   }
 }
 
+// --bf16 adds a bf16 side per engine and kind of batch: brisk's blocks in
+// bf16 (native or emulated, never fp32), PyTorch under autocast, paired as
+// the fp32 sides are and started from the same weights.
+TEST(BenchTrainE1, Bf16SidesBesideTheFp32Ones) {
+  ASSERT_EQ(::access("/usr/bin/python3", X_OK), 0) << "the peer needs Debian's python3-torch (scripts/install_deps.sh)";
+  TempDir dir;
+  const std::string config = dir.file("e1.toml");
+  write_text(config, config_toml(write_store(dir)));
+  const std::string report = dir.file("train_E1.json");
+  CliHooks hooks;
+  hooks.timeout_s = 150;
+  const CliResult r = run_cli({"bench", "train", "--workload", "E1", "--config", config, "--bf16", "--rounds", "1",
+                               "--steps", "2", "--warmup", "1", "--json", report},
+                              hooks);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const auto j = nlohmann::json::parse(read_text(report));
+  ASSERT_EQ(j.at("rows").size(), 8u) << j.dump(2);
+  int bf16_rows = 0;
+  for (const auto& row : j.at("rows")) {
+    const std::string name = row.at("name");
+    ASSERT_TRUE(row.at("ok").get<bool>()) << name << ": " << row.dump(2);
+    EXPECT_TRUE(row.at("loss_fell").get<bool>()) << name;
+    const bool bf16 = name.size() > 5 && name.substr(name.size() - 5) == " bf16";
+    EXPECT_EQ(row.at("precision"), bf16 ? "bf16" : "fp32") << name;
+    if (bf16 && row.at("engine") == "brisk") {
+      const std::string path = row.at("precision_path");
+      EXPECT_TRUE(path == "bf16-native" || path == "bf16-emulated") << name << ": " << path;
+    }
+    bf16_rows += bf16;
+  }
+  EXPECT_EQ(bf16_rows, 4);
+  for (const char* v : {"bucketed bf16", "padded bf16"}) {
+    const auto& same = j.at("same_start").at(v);
+    EXPECT_TRUE(same.at("same_start").get<bool>()) << same.dump();
+    EXPECT_GT(same.at("any_step_loss_max_abs_diff").get<double>(), 0.0) << "two engines rounding to bf16 differ";
+  }
+  for (const char* key : {"brisk bucketed bf16/pytorch bucketed bf16", "brisk padded bf16/pytorch padded bf16",
+                          "brisk bucketed bf16/brisk bucketed", "pytorch padded bf16/pytorch padded"})
+    EXPECT_GT(j.at("ratio_tokens_per_s").value(key, 0.0), 0.0) << key << ": " << j.at("ratio_tokens_per_s").dump();
+}
+
 TEST(BenchTrainE1, RefusesWhatE1HasNoCounterpartFor) {
-  const CliResult r = run_cli({"bench", "train", "--workload", "E1", "--bf16"});
+  const CliResult r = run_cli({"bench", "train", "--workload", "E1", "--ablation"});
   EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
-  EXPECT_NE(r.err.find("fp32 only"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--ablation is for W1/W2"), std::string::npos) << r.err;
 }
 
 TEST(BenchTrainE1, MissingStoreSaysHowToMakeIt) {
