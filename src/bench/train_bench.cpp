@@ -146,6 +146,14 @@ Row make_row(const std::string& name, const ChildResult& c, const TrainBenchOpti
   return row;
 }
 
+std::string gemm_description(core::DType compute) {
+  const cpu::CpuFeatures& feat = cpu::cpu_features();
+  if (compute == core::DType::bf16)
+    return feat.bf16 == cpu::Bf16Path::native ? "oneDNN bf16 (" + feat.bf16_reason + ")"
+                                              : "widen to fp32, then " + std::string(cpu::f32_gemm_name(feat.f32_gemm));
+  return std::string(cpu::f32_gemm_name(feat.f32_gemm)) + " fp32 (" + feat.f32_reason + ")";
+}
+
 json row_json(const Row& r) {
   json j = {{"name", r.name}, {"ok", r.ok()}, {"other_cpu_load_pct", r.others_pct}};
   if (!r.ok()) j["error"] = r.error;
@@ -277,11 +285,7 @@ int run_train_worker(const TrainBenchOptions& options) {
                {"threading", "called single-threaded from brisk's OpenMP team"}};
   const cpu::CpuFeatures& feat = cpu::cpu_features();
   const std::string path = mcfg.compute == core::DType::bf16 ? cpu::bf16_path_name(feat.bf16) : "fp32";
-  const std::string gemm = mcfg.compute == core::DType::bf16
-                               ? std::string(feat.bf16 == cpu::Bf16Path::native ? "oneDNN bf16 (" + feat.bf16_reason + ")"
-                                                                              : "widen to fp32, then " +
-                                                                                    std::string(cpu::f32_gemm_name(feat.f32_gemm)))
-                               : std::string(cpu::f32_gemm_name(feat.f32_gemm)) + " fp32 (" + feat.f32_reason + ")";
+  const std::string gemm = gemm_description(mcfg.compute);
   json rep = {{"engine", "brisk"},
               {"precision", precision},
               {"precision_path", path},

@@ -9,6 +9,7 @@
 
 #include "bench_util.h"
 #include "brisk/bench/train_bench.h"
+#include "brisk/core/dtype.h"
 
 namespace brisk::bench {
 
@@ -53,5 +54,9 @@ struct Row {
 Row make_row(const std::string& name, const ChildResult& c, const TrainBenchOptions& o, int64_t tokens_per_step,
              double flops_per_token, double peak_gflops);
 nlohmann::json row_json(const Row& r);
+
+// What a brisk worker's matrix products run on for a graph of this compute
+// dtype, as its report names it ("oneDNN bf16 (...)", "onednn fp32 (...)").
+std::string gemm_description(core::DType compute);
 
 }  // namespace brisk::bench

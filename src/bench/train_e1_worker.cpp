@@ -13,7 +13,6 @@
 #include "brisk/core/error.h"
 #include "brisk/core/safetensors.h"  // core::read_file
 #include "brisk/cpu/cpu_backend.h"
-#include "brisk/cpu/cpu_features.h"
 #include "brisk/models/encoder.h"
 #include "brisk/monitor/machine.h"
 #include "brisk/monitor/peak.h"
@@ -99,14 +98,13 @@ int run_e1_worker(const TrainBenchOptions& o) {
   }
   if (tty) std::fprintf(stderr, "\n");
 
-  const cpu::CpuFeatures& feat = cpu::cpu_features();
   json rep = {{"engine", "brisk"},
               {"workload", "E1"},
               {"variant", o.batches},
               {"attention", mc.attention},
               {"precision", train::precision_name(precision.effective)},
               {"precision_path", precision.path},
-              {"gemm", std::string(cpu::f32_gemm_name(feat.f32_gemm)) + " fp32 (" + feat.f32_reason + ")"},
+              {"gemm", gemm_description(mc.compute)},
               {"blas", {{"name", "OpenBLAS"}, {"config", std::string(openblas_get_config())}}},
               {"params", mc.num_params()},
               {"threads", backend.num_threads()},
