@@ -2,8 +2,10 @@
 // take packed qkv (B, T, 3C) with n_head heads of C / n_head columns each.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <string>
+#include <thread>
 
 #include "op_util.h"
 
@@ -33,6 +35,29 @@ inline AttentionDims check_qkv(std::string_view op, std::span<const TensorMeta> 
   check_shape((qkv.shape[2] / 3) % n_head == 0, op,
               "C (qkv's last dim / 3) must be divisible by n_head = " + std::to_string(n_head), in);
   return attention_dims(qkv.shape, n_head);
+}
+
+// The planned workspace of the flash ops (causal and padding-masked), whose
+// CPU kernels are backends/cpu/flash_gemm.cpp's (and the register tiles',
+// which keep their own thread-local scratch). Per thread: two (kTileQ,
+// kTileK) score tiles, a few per-row statistics, and for bf16 the larger of
+// its two paths' needs: bf16-emulated widens one head (q, k, v, dy, y, dq,
+// dk, dv: at most 8 T x hd); bf16-native keeps P and dS as bf16 (one more
+// tile), one query tile's f32 rows of Y or dQ, and the head's f32 dK and dV.
+// Linear in T, never T^2. The kernels use tiles of at most these sizes
+// (flash_gemm.h) and fall back to their own buffers if a workspace is short
+// (more threads than this machine has cores, or run_op). `qkv_at`: the
+// input that holds qkv (0 forward, 1 backward); input 0 has the dtype.
+inline size_t flash_workspace_bytes(std::span<const TensorMeta> in, const OpParams& params, size_t qkv_at) {
+  constexpr int64_t kTileQ = 128, kTileK = 256;
+  const bool backward = qkv_at == 1;
+  const AttentionDims d = attention_dims(in[qkv_at].shape, std::get<AttentionParams>(params).n_head);
+  const bool wide = in[0].dtype != DType::f32;
+  const int64_t emulated = (backward ? 8 : 4) * d.T * d.hd;
+  const int64_t native = kTileQ * d.hd + (backward ? kTileQ * kTileK + 2 * d.T * d.hd : 0);
+  const int64_t per_thread = 2 * kTileQ * kTileK + 4 * kTileQ + (wide ? std::max(emulated, native) : 0);
+  const int64_t threads = std::max(1u, std::thread::hardware_concurrency());
+  return size_t(per_thread * threads) * sizeof(float);
 }
 
 }  // namespace brisk::ops::detail

@@ -14,7 +14,6 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <thread>
 
 #include "attention_shapes.h"
 
@@ -45,27 +44,6 @@ std::vector<TensorMeta> infer_backward(std::span<const TensorMeta> in, const cor
   check_shape(in[3].shape == Shape{d.B, d.nh, d.T}, op, "lse must be (B, n_head, T)", in);
   check_dtype(op, in[3], DType::f32, "lse");
   return {in[1]};
-}
-
-// Scratch of the CPU kernels, per thread: two (kTileQ, kTileK) score tiles,
-// a few per-row statistics, and for bf16 the larger of its two paths' needs:
-// bf16-emulated widens one head (q, k, v, dy, y, dq, dk, dv: at most
-// 8 T x hd); bf16-native keeps P and dS as bf16 (one more tile), one query
-// tile's f32 rows of Y or dQ, and the head's f32 dK and dV. Linear in T,
-// never T^2.
-// The CPU kernel (backends/cpu/flash_attention.cpp) uses tiles of at most
-// these sizes and falls back to its own buffers if a workspace is short (when
-// it runs on more threads than this machine has cores, or via run_op).
-constexpr int64_t kTileQ = 128, kTileK = 256;
-
-size_t workspace_bytes(std::span<const TensorMeta> in, const core::OpParams& params, bool backward) {
-  const Dims d = attention_dims(in[backward ? 1 : 0].shape, std::get<AttentionParams>(params).n_head);
-  const bool wide = in[0].dtype != DType::f32;
-  const int64_t emulated = (backward ? 8 : 4) * d.T * d.hd;
-  const int64_t native = kTileQ * d.hd + (backward ? kTileQ * kTileK + 2 * d.T * d.hd : 0);
-  const int64_t per_thread = 2 * kTileQ * kTileK + 4 * kTileQ + (wide ? std::max(emulated, native) : 0);
-  const int64_t threads = std::max(1u, std::thread::hardware_concurrency());
-  return size_t(per_thread * threads) * sizeof(float);
 }
 
 struct QkvIndex {
@@ -216,7 +194,7 @@ core::OpDef flash_attention_def() {
   d.reference = forward_reference;
   d.test_cases = forward_cases;
   d.workspace_bytes = [](std::span<const TensorMeta> in, const core::OpParams& p) {
-    return workspace_bytes(in, p, false);
+    return flash_workspace_bytes(in, p, 0);
   };
   d.num_saved_outputs = 1;
   return d;
@@ -231,7 +209,7 @@ core::OpDef flash_attention_backward_def() {
   d.reference = backward_reference;
   d.test_cases = backward_cases;
   d.workspace_bytes = [](std::span<const TensorMeta> in, const core::OpParams& p) {
-    return workspace_bytes(in, p, true);
+    return flash_workspace_bytes(in, p, 1);
   };
   d.kernel_dtype_input = 1;
   return d;

@@ -244,7 +244,8 @@ bool is_gemm_op(core::OpKind k) {
   using K = core::OpKind;
   return k == K::matmul || k == K::linear || k == K::linear_gelu || k == K::matmul_gelu_backward ||
          k == K::linear_param_grad || k == K::classifier_train || k == K::attention || k == K::attention_backward ||
-         k == K::flash_attention || k == K::flash_attention_backward;
+         k == K::flash_attention || k == K::flash_attention_backward || k == K::masked_flash_attention ||
+         k == K::masked_flash_attention_backward;
 }
 
 // Back to what the machine runs with no override.
@@ -362,7 +363,7 @@ void check_forward(core::OpKind kind) {
       }
       // Every path above once per fp32 engine: the attention kernels' BLAS
       // products are gemm.h's (the register tiles use neither engine, and
-      // the masked kernels call OpenBLAS themselves).
+      // the plain masked kernels call OpenBLAS themselves).
       if (is_gemm_op(kind) && key == DType::f32 && backend->name() == "cpu") {
         std::vector<std::pair<std::string, std::function<void()>>> both;
         for (const auto& path : paths) {  // not a structured binding: clang 14 cannot capture one

@@ -47,6 +47,7 @@
 // runs the f32 code and narrows.
 #include "flash_gemm.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <type_traits>

@@ -5,7 +5,6 @@
 // kernel of both. The algorithm is described in flash_gemm.cpp.
 #pragma once
 
-#include <cstddef>
 #include <cstdint>
 
 #include "brisk/core/op.h"
@@ -14,14 +13,18 @@
 namespace brisk::cpu::flash_gemm {
 
 // Query rows and keys per tile. Must not exceed the sizes the ops'
-// workspace_bytes assume (src/ops/flash_attention.cpp,
-// src/ops/masked_flash_attention.cpp).
+// planned workspace assumes (flash_workspace_bytes, src/ops/attention_shapes.h).
 constexpr int64_t kTileQ = 128, kTileK = 256;
 
 // `lengths` (B) i32: each sequence's valid keys, every query row seeing keys
 // [0, lengths[b]) (masked_flash_attention); null: causal, query row t seeing
 // keys [0, t] (flash_attention). The inputs are the ops' own: forward qkv
 // (0) -> y (0), lse (1); backward dy, qkv, y, lse (0-3) -> dqkv (0).
+// Masked: the last key tile of a sequence is rounded up to 16 keys, so its
+// padded rows of k and v up to there are read (their probability is 0): like
+// the padded query rows every row of the output depends on, they must be
+// finite, as any model's padded positions are (a NaN there reaches the real
+// rows' gradients either way).
 
 // E = float (f32) or uint16_t (bf16-native: bf16 operands where they lie,
 // f32 accumulation).
