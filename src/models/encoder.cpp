@@ -18,7 +18,7 @@
 
 #include "brisk/core/autograd.h"
 #include "brisk/core/error.h"
-#include "brisk/models/encoder_block.h"
+#include "brisk/models/transformer_block.h"
 #include "brisk/models/init.h"
 #include "brisk/ops/ops.h"
 
@@ -81,7 +81,7 @@ bool EncoderConfig::same_shape(const EncoderConfig& o) const {
 
 int64_t EncoderConfig::num_params() const {
   const int64_t C = n_embd;
-  return vocab_size * C + max_len * C + n_layer * encoder_block_params(C) + 2 * C + n_classes * C + n_classes;
+  return vocab_size * C + max_len * C + n_layer * transformer_block_params(C) + 2 * C + n_classes * C + n_classes;
 }
 
 double EncoderConfig::flops_per_token(int64_t seq) const {
@@ -96,39 +96,6 @@ Encoder::Encoder(const EncoderConfig& config, core::Backend& backend) : config_(
   params_.set_backend(&backend);
   auto probe = build(false, 1, 1);  // so the store knows every parameter
   params_.adopt(probe->graph);
-}
-
-// One pre-LN block (encoder_block.h); the encoder's attention sees every real
-// position of its row, the autoencoder's decoder passes causal.   x: (B, T, C)
-ValueId encoder_block(Graph& g, ValueId x, ValueId lengths, const std::string& p, int64_t C, int n_head, bool flash,
-                      BlockAttention attention, const Lowp& lp) {
-  using core::OpKind;
-  auto param = [&](const std::string& name, Shape s) { return g.param(p + name, s); };
-  auto weight = [&](const std::string& name, Shape s) { return lp.narrow(param(name, s)); };  // compute dtype
-  // --- attention: x + proj(attn(ln_1(x)))
-  auto ln1 = ops::layernorm(g, x, param("ln_1.weight", {C}), param("ln_1.bias", {C}), 1e-5f, lp.dt);
-  ValueId qkv =
-      ops::linear(g, ln1.y, weight("attn.c_attn.weight", {3 * C, C}), weight("attn.c_attn.bias", {3 * C}));
-  ValueId att;
-  if (attention == BlockAttention::causal)
-    att = flash ? lp.run(qkv, OpKind::flash_attention, OpKind::flash_attention_backward,
-                         [&](ValueId v) { return ops::flash_attention(g, v, n_head); })
-                : lp.run(qkv, OpKind::attention, OpKind::attention_backward,
-                         [&](ValueId v) { return ops::attention(g, v, n_head); });  // (B, T, C)
-  else
-    att = flash ? lp.run(qkv, OpKind::masked_flash_attention, OpKind::masked_flash_attention_backward,
-                         [&](ValueId v) { return ops::masked_flash_attention(g, v, lengths, n_head); })
-                : lp.run(qkv, OpKind::masked_attention, OpKind::masked_attention_backward,
-                         [&](ValueId v) { return ops::masked_attention(g, v, lengths, n_head); });  // (B, T, C)
-  att = ops::linear(g, att, weight("attn.c_proj.weight", {C, C}), weight("attn.c_proj.bias", {C}));
-  x = ops::add(g, x, att);  // the f32 residual plus the compute-dtype branch, no cast
-  // --- MLP: x + proj(gelu(fc(ln_2(x))))
-  auto ln2 = ops::layernorm(g, x, param("ln_2.weight", {C}), param("ln_2.bias", {C}), 1e-5f, lp.dt);
-  ValueId h =
-      ops::linear(g, ln2.y, weight("mlp.c_fc.weight", {4 * C, C}), weight("mlp.c_fc.bias", {4 * C}));
-  h = lp.run(h, OpKind::gelu, OpKind::gelu_backward, [&](ValueId v) { return ops::gelu(g, v); });  // (B, T, 4C)
-  h = ops::linear(g, h, weight("mlp.c_proj.weight", {C, 4 * C}), weight("mlp.c_proj.bias", {C}));
-  return ops::add(g, x, h);
 }
 
 namespace {
@@ -164,7 +131,7 @@ std::unique_ptr<EncoderProgram> Encoder::build(bool train, int64_t B, int64_t T)
   // --- the blocks, in the compute dtype (f32: the helpers are the identity)
   const Lowp lp{g, &backend_, config_.compute};
   for (int64_t l = 0; l < config_.n_layer; ++l)
-    x = encoder_block(g, x, p->lengths, "h." + std::to_string(l) + ".", C, int(config_.n_head),
+    x = transformer_block(g, x, p->lengths, "h." + std::to_string(l) + ".", C, int(config_.n_head),
                       config_.attention == "flash", BlockAttention::padding_masked, lp);
 
   // --- final LayerNorm, mean over the real positions, class logits   (B, K)

@@ -17,6 +17,7 @@
 #include "brisk/core/recompute.h"
 #include "brisk/models/init.h"
 #include "brisk/models/lowp.h"
+#include "brisk/models/transformer_block.h"
 #include "brisk/ops/ops.h"
 
 namespace brisk::models {
@@ -173,33 +174,9 @@ namespace {
 //   elsewhere; softmax and the loss's log-sum-exp are fp32 either way. An op whose forward or
 //   backward has no kernel in the compute dtype on this backend runs in f32
 //   between casts: the same numbers as a widen-compute-narrow kernel.
-// The helpers are Lowp's (brisk/models/lowp.h); with compute == f32 each is
-// the identity, so the fp32 graph is exactly what it was.
-// One pre-LN transformer block.                                 x: (B, T, C)
-ValueId block(Graph& g, ValueId x, const std::string& p, int64_t C, int n_head, bool flash, const Lowp& lp) {
-  using core::OpKind;
-  auto param = [&](const std::string& name, Shape s) { return g.param(p + name, s); };
-  auto weight = [&](const std::string& name, Shape s) { return lp.narrow(param(name, s)); };  // compute dtype
-  // --- attention: x + proj(attn(ln_1(x)))
-  // The LayerNorms write their output in the compute dtype (narrow_to): no
-  // f32 copy and no cast before the Linear that reads it.
-  auto ln1 = ops::layernorm(g, x, param("ln_1.weight", {C}), param("ln_1.bias", {C}), 1e-5f, lp.dt);
-  ValueId qkv =
-      ops::linear(g, ln1.y, weight("attn.c_attn.weight", {3 * C, C}), weight("attn.c_attn.bias", {3 * C}));
-  ValueId att = flash ? lp.run(qkv, OpKind::flash_attention, OpKind::flash_attention_backward,
-                               [&](ValueId v) { return ops::flash_attention(g, v, n_head); })
-                      : lp.run(qkv, OpKind::attention, OpKind::attention_backward,
-                               [&](ValueId v) { return ops::attention(g, v, n_head); });  // (B, T, C)
-  att = ops::linear(g, att, weight("attn.c_proj.weight", {C, C}), weight("attn.c_proj.bias", {C}));
-  x = ops::add(g, x, att);  // the f32 residual plus the compute-dtype branch, no cast
-  // --- MLP: x + proj(gelu(fc(ln_2(x))))
-  auto ln2 = ops::layernorm(g, x, param("ln_2.weight", {C}), param("ln_2.bias", {C}), 1e-5f, lp.dt);
-  ValueId h =
-      ops::linear(g, ln2.y, weight("mlp.c_fc.weight", {4 * C, C}), weight("mlp.c_fc.bias", {4 * C}));
-  h = lp.run(h, OpKind::gelu, OpKind::gelu_backward, [&](ValueId v) { return ops::gelu(g, v); });  // (B, T, 4C)
-  h = ops::linear(g, h, weight("mlp.c_proj.weight", {C, 4 * C}), weight("mlp.c_proj.bias", {C}));
-  return ops::add(g, x, h);
-}
+// The helpers are Lowp's (brisk/models/lowp.h), the block is
+// transformer_block.h's; with compute == f32 each helper is the identity, so
+// the fp32 graph is exactly what it was.
 
 // A rewritten graph replaces the program's, its named values followed through the map.
 void adopt_rewrite(GptProgram& p, core::RewriteResult&& r) {
@@ -340,7 +317,8 @@ std::unique_ptr<GptProgram> Gpt::build(Mode mode, int64_t B, int64_t T) {
   // --- the blocks
   g.set_name(x, "resid.0");  // the block boundaries: recompute = full cuts its segments there
   for (int64_t l = 0; l < config_.n_layer; ++l) {
-    x = block(g, x, "h." + std::to_string(l) + ".", C, int(config_.n_head), config_.attention == "flash", lp);
+    x = transformer_block(g, x, core::kNoValue, "h." + std::to_string(l) + ".", C, int(config_.n_head),
+                          config_.attention == "flash", BlockAttention::causal, lp);
     g.set_name(x, "resid." + std::to_string(l + 1));
   }
 

@@ -30,7 +30,7 @@
 
 #include "brisk/core/autograd.h"
 #include "brisk/core/error.h"
-#include "brisk/models/encoder_block.h"
+#include "brisk/models/transformer_block.h"
 #include "brisk/models/init.h"
 #include "brisk/ops/ops.h"
 
@@ -59,7 +59,7 @@ bool SeqAutoencoderConfig::same_shape(const SeqAutoencoderConfig& o) const {
 
 int64_t SeqAutoencoderConfig::num_params() const {
   const int64_t C = n_embd, V = vocab_size, Z = latent;
-  const int64_t per_layer = encoder_block_params(C);
+  const int64_t per_layer = transformer_block_params(C);
   const int64_t embeddings = 2 * (V * C + max_len * C);
   const int64_t stacks = 2 * (n_layer * per_layer + 2 * C);  // blocks + final LayerNorm, each side
   return embeddings + stacks + (Z * C + Z) + (C * Z + C) + (V * C + V);
@@ -82,7 +82,7 @@ ValueId encoder(Graph& g, const SeqAutoencoderConfig& c, ValueId ids, ValueId le
                        ops::embedding(g, pos, g.param("enc.wpe.weight", {c.max_len, C})));
   // --- blocks whose attention sees every real position of the row
   for (int64_t l = 0; l < c.n_layer; ++l)
-    x = encoder_block(g, x, lengths, "enc.h." + std::to_string(l) + ".", C, int(c.n_head), c.attention == "flash",
+    x = transformer_block(g, x, lengths, "enc.h." + std::to_string(l) + ".", C, int(c.n_head), c.attention == "flash",
                       BlockAttention::padding_masked, Lowp::fp32(g));
   // --- final LayerNorm, mean over the real positions, the latent     (B, Z)
   auto lnf = ops::layernorm(g, x, g.param("enc.ln_f.weight", {C}), g.param("enc.ln_f.bias", {C}));
@@ -102,7 +102,7 @@ ValueId decoder(Graph& g, const SeqAutoencoderConfig& c, ValueId latent, ValueId
   x = ops::add(g, x, ops::expand(g, z, Shape{B, T, C}, 1));  // (B, C) broadcast over T
   // --- causal blocks: position t sees inputs 0..t, i.e. residues before t
   for (int64_t l = 0; l < c.n_layer; ++l)
-    x = encoder_block(g, x, core::kNoValue, "dec.h." + std::to_string(l) + ".", C, int(c.n_head),
+    x = transformer_block(g, x, core::kNoValue, "dec.h." + std::to_string(l) + ".", C, int(c.n_head),
                       c.attention == "flash", BlockAttention::causal, Lowp::fp32(g));
   // --- final LayerNorm, residue logits                                (B, T, V)
   auto lnf = ops::layernorm(g, x, g.param("dec.ln_f.weight", {C}), g.param("dec.ln_f.bias", {C}));

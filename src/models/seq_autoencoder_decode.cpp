@@ -135,7 +135,7 @@ std::vector<int32_t> SeqAutoencoder::decode_cached(const float* latents, const i
       for (int64_t c = 0; c < C; ++c) x[size_t(b * C + c)] = (e[c] + p[c]) + zc[size_t(b * C + c)];
       rows[size_t(2 * b + 1)] = int32_t(step);
     }
-    // --- the causal blocks (encoder_block with BlockAttention::causal), one position per row
+    // --- the causal blocks (transformer_block with BlockAttention::causal), one position per row
     const TensorView xv = view(x.data(), {B, C});
     for (int64_t l = 0; l < config_.n_layer; ++l) {
       const std::string p = "dec.h." + std::to_string(l) + ".";

@@ -1,10 +1,12 @@
 // Mixed precision in a model's graph (torch.autocast's recipe): the helpers
 // that put casts around the ops of a low-precision graph. The GPT
 // (gpt.cpp, which says why each tensor keeps the dtype it does) and the
-// encoder-bodied models (encoder_block.h) build their blocks with them.
+// encoder-bodied models build their blocks (transformer_block.h) with them.
 // With dt == f32 every helper is the identity, so an fp32 graph is exactly
 // what it would be without them.
 #pragma once
+
+#include <cassert>
 
 #include "brisk/core/backend.h"
 #include "brisk/core/graph.h"
@@ -26,7 +28,9 @@ struct Lowp {
   }
   // Whether this backend has the op's forward and backward kernels in dt.
   bool native(core::OpKind fwd, core::OpKind bwd) const {
-    return dt == core::DType::f32 || (backend->supports(fwd, dt) && backend->supports(bwd, dt));
+    if (dt == core::DType::f32) return true;
+    assert(backend && "a low-precision Lowp needs the backend it asks about kernels");
+    return backend->supports(fwd, dt) && backend->supports(bwd, dt);
   }
   // op(x) in the compute dtype: natively, or in f32 between casts (the same
   // numbers as a widen-compute-narrow kernel).

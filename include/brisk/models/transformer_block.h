@@ -1,7 +1,9 @@
-// The pre-LN transformer block of the encoder (encoder.cpp), shared with the
-// sequence autoencoder (seq_autoencoder.cpp), whose encoder uses it as is and
-// whose decoder uses it with causal attention. One definition keeps the two
-// models' blocks -- and their parameter names under `prefix` -- identical.
+// The pre-LN transformer block of every model: the GPT's (causal), the
+// encoder classifier's (bidirectional, masked at the padding) and the
+// sequence autoencoder's (its encoder masked at the padding, its decoder
+// causal). One definition (transformer_block.cpp) keeps the blocks -- and
+// their parameter names under `prefix` -- identical. Also the checks of an
+// encoder-bodied model's config.
 #pragma once
 
 #include <cstdint>
@@ -17,25 +19,26 @@ enum class BlockAttention {
   causal,          // each position sees itself and earlier ones (GPT's attention; lengths unused)
 };
 
+// Parameters of one block at width C (LayerNorms, qkv, projection, MLP).
+inline int64_t transformer_block_params(int64_t C) {
+  return 2 * C + (3 * C * C + 3 * C) + (C * C + C) + 2 * C + (4 * C * C + 4 * C) + (4 * C * C + C);
+}
+
 // x (B, T, C) -> (B, T, C): x + proj(attn(ln_1(x))), then + proj(gelu(fc(ln_2(x)))).
 // Parameters are `prefix` + "ln_1.weight", "attn.c_attn.weight", ... (the GPT's
 // names). `lengths` (B) i32 is read only by padding_masked attention; `flash`
 // picks the tiled kernel that keeps only each row's log-sum-exp. `lp` is the
-// compute dtype, as in the GPT's blocks (gpt.cpp): the weights are cast at
+// compute dtype (mixed precision, gpt.cpp says why): the weights are cast at
 // their use, the LayerNorms write the compute dtype, the products, attention
-// and GELU run in it (attention in f32 between casts where the backend has
-// no kernel in it), and x, the residual stream, stays f32.
+// and GELU run in it (an op in f32 between casts where the backend has no
+// kernel in it), and x, the residual stream, stays f32.
+core::ValueId transformer_block(core::Graph& g, core::ValueId x, core::ValueId lengths, const std::string& prefix,
+                                int64_t C, int n_head, bool flash, BlockAttention attention, const Lowp& lp);
+
 // The checks every encoder-bodied model's config shares (the classifier, the
 // sequence autoencoder): sizes in range and clear of overflow, n_embd
 // divisible by n_head, a known attention kind. Throws ConfigError naming the key.
 void validate_encoder_body(int64_t vocab_size, int64_t n_layer, int64_t n_embd, int64_t n_head, int64_t max_len,
                            const std::string& attention);
-// Parameters of one block at width C (LayerNorms, qkv, projection, MLP).
-inline int64_t encoder_block_params(int64_t C) {
-  return 2 * C + (3 * C * C + 3 * C) + (C * C + C) + 2 * C + (4 * C * C + 4 * C) + (4 * C * C + C);
-}
-
-core::ValueId encoder_block(core::Graph& g, core::ValueId x, core::ValueId lengths, const std::string& prefix,
-                            int64_t C, int n_head, bool flash, BlockAttention attention, const Lowp& lp);
 
 }  // namespace brisk::models

@@ -1,0 +1,46 @@
+// The pre-LN transformer block every model builds (transformer_block.h).
+#include "brisk/models/transformer_block.h"
+
+#include "brisk/ops/ops.h"
+
+namespace brisk::models {
+
+using core::Graph;
+using core::Shape;
+using core::ValueId;
+
+// x: (B, T, C)
+ValueId transformer_block(Graph& g, ValueId x, ValueId lengths, const std::string& p, int64_t C, int n_head,
+                          bool flash, BlockAttention attention, const Lowp& lp) {
+  using core::OpKind;
+  auto param = [&](const std::string& name, Shape s) { return g.param(p + name, s); };
+  auto weight = [&](const std::string& name, Shape s) { return lp.narrow(param(name, s)); };  // compute dtype
+  // --- attention: x + proj(attn(ln_1(x)))
+  // The LayerNorms write their output in the compute dtype (narrow_to): no
+  // f32 copy and no cast before the Linear that reads it.
+  auto ln1 = ops::layernorm(g, x, param("ln_1.weight", {C}), param("ln_1.bias", {C}), 1e-5f, lp.dt);
+  ValueId qkv =
+      ops::linear(g, ln1.y, weight("attn.c_attn.weight", {3 * C, C}), weight("attn.c_attn.bias", {3 * C}));
+  ValueId att;
+  if (attention == BlockAttention::causal)
+    att = flash ? lp.run(qkv, OpKind::flash_attention, OpKind::flash_attention_backward,
+                         [&](ValueId v) { return ops::flash_attention(g, v, n_head); })
+                : lp.run(qkv, OpKind::attention, OpKind::attention_backward,
+                         [&](ValueId v) { return ops::attention(g, v, n_head); });  // (B, T, C)
+  else
+    att = flash ? lp.run(qkv, OpKind::masked_flash_attention, OpKind::masked_flash_attention_backward,
+                         [&](ValueId v) { return ops::masked_flash_attention(g, v, lengths, n_head); })
+                : lp.run(qkv, OpKind::masked_attention, OpKind::masked_attention_backward,
+                         [&](ValueId v) { return ops::masked_attention(g, v, lengths, n_head); });  // (B, T, C)
+  att = ops::linear(g, att, weight("attn.c_proj.weight", {C, C}), weight("attn.c_proj.bias", {C}));
+  x = ops::add(g, x, att);  // the f32 residual plus the compute-dtype branch, no cast
+  // --- MLP: x + proj(gelu(fc(ln_2(x))))
+  auto ln2 = ops::layernorm(g, x, param("ln_2.weight", {C}), param("ln_2.bias", {C}), 1e-5f, lp.dt);
+  ValueId h =
+      ops::linear(g, ln2.y, weight("mlp.c_fc.weight", {4 * C, C}), weight("mlp.c_fc.bias", {4 * C}));
+  h = lp.run(h, OpKind::gelu, OpKind::gelu_backward, [&](ValueId v) { return ops::gelu(g, v); });  // (B, T, 4C)
+  h = ops::linear(g, h, weight("mlp.c_proj.weight", {C, 4 * C}), weight("mlp.c_proj.bias", {C}));
+  return ops::add(g, x, h);
+}
+
+}  // namespace brisk::models
