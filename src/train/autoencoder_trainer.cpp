@@ -343,7 +343,8 @@ AutoencoderResult train_autoencoder(const AutoencoderConfig& cfg, const Autoenco
     load_autoencoder_checkpoint(resume_from, model, &adamw);
     model.set_input_dropout(cfg.input_dropout, saved.run->input_dropout_state);
     step = res.start_step = saved.step;
-    if (const std::string changed = detail::changed_settings_line(cfg.out_dir, to_toml(cfg)); !changed.empty())
+    if (const std::string changed = detail::changed_settings_line(cfg.out_dir, to_toml(cfg), to_toml(AutoencoderConfig{}));
+        !changed.empty())
       say(changed + "\n");
     res.checkpoint = resume_from;  // the newest, until this run writes one
     loader.set_position(uint64_t(step));

@@ -291,7 +291,8 @@ ClassifyResult train_classifier(const ClassifyConfig& cfg, const ClassifyOptions
     detail::check_resumable(resume_from, {saved.step, saved.seed, saved.run}, cfg.seed, stream, schedule.total_steps);
     load_encoder_checkpoint(resume_from, model, &adamw);
     step = res.start_step = saved.step;
-    if (const std::string changed = detail::changed_settings_line(cfg.out_dir, to_toml(cfg)); !changed.empty())
+    if (const std::string changed = detail::changed_settings_line(cfg.out_dir, to_toml(cfg), to_toml(ClassifyConfig{}));
+        !changed.empty())
       say(changed + "\n");
     res.checkpoint = resume_from;  // the newest, until this run writes one
     loader.set_position(uint64_t(step));

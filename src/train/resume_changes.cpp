@@ -43,8 +43,11 @@ bool shapes_the_run(const std::string& key) {
 
 }  // namespace
 
-std::vector<std::string> changed_settings(const std::string& old_toml, const std::string& new_toml) {
-  const auto before = settings_of(old_toml), now = settings_of(new_toml);
+std::vector<std::string> changed_settings(const std::string& old_toml, const std::string& new_toml,
+                                          const std::string& defaults_toml) {
+  auto before = settings_of(old_toml);
+  const auto now = settings_of(new_toml);
+  for (const auto& [key, value] : settings_of(defaults_toml)) before.emplace(key, value);  // only where missing
   std::vector<std::string> out;
   auto add = [&](const std::string& key, const std::string& a, const std::string& b) {
     if (a != b && shapes_the_run(key)) out.push_back(key + " " + a + " -> " + b);
@@ -58,13 +61,14 @@ std::vector<std::string> changed_settings(const std::string& old_toml, const std
   return out;
 }
 
-std::string changed_settings_line(const std::string& run_dir, const std::string& new_toml) {
+std::string changed_settings_line(const std::string& run_dir, const std::string& new_toml,
+                                  const std::string& defaults_toml) {
   const std::filesystem::path path = std::filesystem::path(run_dir) / "config.toml";
   std::ifstream in(path, std::ios::binary);
   if (!in) return {};
   std::ostringstream old;
   old << in.rdbuf();
-  const std::vector<std::string> changes = changed_settings(old.str(), new_toml);
+  const std::vector<std::string> changes = changed_settings(old.str(), new_toml, defaults_toml);
   if (changes.empty()) return {};
   std::string line = "resume: settings changed since the stopped run (" + path.string() + "): ";
   for (size_t i = 0; i < changes.size(); ++i) line += (i ? ", " : "") + changes[i];

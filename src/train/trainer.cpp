@@ -343,7 +343,8 @@ void Trainer::Impl::resume() {
   // Every step reads one global batch: batch_local windows on each rank.
   loader.set_position(state.data_position / uint64_t(cfg.batch));
   progress.line("resumed from " + ckpt + " at step " + std::to_string(state.step));
-  if (const std::string changed = detail::changed_settings_line(cfg.out_dir, to_toml(cfg)); !changed.empty())
+  if (const std::string changed = detail::changed_settings_line(cfg.out_dir, to_toml(cfg), to_toml(TrainConfig{}));
+      !changed.empty())
     progress.line(changed);
   // Nothing to train: say so, not a summary of zero steps at 0 tokens/s.
   if (state.step >= cfg.steps)
