@@ -276,9 +276,9 @@ int run_e1_bench(const TrainBenchOptions& options) {
   double peak = monitor::peak_fp32_gflops(o.threads, 0.5);
   const double peak_parent = peak;
   // bf16 rows are measured against the bf16 peak where the CPU has bf16 dot
-  // products (0 elsewhere: those rows use the fp32 peak), as W1/W2's are.
+  // products (0 elsewhere: those rows use the fp32 peak), as W1/W2's are; a
+  // brisk row only when it ran bf16-native (BRISK_BF16=emulated widens).
   double peak_bf16 = o.peer_bf16 ? monitor::peak_bf16_gflops(o.threads, 0.5) : 0.0;
-  auto peak_of = [&](bool bf16) { return bf16 && peak_bf16 > 0 ? peak_bf16 : peak; };
   std::printf("brisk bench train: E1 (spam-encoder) | %.2fM params | vocab %lld, %lld layers, %lld embd, %lld heads, "
               "%lld classes, %s attention | batch %lld x width <= %lld (each batch's width rounded up to %lld) | %d "
               "timed steps after %d warm-up | %d threads\n",
@@ -331,6 +331,11 @@ int run_e1_bench(const TrainBenchOptions& options) {
       if (o.fix_blas) argv.push_back("--fix-blas");
       sides.push_back({std::string("pytorch ") + kVariants[v] + suffix, v, false, argv, bf16});
     }
+  auto bf16_peak = [&](size_t side, const json& report) {
+    return sides[side].bf16 && peak_bf16 > 0 &&
+           (!sides[side].brisk || (report.is_object() && report.value("precision_path", "") == "bf16-native"));
+  };
+  auto peak_of = [&](size_t side, const json& report) { return bf16_peak(side, report) ? peak_bf16 : peak; };
   // Interleaved rounds (A B C D, A B C D, ...), as for W1/W2.
   std::vector<std::vector<Run>> runs(sides.size());  // [side][round]
   for (int r = 0; r < o.rounds; ++r) {
@@ -340,9 +345,10 @@ int run_e1_bench(const TrainBenchOptions& options) {
       if (sides[i].brisk)
         if (auto rep = report_of(c.out); rep && rep->contains("peak_fp32_gflops")) {
           peak = std::max(peak, (*rep)["peak_fp32_gflops"].get<double>());
-          peak_bf16 = std::max(peak_bf16, rep->value("peak_bf16_gflops", 0.0));
+          if (o.peer_bf16) peak_bf16 = std::max(peak_bf16, rep->value("peak_bf16_gflops", 0.0));
         }
-      runs[i].push_back(make_run(sides[i].name, c, o, work[sides[i].variant], peak_of(sides[i].bf16)));
+      const json rep = report_of(c.out).value_or(json());
+      runs[i].push_back(make_run(sides[i].name, c, o, work[sides[i].variant], peak_of(i, rep)));
     }
   }
 
@@ -406,7 +412,7 @@ int run_e1_bench(const TrainBenchOptions& options) {
       row.cells_per_s = w.cells / sec;
       row.row.ms_per_step = sec * 1e3 / double(o.steps);
       row.row.gflops = w.flops / sec / 1e9;
-      row.row.pct_peak = 100.0 * row.row.gflops / peak_of(sides[i].bf16);
+      row.row.pct_peak = 100.0 * row.row.gflops / peak_of(i, row.row.report);
       spread.emplace_back(*std::min_element(tps.begin(), tps.end()), *std::max_element(tps.begin(), tps.end()));
     } else {
       spread.emplace_back(0, 0);
@@ -422,7 +428,7 @@ int run_e1_bench(const TrainBenchOptions& options) {
               monitor::cpu_flags().c_str());
   for (size_t i = 0; i < rows.size(); ++i) {
     const json& rep = rows[i].row.report;
-    if (rep.is_null() || (sides[i].variant != 0 && rows.size() > 1)) continue;  // one line per engine
+    if (rep.is_null() || (sides[i].variant != 0 && rows.size() > 1)) continue;  // one line per engine and precision
     if (sides[i].brisk)
       std::printf("%-9s %s: %d threads, %s attention; matrix products: %s; %lld programs built before timing (%.1f "
                   "s)\n",
@@ -430,8 +436,8 @@ int run_e1_bench(const TrainBenchOptions& options) {
                   rep.value("attention", "?").c_str(), rep.value("gemm", "?").c_str(),
                   (long long)rep.value("programs", 0), rep.value("program_build_s", 0.0));
     else
-      std::printf("%-9s torch %s (%s), %d threads, CPU capability %s; attention: %s; optimizer: %s; BLAS %s\n",
-                  "pytorch", rep.value("torch", "?").c_str(), rep.value("python", "?").c_str(), rep.value("threads", 0),
+      std::printf("%-9s %s: torch %s (%s), %d threads, CPU capability %s; attention: %s; optimizer: %s; BLAS %s\n",
+                  "pytorch", sides[i].bf16 ? "autocast bf16" : "fp32", rep.value("torch", "?").c_str(), rep.value("python", "?").c_str(), rep.value("threads", 0),
                   rep.value("cpu_capability", "?").c_str(), rep.value("attention", "?").c_str(),
                   rep.value("optimizer", "?").c_str(),
                   rep.contains("blas") ? rep["blas"].value("mapped", "?").c_str() : "?");
@@ -571,7 +577,7 @@ int run_e1_bench(const TrainBenchOptions& options) {
     j["precision_path"] = sides[i].brisk && rows[i].row.report.is_object()
                               ? rows[i].row.report.value("precision_path", "?")
                               : (sides[i].bf16 ? "autocast bf16" : "fp32");
-    j["pct_peak_of"] = sides[i].bf16 && peak_bf16 > 0 ? "bf16" : "fp32";
+    j["pct_peak_of"] = bf16_peak(i, rows[i].row.report) ? "bf16" : "fp32";
     if (rows[i].row.ok()) {
       j["cells_per_s"] = rows[i].cells_per_s;
       j["padding_waste"] = 1.0 - work[sides[i].variant].real / work[sides[i].variant].cells;
