@@ -329,6 +329,23 @@ TEST(TrainClassifier, Bf16RunLearnsTheSyntheticTask) {
   fs::remove_all(dir);
 }
 
+// Where bf16 would be emulated (an AVX2 CPU; forced here), train.precision =
+// "bf16" with the default fallback trains in fp32 and says so.
+TEST(TrainClassifier, Bf16WithoutBf16DotProductsFallsBackToFp32) {
+  testing_util::ScopedBf16Path emulated("emulated");
+  const fs::path dir = fs::temp_directory_path() / ("brisk_encoder_fallback_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  synthetic_store(dir);
+  train::ClassifyConfig cfg = synthetic_config(dir);
+  cfg.precision = train::Precision::bf16;
+  cfg.epochs = 1;
+  const train::ClassifyResult r = train::train_classifier(cfg, {.quiet = true});
+  EXPECT_EQ(r.precision_path, "fp32");
+  const nlohmann::json report = nlohmann::json::parse(std::ifstream(dir / "run/report.json"));
+  EXPECT_EQ(report["training"]["precision"], "fp32");
+  fs::remove_all(dir);
+}
+
 // A run that crashed after any of its checkpoints (mid-epoch or at an
 // epoch's end), resumed, ends with the uninterrupted run's weights and
 // moments bit for bit, logs every step once with the same loss, and scores

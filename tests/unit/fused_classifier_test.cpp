@@ -152,18 +152,6 @@ Tensor widened(const Tensor& h) {
   return f;
 }
 
-// BRISK_BF16 for one scope (cpu_features.h); back to the machine's own path after.
-struct Bf16Path {
-  explicit Bf16Path(const char* value) {
-    if (value) setenv("BRISK_BF16", value, 1);
-    cpu::reload_cpu_features();
-  }
-  ~Bf16Path() {
-    unsetenv("BRISK_BF16");
-    cpu::reload_cpu_features();
-  }
-};
-
 }  // namespace
 
 // The bf16 kernel on each path this CPU has (bf16-emulated everywhere,
@@ -195,7 +183,7 @@ TEST(FusedClassifier, Bf16KernelMatchesF32AcrossChunksAndPaths) {
   if (native) paths.push_back(nullptr);
   else std::printf("[ skip ] bf16-native classifier_train not run: %s\n", cpu::cpu_features().bf16_reason.c_str());
   for (const char* path : paths) {
-    Bf16Path scope(path);
+    testing_util::ScopedBf16Path scope(path);
     // Emulated: dlogits stay f32, so dw is f32-exact; native rounds them to bf16.
     const double dw_tol = cpu::cpu_features().bf16 == cpu::Bf16Path::native ? 2e-2 : 1e-5;
     for (size_t ws : {size_t(v * 4) + tail, size_t(5 * v * 4) + tail, size_t(0)}) {

@@ -286,20 +286,9 @@ TEST(Precision, Fp32NeedsNoFallback) {
   EXPECT_TRUE(c.warning.empty());
 }
 
-// brisk has no bf16/fp16 training path yet on any CPU, so both fall back to
-// fp32 everywhere for now, and the warning names the CPU's features.
-// The environment override of cpu_features.h for one scope.
-struct Bf16Override {
-  explicit Bf16Override(const char* value) {
-    if (value) setenv("BRISK_BF16", value, 1);
-    else unsetenv("BRISK_BF16");
-    cpu::reload_cpu_features();
-  }
-  ~Bf16Override() {
-    unsetenv("BRISK_BF16");
-    cpu::reload_cpu_features();
-  }
-};
+// Without bf16 dot products, bf16 and fp16 fall back to fp32 with a warning
+// that names the CPU's features.
+using Bf16Override = testing_util::ScopedBf16Path;
 
 TEST(Precision, Bf16FallsBackToFp32WithAWarningWithoutTheNativePath) {
   Bf16Override emulated("emulated");  // what an AVX2-only CPU gets

@@ -3,9 +3,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 
 #include "brisk/core/tensor.h"
 #include "brisk/cpu/cpu_backend.h"
+#include "brisk/cpu/cpu_features.h"
 
 namespace brisk::testing_util {
 
@@ -24,5 +26,21 @@ inline double normalized_error(const core::Tensor& ref, const core::Tensor& got)
   }
   return diff / scale;
 }
+
+// BRISK_BF16 (cpu_features.h) set to `value` (null: unset) for one scope,
+// then back to the machine's own path.
+struct ScopedBf16Path {
+  explicit ScopedBf16Path(const char* value) {
+    if (value) setenv("BRISK_BF16", value, 1);
+    else unsetenv("BRISK_BF16");
+    cpu::reload_cpu_features();
+  }
+  ~ScopedBf16Path() {
+    unsetenv("BRISK_BF16");
+    cpu::reload_cpu_features();
+  }
+  ScopedBf16Path(const ScopedBf16Path&) = delete;
+  ScopedBf16Path& operator=(const ScopedBf16Path&) = delete;
+};
 
 }  // namespace brisk::testing_util
