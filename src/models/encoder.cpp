@@ -33,9 +33,12 @@ using core::ValueId;
 // ---- configuration ----------------------------------------------------------------
 
 EncoderConfig EncoderConfig::preset(const std::string& name) {
+  // E1 of docs/workloads.md: GPT-2 BPE padded to 50304 (a multiple of 64, as
+  // the GPT's W1 and G1 are), 4 layers, 256 wide, 4 heads, the first 512
+  // tokens of a message, 2 classes.
   if (name == "E1" || name == "spam-encoder") {
     EncoderConfig c;
-    c.vocab_size = 50257, c.n_layer = 2, c.n_embd = 128, c.n_head = 4, c.max_len = 256, c.n_classes = 2;
+    c.vocab_size = 50304, c.n_layer = 4, c.n_embd = 256, c.n_head = 4, c.max_len = 512, c.n_classes = 2;
     return c;
   }
   throw ConfigError("unknown encoder preset '" + name + "' (allowed: E1 / spam-encoder)");

@@ -45,7 +45,7 @@ std::string write_store(const TempDir& dir) {
 
 std::string config_toml(const std::string& store) {
   return "[model]\nkind = \"encoder\"\npreset = \"E1\"\n\n[data]\nstore = \"" + store +
-         "\"\nlabel_names = [\"ham\", \"spam\"]\n\n[train]\nbatch = 8\nlr = 1e-3\nwarmup = 0\nseed = 5\n";
+         "\"\nlabel_names = [\"ham\", \"spam\"]\n\n[train]\nbatch = 8\nlr = 2e-4\nwarmup = 0\nseed = 5\n";
 }
 
 TEST(BenchTrainE1, BucketedAndPaddedAgainstThePeer) {

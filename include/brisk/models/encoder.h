@@ -18,11 +18,12 @@
 namespace brisk::models {
 
 struct EncoderConfig {
-  int64_t vocab_size = 50257;  // token embedding rows (the store's vocabulary)
-  int64_t n_layer = 2;
-  int64_t n_embd = 128;
+  // The defaults are preset E1's.
+  int64_t vocab_size = 50304;  // token embedding rows (at least the store's vocabulary)
+  int64_t n_layer = 4;
+  int64_t n_embd = 256;
   int64_t n_head = 4;
-  int64_t max_len = 256;   // longest sequence (rows of the position embedding)
+  int64_t max_len = 512;   // longest sequence (rows of the position embedding)
   int64_t n_classes = 2;
   // Attention kernel, not part of the weights: "plain" keeps the
   // (B, n_head, T, T) probabilities for the backward; "flash" keeps only each

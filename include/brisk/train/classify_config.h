@@ -31,7 +31,7 @@ struct ClassifyConfig {
   int64_t cache_mb = 256;     // LRU cache of decoded records in front of the store
   // Records longer than model.max_len keep their first max_len tokens.
   // [train]
-  int64_t batch = 32, epochs = 3;
+  int64_t batch = 16, epochs = 3;
   optim::LrSchedule schedule;  // total_steps = epochs x batches per epoch, set at run time
   optim::AdamWConfig adamw;
   uint64_t seed = 1337;
