@@ -76,10 +76,17 @@ double rel_error(const std::vector<float>& a, const std::vector<float>& b) {
 
 }  // namespace
 
+// The attention kernel, and "bf16" for flash attention in a bf16 graph
+// (mixed precision): the flash kernels there round a sequence's last key tile
+// up to 16 keys and mask the rest, and bf16 rounding allows a looser match.
 class EncoderPadding : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(EncoderPadding, TheSameBatchPaddedTwoWaysGivesTheSameLogitsAndGradients) {
-  models::Encoder m(small_config(GetParam()), backend());
+  const bool bf16 = GetParam() == "bf16";
+  models::EncoderConfig config = small_config(bf16 ? "flash" : GetParam());
+  if (bf16) config.compute = core::DType::bf16;
+  const double tol = bf16 ? 2e-2 : 1e-5;
+  models::Encoder m(config, backend());
   m.init_weights(7);
   const std::vector<int32_t> lengths = {5, 30, 1, 17};
   const std::vector<int32_t> labels = {0, 2, 1, 2};
@@ -90,7 +97,7 @@ TEST_P(EncoderPadding, TheSameBatchPaddedTwoWaysGivesTheSameLogitsAndGradients) 
   const std::vector<float> a(l30, l30 + 12);
   const float* l64 = m.logits(wide.data(), lengths.data(), 4, 64);
   const std::vector<float> b(l64, l64 + 12);
-  EXPECT_LT(rel_error(a, b), 1e-5);
+  EXPECT_LT(rel_error(a, b), tol);
   double spread = 0;  // the check means something only if the rows differ
   for (int k = 0; k < 3; ++k) spread = std::max(spread, double(std::abs(a[size_t(k)] - a[size_t(3 + k)])));
   EXPECT_GT(spread, 1e-4);
@@ -101,16 +108,16 @@ TEST_P(EncoderPadding, TheSameBatchPaddedTwoWaysGivesTheSameLogitsAndGradients) 
   m.params().zero_grads();
   const double loss64 = m.train_micro_step(wide.data(), lengths.data(), labels.data(), 4, 64);
   const auto g64 = grads_of(m);
-  EXPECT_NEAR(loss30, loss64, 1e-5);
+  EXPECT_NEAR(loss30, loss64, bf16 ? 2e-3 * loss30 : 1e-5);
   for (const auto& [name, g] : g30) {
     if (name == "wpe.weight") {  // rows past 30 exist only in the wide batch, and get nothing there either
       for (size_t i = 30 * 32; i < g64.at(name).size(); ++i) ASSERT_EQ(g64.at(name)[i], 0.f) << "wpe row " << i / 32;
     }
-    EXPECT_LT(rel_error(g, g64.at(name)), 1e-5) << name;
+    EXPECT_LT(rel_error(g, g64.at(name)), tol) << name;
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Attention, EncoderPadding, ::testing::Values("plain", "flash"));
+INSTANTIATE_TEST_SUITE_P(Attention, EncoderPadding, ::testing::Values("plain", "flash", "bf16"));
 
 TEST(Encoder, FlashAndPlainAttentionGiveTheSameModel) {
   models::Encoder plain(small_config("plain"), backend()), flash(small_config("flash"), backend());
@@ -155,30 +162,6 @@ TEST(Encoder, Bf16BlocksGiveTheFp32ModelWithinRounding) {
     if (n.op == core::OpKind::masked_flash_attention || n.op == core::OpKind::masked_flash_attention_backward)
       bf16_attention += g.meta(n.inputs[0]).dtype == core::DType::bf16;
   EXPECT_EQ(bf16_attention, 2 * 2) << "forward and backward of both layers on bf16 operands";
-}
-
-// In bf16 too, padding never reaches a real row beyond rounding (the flash
-// kernels round a sequence's last key tile up to 16 keys and mask the rest),
-// and padded positions get no gradient at all.
-TEST(Encoder, Bf16PaddingDoesNotReachTheRealRows) {
-  models::EncoderConfig c = small_config("flash");
-  c.compute = core::DType::bf16;
-  models::Encoder m(c, backend());
-  m.init_weights(7);
-  const std::vector<int32_t> lengths = {5, 30, 1, 17};
-  const std::vector<int32_t> labels = {0, 2, 1, 2};
-  const auto rows = random_rows(lengths, 11);
-  const auto narrow = padded(rows, 30, 1), wide = padded(rows, 64, 2);
-  m.params().zero_grads();
-  const double loss30 = m.train_micro_step(narrow.data(), lengths.data(), labels.data(), 4, 30);
-  const auto g30 = grads_of(m);
-  m.params().zero_grads();
-  const double loss64 = m.train_micro_step(wide.data(), lengths.data(), labels.data(), 4, 64);
-  const auto g64 = grads_of(m);
-  EXPECT_NEAR(loss30, loss64, 2e-3 * loss30);
-  for (size_t i = 30 * 32; i < g64.at("wpe.weight").size(); ++i)
-    ASSERT_EQ(g64.at("wpe.weight")[i], 0.f) << "wpe row " << i / 32;
-  for (const auto& [name, g] : g30) EXPECT_LT(rel_error(g, g64.at(name)), 2e-2) << name;
 }
 
 TEST(Encoder, BadInputsAreRefusedWithAMessage) {

@@ -276,9 +276,7 @@ void attention_bf16_emulated(const KernelCall& c) {
     for (int64_t bh = lo; bh < hi; ++bh) {
       const int64_t b = bh / d.nh, h = bh % d.nh;
       const uint16_t* src = qkv + b * d.T * 3 * d.C + h * d.hd;
-      widen_head(src, 3 * d.C, q, d.T, d.hd);
-      widen_head(src + d.C, 3 * d.C, k, d.T, d.hd);
-      widen_head(src + 2 * d.C, 3 * d.C, v, d.T, d.hd);
+      widen_qkv_head(src, d, q, k, v);
       forward_head<float>(cache, q, k, v, d.hd, yh, d.hd, probs + bh * d.T * d.T, d.T, d.hd, d.scale, nullptr);
       narrow_head(yh, y + b * d.T * d.C + h * d.hd, d.C, d.T, d.hd);
     }
@@ -300,9 +298,7 @@ void attention_backward_bf16_emulated(const KernelCall& c) {
     for (int64_t bh = lo; bh < hi; ++bh) {
       const int64_t b = bh / d.nh, h = bh % d.nh;
       const int64_t off = b * d.T * 3 * d.C + h * d.hd;
-      widen_head(qkv + off, 3 * d.C, q, d.T, d.hd);
-      widen_head(qkv + off + d.C, 3 * d.C, k, d.T, d.hd);
-      widen_head(qkv + off + 2 * d.C, 3 * d.C, v, d.T, d.hd);
+      widen_qkv_head(qkv + off, d, q, k, v);
       widen_head(dy + b * d.T * d.C + h * d.hd, d.C, g, d.T, d.hd);
       backward_head<float>(cache, q, k, v, d.hd, g, d.hd, probs + bh * d.T * d.T, dq, d.hd, dk, dv, d.hd, d.T, d.hd,
                            d.scale, work, nullptr);

@@ -147,6 +147,13 @@ inline void zero_key_grads(float* dk, float* dv, int64_t ldd, int64_t T, int64_t
 inline void widen_head(const uint16_t* src, int64_t ld, float* dst, int64_t rows, int64_t hd) {
   for (int64_t t = 0; t < rows; ++t) bf16_to_f32_row(src + t * ld, dst + t * hd, hd);
 }
+// One head's q, k and v from packed bf16 qkv (`q_at`: its q columns; k and
+// v follow C and 2C later, rows 3C apart) into three dense f32 (T, hd).
+inline void widen_qkv_head(const uint16_t* q_at, const AttentionDims& d, float* q, float* k, float* v) {
+  widen_head(q_at, 3 * d.C, q, d.T, d.hd);
+  widen_head(q_at + d.C, 3 * d.C, k, d.T, d.hd);
+  widen_head(q_at + 2 * d.C, 3 * d.C, v, d.T, d.hd);
+}
 // The reverse: a dense f32 (rows, hd) into bf16 rows `ld` apart.
 inline void narrow_head(const float* src, uint16_t* dst, int64_t ld, int64_t rows, int64_t hd) {
   for (int64_t t = 0; t < rows; ++t) f32_to_bf16_row(src + t * hd, dst + t * ld, hd);

@@ -315,9 +315,7 @@ void forward_bf16_emulated(const KernelCall& c, const Dims& d, const int32_t* le
     for (int64_t bh = lo; bh < hi; ++bh) {
       const int64_t b = bh / d.nh, h = bh % d.nh;
       const uint16_t* src = qkv + b * d.T * 3 * d.C + h * d.hd;
-      widen_head(src, 3 * d.C, q, d.T, d.hd);
-      widen_head(src + d.C, 3 * d.C, k, d.T, d.hd);
-      widen_head(src + 2 * d.C, 3 * d.C, v, d.T, d.hd);
+      widen_qkv_head(src, d, q, k, v);
       forward_head(cache, q, k, v, d.hd, yh, d.hd, lse + bh * d.T, keys_of(d, lengths, b), d.hd, d.scale, work);
       narrow_head(yh, y + b * d.T * d.C + h * d.hd, d.C, d.T, d.hd);
     }
@@ -340,9 +338,7 @@ void backward_bf16_emulated(const KernelCall& c, const Dims& d, const int32_t* l
     for (int64_t bh = lo; bh < hi; ++bh) {
       const int64_t b = bh / d.nh, h = bh % d.nh;
       const int64_t off = b * d.T * 3 * d.C + h * d.hd, goff = b * d.T * d.C + h * d.hd;
-      widen_head(qkv + off, 3 * d.C, q, d.T, d.hd);
-      widen_head(qkv + off + d.C, 3 * d.C, k, d.T, d.hd);
-      widen_head(qkv + off + 2 * d.C, 3 * d.C, v, d.T, d.hd);
+      widen_qkv_head(qkv + off, d, q, k, v);
       widen_head(dy + goff, d.C, g, d.T, d.hd);
       widen_head(y + goff, d.C, yh, d.T, d.hd);
       backward_head(cache, q, k, v, d.hd, g, yh, d.hd, lse + bh * d.T, dq, d.hd, dk, dv, d.hd,
