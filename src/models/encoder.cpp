@@ -44,29 +44,6 @@ EncoderConfig EncoderConfig::preset(const std::string& name) {
   throw ConfigError("unknown encoder preset '" + name + "' (allowed: E1 / spam-encoder)");
 }
 
-void validate_encoder_body(int64_t vocab_size, int64_t n_layer, int64_t n_embd, int64_t n_head, int64_t max_len,
-                           const std::string& attention) {
-  auto in_range = [](int64_t v, int64_t limit, const char* key) {
-    if (v <= 0 || v > limit)
-      throw ConfigError(std::string("model.") + key + " must be in [1, " + std::to_string(limit) + "], got " +
-                        std::to_string(v));
-  };
-  constexpr int64_t kMaxDim = int64_t(1) << 20;  // far above any real encoder; keeps sizes clear of overflow
-  in_range(vocab_size, int64_t(1) << 31, "vocab_size");
-  in_range(n_layer, 1024, "n_layer");
-  in_range(n_embd, kMaxDim, "n_embd");
-  in_range(n_head, kMaxDim, "n_head");
-  in_range(max_len, kMaxDim, "max_len");
-  if (n_embd % n_head != 0)
-    throw ConfigError("model.n_embd (" + std::to_string(n_embd) + ") must be divisible by model.n_head (" +
-                      std::to_string(n_head) + ")");
-  if (double(vocab_size + max_len) * double(n_embd) > double(int64_t(1) << 40))
-    throw ConfigError("model: the embedding tables (vocab " + std::to_string(vocab_size) + " + max_len " +
-                      std::to_string(max_len) + ") x n_embd " + std::to_string(n_embd) + " are too large");
-  if (attention != "flash" && attention != "plain")
-    throw ConfigError("model.attention: unknown value '" + attention + "' (allowed: flash, plain)");
-}
-
 void EncoderConfig::validate() const {
   validate_encoder_body(vocab_size, n_layer, n_embd, n_head, max_len, attention);
   if (compute != DType::f32 && compute != DType::bf16)
@@ -135,7 +112,7 @@ std::unique_ptr<EncoderProgram> Encoder::build(bool train, int64_t B, int64_t T)
   const Lowp lp{g, &backend_, config_.compute};
   for (int64_t l = 0; l < config_.n_layer; ++l)
     x = transformer_block(g, x, p->lengths, "h." + std::to_string(l) + ".", C, int(config_.n_head),
-                      config_.attention == "flash", BlockAttention::padding_masked, lp);
+                          config_.attention == "flash", BlockAttention::padding_masked, lp);
 
   // --- final LayerNorm, mean over the real positions, class logits   (B, K)
   auto lnf = ops::layernorm(g, x, g.param("ln_f.weight", {C}), g.param("ln_f.bias", {C}));

@@ -121,8 +121,7 @@ GptConfig GptConfig::with_fusions_for(bool on_device) const {
 
 int64_t GptConfig::num_params() const {
   const int64_t C = n_embd;
-  const int64_t per_layer = 2 * C + (3 * C * C + 3 * C) + (C * C + C) + 2 * C + (4 * C * C + 4 * C) + (4 * C * C + C);
-  return vocab_size * C + block_size * C + n_layer * per_layer + 2 * C;
+  return vocab_size * C + block_size * C + n_layer * transformer_block_params(C) + 2 * C;
 }
 
 double GptConfig::flops_per_token(int64_t seq) const {

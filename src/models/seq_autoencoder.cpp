@@ -82,8 +82,8 @@ ValueId encoder(Graph& g, const SeqAutoencoderConfig& c, ValueId ids, ValueId le
                        ops::embedding(g, pos, g.param("enc.wpe.weight", {c.max_len, C})));
   // --- blocks whose attention sees every real position of the row
   for (int64_t l = 0; l < c.n_layer; ++l)
-    x = transformer_block(g, x, lengths, "enc.h." + std::to_string(l) + ".", C, int(c.n_head), c.attention == "flash",
-                      BlockAttention::padding_masked, Lowp::fp32(g));
+    x = transformer_block(g, x, lengths, "enc.h." + std::to_string(l) + ".", C, int(c.n_head),
+                          c.attention == "flash", BlockAttention::padding_masked, Lowp::fp32(g));
   // --- final LayerNorm, mean over the real positions, the latent     (B, Z)
   auto lnf = ops::layernorm(g, x, g.param("enc.ln_f.weight", {C}), g.param("enc.ln_f.bias", {C}));
   ValueId pooled = ops::masked_mean(g, lnf.y, lengths);  // (B, C)
@@ -103,7 +103,7 @@ ValueId decoder(Graph& g, const SeqAutoencoderConfig& c, ValueId latent, ValueId
   // --- causal blocks: position t sees inputs 0..t, i.e. residues before t
   for (int64_t l = 0; l < c.n_layer; ++l)
     x = transformer_block(g, x, core::kNoValue, "dec.h." + std::to_string(l) + ".", C, int(c.n_head),
-                      c.attention == "flash", BlockAttention::causal, Lowp::fp32(g));
+                          c.attention == "flash", BlockAttention::causal, Lowp::fp32(g));
   // --- final LayerNorm, residue logits                                (B, T, V)
   auto lnf = ops::layernorm(g, x, g.param("dec.ln_f.weight", {C}), g.param("dec.ln_f.bias", {C}));
   return ops::linear(g, lnf.y, g.param("dec.head.weight", {c.vocab_size, C}), g.param("dec.head.bias", {c.vocab_size}));

@@ -1,10 +1,13 @@
-// The pre-LN transformer block every model builds (transformer_block.h).
+// The pre-LN transformer block every model builds, and the checks of an
+// encoder-bodied model's shape (transformer_block.h).
 #include "brisk/models/transformer_block.h"
 
+#include "brisk/core/error.h"
 #include "brisk/ops/ops.h"
 
 namespace brisk::models {
 
+using core::ConfigError;
 using core::Graph;
 using core::Shape;
 using core::ValueId;
@@ -41,6 +44,29 @@ ValueId transformer_block(Graph& g, ValueId x, ValueId lengths, const std::strin
   h = lp.run(h, OpKind::gelu, OpKind::gelu_backward, [&](ValueId v) { return ops::gelu(g, v); });  // (B, T, 4C)
   h = ops::linear(g, h, weight("mlp.c_proj.weight", {C, 4 * C}), weight("mlp.c_proj.bias", {C}));
   return ops::add(g, x, h);
+}
+
+void validate_encoder_body(int64_t vocab_size, int64_t n_layer, int64_t n_embd, int64_t n_head, int64_t max_len,
+                           const std::string& attention) {
+  auto in_range = [](int64_t v, int64_t limit, const char* key) {
+    if (v <= 0 || v > limit)
+      throw ConfigError(std::string("model.") + key + " must be in [1, " + std::to_string(limit) + "], got " +
+                        std::to_string(v));
+  };
+  constexpr int64_t kMaxDim = int64_t(1) << 20;  // far above any real encoder; keeps sizes clear of overflow
+  in_range(vocab_size, int64_t(1) << 31, "vocab_size");
+  in_range(n_layer, 1024, "n_layer");
+  in_range(n_embd, kMaxDim, "n_embd");
+  in_range(n_head, kMaxDim, "n_head");
+  in_range(max_len, kMaxDim, "max_len");
+  if (n_embd % n_head != 0)
+    throw ConfigError("model.n_embd (" + std::to_string(n_embd) + ") must be divisible by model.n_head (" +
+                      std::to_string(n_head) + ")");
+  if (double(vocab_size + max_len) * double(n_embd) > double(int64_t(1) << 40))
+    throw ConfigError("model: the embedding tables (vocab " + std::to_string(vocab_size) + " + max_len " +
+                      std::to_string(max_len) + ") x n_embd " + std::to_string(n_embd) + " are too large");
+  if (attention != "flash" && attention != "plain")
+    throw ConfigError("model.attention: unknown value '" + attention + "' (allowed: flash, plain)");
 }
 
 }  // namespace brisk::models

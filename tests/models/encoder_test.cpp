@@ -313,7 +313,8 @@ TEST(TrainClassifier, Bf16RunLearnsTheSyntheticTask) {
 }
 
 // Where bf16 would be emulated (an AVX2 CPU; forced here), train.precision =
-// "bf16" with the default fallback trains in fp32 and says so.
+// "bf16" with the default fallback trains in fp32, and the result and the
+// report name that path.
 TEST(TrainClassifier, Bf16WithoutBf16DotProductsFallsBackToFp32) {
   testing_util::ScopedBf16Path emulated("emulated");
   const fs::path dir = fs::temp_directory_path() / ("brisk_encoder_fallback_" + std::to_string(::getpid()));

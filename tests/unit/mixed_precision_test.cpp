@@ -43,6 +43,7 @@
 #include "brisk/train/config.h"
 #include "brisk/train/trainer.h"
 #include "test_corpus.h"
+#include "test_util.h"
 
 using namespace brisk;
 using core::DType;
@@ -357,23 +358,22 @@ TEST(MixedPrecision, ConfigNamesTheKeyOnBadValues) {
 }
 
 TEST(MixedPrecision, FallbackOffRunsEmulatedWithANote) {
-  setenv("BRISK_BF16", "emulated", 1);  // bf16 as on a CPU without bf16 dot products
-  cpu::reload_cpu_features();
-  for (auto p : {train::Precision::bf16, train::Precision::fp16}) {
-    const auto on = train::resolve_precision(p, true);
-    const auto off = train::resolve_precision(p, false);
-    // No fast path: fp16 never has one, bf16 not under the override.
-    EXPECT_EQ(on.effective, train::Precision::fp32);
-    EXPECT_FALSE(on.warning.empty());
-    EXPECT_EQ(off.effective, p);
-    EXPECT_TRUE(off.emulated);
-    EXPECT_TRUE(off.warning.empty());
-    EXPECT_NE(off.note.find("emulated"), std::string::npos) << off.note;
-    EXPECT_EQ(train::compute_dtype(off.effective), p == train::Precision::bf16 ? DType::bf16 : DType::f16);
-    EXPECT_EQ(off.path, p == train::Precision::bf16 ? "bf16-emulated" : "fp16-emulated");
+  {
+    testing_util::ScopedBf16Path emulated("emulated");  // bf16 as on a CPU without bf16 dot products
+    for (auto p : {train::Precision::bf16, train::Precision::fp16}) {
+      const auto on = train::resolve_precision(p, true);
+      const auto off = train::resolve_precision(p, false);
+      // No fast path: fp16 never has one, bf16 not under the override.
+      EXPECT_EQ(on.effective, train::Precision::fp32);
+      EXPECT_FALSE(on.warning.empty());
+      EXPECT_EQ(off.effective, p);
+      EXPECT_TRUE(off.emulated);
+      EXPECT_TRUE(off.warning.empty());
+      EXPECT_NE(off.note.find("emulated"), std::string::npos) << off.note;
+      EXPECT_EQ(train::compute_dtype(off.effective), p == train::Precision::bf16 ? DType::bf16 : DType::f16);
+      EXPECT_EQ(off.path, p == train::Precision::bf16 ? "bf16-emulated" : "fp16-emulated");
+    }
   }
-  unsetenv("BRISK_BF16");
-  cpu::reload_cpu_features();
   EXPECT_EQ(train::resolve_precision(train::Precision::fp32, false).effective, train::Precision::fp32);
   EXPECT_FALSE(train::resolve_precision(train::Precision::fp32, false).emulated);
 }
