@@ -9,7 +9,7 @@
 #                 data/protein.lmdb, then train the sequence autoencoder of configs/protein.toml
 #                 (docs/autoencoder.md; a few minutes on 2 cores)
 #   make spam     ... make the SpamAssassin store and train the e-mail classifier (configs/spam.toml,
-#                 ~7 min on 2 cores; ~4 with train.precision = "bf16" on avx512_bf16 CPUs), then
+#                 ~7 min on a 2-core Zen 5, ~4 there with train.precision = "bf16"), then
 #                 print its test report (docs/encoder.md)
 #   make sanitize ... build with clang + ASan + UBSan in build/sanitize and run the
 #                 unit, op, integration and fuzz-replay tests there (docs/testing.md)

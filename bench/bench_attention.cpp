@@ -5,7 +5,7 @@
 // `--masked` times the encoder's bidirectional attention over a right-padded
 // batch instead (masked_attention, masked_flash_attention), with sequence
 // lengths spread evenly over [T/2, T] as a bucketed batch has them (E1's
-// shape: --batch 32 --seq 256 --embd 128 --heads 4).
+// shape: --batch 16 --seq 512 --embd 256 --heads 4).
 // `--bf16` times the ops in bf16 (q, k, v, y, dy and dqkv bf16; the
 // probabilities and lse f32), on the path the CPU takes (bf16-native where it
 // has avx512_bf16, bf16-emulated elsewhere; BRISK_BF16=emulated forces it).

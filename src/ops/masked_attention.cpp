@@ -129,7 +129,7 @@ void backward_reference(const KernelCall& c) {
 // batch mixes length 1, length T and lengths in between. T = 130 spans three
 // of the CPU kernel's 64-row query blocks, with lengths on both sides of a
 // block edge (64, 65). The CPU's register tiles (attention_tiles.h) work in
-// 6 rows x 16 columns over panels of 16 keys: head sizes 32 (E1's), 24
+// 6 rows x 16 columns over panels of 16 keys: head sizes 32 (the earlier E1 shape's), 24
 // (16 + 8 columns), 40, 64 and the small ones (masked columns), and lengths
 // one past a panel (17, 33) and short of it, cover their edges.
 std::vector<MaskedConfig> configs() {

@@ -28,7 +28,8 @@ struct EncoderConfig {
   // Attention kernel, not part of the weights: "plain" keeps the
   // (B, n_head, T, T) probabilities for the backward; "flash" keeps only each
   // row's log-sum-exp and recomputes the scores. Flash is the default: it
-  // trained E1 faster than plain, in less memory (docs/encoder.md).
+  // trained E1 (at its earlier, smaller shape) faster than plain, in less
+  // memory (docs/encoder.md).
   std::string attention = "flash";
   // Compute dtype of the blocks (mixed precision): f32 or bf16. The
   // ParameterStore keeps fp32 master weights and grads whatever this says; a

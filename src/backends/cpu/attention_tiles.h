@@ -3,9 +3,9 @@
 // (flash_tiles.h).
 //
 // An attention head's products are small and oddly shaped: the head width hd
-// (32 for E1) is the inner dimension of the scores, and the number of valid
+// (32 for the earlier E1 shape, 64 now) is the inner dimension of the scores, and the number of valid
 // keys changes from sequence to sequence. A BLAS call per block spends much
-// of its time packing and scaling C for so little work (E1's attention ran
+// of its time packing and scaling C for so little work (the earlier E1's attention ran
 // at 27-39% of the FMA peak through OpenBLAS: bench_attention --masked). These kernels skip all of it:
 // the caller makes dense copies (K transposed into panels, V, a block's Q
 // and dY rows, a block of P or dS transposed), each read many times.

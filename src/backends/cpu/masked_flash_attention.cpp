@@ -8,10 +8,10 @@
 // at its length L = lengths[b], every query row (padded ones too: the op's
 // contract) sees all L keys, and the last key tile is rounded up to 16 keys
 // with the keys past L masked, so that gemm.h (oneDNN on AVX-512 CPUs) meets
-// a few widths rather than one per length. At E1's shape on a Zen 5 (B 32, T
-// 256, C 128, 4 heads; bench_attention --masked) fwd+bwd took 13.3 ms there
-// against 19.7 through the OpenBLAS kernels it replaced (64-row tiles, one
-// cblas_sgemm per tile product), 41 against 68 ms at B 16, T 512, C 256.
+// a few widths rather than one per length. At E1's shape on a Zen 5 (B 16, T
+// 512, C 256, 4 heads; bench_attention --masked) fwd+bwd took 41 ms there
+// against 68 through the OpenBLAS kernels it replaced (64-row tiles, one
+// cblas_sgemm per tile product); 13.3 against 19.7 at B 32, T 256, C 128.
 #include "brisk/core/op.h"
 #include "brisk/cpu/cpu_features.h"
 #include "brisk/ops/layout.h"
