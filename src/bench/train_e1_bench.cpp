@@ -342,12 +342,11 @@ int run_e1_bench(const TrainBenchOptions& options) {
     if (o.rounds > 1) std::fprintf(stderr, "round %d/%d\n", r + 1, o.rounds);
     for (size_t i = 0; i < sides.size(); ++i) {
       const ChildResult c = run_child(sides[i].argv);
-      if (sides[i].brisk)
-        if (auto rep = report_of(c.out); rep && rep->contains("peak_fp32_gflops")) {
-          peak = std::max(peak, (*rep)["peak_fp32_gflops"].get<double>());
-          if (o.peer_bf16) peak_bf16 = std::max(peak_bf16, rep->value("peak_bf16_gflops", 0.0));
-        }
       const json rep = report_of(c.out).value_or(json());
+      if (sides[i].brisk && rep.contains("peak_fp32_gflops")) {
+        peak = std::max(peak, rep["peak_fp32_gflops"].get<double>());
+        if (o.peer_bf16) peak_bf16 = std::max(peak_bf16, rep.value("peak_bf16_gflops", 0.0));
+      }
       runs[i].push_back(make_run(sides[i].name, c, o, work[sides[i].variant], peak_of(i, rep)));
     }
   }

@@ -8,10 +8,8 @@
 // the padding-masked kernels: tiles, the online softmax, the bf16-native and
 // bf16-emulated paths).
 #include "brisk/core/op.h"
-#include "brisk/cpu/cpu_features.h"
 #include "attention_util.h"
 #include "flash_gemm.h"
-#include "flash_tiles.h"
 #include "kernels.h"
 
 namespace brisk::cpu {
@@ -20,45 +18,14 @@ namespace {
 using core::KernelCall;
 using Dims = AttentionDims;
 
-// ---- f32: work directly on the packed layout -----------------------------------------
+// ---- f32 and bf16 (flash_gemm.h) ----------------------------------------------------
+
 void flash_attention_f32(const KernelCall& c) {
-  const Dims d = attention_dims(c, c.in(0).shape());
-  const float* qkv = c.in(0).as<float>();
-  float* y = c.out(0).as<float>();
-  float* lse = c.out(1).as<float>();
-  if (cpu_features().attention_tiles) {
-    for_each_head(d, flash_tiles::Work::floats(d.T, d.hd), [&](const HeadOffsets& o, float* w) {
-      const float* q = qkv + o.qkv;
-      flash_tiles::forward_head(q, q + d.C, q + 2 * d.C, 3 * d.C, y + o.y, d.C, lse + o.lse, d.T, {d.T, true}, d.hd,
-                                d.scale, flash_tiles::Work(w, d.T, d.hd));
-    });
-    return;
-  }
-  flash_gemm::forward<float>(c, d, nullptr);
+  flash_gemm::forward_f32(c, attention_dims(c, c.in(0).shape()), nullptr);
 }
-
 void flash_attention_backward_f32(const KernelCall& c) {
-  const Dims d = attention_dims(c, c.in(1).shape());
-  const float* dy = c.in(0).as<float>();
-  const float* qkv = c.in(1).as<float>();
-  const float* y = c.in(2).as<float>();
-  const float* lse = c.in(3).as<float>();
-  float* dqkv = c.out(0).as<float>();
-  if (cpu_features().attention_tiles) {
-    for_each_head(d, flash_tiles::Work::floats(d.T, d.hd), [&](const HeadOffsets& o, float* w) {
-      const float* q = qkv + o.qkv;
-      float* dq = dqkv + o.qkv;
-      flash_tiles::backward_head(q, q + d.C, q + 2 * d.C, 3 * d.C, dy + o.y, y + o.y, d.C, lse + o.lse, dq, dq + d.C,
-                                 dq + 2 * d.C, 3 * d.C, d.T, {d.T, true}, d.hd, d.scale,
-                                 flash_tiles::Work(w, d.T, d.hd));
-    });
-    return;
-  }
-  flash_gemm::backward<float>(c, d, nullptr);
+  flash_gemm::backward_f32(c, attention_dims(c, c.in(1).shape()), nullptr);
 }
-
-// ---- bf16: native or emulated (flash_gemm.h) -----------------------------------------
-
 void flash_attention_bf16(const KernelCall& c) {
   flash_gemm::forward_bf16(c, attention_dims(c, c.in(0).shape()), nullptr);
 }

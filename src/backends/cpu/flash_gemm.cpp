@@ -53,7 +53,9 @@
 #include <type_traits>
 
 #include "attention_gemm.h"
+#include "brisk/cpu/cpu_features.h"
 #include "cpu_util.h"
+#include "flash_tiles.h"
 #include "vec_math.h"
 
 namespace brisk::cpu::flash_gemm {
@@ -89,6 +91,10 @@ struct Keys {
 
 Keys keys_of(const Dims& d, const int32_t* lengths, int64_t b) {
   return lengths ? Keys{d.T, lengths[b], false} : Keys{d.T, d.T, true};
+}
+// The same for the register tiles.
+flash_tiles::KeyRange tile_keys(const Dims& d, const int32_t* lengths, int64_t b) {
+  return lengths ? flash_tiles::KeyRange{lengths[b], false} : flash_tiles::KeyRange{d.T, true};
 }
 
 size_t tile_floats() { return size_t(2 * kTileQ * kTileK + 4 * kTileQ); }
@@ -349,6 +355,39 @@ void backward_bf16_emulated(const KernelCall& c, const Dims& d, const int32_t* l
     }
   });
 }
+
+// ---- f32: the register tiles, or the heads above ----------------------------------
+
+void forward_f32(const KernelCall& c, const Dims& d, const int32_t* lengths) {
+  if (!cpu_features().attention_tiles) return forward<float>(c, d, lengths);
+  const float* qkv = c.in(0).as<float>();
+  float* y = c.out(0).as<float>();
+  float* lse = c.out(1).as<float>();
+  for_each_head(d, flash_tiles::Work::floats(d.T, d.hd), [&](const HeadOffsets& o, float* w) {
+    const float* q = qkv + o.qkv;
+    flash_tiles::forward_head(q, q + d.C, q + 2 * d.C, 3 * d.C, y + o.y, d.C, lse + o.lse, d.T,
+                              tile_keys(d, lengths, o.b), d.hd, d.scale,
+                              flash_tiles::Work(w, d.T, d.hd));
+  });
+}
+
+void backward_f32(const KernelCall& c, const Dims& d, const int32_t* lengths) {
+  if (!cpu_features().attention_tiles) return backward<float>(c, d, lengths);
+  const float* dy = c.in(0).as<float>();
+  const float* qkv = c.in(1).as<float>();
+  const float* y = c.in(2).as<float>();
+  const float* lse = c.in(3).as<float>();
+  float* dqkv = c.out(0).as<float>();
+  for_each_head(d, flash_tiles::Work::floats(d.T, d.hd), [&](const HeadOffsets& o, float* w) {
+    const float* q = qkv + o.qkv;
+    float* dq = dqkv + o.qkv;
+    flash_tiles::backward_head(q, q + d.C, q + 2 * d.C, 3 * d.C, dy + o.y, y + o.y, d.C, lse + o.lse, dq, dq + d.C,
+                               dq + 2 * d.C, 3 * d.C, d.T, tile_keys(d, lengths, o.b), d.hd, d.scale,
+                               flash_tiles::Work(w, d.T, d.hd));
+  });
+}
+
+// ---- bf16: native or emulated -----------------------------------------------------
 
 void forward_bf16(const KernelCall& c, const Dims& d, const int32_t* lengths) {
   gemm_bf16_native() ? forward<uint16_t>(c, d, lengths) : forward_bf16_emulated(c, d, lengths);

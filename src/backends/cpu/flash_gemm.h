@@ -38,6 +38,12 @@ void backward(const core::KernelCall& c, const AttentionDims& d, const int32_t* 
 void forward_bf16_emulated(const core::KernelCall& c, const AttentionDims& d, const int32_t* lengths);
 void backward_bf16_emulated(const core::KernelCall& c, const AttentionDims& d, const int32_t* lengths);
 
+// The f32 kernels of both ops: the AVX2 register tiles where
+// cpu_features().attention_tiles says they run (flash_tiles.h), forward<float>
+// / backward<float> elsewhere.
+void forward_f32(const core::KernelCall& c, const AttentionDims& d, const int32_t* lengths);
+void backward_f32(const core::KernelCall& c, const AttentionDims& d, const int32_t* lengths);
+
 // The bf16 kernels of both ops: bf16-native where gemm.h takes bf16
 // operands (CPUs with avx512_bf16), emulated elsewhere.
 void forward_bf16(const core::KernelCall& c, const AttentionDims& d, const int32_t* lengths);
