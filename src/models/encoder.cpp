@@ -45,10 +45,7 @@ EncoderConfig EncoderConfig::preset(const std::string& name) {
 }
 
 void EncoderConfig::validate() const {
-  validate_encoder_body(vocab_size, n_layer, n_embd, n_head, max_len, attention);
-  if (compute != DType::f32 && compute != DType::bf16)
-    throw ConfigError("encoder compute dtype: unknown value '" + std::string(core::dtype_name(compute)) +
-                      "' (allowed: f32, bf16; set through train.precision)");
+  validate_encoder_body(vocab_size, n_layer, n_embd, n_head, max_len, attention, compute);
   if (n_classes < 2 || n_classes > (int64_t(1) << 20))
     throw ConfigError("model.n_classes must be in [2, " + std::to_string(int64_t(1) << 20) + "], got " +
                       std::to_string(n_classes));

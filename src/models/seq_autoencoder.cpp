@@ -45,7 +45,7 @@ using core::ValueId;
 // ---- configuration ----------------------------------------------------------------
 
 void SeqAutoencoderConfig::validate() const {
-  validate_encoder_body(vocab_size, n_layer, n_embd, n_head, max_len, attention);
+  validate_encoder_body(vocab_size, n_layer, n_embd, n_head, max_len, attention, compute);
   if (vocab_size < 2) throw ConfigError("model.vocab_size must be at least 2 (padding + one residue)");
   if (latent <= 0 || latent > (int64_t(1) << 20))
     throw ConfigError("model.latent must be in [1, " + std::to_string(int64_t(1) << 20) + "], got " +
@@ -74,8 +74,8 @@ double SeqAutoencoderConfig::flops_per_token(int64_t seq) const {
 
 namespace {
 
-// ids (B, T), lengths (B), pos (T) -> the latent (B, Z).
-ValueId encoder(Graph& g, const SeqAutoencoderConfig& c, ValueId ids, ValueId lengths, ValueId pos) {
+// ids (B, T), lengths (B), pos (T) -> the latent (B, Z). The blocks compute in lp.dt.
+ValueId encoder(Graph& g, const SeqAutoencoderConfig& c, const Lowp& lp, ValueId ids, ValueId lengths, ValueId pos) {
   const int64_t C = c.n_embd;
   // --- token + position embeddings                                  (B, T, C)
   ValueId x = ops::add(g, ops::embedding(g, ids, g.param("enc.wte.weight", {c.vocab_size, C})),
@@ -83,7 +83,7 @@ ValueId encoder(Graph& g, const SeqAutoencoderConfig& c, ValueId ids, ValueId le
   // --- blocks whose attention sees every real position of the row
   for (int64_t l = 0; l < c.n_layer; ++l)
     x = transformer_block(g, x, lengths, "enc.h." + std::to_string(l) + ".", C, int(c.n_head),
-                          c.attention == "flash", BlockAttention::padding_masked, Lowp::fp32(g));
+                          c.attention == "flash", BlockAttention::padding_masked, lp);
   // --- final LayerNorm, mean over the real positions, the latent     (B, Z)
   auto lnf = ops::layernorm(g, x, g.param("enc.ln_f.weight", {C}), g.param("enc.ln_f.bias", {C}));
   ValueId pooled = ops::masked_mean(g, lnf.y, lengths);  // (B, C)
@@ -91,7 +91,9 @@ ValueId encoder(Graph& g, const SeqAutoencoderConfig& c, ValueId ids, ValueId le
 }
 
 // latent (B, Z), dec_ids (B, T) (residue t-1 at t, 0 at t = 0), pos (T) -> logits (B, T, V).
-ValueId decoder(Graph& g, const SeqAutoencoderConfig& c, ValueId latent, ValueId dec_ids, ValueId pos) {
+// The blocks compute in lp.dt.
+ValueId decoder(Graph& g, const SeqAutoencoderConfig& c, const Lowp& lp, ValueId latent, ValueId dec_ids,
+                ValueId pos) {
   const int64_t C = c.n_embd;
   const Shape& s = g.shape(dec_ids);
   const int64_t B = s[0], T = s[1];
@@ -103,7 +105,7 @@ ValueId decoder(Graph& g, const SeqAutoencoderConfig& c, ValueId latent, ValueId
   // --- causal blocks: position t sees inputs 0..t, i.e. residues before t
   for (int64_t l = 0; l < c.n_layer; ++l)
     x = transformer_block(g, x, core::kNoValue, "dec.h." + std::to_string(l) + ".", C, int(c.n_head),
-                          c.attention == "flash", BlockAttention::causal, Lowp::fp32(g));
+                          c.attention == "flash", BlockAttention::causal, lp);
   // --- final LayerNorm, residue logits                                (B, T, V)
   auto lnf = ops::layernorm(g, x, g.param("dec.ln_f.weight", {C}), g.param("dec.ln_f.bias", {C}));
   return ops::linear(g, lnf.y, g.param("dec.head.weight", {c.vocab_size, C}), g.param("dec.head.bias", {c.vocab_size}));
@@ -135,24 +137,26 @@ std::unique_ptr<SeqAutoencoderProgram> SeqAutoencoder::build(Kind kind, int64_t 
   p->seq = T;
   Graph& g = p->graph;
   p->pos = g.input("pos", {T}, DType::i32);
+  // Mixed precision in the train program only (SeqAutoencoderConfig::compute says why).
+  const Lowp lp = kind == Kind::train ? Lowp{g, &backend_, config_.compute} : Lowp::fp32(g);
 
   if (kind == Kind::decode) {
     p->latent_in = g.input("latent", {B, config_.latent}, DType::f32);
     p->dec_ids = g.input("dec_ids", {B, T}, DType::i32);
-    p->logits = decoder(g, config_, p->latent_in, p->dec_ids, p->pos);
+    p->logits = decoder(g, config_, lp, p->latent_in, p->dec_ids, p->pos);
     g.mark_output(p->logits);
     return p;
   }
 
   p->ids = g.input("ids", {B, T}, DType::i32);
   p->lengths = g.input("lengths", {B}, DType::i32);
-  p->latent = encoder(g, config_, p->ids, p->lengths, p->pos);
+  p->latent = encoder(g, config_, lp, p->ids, p->lengths, p->pos);
   if (kind == Kind::encode) {
     g.mark_output(p->latent);
     return p;
   }
   p->dec_ids = g.input("dec_ids", {B, T}, DType::i32);
-  p->logits = decoder(g, config_, p->latent, p->dec_ids, p->pos);
+  p->logits = decoder(g, config_, lp, p->latent, p->dec_ids, p->pos);
   g.mark_output(p->logits);
   if (kind == Kind::train) {
     // --- loss: mean cross-entropy over the real positions (targets -100 at padding)

@@ -47,7 +47,7 @@ ValueId transformer_block(Graph& g, ValueId x, ValueId lengths, const std::strin
 }
 
 void validate_encoder_body(int64_t vocab_size, int64_t n_layer, int64_t n_embd, int64_t n_head, int64_t max_len,
-                           const std::string& attention) {
+                           const std::string& attention, core::DType compute) {
   auto in_range = [](int64_t v, int64_t limit, const char* key) {
     if (v <= 0 || v > limit)
       throw ConfigError(std::string("model.") + key + " must be in [1, " + std::to_string(limit) + "], got " +
@@ -67,6 +67,9 @@ void validate_encoder_body(int64_t vocab_size, int64_t n_layer, int64_t n_embd, 
                       std::to_string(max_len) + ") x n_embd " + std::to_string(n_embd) + " are too large");
   if (attention != "flash" && attention != "plain")
     throw ConfigError("model.attention: unknown value '" + attention + "' (allowed: flash, plain)");
+  if (compute != core::DType::f32 && compute != core::DType::bf16)
+    throw ConfigError("model compute dtype: unknown value '" + std::string(core::dtype_name(compute)) +
+                      "' (allowed: f32, bf16; set through train.precision)");
 }
 
 }  // namespace brisk::models

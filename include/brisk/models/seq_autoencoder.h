@@ -36,6 +36,16 @@ struct SeqAutoencoderConfig {
   // log-sum-exp only; the default: as fast as plain, in less memory,
   // docs/autoencoder.md).
   std::string attention = "flash";
+  // Compute dtype of both stacks' blocks in the train program (mixed
+  // precision): f32 or bf16, as EncoderConfig::compute (fp32 master weights
+  // and grads; embeddings, residual stream, pooling, the latent, the head
+  // and the loss in f32). Encoding, teacher-forced logits and decoding stay
+  // f32 whatever this says: they are what `brisk encode` / `brisk decode`
+  // compute from the fp32 weights of a checkpoint, so a run's validation and
+  // test figures are the ones its checkpoint reproduces, and the cached
+  // decoder (host ops one by one, f32) matches the recomputing one. Not part
+  // of the weights; the trainer sets it from train.precision.
+  core::DType compute = core::DType::f32;
 
   // Throws ConfigError naming the field if the shape is impossible.
   void validate() const;
@@ -43,7 +53,7 @@ struct SeqAutoencoderConfig {
   // Training FLOPs per real token at sequence length `seq` (6N without the
   // embedding gathers, plus the attention products of both stacks).
   double flops_per_token(int64_t seq) const;
-  bool same_shape(const SeqAutoencoderConfig& o) const;  // every field but `attention`
+  bool same_shape(const SeqAutoencoderConfig& o) const;  // every field but `attention` and `compute`
 };
 
 // One compiled program for one (batch, seq) shape; which values are set depends on the kind.

@@ -37,8 +37,9 @@ core::ValueId transformer_block(core::Graph& g, core::ValueId x, core::ValueId l
 
 // The checks every encoder-bodied model's config shares (the classifier, the
 // sequence autoencoder): sizes in range and clear of overflow, n_embd
-// divisible by n_head, a known attention kind. Throws ConfigError naming the key.
+// divisible by n_head, a known attention kind, a compute dtype of f32 or
+// bf16. Throws ConfigError naming the key.
 void validate_encoder_body(int64_t vocab_size, int64_t n_layer, int64_t n_embd, int64_t n_head, int64_t max_len,
-                           const std::string& attention);
+                           const std::string& attention, core::DType compute);
 
 }  // namespace brisk::models
