@@ -318,9 +318,13 @@ AutoencoderResult train_autoencoder(const AutoencoderConfig& cfg, const Autoenco
   }
   const int32_t trivial = int32_t(std::max_element(counts.begin() + 1, counts.end()) - counts.begin());
 
-  // --- model and optimizer
+  // --- model and optimizer; the train steps' blocks compute in the effective precision (fp32 master weights either way)
+  const PrecisionChoice precision = detail::epoch_precision(cfg, say);
+  res.precision_path = precision.path;
   cpu::CpuBackend backend(cfg.threads);
-  models::SeqAutoencoder model(cfg.model, backend);
+  models::SeqAutoencoderConfig model_config = cfg.model;
+  model_config.compute = compute_dtype(precision.effective);
+  models::SeqAutoencoder model(model_config, backend);
   model.init_weights(cfg.seed);
   model.set_input_dropout(cfg.input_dropout, cfg.seed);
   model.set_train_profiling(options.profile);
@@ -355,12 +359,13 @@ AutoencoderResult train_autoencoder(const AutoencoderConfig& cfg, const Autoenco
 
   std::snprintf(line, sizeof line,
                 "brisk train (sequence autoencoder): %lld params | %lld + %lld layers, %lld embd, %lld heads, "
-                "latent %lld, max_len %lld | %d threads\n"
+                "latent %lld, max_len %lld | %s | %d threads\n"
                 "data: %s (%lld records: %lld repeats and %lld empty left out, %lld cut to max_len) | split %zu / "
                 "%zu / %zu sequences (seed %llu) | batch %lld, %lld steps/epoch x %lld epochs | %s batches\n",
                 (long long)cfg.model.num_params(), (long long)cfg.model.n_layer, (long long)cfg.model.n_layer,
                 (long long)cfg.model.n_embd, (long long)cfg.model.n_head, (long long)cfg.model.latent,
-                (long long)cfg.model.max_len, backend.num_threads(), cfg.store.c_str(), (long long)store.size(),
+                (long long)cfg.model.max_len, precision.path.c_str(), backend.num_threads(), cfg.store.c_str(),
+                (long long)store.size(),
                 (long long)res.duplicates, (long long)res.dropped_empty, (long long)res.truncated, split.train.size(),
                 split.val.size(), split.test.size(), (unsigned long long)cfg.split_seed, (long long)cfg.batch,
                 (long long)per_epoch, (long long)cfg.epochs, cfg.bucket ? "length-bucketed" : "shuffled (unbucketed)");
@@ -479,6 +484,7 @@ AutoencoderResult train_autoencoder(const AutoencoderConfig& cfg, const Autoenco
         {"tokens_per_s", res.tokens_per_s},
         {"padded_tokens_per_s", res.padded_tokens_per_s}, {"padding_waste", res.padding_waste},
         {"bucketed", cfg.bucket},
+        {"precision", precision_name(precision.effective)}, {"precision_path", precision.path},
         {"cache", {{"hit_rate", consumed.hit_rate()}, {"hits", consumed.hits},
                    {"misses", consumed.lookups - consumed.hits},
                    {"evictions", cs.evictions}, {"bytes_used", cs.bytes_used}}}}},

@@ -263,9 +263,7 @@ ClassifyResult train_classifier(const ClassifyConfig& cfg, const ClassifyOptions
   loader.start();
 
   // --- model and optimizer; the blocks compute in the effective precision (fp32 master weights either way)
-  const PrecisionChoice precision = resolve_precision(cfg.precision, cfg.precision_fallback, "cpu");
-  if (!precision.warning.empty()) say(precision.warning + "\n");
-  if (!precision.note.empty()) say(precision.note + "\n");
+  const PrecisionChoice precision = detail::epoch_precision(cfg, say);
   res.precision_path = precision.path;
   cpu::CpuBackend backend(cfg.threads);
   models::EncoderConfig model_config = cfg.model;

@@ -17,7 +17,7 @@ namespace {
 const detail::KnownKeys kKnownKeys = {
     {"model", {"kind", "preset", "vocab_size", "n_layer", "n_embd", "n_head", "max_len", "n_classes", "attention"}},
     {"data", {"store", "label_names", "strip_headers", "train_frac", "val_frac", "split_seed", "bucket", "cache_mb"}},
-    {"train", detail::epoch_train_keys({"precision", "precision_fallback"})},
+    {"train", detail::epoch_train_keys()},
     {"checkpoint", detail::kEpochCheckpointKeys},
 };
 
@@ -43,13 +43,6 @@ ClassifyConfig config_from_table(const toml::table& root) {
   r.get("data", "strip_headers", c.strip_headers);
   detail::read_split_keys(r, c);
   detail::read_epoch_train_keys(r, c);
-  std::string precision = "fp32";
-  r.get("train", "precision", precision);
-  c.precision = parse_precision(precision);
-  if (c.precision == Precision::fp16)
-    throw ConfigError("train.precision: fp16 is not available for encoder runs (it needs dynamic loss scaling, "
-                      "which only GPT runs have); allowed here: fp32, bf16");
-  r.get("train", "precision_fallback", c.precision_fallback);
   detail::read_checkpoint_keys(r, c);
 
   c.model.validate();
@@ -88,8 +81,6 @@ std::string to_toml(const ClassifyConfig& c) {
   detail::write_split_keys(s, c);
   s << "\n[train]\n";
   detail::write_epoch_train_keys(s, c);
-  s << "precision = \"" << precision_name(c.precision) << "\"\nprecision_fallback = "
-    << (c.precision_fallback ? "true" : "false") << "\n";
   detail::write_checkpoint_keys(s, c);
   return s.str();
 }

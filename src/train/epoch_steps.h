@@ -1,7 +1,8 @@
 // The step loop pieces the two epoch-based runs share (the encoder
-// classifier and the sequence autoencoder): the run directory, the program
-// width of a batch, padding a loader batch to it, the throughput counters,
-// and the metrics.jsonl row. Internal to src/train.
+// classifier and the sequence autoencoder): the blocks' compute precision,
+// the run directory, the program width of a batch, padding a loader batch
+// to it, the throughput counters, and the metrics.jsonl row. Internal to
+// src/train.
 #pragma once
 
 #include <algorithm>
@@ -17,9 +18,22 @@
 #include "brisk/core/error.h"
 #include "brisk/core/safetensors.h"
 #include "brisk/data/loader.h"
+#include "brisk/train/config.h"
 #include "run_log.h"
 
 namespace brisk::train::detail {
+
+// The precision the run's blocks compute in (the model's `compute` is
+// compute_dtype(effective)): train.precision through resolve_precision, so
+// bf16 falls back to fp32 where it would be emulated unless
+// train.precision_fallback = false. Its warning and note go to `say`.
+template <class Config, class Say>
+PrecisionChoice epoch_precision(const Config& c, Say&& say) {
+  PrecisionChoice p = resolve_precision(c.precision, c.precision_fallback, "cpu");
+  if (!p.warning.empty()) say(p.warning + "\n");
+  if (!p.note.empty()) say(p.note + "\n");
+  return p;
+}
 
 // Programs are compiled per width; widths are multiples of this (capped at
 // max_len), so a run builds a handful of them.

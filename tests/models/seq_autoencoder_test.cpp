@@ -5,7 +5,7 @@
 // feature cache reuses repeated sequences, latents files round-trip and
 // refuse damage by name, checkpoint kinds refuse each other, and a short
 // train_autoencoder run on a synthetic FASTA store learns to reconstruct
-// far above the trivial predictor and reports it.
+// far above the trivial predictor and reports it, in fp32 and in bf16.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -15,10 +15,12 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <vector>
 
+#include "../common/report_profile.h"
 #include "../common/run_copy.h"
 #include "../common/tiny_gpt.h"
 #include "../unit/test_util.h"
@@ -82,6 +84,13 @@ std::string message_of(F f) {
   return "no error";
 }
 
+// Every parameter's gradient, copied.
+std::map<std::string, core::Tensor> grads_of(models::SeqAutoencoder& m) {
+  std::map<std::string, core::Tensor> out;
+  for (auto& [name, e] : m.params().entries()) out.emplace(name, e.grad.clone());
+  return out;
+}
+
 fs::path temp_dir(const std::string& name) {
   const fs::path d = fs::temp_directory_path() / ("brisk_ae_" + name + "_" + std::to_string(::getpid()));
   fs::remove_all(d);
@@ -93,15 +102,23 @@ fs::path temp_dir(const std::string& name) {
 
 // ---- the model ------------------------------------------------------------------------
 
+// The attention kernel, and "bf16" for a bf16 train program (flash
+// attention on bf16 operands, which rounds a sequence's last key tile up to
+// 16 keys, clamped at the width, and masks the rest: the products' shapes
+// change with the padding, and their sums' order with them). Encoding and
+// logits are fp32 programs in every case.
 class SeqAutoencoderPadding : public ::testing::TestWithParam<std::string> {};
 
-TEST_P(SeqAutoencoderPadding, TheSameSequencesPaddedTwoWaysGiveTheSameLatentsLogitsAndLoss) {
-  models::SeqAutoencoder m(small_config(GetParam()), backend());
+TEST_P(SeqAutoencoderPadding, TheSameSequencesPaddedTwoWaysGiveTheSameLatentsLogitsLossAndGradients) {
+  const bool bf16 = GetParam() == "bf16";
+  models::SeqAutoencoderConfig config = small_config(bf16 ? "flash" : GetParam());
+  if (bf16) config.compute = core::DType::bf16;
+  models::SeqAutoencoder m(config, backend());
   m.init_weights(7);
   const std::vector<int32_t> lengths = {5, 30, 1, 17};
   const auto rows = random_rows(lengths, 11);
   const auto narrow = padded(rows, 30, 1), wide = padded(rows, 64, 2);
-  const int64_t Z = 8, V = data::kFastaVocab;
+  const int64_t Z = 8, V = data::kFastaVocab, C = config.n_embd;
 
   const float* z30 = m.encode(narrow.data(), lengths.data(), 4, 30);
   const std::vector<float> a(z30, z30 + 4 * Z);
@@ -118,13 +135,98 @@ TEST_P(SeqAutoencoderPadding, TheSameSequencesPaddedTwoWaysGiveTheSameLatentsLog
 
   m.params().zero_grads();
   const double loss30 = m.train_micro_step(narrow.data(), lengths.data(), 4, 30);
+  const auto g30 = grads_of(m);
   m.params().zero_grads();
   const double loss64 = m.train_micro_step(wide.data(), lengths.data(), 4, 64);
+  const auto g64 = grads_of(m);
   EXPECT_NEAR(loss30, loss64, 1e-5);
   EXPECT_NEAR(loss30, std::log(double(V)), 0.3) << "a fresh model is close to uniform";
+  for (const auto& [name, g] : g30) {
+    const core::Tensor& w = g64.at(name);
+    if (name == "enc.wpe.weight" || name == "dec.wpe.weight")  // rows past 30 exist only in the wide batch, and get nothing there
+      for (int64_t i = 30 * C; i < w.numel(); ++i) ASSERT_EQ(w.item(i), 0.0) << name << " row " << i / C;
+    EXPECT_LT(testing_util::normalized_error(g, w), bf16 ? 1e-4 : 1e-5) << name;
+  }
 }
 
-INSTANTIATE_TEST_SUITE_P(Attention, SeqAutoencoderPadding, ::testing::Values("plain", "flash"));
+INSTANTIATE_TEST_SUITE_P(Attention, SeqAutoencoderPadding, ::testing::Values("plain", "flash", "bf16"));
+
+// Flash and plain attention are the same model: one train step at the
+// protein run's head width (16) over several query tiles and ragged lengths
+// gives the same loss and gradients, the encoder's (reached only through
+// the latent) included. The attention weights are scaled up from the init's
+// 0.02 so that the scores are peaked, as a trained model's are: near-uniform
+// attention would hide errors in the online softmax's rescaling.
+TEST(SeqAutoencoder, FlashAndPlainAttentionGiveTheSameTrainStep) {
+  auto make = [](const std::string& attention) {
+    models::SeqAutoencoderConfig c = small_config(attention);
+    c.n_embd = 64, c.n_head = 4, c.max_len = 160;
+    auto m = std::make_unique<models::SeqAutoencoder>(c, backend());
+    m->init_weights(17);
+    for (auto& [name, e] : m->params().entries())
+      if (name.find("attn.c_attn.weight") != std::string::npos)
+        for (int64_t i = 0; i < e.value.numel(); ++i) e.value.data_as<float>()[i] *= 20.f;
+    return m;
+  };
+  const auto plain = make("plain"), flash = make("flash");
+  const std::vector<int32_t> lengths = {150, 1, 64, 65, 97, 16, 17, 130};
+  const auto ids = padded(random_rows(lengths, 19), 150, 3);
+  plain->params().zero_grads();
+  flash->params().zero_grads();
+  const double lp = plain->train_micro_step(ids.data(), lengths.data(), 8, 150);
+  const double lf = flash->train_micro_step(ids.data(), lengths.data(), 8, 150);
+  EXPECT_NEAR(lf, lp, 1e-5 * lp);
+  const auto gp = grads_of(*plain), gf = grads_of(*flash);
+  for (const auto& [name, g] : gp) EXPECT_LT(testing_util::normalized_error(g, gf.at(name)), 1e-4) << name;
+}
+
+// train.precision = "bf16": the train program's blocks (both stacks) run in
+// bf16 on the fp32 weights, on either bf16 path (native where the CPU has
+// avx512_bf16; emulated, forced here, everywhere). Against the fp32 model on
+// the same weights and batch the loss and every gradient -- the encoder's
+// too, reached only through the latent -- agree within bf16 rounding and
+// not exactly; both attention kernels run forward and backward on bf16
+// operands; encoding and logits stay the fp32 model's, bit for bit.
+TEST(SeqAutoencoder, Bf16TrainStepGivesTheFp32ModelWithinRounding) {
+  models::SeqAutoencoderConfig c16 = small_config("flash");
+  c16.compute = core::DType::bf16;
+  models::SeqAutoencoder fp32(small_config("flash"), backend());
+  fp32.init_weights(9);
+  const std::vector<int32_t> lengths = {5, 30, 1, 17};
+  const auto ids = padded(random_rows(lengths, 13), 30, 1);
+  fp32.params().zero_grads();
+  const double l32 = fp32.train_micro_step(ids.data(), lengths.data(), 4, 30);
+  const auto g32 = grads_of(fp32);
+  const int64_t Z = 8, V = data::kFastaVocab;
+  const float* z = fp32.encode(ids.data(), lengths.data(), 4, 30);
+  const std::vector<float> z32(z, z + 4 * Z);
+  const float* l = fp32.logits(ids.data(), lengths.data(), 4, 30);
+  const std::vector<float> logits32(l, l + 4 * 30 * V);
+
+  for (const char* path : {static_cast<const char*>(nullptr), "emulated"}) {
+    SCOPED_TRACE(path ? path : "the machine's own bf16 path");
+    testing_util::ScopedBf16Path scoped(path);
+    models::SeqAutoencoder bf16(c16, backend());
+    bf16.init_weights(9);
+    bf16.params().zero_grads();
+    const double l16 = bf16.train_micro_step(ids.data(), lengths.data(), 4, 30);
+    EXPECT_NEAR(l16, l32, 2e-5 * l32);
+    EXPECT_NE(l16, l32) << "the bf16 blocks must round somewhere";
+    const auto g16 = grads_of(bf16);
+    for (const auto& [name, g] : g32) EXPECT_LT(testing_util::normalized_error(g, g16.at(name)), 2e-2) << name;
+
+    int bf16_attention = 0;
+    const core::Graph& g = bf16.program(models::SeqAutoencoder::Kind::train, 4, 30).graph;
+    for (const core::Node& n : g.nodes())
+      if (n.op == core::OpKind::masked_flash_attention || n.op == core::OpKind::masked_flash_attention_backward ||
+          n.op == core::OpKind::flash_attention || n.op == core::OpKind::flash_attention_backward)
+        bf16_attention += g.meta(n.inputs[0]).dtype == core::DType::bf16;
+    EXPECT_EQ(bf16_attention, 2 * 2 * 2) << "forward and backward, both layers, both stacks";
+
+    EXPECT_EQ(max_abs_diff(z32.data(), bf16.encode(ids.data(), lengths.data(), 4, 30), z32.size()), 0.0);
+    EXPECT_EQ(max_abs_diff(logits32.data(), bf16.logits(ids.data(), lengths.data(), 4, 30), logits32.size()), 0.0);
+  }
+}
 
 TEST(SeqAutoencoder, GradientsMatchFiniteDifferencesIncludingThroughTheLatent) {
   models::SeqAutoencoder m(small_config(), backend());
@@ -377,6 +479,21 @@ TEST(AutoencoderConfig, DefaultsKeysAndErrors) {
   EXPECT_NE(message_of([] { train::parse_autoencoder_config("[model]\nkind = \"encoder\"\n", "x.toml"); })
                 .find("model.kind must be \"autoencoder\""),
             std::string::npos);
+  // train.precision: fp32 (default) or bf16, written back; fp16 refused by name.
+  EXPECT_EQ(c.precision, train::Precision::fp32);
+  EXPECT_TRUE(c.precision_fallback);
+  const train::AutoencoderConfig b16 = train::parse_autoencoder_config(
+      "[model]\nkind = \"autoencoder\"\n[train]\nprecision = \"bf16\"\nprecision_fallback = false\n", "p.toml");
+  EXPECT_EQ(b16.precision, train::Precision::bf16);
+  const train::AutoencoderConfig b16_back = train::parse_autoencoder_config(train::to_toml(b16), "q.toml");
+  EXPECT_EQ(b16_back.precision, train::Precision::bf16);
+  EXPECT_FALSE(b16_back.precision_fallback);
+  EXPECT_EQ(train::to_toml(b16_back), train::to_toml(b16)) << "every key written back as read";
+  EXPECT_NE(message_of([] {
+              train::parse_autoencoder_config("[model]\nkind = \"autoencoder\"\n[train]\nprecision = \"fp16\"\n",
+                                              "x.toml");
+            }).find("fp16 is not available for encoder-bodied runs"),
+            std::string::npos);
 }
 
 // ---- a whole run on a synthetic FASTA store -------------------------------------------
@@ -516,6 +633,66 @@ TEST(TrainAutoencoder, ResumedFromAnyCheckpointItEndsWithTheStraightRunsWeights)
   const train::AutoencoderCheckpoint saved = train::read_autoencoder_checkpoint((dir / "run/step_0000005").string());
   ASSERT_TRUE(saved.run.has_value());
   EXPECT_NE(saved.run->input_dropout_state, cfg.seed);
+  fs::remove_all(dir);
+}
+
+// train.precision = "bf16" without the fallback learns the families as the
+// fp32 run does on either bf16 path (native where the CPU has avx512_bf16;
+// emulated, forced here, everywhere): its train steps cast the weights to
+// bf16 (an fp32 train graph has no casts), it says which path ran, and its
+// checkpoint holds fp32 weights that reproduce the reported test figures
+// (the run evaluates in fp32, as the checkpoint does).
+TEST(TrainAutoencoder, Bf16RunLearnsTheSyntheticStore) {
+  for (const char* path : {static_cast<const char*>(nullptr), "emulated"}) {
+    SCOPED_TRACE(path ? path : "the machine's own bf16 path");
+    testing_util::ScopedBf16Path scoped(path);
+    const fs::path dir = temp_dir("bf16");
+    synthetic_fasta(dir);
+    train::AutoencoderConfig cfg = synthetic_config(dir);
+    cfg.precision = train::Precision::bf16;
+    cfg.precision_fallback = false;
+    const train::AutoencoderResult r = train::train_autoencoder(cfg, {.quiet = true, .profile = true});
+    EXPECT_EQ(r.precision_path, std::string(cpu::bf16_path_name(cpu::cpu_features().bf16)));
+    EXPECT_GT(brisk::testing::profile_calls(dir / "run/report.json", "cast"), 0) << "the weights are cast to bf16 at their use";
+    EXPECT_LT(r.last_loss, 0.5 * r.first_loss);
+    EXPECT_GT(r.test.teacher_forced, r.test.trivial + 0.4) << "trivial " << r.test.trivial;
+    EXPECT_GT(r.test.free_running, r.test.trivial + 0.3) << "the latent must tell the family";
+    const nlohmann::json report = nlohmann::json::parse(std::ifstream(dir / "run/report.json"));
+    EXPECT_EQ(report["training"]["precision"], "bf16");
+    EXPECT_EQ(report["training"]["precision_path"], r.precision_path);
+
+    for (const auto& [name, t] : core::load_safetensors(r.checkpoint + "/model.safetensors").tensors)
+      EXPECT_EQ(t.dtype(), core::DType::f32) << name;
+    const train::AutoencoderCheckpoint info = train::read_autoencoder_checkpoint(r.checkpoint);
+    models::SeqAutoencoder reloaded(info.config, backend());
+    train::load_autoencoder_checkpoint(r.checkpoint, reloaded);
+    data::RecordStore store(cfg.store);
+    std::vector<std::vector<int32_t>> seqs;
+    for (int64_t i : r.split.test) seqs.push_back(store.get(i).tokens);
+    const train::Reconstruction again = train::evaluate_reconstruction(reloaded, seqs, r.test.trivial_token, true);
+    EXPECT_DOUBLE_EQ(again.loss, r.test.loss);
+    EXPECT_DOUBLE_EQ(again.teacher_forced, r.test.teacher_forced);
+    EXPECT_DOUBLE_EQ(again.free_running, r.test.free_running);
+    fs::remove_all(dir);
+  }
+}
+
+// Where bf16 would be emulated (an AVX2 CPU; forced here), train.precision =
+// "bf16" with the default fallback trains in fp32 -- no casts in its steps --
+// and the result and the report name that path.
+TEST(TrainAutoencoder, Bf16WithoutBf16DotProductsFallsBackToFp32) {
+  testing_util::ScopedBf16Path emulated("emulated");
+  const fs::path dir = temp_dir("fallback");
+  synthetic_fasta(dir);
+  train::AutoencoderConfig cfg = synthetic_config(dir);
+  cfg.precision = train::Precision::bf16;
+  cfg.epochs = 1;
+  const train::AutoencoderResult r = train::train_autoencoder(cfg, {.quiet = true, .profile = true});
+  EXPECT_EQ(r.precision_path, "fp32");
+  EXPECT_EQ(brisk::testing::profile_calls(dir / "run/report.json", "cast"), 0);
+  EXPECT_GT(brisk::testing::profile_calls(dir / "run/report.json", "flash_attention"), 0) << "the profile holds the steps' ops";
+  const nlohmann::json report = nlohmann::json::parse(std::ifstream(dir / "run/report.json"));
+  EXPECT_EQ(report["training"]["precision"], "fp32");
   fs::remove_all(dir);
 }
 

@@ -177,7 +177,7 @@ TEST(ClassifyConfig, EveryKeyIsCheckedAndNamed) {
   EXPECT_EQ(error_of(base, {"data.cache_mb=0"}), "no error");  // no cache
   EXPECT_NE(error_of(base, {"data.cache_mb=99999999999"}).find("data.cache_mb must be in [0,"), std::string::npos);
   EXPECT_NE(error_of(base, {"train.precision=fp8"}).find("train.precision: unknown value 'fp8'"), std::string::npos);
-  EXPECT_NE(error_of(base, {"train.precision=fp16"}).find("fp16 is not available for encoder runs"),
+  EXPECT_NE(error_of(base, {"train.precision=fp16"}).find("fp16 is not available for encoder-bodied runs"),
             std::string::npos);
   EXPECT_EQ(error_of(base, {"train.precision=bf16"}), "no error");
   // The written config reads back to the same run.

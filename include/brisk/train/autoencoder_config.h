@@ -10,6 +10,7 @@
 
 #include "brisk/models/seq_autoencoder.h"
 #include "brisk/optim/optimizer.h"
+#include "brisk/train/config.h"
 
 namespace brisk::train {
 
@@ -38,6 +39,13 @@ struct AutoencoderConfig {
   int threads = 0;  // 0: all cores
   int loader_workers = 1;
   int64_t log_every = 10;
+  // Compute precision of both stacks' blocks while training
+  // (SeqAutoencoderConfig::compute): fp32 or bf16; fp16 is refused (it needs
+  // dynamic loss scaling, which only GPT runs have). bf16 falls back to fp32
+  // with a warning where the CPU has no bf16 dot products, unless
+  // precision_fallback = false (resolve_precision).
+  Precision precision = Precision::fp32;
+  bool precision_fallback = true;
   // [checkpoint]
   std::string out_dir = "runs/protein";
   int64_t checkpoint_every = 0;  // steps between checkpoints within an epoch; 0: at epoch ends only

@@ -82,6 +82,7 @@ struct AutoencoderResult {
   double padded_tokens_per_s = 0;  // batch cells per second, padding included
   double padding_waste = 0;        // padded cells / all cells over the run
   double cache_hit_rate = 0;
+  std::string precision_path = "fp32";  // fp32 | bf16-native | bf16-emulated (resolve_precision's path)
   int64_t records = 0, dropped_empty = 0, duplicates = 0;
   int64_t truncated = 0;  // kept sequences longer than max_len (cut to their first max_len residues)
   Split split;
