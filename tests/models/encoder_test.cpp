@@ -13,6 +13,7 @@
 #include <random>
 #include <vector>
 
+#include "../common/report_profile.h"
 #include "../common/run_copy.h"
 #include "../common/tiny_gpt.h"
 #include "../unit/test_util.h"
@@ -291,7 +292,8 @@ TEST(TrainClassifier, LearnsASyntheticTaskAndWritesItsReportAndCheckpoint) {
 
 // train.precision = "bf16" (without the fallback, so that a CPU without
 // bf16 dot products runs it emulated rather than in fp32) learns the task,
-// says which path ran, and its checkpoint holds fp32 weights.
+// says which path ran, casts the weights at their use (an fp32 train graph
+// has no casts), and its checkpoint holds fp32 weights.
 TEST(TrainClassifier, Bf16RunLearnsTheSyntheticTask) {
   const fs::path dir = fs::temp_directory_path() / ("brisk_encoder_bf16_" + std::to_string(::getpid()));
   fs::remove_all(dir);
@@ -299,8 +301,9 @@ TEST(TrainClassifier, Bf16RunLearnsTheSyntheticTask) {
   train::ClassifyConfig cfg = synthetic_config(dir);
   cfg.precision = train::Precision::bf16;
   cfg.precision_fallback = false;
-  const train::ClassifyResult r = train::train_classifier(cfg, {.quiet = true});
+  const train::ClassifyResult r = train::train_classifier(cfg, {.quiet = true, .profile = true});
   EXPECT_TRUE(r.precision_path == "bf16-native" || r.precision_path == "bf16-emulated") << r.precision_path;
+  EXPECT_GT(brisk::testing::profile_calls(dir / "run/report.json", "cast"), 0) << "the weights are cast to bf16 at their use";
   EXPECT_LT(r.last_loss, r.first_loss);
   EXPECT_GE(r.test.accuracy, 0.9);
   const nlohmann::json report = nlohmann::json::parse(std::ifstream(dir / "run/report.json"));
@@ -313,8 +316,8 @@ TEST(TrainClassifier, Bf16RunLearnsTheSyntheticTask) {
 }
 
 // Where bf16 would be emulated (an AVX2 CPU; forced here), train.precision =
-// "bf16" with the default fallback trains in fp32, and the result and the
-// report name that path.
+// "bf16" with the default fallback trains in fp32 (no casts in its steps),
+// and the result and the report name that path.
 TEST(TrainClassifier, Bf16WithoutBf16DotProductsFallsBackToFp32) {
   testing_util::ScopedBf16Path emulated("emulated");
   const fs::path dir = fs::temp_directory_path() / ("brisk_encoder_fallback_" + std::to_string(::getpid()));
@@ -323,8 +326,10 @@ TEST(TrainClassifier, Bf16WithoutBf16DotProductsFallsBackToFp32) {
   train::ClassifyConfig cfg = synthetic_config(dir);
   cfg.precision = train::Precision::bf16;
   cfg.epochs = 1;
-  const train::ClassifyResult r = train::train_classifier(cfg, {.quiet = true});
+  const train::ClassifyResult r = train::train_classifier(cfg, {.quiet = true, .profile = true});
   EXPECT_EQ(r.precision_path, "fp32");
+  EXPECT_EQ(brisk::testing::profile_calls(dir / "run/report.json", "cast"), 0) << "an fp32 train graph casts nothing";
+  EXPECT_GT(brisk::testing::profile_calls(dir / "run/report.json", "masked_flash_attention"), 0);
   const nlohmann::json report = nlohmann::json::parse(std::ifstream(dir / "run/report.json"));
   EXPECT_EQ(report["training"]["precision"], "fp32");
   fs::remove_all(dir);
