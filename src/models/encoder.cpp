@@ -18,6 +18,7 @@
 
 #include "brisk/core/autograd.h"
 #include "brisk/core/error.h"
+#include "brisk/models/block_recompute.h"
 #include "brisk/models/transformer_block.h"
 #include "brisk/models/init.h"
 #include "brisk/ops/ops.h"
@@ -45,7 +46,7 @@ EncoderConfig EncoderConfig::preset(const std::string& name) {
 }
 
 void EncoderConfig::validate() const {
-  validate_encoder_body(vocab_size, n_layer, n_embd, n_head, max_len, attention, compute);
+  validate_encoder_body(vocab_size, n_layer, n_embd, n_head, max_len, attention, compute, recompute);
   if (n_classes < 2 || n_classes > (int64_t(1) << 20))
     throw ConfigError("model.n_classes must be in [2, " + std::to_string(int64_t(1) << 20) + "], got " +
                       std::to_string(n_classes));
@@ -107,9 +108,12 @@ std::unique_ptr<EncoderProgram> Encoder::build(bool train, int64_t B, int64_t T)
 
   // --- the blocks, in the compute dtype (f32: the helpers are the identity)
   const Lowp lp{g, &backend_, config_.compute};
-  for (int64_t l = 0; l < config_.n_layer; ++l)
+  g.set_name(x, "resid.0");  // the block boundaries: recompute = full cuts its segments there
+  for (int64_t l = 0; l < config_.n_layer; ++l) {
     x = transformer_block(g, x, p->lengths, "h." + std::to_string(l) + ".", C, int(config_.n_head),
                           config_.attention == "flash", BlockAttention::padding_masked, lp);
+    g.set_name(x, "resid." + std::to_string(l + 1));
+  }
 
   // --- final LayerNorm, mean over the real positions, class logits   (B, K)
   auto lnf = ops::layernorm(g, x, g.param("ln_f.weight", {C}), g.param("ln_f.bias", {C}));
@@ -124,6 +128,12 @@ std::unique_ptr<EncoderProgram> Encoder::build(bool train, int64_t B, int64_t T)
     g.mark_output(p->loss);
     p->loss_scale = g.input("loss_scale", Shape{}, DType::f32);
     core::backward(g, p->loss, {.seed = p->loss_scale});
+    if (config_.recompute != "none") {  // train.recompute (block_recompute.h)
+      core::RecomputeResult r = recompute_blocks(g, config_.recompute, {"resid."}, config_.n_layer);
+      for (ValueId* v : {&p->ids, &p->lengths, &p->pos, &p->labels, &p->logits, &p->loss, &p->loss_scale})
+        *v = r.map[size_t(*v)];
+      p->graph = std::move(r.graph);
+    }
   }
   return p;
 }

@@ -14,7 +14,7 @@
 #include "brisk/core/autograd.h"
 #include "brisk/core/error.h"
 #include "brisk/core/passes.h"
-#include "brisk/core/recompute.h"
+#include "brisk/models/block_recompute.h"
 #include "brisk/models/init.h"
 #include "brisk/models/lowp.h"
 #include "brisk/models/transformer_block.h"
@@ -90,8 +90,7 @@ void GptConfig::validate() const {
                                     {"fuse_weight_casts", fuse_weight_casts}})
     if (value != "auto" && value != "on" && value != "off")
       throw ConfigError("model." + std::string(key) + ": unknown value '" + value + "' (allowed: auto, on, off)");
-  if (recompute != "none" && recompute != "selective" && recompute != "full")
-    throw ConfigError("train.recompute: unknown value '" + recompute + "' (allowed: none, selective, full)");
+  validate_recompute(recompute);
   if (!core::dtype_is_float(compute))
     throw ConfigError("model compute dtype: unknown value '" + std::string(core::dtype_name(compute)) +
                       "' (allowed: f32, bf16, f16; set through train.precision)");
@@ -224,65 +223,12 @@ void fuse_backward(GptProgram& p, const GptConfig& config, bool on_device) {
   if (!patterns.empty()) adopt_rewrite(p, core::rewrite(p.graph, patterns));
 }
 
-// ---- recomputation (train.recompute) -------------------------------------------------
-// Applied to the finished train graph, after backward() (core::recompute):
-// - selective: GELU and LayerNorm outputs (and the casts that only narrow
-//   them) are redone in the backward from what the backward keeps anyway
-//   (the pre-activation, the LayerNorm input): elementwise work, no products.
-//   The fused ops redo only their cheap part: linear_gelu's GELU from its
-//   saved pre-activation, add_layernorm's LayerNorm from its saved sum.
-// - full: each block is a segment, from after the node making its input
-//   "resid.<l>" (named in build()) through the node making its output; the
-//   backward replays a block's forward from its saved input right before
-//   differentiating it. Nodes outside the blocks (ln_f) are treated as in
-//   selective. (With add_layernorm fused across a boundary, the next block's
-//   ln_1 output is made in this segment and read by the next, so it stays.)
-std::optional<core::RecomputeRecipe> selective_recipe(const Graph& g, const core::Node& n) {
-  using core::OpKind;
-  switch (n.op) {
-    case OpKind::gelu:
-    case OpKind::layernorm:
-      return core::clone_recipe(n);
-    case OpKind::linear_gelu: {  // y = gelu(h) from the saved h, not the gemm again
-      core::RecomputeRecipe r;
-      r.outputs = {0};
-      r.reads = {n.outputs[1]};
-      r.emit = [](Graph& dst, const std::vector<ValueId>& in) { return std::vector<ValueId>{ops::gelu(dst, in[0])}; };
-      return r;
-    }
-    case OpKind::add_layernorm: {  // y, mean, rstd = layernorm(s) from the saved sum s
-      core::RecomputeRecipe r;
-      r.outputs = {1, 2, 3};
-      r.reads = {n.outputs[0], n.inputs[2], n.inputs[3]};
-      r.emit = [params = std::get<ops::LayerNormParams>(n.params)](Graph& dst, const std::vector<ValueId>& in) {
-        const ops::LayerNormOut o = ops::layernorm(dst, in[0], in[1], in[2], params.eps, params.narrow_to);
-        return std::vector<ValueId>{o.y, o.mean, o.rstd};
-      };
-      return r;
-    }
-    case OpKind::cast: {  // mixed precision: the narrowed copy of a recomputed output
-      const int p = g.value(n.inputs[0]).producer;
-      if (p >= 0 && selective_recipe(g, g.nodes()[size_t(p)])) return core::clone_recipe(n);
-      return std::nullopt;
-    }
-    default:
-      return std::nullopt;
-  }
-}
-
-void apply_recompute(GptProgram& p, bool full, int64_t n_layer) {
-  core::RecomputePolicy policy;
-  policy.selective = selective_recipe;
-  if (full) {
-    std::vector<size_t> cut;  // the node producing each block boundary
-    for (int64_t l = 0; l <= n_layer; ++l) {
-      const ValueId v = p.graph.find("resid." + std::to_string(l));
-      if (v != core::kNoValue && p.graph.value(v).producer >= 0) cut.push_back(size_t(p.graph.value(v).producer));
-    }
-    for (size_t k = 0; k + 1 < cut.size(); ++k)
-      if (cut[k] < cut[k + 1]) policy.segments.emplace_back(cut[k] + 1, cut[k + 1] + 1);
-  }
-  core::RecomputeResult r = core::recompute(p.graph, policy);
+// ---- recomputation (train.recompute, block_recompute.h) ------------------------------
+// Applied to the finished train graph, after backward(). (With add_layernorm
+// fused across a block boundary, the next block's ln_1 output is made in
+// the earlier block's segment and read by the next, so under full it stays.)
+void apply_recompute(GptProgram& p, const std::string& level, int64_t n_layer) {
+  core::RecomputeResult r = recompute_blocks(p.graph, level, {"resid."}, n_layer);
   for (ValueId* v : {&p.ids, &p.pos, &p.targets, &p.logits, &p.loss, &p.loss_scale, &p.chunk_losses})
     if (*v != core::kNoValue) *v = r.map[size_t(*v)];
   p.graph = std::move(r.graph);
@@ -371,7 +317,7 @@ std::unique_ptr<GptProgram> Gpt::build(Mode mode, int64_t B, int64_t T) {
       fuse(*p, config_, true, on_device);
       core::backward(g, p->loss, {.seed = p->loss_scale});
       fuse_backward(*p, config_, on_device);
-      if (config_.recompute != "none") apply_recompute(*p, config_.recompute == "full", config_.n_layer);
+      if (config_.recompute != "none") apply_recompute(*p, config_.recompute, config_.n_layer);
     }
   }
   if (mode != Mode::train) fuse(*p, config_, false, on_device);

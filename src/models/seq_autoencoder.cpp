@@ -30,6 +30,7 @@
 
 #include "brisk/core/autograd.h"
 #include "brisk/core/error.h"
+#include "brisk/models/block_recompute.h"
 #include "brisk/models/transformer_block.h"
 #include "brisk/models/init.h"
 #include "brisk/ops/ops.h"
@@ -45,7 +46,7 @@ using core::ValueId;
 // ---- configuration ----------------------------------------------------------------
 
 void SeqAutoencoderConfig::validate() const {
-  validate_encoder_body(vocab_size, n_layer, n_embd, n_head, max_len, attention, compute);
+  validate_encoder_body(vocab_size, n_layer, n_embd, n_head, max_len, attention, compute, recompute);
   if (vocab_size < 2) throw ConfigError("model.vocab_size must be at least 2 (padding + one residue)");
   if (latent <= 0 || latent > (int64_t(1) << 20))
     throw ConfigError("model.latent must be in [1, " + std::to_string(int64_t(1) << 20) + "], got " +
@@ -81,9 +82,12 @@ ValueId encoder(Graph& g, const SeqAutoencoderConfig& c, const Lowp& lp, ValueId
   ValueId x = ops::add(g, ops::embedding(g, ids, g.param("enc.wte.weight", {c.vocab_size, C})),
                        ops::embedding(g, pos, g.param("enc.wpe.weight", {c.max_len, C})));
   // --- blocks whose attention sees every real position of the row
-  for (int64_t l = 0; l < c.n_layer; ++l)
+  g.set_name(x, "enc.resid.0");  // the block boundaries: recompute = full cuts its segments there
+  for (int64_t l = 0; l < c.n_layer; ++l) {
     x = transformer_block(g, x, lengths, "enc.h." + std::to_string(l) + ".", C, int(c.n_head),
                           c.attention == "flash", BlockAttention::padding_masked, lp);
+    g.set_name(x, "enc.resid." + std::to_string(l + 1));
+  }
   // --- final LayerNorm, mean over the real positions, the latent     (B, Z)
   auto lnf = ops::layernorm(g, x, g.param("enc.ln_f.weight", {C}), g.param("enc.ln_f.bias", {C}));
   ValueId pooled = ops::masked_mean(g, lnf.y, lengths);  // (B, C)
@@ -103,9 +107,12 @@ ValueId decoder(Graph& g, const SeqAutoencoderConfig& c, const Lowp& lp, ValueId
   ValueId z = ops::linear(g, latent, g.param("from_latent.weight", {C, c.latent}), g.param("from_latent.bias", {C}));
   x = ops::add(g, x, ops::expand(g, z, Shape{B, T, C}, 1));  // (B, C) broadcast over T
   // --- causal blocks: position t sees inputs 0..t, i.e. residues before t
-  for (int64_t l = 0; l < c.n_layer; ++l)
+  g.set_name(x, "dec.resid.0");
+  for (int64_t l = 0; l < c.n_layer; ++l) {
     x = transformer_block(g, x, core::kNoValue, "dec.h." + std::to_string(l) + ".", C, int(c.n_head),
                           c.attention == "flash", BlockAttention::causal, lp);
+    g.set_name(x, "dec.resid." + std::to_string(l + 1));
+  }
   // --- final LayerNorm, residue logits                                (B, T, V)
   auto lnf = ops::layernorm(g, x, g.param("dec.ln_f.weight", {C}), g.param("dec.ln_f.bias", {C}));
   return ops::linear(g, lnf.y, g.param("dec.head.weight", {c.vocab_size, C}), g.param("dec.head.bias", {c.vocab_size}));
@@ -165,6 +172,13 @@ std::unique_ptr<SeqAutoencoderProgram> SeqAutoencoder::build(Kind kind, int64_t 
     g.mark_output(p->loss);
     p->loss_scale = g.input("loss_scale", Shape{}, DType::f32);
     core::backward(g, p->loss, {.seed = p->loss_scale});
+    if (config_.recompute != "none") {  // train.recompute (block_recompute.h), both stacks
+      core::RecomputeResult r = recompute_blocks(g, config_.recompute, {"enc.resid.", "dec.resid."}, config_.n_layer);
+      for (ValueId* v : {&p->ids, &p->lengths, &p->pos, &p->dec_ids, &p->targets, &p->latent, &p->logits, &p->loss,
+                         &p->loss_scale})
+        *v = r.map[size_t(*v)];
+      p->graph = std::move(r.graph);
+    }
   }
   return p;
 }

@@ -3,6 +3,7 @@
 #include "brisk/models/transformer_block.h"
 
 #include "brisk/core/error.h"
+#include "brisk/models/block_recompute.h"
 #include "brisk/ops/ops.h"
 
 namespace brisk::models {
@@ -47,7 +48,7 @@ ValueId transformer_block(Graph& g, ValueId x, ValueId lengths, const std::strin
 }
 
 void validate_encoder_body(int64_t vocab_size, int64_t n_layer, int64_t n_embd, int64_t n_head, int64_t max_len,
-                           const std::string& attention, core::DType compute) {
+                           const std::string& attention, core::DType compute, const std::string& recompute) {
   auto in_range = [](int64_t v, int64_t limit, const char* key) {
     if (v <= 0 || v > limit)
       throw ConfigError(std::string("model.") + key + " must be in [1, " + std::to_string(limit) + "], got " +
@@ -70,6 +71,7 @@ void validate_encoder_body(int64_t vocab_size, int64_t n_layer, int64_t n_embd, 
   if (compute != core::DType::f32 && compute != core::DType::bf16)
     throw ConfigError("model compute dtype: unknown value '" + std::string(core::dtype_name(compute)) +
                       "' (allowed: f32, bf16; set through train.precision)");
+  validate_recompute(recompute);
 }
 
 }  // namespace brisk::models

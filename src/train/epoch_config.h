@@ -1,7 +1,8 @@
 // The keys every epoch-based run shares (the encoder classifier and the
 // sequence autoencoder): the encoder body's [model] shape; [data]'s split,
 // bucketing and cache; [train]'s batch, epochs, the lr schedule, AdamW,
-// seed, threads, loader workers, logging and the blocks' compute precision.
+// seed, threads, loader workers, logging, the blocks' compute precision and
+// recomputation.
 // Read, checked and written back by one piece of code, so the two configs
 // cannot drift apart. Internal to src/train; the configs are duck-typed
 // (both name these fields alike).
@@ -21,7 +22,7 @@ namespace brisk::train::detail {
 inline std::vector<std::string> epoch_train_keys(std::vector<std::string> extra = {}) {
   std::vector<std::string> keys = {"batch", "epochs",   "lr",   "min_lr_ratio", "warmup", "schedule",
                                    "weight_decay", "grad_clip", "beta1", "beta2", "eps", "seed",
-                                   "threads", "loader_workers", "log_every", "precision", "precision_fallback"};
+                                   "threads", "loader_workers", "log_every", "precision", "precision_fallback", "recompute"};
   keys.insert(keys.end(), extra.begin(), extra.end());
   return keys;
 }
@@ -53,6 +54,7 @@ void read_epoch_train_keys(const Reader& r, Config& c) {
     throw ConfigError("train.precision: fp16 is not available for encoder-bodied runs (it needs dynamic loss "
                       "scaling, which only GPT runs have); allowed here: fp32, bf16");
   r.get("train", "precision_fallback", c.precision_fallback);
+  r.get("train", "recompute", c.model.recompute);  // checked (none | selective | full) with the model
 }
 
 // After the model was validated (it gives max_len). Sets adamw.lr from the schedule.
@@ -157,7 +159,8 @@ void write_epoch_train_keys(std::ostream& s, const Config& c) {
     << "\ngrad_clip = " << toml_number(c.adamw.grad_clip) << "\nbeta1 = " << toml_number(c.adamw.beta1) << "\nbeta2 = " << toml_number(c.adamw.beta2)
     << "\neps = " << toml_number(c.adamw.eps) << "\nseed = " << c.seed << "\nthreads = " << c.threads
     << "\nloader_workers = " << c.loader_workers << "\nlog_every = " << c.log_every << "\nprecision = \""
-    << precision_name(c.precision) << "\"\nprecision_fallback = " << (c.precision_fallback ? "true" : "false") << "\n";
+    << precision_name(c.precision) << "\"\nprecision_fallback = " << (c.precision_fallback ? "true" : "false")
+    << "\nrecompute = " << toml_string(c.model.recompute) << "\n";
 }
 
 }  // namespace brisk::train::detail

@@ -8,17 +8,25 @@
 // by the backward except through a recomputed copy; (3) the pass itself: an
 // empty policy replays the graph unchanged, names, grads and outputs carried;
 // bad segments, a graph without backward and a bad config value are errors.
+// The encoder classifier and the sequence autoencoder (both stacks) take the
+// same policy: the same gradients bit for bit, a smaller arena per level.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
 #include <string>
+#include <vector>
 
 #include "brisk/core/autograd.h"
 #include "brisk/core/error.h"
 #include "brisk/core/planner.h"
 #include "brisk/core/recompute.h"
 #include "brisk/cpu/cpu_backend.h"
+#include "brisk/models/encoder.h"
 #include "brisk/models/gpt.h"
+#include "brisk/models/seq_autoencoder.h"
+#include "brisk/train/autoencoder_config.h"
+#include "brisk/train/classify_config.h"
 #include "brisk/train/config.h"
 #include "test_models.h"
 #include "test_util.h"
@@ -278,4 +286,120 @@ TEST(Recompute, UnknownLevelIsAConfigError) {
   const train::TrainConfig c = train::load_train_config("", {"train.recompute=full"});
   EXPECT_EQ(c.model.recompute, "full");
   EXPECT_NE(train::to_toml(c).find("recompute = \"full\""), std::string::npos);
+}
+
+// ---- the encoder-bodied models: the same policy (block_recompute.h) -----------------
+
+namespace {
+
+// Right-padded rows of lengths {64, 17, 40, 1} over residue-sized ids.
+struct PaddedBatch {
+  int64_t B = 4, T = 64;
+  std::vector<int32_t> lengths = {64, 17, 40, 1}, labels = {0, 1, 1, 0}, ids;
+  PaddedBatch() {
+    for (int64_t i = 0; i < B * T; ++i) ids.push_back(int32_t(1 + (i * 7 + 3) % 20));
+  }
+};
+
+struct LevelStep {
+  double loss = 0;
+  std::map<std::string, core::Tensor> grads;
+  size_t arena = 0;
+  int attention = 0, layernorm = 0, linear = 0;
+};
+
+template <class Model>
+LevelStep level_step(Model& m, const core::Graph& g, size_t arena, double loss) {
+  LevelStep s;
+  s.loss = loss;
+  for (auto& [name, e] : m.params().entries()) s.grads.emplace(name, e.grad.clone());
+  s.arena = arena;
+  s.attention = count_ops(g, OpKind::masked_flash_attention) + count_ops(g, OpKind::flash_attention);
+  s.layernorm = count_ops(g, OpKind::layernorm);
+  s.linear = count_ops(g, OpKind::linear);
+  return s;
+}
+
+// none, selective and full: the same loss and gradients bit for bit (the
+// clones compute what the originals did; these graphs have no fused ops),
+// a smaller planned arena at each level, and the ops each level adds.
+void expect_levels(const std::vector<LevelStep>& s, int blocks) {
+  for (size_t l = 1; l < s.size(); ++l) {
+    SCOPED_TRACE(kLevels[l]);
+    EXPECT_EQ(s[l].loss, s[0].loss);
+    for (const auto& [name, g] : s[0].grads) EXPECT_EQ(testing_util::normalized_error(g, s[l].grads.at(name)), 0.0) << name;
+  }
+  std::printf("arena: none %.2f MiB, selective %.2f MiB, full %.2f MiB\n", s[0].arena / 1048576.0,
+              s[1].arena / 1048576.0, s[2].arena / 1048576.0);
+  EXPECT_LT(s[1].arena, s[0].arena);
+  EXPECT_LT(s[2].arena, s[1].arena);
+  // selective redoes the LayerNorms, no products; full replays each block's attention and products too.
+  EXPECT_GT(s[1].layernorm, s[0].layernorm);
+  EXPECT_EQ(s[1].linear, s[0].linear);
+  EXPECT_EQ(s[1].attention, s[0].attention);
+  EXPECT_EQ(s[2].attention, s[0].attention + blocks);
+  EXPECT_GT(s[2].linear, s[0].linear);
+}
+
+}  // namespace
+
+TEST(Recompute, EncoderLossAndGradientsMatchAtEveryLevelInLessMemory) {
+  const PaddedBatch b;
+  for (core::DType compute : {core::DType::f32, core::DType::bf16}) {
+    SCOPED_TRACE(core::dtype_name(compute));
+    std::vector<LevelStep> steps;
+    for (const char* level : kLevels) {
+      models::EncoderConfig c;
+      c.vocab_size = 32, c.n_layer = 2, c.n_embd = 32, c.n_head = 2, c.max_len = 64, c.n_classes = 2;
+      c.compute = compute;
+      c.recompute = level;
+      models::Encoder m(c, backend());
+      m.init_weights(3);
+      const double loss = m.train_micro_step(b.ids.data(), b.lengths.data(), b.labels.data(), b.B, b.T);
+      const models::EncoderProgram& p = m.program(true, b.B, b.T);
+      steps.push_back(level_step(m, p.graph, p.executor->plan().report.arena, loss));
+    }
+    expect_levels(steps, 2);
+  }
+}
+
+TEST(Recompute, SeqAutoencoderLossAndGradientsMatchAtEveryLevelInLessMemory) {
+  const PaddedBatch b;
+  for (core::DType compute : {core::DType::f32, core::DType::bf16}) {
+    SCOPED_TRACE(core::dtype_name(compute));
+    std::vector<LevelStep> steps;
+    for (const char* level : kLevels) {
+      models::SeqAutoencoderConfig c;
+      c.n_layer = 2, c.n_embd = 32, c.n_head = 2, c.max_len = 64, c.latent = 8;
+      c.compute = compute;
+      c.recompute = level;
+      models::SeqAutoencoder m(c, backend());
+      m.init_weights(3);
+      const double loss = m.train_micro_step(b.ids.data(), b.lengths.data(), b.B, b.T);
+      const models::SeqAutoencoderProgram& p = m.program(models::SeqAutoencoder::Kind::train, b.B, b.T);
+      steps.push_back(level_step(m, p.graph, p.executor->plan().report.arena, loss));
+    }
+    expect_levels(steps, 2 * 2);  // both stacks
+  }
+}
+
+TEST(Recompute, EpochRunsReadWriteAndCheckTheLevel) {
+  const train::AutoencoderConfig a =
+      train::parse_autoencoder_config("[model]\nkind = \"autoencoder\"\n[train]\nrecompute = \"full\"\n", "a.toml");
+  EXPECT_EQ(a.model.recompute, "full");
+  EXPECT_EQ(train::parse_autoencoder_config(train::to_toml(a), "b.toml").model.recompute, "full");
+  const train::ClassifyConfig c = train::parse_classify_config(
+      "[model]\nkind = \"encoder\"\n[train]\nrecompute = \"selective\"\n", "c.toml");
+  EXPECT_EQ(c.model.recompute, "selective");
+  EXPECT_EQ(train::parse_classify_config(train::to_toml(c), "d.toml").model.recompute, "selective");
+  for (const char* text : {"[model]\nkind = \"autoencoder\"\n[train]\nrecompute = \"sometimes\"\n",
+                           "[model]\nkind = \"encoder\"\n[train]\nrecompute = \"sometimes\"\n"}) {
+    try {
+      if (std::string(text).find("autoencoder") != std::string::npos) train::parse_autoencoder_config(text, "x.toml");
+      else train::parse_classify_config(text, "x.toml");
+      ADD_FAILURE() << "expected a ConfigError for " << text;
+    } catch (const core::ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("train.recompute: unknown value 'sometimes'"), std::string::npos) << e.what();
+    }
+  }
 }

@@ -39,6 +39,11 @@ struct EncoderConfig {
   // the loss in fp32 (as the GPT does, gpt.cpp). Not part of the weights, like
   // `attention`; the classifier trainer sets it from train.precision.
   core::DType compute = core::DType::f32;
+  // Train programs only (train.recompute): which activations the backward
+  // recomputes instead of keeping them from the forward, "none",
+  // "selective" or "full" (block_recompute.h). Same gradients, less memory;
+  // not part of the weights.
+  std::string recompute = "none";
 
   // "E1" (the spam encoder of docs/workloads.md); throws ConfigError listing the presets.
   static EncoderConfig preset(const std::string& name);
@@ -48,7 +53,7 @@ struct EncoderConfig {
   // Training FLOPs per real token at sequence length `seq`: 6N (without the
   // embedding tables, which are gathers) + 12 L T C for the attention products.
   double flops_per_token(int64_t seq) const;
-  bool same_shape(const EncoderConfig& o) const;  // every field but `attention` and `compute`
+  bool same_shape(const EncoderConfig& o) const;  // every field but `attention`, `compute` and `recompute`
 };
 
 // One compiled step for one (batch, seq) shape.

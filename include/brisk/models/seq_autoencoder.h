@@ -46,6 +46,11 @@ struct SeqAutoencoderConfig {
   // decoder (host ops one by one, f32) matches the recomputing one. Not part
   // of the weights; the trainer sets it from train.precision.
   core::DType compute = core::DType::f32;
+  // Train programs only (train.recompute): which activations the backward
+  // recomputes instead of keeping them from the forward, "none",
+  // "selective" or "full" (block_recompute.h; full replays the blocks of
+  // both stacks). Same gradients, less memory; not part of the weights.
+  std::string recompute = "none";
 
   // Throws ConfigError naming the field if the shape is impossible.
   void validate() const;
@@ -53,7 +58,7 @@ struct SeqAutoencoderConfig {
   // Training FLOPs per real token at sequence length `seq` (6N without the
   // embedding gathers, plus the attention products of both stacks).
   double flops_per_token(int64_t seq) const;
-  bool same_shape(const SeqAutoencoderConfig& o) const;  // every field but `attention` and `compute`
+  bool same_shape(const SeqAutoencoderConfig& o) const;  // every field but `attention`, `compute` and `recompute`
 };
 
 // One compiled program for one (batch, seq) shape; which values are set depends on the kind.

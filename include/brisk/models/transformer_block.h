@@ -38,8 +38,8 @@ core::ValueId transformer_block(core::Graph& g, core::ValueId x, core::ValueId l
 // The checks every encoder-bodied model's config shares (the classifier, the
 // sequence autoencoder): sizes in range and clear of overflow, n_embd
 // divisible by n_head, a known attention kind, a compute dtype of f32 or
-// bf16. Throws ConfigError naming the key.
+// bf16, a known recompute level. Throws ConfigError naming the key.
 void validate_encoder_body(int64_t vocab_size, int64_t n_layer, int64_t n_embd, int64_t n_head, int64_t max_len,
-                           const std::string& attention, core::DType compute);
+                           const std::string& attention, core::DType compute, const std::string& recompute);
 
 }  // namespace brisk::models
