@@ -143,12 +143,10 @@ EncoderProgram& Encoder::program(bool train, int64_t B, int64_t T) {
   return cache.get({Shape{B, T}}, [&] {
     auto p = build(train, B, T);
     params_.adopt(p->graph);
-    p->executor = std::make_unique<core::Executor>(p->graph, backend_, train ? &train_arena_ : nullptr);
+    p->executor = std::make_unique<core::Executor>(p->graph, backend_, &arenas_[train]);
     p->executor->bind(params_);
-    if (train) {
-      p->executor->set_profiling(profile_train_);
-      last_train_ = nullptr;  // attaching may have moved the shared arena, and the inputs written below overlap others'
-    }
+    if (train) p->executor->set_profiling(profile_train_);
+    last_[train] = nullptr;  // attaching may have moved the shared arena, and the inputs written below overlap others'
     write_positions(*p);
     return p;
   });
@@ -183,14 +181,19 @@ void Encoder::feed(EncoderProgram& p, const int32_t* ids, const int32_t* lengths
   if (labels && p.labels != core::kNoValue) p.executor->write(p.labels, labels, size_t(p.batch) * 4);
 }
 
-double Encoder::train_micro_step(const int32_t* ids, const int32_t* lengths, const int32_t* labels, int64_t B,
-                                 int64_t T, double loss_scale) {
-  EncoderProgram& p = program(true, B, T);
-  if (&p != last_train_) {  // another width ran in the shared arena since: the inputs written once are gone
+EncoderProgram& Encoder::ready(bool train, int64_t B, int64_t T) {
+  EncoderProgram& p = program(train, B, T);
+  if (&p != last_[train]) {  // another width ran in the shared arena since: the inputs written once are gone
     write_positions(p);
     p.last_loss_scale = -1.f;
-    last_train_ = &p;
+    last_[train] = &p;
   }
+  return p;
+}
+
+double Encoder::train_micro_step(const int32_t* ids, const int32_t* lengths, const int32_t* labels, int64_t B,
+                                 int64_t T, double loss_scale) {
+  EncoderProgram& p = ready(true, B, T);
   feed(p, ids, lengths, labels);
   const float seed = float(loss_scale);
   if (seed != p.last_loss_scale) {
@@ -202,7 +205,7 @@ double Encoder::train_micro_step(const int32_t* ids, const int32_t* lengths, con
 }
 
 const float* Encoder::logits(const int32_t* ids, const int32_t* lengths, int64_t B, int64_t T) {
-  EncoderProgram& p = program(false, B, T);
+  EncoderProgram& p = ready(false, B, T);
   feed(p, ids, lengths, nullptr);
   p.executor->run();
   if (backend_.device().is_host()) return static_cast<const float*>(p.executor->data(p.logits));

@@ -188,13 +188,10 @@ SeqAutoencoderProgram& SeqAutoencoder::program(Kind kind, int64_t B, int64_t T) 
   return cache.get({Shape{B, T}}, [&] {
     auto p = build(kind, B, T);
     params_.adopt(p->graph);
-    const bool train = kind == Kind::train;
-    p->executor = std::make_unique<core::Executor>(p->graph, backend_, train ? &train_arena_ : nullptr);
+    p->executor = std::make_unique<core::Executor>(p->graph, backend_, &arenas_[int(kind)]);
     p->executor->bind(params_);
-    if (train) {
-      p->executor->set_profiling(profile_train_);
-      last_train_ = nullptr;  // attaching may have moved the shared arena, and the inputs written below overlap others'
-    }
+    if (kind == Kind::train) p->executor->set_profiling(profile_train_);
+    last_[int(kind)] = nullptr;  // attaching may have moved the shared arena, and the inputs written below overlap others'
     write_positions(*p);
     return p;
   });
@@ -262,14 +259,19 @@ const float* SeqAutoencoder::host(SeqAutoencoderProgram& p, ValueId v, size_t co
   return host_out_.data();
 }
 
-double SeqAutoencoder::train_micro_step(const int32_t* ids, const int32_t* lengths, int64_t B, int64_t T,
-                                        double loss_scale) {
-  SeqAutoencoderProgram& p = program(Kind::train, B, T);
-  if (&p != last_train_) {  // another width ran in the shared arena since: the inputs written once are gone
+SeqAutoencoderProgram& SeqAutoencoder::ready(Kind kind, int64_t B, int64_t T) {
+  SeqAutoencoderProgram& p = program(kind, B, T);
+  if (&p != last_[int(kind)]) {  // another width ran in the shared arena since: the inputs written once are gone
     write_positions(p);
     p.last_loss_scale = -1.f;
-    last_train_ = &p;
+    last_[int(kind)] = &p;
   }
+  return p;
+}
+
+double SeqAutoencoder::train_micro_step(const int32_t* ids, const int32_t* lengths, int64_t B, int64_t T,
+                                        double loss_scale) {
+  SeqAutoencoderProgram& p = ready(Kind::train, B, T);
   feed(p, ids, lengths);
   const float seed = float(loss_scale);
   if (seed != p.last_loss_scale) {
@@ -281,14 +283,14 @@ double SeqAutoencoder::train_micro_step(const int32_t* ids, const int32_t* lengt
 }
 
 const float* SeqAutoencoder::encode(const int32_t* ids, const int32_t* lengths, int64_t B, int64_t T) {
-  SeqAutoencoderProgram& p = program(Kind::encode, B, T);
+  SeqAutoencoderProgram& p = ready(Kind::encode, B, T);
   feed(p, ids, lengths);
   p.executor->run();
   return host(p, p.latent, size_t(B * config_.latent));
 }
 
 const float* SeqAutoencoder::logits(const int32_t* ids, const int32_t* lengths, int64_t B, int64_t T) {
-  SeqAutoencoderProgram& p = program(Kind::reconstruct, B, T);
+  SeqAutoencoderProgram& p = ready(Kind::reconstruct, B, T);
   feed(p, ids, lengths);
   p.executor->run();
   return host(p, p.logits, size_t(B * T * config_.vocab_size));

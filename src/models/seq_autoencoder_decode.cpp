@@ -66,7 +66,7 @@ std::vector<int32_t> SeqAutoencoder::decode_recompute(const float* latents, cons
     // Causal: the logits at t depend only on inputs 0..t, so any width > t
     // gives the same numbers; the smallest rounded one is the cheapest.
     const int64_t W = std::min(config_.max_len, (t + kDecodeWidthMultiple) / kDecodeWidthMultiple * kDecodeWidthMultiple);
-    SeqAutoencoderProgram& p = program(Kind::decode, B, W);
+    SeqAutoencoderProgram& p = ready(Kind::decode, B, W);
     dec.assign(size_t(B * W), 0);
     for (int64_t b = 0; b < B; ++b)
       for (int64_t s = 1; s <= t; ++s) dec[size_t(b * W + s)] = out[size_t(b * L + s - 1)];

@@ -84,7 +84,7 @@ class Encoder {
   // scaled by loss_scale. Returns the mean loss over the batch.
   double train_micro_step(const int32_t* ids, const int32_t* lengths, const int32_t* labels, int64_t batch,
                           int64_t seq, double loss_scale = 1.0);
-  // Forward only: (batch, n_classes) logits in f32, valid until the next call.
+  // Forward only: (batch, n_classes) logits in f32, valid until the next logits() call.
   const float* logits(const int32_t* ids, const int32_t* lengths, int64_t batch, int64_t seq);
 
   EncoderProgram& program(bool train, int64_t batch, int64_t seq);
@@ -103,12 +103,18 @@ class Encoder {
   EncoderConfig config_;
   core::Backend& backend_;
   core::ParameterStore params_;
+  // The program for (B, T), ready to run: when another program ran in its
+  // arena since, the inputs written once (positions, the loss scale) are
+  // written again.
+  EncoderProgram& ready(bool train, int64_t B, int64_t T);
+
   // The train programs (one per batch width) run one at a time, so they
-  // share one arena, sized for the widest; the logits programs keep their own
-  // (logits() output stays valid while other programs run). last_train_ is
-  // the train program whose inputs the shared arena holds, if any.
-  core::SharedArena train_arena_{backend_.allocator()};
-  const EncoderProgram* last_train_ = nullptr;
+  // share one arena, sized for the widest; so do the logits programs, in an
+  // arena of their own (logits() output stays valid while train steps run;
+  // a run validates at many widths, and an arena per program kept every one
+  // of them). last_[train] is the program whose inputs an arena holds.
+  core::SharedArena arenas_[2]{core::SharedArena{backend_.allocator()}, core::SharedArena{backend_.allocator()}};
+  const EncoderProgram* last_[2] = {};
   std::vector<int32_t> positions_;  // 0, 1, 2, ...: every program's `pos` input
   core::ShapeCache<EncoderProgram> train_cache_, logits_cache_;
   std::vector<float> host_logits_;

@@ -142,10 +142,19 @@ class SeqAutoencoder {
   SeqAutoencoderConfig config_;
   core::Backend& backend_;
   core::ParameterStore params_;
-  // The train programs (one per batch width) share one arena, as the
-  // encoder's do (encoder.h); the other kinds keep their own.
-  core::SharedArena train_arena_{backend_.allocator()};
-  const SeqAutoencoderProgram* last_train_ = nullptr;
+  // The program of `kind` for (B, T), ready to run: when another program
+  // ran in its kind's arena since, the inputs written once (positions, the
+  // loss scale) are written again.
+  SeqAutoencoderProgram& ready(Kind kind, int64_t B, int64_t T);
+
+  // The programs of one kind (one per batch width) run one at a time, so
+  // they share one arena, sized for the widest, as the encoder's do
+  // (encoder.h): a run evaluates at many widths, and an arena per program
+  // kept every one of them. A kind's output stays valid until that kind
+  // runs again. last_[kind] is the program whose inputs its arena holds.
+  core::SharedArena arenas_[4]{core::SharedArena{backend_.allocator()}, core::SharedArena{backend_.allocator()},
+                               core::SharedArena{backend_.allocator()}, core::SharedArena{backend_.allocator()}};
+  const SeqAutoencoderProgram* last_[4] = {};
   std::vector<int32_t> positions_;  // 0, 1, 2, ...: every program's `pos` input
   core::ShapeCache<SeqAutoencoderProgram> caches_[4];
   bool profile_train_ = false;
