@@ -63,12 +63,20 @@ core::RecomputeResult recompute_blocks(const Graph& g, const std::string& level,
       std::vector<size_t> cut;  // the node producing each block boundary
       for (int64_t l = 0; l <= n_layer; ++l) {
         const ValueId v = g.find(stack + std::to_string(l));
-        if (v != core::kNoValue && g.value(v).producer >= 0) cut.push_back(size_t(g.value(v).producer));
+        if (v == core::kNoValue || g.value(v).producer < 0)
+          throw core::Error("train.recompute = full: the graph has no block boundary '" + stack + std::to_string(l) +
+                            "' made by a node");
+        cut.push_back(size_t(g.value(v).producer));
       }
       for (size_t k = 0; k + 1 < cut.size(); ++k)
         if (cut[k] < cut[k + 1]) policy.segments.emplace_back(cut[k] + 1, cut[k + 1] + 1);
     }
   return core::recompute(g, policy);
+}
+
+void remap_values(const core::RecomputeResult& r, std::initializer_list<ValueId*> ids) {
+  for (ValueId* v : ids)
+    if (*v != core::kNoValue) *v = r.map[size_t(*v)];
 }
 
 }  // namespace brisk::models

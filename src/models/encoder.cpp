@@ -130,8 +130,7 @@ std::unique_ptr<EncoderProgram> Encoder::build(bool train, int64_t B, int64_t T)
     core::backward(g, p->loss, {.seed = p->loss_scale});
     if (config_.recompute != "none") {  // train.recompute (block_recompute.h)
       core::RecomputeResult r = recompute_blocks(g, config_.recompute, {"resid."}, config_.n_layer);
-      for (ValueId* v : {&p->ids, &p->lengths, &p->pos, &p->labels, &p->logits, &p->loss, &p->loss_scale})
-        *v = r.map[size_t(*v)];
+      remap_values(r, {&p->ids, &p->lengths, &p->pos, &p->labels, &p->logits, &p->loss, &p->loss_scale});
       p->graph = std::move(r.graph);
     }
   }

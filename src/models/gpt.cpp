@@ -229,8 +229,7 @@ void fuse_backward(GptProgram& p, const GptConfig& config, bool on_device) {
 // the earlier block's segment and read by the next, so under full it stays.)
 void apply_recompute(GptProgram& p, const std::string& level, int64_t n_layer) {
   core::RecomputeResult r = recompute_blocks(p.graph, level, {"resid."}, n_layer);
-  for (ValueId* v : {&p.ids, &p.pos, &p.targets, &p.logits, &p.loss, &p.loss_scale, &p.chunk_losses})
-    if (*v != core::kNoValue) *v = r.map[size_t(*v)];
+  remap_values(r, {&p.ids, &p.pos, &p.targets, &p.logits, &p.loss, &p.loss_scale, &p.chunk_losses});
   p.graph = std::move(r.graph);
 }
 

@@ -174,9 +174,8 @@ std::unique_ptr<SeqAutoencoderProgram> SeqAutoencoder::build(Kind kind, int64_t 
     core::backward(g, p->loss, {.seed = p->loss_scale});
     if (config_.recompute != "none") {  // train.recompute (block_recompute.h), both stacks
       core::RecomputeResult r = recompute_blocks(g, config_.recompute, {"enc.resid.", "dec.resid."}, config_.n_layer);
-      for (ValueId* v : {&p->ids, &p->lengths, &p->pos, &p->dec_ids, &p->targets, &p->latent, &p->logits, &p->loss,
-                         &p->loss_scale})
-        *v = r.map[size_t(*v)];
+      remap_values(r, {&p->ids, &p->lengths, &p->pos, &p->dec_ids, &p->targets, &p->latent_in, &p->latent,
+                       &p->logits, &p->loss, &p->loss_scale});
       p->graph = std::move(r.graph);
     }
   }
@@ -252,11 +251,12 @@ void SeqAutoencoder::feed(SeqAutoencoderProgram& p, const int32_t* ids, const in
   if (p.targets != core::kNoValue) p.executor->write(p.targets, targets_.data(), targets_.size() * 4);
 }
 
-const float* SeqAutoencoder::host(SeqAutoencoderProgram& p, ValueId v, size_t count) {
+const float* SeqAutoencoder::host(Kind kind, SeqAutoencoderProgram& p, ValueId v, size_t count) {
   if (backend_.device().is_host()) return static_cast<const float*>(p.executor->data(v));
-  host_out_.resize(count);
-  p.executor->read(v, host_out_.data(), count * sizeof(float));
-  return host_out_.data();
+  std::vector<float>& out = host_out_[int(kind)];
+  out.resize(count);
+  p.executor->read(v, out.data(), count * sizeof(float));
+  return out.data();
 }
 
 SeqAutoencoderProgram& SeqAutoencoder::ready(Kind kind, int64_t B, int64_t T) {
@@ -286,14 +286,14 @@ const float* SeqAutoencoder::encode(const int32_t* ids, const int32_t* lengths, 
   SeqAutoencoderProgram& p = ready(Kind::encode, B, T);
   feed(p, ids, lengths);
   p.executor->run();
-  return host(p, p.latent, size_t(B * config_.latent));
+  return host(Kind::encode, p, p.latent, size_t(B * config_.latent));
 }
 
 const float* SeqAutoencoder::logits(const int32_t* ids, const int32_t* lengths, int64_t B, int64_t T) {
   SeqAutoencoderProgram& p = ready(Kind::reconstruct, B, T);
   feed(p, ids, lengths);
   p.executor->run();
-  return host(p, p.logits, size_t(B * T * config_.vocab_size));
+  return host(Kind::reconstruct, p, p.logits, size_t(B * T * config_.vocab_size));
 }
 
 void SeqAutoencoder::init_weights(uint64_t seed) {

@@ -73,7 +73,7 @@ std::vector<int32_t> SeqAutoencoder::decode_recompute(const float* latents, cons
     p.executor->write(p.latent_in, latents, size_t(B * config_.latent) * sizeof(float));
     p.executor->write(p.dec_ids, dec.data(), dec.size() * 4);
     p.executor->run();
-    const float* z = host(p, p.logits, size_t(B * W * V));
+    const float* z = host(Kind::decode, p, p.logits, size_t(B * W * V));
     for (int64_t b = 0; b < B; ++b)
       if (t < lengths[b]) out[size_t(b * L + t)] = argmax_residue(z + (b * W + t) * V, V);
   }

@@ -359,12 +359,13 @@ AutoencoderResult train_autoencoder(const AutoencoderConfig& cfg, const Autoenco
 
   std::snprintf(line, sizeof line,
                 "brisk train (sequence autoencoder): %lld params | %lld + %lld layers, %lld embd, %lld heads, "
-                "latent %lld, max_len %lld | %s | %d threads\n"
+                "latent %lld, max_len %lld | %s | recompute %s | %d threads\n"
                 "data: %s (%lld records: %lld repeats and %lld empty left out, %lld cut to max_len) | split %zu / "
                 "%zu / %zu sequences (seed %llu) | batch %lld, %lld steps/epoch x %lld epochs | %s batches\n",
                 (long long)cfg.model.num_params(), (long long)cfg.model.n_layer, (long long)cfg.model.n_layer,
                 (long long)cfg.model.n_embd, (long long)cfg.model.n_head, (long long)cfg.model.latent,
-                (long long)cfg.model.max_len, precision.path.c_str(), backend.num_threads(), cfg.store.c_str(),
+                (long long)cfg.model.max_len, precision.path.c_str(), cfg.model.recompute.c_str(), backend.num_threads(),
+                cfg.store.c_str(),
                 (long long)store.size(),
                 (long long)res.duplicates, (long long)res.dropped_empty, (long long)res.truncated, split.train.size(),
                 split.val.size(), split.test.size(), (unsigned long long)cfg.split_seed, (long long)cfg.batch,
@@ -485,6 +486,7 @@ AutoencoderResult train_autoencoder(const AutoencoderConfig& cfg, const Autoenco
         {"padded_tokens_per_s", res.padded_tokens_per_s}, {"padding_waste", res.padding_waste},
         {"bucketed", cfg.bucket},
         {"precision", precision_name(precision.effective)}, {"precision_path", precision.path},
+        {"recompute", cfg.model.recompute},
         {"cache", {{"hit_rate", consumed.hit_rate()}, {"hits", consumed.hits},
                    {"misses", consumed.lookups - consumed.hits},
                    {"evictions", cs.evictions}, {"bytes_used", cs.bytes_used}}}}},

@@ -306,12 +306,12 @@ ClassifyResult train_classifier(const ClassifyConfig& cfg, const ClassifyOptions
 
   std::snprintf(line, sizeof line,
                 "brisk train (encoder classifier): %lld params | %lld layers, %lld embd, %lld heads, max_len %lld, "
-                "%lld classes | %s | %d threads\n"
+                "%lld classes | %s | recompute %s | %d threads\n"
                 "data: %s (%lld records, tokenizer %s) | split %zu / %zu / %zu (seed %llu) | %lld empty, %lld repeats left out | "
                 "batch %lld, %lld steps/epoch x %lld epochs | %s batches\n",
                 (long long)cfg.model.num_params(), (long long)cfg.model.n_layer, (long long)cfg.model.n_embd,
                 (long long)cfg.model.n_head, (long long)cfg.model.max_len, (long long)cfg.model.n_classes,
-                precision.path.c_str(), backend.num_threads(), cfg.store.c_str(), (long long)store.size(), store.info().tokenizer.c_str(),
+                precision.path.c_str(), cfg.model.recompute.c_str(), backend.num_threads(), cfg.store.c_str(), (long long)store.size(), store.info().tokenizer.c_str(),
                 split.train.size(), split.val.size(), split.test.size(), (unsigned long long)cfg.split_seed,
                 (long long)res.dropped_empty, (long long)res.repeats, (long long)cfg.batch, (long long)per_epoch, (long long)cfg.epochs,
                 cfg.bucket ? "length-bucketed" : "shuffled (unbucketed)");
@@ -433,6 +433,7 @@ ClassifyResult train_classifier(const ClassifyConfig& cfg, const ClassifyOptions
         {"padded_tokens_per_s", res.padded_tokens_per_s}, {"padding_waste", res.padding_waste},
         {"bucketed", cfg.bucket}, {"truncated_records_epoch0", res.truncated},
         {"precision", precision_name(precision.effective)}, {"precision_path", precision.path},
+        {"recompute", cfg.model.recompute},
         {"cache", {{"hit_rate", consumed.hit_rate()}, {"hits", consumed.hits},
                    {"misses", consumed.lookups - consumed.hits},
                    {"evictions", cs.evictions}, {"bytes_used", cs.bytes_used}}}}},

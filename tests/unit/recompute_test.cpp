@@ -22,6 +22,7 @@
 #include "brisk/core/planner.h"
 #include "brisk/core/recompute.h"
 #include "brisk/cpu/cpu_backend.h"
+#include "brisk/models/block_recompute.h"
 #include "brisk/models/encoder.h"
 #include "brisk/models/gpt.h"
 #include "brisk/models/seq_autoencoder.h"
@@ -320,10 +321,14 @@ LevelStep level_step(Model& m, const core::Graph& g, size_t arena, double loss) 
   return s;
 }
 
-// none, selective and full: the same loss and gradients bit for bit (the
-// clones compute what the originals did; these graphs have no fused ops),
-// a smaller planned arena at each level, and the ops each level adds.
-void expect_levels(const std::vector<LevelStep>& s, int blocks) {
+// none, selective and full: the same gradients bit for bit (the clones
+// compute what the originals did; these graphs have no fused ops), a
+// smaller planned arena at each level, and exactly the ops each level adds:
+// selective every LayerNorm again (two per block, the final one per stack;
+// the backward reads their statistics), no products; full also each block's
+// attention and three of its four products (the MLP's c_proj output feeds
+// only the residual add, whose backward reads neither input).
+void expect_levels(const std::vector<LevelStep>& s, int blocks, int stacks) {
   for (size_t l = 1; l < s.size(); ++l) {
     SCOPED_TRACE(kLevels[l]);
     EXPECT_EQ(s[l].loss, s[0].loss);
@@ -333,12 +338,12 @@ void expect_levels(const std::vector<LevelStep>& s, int blocks) {
               s[1].arena / 1048576.0, s[2].arena / 1048576.0);
   EXPECT_LT(s[1].arena, s[0].arena);
   EXPECT_LT(s[2].arena, s[1].arena);
-  // selective redoes the LayerNorms, no products; full replays each block's attention and products too.
-  EXPECT_GT(s[1].layernorm, s[0].layernorm);
+  EXPECT_EQ(s[1].layernorm, s[0].layernorm + 2 * blocks + stacks);
   EXPECT_EQ(s[1].linear, s[0].linear);
   EXPECT_EQ(s[1].attention, s[0].attention);
+  EXPECT_EQ(s[2].layernorm, s[1].layernorm);
+  EXPECT_EQ(s[2].linear, s[0].linear + 3 * blocks);
   EXPECT_EQ(s[2].attention, s[0].attention + blocks);
-  EXPECT_GT(s[2].linear, s[0].linear);
 }
 
 }  // namespace
@@ -359,7 +364,7 @@ TEST(Recompute, EncoderLossAndGradientsMatchAtEveryLevelInLessMemory) {
       const models::EncoderProgram& p = m.program(true, b.B, b.T);
       steps.push_back(level_step(m, p.graph, p.executor->plan().report.arena, loss));
     }
-    expect_levels(steps, 2);
+    expect_levels(steps, 2, 1);
   }
 }
 
@@ -379,7 +384,22 @@ TEST(Recompute, SeqAutoencoderLossAndGradientsMatchAtEveryLevelInLessMemory) {
       const models::SeqAutoencoderProgram& p = m.program(models::SeqAutoencoder::Kind::train, b.B, b.T);
       steps.push_back(level_step(m, p.graph, p.executor->plan().report.arena, loss));
     }
-    expect_levels(steps, 2 * 2);  // both stacks
+    expect_levels(steps, 2 * 2, 2);  // both stacks
+  }
+}
+
+// full cuts a model's stacks at its named block boundaries; a graph without
+// them is an error, not a silent selective.
+TEST(Recompute, FullWithoutBlockBoundariesIsAnError) {
+  Graph g;
+  const testing_models::Built b = testing_models::build_gpt_block(g, {});
+  core::backward(g, b.loss);
+  EXPECT_NO_THROW(models::recompute_blocks(g, "selective", {"resid."}, 1));
+  try {
+    models::recompute_blocks(g, "full", {"resid."}, 1);
+    FAIL() << "expected an Error";
+  } catch (const core::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no block boundary 'resid.0'"), std::string::npos) << e.what();
   }
 }
 

@@ -126,7 +126,7 @@ class Executor {
 };
 
 // One arena for several executors of which only one runs at a time (a
-// model's training programs, one per batch width): it is as large as the
+// model's programs of one kind, one per batch width): it is as large as the
 // largest of their plans, not their sum. Nothing in it survives from one
 // executor's run to another's, so every input must be written again before
 // an executor runs after another (or has been attached). Attaching a plan

@@ -20,6 +20,7 @@
 // plain op); not part of the weights.
 #pragma once
 
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -33,9 +34,13 @@ void validate_recompute(const std::string& level);
 
 // The train graph `g` (with its backward) rewritten for `level` ("none"
 // replays it unchanged). `stacks` are the prefixes of the block-boundary
-// names, each stack's boundaries `<prefix>0` .. `<prefix><n_layer>`. The
-// caller maps its own value ids through the result's `map`.
+// names, each stack's boundaries `<prefix>0` .. `<prefix><n_layer>`; under
+// full, a stack missing one throws Error (it would fall back to selective
+// without a word). The caller maps its value ids with remap_values.
 core::RecomputeResult recompute_blocks(const core::Graph& g, const std::string& level,
                                        const std::vector<std::string>& stacks, int64_t n_layer);
+
+// Each of a program's value ids (kNoValue left as is) mapped into r.graph.
+void remap_values(const core::RecomputeResult& r, std::initializer_list<core::ValueId*> ids);
 
 }  // namespace brisk::models

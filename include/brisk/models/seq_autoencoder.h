@@ -108,10 +108,10 @@ class SeqAutoencoder {
   // by loss_scale. Returns the mean cross-entropy over the real positions.
   double train_micro_step(const int32_t* ids, const int32_t* lengths, int64_t batch, int64_t seq,
                           double loss_scale = 1.0);
-  // (batch, latent) f32, valid until the next call.
+  // (batch, latent) f32, valid until the next encode() call.
   const float* encode(const int32_t* ids, const int32_t* lengths, int64_t batch, int64_t seq);
   // Teacher-forced (batch, seq, vocab) f32 logits: row b, position t predicts
-  // residue t from the latent and the true residues before t. Valid until the next call.
+  // residue t from the latent and the true residues before t. Valid until the next logits() call.
   const float* logits(const int32_t* ids, const int32_t* lengths, int64_t batch, int64_t seq);
   // Greedy decoding from latents (batch x latent f32): each row grows to
   // lengths[b] residues (in [1, max_len]), every step the argmax residue
@@ -136,7 +136,9 @@ class SeqAutoencoder {
  private:
   std::unique_ptr<SeqAutoencoderProgram> build(Kind kind, int64_t batch, int64_t seq);
   void feed(SeqAutoencoderProgram& p, const int32_t* ids, const int32_t* lengths);
-  const float* host(SeqAutoencoderProgram& p, core::ValueId v, size_t count);
+  // Value v of a program of `kind` on the host: its arena buffer on a host
+  // backend, else a copy in that kind's host buffer.
+  const float* host(Kind kind, SeqAutoencoderProgram& p, core::ValueId v, size_t count);
   void write_positions(SeqAutoencoderProgram& p);
 
   SeqAutoencoderConfig config_;
@@ -161,7 +163,7 @@ class SeqAutoencoder {
   std::vector<int32_t> dec_ids_, targets_;
   double input_dropout_ = 0;
   uint64_t dropout_state_ = 0;
-  std::vector<float> host_out_;
+  std::vector<float> host_out_[4];  // per kind, as the arenas
 };
 
 }  // namespace brisk::models
