@@ -19,6 +19,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <set>
 #include <vector>
 
 #include "../common/report_profile.h"
@@ -575,6 +576,26 @@ log_every = 1000
 
 }  // namespace
 
+namespace {
+
+// The run's last checkpoint, reloaded, gives its reported test figures
+// exactly: the same loss and teacher-forced and free-running accuracy.
+void expect_checkpoint_reproduces_the_test_figures(const train::AutoencoderConfig& cfg,
+                                                   const train::AutoencoderResult& r) {
+  const train::AutoencoderCheckpoint info = train::read_autoencoder_checkpoint(r.checkpoint);
+  models::SeqAutoencoder reloaded(info.config, backend());
+  train::load_autoencoder_checkpoint(r.checkpoint, reloaded);
+  data::RecordStore store(cfg.store);
+  std::vector<std::vector<int32_t>> seqs;
+  for (int64_t i : r.split.test) seqs.push_back(store.get(i).tokens);
+  const train::Reconstruction again = train::evaluate_reconstruction(reloaded, seqs, r.test.trivial_token, true);
+  EXPECT_DOUBLE_EQ(again.loss, r.test.loss);
+  EXPECT_DOUBLE_EQ(again.teacher_forced, r.test.teacher_forced);
+  EXPECT_DOUBLE_EQ(again.free_running, r.test.free_running);
+}
+
+}  // namespace
+
 TEST(TrainAutoencoder, LearnsToReconstructASyntheticStoreAndReportsIt) {
   const fs::path dir = temp_dir("run");
   synthetic_fasta(dir);
@@ -608,16 +629,7 @@ TEST(TrainAutoencoder, LearnsToReconstructASyntheticStoreAndReportsIt) {
   EXPECT_EQ(profile.at("flash_attention").at("calls").get<int64_t>(), r.steps * cfg.model.n_layer);
   EXPECT_TRUE(fs::exists(dir / "run/metrics.jsonl"));
 
-  // The checkpoint reloads into the same reconstruction of the test split.
-  const train::AutoencoderCheckpoint info = train::read_autoencoder_checkpoint(r.checkpoint);
-  models::SeqAutoencoder reloaded(info.config, backend());
-  train::load_autoencoder_checkpoint(r.checkpoint, reloaded);
-  data::RecordStore store(cfg.store);
-  std::vector<std::vector<int32_t>> seqs;
-  for (int64_t i : r.split.test) seqs.push_back(store.get(i).tokens);
-  const train::Reconstruction again = train::evaluate_reconstruction(reloaded, seqs, r.test.trivial_token, true);
-  EXPECT_DOUBLE_EQ(again.teacher_forced, r.test.teacher_forced);
-  EXPECT_DOUBLE_EQ(again.free_running, r.test.free_running);
+  expect_checkpoint_reproduces_the_test_figures(cfg, r);
   fs::remove_all(dir);
 }
 
@@ -673,16 +685,7 @@ TEST(TrainAutoencoder, Bf16RunLearnsTheSyntheticStore) {
 
     for (const auto& [name, t] : core::load_safetensors(r.checkpoint + "/model.safetensors").tensors)
       EXPECT_EQ(t.dtype(), core::DType::f32) << name;
-    const train::AutoencoderCheckpoint info = train::read_autoencoder_checkpoint(r.checkpoint);
-    models::SeqAutoencoder reloaded(info.config, backend());
-    train::load_autoencoder_checkpoint(r.checkpoint, reloaded);
-    data::RecordStore store(cfg.store);
-    std::vector<std::vector<int32_t>> seqs;
-    for (int64_t i : r.split.test) seqs.push_back(store.get(i).tokens);
-    const train::Reconstruction again = train::evaluate_reconstruction(reloaded, seqs, r.test.trivial_token, true);
-    EXPECT_DOUBLE_EQ(again.loss, r.test.loss);
-    EXPECT_DOUBLE_EQ(again.teacher_forced, r.test.teacher_forced);
-    EXPECT_DOUBLE_EQ(again.free_running, r.test.free_running);
+    expect_checkpoint_reproduces_the_test_figures(cfg, r);
     fs::remove_all(dir);
   }
 }
@@ -703,6 +706,42 @@ TEST(TrainAutoencoder, Bf16WithoutBf16DotProductsFallsBackToFp32) {
   EXPECT_GT(brisk::testing::profile_calls(dir / "run/report.json", "flash_attention"), 0) << "the profile holds the steps' ops";
   const nlohmann::json report = nlohmann::json::parse(std::ifstream(dir / "run/report.json"));
   EXPECT_EQ(report["training"]["precision"], "fp32");
+  fs::remove_all(dir);
+}
+
+// train.recompute = "full" replays both stacks' blocks in every backward
+// (each attention forward runs twice), at both batch widths of the run
+// (they share one train arena), and trains the same run bit for bit: the
+// same loss at every step, the same weights, the same test figures; the
+// level is in the report.
+TEST(TrainAutoencoder, RecomputeFullTrainsTheSameRun) {
+  const fs::path dir = temp_dir("recompute");
+  synthetic_fasta(dir);
+  train::AutoencoderConfig cfg = synthetic_config(dir);
+  cfg.epochs = 4;
+  cfg.model.max_len = 64;  // rows of 12-41 residues: batches of width 32 and 64
+  cfg.out_dir = (dir / "none").string();
+  const train::AutoencoderResult none = train::train_autoencoder(cfg, {.quiet = true, .profile = true});
+  cfg.model.recompute = "full";
+  cfg.out_dir = (dir / "full").string();
+  const train::AutoencoderResult full = train::train_autoencoder(cfg, {.quiet = true, .profile = true});
+  for (const char* op : {"flash_attention", "masked_flash_attention"})  // each block's forward runs twice
+    EXPECT_EQ(brisk::testing::profile_calls(dir / "full/report.json", op),
+              2 * brisk::testing::profile_calls(dir / "none/report.json", op)) << op;
+  EXPECT_EQ(brisk::testing::step_losses(dir / "full/metrics.jsonl"), brisk::testing::step_losses(dir / "none/metrics.jsonl"));
+  EXPECT_EQ(brisk::testing::file_bytes(full.checkpoint + "/model.safetensors"),
+            brisk::testing::file_bytes(none.checkpoint + "/model.safetensors"));
+  EXPECT_DOUBLE_EQ(full.test.loss, none.test.loss);
+  EXPECT_DOUBLE_EQ(full.test.free_running, none.test.free_running);
+  const nlohmann::json report = nlohmann::json::parse(std::ifstream(dir / "full/report.json"));
+  EXPECT_EQ(report["training"]["recompute"], "full");
+  std::set<int64_t> widths;
+  std::ifstream metrics(dir / "full/metrics.jsonl");
+  for (std::string line; std::getline(metrics, line);) {
+    const nlohmann::json row = nlohmann::json::parse(line);
+    if (row.contains("batch_width")) widths.insert(row["batch_width"].get<int64_t>());
+  }
+  EXPECT_EQ(widths, (std::set<int64_t>{32, 64}));
   fs::remove_all(dir);
 }
 
