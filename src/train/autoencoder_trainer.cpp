@@ -49,7 +49,7 @@ using core::ConfigError;
 
 namespace {
 
-constexpr int64_t kEvalBatch = 32;
+constexpr int64_t kEvalBatch = kAutoencoderEvalBatch;
 
 using detail::round_width;
 

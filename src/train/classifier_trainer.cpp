@@ -46,7 +46,7 @@ using core::ConfigError;
 
 namespace {
 
-constexpr int64_t kEvalBatch = 64;
+constexpr int64_t kEvalBatch = kClassifierEvalBatch;
 
 using detail::round_width;
 

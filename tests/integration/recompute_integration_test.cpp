@@ -1,11 +1,14 @@
 // train.recompute through the CLI: `brisk plan` prints the memory of every
 // level before anything runs (the arena shrinking none > selective > full),
+// for GPT, encoder classifier and sequence autoencoder configs,
 // a bad level is a clear error, and training with full recomputation takes
 // exactly the steps (losses bit for bit) that training without it takes, with
 // the start-up memory line naming the level.
 #include <gtest/gtest.h>
 
 #include <sstream>
+#include <utility>
+#include <vector>
 
 #include "integration_util.h"
 
@@ -31,12 +34,13 @@ class RecomputeCli : public ::testing::Test {
 
 }  // namespace
 
-TEST_F(RecomputeCli, PlanPrintsEveryLevel) {
-  const CliResult r = run_cli({"plan", config("plan", 2)});
-  ASSERT_EQ(r.exit_code, 0) << r.err;
+namespace {
+
+// `brisk plan`'s table: every level's row in order, and the arena shrinking level by level.
+void expect_every_level_shrinking(const std::string& out) {
   std::vector<std::string> levels;
   std::vector<double> arena;
-  std::istringstream lines(r.out);
+  std::istringstream lines(out);
   for (std::string line; std::getline(lines, line);) {
     std::istringstream row(line);
     std::string level;
@@ -47,9 +51,38 @@ TEST_F(RecomputeCli, PlanPrintsEveryLevel) {
       arena.push_back(a);
     }
   }
-  ASSERT_EQ(levels, (std::vector<std::string>{"none", "selective", "full"})) << r.out;
-  EXPECT_LT(arena[1], arena[0]) << r.out;
-  EXPECT_LT(arena[2], arena[1]) << r.out;
+  ASSERT_EQ(levels, (std::vector<std::string>{"none", "selective", "full"})) << out;
+  EXPECT_LT(arena[1], arena[0]) << out;
+  EXPECT_LT(arena[2], arena[1]) << out;
+}
+
+}  // namespace
+
+TEST_F(RecomputeCli, PlanPrintsEveryLevel) {
+  const CliResult r = run_cli({"plan", config("plan", 2)});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  expect_every_level_shrinking(r.out);
+}
+
+// The encoder classifier's and the sequence autoencoder's configs: their
+// widest train step per level and the arena their evaluation adds (no
+// store needed: nothing is read or run); --ranks is for GPT runs.
+TEST_F(RecomputeCli, PlanOfEncoderAndAutoencoderConfigs) {
+  const std::string body = "n_layer = 2\nn_embd = 32\nn_head = 2\nmax_len = 64\n[train]\nbatch = 4\n";
+  const std::string encoder = tmp_.file("encoder.toml"), autoencoder = tmp_.file("autoencoder.toml");
+  write_text(encoder, "[model]\nkind = \"encoder\"\nvocab_size = 64\n" + body);
+  write_text(autoencoder, "[model]\nkind = \"autoencoder\"\nlatent = 8\n" + body);
+  for (const auto& [path, what] : {std::pair{encoder, "(encoder classifier)"}, {autoencoder, "(sequence autoencoder)"}}) {
+    const CliResult r = run_cli({"plan", "--config", path});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.out.find(what), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("batch 4 x max_len 64 (the widest step)"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("evaluation (val and test splits"), std::string::npos) << r.out;
+    expect_every_level_shrinking(r.out);
+    const CliResult ranks = run_cli({"plan", "--config", path, "--ranks", "2"});
+    EXPECT_EQ(ranks.exit_code, 2) << ranks.out;
+    EXPECT_NE(ranks.err.find("--ranks is for GPT configs"), std::string::npos) << ranks.err;
+  }
 }
 
 TEST_F(RecomputeCli, UnknownLevelIsAClearError) {

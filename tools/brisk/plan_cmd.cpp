@@ -6,7 +6,9 @@
 // level in compute sits next to what it saves. Nothing is run and no arena is
 // allocated: the graphs are planned with core::plan_memory, which is the same
 // figure the executor allocates (engine_test checks that they agree), so a
-// run that would not fit is known before it starts.
+// run that would not fit is known before it starts. An encoder classifier or
+// sequence autoencoder config gets the same table for its widest train step
+// (train.batch x model.max_len), and the arena its evaluation programs add.
 #include "plan_cmd.h"
 
 #include <algorithm>
@@ -18,8 +20,12 @@
 #include "brisk/core/error.h"
 #include "brisk/cpu/cpu_backend.h"
 #include "brisk/dist/data_parallel.h"
+#include "brisk/models/encoder.h"
 #include "brisk/models/gpt.h"
+#include "brisk/models/seq_autoencoder.h"
 #include "brisk/optim/optimizer.h"
+#include "brisk/train/autoencoder_trainer.h"
+#include "brisk/train/classifier_trainer.h"
 #include "brisk/train/config.h"
 #include "brisk/train/tune.h"
 
@@ -52,7 +58,30 @@ size_t zero1_state_bytes(const core::ParameterStore& params, const core::Graph& 
   return size_t(most) * 2 * sizeof(float);
 }
 
+// The three levels side by side, with what each costs in FLOPs.
+void print_levels(const std::vector<Row>& rows) {
+  auto mib = [](size_t b) { return double(b) / (1024.0 * 1024.0); };
+  std::printf("memory of one train step in MiB, planned (nothing allocated or run); train.recompute picks the row\n\n");
+  std::printf("%-10s %10s %12s %9s %9s %10s %10s %8s %13s %9s\n", "recompute", "arena", "activations", "params",
+              "grads", "optimizer", "total", "vs none", "GFLOP/step", "recompute");
+  const Row& base = rows.front();
+  for (const Row& r : rows) {
+    std::printf("%-10s %10.1f %12.1f %9.1f %9.1f %10.1f %10.1f %7.0f%% %13.1f %8.1f%%\n", r.level.c_str(),
+                mib(r.mem.arena), mib(r.mem.activations), mib(r.mem.params), mib(r.mem.grads),
+                mib(r.mem.optimizer_state), mib(r.mem.total()),
+                100.0 * double(r.mem.total()) / double(base.mem.total()), r.flops * 1e-9,
+                100.0 * (r.flops - base.flops) / base.flops);
+  }
+  std::printf("\narena: activations and workspace after buffer reuse (activations: their peak alone); GFLOP/step:\n"
+              "matrix products and attention of one micro-step, forward and backward; recompute: the extra\n"
+              "FLOPs of the level (selective redoes only elementwise work, not counted).\n");
+}
+
+int run_epoch_plan(const std::string& path, const std::vector<std::string>& sets, int ranks);
+
 int run_plan(const std::string& path, const std::vector<std::string>& sets, int ranks) {
+  if (train::is_autoencoder_config(path, sets) || train::is_encoder_config(path, sets))
+    return run_epoch_plan(path, sets, ranks);
   train::TrainConfig cfg = train::load_train_config(path, sets);
   if (ranks < 1) throw core::ConfigError("brisk plan: --ranks must be at least 1");
   if (cfg.batch % ranks != 0)
@@ -83,7 +112,6 @@ int run_plan(const std::string& path, const std::vector<std::string>& sets, int 
     rows.push_back(r);
   }
 
-  auto mib = [](size_t b) { return double(b) / (1024.0 * 1024.0); };
   std::printf("brisk plan: %s | %lld params | batch %lld x seq %lld (x accum %lld, same memory) | precision %s | %s\n",
               path.empty() ? "(defaults)" : path.c_str(), (long long)cfg.model.num_params(), (long long)cfg.batch,
               (long long)cfg.seq, (long long)cfg.grad_accum, train::precision_name(precision.effective),
@@ -98,21 +126,72 @@ int run_plan(const std::string& path, const std::vector<std::string>& sets, int 
                 "%.1f MiB beside the totals below (never the full %.1f MiB)\n",
                 double(2 * sizeof(float) * dist::DataParallel::moment_gather_floats(cfg.dist)) / (1 << 20),
                 double(state_bytes) / (1 << 20));
-  std::printf("memory of one train step in MiB, planned (nothing allocated or run); train.recompute picks the row\n\n");
-  std::printf("%-10s %10s %12s %9s %9s %10s %10s %8s %13s %9s\n", "recompute", "arena", "activations", "params",
-              "grads", "optimizer", "total", "vs none", "GFLOP/step", "recompute");
-  const Row& base = rows.front();
-  for (const Row& r : rows) {
-    std::printf("%-10s %10.1f %12.1f %9.1f %9.1f %10.1f %10.1f %7.0f%% %13.1f %8.1f%%\n", r.level.c_str(),
-                mib(r.mem.arena), mib(r.mem.activations), mib(r.mem.params), mib(r.mem.grads),
-                mib(r.mem.optimizer_state), mib(r.mem.total()),
-                100.0 * double(r.mem.total()) / double(base.mem.total()), r.flops * 1e-9,
-                100.0 * (r.flops - base.flops) / base.flops);
-  }
-  std::printf("\narena: activations and workspace after buffer reuse (activations: their peak alone); GFLOP/step:\n"
-              "matrix products and attention of one micro-step, forward and backward; recompute: the extra\n"
-              "FLOPs of the level (selective redoes only elementwise work, not counted).\n");
+  print_levels(rows);
   return 0;
+}
+
+// An encoder classifier or sequence autoencoder config (`Config`, `Model`):
+// the train step at its widest batch, train.batch x model.max_len (the train
+// programs of every width share one arena, sized for the widest), per
+// level, and the evaluation programs' arenas, which live beside it from the
+// first validation on (`eval`: each kind's widest graph; not rewritten by
+// the level).
+template <class Model, class Config, class TrainGraph, class EvalGraphs>
+int plan_epoch_run(const std::string& path, const char* what, const Config& cfg, TrainGraph train_graph,
+                   EvalGraphs eval_graphs) {
+  const train::PrecisionChoice precision = train::resolve_precision(cfg.precision, cfg.precision_fallback, "cpu");
+  if (!precision.warning.empty()) std::fprintf(stderr, "%s\n", precision.warning.c_str());
+  cpu::CpuBackend backend(cfg.threads);
+  std::vector<Row> rows;
+  size_t state_bytes = 0, eval_arena = 0;
+  for (const char* level : {"none", "selective", "full"}) {
+    auto mc = cfg.model;  // as the trainer builds it
+    mc.compute = train::compute_dtype(precision.effective);
+    mc.recompute = level;
+    Model model(mc, backend);
+    const core::Graph g = train_graph(model, cfg.batch, mc.max_len);
+    if (rows.empty()) {  // AdamW's moments and the eval arenas: the same at every level
+      optim::AdamW adamw(cfg.adamw, model.params(), backend);
+      state_bytes = model.params().state_bytes();
+      for (const core::Graph& e : eval_graphs(model, mc.max_len)) eval_arena += core::plan_memory(e).report.arena;
+    }
+    Row r{level, core::plan_memory(g).report, matmul_flops(g)};
+    r.mem.optimizer_state = state_bytes;
+    rows.push_back(r);
+  }
+  std::printf("brisk plan: %s (%s) | %lld params | batch %lld x max_len %lld (the widest step) | precision %s | "
+              "host memory (cpu)\n",
+              path.c_str(), what, (long long)cfg.model.num_params(), (long long)cfg.batch,
+              (long long)cfg.model.max_len, train::precision_name(precision.effective));
+  std::printf("evaluation (val and test splits; the same at every level): %.1f MiB of arena beside the totals below\n",
+              double(eval_arena) / (1 << 20));
+  print_levels(rows);
+  return 0;
+}
+
+int run_epoch_plan(const std::string& path, const std::vector<std::string>& sets, int ranks) {
+  if (ranks != 1) throw core::ConfigError("brisk plan: --ranks is for GPT configs; encoder and autoencoder runs train in one process");
+  if (train::is_autoencoder_config(path, sets)) {
+    using models::SeqAutoencoder;
+    return plan_epoch_run<SeqAutoencoder>(
+        path, "sequence autoencoder", train::load_autoencoder_config(path, sets),
+        [](SeqAutoencoder& m, int64_t B, int64_t T) { return m.graph(SeqAutoencoder::Kind::train, B, T); },
+        [](SeqAutoencoder& m, int64_t T) {  // teacher-forced logits and encoding (decoding runs on host buffers)
+          std::vector<core::Graph> out;
+          out.push_back(m.graph(SeqAutoencoder::Kind::reconstruct, train::kAutoencoderEvalBatch, T));
+          out.push_back(m.graph(SeqAutoencoder::Kind::encode, train::kAutoencoderEvalBatch, T));
+          return out;
+        });
+  }
+  using models::Encoder;
+  return plan_epoch_run<Encoder>(
+      path, "encoder classifier", train::load_classify_config(path, sets),
+      [](Encoder& m, int64_t B, int64_t T) { return m.graph(true, B, T); },
+      [](Encoder& m, int64_t T) {
+        std::vector<core::Graph> out;
+        out.push_back(m.graph(false, train::kClassifierEvalBatch, T));
+        return out;
+      });
 }
 
 }  // namespace

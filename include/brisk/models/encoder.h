@@ -88,6 +88,9 @@ class Encoder {
   const float* logits(const int32_t* ids, const int32_t* lengths, int64_t batch, int64_t seq);
 
   EncoderProgram& program(bool train, int64_t batch, int64_t seq);
+  // The graph program(train, batch, seq) would run, built but neither
+  // planned nor cached (`brisk plan`).
+  core::Graph graph(bool train, int64_t batch, int64_t seq) { return std::move(build(train, batch, seq)->graph); }
   size_t cached_programs() const { return train_cache_.size() + logits_cache_.size(); }
 
   // `brisk train --profile`: every train program times its ops, those

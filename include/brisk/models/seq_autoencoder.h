@@ -126,6 +126,9 @@ class SeqAutoencoder {
   std::vector<int32_t> decode_cached(const float* latents, const int32_t* lengths, int64_t batch);
 
   SeqAutoencoderProgram& program(Kind kind, int64_t batch, int64_t seq);
+  // The graph program(kind, batch, seq) would run, built but neither
+  // planned nor cached (`brisk plan`).
+  core::Graph graph(Kind kind, int64_t batch, int64_t seq) { return std::move(build(kind, batch, seq)->graph); }
   size_t cached_programs() const;
 
   // `brisk train --profile`: every train program times its ops, those

@@ -23,6 +23,11 @@
 
 namespace brisk::train {
 
+// Rows of the reconstruct and encode programs that score the val and test
+// splits (at most max_len wide): their arenas live beside the train step's
+// (`brisk plan`).
+constexpr int64_t kAutoencoderEvalBatch = 32;
+
 // Reconstruction of a set of sequences (each cut to the model's max_len).
 struct Reconstruction {
   int64_t sequences = 0, residues = 0;

@@ -19,6 +19,10 @@
 
 namespace brisk::train {
 
+// Rows of the logits programs that score the val and test splits (at most
+// max_len wide): their arena lives beside the train step's (`brisk plan`).
+constexpr int64_t kClassifierEvalBatch = 64;
+
 // Which records form each part of the split, in ascending order.
 struct Split {
   std::vector<int64_t> train, val, test;
