@@ -107,9 +107,14 @@ double graph_matmul_flops(const core::Graph& g) {
         break;
       case OpKind::attention:
       case OpKind::flash_attention:
+      case OpKind::masked_attention:
+      case OpKind::masked_flash_attention:
       case OpKind::attention_backward:
-      case OpKind::flash_attention_backward: {
-        const bool fwd = n.op == OpKind::attention || n.op == OpKind::flash_attention;
+      case OpKind::flash_attention_backward:
+      case OpKind::masked_attention_backward:
+      case OpKind::masked_flash_attention_backward: {  // every key of every row (the causal ones count it too)
+        const bool fwd = n.op == OpKind::attention || n.op == OpKind::flash_attention ||
+                         n.op == OpKind::masked_attention || n.op == OpKind::masked_flash_attention;
         const auto& y = g.shape(fwd ? n.outputs[0] : n.inputs[0]);  // (B, T, C): the output or its gradient
         f += (fwd ? 4.0 : 8.0) * double(y[0]) * double(y[1]) * double(y[1]) * double(y[2]);
         break;

@@ -725,9 +725,11 @@ TEST(TrainAutoencoder, RecomputeFullTrainsTheSameRun) {
   cfg.model.recompute = "full";
   cfg.out_dir = (dir / "full").string();
   const train::AutoencoderResult full = train::train_autoencoder(cfg, {.quiet = true, .profile = true});
-  for (const char* op : {"flash_attention", "masked_flash_attention"})  // each block's forward runs twice
+  for (const char* op : {"flash_attention", "masked_flash_attention"}) {  // each block's forward runs twice
+    EXPECT_EQ(brisk::testing::profile_calls(dir / "none/report.json", op), none.steps * cfg.model.n_layer) << op;
     EXPECT_EQ(brisk::testing::profile_calls(dir / "full/report.json", op),
               2 * brisk::testing::profile_calls(dir / "none/report.json", op)) << op;
+  }
   EXPECT_EQ(brisk::testing::step_losses(dir / "full/metrics.jsonl"), brisk::testing::step_losses(dir / "none/metrics.jsonl"));
   EXPECT_EQ(brisk::testing::file_bytes(full.checkpoint + "/model.safetensors"),
             brisk::testing::file_bytes(none.checkpoint + "/model.safetensors"));

@@ -11,6 +11,7 @@
 #include "brisk/core/error.h"
 #include "brisk/core/planner.h"
 #include "brisk/cpu/cpu_backend.h"
+#include "brisk/models/encoder.h"
 #include "brisk/models/gpt.h"
 #include "brisk/monitor/run_summary.h"
 #include "brisk/train/config.h"
@@ -321,4 +322,21 @@ TEST(Tune, AutoBudget) {
   const train::TrainConfig t = train::apply_memory_budget(c, backend, &report);
   EXPECT_EQ(t.memory_budget, "");
   EXPECT_NE(report.find("train.memory_budget: auto: "), std::string::npos) << report;
+}
+
+// The FLOP count brisk plan prints: the encoder-bodied models' masked
+// attention counts as the GPT's causal one does (4 B T^2 C forward, 8 B T^2 C
+// backward), beside 6 x rows x the block Linears' in x out and the head's.
+TEST(GraphMatmulFlops, CountsMaskedAttention) {
+  models::EncoderConfig c;
+  c.vocab_size = 64, c.n_layer = 2, c.n_embd = 32, c.n_head = 2, c.max_len = 64, c.n_classes = 3;
+  cpu::CpuBackend backend(1);
+  for (const char* attention : {"flash", "plain"}) {
+    c.attention = attention;
+    models::Encoder m(c, backend);
+    const int64_t B = 4, T = 64, C = 32, L = 2, K = 3;
+    const double linears = 6.0 * double(B * T) * double(12 * C * C * L) + 6.0 * double(B) * double(C * K);
+    const double attn = 12.0 * double(L) * double(B) * double(T * T) * double(C);
+    EXPECT_DOUBLE_EQ(train::graph_matmul_flops(m.graph(true, B, T)), linears + attn) << attention;
+  }
 }

@@ -133,14 +133,15 @@ int run_plan(const std::string& path, const std::vector<std::string>& sets, int 
 // An encoder classifier or sequence autoencoder config (`Config`, `Model`):
 // the train step at its widest batch, train.batch x model.max_len (the train
 // programs of every width share one arena, sized for the widest), per
-// level, and the evaluation programs' arenas, which live beside it from the
-// first validation on (`eval`: each kind's widest graph; not rewritten by
-// the level).
+// level, and what evaluation adds beside it from the first validation on:
+// each eval kind's widest program's arena (`eval_graphs`; not rewritten by
+// the level) and `eval_host_bytes` of host buffers.
 template <class Model, class Config, class TrainGraph, class EvalGraphs>
 int plan_epoch_run(const std::string& path, const char* what, const Config& cfg, TrainGraph train_graph,
-                   EvalGraphs eval_graphs) {
+                   EvalGraphs eval_graphs, size_t eval_host_bytes) {
   const train::PrecisionChoice precision = train::resolve_precision(cfg.precision, cfg.precision_fallback, "cpu");
   if (!precision.warning.empty()) std::fprintf(stderr, "%s\n", precision.warning.c_str());
+  if (!precision.note.empty()) std::fprintf(stderr, "%s\n", precision.note.c_str());
   cpu::CpuBackend backend(cfg.threads);
   std::vector<Row> rows;
   size_t state_bytes = 0, eval_arena = 0;
@@ -163,8 +164,10 @@ int plan_epoch_run(const std::string& path, const char* what, const Config& cfg,
               "host memory (cpu)\n",
               path.c_str(), what, (long long)cfg.model.num_params(), (long long)cfg.batch,
               (long long)cfg.model.max_len, train::precision_name(precision.effective));
-  std::printf("evaluation (val and test splits; the same at every level): %.1f MiB of arena beside the totals below\n",
-              double(eval_arena) / (1 << 20));
+  std::printf("evaluation (val and test splits; the same at every level): at most %.1f MiB beside the totals below "
+              "(its widest programs%s)\n",
+              double(eval_arena + eval_host_bytes) / (1 << 20),
+              eval_host_bytes ? " and greedy decoding's key/value cache" : "");
   print_levels(rows);
   return 0;
 }
@@ -173,15 +176,19 @@ int run_epoch_plan(const std::string& path, const std::vector<std::string>& sets
   if (ranks != 1) throw core::ConfigError("brisk plan: --ranks is for GPT configs; encoder and autoencoder runs train in one process");
   if (train::is_autoencoder_config(path, sets)) {
     using models::SeqAutoencoder;
+    const train::AutoencoderConfig cfg_ae = train::load_autoencoder_config(path, sets);
     return plan_epoch_run<SeqAutoencoder>(
-        path, "sequence autoencoder", train::load_autoencoder_config(path, sets),
+        path, "sequence autoencoder", cfg_ae,
         [](SeqAutoencoder& m, int64_t B, int64_t T) { return m.graph(SeqAutoencoder::Kind::train, B, T); },
         [](SeqAutoencoder& m, int64_t T) {  // teacher-forced logits and encoding (decoding runs on host buffers)
           std::vector<core::Graph> out;
           out.push_back(m.graph(SeqAutoencoder::Kind::reconstruct, train::kAutoencoderEvalBatch, T));
           out.push_back(m.graph(SeqAutoencoder::Kind::encode, train::kAutoencoderEvalBatch, T));
           return out;
-        });
+        },
+        // decode_cached's key and value blocks: every layer, every row, max_len positions, f32
+        size_t(2 * cfg_ae.model.n_layer * train::kAutoencoderEvalBatch * cfg_ae.model.max_len * cfg_ae.model.n_embd) *
+            sizeof(float));
   }
   using models::Encoder;
   return plan_epoch_run<Encoder>(
@@ -191,7 +198,8 @@ int run_epoch_plan(const std::string& path, const std::vector<std::string>& sets
         std::vector<core::Graph> out;
         out.push_back(m.graph(false, train::kClassifierEvalBatch, T));
         return out;
-      });
+      },
+      0);
 }
 
 }  // namespace

@@ -35,8 +35,9 @@ void validate_recompute(const std::string& level);
 // The train graph `g` (with its backward) rewritten for `level` ("none"
 // replays it unchanged). `stacks` are the prefixes of the block-boundary
 // names, each stack's boundaries `<prefix>0` .. `<prefix><n_layer>`; under
-// full, a stack missing one throws Error (it would fall back to selective
-// without a word). The caller maps its value ids with remap_values.
+// full, a stack missing one throws Error (its blocks would otherwise merge
+// into larger segments, or fall back to selective, without a word). The
+// caller maps its value ids with remap_values.
 core::RecomputeResult recompute_blocks(const core::Graph& g, const std::string& level,
                                        const std::vector<std::string>& stacks, int64_t n_layer);
 
