@@ -365,9 +365,7 @@ AutoencoderResult train_autoencoder(const AutoencoderConfig& cfg, const Autoenco
                 (long long)cfg.model.num_params(), (long long)cfg.model.n_layer, (long long)cfg.model.n_layer,
                 (long long)cfg.model.n_embd, (long long)cfg.model.n_head, (long long)cfg.model.latent,
                 (long long)cfg.model.max_len, precision.path.c_str(), cfg.model.recompute.c_str(), backend.num_threads(),
-                cfg.store.c_str(),
-                (long long)store.size(),
-                (long long)res.duplicates, (long long)res.dropped_empty, (long long)res.truncated, split.train.size(),
+                cfg.store.c_str(), (long long)store.size(), (long long)res.duplicates, (long long)res.dropped_empty, (long long)res.truncated, split.train.size(),
                 split.val.size(), split.test.size(), (unsigned long long)cfg.split_seed, (long long)cfg.batch,
                 (long long)per_epoch, (long long)cfg.epochs, cfg.bucket ? "length-bucketed" : "shuffled (unbucketed)");
   say(line);

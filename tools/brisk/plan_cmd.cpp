@@ -173,7 +173,8 @@ int plan_epoch_run(const std::string& path, const char* what, const Config& cfg,
 }
 
 int run_epoch_plan(const std::string& path, const std::vector<std::string>& sets, int ranks) {
-  if (ranks != 1) throw core::ConfigError("brisk plan: --ranks is for GPT configs; encoder and autoencoder runs train in one process");
+  if (ranks != 1)
+    throw core::ConfigError("brisk plan: --ranks is for GPT configs; encoder and autoencoder runs train in one process");
   if (train::is_autoencoder_config(path, sets)) {
     using models::SeqAutoencoder;
     const train::AutoencoderConfig cfg_ae = train::load_autoencoder_config(path, sets);
