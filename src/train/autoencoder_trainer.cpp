@@ -49,8 +49,6 @@ using core::ConfigError;
 
 namespace {
 
-constexpr int64_t kEvalBatch = kAutoencoderEvalBatch;
-
 using detail::round_width;
 
 // Indices of `sequences` sorted by (cut) length, cut into batches of `batch`:
@@ -103,7 +101,7 @@ Reconstruction evaluate_reconstruction(models::SeqAutoencoder& model,
   int64_t tf_right = 0, fr_right = 0, trivial_right = 0, exact = 0;
   std::vector<int32_t> ids, lens;
   std::vector<float> latents;
-  for (const std::vector<size_t>& batch : length_batches(lengths, kEvalBatch)) {
+  for (const std::vector<size_t>& batch : length_batches(lengths, kAutoencoderEvalBatch)) {
     const int64_t rows = int64_t(batch.size()), T = round_width(lengths[batch.back()], L);
     pad_rows(sequences, lengths, batch, T, ids, lens);
     // --- teacher forced: the decoder reads the true residues before each position

@@ -46,8 +46,6 @@ using core::ConfigError;
 
 namespace {
 
-constexpr int64_t kEvalBatch = kClassifierEvalBatch;
-
 using detail::round_width;
 
 // Every record's length and label (and, for the baseline, its first max_len
@@ -99,8 +97,8 @@ std::vector<float> predict_probs(models::Encoder& model, const std::vector<std::
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return length(a) < length(b); });
   std::vector<float> probs(sequences.size() * size_t(K));
   std::vector<int32_t> ids, lengths;
-  for (size_t b0 = 0; b0 < order.size(); b0 += kEvalBatch) {
-    const size_t rows = std::min<size_t>(kEvalBatch, order.size() - b0);
+  for (size_t b0 = 0; b0 < order.size(); b0 += kClassifierEvalBatch) {
+    const size_t rows = std::min<size_t>(kClassifierEvalBatch, order.size() - b0);
     const int64_t T = round_width(length(order[b0 + rows - 1]), L);
     ids.assign(rows * size_t(T), 0);
     lengths.assign(rows, 0);

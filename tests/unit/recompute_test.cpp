@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "brisk/core/autograd.h"
@@ -346,46 +347,57 @@ void expect_levels(const std::vector<LevelStep>& s, int blocks, int stacks) {
   EXPECT_EQ(s[2].attention, s[0].attention + blocks);
 }
 
+// One train step of the model `configure()` describes at every level, in
+// fp32 and bf16 (`step` runs it on the batch and returns its loss and train
+// program), checked by expect_levels.
+template <class Model, class Configure, class Step>
+void expect_every_level(Configure configure, Step step, int blocks, int stacks) {
+  for (core::DType compute : {core::DType::f32, core::DType::bf16}) {
+    SCOPED_TRACE(core::dtype_name(compute));
+    std::vector<LevelStep> steps;
+    for (const char* level : kLevels) {
+      auto c = configure();
+      c.compute = compute;
+      c.recompute = level;
+      Model m(c, backend());
+      m.init_weights(3);
+      const auto [loss, program] = step(m);
+      steps.push_back(level_step(m, program->graph, program->executor->plan().report.arena, loss));
+    }
+    expect_levels(steps, blocks, stacks);
+  }
+}
+
 }  // namespace
 
 TEST(Recompute, EncoderLossAndGradientsMatchAtEveryLevelInLessMemory) {
   const PaddedBatch b;
-  for (core::DType compute : {core::DType::f32, core::DType::bf16}) {
-    SCOPED_TRACE(core::dtype_name(compute));
-    std::vector<LevelStep> steps;
-    for (const char* level : kLevels) {
-      models::EncoderConfig c;
-      c.vocab_size = 32, c.n_layer = 2, c.n_embd = 32, c.n_head = 2, c.max_len = 64, c.n_classes = 2;
-      c.compute = compute;
-      c.recompute = level;
-      models::Encoder m(c, backend());
-      m.init_weights(3);
-      const double loss = m.train_micro_step(b.ids.data(), b.lengths.data(), b.labels.data(), b.B, b.T);
-      const models::EncoderProgram& p = m.program(true, b.B, b.T);
-      steps.push_back(level_step(m, p.graph, p.executor->plan().report.arena, loss));
-    }
-    expect_levels(steps, 2, 1);
-  }
+  expect_every_level<models::Encoder>(
+      [] {
+        models::EncoderConfig c;
+        c.vocab_size = 32, c.n_layer = 2, c.n_embd = 32, c.n_head = 2, c.max_len = 64, c.n_classes = 2;
+        return c;
+      },
+      [&](models::Encoder& m) {
+        const double loss = m.train_micro_step(b.ids.data(), b.lengths.data(), b.labels.data(), b.B, b.T);
+        return std::pair{loss, &m.program(true, b.B, b.T)};
+      },
+      2, 1);
 }
 
 TEST(Recompute, SeqAutoencoderLossAndGradientsMatchAtEveryLevelInLessMemory) {
   const PaddedBatch b;
-  for (core::DType compute : {core::DType::f32, core::DType::bf16}) {
-    SCOPED_TRACE(core::dtype_name(compute));
-    std::vector<LevelStep> steps;
-    for (const char* level : kLevels) {
-      models::SeqAutoencoderConfig c;
-      c.n_layer = 2, c.n_embd = 32, c.n_head = 2, c.max_len = 64, c.latent = 8;
-      c.compute = compute;
-      c.recompute = level;
-      models::SeqAutoencoder m(c, backend());
-      m.init_weights(3);
-      const double loss = m.train_micro_step(b.ids.data(), b.lengths.data(), b.B, b.T);
-      const models::SeqAutoencoderProgram& p = m.program(models::SeqAutoencoder::Kind::train, b.B, b.T);
-      steps.push_back(level_step(m, p.graph, p.executor->plan().report.arena, loss));
-    }
-    expect_levels(steps, 2 * 2, 2);  // both stacks
-  }
+  expect_every_level<models::SeqAutoencoder>(
+      [] {
+        models::SeqAutoencoderConfig c;
+        c.n_layer = 2, c.n_embd = 32, c.n_head = 2, c.max_len = 64, c.latent = 8;
+        return c;
+      },
+      [&](models::SeqAutoencoder& m) {
+        const double loss = m.train_micro_step(b.ids.data(), b.lengths.data(), b.B, b.T);
+        return std::pair{loss, &m.program(models::SeqAutoencoder::Kind::train, b.B, b.T)};
+      },
+      2 * 2, 2);  // both stacks
 }
 
 // full cuts a model's stacks at its named block boundaries; a graph without
