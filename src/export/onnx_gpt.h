@@ -7,20 +7,14 @@
 
 #include "brisk/models/gpt.h"
 #include "onnx.pb.h"
+#include "onnx_blocks.h"
 
 namespace brisk::exporter {
 
-inline constexpr const char* kInputName = "input_ids";
-inline constexpr const char* kOutputName = "logits";
-
-// The KV-cache variant's inputs and outputs, with Hugging Face Optimum's
-// names for GPT-2: attention_mask (batch, past + seq) and position_ids
-// (batch, seq) int64; per layer past_key_values.<l>.key / .value in and
-// present.<l>.key / .value out, each (batch, n_head, length, head_dim).
-inline constexpr const char* kAttentionMaskName = "attention_mask";
+// The KV-cache variant's other inputs, with Hugging Face Optimum's names
+// for GPT-2: attention_mask (batch, past + seq) and position_ids (batch,
+// seq) int64, beside each layer's past keys and values (onnx_blocks.h).
 inline constexpr const char* kPositionsName = "position_ids";
-std::string past_name(int64_t layer, const char* kv);     // kv: "key" or "value"
-std::string present_name(int64_t layer, const char* kv);
 
 struct GptGraphStats {
   int64_t nodes = 0;

@@ -32,6 +32,19 @@ onnx::AttributeProto attr_float(const std::string& name, float value) {
   return a;
 }
 
+void declare(onnx::ValueInfoProto* v, const std::string& name, int32_t elem_type, const std::vector<Dim>& dims,
+             const std::string& doc) {
+  v->set_name(name);
+  v->set_doc_string(doc);
+  onnx::TypeProto_Tensor* t = v->mutable_type()->mutable_tensor_type();
+  t->set_elem_type(elem_type);
+  for (const Dim& d : dims) {
+    onnx::TensorShapeProto_Dimension* out = t->mutable_shape()->add_dim();
+    if (d.symbol.empty()) out->set_dim_value(d.value);
+    else out->set_dim_param(d.symbol);
+  }
+}
+
 void OnnxGraph::claim(const std::string& name) {
   // The exporter's own wiring, not user input: a clash is a bug in it.
   if (!names_.insert(name).second) throw std::logic_error("onnx export: value name '" + name + "' used twice");

@@ -20,6 +20,16 @@ onnx::AttributeProto attr_int(const std::string& name, int64_t value);
 onnx::AttributeProto attr_ints(const std::string& name, const std::vector<int64_t>& values);
 onnx::AttributeProto attr_float(const std::string& name, float value);
 
+// A tensor dimension of a graph input or output: a size, or a symbol.
+struct Dim {
+  int64_t value = 0;
+  std::string symbol;
+};
+
+// Names and types a graph input or output (`v`), with a line for its readers.
+void declare(onnx::ValueInfoProto* v, const std::string& name, int32_t elem_type, const std::vector<Dim>& dims,
+             const std::string& doc);
+
 class OnnxGraph {
  public:
   explicit OnnxGraph(onnx::GraphProto& graph) : g_(graph) {}
