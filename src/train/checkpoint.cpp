@@ -210,19 +210,15 @@ void check_no_extra(const std::string& path, const std::map<std::string, Value>&
                     "): a checkpoint of another model?");
 }
 
-// What a checkpoint holds: state.json's "kind" ("gpt" when absent: GPT
-// checkpoints predate the field).
-constexpr const char* kGptKind = "gpt";
-constexpr const char* kEncoderKind = "encoder-classifier";
-constexpr const char* kAutoencoderKind = "seq-autoencoder";
-
+// Refuses a checkpoint of another kind than `want` (checkpoint_kind()),
+// naming both and what each is for.
 void check_kind(const StateFields& f, const Json& st, const std::string& want) {
-  const std::string kind = st.contains("kind") ? f.string(st, "kind", "kind") : kGptKind;
+  const std::string kind = st.contains("kind") ? f.string(st, "kind", "kind") : kGptCheckpoint;
   if (kind == want) return;
   auto what = [](const std::string& k) {
-    return k == kGptKind           ? std::string("a GPT language model (for brisk generate, eval, serve)")
-           : k == kEncoderKind     ? std::string("an encoder classifier (for brisk classify)")
-           : k == kAutoencoderKind ? std::string("a sequence autoencoder (for brisk encode, decode)")
+    return k == kGptCheckpoint           ? std::string("a GPT language model (for brisk generate, eval, serve)")
+           : k == kEncoderCheckpoint     ? std::string("an encoder classifier (for brisk classify)")
+           : k == kAutoencoderCheckpoint ? std::string("a sequence autoencoder (for brisk encode, decode)")
                                    : "of unknown kind '" + k + "'";
   };
   throw IoError(f.path + ": this checkpoint is " + what(kind) + ", but " + what(want) + " is needed here");
@@ -278,6 +274,12 @@ void load_moments(const std::string& ckpt_dir, core::ParameterStore& store, opti
 }
 
 }  // namespace
+
+std::string checkpoint_kind(const std::string& ckpt_dir) {
+  const std::string path = (fs::path(ckpt_dir) / "state.json").string();
+  const Json st = parse_state_file(path);
+  return st.contains("kind") ? StateFields{path}.string(st, "kind", "kind") : kGptCheckpoint;
+}
 
 core::Tensor param_from_file(const std::string& path, const std::string& pname, const core::Tensor& stored,
                              const core::TensorMeta& param) {
@@ -426,7 +428,7 @@ models::GptConfig read_checkpoint_config(const std::string& ckpt_dir, TrainState
   const std::string path = (fs::path(ckpt_dir) / "state.json").string();
   const Json st = parse_state_file(path);
   const StateFields f{path};
-  check_kind(f, st, kGptKind);
+  check_kind(f, st, kGptCheckpoint);
   const Json& m = f.object(st, "model", "model");
   models::GptConfig c;
   c.vocab_size = f.integer(m, "model.vocab_size", "vocab_size");
@@ -584,7 +586,7 @@ void load_body_checkpoint(const std::string& ckpt_dir, Model& model, optim::Adam
 std::string save_encoder_checkpoint(const std::string& out_dir, const models::Encoder& model,
                                     const optim::AdamW* optimizer, const EncoderCheckpoint& info, int keep) {
   const models::EncoderConfig& c = model.config();
-  nlohmann::json st = body_state_json(kEncoderKind, info, optimizer, body_model_json(c, "n_classes", c.n_classes));
+  nlohmann::json st = body_state_json(kEncoderCheckpoint, info, optimizer, body_model_json(c, "n_classes", c.n_classes));
   st["label_names"] = info.label_names;
   st["strip_headers"] = info.strip_headers;
   return write_checkpoint(out_dir, info.step, model.params(), optimizer, st, keep, nullptr);
@@ -592,7 +594,7 @@ std::string save_encoder_checkpoint(const std::string& out_dir, const models::En
 
 EncoderCheckpoint read_encoder_checkpoint(const std::string& ckpt_dir) {
   EncoderCheckpoint info;
-  const Json st = read_body_state(ckpt_dir, kEncoderKind, "n_classes", info.config.n_classes, info);
+  const Json st = read_body_state(ckpt_dir, kEncoderCheckpoint, "n_classes", info.config.n_classes, info);
   const StateFields f{(fs::path(ckpt_dir) / "state.json").string()};
   if (st.contains("strip_headers")) info.strip_headers = f.boolean(st, "strip_headers", "strip_headers");
   const int64_t n_classes = info.config.n_classes;
@@ -618,13 +620,13 @@ std::string save_autoencoder_checkpoint(const std::string& out_dir, const models
                                         const optim::AdamW* optimizer, const AutoencoderCheckpoint& info, int keep) {
   const models::SeqAutoencoderConfig& c = model.config();
   const nlohmann::json st =
-      body_state_json(kAutoencoderKind, info, optimizer, body_model_json(c, "latent", c.latent));
+      body_state_json(kAutoencoderCheckpoint, info, optimizer, body_model_json(c, "latent", c.latent));
   return write_checkpoint(out_dir, info.step, model.params(), optimizer, st, keep, nullptr);
 }
 
 AutoencoderCheckpoint read_autoencoder_checkpoint(const std::string& ckpt_dir) {
   AutoencoderCheckpoint info;
-  read_body_state(ckpt_dir, kAutoencoderKind, "latent", info.config.latent, info);
+  read_body_state(ckpt_dir, kAutoencoderCheckpoint, "latent", info.config.latent, info);
   return info;
 }
 

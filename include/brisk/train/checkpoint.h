@@ -119,6 +119,15 @@ AutoencoderCheckpoint read_autoencoder_checkpoint(const std::string& ckpt_dir);
 void load_autoencoder_checkpoint(const std::string& ckpt_dir, models::SeqAutoencoder& model,
                                  optim::AdamW* optimizer = nullptr);
 
+// What a checkpoint holds, from its state.json's "kind": "gpt" (also when
+// the field is absent: GPT checkpoints predate it), "encoder-classifier" or
+// "seq-autoencoder"; any other string is returned as it is. Throws IoError
+// naming the file for a missing or damaged state.json.
+std::string checkpoint_kind(const std::string& ckpt_dir);
+inline constexpr const char* kGptCheckpoint = "gpt";
+inline constexpr const char* kEncoderCheckpoint = "encoder-classifier";
+inline constexpr const char* kAutoencoderCheckpoint = "seq-autoencoder";
+
 // Hugging Face stores Conv1D weights (in, out); brisk stores (out, in).
 bool is_hf_conv1d_weight(const std::string& name);
 // Parameter `pname` (meta `param`) from its tensor in a model.safetensors:
