@@ -1,8 +1,10 @@
-// `brisk export onnx` (onnx_export.h): checkpoint in, one .onnx file out. The
-// model is loaded through models::Gpt and train::load_checkpoint, so the
-// checkpoint gets the same checks as `brisk generate` (every tensor present
-// with its shape); the graph comes from onnx_gpt.cpp; the file is serialized
-// by protobuf straight into `<out>.tmp`, fsync'ed and renamed into place.
+// `brisk export onnx` (onnx_export.h): checkpoint in, one .onnx file out. A
+// GPT is loaded through models::Gpt and train::load_checkpoint, an encoder
+// classifier through models::Encoder and train::load_encoder_checkpoint, so
+// the checkpoint gets the same checks as `brisk generate` or `brisk
+// classify` (every tensor present with its shape); the graphs come from
+// onnx_gpt.cpp and onnx_encoder.cpp; the file is serialized by protobuf
+// straight into `<out>.tmp`, fsync'ed and renamed into place.
 #include "brisk/export/onnx_export.h"
 
 #include <fcntl.h>
@@ -10,16 +12,20 @@
 
 #include <cerrno>
 #include <climits>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <memory>
+
+#include <nlohmann/json.hpp>
 
 #include "brisk/core/atomic_file.h"
 #include "brisk/core/error.h"
 #include "brisk/cpu/cpu_backend.h"
 #include "brisk/train/checkpoint.h"
 #include "onnx.pb.h"
+#include "onnx_encoder.h"
 #include "onnx_gpt.h"
 
 namespace brisk::exporter {
@@ -63,39 +69,26 @@ void write_model_atomic(const onnx::ModelProto& model, const std::string& path) 
   }
 }
 
-}  // namespace
-
-OnnxExportSummary write_onnx(const models::Gpt& model, const std::string& out_path,
-                             const std::map<std::string, std::string>& metadata, const OnnxExportOptions& options) {
-  core::check_output_file(out_path);
-  const models::GptConfig& cfg = model.config();
-
+// The model around a graph: IR version, opset 17, producer, a line on the
+// model, and `props` as metadata_props.
+onnx::ModelProto model_proto(const std::string& doc, const std::map<std::string, std::string>& props) {
   onnx::ModelProto proto;
   proto.set_ir_version(kIrVersion);
   proto.set_producer_name("brisk");
-  proto.set_doc_string("GPT-2 (pre-LayerNorm, tanh GELU, learned positions, LM head tied to wte): n_layer " +
-                       std::to_string(cfg.n_layer) + ", n_embd " + std::to_string(cfg.n_embd) + ", n_head " +
-                       std::to_string(cfg.n_head) + ", vocab " + std::to_string(cfg.vocab_size) + ", block " +
-                       std::to_string(cfg.block_size));
+  proto.set_doc_string(doc);
   onnx::OperatorSetIdProto* opset = proto.add_opset_import();
   opset->set_domain("");  // the default ai.onnx domain
   opset->set_version(kOnnxOpset);
-
-  std::map<std::string, std::string> props = metadata;
-  props["vocab_size"] = std::to_string(cfg.vocab_size);
-  props["n_layer"] = std::to_string(cfg.n_layer);
-  props["n_embd"] = std::to_string(cfg.n_embd);
-  props["n_head"] = std::to_string(cfg.n_head);
-  props["block_size"] = std::to_string(cfg.block_size);
-  props["kv_cache"] = options.kv_cache ? "true" : "false";
   for (const auto& [k, v] : props) {
     onnx::StringStringEntryProto* e = proto.add_metadata_props();
     e->set_key(k);
     e->set_value(v);
   }
+  return proto;
+}
 
-  const GptGraphStats stats = build_gpt_graph(model, *proto.mutable_graph(), options.kv_cache);
-
+// Writes a built model; returns its size.
+uint64_t write_model(const onnx::ModelProto& proto, const std::string& out_path) {
   // protobuf cannot serialize a message of 2 GiB or more; such a model would
   // need ONNX's external-data files, which this exporter does not write.
   const size_t bytes = proto.ByteSizeLong();
@@ -104,15 +97,91 @@ OnnxExportSummary write_onnx(const models::Gpt& model, const std::string& out_pa
                             " MiB, over the 2 GiB protobuf limit of a single .onnx file (external data is not "
                             "supported)");
   write_model_atomic(proto, out_path);
+  return bytes;
+}
 
+OnnxExportSummary summary(const std::string& out_path, const GraphStats& stats, uint64_t bytes) {
   OnnxExportSummary s;
   s.out_path = out_path;
-  s.config = cfg;
   s.nodes = stats.nodes;
   s.initializers = stats.initializers;
   s.parameters = stats.parameters;
   s.bytes = bytes;
+  return s;
+}
+
+// An encoder classifier checkpoint (`dir`) to ONNX; its labels, tokenizer
+// and header setting go into the metadata, for a caller to prepare inputs
+// and read outputs as brisk classify does.
+OnnxExportSummary export_encoder(const std::string& dir, const std::string& out_path,
+                                 const OnnxExportOptions& options) {
+  if (options.kv_cache)
+    throw core::ConfigError(dir + ": --kv-cache is for GPT checkpoints; this one is an encoder classifier, which "
+                            "reads a whole message per call");
+  const train::EncoderCheckpoint info = train::read_encoder_checkpoint(dir);
+  cpu::CpuBackend backend(1);
+  models::Encoder model(info.config, backend);
+  train::load_encoder_checkpoint(dir, model);
+  const std::map<std::string, std::string> meta{{"step", std::to_string(info.step)},
+                                                {"tokenizer", info.tokenizer},
+                                                {"strip_headers", info.strip_headers ? "true" : "false"},
+                                                {"label_names", nlohmann::json(info.label_names).dump()}};
+  OnnxExportSummary s = write_onnx(model, out_path, meta);
+  s.checkpoint_dir = dir;
+  s.label_names = info.label_names;
+  return s;
+}
+
+}  // namespace
+
+OnnxExportSummary write_onnx(const models::Gpt& model, const std::string& out_path,
+                             const std::map<std::string, std::string>& metadata, const OnnxExportOptions& options) {
+  core::check_output_file(out_path);
+  const models::GptConfig& cfg = model.config();
+  std::map<std::string, std::string> props = metadata;
+  props["vocab_size"] = std::to_string(cfg.vocab_size);
+  props["n_layer"] = std::to_string(cfg.n_layer);
+  props["n_embd"] = std::to_string(cfg.n_embd);
+  props["n_head"] = std::to_string(cfg.n_head);
+  props["block_size"] = std::to_string(cfg.block_size);
+  props["kv_cache"] = options.kv_cache ? "true" : "false";
+  onnx::ModelProto proto =
+      model_proto("GPT-2 (pre-LayerNorm, tanh GELU, learned positions, LM head tied to wte): n_layer " +
+                      std::to_string(cfg.n_layer) + ", n_embd " + std::to_string(cfg.n_embd) + ", n_head " +
+                      std::to_string(cfg.n_head) + ", vocab " + std::to_string(cfg.vocab_size) + ", block " +
+                      std::to_string(cfg.block_size),
+                  props);
+  const GraphStats stats = build_gpt_graph(model, *proto.mutable_graph(), options.kv_cache);
+  OnnxExportSummary s = summary(out_path, stats, write_model(proto, out_path));
+  s.kind = train::kGptCheckpoint;
+  s.config = cfg;
   s.kv_cache = options.kv_cache;
+  return s;
+}
+
+OnnxExportSummary write_onnx(const models::Encoder& model, const std::string& out_path,
+                             const std::map<std::string, std::string>& metadata) {
+  core::check_output_file(out_path);
+  const models::EncoderConfig& cfg = model.config();
+  std::map<std::string, std::string> props = metadata;
+  props["kind"] = train::kEncoderCheckpoint;
+  props["vocab_size"] = std::to_string(cfg.vocab_size);
+  props["n_layer"] = std::to_string(cfg.n_layer);
+  props["n_embd"] = std::to_string(cfg.n_embd);
+  props["n_head"] = std::to_string(cfg.n_head);
+  props["max_len"] = std::to_string(cfg.max_len);
+  props["n_classes"] = std::to_string(cfg.n_classes);
+  onnx::ModelProto proto = model_proto(
+      "encoder classifier (pre-LayerNorm blocks, attention masked at padded keys, mean over the real positions, "
+      "Linear head): n_layer " +
+          std::to_string(cfg.n_layer) + ", n_embd " + std::to_string(cfg.n_embd) + ", n_head " +
+          std::to_string(cfg.n_head) + ", vocab " + std::to_string(cfg.vocab_size) + ", max_len " +
+          std::to_string(cfg.max_len) + ", classes " + std::to_string(cfg.n_classes),
+      props);
+  const GraphStats stats = build_encoder_graph(model, *proto.mutable_graph());
+  OnnxExportSummary s = summary(out_path, stats, write_model(proto, out_path));
+  s.kind = train::kEncoderCheckpoint;
+  s.encoder = cfg;
   return s;
 }
 
@@ -122,6 +191,12 @@ OnnxExportSummary export_onnx(const std::string& checkpoint, const std::string& 
   core::check_output_file(out_path);
   core::check_output_not_input(out_path, checkpoint);
   const std::string dir = train::require_checkpoint(checkpoint);
+  const std::string kind = train::checkpoint_kind(dir);
+  if (kind == train::kEncoderCheckpoint) return export_encoder(dir, out_path, options);
+  if (kind == train::kAutoencoderCheckpoint)
+    throw core::IoError(dir + ": this checkpoint is a sequence autoencoder (for brisk encode, decode); brisk export "
+                        "onnx writes GPT language models and encoder classifiers");
+  // A GPT (read_checkpoint_config refuses any other kind by name).
   train::TrainState state;
   const models::GptConfig cfg = train::read_checkpoint_config(dir, &state);
   // The weights only pass through host memory: one thread, nothing is run.

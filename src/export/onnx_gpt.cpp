@@ -43,7 +43,7 @@ class GptGraph {
         H_(model.config().n_head),
         kv_cache_(kv_cache) {}
 
-  GptGraphStats build();
+  GraphStats build();
 
  private:
   void declare_interface();
@@ -101,7 +101,7 @@ void GptGraph::declare_interface() {
               std::string("the past ") + kv + "s followed by input_ids' own: the next call's past");
 }
 
-GptGraphStats GptGraph::build() {
+GraphStats GptGraph::build() {
   const models::GptConfig& cfg = model_.config();
   graph_.set_name("brisk_gpt");
   declare_interface();
@@ -147,7 +147,7 @@ GptGraphStats GptGraph::build() {
 
 }  // namespace
 
-GptGraphStats build_gpt_graph(const models::Gpt& model, onnx::GraphProto& graph, bool kv_cache) {
+GraphStats build_gpt_graph(const models::Gpt& model, onnx::GraphProto& graph, bool kv_cache) {
   return GptGraph(model, graph, kv_cache).build();
 }
 

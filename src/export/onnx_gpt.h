@@ -16,15 +16,9 @@ namespace brisk::exporter {
 // seq) int64, beside each layer's past keys and values (onnx_blocks.h).
 inline constexpr const char* kPositionsName = "position_ids";
 
-struct GptGraphStats {
-  int64_t nodes = 0;
-  int64_t initializers = 0;
-  int64_t parameters = 0;  // weight elements from the model (constants not counted)
-};
-
 // Fills `graph` (empty) with inputs, outputs, nodes and initializers. With
 // `kv_cache` the graph also takes every layer's cached keys and values of the
 // positions before input_ids and returns them extended by input_ids' own.
-GptGraphStats build_gpt_graph(const models::Gpt& model, onnx::GraphProto& graph, bool kv_cache = false);
+GraphStats build_gpt_graph(const models::Gpt& model, onnx::GraphProto& graph, bool kv_cache = false);
 
 }  // namespace brisk::exporter

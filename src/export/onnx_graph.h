@@ -20,6 +20,13 @@ onnx::AttributeProto attr_int(const std::string& name, int64_t value);
 onnx::AttributeProto attr_ints(const std::string& name, const std::vector<int64_t>& values);
 onnx::AttributeProto attr_float(const std::string& name, float value);
 
+// What a model's graph holds, once built.
+struct GraphStats {
+  int64_t nodes = 0;
+  int64_t initializers = 0;
+  int64_t parameters = 0;  // weight elements from the model (constants not counted)
+};
+
 // A tensor dimension of a graph input or output: a size, or a symbol.
 struct Dim {
   int64_t value = 0;

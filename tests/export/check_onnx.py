@@ -2,6 +2,7 @@
 """Checks a model written by `brisk export onnx` with ONNX's own tools.
 
     check_onnx.py MODEL --vocab V --embd C --layers L --block N [--kv-cache --heads H]
+    check_onnx.py MODEL --classifier --vocab V --embd C --layers L --max-len N --classes K
 
 onnx.checker.check_model(full_check=True) (the IR and every node against
 its opset-17 schema, then strict shape and type inference), then what
@@ -12,9 +13,14 @@ initializers under their model.safetensors names. With --kv-cache also the
 inputs attention_mask int64 (batch, total), position_ids int64 (batch, seq)
 and past_key_values.<l>.key/.value, and the outputs present.<l>.key/.value,
 float32 (batch, H, length, C / H): the same batch symbol throughout, one
-length symbol for every past, another (total) for every present and the mask. Exits 1 with the reason
-on any failure, including a missing python3-onnx.
+length symbol for every past, another (total) for every present and the mask. With --classifier
+(an encoder classifier's export): inputs input_ids and attention_mask, int64 (batch, seq) with the
+same two symbols, output logits float32 (batch, K), the head's initializers head.weight (K, C) and
+head.bias (K), wpe of max_len rows, and metadata_props kind "encoder-classifier", n_classes K and
+label_names a JSON array of K strings. Exits 1 with the reason on any failure, including a missing
+python3-onnx.
 """
+import json
 import argparse
 import sys
 
@@ -39,18 +45,89 @@ def dims(value_info):
     return out
 
 
+def check_weights(inits, a, positions, extra):
+    """The float32 initializers of the embeddings, every block and ln_f (plus `extra`: name -> shape)
+    under their model.safetensors names and shapes; returns the weight count."""
+    expect = {"wte.weight": [a.vocab, a.embd], "wpe.weight": [positions, a.embd],
+              "ln_f.weight": [a.embd], "ln_f.bias": [a.embd], **extra}
+    for layer in range(a.layers):
+        p = f"h.{layer}."
+        expect.update({p + "ln_1.weight": [a.embd], p + "ln_1.bias": [a.embd],
+                       p + "attn.c_attn.weight": [a.embd, 3 * a.embd], p + "attn.c_attn.bias": [3 * a.embd],
+                       p + "attn.c_proj.weight": [a.embd, a.embd], p + "attn.c_proj.bias": [a.embd],
+                       p + "ln_2.weight": [a.embd], p + "ln_2.bias": [a.embd],
+                       p + "mlp.c_fc.weight": [a.embd, 4 * a.embd], p + "mlp.c_fc.bias": [4 * a.embd],
+                       p + "mlp.c_proj.weight": [4 * a.embd, a.embd], p + "mlp.c_proj.bias": [a.embd]})
+    for name, shape in expect.items():
+        t = inits.get(name)
+        if t is None:
+            fail(f"initializer {name} missing")
+        if list(t.dims) != shape or t.data_type != TensorProto.FLOAT:
+            fail(f"initializer {name} is {list(t.dims)} type {t.data_type}, expected {shape} float32")
+        n = 1
+        for d in shape:
+            n *= d
+        if len(t.raw_data) != 4 * n:
+            fail(f"initializer {name} holds {len(t.raw_data)} raw bytes, expected {4 * n}")
+    return sum(len(inits[k].raw_data) // 4 for k in expect)
+
+
+def check_classifier(model, a, ops):
+    g = model.graph
+    if [i.name for i in g.input] != ["input_ids", "attention_mask"]:
+        fail(f"graph inputs {[i.name for i in g.input]}, expected ['input_ids', 'attention_mask']")
+    if [o.name for o in g.output] != ["logits"]:
+        fail(f"graph outputs {[o.name for o in g.output]}, expected ['logits']")
+    ids, mask, out = g.input[0], g.input[1], g.output[0]
+    for v in (ids, mask):
+        if v.type.tensor_type.elem_type != TensorProto.INT64:
+            fail(f"{v.name} is not int64")
+    di, dm, do = dims(ids), dims(mask), dims(out)
+    if len(di) != 2 or not all(isinstance(d, str) and d for d in di) or di[0] == di[1]:
+        fail(f"input_ids dims {di}, expected two distinct symbolic ones")
+    if dm != di:
+        fail(f"attention_mask dims {dm}, expected those of input_ids {di}")
+    if out.type.tensor_type.elem_type != TensorProto.FLOAT:
+        fail("logits is not float32")
+    if do != [di[0], a.classes]:
+        fail(f"logits dims {do}, expected [{di[0]}, {a.classes}]")
+    props = {p.key: p.value for p in model.metadata_props}
+    if props.get("kind") != "encoder-classifier":
+        fail(f"metadata kind {props.get('kind')!r}, expected 'encoder-classifier'")
+    if props.get("n_classes") != str(a.classes) or props.get("max_len") != str(a.max_len):
+        fail(f"metadata n_classes {props.get('n_classes')!r}, max_len {props.get('max_len')!r}")
+    try:
+        labels = json.loads(props.get("label_names", ""))
+    except ValueError:
+        fail(f"metadata label_names {props.get('label_names')!r} is not JSON")
+    if not isinstance(labels, list) or len(labels) != a.classes or not all(isinstance(x, str) for x in labels):
+        fail(f"metadata label_names {labels!r}, expected {a.classes} strings")
+    inits = {t.name: t for t in g.initializer}
+    n_params = check_weights(inits, a, a.max_len, {"head.weight": [a.classes, a.embd], "head.bias": [a.classes]})
+    print(f"check_onnx: OK {a.model}: ir_version {model.ir_version}, opset 17, {len(g.node)} nodes, "
+          f"{len(inits)} initializers ({n_params} weights), input_ids and attention_mask {di}, logits {do}, "
+          f"labels {labels}; ops: {', '.join(ops)}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("model")
     ap.add_argument("--vocab", type=int, required=True)
     ap.add_argument("--embd", type=int, required=True)
     ap.add_argument("--layers", type=int, required=True)
-    ap.add_argument("--block", type=int, required=True)
+    ap.add_argument("--block", type=int)
     ap.add_argument("--kv-cache", action="store_true")
     ap.add_argument("--heads", type=int)
+    ap.add_argument("--classifier", action="store_true")
+    ap.add_argument("--max-len", type=int)
+    ap.add_argument("--classes", type=int)
     a = ap.parse_args()
     if a.kv_cache and not a.heads:
         ap.error("--kv-cache needs --heads")
+    if a.classifier and (a.kv_cache or not a.max_len or not a.classes):
+        ap.error("--classifier needs --max-len and --classes, and takes no --kv-cache")
+    if not a.classifier and not a.block:
+        ap.error("a GPT needs --block")
 
     model = onnx.load(a.model)
     try:
@@ -68,6 +145,10 @@ def main():
     ops = sorted({n.op_type for n in g.node})
     if any(n.domain not in ("", "ai.onnx") for n in g.node):
         fail("a node outside the default domain")
+
+    if a.classifier:
+        check_classifier(model, a, ops)
+        return
 
     cache = [f"{layer}.{kv}" for layer in range(a.layers) for kv in ("key", "value")] if a.kv_cache else []
     want_in = ["input_ids"] + (["attention_mask", "position_ids"] if cache else []) + \
@@ -112,28 +193,7 @@ def main():
              "expected one symbol for the pasts and another for the rest")
 
     inits = {t.name: t for t in g.initializer}
-    expect = {"wte.weight": [a.vocab, a.embd], "wpe.weight": [a.block, a.embd],
-              "ln_f.weight": [a.embd], "ln_f.bias": [a.embd]}
-    for layer in range(a.layers):
-        p = f"h.{layer}."
-        expect.update({p + "ln_1.weight": [a.embd], p + "ln_1.bias": [a.embd],
-                       p + "attn.c_attn.weight": [a.embd, 3 * a.embd], p + "attn.c_attn.bias": [3 * a.embd],
-                       p + "attn.c_proj.weight": [a.embd, a.embd], p + "attn.c_proj.bias": [a.embd],
-                       p + "ln_2.weight": [a.embd], p + "ln_2.bias": [a.embd],
-                       p + "mlp.c_fc.weight": [a.embd, 4 * a.embd], p + "mlp.c_fc.bias": [4 * a.embd],
-                       p + "mlp.c_proj.weight": [4 * a.embd, a.embd], p + "mlp.c_proj.bias": [a.embd]})
-    for name, shape in expect.items():
-        t = inits.get(name)
-        if t is None:
-            fail(f"initializer {name} missing")
-        if list(t.dims) != shape or t.data_type != TensorProto.FLOAT:
-            fail(f"initializer {name} is {list(t.dims)} type {t.data_type}, expected {shape} float32")
-        n = 1
-        for d in shape:
-            n *= d
-        if len(t.raw_data) != 4 * n:
-            fail(f"initializer {name} holds {len(t.raw_data)} raw bytes, expected {4 * n}")
-    n_params = sum(len(inits[k].raw_data) // 4 for k in expect)
+    n_params = check_weights(inits, a, a.block, {})
 
     cache_note = f", {len(cache)} cache inputs and as many outputs" if cache else ""
     print(f"check_onnx: OK {a.model}: ir_version {model.ir_version}, opset 17, {len(g.node)} nodes, "

@@ -89,8 +89,9 @@ inline ProgramResult run_program(const std::vector<std::string>& argv, double ti
 // Every parameter random, in ranges that keep the activations moderate:
 // logits of a few units, attention neither uniform nor one-hot.
 // A wider model takes a smaller `linear_std` (the Linear weights' spread)
-// for the same activations.
-inline void randomize(models::Gpt& model, uint64_t seed, float linear_std = 0.1f) {
+// for the same activations. Any model with params(): the GPT, the encoder.
+template <class Model>
+void randomize(Model& model, uint64_t seed, float linear_std = 0.1f) {
   for (auto& [name, e] : model.params().entries()) {
     const bool ln = name.find("ln_") != std::string::npos;
     const bool bias = name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0;

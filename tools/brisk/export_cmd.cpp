@@ -1,7 +1,8 @@
 // `brisk export onnx` and `brisk export gguf`: read a checkpoint (or the
 // newest one of a run directory) and write one self-contained file through
-// brisk::exporter::export_onnx (with `--kv-cache`, a model that also takes
-// and returns each layer's keys and values) or export_gguf (llama.cpp).
+// brisk::exporter::export_onnx (a GPT or an encoder classifier; with
+// `--kv-cache`, a GPT that also takes and returns each layer's keys and
+// values) or export_gguf (a GPT, for llama.cpp).
 // Errors (missing checkpoint, an output path that cannot be written) are
 // core::Errors, which main.cpp turns into one line and exit code 2.
 #include "export_cmd.h"
@@ -12,15 +13,36 @@
 
 #include "brisk/export/gguf_export.h"
 #include "brisk/export/onnx_export.h"
+#include "brisk/train/checkpoint.h"
 
 namespace brisk::cli {
 
 namespace {
 
+void print_encoder(const exporter::OnnxExportSummary& s) {
+  const models::EncoderConfig& c = s.encoder;
+  std::string labels;
+  for (const std::string& l : s.label_names) labels += (labels.empty() ? "" : ", ") + l;
+  std::printf("  model    encoder classifier n_layer %lld, n_embd %lld, n_head %lld, vocab %lld, max_len %lld, %lld "
+              "classes (%s) (%lld parameters)\n",
+              (long long)c.n_layer, (long long)c.n_embd, (long long)c.n_head, (long long)c.vocab_size,
+              (long long)c.max_len, (long long)c.n_classes, labels.c_str(), (long long)s.parameters);
+  std::printf("  graph    ONNX opset %lld, %lld nodes, %lld initializers, %.2f MB\n", (long long)exporter::kOnnxOpset,
+              (long long)s.nodes, (long long)s.initializers, double(s.bytes) / 1e6);
+  std::printf("  inputs   input_ids int64 [batch, seq], attention_mask int64 [batch, seq] (1 on the real tokens, rows "
+              "right-padded), seq <= %lld\n",
+              (long long)c.max_len);
+  std::printf("  output   logits float32 [batch, %lld] (classes in the order above)\n", (long long)c.n_classes);
+}
+
 int run_onnx(const std::string& checkpoint, const std::string& out, const exporter::OnnxExportOptions& options) {
   const exporter::OnnxExportSummary s = exporter::export_onnx(checkpoint, out, options);
-  const models::GptConfig& c = s.config;
   std::printf("exported %s -> %s\n", s.checkpoint_dir.c_str(), s.out_path.c_str());
+  if (s.kind == train::kEncoderCheckpoint) {
+    print_encoder(s);
+    return 0;
+  }
+  const models::GptConfig& c = s.config;
   std::printf("  model    GPT n_layer %lld, n_embd %lld, n_head %lld, vocab %lld, block %lld (%lld parameters)\n",
               (long long)c.n_layer, (long long)c.n_embd, (long long)c.n_head, (long long)c.vocab_size,
               (long long)c.block_size, (long long)s.parameters);
@@ -65,7 +87,7 @@ int run_gguf(const std::string& checkpoint, const std::string& out, const std::s
 ExportCommand add_export_command(CLI::App& parent) {
   auto* exp = parent.add_subcommand("export", "Export a checkpoint to another format (onnx, gguf)");
   exp->require_subcommand(1);
-  auto* onnx = exp->add_subcommand("onnx", "Write a checkpoint as an ONNX model (opset 17, dynamic batch and seq)");
+  auto* onnx = exp->add_subcommand("onnx", "Write a GPT or encoder classifier checkpoint as an ONNX model (opset 17, dynamic batch and seq)");
   auto checkpoint = std::make_shared<std::string>();
   auto out = std::make_shared<std::string>();
   auto options = std::make_shared<exporter::OnnxExportOptions>();
@@ -73,8 +95,8 @@ ExportCommand add_export_command(CLI::App& parent) {
       ->required();
   onnx->add_option("--out", *out, "Output file, e.g. model.onnx (written atomically)")->required();
   onnx->add_flag("--kv-cache", options->kv_cache,
-                 "Also take each layer's past keys/values and return the present ones (past_key_values.<l>.key "
-                 "-> present.<l>.key), for generating one token per call");
+                 "GPT only: also take each layer's past keys/values and return the present ones "
+                 "(past_key_values.<l>.key -> present.<l>.key), for generating one token per call");
   auto* gguf = exp->add_subcommand("gguf", "Write a checkpoint as GGUF for llama.cpp (architecture gpt2, tokenizer inside)");
   auto gguf_checkpoint = std::make_shared<std::string>();
   auto gguf_out = std::make_shared<std::string>();

@@ -1,0 +1,259 @@
+// `brisk export onnx` of an encoder classifier end to end. A small encoder
+// (vocab 300, 2 layers, 64 wide, 4 heads, max_len 48, 3 classes) gets random
+// values in every parameter (biases, LayerNorms and the head included), is
+// saved with train::save_encoder_checkpoint and exported by the real CLI.
+// Then:
+//   - onnx.checker (full_check) and the classifier interface checks of
+//     check_onnx.py (inputs, output, initializers, the labels in the
+//     metadata), with Debian's python3-onnx;
+//   - ONNX Runtime (npm onnxruntime-node, run_onnx.js --classifier) on
+//     right-padded batches of random ids, random ids on the padding too, at
+//     several (batch, seq) shapes, seq = max_len and rows of one token
+//     included, against models::Encoder::logits() of the same checkpoint on
+//     the same padded batch and on each row alone at its own length: max
+//     |difference| <= 1e-4;
+//   - user errors (--kv-cache, a checkpoint of a kind ONNX export does not
+//     write): exit code 2, a message naming the problem, no file left.
+// A missing python3-onnx, node or onnxruntime-node fails the test and says
+// what to install; nothing is skipped.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <random>
+
+#include "../integration/integration_util.h"
+#include "export_test_util.h"
+#include "brisk/core/error.h"
+#include "brisk/cpu/cpu_backend.h"
+#include "brisk/export/onnx_export.h"
+#include "brisk/models/encoder.h"
+#include "brisk/train/checkpoint.h"
+
+using namespace brisk;
+using namespace brisk::export_test;
+using itest::CliResult;
+using itest::run_cli;
+using itest::TempDir;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr double kTolerance = 1e-4;
+
+models::EncoderConfig small_encoder() {
+  models::EncoderConfig c;
+  c.vocab_size = 300, c.n_layer = 2, c.n_embd = 64, c.n_head = 4, c.max_len = 48, c.n_classes = 3;
+  return c;
+}
+
+// A label with a comma and quotes: the metadata must keep it as one JSON string.
+const std::vector<std::string> kLabels{"ham", "spam", "other, \"quoted\""};
+
+struct Exported {
+  TempDir dir;
+  std::string run_dir, checkpoint, model;
+  CliResult result;
+};
+
+const Exported& exported() {
+  // Destroyed at exit, which removes the directory.
+  static const std::unique_ptr<Exported> e = [] {
+    auto x = std::make_unique<Exported>();
+    x->run_dir = x->dir.file("run");
+    cpu::CpuBackend backend(2);
+    models::Encoder enc(small_encoder(), backend);
+    enc.init_weights(5);
+    randomize(enc, 4321);
+    const train::EncoderCheckpoint info{small_encoder(), kLabels, "bytes", true, 7, 1, {}};
+    x->checkpoint = train::save_encoder_checkpoint(x->run_dir, enc, nullptr, info, 0);
+    x->model = x->dir.file("classifier.onnx");
+    // The run directory, not the step: the CLI must pick the newest checkpoint.
+    x->result = run_cli({"export", "onnx", "--checkpoint", x->run_dir, "--out", x->model});
+    return x;
+  }();
+  return *e;
+}
+
+ProgramResult check_classifier(const std::string& model, int64_t classes) {
+  const models::EncoderConfig c = small_encoder();
+  return run_program({"/usr/bin/python3", script("check_onnx.py"), model, "--classifier", "--vocab",
+                      std::to_string(c.vocab_size), "--embd", std::to_string(c.n_embd), "--layers",
+                      std::to_string(c.n_layer), "--max-len", std::to_string(c.max_len), "--classes",
+                      std::to_string(classes)});
+}
+
+}  // namespace
+
+TEST(OnnxEncoderExport, CliWritesTheClassifier) {
+  const Exported& e = exported();
+  ASSERT_EQ(e.result.exit_code, 0) << e.result.out << e.result.err;
+  std::printf("%s", e.result.out.c_str());
+  EXPECT_NE(e.result.out.find(e.checkpoint), std::string::npos) << "names the checkpoint it read";
+  EXPECT_NE(e.result.out.find("encoder classifier"), std::string::npos);
+  EXPECT_NE(e.result.out.find("3 classes (ham, spam, other, \"quoted\")"), std::string::npos);
+  EXPECT_NE(e.result.out.find("attention_mask int64 [batch, seq]"), std::string::npos);
+  EXPECT_NE(e.result.out.find("logits float32 [batch, 3]"), std::string::npos);
+  EXPECT_GT(fs::file_size(e.model), small_encoder().num_params() * sizeof(float));
+  EXPECT_FALSE(fs::exists(e.model + ".tmp"));
+}
+
+TEST(OnnxEncoderExport, OnnxCheckerAcceptsTheClassifier) {
+  const Exported& e = exported();
+  ASSERT_EQ(e.result.exit_code, 0) << e.result.err;
+  const ProgramResult r = check_classifier(e.model, 3);
+  ASSERT_EQ(r.exit_code, 0) << "check_onnx.py failed (it needs Debian's python3-onnx: apt-get install python3-onnx, "
+                               "or scripts/install_deps.sh):\n"
+                            << r.output;
+  std::printf("%s", r.output.c_str());
+  EXPECT_NE(r.output.find("labels ['ham', 'spam', 'other, \"quoted\"']"), std::string::npos) << r.output;
+  // The checker can say no: another class count, or the GPT's interface.
+  EXPECT_NE(check_classifier(e.model, 2).exit_code, 0);
+  const models::EncoderConfig c = small_encoder();
+  EXPECT_NE(run_program({"/usr/bin/python3", script("check_onnx.py"), e.model, "--vocab", std::to_string(c.vocab_size),
+                         "--embd", std::to_string(c.n_embd), "--layers", std::to_string(c.n_layer), "--block",
+                         std::to_string(c.max_len)})
+                .exit_code,
+            0);
+}
+
+struct ClassifierCase {
+  int64_t batch, seq;
+  std::vector<int32_t> lengths;  // real tokens of each row (right-padded to seq)
+};
+
+// Runs `cases` through ONNX Runtime on random ids (the padding's too) and
+// compares every logit with models::Encoder::logits() of the same checkpoint:
+// on the same padded batch, and on each row's real tokens alone.
+void expect_runtime_matches_brisk(const Exported& e, const std::vector<ClassifierCase>& cases) {
+  const std::string modules = npm_modules();
+  ASSERT_TRUE(fs::exists(fs::path(modules) / "onnxruntime-node" / "package.json"))
+      << "onnxruntime-node is not installed under " << modules
+      << ": run `bash scripts/fetch_data.sh` (`make test` does it), or point BRISK_NPM_MODULES at a node_modules "
+         "that has it";
+  const models::EncoderConfig cfg = small_encoder();
+  cpu::CpuBackend backend(2);
+  models::Encoder model(train::read_encoder_checkpoint(e.checkpoint).config, backend);
+  train::load_encoder_checkpoint(e.checkpoint, model);
+
+  TempDir dir;
+  std::mt19937_64 rng(77);
+  std::uniform_int_distribution<int32_t> tok(0, int32_t(cfg.vocab_size - 1));
+  std::vector<std::string> argv{"node", script("run_onnx.js"), modules, e.model, "--classifier"};
+  std::vector<std::vector<int32_t>> ids(cases.size());
+  for (size_t c = 0; c < cases.size(); ++c) {
+    ids[c].resize(size_t(cases[c].batch * cases[c].seq));
+    for (auto& t : ids[c]) t = tok(rng);
+    ids[c].front() = 0;  // both ends of the vocabulary
+    ids[c].back() = int32_t(cfg.vocab_size - 1);
+    const std::vector<int64_t> wide(ids[c].begin(), ids[c].end());
+    const std::string in = dir.file("ids" + std::to_string(c) + ".bin");
+    write_bytes(in, wide.data(), wide.size() * sizeof(int64_t));
+    std::string lengths;
+    for (size_t b = 0; b < cases[c].lengths.size(); ++b) lengths += (b ? "," : "") + std::to_string(cases[c].lengths[b]);
+    argv.insert(argv.end(), {std::to_string(cases[c].batch), std::to_string(cases[c].seq), lengths, in,
+                             dir.file("logits" + std::to_string(c) + ".bin")});
+  }
+  const ProgramResult r = run_program(argv);
+  ASSERT_NE(r.exit_code, 127) << "could not start `node`: install Node.js and npm (Debian: apt-get install nodejs "
+                                 "npm), then run scripts/fetch_data.sh\n"
+                              << r.output;
+  ASSERT_EQ(r.exit_code, 0) << "run_onnx.js failed:\n" << r.output;
+
+  for (size_t c = 0; c < cases.size(); ++c) {
+    const int64_t B = cases[c].batch, T = cases[c].seq, K = cfg.n_classes;
+    const std::vector<float> ort = read_floats(dir.file("logits" + std::to_string(c) + ".bin"));
+    ASSERT_EQ(int64_t(ort.size()), B * K) << "case " << B << "x" << T;
+    // A copy: the next logits() call reuses the output.
+    const float* padded = model.logits(ids[c].data(), cases[c].lengths.data(), B, T);
+    const std::vector<float> batch(padded, padded + B * K);
+    double vs_batch = 0, vs_alone = 0, max_abs = 0;
+    for (int64_t b = 0; b < B; ++b) {
+      const int32_t n = cases[c].lengths[size_t(b)];
+      const float* alone = model.logits(ids[c].data() + b * T, &n, 1, n);
+      for (int64_t k = 0; k < K; ++k) {
+        const double got = ort[size_t(b * K + k)];
+        vs_batch = std::max(vs_batch, std::fabs(got - double(batch[size_t(b * K + k)])));
+        vs_alone = std::max(vs_alone, std::fabs(got - double(alone[k])));
+        max_abs = std::max(max_abs, std::fabs(double(alone[k])));
+      }
+    }
+    std::printf("batch %lld seq %lld, lengths", (long long)B, (long long)T);
+    for (int32_t n : cases[c].lengths) std::printf(" %d", n);
+    std::printf(": max |onnxruntime - brisk| = %.3g on the batch, %.3g against each row alone (max |logit| %.3g)\n",
+                vs_batch, vs_alone, max_abs);
+    EXPECT_GT(max_abs, 0.5) << "logits too small for the comparison to mean much";
+    EXPECT_LE(vs_batch, kTolerance) << "case batch " << B << " seq " << T;
+    EXPECT_LE(vs_alone, kTolerance) << "case batch " << B << " seq " << T;
+  }
+}
+
+// Rows of different lengths right-padded with random ids: each row's logits
+// are those of its real tokens alone, so attention_mask hides the padded
+// keys and the mean covers only the real positions.
+TEST(OnnxEncoderExport, OnnxRuntimeMatchesBriskOnPaddedBatches) {
+  const Exported& e = exported();
+  ASSERT_EQ(e.result.exit_code, 0) << e.result.err;
+  expect_runtime_matches_brisk(e, {{2, 17, {17, 5}},
+                                   {3, small_encoder().max_len, {48, 1, 30}},
+                                   {1, 1, {1}},
+                                   {4, 32, {32, 32, 7, 19}}});
+}
+
+TEST(OnnxEncoderExport, KvCacheIsAUserError) {
+  const Exported& e = exported();
+  TempDir dir;
+  const std::string out = dir.file("m.onnx");
+  const CliResult r = run_cli({"export", "onnx", "--checkpoint", e.run_dir, "--out", out, "--kv-cache"});
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("--kv-cache is for GPT checkpoints"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(e.checkpoint), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(out));
+  EXPECT_FALSE(fs::exists(out + ".tmp"));
+}
+
+// A sequence autoencoder is refused by name (state.json's kind says what a
+// checkpoint is; nothing else of it is read), as is an unknown kind.
+TEST(OnnxEncoderExport, OtherCheckpointKindsAreRefusedByName) {
+  const Exported& e = exported();
+  struct Kind {
+    std::string kind, says;
+  };
+  for (const Kind& k : {Kind{"seq-autoencoder", "is a sequence autoencoder"}, Kind{"mystery", "unknown kind 'mystery'"}}) {
+    TempDir dir;
+    const fs::path ckpt = dir.path() / "step_0000007";
+    fs::copy(e.checkpoint, ckpt);
+    const std::string state = (ckpt / "state.json").string();
+    std::string text = itest::read_text(state);
+    const size_t at = text.find("\"encoder-classifier\"");
+    ASSERT_NE(at, std::string::npos) << text;
+    text.replace(at, std::string("\"encoder-classifier\"").size(), "\"" + k.kind + "\"");
+    itest::write_text(state, text);
+    const std::string out = dir.file("m.onnx");
+    const CliResult r = run_cli({"export", "onnx", "--checkpoint", ckpt.string(), "--out", out});
+    EXPECT_EQ(r.exit_code, 2) << k.kind << "\n" << r.out << r.err;
+    EXPECT_NE(r.err.find(k.says), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find(ckpt.string()), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("internal error"), std::string::npos) << r.err;
+    EXPECT_FALSE(fs::exists(out));
+  }
+}
+
+TEST(OnnxEncoderExport, LibrarySummaryAndReexport) {
+  const Exported& e = exported();
+  ASSERT_EQ(e.result.exit_code, 0) << e.result.err;
+  TempDir dir;
+  const std::string out = dir.file("m.onnx");
+  itest::write_text(out, "old");
+  const exporter::OnnxExportSummary s = exporter::export_onnx(e.checkpoint, out);
+  EXPECT_EQ(s.kind, train::kEncoderCheckpoint);
+  EXPECT_EQ(s.checkpoint_dir, e.checkpoint);
+  EXPECT_TRUE(s.encoder.same_shape(small_encoder()));
+  EXPECT_EQ(s.label_names, kLabels);
+  EXPECT_EQ(s.parameters, small_encoder().num_params());
+  EXPECT_EQ(s.bytes, fs::file_size(out));
+  EXPECT_EQ(itest::read_text(out), itest::read_text(e.model)) << "same checkpoint, same bytes";
+  EXPECT_THROW(exporter::export_onnx(e.checkpoint, dir.file("kv.onnx"), {.kv_cache = true}), core::ConfigError);
+}
