@@ -23,6 +23,7 @@
 #include <cstdio>
 #include <memory>
 #include <random>
+#include <set>
 
 #include "../integration/integration_util.h"
 #include "export_test_util.h"
@@ -43,9 +44,9 @@ namespace {
 
 constexpr double kTolerance = 1e-4;
 
-models::EncoderConfig small_encoder() {
+models::EncoderConfig small_encoder(int64_t vocab = 300) {
   models::EncoderConfig c;
-  c.vocab_size = 300, c.n_layer = 2, c.n_embd = 64, c.n_head = 4, c.max_len = 48, c.n_classes = 3;
+  c.vocab_size = vocab, c.n_layer = 2, c.n_embd = 64, c.n_head = 4, c.max_len = 48, c.n_classes = 3;
   return c;
 }
 
@@ -58,22 +59,27 @@ struct Exported {
   CliResult result;
 };
 
+// A random classifier of `vocab` tokens trained (as far as its checkpoint
+// says) on message bodies of `tokenizer`, saved and exported by the CLI.
+std::unique_ptr<Exported> export_random_classifier(const std::string& tokenizer, int64_t vocab) {
+  auto x = std::make_unique<Exported>();
+  x->run_dir = x->dir.file("run");
+  cpu::CpuBackend backend(2);
+  models::Encoder enc(small_encoder(vocab), backend);
+  enc.init_weights(5);
+  randomize(enc, 4321);
+  const train::EncoderCheckpoint info{small_encoder(vocab), kLabels, tokenizer, true, 7, 1, {}};
+  x->checkpoint = train::save_encoder_checkpoint(x->run_dir, enc, nullptr, info, 0);
+  x->model = x->dir.file("classifier.onnx");
+  // The run directory, not the step: the CLI must pick the newest checkpoint.
+  x->result = run_cli({"export", "onnx", "--checkpoint", x->run_dir, "--out", x->model});
+  return x;
+}
+
+// The bytes classifier most tests use; made once per test process and
+// destroyed at exit, which removes its directory.
 const Exported& exported() {
-  // Destroyed at exit, which removes the directory.
-  static const std::unique_ptr<Exported> e = [] {
-    auto x = std::make_unique<Exported>();
-    x->run_dir = x->dir.file("run");
-    cpu::CpuBackend backend(2);
-    models::Encoder enc(small_encoder(), backend);
-    enc.init_weights(5);
-    randomize(enc, 4321);
-    const train::EncoderCheckpoint info{small_encoder(), kLabels, "bytes", true, 7, 1, {}};
-    x->checkpoint = train::save_encoder_checkpoint(x->run_dir, enc, nullptr, info, 0);
-    x->model = x->dir.file("classifier.onnx");
-    // The run directory, not the step: the CLI must pick the newest checkpoint.
-    x->result = run_cli({"export", "onnx", "--checkpoint", x->run_dir, "--out", x->model});
-    return x;
-  }();
+  static const std::unique_ptr<Exported> e = export_random_classifier("bytes", 300);
   return *e;
 }
 
@@ -256,4 +262,88 @@ TEST(OnnxEncoderExport, LibrarySummaryAndReexport) {
   EXPECT_EQ(s.bytes, fs::file_size(out));
   EXPECT_EQ(itest::read_text(out), itest::read_text(e.model)) << "same checkpoint, same bytes";
   EXPECT_THROW(exporter::export_onnx(e.checkpoint, dir.file("kv.onnx"), {.kv_cache = true}), core::ConfigError);
+}
+
+namespace {
+
+struct Classified {
+  std::string label, path;
+  double prob = 0;
+};
+
+// Lines "label<TAB>probability<TAB>path" as brisk classify prints them.
+std::vector<Classified> parse_classified(const std::string& out) {
+  std::vector<Classified> rows;
+  size_t at = 0;
+  while (at < out.size()) {
+    const size_t end = out.find('\n', at);
+    const std::string line = out.substr(at, end - at);
+    at = end == std::string::npos ? out.size() : end + 1;
+    const size_t t1 = line.find('\t'), t2 = line.find('\t', t1 + 1);
+    if (t1 == std::string::npos || t2 == std::string::npos) continue;
+    rows.push_back({line.substr(0, t1), line.substr(t2 + 1), std::stod(line.substr(t1 + 1, t2 - t1 - 1))});
+  }
+  return rows;
+}
+
+// Messages that exercise what classify does before the model: headers with
+// either line ending, none at all, bytes that are not UTF-8, a body past
+// max_len tokens, and a directory read in path order.
+std::vector<std::string> write_messages(const TempDir& dir) {
+  std::string long_body = "Subject: long\n\n";
+  for (int i = 0; i < 60; ++i) long_body += "word" + std::to_string(i) + " and more, ";
+  const std::vector<std::pair<std::string, std::string>> messages{
+      {"a.eml", "Subject: hi\nFrom: someone@example.com\n\nHello there, this is the body.\nSee you.\n"},
+      {"b.eml", "Subject: crlf\r\nFrom: x@y\r\n\r\nA body with CRLF line endings\r\nand a second line\r\n"},
+      {"c.eml", "\nNo headers at all: the message starts with an empty line."},
+      {"mail/d.eml", "Subject: latin-1\n\nCaf\xe9 cr\xe8me \xff\xfe and UTF-8 \xc3\xa9t\xc3\xa9 \xe2\x82\xac 100"},
+      {"mail/sub/e.eml", long_body},
+      {"mail/sub-x.eml", "Subject: order\n\nAfter mail/sub/: sorted by path component, not by the whole string."},
+  };
+  fs::create_directories(dir.path() / "mail" / "sub");
+  for (const auto& [name, text] : messages) itest::write_text(dir.file(name), text);
+  return {dir.file("a.eml"), dir.file("b.eml"), dir.file("c.eml"), dir.file("mail")};
+}
+
+// deploy/onnx_classify.js on the export against `brisk classify` on the
+// checkpoint: the same files in the same order, the same labels, the same
+// probabilities to the 4 decimals both print (a last digit may round apart).
+void expect_deploy_script_matches_classify(const Exported& e) {
+  ASSERT_EQ(e.result.exit_code, 0) << e.result.out << e.result.err;
+  TempDir dir;
+  const std::vector<std::string> inputs = write_messages(dir);
+  std::vector<std::string> brisk_argv{"classify", "--checkpoint", e.run_dir};
+  brisk_argv.insert(brisk_argv.end(), inputs.begin(), inputs.end());
+  const CliResult want = run_cli(brisk_argv);
+  ASSERT_EQ(want.exit_code, 0) << want.out << want.err;
+  std::vector<std::string> node_argv{"node", std::string(BRISK_DEPLOY_DIR) + "/onnx_classify.js", e.model};
+  node_argv.insert(node_argv.end(), inputs.begin(), inputs.end());
+  node_argv.insert(node_argv.end(), {"--node-modules", npm_modules(), "--threads", "1"});
+  const ProgramResult got = run_program(node_argv);
+  ASSERT_EQ(got.exit_code, 0) << got.output;
+  std::printf("brisk classify:\n%sonnx_classify.js:\n%s", want.out.c_str(), got.output.c_str());
+  const std::vector<Classified> a = parse_classified(want.out), b = parse_classified(got.output);
+  ASSERT_EQ(a.size(), 6u) << want.out;
+  ASSERT_EQ(b.size(), a.size()) << got.output;
+  std::set<std::string> labels;
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(b[i].path, a[i].path);
+    EXPECT_EQ(b[i].label, a[i].label) << a[i].path;
+    EXPECT_NEAR(b[i].prob, a[i].prob, 1.01e-4) << a[i].path;
+    labels.insert(a[i].label);
+  }
+  EXPECT_GE(labels.size(), 2u) << "every message got one label: the comparison would not see a wrong body or token";
+}
+
+}  // namespace
+
+TEST(OnnxEncoderExport, DeployScriptClassifiesAsBriskClassifyOnBytes) {
+  expect_deploy_script_matches_classify(exported());
+}
+
+// GPT-2 BPE, E1's tokenizer: the script's ids come from npm gpt-3-encoder,
+// brisk's from its own tokenizer.
+TEST(OnnxEncoderExport, DeployScriptClassifiesAsBriskClassifyOnGpt2Tokens) {
+  const std::unique_ptr<Exported> e = export_random_classifier("gpt2", 50257);
+  expect_deploy_script_matches_classify(*e);
 }
