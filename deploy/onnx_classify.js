@@ -1,7 +1,7 @@
 // Classifies messages with an encoder classifier that `brisk export onnx`
 // wrote, in ONNX Runtime (npm onnxruntime-node), with no brisk at run time:
 //
-//   node deploy/onnx_classify.js MODEL.onnx FILE|DIR... [--node-modules DIR] [--threads N]
+//   node deploy/onnx_classify.js MODEL.onnx [FILE|DIR...] [--files-from LIST] [--node-modules DIR] [--threads N]
 //
 // It prepares each message as `brisk classify` does, from what the export
 // put in the model's metadata: the body only when the classifier was trained
@@ -14,6 +14,11 @@
 // through the model together, 64 at a time, right-padded with attention_mask
 // 0 on the padding. One line per message, as brisk classify prints it: the
 // label, its probability (softmax of the logits), the path.
+//
+// --files-from LIST reads more paths, one per line ("-": stdin), after the
+// ones given as arguments. Use it for long lists: onnxruntime-node 1.30
+// crashes (SIGSEGV) creating a session in a process with a few hundred long
+// command-line arguments (250 of 119 characters did; 200 did not).
 //
 // Modules come from --node-modules, else third_party/npm/node_modules of
 // this checkout (scripts/fetch_data.sh installs both packages there). Exit
@@ -34,15 +39,28 @@ function die(msg, code = 1) {
 function parseArgs(argv) {
   const a = {model: null, inputs: [], modules: path.join(__dirname, '..', 'third_party', 'npm', 'node_modules'),
              threads: 0};
+  const lists = [];
   for (let i = 0; i < argv.length; ++i) {
     if (argv[i] === '--node-modules') a.modules = argv[++i];
+    else if (argv[i] === '--files-from') lists.push(argv[++i]);
     else if (argv[i] === '--threads') a.threads = Number(argv[++i]);
     else if (argv[i].startsWith('--')) die(`unknown option ${argv[i]}`, 2);
     else if (!a.model) a.model = argv[i];
     else a.inputs.push(argv[i]);
   }
-  if (!a.model || a.inputs.length === 0 || !a.modules || !(Number.isInteger(a.threads) && a.threads >= 0))
-    die('usage: onnx_classify.js MODEL.onnx FILE|DIR... [--node-modules DIR] [--threads N]', 2);
+  for (const list of lists) {
+    if (!list) break;  // reported below
+    let text;
+    try {
+      text = fs.readFileSync(list === '-' ? 0 : list, 'utf8');
+    } catch (e) {
+      die(`--files-from ${list}: cannot read (${e.message})`, 2);
+    }
+    a.inputs.push(...text.split('\n').filter((line) => line !== ''));
+  }
+  if (!a.model || a.inputs.length === 0 || !a.modules || lists.some((l) => !l) ||
+      !(Number.isInteger(a.threads) && a.threads >= 0))
+    die('usage: onnx_classify.js MODEL.onnx [FILE|DIR...] [--files-from LIST] [--node-modules DIR] [--threads N]', 2);
   return a;
 }
 
@@ -176,6 +194,9 @@ async function main() {
         '(bytes or gpt2 tokenizers)', 2);
   }
 
+  const options = {executionProviders: ['cpu']};
+  if (args.threads > 0) options.intraOpNumThreads = args.threads;
+  const session = await ort.InferenceSession.create(args.model, options);
   const files = messageFiles(args.inputs);
   const tokens = files.map((f) => {
     let bytes;
@@ -190,9 +211,6 @@ async function main() {
     return encode(input).slice(0, maxLen);
   });
 
-  const options = {executionProviders: ['cpu']};
-  if (args.threads > 0) options.intraOpNumThreads = args.threads;
-  const session = await ort.InferenceSession.create(args.model, options);
   const order = files.map((_, i) => i).sort((a, b) => tokens[a].length - tokens[b].length || a - b);
   const probs = new Array(files.length);
   for (let b0 = 0; b0 < order.length; b0 += kBatch) {

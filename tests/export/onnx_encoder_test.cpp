@@ -305,8 +305,8 @@ std::vector<std::string> write_messages(const TempDir& dir) {
   return {dir.file("a.eml"), dir.file("b.eml"), dir.file("c.eml"), dir.file("mail")};
 }
 
-// deploy/onnx_classify.js on the export against `brisk classify` on the
-// checkpoint: the same files in the same order, the same labels, the same
+// deploy/onnx_classify.js on the export (two paths as arguments, two in a
+// --files-from list) against `brisk classify` on the checkpoint: the same files in the same order, the same labels, the same
 // probabilities to the 4 decimals both print (a last digit may round apart).
 void expect_deploy_script_matches_classify(const Exported& e) {
   ASSERT_EQ(e.result.exit_code, 0) << e.result.out << e.result.err;
@@ -316,8 +316,11 @@ void expect_deploy_script_matches_classify(const Exported& e) {
   brisk_argv.insert(brisk_argv.end(), inputs.begin(), inputs.end());
   const CliResult want = run_cli(brisk_argv);
   ASSERT_EQ(want.exit_code, 0) << want.out << want.err;
-  std::vector<std::string> node_argv{"node", std::string(BRISK_DEPLOY_DIR) + "/onnx_classify.js", e.model};
-  node_argv.insert(node_argv.end(), inputs.begin(), inputs.end());
+  // The first two as arguments, the rest through --files-from (read after them).
+  const std::string list = dir.file("list.txt");
+  itest::write_text(list, inputs[2] + "\n" + inputs[3] + "\n");
+  std::vector<std::string> node_argv{"node", std::string(BRISK_DEPLOY_DIR) + "/onnx_classify.js", e.model,
+                                     inputs[0], inputs[1], "--files-from", list};
   node_argv.insert(node_argv.end(), {"--node-modules", npm_modules(), "--threads", "1"});
   const ProgramResult got = run_program(node_argv);
   ASSERT_EQ(got.exit_code, 0) << got.output;
