@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <limits>
+#include <utility>
 #include <vector>
 
 namespace brisk::exporter {
@@ -30,8 +31,8 @@ std::string present_name(int64_t layer, const char* kv) {
 }
 
 BlockWriter::BlockWriter(const core::ParameterStore& params, OnnxGraph& g, int64_t n_embd, int64_t n_head,
-                         bool kv_cache)
-    : params_(params), g_(g), C_(n_embd), H_(n_head), kv_cache_(kv_cache) {}
+                         bool kv_cache, std::string prefix)
+    : params_(params), g_(g), C_(n_embd), H_(n_head), kv_cache_(kv_cache), prefix_(std::move(prefix)) {}
 
 void BlockWriter::constants() {
   const int64_t D = C_ / H_;
@@ -88,7 +89,7 @@ std::string BlockWriter::gelu(const std::string& x, const std::string& prefix) {
 // heads contiguous inside each (as brisk's attention ops read them). With
 // the KV cache, k and v are appended to the layer's past ones first.
 std::string BlockWriter::attention(const std::string& x, int64_t layer, const std::string& mask) {
-  const std::string prefix = "h." + std::to_string(layer) + ".attn";
+  const std::string prefix = prefix_ + "h." + std::to_string(layer) + ".attn";
   const std::string qkv = linear(x, prefix + ".c_attn");
   const auto parts = g_.op_multi("Split", {qkv, "const.qkv_split"}, prefix + ".split",
                                  {prefix + ".q", prefix + ".k", prefix + ".v"}, {attr_int("axis", 2)});
@@ -122,7 +123,7 @@ std::string BlockWriter::attention(const std::string& x, int64_t layer, const st
 }
 
 std::string BlockWriter::block(const std::string& x, int64_t layer, const std::string& mask) {
-  const std::string p = "h." + std::to_string(layer);
+  const std::string p = prefix_ + "h." + std::to_string(layer);
   const std::string a = attention(layernorm(x, p + ".ln_1"), layer, mask);
   const std::string x1 = g_.op("Add", {x, a}, p + ".residual_attn");
   const std::string h = gelu(linear(layernorm(x1, p + ".ln_2"), p + ".mlp.c_fc"), p + ".mlp.gelu");

@@ -27,9 +27,10 @@ class BlockWriter {
  public:
   // With `kv_cache`, each layer's attention appends its keys and values to
   // the graph inputs past_name(layer, ...) and names the results
-  // present_name(layer, ...) (the caller declares both).
+  // present_name(layer, ...) (the caller declares both). The blocks'
+  // parameters are "<prefix>h.<layer>.*" (the autoencoder's encoder: "enc.").
   BlockWriter(const core::ParameterStore& params, OnnxGraph& g, int64_t n_embd, int64_t n_head,
-              bool kv_cache = false);
+              bool kv_cache = false, std::string prefix = "");
 
   // The constants block() reads (const.*); call once, before any block.
   void constants();
@@ -39,7 +40,7 @@ class BlockWriter {
   std::string param(const std::string& name, bool transpose = false);
   // LayerNormalization over the last axis with `prefix`.weight / .bias.
   std::string layernorm(const std::string& x, const std::string& prefix);
-  // Block `layer` ("h.<layer>." parameters) on x (B, T, C):
+  // Block `layer` ("<prefix>h.<layer>." parameters) on x (B, T, C):
   //   x += c_proj(attention(c_attn(ln_1(x)))); x += c_proj(gelu_tanh(c_fc(ln_2(x))))
   // where query i attends to key j only where `mask` (bool, broadcast to
   // (B, H, T, keys)) is true.
@@ -56,6 +57,7 @@ class BlockWriter {
   OnnxGraph& g_;
   int64_t C_, H_;
   bool kv_cache_;
+  std::string prefix_;
   int64_t parameters_ = 0;
 };
 

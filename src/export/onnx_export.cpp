@@ -1,8 +1,8 @@
 // `brisk export onnx` (onnx_export.h): checkpoint in, one .onnx file out. A
 // GPT is loaded through models::Gpt and train::load_checkpoint, an encoder
-// classifier through models::Encoder and train::load_encoder_checkpoint, so
-// the checkpoint gets the same checks as `brisk generate` or `brisk
-// classify` (every tensor present with its shape); the graphs come from
+// classifier or a sequence autoencoder through its own model and loader, so
+// the checkpoint gets the same checks as `brisk generate`, `classify` or
+// `encode` (every tensor present with its shape); the graphs come from
 // onnx_gpt.cpp and onnx_encoder.cpp; the file is serialized by protobuf
 // straight into `<out>.tmp`, fsync'ed and renamed into place.
 #include "brisk/export/onnx_export.h"
@@ -110,14 +110,19 @@ OnnxExportSummary summary(const std::string& out_path, const GraphStats& stats, 
   return s;
 }
 
+// --kv-cache is the GPT's: the encoders read a whole sequence per call.
+void refuse_kv_cache(const std::string& dir, const OnnxExportOptions& options, const std::string& what) {
+  if (options.kv_cache)
+    throw core::ConfigError(dir + ": --kv-cache is for GPT checkpoints; this one is " + what +
+                            ", which reads a whole sequence per call");
+}
+
 // An encoder classifier checkpoint (`dir`) to ONNX; its labels, tokenizer
 // and header setting go into the metadata, for a caller to prepare inputs
 // and read outputs as brisk classify does.
 OnnxExportSummary export_encoder(const std::string& dir, const std::string& out_path,
                                  const OnnxExportOptions& options) {
-  if (options.kv_cache)
-    throw core::ConfigError(dir + ": --kv-cache is for GPT checkpoints; this one is an encoder classifier, which "
-                            "reads a whole message per call");
+  refuse_kv_cache(dir, options, "an encoder classifier");
   const train::EncoderCheckpoint info = train::read_encoder_checkpoint(dir);
   cpu::CpuBackend backend(1);
   models::Encoder model(info.config, backend);
@@ -129,6 +134,20 @@ OnnxExportSummary export_encoder(const std::string& dir, const std::string& out_
   OnnxExportSummary s = write_onnx(model, out_path, meta);
   s.checkpoint_dir = dir;
   s.label_names = info.label_names;
+  return s;
+}
+
+// A sequence autoencoder checkpoint (`dir`): its encoder half.
+OnnxExportSummary export_autoencoder(const std::string& dir, const std::string& out_path,
+                                     const OnnxExportOptions& options) {
+  refuse_kv_cache(dir, options, "a sequence autoencoder");
+  const train::AutoencoderCheckpoint info = train::read_autoencoder_checkpoint(dir);
+  cpu::CpuBackend backend(1);
+  models::SeqAutoencoder model(info.config, backend);
+  train::load_autoencoder_checkpoint(dir, model);
+  OnnxExportSummary s =
+      write_onnx(model, out_path, {{"step", std::to_string(info.step)}, {"tokenizer", info.tokenizer}});
+  s.checkpoint_dir = dir;
   return s;
 }
 
@@ -185,6 +204,33 @@ OnnxExportSummary write_onnx(const models::Encoder& model, const std::string& ou
   return s;
 }
 
+OnnxExportSummary write_onnx(const models::SeqAutoencoder& model, const std::string& out_path,
+                             const std::map<std::string, std::string>& metadata) {
+  core::check_output_file(out_path);
+  const models::SeqAutoencoderConfig& cfg = model.config();
+  std::map<std::string, std::string> props = metadata;
+  props["kind"] = train::kAutoencoderCheckpoint;
+  props["part"] = "encoder";
+  props["vocab_size"] = std::to_string(cfg.vocab_size);
+  props["n_layer"] = std::to_string(cfg.n_layer);
+  props["n_embd"] = std::to_string(cfg.n_embd);
+  props["n_head"] = std::to_string(cfg.n_head);
+  props["max_len"] = std::to_string(cfg.max_len);
+  props["latent"] = std::to_string(cfg.latent);
+  onnx::ModelProto proto = model_proto(
+      "sequence autoencoder's encoder (pre-LayerNorm blocks, attention masked at padded keys, mean over the real "
+      "positions, Linear to the latent): n_layer " +
+          std::to_string(cfg.n_layer) + ", n_embd " + std::to_string(cfg.n_embd) + ", n_head " +
+          std::to_string(cfg.n_head) + ", vocab " + std::to_string(cfg.vocab_size) + ", max_len " +
+          std::to_string(cfg.max_len) + ", latent " + std::to_string(cfg.latent),
+      props);
+  const GraphStats stats = build_autoencoder_encoder_graph(model, *proto.mutable_graph());
+  OnnxExportSummary s = summary(out_path, stats, write_model(proto, out_path));
+  s.kind = train::kAutoencoderCheckpoint;
+  s.autoencoder = cfg;
+  return s;
+}
+
 OnnxExportSummary export_onnx(const std::string& checkpoint, const std::string& out_path,
                               const OnnxExportOptions& options) {
   // The output path first: a typo there should not cost a model load.
@@ -193,9 +239,7 @@ OnnxExportSummary export_onnx(const std::string& checkpoint, const std::string& 
   const std::string dir = train::require_checkpoint(checkpoint);
   const std::string kind = train::checkpoint_kind(dir);
   if (kind == train::kEncoderCheckpoint) return export_encoder(dir, out_path, options);
-  if (kind == train::kAutoencoderCheckpoint)
-    throw core::IoError(dir + ": this checkpoint is a sequence autoencoder (for brisk encode, decode); brisk export "
-                        "onnx writes GPT language models and encoder classifiers");
+  if (kind == train::kAutoencoderCheckpoint) return export_autoencoder(dir, out_path, options);
   // A GPT (read_checkpoint_config refuses any other kind by name).
   train::TrainState state;
   const models::GptConfig cfg = train::read_checkpoint_config(dir, &state);

@@ -3,6 +3,7 @@
 
     check_onnx.py MODEL --vocab V --embd C --layers L --block N [--kv-cache --heads H]
     check_onnx.py MODEL --classifier --vocab V --embd C --layers L --max-len N --classes K
+    check_onnx.py MODEL --autoencoder --vocab V --embd C --layers L --max-len N --latent Z
 
 onnx.checker.check_model(full_check=True) (the IR and every node against
 its opset-17 schema, then strict shape and type inference), then what
@@ -17,7 +18,9 @@ length symbol for every past, another (total) for every present and the mask. Wi
 (an encoder classifier's export): inputs input_ids and attention_mask, int64 (batch, seq) with the
 same two symbols, output logits float32 (batch, K), the head's initializers head.weight (K, C) and
 head.bias (K), wpe of max_len rows, and metadata_props kind "encoder-classifier", n_classes K and
-label_names a JSON array of K strings. Exits 1 with the reason on any failure, including a missing
+label_names a JSON array of K strings. With --autoencoder (a sequence autoencoder's encoder): the
+same inputs, output latent float32 (batch, Z), every body initializer under "enc.", the
+to_latent Linear's, and metadata_props kind "seq-autoencoder", part "encoder", latent Z. Exits 1 with the reason on any failure, including a missing
 python3-onnx.
 """
 import json
@@ -45,13 +48,14 @@ def dims(value_info):
     return out
 
 
-def check_weights(inits, a, positions, extra):
-    """The float32 initializers of the embeddings, every block and ln_f (plus `extra`: name -> shape)
-    under their model.safetensors names and shapes; returns the weight count."""
-    expect = {"wte.weight": [a.vocab, a.embd], "wpe.weight": [positions, a.embd],
-              "ln_f.weight": [a.embd], "ln_f.bias": [a.embd], **extra}
+def check_weights(inits, a, positions, extra, prefix=""):
+    """The float32 initializers of the embeddings, every block and ln_f, each name after `prefix`
+    (plus `extra`: name -> shape) under their model.safetensors names and shapes; returns the
+    weight count."""
+    expect = {prefix + "wte.weight": [a.vocab, a.embd], prefix + "wpe.weight": [positions, a.embd],
+              prefix + "ln_f.weight": [a.embd], prefix + "ln_f.bias": [a.embd], **extra}
     for layer in range(a.layers):
-        p = f"h.{layer}."
+        p = f"{prefix}h.{layer}."
         expect.update({p + "ln_1.weight": [a.embd], p + "ln_1.bias": [a.embd],
                        p + "attn.c_attn.weight": [a.embd, 3 * a.embd], p + "attn.c_attn.bias": [3 * a.embd],
                        p + "attn.c_proj.weight": [a.embd, a.embd], p + "attn.c_proj.bias": [a.embd],
@@ -72,12 +76,15 @@ def check_weights(inits, a, positions, extra):
     return sum(len(inits[k].raw_data) // 4 for k in expect)
 
 
-def check_classifier(model, a, ops):
+def check_pooled(model, a, ops):
+    """An encoder classifier's export (--classifier) or a sequence autoencoder's encoder
+    (--autoencoder): input_ids and attention_mask in, one (batch, width) output."""
+    output, width = ("logits", a.classes) if a.classifier else ("latent", a.latent)
     g = model.graph
     if [i.name for i in g.input] != ["input_ids", "attention_mask"]:
         fail(f"graph inputs {[i.name for i in g.input]}, expected ['input_ids', 'attention_mask']")
-    if [o.name for o in g.output] != ["logits"]:
-        fail(f"graph outputs {[o.name for o in g.output]}, expected ['logits']")
+    if [o.name for o in g.output] != [output]:
+        fail(f"graph outputs {[o.name for o in g.output]}, expected ['{output}']")
     ids, mask, out = g.input[0], g.input[1], g.output[0]
     for v in (ids, mask):
         if v.type.tensor_type.elem_type != TensorProto.INT64:
@@ -88,25 +95,36 @@ def check_classifier(model, a, ops):
     if dm != di:
         fail(f"attention_mask dims {dm}, expected those of input_ids {di}")
     if out.type.tensor_type.elem_type != TensorProto.FLOAT:
-        fail("logits is not float32")
-    if do != [di[0], a.classes]:
-        fail(f"logits dims {do}, expected [{di[0]}, {a.classes}]")
+        fail(f"{output} is not float32")
+    if do != [di[0], width]:
+        fail(f"{output} dims {do}, expected [{di[0]}, {width}]")
     props = {p.key: p.value for p in model.metadata_props}
-    if props.get("kind") != "encoder-classifier":
-        fail(f"metadata kind {props.get('kind')!r}, expected 'encoder-classifier'")
-    if props.get("n_classes") != str(a.classes) or props.get("max_len") != str(a.max_len):
-        fail(f"metadata n_classes {props.get('n_classes')!r}, max_len {props.get('max_len')!r}")
-    try:
-        labels = json.loads(props.get("label_names", ""))
-    except ValueError:
-        fail(f"metadata label_names {props.get('label_names')!r} is not JSON")
-    if not isinstance(labels, list) or len(labels) != a.classes or not all(isinstance(x, str) for x in labels):
-        fail(f"metadata label_names {labels!r}, expected {a.classes} strings")
+    if props.get("max_len") != str(a.max_len):
+        fail(f"metadata max_len {props.get('max_len')!r}, expected '{a.max_len}'")
     inits = {t.name: t for t in g.initializer}
-    n_params = check_weights(inits, a, a.max_len, {"head.weight": [a.classes, a.embd], "head.bias": [a.classes]})
+    if a.autoencoder:
+        want = {"kind": "seq-autoencoder", "part": "encoder", "latent": str(a.latent)}
+        got = {k: props.get(k) for k in want}
+        if got != want:
+            fail(f"metadata {got}, expected {want}")
+        n_params = check_weights(inits, a, a.max_len, {"to_latent.weight": [a.latent, a.embd],
+                                                        "to_latent.bias": [a.latent]}, prefix="enc.")
+        about = f"latent {do}"
+    else:
+        if props.get("kind") != "encoder-classifier" or props.get("n_classes") != str(a.classes):
+            fail(f"metadata kind {props.get('kind')!r}, n_classes {props.get('n_classes')!r}")
+        try:
+            labels = json.loads(props.get("label_names", ""))
+        except ValueError:
+            fail(f"metadata label_names {props.get('label_names')!r} is not JSON")
+        if not isinstance(labels, list) or len(labels) != a.classes or not all(isinstance(x, str) for x in labels):
+            fail(f"metadata label_names {labels!r}, expected {a.classes} strings")
+        n_params = check_weights(inits, a, a.max_len, {"head.weight": [a.classes, a.embd],
+                                                        "head.bias": [a.classes]})
+        about = f"logits {do}, labels {labels}"
     print(f"check_onnx: OK {a.model}: ir_version {model.ir_version}, opset 17, {len(g.node)} nodes, "
-          f"{len(inits)} initializers ({n_params} weights), input_ids and attention_mask {di}, logits {do}, "
-          f"labels {labels}; ops: {', '.join(ops)}")
+          f"{len(inits)} initializers ({n_params} weights), input_ids and attention_mask {di}, {about}; "
+          f"ops: {', '.join(ops)}")
 
 
 def main():
@@ -121,12 +139,16 @@ def main():
     ap.add_argument("--classifier", action="store_true")
     ap.add_argument("--max-len", type=int)
     ap.add_argument("--classes", type=int)
+    ap.add_argument("--autoencoder", action="store_true")
+    ap.add_argument("--latent", type=int)
     a = ap.parse_args()
     if a.kv_cache and not a.heads:
         ap.error("--kv-cache needs --heads")
     if a.classifier and (a.kv_cache or not a.max_len or not a.classes):
         ap.error("--classifier needs --max-len and --classes, and takes no --kv-cache")
-    if not a.classifier and not a.block:
+    if a.autoencoder and (a.kv_cache or a.classifier or not a.max_len or not a.latent):
+        ap.error("--autoencoder needs --max-len and --latent, and takes neither --kv-cache nor --classifier")
+    if not a.classifier and not a.autoencoder and not a.block:
         ap.error("a GPT needs --block")
 
     model = onnx.load(a.model)
@@ -146,8 +168,8 @@ def main():
     if any(n.domain not in ("", "ai.onnx") for n in g.node):
         fail("a node outside the default domain")
 
-    if a.classifier:
-        check_classifier(model, a, ops)
+    if a.classifier or a.autoencoder:
+        check_pooled(model, a, ops)
         return
 
     cache = [f"{layer}.{kv}" for layer in range(a.layers) for kv in ("key", "value")] if a.kv_cache else []

@@ -1,4 +1,4 @@
-// `brisk export onnx` of an encoder classifier end to end. A small encoder
+// `brisk export onnx` of the encoder-bodied models end to end. A small encoder
 // (vocab 300, 2 layers, 64 wide, 4 heads, max_len 48, 3 classes) gets random
 // values in every parameter (biases, LayerNorms and the head included), is
 // saved with train::save_encoder_checkpoint and exported by the real CLI.
@@ -6,14 +6,17 @@
 //   - onnx.checker (full_check) and the classifier interface checks of
 //     check_onnx.py (inputs, output, initializers, the labels in the
 //     metadata), with Debian's python3-onnx;
-//   - ONNX Runtime (npm onnxruntime-node, run_onnx.js --classifier) on
+//   - ONNX Runtime (npm onnxruntime-node, run_onnx.js --pooled logits) on
 //     right-padded batches of random ids, random ids on the padding too, at
 //     several (batch, seq) shapes, seq = max_len and rows of one token
 //     included, against models::Encoder::logits() of the same checkpoint on
 //     the same padded batch and on each row alone at its own length: max
 //     |difference| <= 1e-4;
-//   - user errors (--kv-cache, a checkpoint of a kind ONNX export does not
-//     write): exit code 2, a message naming the problem, no file left.
+//   - deploy/onnx_classify.js against `brisk classify` on message files;
+//   - a sequence autoencoder's encoder half (enc.* parameters, the latent
+//     out) the same ways, against models::SeqAutoencoder::encode();
+//   - user errors (--kv-cache of an encoder, a checkpoint of a kind brisk
+//     does not know): exit code 2, a message naming the problem, no file left.
 // A missing python3-onnx, node or onnxruntime-node fails the test and says
 // what to install; nothing is skipped.
 #include <gtest/gtest.h>
@@ -21,6 +24,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <random>
 #include <set>
@@ -125,42 +129,43 @@ TEST(OnnxEncoderExport, OnnxCheckerAcceptsTheClassifier) {
             0);
 }
 
-struct ClassifierCase {
+struct PaddedCase {
   int64_t batch, seq;
   std::vector<int32_t> lengths;  // real tokens of each row (right-padded to seq)
 };
 
-// Runs `cases` through ONNX Runtime on random ids (the padding's too) and
-// compares every logit with models::Encoder::logits() of the same checkpoint:
-// on the same padded batch, and on each row's real tokens alone.
-void expect_runtime_matches_brisk(const Exported& e, const std::vector<ClassifierCase>& cases) {
+// brisk's (batch, width) output for right-padded ids and their lengths.
+using Reference = std::function<std::vector<float>(const int32_t* ids, const int32_t* lengths, int64_t B, int64_t T)>;
+
+// Runs `cases` through ONNX Runtime (run_onnx.js --pooled `output`) on
+// random ids below `vocab` (the padding's too) and compares every number
+// with `reference` on the same padded batch and on each row's real tokens
+// alone: max |difference| <= 1e-4, the values at least `min_scale` large.
+void expect_runtime_matches_brisk(const std::string& onnx_model, const std::string& output, int64_t vocab,
+                                  int64_t width, const Reference& reference, const std::vector<PaddedCase>& cases,
+                                  double min_scale = 0.5) {
   const std::string modules = npm_modules();
   ASSERT_TRUE(fs::exists(fs::path(modules) / "onnxruntime-node" / "package.json"))
       << "onnxruntime-node is not installed under " << modules
       << ": run `bash scripts/fetch_data.sh` (`make test` does it), or point BRISK_NPM_MODULES at a node_modules "
          "that has it";
-  const models::EncoderConfig cfg = small_encoder();
-  cpu::CpuBackend backend(2);
-  models::Encoder model(train::read_encoder_checkpoint(e.checkpoint).config, backend);
-  train::load_encoder_checkpoint(e.checkpoint, model);
-
   TempDir dir;
   std::mt19937_64 rng(77);
-  std::uniform_int_distribution<int32_t> tok(0, int32_t(cfg.vocab_size - 1));
-  std::vector<std::string> argv{"node", script("run_onnx.js"), modules, e.model, "--classifier"};
+  std::uniform_int_distribution<int32_t> tok(0, int32_t(vocab - 1));
+  std::vector<std::string> argv{"node", script("run_onnx.js"), modules, onnx_model, "--pooled", output};
   std::vector<std::vector<int32_t>> ids(cases.size());
   for (size_t c = 0; c < cases.size(); ++c) {
     ids[c].resize(size_t(cases[c].batch * cases[c].seq));
     for (auto& t : ids[c]) t = tok(rng);
     ids[c].front() = 0;  // both ends of the vocabulary
-    ids[c].back() = int32_t(cfg.vocab_size - 1);
+    ids[c].back() = int32_t(vocab - 1);
     const std::vector<int64_t> wide(ids[c].begin(), ids[c].end());
     const std::string in = dir.file("ids" + std::to_string(c) + ".bin");
     write_bytes(in, wide.data(), wide.size() * sizeof(int64_t));
     std::string lengths;
     for (size_t b = 0; b < cases[c].lengths.size(); ++b) lengths += (b ? "," : "") + std::to_string(cases[c].lengths[b]);
     argv.insert(argv.end(), {std::to_string(cases[c].batch), std::to_string(cases[c].seq), lengths, in,
-                             dir.file("logits" + std::to_string(c) + ".bin")});
+                             dir.file("out" + std::to_string(c) + ".bin")});
   }
   const ProgramResult r = run_program(argv);
   ASSERT_NE(r.exit_code, 127) << "could not start `node`: install Node.js and npm (Debian: apt-get install nodejs "
@@ -169,28 +174,26 @@ void expect_runtime_matches_brisk(const Exported& e, const std::vector<Classifie
   ASSERT_EQ(r.exit_code, 0) << "run_onnx.js failed:\n" << r.output;
 
   for (size_t c = 0; c < cases.size(); ++c) {
-    const int64_t B = cases[c].batch, T = cases[c].seq, K = cfg.n_classes;
-    const std::vector<float> ort = read_floats(dir.file("logits" + std::to_string(c) + ".bin"));
+    const int64_t B = cases[c].batch, T = cases[c].seq, K = width;
+    const std::vector<float> ort = read_floats(dir.file("out" + std::to_string(c) + ".bin"));
     ASSERT_EQ(int64_t(ort.size()), B * K) << "case " << B << "x" << T;
-    // A copy: the next logits() call reuses the output.
-    const float* padded = model.logits(ids[c].data(), cases[c].lengths.data(), B, T);
-    const std::vector<float> batch(padded, padded + B * K);
+    const std::vector<float> batch = reference(ids[c].data(), cases[c].lengths.data(), B, T);
     double vs_batch = 0, vs_alone = 0, max_abs = 0;
     for (int64_t b = 0; b < B; ++b) {
       const int32_t n = cases[c].lengths[size_t(b)];
-      const float* alone = model.logits(ids[c].data() + b * T, &n, 1, n);
+      const std::vector<float> alone = reference(ids[c].data() + b * T, &n, 1, n);
       for (int64_t k = 0; k < K; ++k) {
         const double got = ort[size_t(b * K + k)];
         vs_batch = std::max(vs_batch, std::fabs(got - double(batch[size_t(b * K + k)])));
-        vs_alone = std::max(vs_alone, std::fabs(got - double(alone[k])));
-        max_abs = std::max(max_abs, std::fabs(double(alone[k])));
+        vs_alone = std::max(vs_alone, std::fabs(got - double(alone[size_t(k)])));
+        max_abs = std::max(max_abs, std::fabs(double(alone[size_t(k)])));
       }
     }
-    std::printf("batch %lld seq %lld, lengths", (long long)B, (long long)T);
+    std::printf("%s: batch %lld seq %lld, lengths", output.c_str(), (long long)B, (long long)T);
     for (int32_t n : cases[c].lengths) std::printf(" %d", n);
-    std::printf(": max |onnxruntime - brisk| = %.3g on the batch, %.3g against each row alone (max |logit| %.3g)\n",
+    std::printf(": max |onnxruntime - brisk| = %.3g on the batch, %.3g against each row alone (max |value| %.3g)\n",
                 vs_batch, vs_alone, max_abs);
-    EXPECT_GT(max_abs, 0.5) << "logits too small for the comparison to mean much";
+    EXPECT_GT(max_abs, min_scale) << "values too small for the comparison to mean much";
     EXPECT_LE(vs_batch, kTolerance) << "case batch " << B << " seq " << T;
     EXPECT_LE(vs_alone, kTolerance) << "case batch " << B << " seq " << T;
   }
@@ -202,10 +205,16 @@ void expect_runtime_matches_brisk(const Exported& e, const std::vector<Classifie
 TEST(OnnxEncoderExport, OnnxRuntimeMatchesBriskOnPaddedBatches) {
   const Exported& e = exported();
   ASSERT_EQ(e.result.exit_code, 0) << e.result.err;
-  expect_runtime_matches_brisk(e, {{2, 17, {17, 5}},
-                                   {3, small_encoder().max_len, {48, 1, 30}},
-                                   {1, 1, {1}},
-                                   {4, 32, {32, 32, 7, 19}}});
+  const models::EncoderConfig cfg = small_encoder();
+  cpu::CpuBackend backend(2);
+  models::Encoder model(train::read_encoder_checkpoint(e.checkpoint).config, backend);
+  train::load_encoder_checkpoint(e.checkpoint, model);
+  const Reference logits = [&](const int32_t* ids, const int32_t* lengths, int64_t B, int64_t T) {
+    const float* y = model.logits(ids, lengths, B, T);
+    return std::vector<float>(y, y + B * cfg.n_classes);  // a copy: the next call reuses the output
+  };
+  expect_runtime_matches_brisk(e.model, "logits", cfg.vocab_size, cfg.n_classes, logits,
+                               {{2, 17, {17, 5}}, {3, cfg.max_len, {48, 1, 30}}, {1, 1, {1}}, {4, 32, {32, 32, 7, 19}}});
 }
 
 TEST(OnnxEncoderExport, KvCacheIsAUserError) {
@@ -220,31 +229,27 @@ TEST(OnnxEncoderExport, KvCacheIsAUserError) {
   EXPECT_FALSE(fs::exists(out + ".tmp"));
 }
 
-// A sequence autoencoder is refused by name (state.json's kind says what a
-// checkpoint is; nothing else of it is read), as is an unknown kind.
-TEST(OnnxEncoderExport, OtherCheckpointKindsAreRefusedByName) {
+// A kind brisk does not know is refused by name (state.json's kind says
+// what a checkpoint is; nothing else of it is read).
+TEST(OnnxEncoderExport, AnUnknownCheckpointKindIsRefusedByName) {
   const Exported& e = exported();
-  struct Kind {
-    std::string kind, says;
-  };
-  for (const Kind& k : {Kind{"seq-autoencoder", "is a sequence autoencoder"}, Kind{"mystery", "unknown kind 'mystery'"}}) {
-    TempDir dir;
-    const fs::path ckpt = dir.path() / "step_0000007";
-    fs::copy(e.checkpoint, ckpt);
-    const std::string state = (ckpt / "state.json").string();
-    std::string text = itest::read_text(state);
-    const size_t at = text.find("\"encoder-classifier\"");
-    ASSERT_NE(at, std::string::npos) << text;
-    text.replace(at, std::string("\"encoder-classifier\"").size(), "\"" + k.kind + "\"");
-    itest::write_text(state, text);
-    const std::string out = dir.file("m.onnx");
-    const CliResult r = run_cli({"export", "onnx", "--checkpoint", ckpt.string(), "--out", out});
-    EXPECT_EQ(r.exit_code, 2) << k.kind << "\n" << r.out << r.err;
-    EXPECT_NE(r.err.find(k.says), std::string::npos) << r.err;
-    EXPECT_NE(r.err.find(ckpt.string()), std::string::npos) << r.err;
-    EXPECT_EQ(r.err.find("internal error"), std::string::npos) << r.err;
-    EXPECT_FALSE(fs::exists(out));
-  }
+  TempDir dir;
+  const fs::path ckpt = dir.path() / "step_0000007";
+  fs::copy(e.checkpoint, ckpt);
+  const std::string state = (ckpt / "state.json").string();
+  std::string text = itest::read_text(state);
+  const std::string kind = "\"encoder-classifier\"";
+  const size_t at = text.find(kind);
+  ASSERT_NE(at, std::string::npos) << text;
+  text.replace(at, kind.size(), "\"mystery\"");
+  itest::write_text(state, text);
+  const std::string out = dir.file("m.onnx");
+  const CliResult r = run_cli({"export", "onnx", "--checkpoint", ckpt.string(), "--out", out});
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("unknown kind 'mystery'"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(ckpt.string()), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("internal error"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(out));
 }
 
 TEST(OnnxEncoderExport, LibrarySummaryAndReexport) {
@@ -349,4 +354,82 @@ TEST(OnnxEncoderExport, DeployScriptClassifiesAsBriskClassifyOnBytes) {
 TEST(OnnxEncoderExport, DeployScriptClassifiesAsBriskClassifyOnGpt2Tokens) {
   const std::unique_ptr<Exported> e = export_random_classifier("gpt2", 50257);
   expect_deploy_script_matches_classify(*e);
+}
+
+// ---- the sequence autoencoder's encoder -------------------------------------------------
+
+namespace {
+
+models::SeqAutoencoderConfig small_autoencoder() {
+  models::SeqAutoencoderConfig c;
+  c.vocab_size = 28, c.n_layer = 2, c.n_embd = 32, c.n_head = 2, c.max_len = 40, c.latent = 8;
+  return c;
+}
+
+const Exported& exported_autoencoder() {
+  static const std::unique_ptr<Exported> e = [] {
+    auto x = std::make_unique<Exported>();
+    x->run_dir = x->dir.file("run");
+    cpu::CpuBackend backend(2);
+    models::SeqAutoencoder ae(small_autoencoder(), backend);
+    ae.init_weights(3);
+    randomize(ae, 987);
+    x->checkpoint =
+        train::save_autoencoder_checkpoint(x->run_dir, ae, nullptr, {small_autoencoder(), "fasta", 11, 1, {}}, 0);
+    x->model = x->dir.file("encoder.onnx");
+    x->result = run_cli({"export", "onnx", "--checkpoint", x->run_dir, "--out", x->model});
+    return x;
+  }();
+  return *e;
+}
+
+}  // namespace
+
+TEST(OnnxEncoderExport, AutoencoderEncoderPassesTheChecker) {
+  const Exported& e = exported_autoencoder();
+  ASSERT_EQ(e.result.exit_code, 0) << e.result.out << e.result.err;
+  std::printf("%s", e.result.out.c_str());
+  EXPECT_NE(e.result.out.find("sequence autoencoder's encoder"), std::string::npos);
+  EXPECT_NE(e.result.out.find("latent float32 [batch, 8]"), std::string::npos);
+  const models::SeqAutoencoderConfig c = small_autoencoder();
+  auto check = [&](int64_t latent) {
+    return run_program({"/usr/bin/python3", script("check_onnx.py"), e.model, "--autoencoder", "--vocab",
+                        std::to_string(c.vocab_size), "--embd", std::to_string(c.n_embd), "--layers",
+                        std::to_string(c.n_layer), "--max-len", std::to_string(c.max_len), "--latent",
+                        std::to_string(latent)});
+  };
+  const ProgramResult r = check(c.latent);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::printf("%s", r.output.c_str());
+  EXPECT_NE(check(c.latent + 1).exit_code, 0);
+  // Only the encoder half: none of the decoder's parameters is in the file.
+  const std::string bytes = itest::read_text(e.model);
+  EXPECT_EQ(bytes.find("dec.h.0"), std::string::npos);
+  EXPECT_EQ(bytes.find("from_latent"), std::string::npos);
+}
+
+TEST(OnnxEncoderExport, AutoencoderEncoderMatchesBriskEncode) {
+  const Exported& e = exported_autoencoder();
+  ASSERT_EQ(e.result.exit_code, 0) << e.result.err;
+  const models::SeqAutoencoderConfig cfg = small_autoencoder();
+  cpu::CpuBackend backend(2);
+  models::SeqAutoencoder model(train::read_autoencoder_checkpoint(e.checkpoint).config, backend);
+  train::load_autoencoder_checkpoint(e.checkpoint, model);
+  const Reference latent = [&](const int32_t* ids, const int32_t* lengths, int64_t B, int64_t T) {
+    const float* z = model.encode(ids, lengths, B, T);
+    return std::vector<float>(z, z + B * cfg.latent);
+  };
+  expect_runtime_matches_brisk(e.model, "latent", cfg.vocab_size, cfg.latent, latent,
+                               {{3, 23, {23, 4, 1}}, {2, cfg.max_len, {40, 31}}});
+}
+
+TEST(OnnxEncoderExport, KvCacheOfAnAutoencoderIsAUserError) {
+  const Exported& e = exported_autoencoder();
+  TempDir dir;
+  const std::string out = dir.file("m.onnx");
+  const CliResult r = run_cli({"export", "onnx", "--checkpoint", e.run_dir, "--out", out, "--kv-cache"});
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("--kv-cache is for GPT checkpoints; this one is a sequence autoencoder"), std::string::npos)
+      << r.err;
+  EXPECT_FALSE(fs::exists(out));
 }

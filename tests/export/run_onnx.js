@@ -4,7 +4,7 @@
 //
 //   node run_onnx.js NODE_MODULES MODEL  B T IDS_FILE OUT_FILE  [B T IDS_FILE OUT_FILE ...]
 //   node run_onnx.js NODE_MODULES MODEL --kv LAYERS HEADS HEAD_DIM  B T PROMPT PADS IDS_FILE OUT_FILE  [...]
-//   node run_onnx.js NODE_MODULES MODEL --classifier  B T LENGTHS IDS_FILE OUT_FILE  [...]
+//   node run_onnx.js NODE_MODULES MODEL --pooled OUTPUT  B T LENGTHS IDS_FILE OUT_FILE  [...]
 //
 // IDS_FILE holds B*T little-endian int64 token ids; OUT_FILE receives the
 // logits as little-endian float32, (B, T, V) row-major. With --kv the model is
@@ -15,11 +15,11 @@
 // layout either way. PADS (comma-separated, one per row) is how many of a
 // row's first ids are left padding: attention_mask is 0 there and 1 after,
 // and position_ids count the row's real tokens (0 on the padding). The
-// present outputs' shapes are checked at every call. With --classifier the
-// model is an encoder classifier's export: LENGTHS (comma-separated, one per
+// present outputs' shapes are checked at every call. With --pooled the
+// model is an encoder's export (a classifier's, OUTPUT logits, or an
+// autoencoder's encoder, OUTPUT latent): LENGTHS (comma-separated, one per
 // row) is how many of a row's first ids are real, attention_mask is 1 there
-// and 0 on the padding after them, and OUT_FILE receives the (B, classes)
-// logits. One JSON line per case
+// and 0 on the padding after them, and OUT_FILE receives OUTPUT, (B, width). One JSON line per case
 // on stdout. Exit 3 when onnxruntime-node cannot be loaded, 1 on any other
 // failure, with the reason on stderr.
 'use strict';
@@ -34,18 +34,18 @@ function die(msg, code = 1) {
 
 const [modules, model, ...args] = process.argv.slice(2);
 let kv = null;  // {layers, heads, headDim}
-let classifier = false;
+let pooled = null;  // the output's name
 let rest = args;
 if (args[0] === '--kv') {
   kv = {layers: Number(args[1]), heads: Number(args[2]), headDim: Number(args[3])};
   rest = args.slice(4);
-} else if (args[0] === '--classifier') {
-  classifier = true;
-  rest = args.slice(1);
+} else if (args[0] === '--pooled') {
+  pooled = args[1];
+  rest = args.slice(2);
 }
-const perCase = kv ? 6 : classifier ? 5 : 4;
+const perCase = kv ? 6 : pooled ? 5 : 4;
 if (!modules || !model || rest.length === 0 || rest.length % perCase !== 0)
-  die('usage: run_onnx.js NODE_MODULES MODEL [--kv LAYERS HEADS HEAD_DIM | --classifier] B T [PROMPT PADS | LENGTHS] ' +
+  die('usage: run_onnx.js NODE_MODULES MODEL [--kv LAYERS HEADS HEAD_DIM | --pooled OUTPUT] B T [PROMPT PADS | LENGTHS] ' +
       'IDS_FILE OUT_FILE ...', 2);
 
 let ort;
@@ -119,38 +119,37 @@ async function runWithCache(session, ids, batch, seq, prompt, pads) {
   return logits;
 }
 
-// The encoder classifier on one padded batch: returns its (B, classes) logits.
-async function runClassifier(session, ids, batch, seq, lengths) {
+// An encoder on one padded batch: returns its (B, width) output.
+async function runPooled(session, ids, batch, seq, lengths) {
   const mask = new BigInt64Array(batch * seq);
   for (let b = 0; b < batch; ++b)
     for (let j = 0; j < seq; ++j) mask[b * seq + j] = j < lengths[b] ? 1n : 0n;
   const out = await session.run({input_ids: new ort.Tensor('int64', ids, [batch, seq]),
                                  attention_mask: new ort.Tensor('int64', mask, [batch, seq])});
-  const logits = out.logits;
-  if (logits.type !== 'float32') die(`logits type ${logits.type}`);
-  if (logits.dims.length !== 2 || logits.dims[0] !== batch)
-    die(`logits dims ${JSON.stringify(logits.dims)} for input (${batch}, ${seq})`);
-  return logits.data;
+  const y = out[pooled];
+  if (y.type !== 'float32') die(`${pooled} type ${y.type}`);
+  if (y.dims.length !== 2 || y.dims[0] !== batch) die(`${pooled} dims ${JSON.stringify(y.dims)} for input (${batch}, ${seq})`);
+  return y.data;
 }
 
 async function main() {
   // One thread: the tests share a small machine, and the model is tiny.
   const session = await ort.InferenceSession.create(model, {executionProviders: ['cpu'], intraOpNumThreads: 1});
   const inputs = ['input_ids', ...(kv ? ['attention_mask', 'position_ids', ...cacheNames('past_key_values')]
-                                      : classifier ? ['attention_mask'] : [])];
-  const outputs = ['logits', ...(kv ? cacheNames('present') : [])];
+                                      : pooled ? ['attention_mask'] : [])];
+  const outputs = pooled ? [pooled] : ['logits', ...(kv ? cacheNames('present') : [])];
   if (!sameList(session.inputNames, inputs)) die(`inputs ${JSON.stringify(session.inputNames)}`);
   if (!sameList(session.outputNames, outputs)) die(`outputs ${JSON.stringify(session.outputNames)}`);
   for (let i = 0; i < rest.length; i += perCase) {
     const batch = Number(rest[i]), seq = Number(rest[i + 1]);
     const prompt = kv ? Number(rest[i + 2]) : seq;
     const pads = kv ? rest[i + 3].split(',').map(Number) : [];
-    const lengths = classifier ? rest[i + 2].split(',').map(Number) : [];
+    const lengths = pooled ? rest[i + 2].split(',').map(Number) : [];
     const [idsFile, outFile] = rest.slice(i + perCase - 2, i + perCase);
     if (!(prompt >= 1 && prompt <= seq)) die(`prompt ${prompt} outside [1, ${seq}]`);
     if (kv && (pads.length !== batch || !pads.every((p) => p >= 0 && p < prompt)))
       die(`pads ${rest[i + 3]}: expected ${batch} counts, each below the prompt's ${prompt}`);
-    if (classifier && (lengths.length !== batch || !lengths.every((n) => n >= 1 && n <= seq)))
+    if (pooled && (lengths.length !== batch || !lengths.every((n) => n >= 1 && n <= seq)))
       die(`lengths ${rest[i + 2]}: expected ${batch} counts in [1, ${seq}]`);
     const bytes = fs.readFileSync(idsFile);
     if (bytes.length !== batch * seq * 8) die(`${idsFile}: ${bytes.length} bytes, expected ${batch * seq * 8}`);
@@ -159,8 +158,8 @@ async function main() {
     let d;
     if (kv) {
       d = await runWithCache(session, ids, batch, seq, prompt, pads);
-    } else if (classifier) {
-      d = await runClassifier(session, ids, batch, seq, lengths);
+    } else if (pooled) {
+      d = await runPooled(session, ids, batch, seq, lengths);
     } else {
       const out = await session.run({input_ids: new ort.Tensor('int64', ids, [batch, seq])});
       const logits = out.logits;
@@ -170,7 +169,7 @@ async function main() {
       d = logits.data;
     }
     fs.writeFileSync(outFile, Buffer.from(d.buffer, d.byteOffset, d.byteLength));
-    console.log(JSON.stringify(classifier ? {batch, seq, lengths}
+    console.log(JSON.stringify(pooled ? {batch, seq, lengths}
                                           : {batch, seq, prompt, pads, calls: kv ? 1 + seq - prompt : 1}));
   }
 }

@@ -1,8 +1,9 @@
 // `brisk export onnx` and `brisk export gguf`: read a checkpoint (or the
 // newest one of a run directory) and write one self-contained file through
-// brisk::exporter::export_onnx (a GPT or an encoder classifier; with
-// `--kv-cache`, a GPT that also takes and returns each layer's keys and
-// values) or export_gguf (a GPT, for llama.cpp).
+// brisk::exporter::export_onnx (a GPT, an encoder classifier, or a sequence
+// autoencoder's encoder; with `--kv-cache`, a GPT that also takes and
+// returns each layer's keys and values) or export_gguf (a GPT, for
+// llama.cpp).
 // Errors (missing checkpoint, an output path that cannot be written) are
 // core::Errors, which main.cpp turns into one line and exit code 2.
 #include "export_cmd.h"
@@ -35,11 +36,29 @@ void print_encoder(const exporter::OnnxExportSummary& s) {
   std::printf("  output   logits float32 [batch, %lld] (classes in the order above)\n", (long long)c.n_classes);
 }
 
+void print_autoencoder(const exporter::OnnxExportSummary& s) {
+  const models::SeqAutoencoderConfig& c = s.autoencoder;
+  std::printf("  model    sequence autoencoder's encoder n_layer %lld, n_embd %lld, n_head %lld, vocab %lld, max_len "
+              "%lld, latent %lld (%lld parameters; the decoder is not exported)\n",
+              (long long)c.n_layer, (long long)c.n_embd, (long long)c.n_head, (long long)c.vocab_size,
+              (long long)c.max_len, (long long)c.latent, (long long)s.parameters);
+  std::printf("  graph    ONNX opset %lld, %lld nodes, %lld initializers, %.2f MB\n", (long long)exporter::kOnnxOpset,
+              (long long)s.nodes, (long long)s.initializers, double(s.bytes) / 1e6);
+  std::printf("  inputs   input_ids int64 [batch, seq], attention_mask int64 [batch, seq] (1 on the real tokens, rows "
+              "right-padded), seq <= %lld\n",
+              (long long)c.max_len);
+  std::printf("  output   latent float32 [batch, %lld] (what brisk encode writes)\n", (long long)c.latent);
+}
+
 int run_onnx(const std::string& checkpoint, const std::string& out, const exporter::OnnxExportOptions& options) {
   const exporter::OnnxExportSummary s = exporter::export_onnx(checkpoint, out, options);
   std::printf("exported %s -> %s\n", s.checkpoint_dir.c_str(), s.out_path.c_str());
   if (s.kind == train::kEncoderCheckpoint) {
     print_encoder(s);
+    return 0;
+  }
+  if (s.kind == train::kAutoencoderCheckpoint) {
+    print_autoencoder(s);
     return 0;
   }
   const models::GptConfig& c = s.config;
@@ -87,7 +106,8 @@ int run_gguf(const std::string& checkpoint, const std::string& out, const std::s
 ExportCommand add_export_command(CLI::App& parent) {
   auto* exp = parent.add_subcommand("export", "Export a checkpoint to another format (onnx, gguf)");
   exp->require_subcommand(1);
-  auto* onnx = exp->add_subcommand("onnx", "Write a GPT or encoder classifier checkpoint as an ONNX model (opset 17, dynamic batch and seq)");
+  auto* onnx = exp->add_subcommand("onnx", "Write a checkpoint as an ONNX model (opset 17, dynamic batch and seq): a GPT, an encoder classifier, "
+      "or a sequence autoencoder's encoder");
   auto checkpoint = std::make_shared<std::string>();
   auto out = std::make_shared<std::string>();
   auto options = std::make_shared<exporter::OnnxExportOptions>();
