@@ -6,11 +6,11 @@
 // It prepares each message as `brisk classify` does, from what the export
 // put in the model's metadata: the body only when the classifier was trained
 // on bodies (`strip_headers`: everything after the first empty line, `\n`
-// or `\r\n`), tokens from the checkpoint's tokenizer (`bytes`: the UTF-8
-// bytes; `gpt2`: npm gpt-3-encoder, whose ids brisk's GPT-2 tokenizer
+// or `\r\n`), tokens from the checkpoint's tokenizer (`bytes`: the file's
+// bytes as they are; `gpt2`: npm gpt-3-encoder, whose ids brisk's GPT-2 tokenizer
 // matches, on the text read as UTF-8 with ill-formed bytes as U+FFFD, as
 // brisk reads it), the first `max_len` tokens. A directory stands for every
-// regular file under it, in path order. Messages of similar lengths go
+// regular file under it (links to files included), in path order. Messages of similar lengths go
 // through the model together, 64 at a time, right-padded with attention_mask
 // 0 on the padding. One line per message, as brisk classify prints it: the
 // label, its probability (softmax of the logits), the path.
@@ -22,8 +22,9 @@
 //
 // Modules come from --node-modules, else third_party/npm/node_modules of
 // this checkout (scripts/fetch_data.sh installs both packages there). Exit
-// 2 on a usage error, a file that cannot be read or an empty message, 1 on
-// any other failure; the reason goes to stderr.
+// 2 on what the caller can fix (usage, a model that cannot be read or is no
+// classifier's export, missing packages, a message file that cannot be read,
+// is empty or has no body), 1 on anything else; the reason goes to stderr.
 'use strict';
 
 const fs = require('fs');
@@ -56,7 +57,7 @@ function parseArgs(argv) {
     } catch (e) {
       die(`--files-from ${list}: cannot read (${e.message})`, 2);
     }
-    a.inputs.push(...text.split('\n').filter((line) => line !== ''));
+    a.inputs.push(...text.split('\n').map((line) => line.replace(/\r$/, '')).filter((line) => line !== ''));
   }
   if (!a.model || a.inputs.length === 0 || !a.modules || lists.some((l) => !l) ||
       !(Number.isInteger(a.threads) && a.threads >= 0))
@@ -118,7 +119,9 @@ function onnxMetadata(file) {
 }
 
 // Files of `inputs` in brisk classify's order: a directory's regular files,
-// recursively, sorted by path component.
+// recursively (a link to a file counts; links to directories are not
+// followed), sorted by path component, each path spelled as brisk spells it
+// (the directory as given, then the names).
 function messageFiles(inputs) {
   const byComponents = (x, y) => {
     const a = x.split(path.sep), b = y.split(path.sep);
@@ -128,9 +131,9 @@ function messageFiles(inputs) {
   };
   const walk = (dir, out) => {
     for (const e of fs.readdirSync(dir, {withFileTypes: true})) {
-      const p = path.join(dir, e.name);
+      const p = dir.endsWith(path.sep) ? dir + e.name : dir + path.sep + e.name;
       if (e.isDirectory()) walk(p, out);
-      else if (e.isFile()) out.push(p);
+      else if (e.isFile() || (e.isSymbolicLink() && isFile(p))) out.push(p);
     }
     return out;
   };
@@ -140,7 +143,7 @@ function messageFiles(inputs) {
     try {
       st = fs.statSync(input);
     } catch (e) {
-      die(`${input}: no such file or directory`, 2);
+      die(`${input}: ${e.code === 'ENOENT' ? 'no such file or directory' : e.message}`, 2);
     }
     if (st.isDirectory()) {
       const found = walk(input, []).sort(byComponents);
@@ -153,6 +156,14 @@ function messageFiles(inputs) {
     }
   }
   return files;
+}
+
+function isFile(p) {
+  try {
+    return fs.statSync(p).isFile();
+  } catch (e) {
+    return false;  // a dangling link
+  }
 }
 
 // data::email_body: everything after the first empty line; a message that
@@ -178,11 +189,27 @@ async function main() {
     die(`cannot load onnxruntime-node from ${args.modules} (${e.message}); run scripts/fetch_data.sh or pass ` +
         '--node-modules', 2);
   }
-  const meta = onnxMetadata(args.model);
+  let meta;
+  try {
+    meta = onnxMetadata(args.model);
+  } catch (e) {
+    die(`${args.model}: cannot read the model (${e.message})`, 2);
+  }
   if (meta.kind !== 'encoder-classifier')
     die(`${args.model}: not an encoder classifier's export (metadata kind ${JSON.stringify(meta.kind)})`, 2);
-  const labels = JSON.parse(meta.label_names);
+  let labels;
+  try {
+    labels = JSON.parse(meta.label_names);
+  } catch (e) {
+    labels = null;
+  }
   const maxLen = Number(meta.max_len), stripHeaders = meta.strip_headers === 'true';
+  if (!Array.isArray(labels) || labels.length !== Number(meta.n_classes) || labels.length < 2 ||
+      !labels.every((l) => typeof l === 'string') || !(Number.isInteger(maxLen) && maxLen >= 1) ||
+      !['true', 'false'].includes(meta.strip_headers))
+    die(`${args.model}: damaged metadata (label_names ${JSON.stringify(meta.label_names)}, n_classes ` +
+        `${JSON.stringify(meta.n_classes)}, max_len ${JSON.stringify(meta.max_len)}, strip_headers ` +
+        `${JSON.stringify(meta.strip_headers)})`, 2);
   let encode;
   if (meta.tokenizer === 'bytes') {
     encode = (bytes) => Array.from(bytes);
@@ -196,7 +223,12 @@ async function main() {
 
   const options = {executionProviders: ['cpu']};
   if (args.threads > 0) options.intraOpNumThreads = args.threads;
-  const session = await ort.InferenceSession.create(args.model, options);
+  let session;
+  try {
+    session = await ort.InferenceSession.create(args.model, options);
+  } catch (e) {
+    die(`${args.model}: ONNX Runtime cannot load it (${e.message})`, 2);
+  }
   const files = messageFiles(args.inputs);
   const tokens = files.map((f) => {
     let bytes;
@@ -223,7 +255,10 @@ async function main() {
     }));
     const out = await session.run({input_ids: new ort.Tensor('int64', ids, [rows.length, T]),
                                    attention_mask: new ort.Tensor('int64', mask, [rows.length, T])});
-    const z = out.logits.data, K = labels.length;
+    const K = labels.length;
+    if (!out.logits || out.logits.dims.length !== 2 || out.logits.dims[1] !== K)
+      die(`${args.model}: logits ${JSON.stringify(out.logits && out.logits.dims)}, expected [${rows.length}, ${K}]`);
+    const z = out.logits.data;
     rows.forEach((i, r) => {
       const row = Array.from(z.subarray(r * K, (r + 1) * K));
       const mx = Math.max(...row);

@@ -17,6 +17,7 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -110,6 +111,28 @@ OnnxExportSummary summary(const std::string& out_path, const GraphStats& stats, 
   return s;
 }
 
+// The model proto of an encoder-bodied model (Config: EncoderConfig or
+// SeqAutoencoderConfig): its shape and `head` (the name and width of what
+// follows the pooling) in metadata_props and the doc line, after `what`;
+// `metadata` and `identity` (kind, ...) added to the props.
+template <class Config>
+onnx::ModelProto encoder_model_proto(const Config& cfg, const std::string& what,
+                                     const std::pair<std::string, int64_t>& head,
+                                     const std::map<std::string, std::string>& metadata,
+                                     const std::map<std::string, std::string>& identity) {
+  std::map<std::string, std::string> props = metadata;
+  for (const auto& [k, v] : identity) props[k] = v;
+  const std::pair<std::string, int64_t> shape[] = {{"vocab_size", cfg.vocab_size}, {"n_layer", cfg.n_layer},
+                                                   {"n_embd", cfg.n_embd},         {"n_head", cfg.n_head},
+                                                   {"max_len", cfg.max_len},       head};
+  std::string doc = what + ":";
+  for (const auto& [k, v] : shape) {
+    props[k] = std::to_string(v);
+    doc += (k == "vocab_size" ? " " : ", ") + k + " " + std::to_string(v);
+  }
+  return model_proto(doc, props);
+}
+
 // --kv-cache is the GPT's: the encoders read a whole sequence per call.
 void refuse_kv_cache(const std::string& dir, const OnnxExportOptions& options, const std::string& what) {
   if (options.kv_cache)
@@ -164,6 +187,7 @@ OnnxExportSummary write_onnx(const models::Gpt& model, const std::string& out_pa
   props["n_head"] = std::to_string(cfg.n_head);
   props["block_size"] = std::to_string(cfg.block_size);
   props["kv_cache"] = options.kv_cache ? "true" : "false";
+  props["kind"] = train::kGptCheckpoint;
   onnx::ModelProto proto =
       model_proto("GPT-2 (pre-LayerNorm, tanh GELU, learned positions, LM head tied to wte): n_layer " +
                       std::to_string(cfg.n_layer) + ", n_embd " + std::to_string(cfg.n_embd) + ", n_head " +
@@ -182,21 +206,10 @@ OnnxExportSummary write_onnx(const models::Encoder& model, const std::string& ou
                              const std::map<std::string, std::string>& metadata) {
   core::check_output_file(out_path);
   const models::EncoderConfig& cfg = model.config();
-  std::map<std::string, std::string> props = metadata;
-  props["kind"] = train::kEncoderCheckpoint;
-  props["vocab_size"] = std::to_string(cfg.vocab_size);
-  props["n_layer"] = std::to_string(cfg.n_layer);
-  props["n_embd"] = std::to_string(cfg.n_embd);
-  props["n_head"] = std::to_string(cfg.n_head);
-  props["max_len"] = std::to_string(cfg.max_len);
-  props["n_classes"] = std::to_string(cfg.n_classes);
-  onnx::ModelProto proto = model_proto(
-      "encoder classifier (pre-LayerNorm blocks, attention masked at padded keys, mean over the real positions, "
-      "Linear head): n_layer " +
-          std::to_string(cfg.n_layer) + ", n_embd " + std::to_string(cfg.n_embd) + ", n_head " +
-          std::to_string(cfg.n_head) + ", vocab " + std::to_string(cfg.vocab_size) + ", max_len " +
-          std::to_string(cfg.max_len) + ", classes " + std::to_string(cfg.n_classes),
-      props);
+  onnx::ModelProto proto = encoder_model_proto(
+      cfg, "encoder classifier (pre-LayerNorm blocks, attention masked at padded keys, mean over the real positions, "
+           "Linear head)",
+      {"n_classes", cfg.n_classes}, metadata, {{"kind", train::kEncoderCheckpoint}});
   const GraphStats stats = build_encoder_graph(model, *proto.mutable_graph());
   OnnxExportSummary s = summary(out_path, stats, write_model(proto, out_path));
   s.kind = train::kEncoderCheckpoint;
@@ -208,22 +221,10 @@ OnnxExportSummary write_onnx(const models::SeqAutoencoder& model, const std::str
                              const std::map<std::string, std::string>& metadata) {
   core::check_output_file(out_path);
   const models::SeqAutoencoderConfig& cfg = model.config();
-  std::map<std::string, std::string> props = metadata;
-  props["kind"] = train::kAutoencoderCheckpoint;
-  props["part"] = "encoder";
-  props["vocab_size"] = std::to_string(cfg.vocab_size);
-  props["n_layer"] = std::to_string(cfg.n_layer);
-  props["n_embd"] = std::to_string(cfg.n_embd);
-  props["n_head"] = std::to_string(cfg.n_head);
-  props["max_len"] = std::to_string(cfg.max_len);
-  props["latent"] = std::to_string(cfg.latent);
-  onnx::ModelProto proto = model_proto(
-      "sequence autoencoder's encoder (pre-LayerNorm blocks, attention masked at padded keys, mean over the real "
-      "positions, Linear to the latent): n_layer " +
-          std::to_string(cfg.n_layer) + ", n_embd " + std::to_string(cfg.n_embd) + ", n_head " +
-          std::to_string(cfg.n_head) + ", vocab " + std::to_string(cfg.vocab_size) + ", max_len " +
-          std::to_string(cfg.max_len) + ", latent " + std::to_string(cfg.latent),
-      props);
+  onnx::ModelProto proto = encoder_model_proto(
+      cfg, "sequence autoencoder's encoder (pre-LayerNorm blocks, attention masked at padded keys, mean over the "
+           "real positions, Linear to the latent)",
+      {"latent", cfg.latent}, metadata, {{"kind", train::kAutoencoderCheckpoint}, {"part", "encoder"}});
   const GraphStats stats = build_autoencoder_encoder_graph(model, *proto.mutable_graph());
   OnnxExportSummary s = summary(out_path, stats, write_model(proto, out_path));
   s.kind = train::kAutoencoderCheckpoint;
@@ -240,7 +241,10 @@ OnnxExportSummary export_onnx(const std::string& checkpoint, const std::string& 
   const std::string kind = train::checkpoint_kind(dir);
   if (kind == train::kEncoderCheckpoint) return export_encoder(dir, out_path, options);
   if (kind == train::kAutoencoderCheckpoint) return export_autoencoder(dir, out_path, options);
-  // A GPT (read_checkpoint_config refuses any other kind by name).
+  if (kind != train::kGptCheckpoint)
+    throw core::IoError(dir + ": this checkpoint is of unknown kind '" + kind + "' (state.json); brisk export onnx "
+                        "writes '" + train::kGptCheckpoint + "', '" + train::kEncoderCheckpoint + "' and '" +
+                        train::kAutoencoderCheckpoint + "' checkpoints");
   train::TrainState state;
   const models::GptConfig cfg = train::read_checkpoint_config(dir, &state);
   // The weights only pass through host memory: one thread, nothing is run.

@@ -18,7 +18,7 @@ length symbol for every past, another (total) for every present and the mask. Wi
 (an encoder classifier's export): inputs input_ids and attention_mask, int64 (batch, seq) with the
 same two symbols, output logits float32 (batch, K), the head's initializers head.weight (K, C) and
 head.bias (K), wpe of max_len rows, and metadata_props kind "encoder-classifier", n_classes K and
-label_names a JSON array of K strings. With --autoencoder (a sequence autoencoder's encoder): the
+label_names a JSON array of K strings, strip_headers, tokenizer and step. With --autoencoder (a sequence autoencoder's encoder): the
 same inputs, output latent float32 (batch, Z), every body initializer under "enc.", the
 to_latent Linear's, and metadata_props kind "seq-autoencoder", part "encoder", latent Z. Exits 1 with the reason on any failure, including a missing
 python3-onnx.
@@ -62,6 +62,9 @@ def check_weights(inits, a, positions, extra, prefix=""):
                        p + "ln_2.weight": [a.embd], p + "ln_2.bias": [a.embd],
                        p + "mlp.c_fc.weight": [a.embd, 4 * a.embd], p + "mlp.c_fc.bias": [4 * a.embd],
                        p + "mlp.c_proj.weight": [4 * a.embd, a.embd], p + "mlp.c_proj.bias": [a.embd]})
+    extra_inits = sorted(n for n in inits if n not in expect and not n.startswith("const."))
+    if extra_inits:
+        fail(f"initializers the model does not have: {extra_inits[:5]}")
     for name, shape in expect.items():
         t = inits.get(name)
         if t is None:
@@ -99,6 +102,8 @@ def check_pooled(model, a, ops):
     if do != [di[0], width]:
         fail(f"{output} dims {do}, expected [{di[0]}, {width}]")
     props = {p.key: p.value for p in model.metadata_props}
+    if not props.get("tokenizer") or not props.get("step", "").isdigit():
+        fail(f"metadata tokenizer {props.get('tokenizer')!r}, step {props.get('step')!r}: expected both")
     if props.get("max_len") != str(a.max_len):
         fail(f"metadata max_len {props.get('max_len')!r}, expected '{a.max_len}'")
     inits = {t.name: t for t in g.initializer}
@@ -111,8 +116,10 @@ def check_pooled(model, a, ops):
                                                         "to_latent.bias": [a.latent]}, prefix="enc.")
         about = f"latent {do}"
     else:
-        if props.get("kind") != "encoder-classifier" or props.get("n_classes") != str(a.classes):
-            fail(f"metadata kind {props.get('kind')!r}, n_classes {props.get('n_classes')!r}")
+        if props.get("kind") != "encoder-classifier" or props.get("n_classes") != str(a.classes) or \
+                props.get("strip_headers") not in ("true", "false"):
+            fail(f"metadata kind {props.get('kind')!r}, n_classes {props.get('n_classes')!r}, "
+                 f"strip_headers {props.get('strip_headers')!r}")
         try:
             labels = json.loads(props.get("label_names", ""))
         except ValueError:
@@ -214,6 +221,9 @@ def main():
         fail(f"cache lengths: pasts {sorted(past_lengths)}, presents and attention_mask {sorted(total_lengths)}: "
              "expected one symbol for the pasts and another for the rest")
 
+    props = {p.key: p.value for p in model.metadata_props}
+    if props.get("kind") != "gpt" or props.get("kv_cache") != ("true" if cache else "false"):
+        fail(f"metadata kind {props.get('kind')!r}, kv_cache {props.get('kv_cache')!r}")
     inits = {t.name: t for t in g.initializer}
     n_params = check_weights(inits, a, a.block, {})
 

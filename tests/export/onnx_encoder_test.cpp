@@ -64,15 +64,16 @@ struct Exported {
 };
 
 // A random classifier of `vocab` tokens trained (as far as its checkpoint
-// says) on message bodies of `tokenizer`, saved and exported by the CLI.
-std::unique_ptr<Exported> export_random_classifier(const std::string& tokenizer, int64_t vocab) {
+// says) on `tokenizer` tokens of whole messages or, with `strip_headers`, of
+// their bodies; saved and exported by the CLI.
+std::unique_ptr<Exported> export_random_classifier(const std::string& tokenizer, int64_t vocab, bool strip_headers) {
   auto x = std::make_unique<Exported>();
   x->run_dir = x->dir.file("run");
   cpu::CpuBackend backend(2);
   models::Encoder enc(small_encoder(vocab), backend);
   enc.init_weights(5);
   randomize(enc, 4321);
-  const train::EncoderCheckpoint info{small_encoder(vocab), kLabels, tokenizer, true, 7, 1, {}};
+  const train::EncoderCheckpoint info{small_encoder(vocab), kLabels, tokenizer, strip_headers, 7, 1, {}};
   x->checkpoint = train::save_encoder_checkpoint(x->run_dir, enc, nullptr, info, 0);
   x->model = x->dir.file("classifier.onnx");
   // The run directory, not the step: the CLI must pick the newest checkpoint.
@@ -80,12 +81,15 @@ std::unique_ptr<Exported> export_random_classifier(const std::string& tokenizer,
   return x;
 }
 
-// The bytes classifier most tests use; made once per test process and
-// destroyed at exit, which removes its directory.
+// The bytes classifier of whole messages most tests use; made once per test
+// process and destroyed at exit, which removes its directory.
 const Exported& exported() {
-  static const std::unique_ptr<Exported> e = export_random_classifier("bytes", 300);
+  static const std::unique_ptr<Exported> e = export_random_classifier("bytes", 300, false);
   return *e;
 }
+
+// A random sequence autoencoder's export (defined with its tests, below).
+const Exported& exported_autoencoder();
 
 ProgramResult check_classifier(const std::string& model, int64_t classes) {
   const models::EncoderConfig c = small_encoder();
@@ -103,7 +107,7 @@ TEST(OnnxEncoderExport, CliWritesTheClassifier) {
   std::printf("%s", e.result.out.c_str());
   EXPECT_NE(e.result.out.find(e.checkpoint), std::string::npos) << "names the checkpoint it read";
   EXPECT_NE(e.result.out.find("encoder classifier"), std::string::npos);
-  EXPECT_NE(e.result.out.find("3 classes (ham, spam, other, \"quoted\")"), std::string::npos);
+  EXPECT_NE(e.result.out.find("3 classes [\"ham\",\"spam\",\"other, \\\"quoted\\\"\"]"), std::string::npos);
   EXPECT_NE(e.result.out.find("attention_mask int64 [batch, seq]"), std::string::npos);
   EXPECT_NE(e.result.out.find("logits float32 [batch, 3]"), std::string::npos);
   EXPECT_GT(fs::file_size(e.model), small_encoder().num_params() * sizeof(float));
@@ -293,7 +297,9 @@ std::vector<Classified> parse_classified(const std::string& out) {
 
 // Messages that exercise what classify does before the model: headers with
 // either line ending, none at all, bytes that are not UTF-8, a body past
-// max_len tokens, and a directory read in path order.
+// max_len tokens, a directory read in path order with a link to a file in
+// it, and 70 more messages there, so that the model runs more than one
+// batch of 64.
 std::vector<std::string> write_messages(const TempDir& dir) {
   std::string long_body = "Subject: long\n\n";
   for (int i = 0; i < 60; ++i) long_body += "word" + std::to_string(i) + " and more, ";
@@ -306,7 +312,14 @@ std::vector<std::string> write_messages(const TempDir& dir) {
       {"mail/sub-x.eml", "Subject: order\n\nAfter mail/sub/: sorted by path component, not by the whole string."},
   };
   fs::create_directories(dir.path() / "mail" / "sub");
+  fs::create_directories(dir.path() / "mail" / "many");
   for (const auto& [name, text] : messages) itest::write_text(dir.file(name), text);
+  fs::create_symlink(dir.file("a.eml"), dir.path() / "mail" / "link.eml");  // a link to a file counts
+  for (int i = 0; i < 70; ++i) {
+    std::string body = "Subject: " + std::to_string(i) + "\n\nmessage " + std::to_string(i);
+    for (int w = 0; w < i % 13; ++w) body += " w" + std::to_string(w * i);
+    itest::write_text(dir.file("mail/many/m" + std::to_string(i) + ".eml"), body);
+  }
   return {dir.file("a.eml"), dir.file("b.eml"), dir.file("c.eml"), dir.file("mail")};
 }
 
@@ -331,7 +344,7 @@ void expect_deploy_script_matches_classify(const Exported& e) {
   ASSERT_EQ(got.exit_code, 0) << got.output;
   std::printf("brisk classify:\n%sonnx_classify.js:\n%s", want.out.c_str(), got.output.c_str());
   const std::vector<Classified> a = parse_classified(want.out), b = parse_classified(got.output);
-  ASSERT_EQ(a.size(), 6u) << want.out;
+  ASSERT_EQ(a.size(), 77u) << want.out;
   ASSERT_EQ(b.size(), a.size()) << got.output;
   std::set<std::string> labels;
   for (size_t i = 0; i < a.size(); ++i) {
@@ -345,15 +358,47 @@ void expect_deploy_script_matches_classify(const Exported& e) {
 
 }  // namespace
 
+// Whole messages (strip_headers false), byte tokens.
 TEST(OnnxEncoderExport, DeployScriptClassifiesAsBriskClassifyOnBytes) {
   expect_deploy_script_matches_classify(exported());
 }
 
-// GPT-2 BPE, E1's tokenizer: the script's ids come from npm gpt-3-encoder,
-// brisk's from its own tokenizer.
-TEST(OnnxEncoderExport, DeployScriptClassifiesAsBriskClassifyOnGpt2Tokens) {
-  const std::unique_ptr<Exported> e = export_random_classifier("gpt2", 50257);
+// Bodies only, GPT-2 BPE (E1's): the script's ids come from npm
+// gpt-3-encoder, brisk's from its own tokenizer.
+TEST(OnnxEncoderExport, DeployScriptClassifiesAsBriskClassifyOnGpt2Bodies) {
+  const std::unique_ptr<Exported> e = export_random_classifier("gpt2", 50257, true);
   expect_deploy_script_matches_classify(*e);
+}
+
+// What the script refuses, as brisk classify refuses it: exit 2 and the
+// reason, nothing classified.
+TEST(OnnxEncoderExport, DeployScriptRefusesBadInputByName) {
+  const std::unique_ptr<Exported> bodies = export_random_classifier("bytes", 300, true);
+  ASSERT_EQ(bodies->result.exit_code, 0) << bodies->result.err;
+  TempDir dir;
+  itest::write_text(dir.file("empty.eml"), "");
+  itest::write_text(dir.file("headers.eml"), "Subject: only headers\nFrom: x@y\n");
+  itest::write_text(dir.file("ok.eml"), "Subject: hi\n\nbody");
+  itest::write_text(dir.file("not.onnx"), "not a model");
+  struct Case {
+    std::string model, input, says;
+  };
+  const std::vector<Case> cases{
+      {bodies->model, dir.file("empty.eml"), "empty message"},
+      {bodies->model, dir.file("headers.eml"), "has no body"},
+      {bodies->model, dir.file("missing.eml"), "no such file or directory"},
+      {exported_autoencoder().model, dir.file("ok.eml"), "not an encoder classifier's export"},
+      {dir.file("not.onnx"), dir.file("ok.eml"), "not.onnx"},
+      {dir.file("no_model.onnx"), dir.file("ok.eml"), "cannot read the model"},
+  };
+  for (const Case& c : cases) {
+    const ProgramResult r = run_program({"node", std::string(BRISK_DEPLOY_DIR) + "/onnx_classify.js", c.model,
+                                         dir.file("ok.eml"), c.input, "--node-modules", npm_modules()});
+    EXPECT_EQ(r.exit_code, 2) << c.input << "\n" << r.output;
+    EXPECT_NE(r.output.find(c.says), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("\t" + dir.file("ok.eml")), std::string::npos) << "classified before refusing:\n"
+                                                                          << r.output;
+  }
 }
 
 // ---- the sequence autoencoder's encoder -------------------------------------------------

@@ -12,6 +12,8 @@
 #include <memory>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "brisk/export/gguf_export.h"
 #include "brisk/export/onnx_export.h"
 #include "brisk/train/checkpoint.h"
@@ -20,19 +22,23 @@ namespace brisk::cli {
 
 namespace {
 
-void print_encoder(const exporter::OnnxExportSummary& s) {
-  const models::EncoderConfig& c = s.encoder;
-  std::string labels;
-  for (const std::string& l : s.label_names) labels += (labels.empty() ? "" : ", ") + l;
-  std::printf("  model    encoder classifier n_layer %lld, n_embd %lld, n_head %lld, vocab %lld, max_len %lld, %lld "
-              "classes (%s) (%lld parameters)\n",
-              (long long)c.n_layer, (long long)c.n_embd, (long long)c.n_head, (long long)c.vocab_size,
-              (long long)c.max_len, (long long)c.n_classes, labels.c_str(), (long long)s.parameters);
+// The lines an encoder-bodied export shares: the graph and its two inputs.
+void print_encoder_graph(const exporter::OnnxExportSummary& s, int64_t max_len) {
   std::printf("  graph    ONNX opset %lld, %lld nodes, %lld initializers, %.2f MB\n", (long long)exporter::kOnnxOpset,
               (long long)s.nodes, (long long)s.initializers, double(s.bytes) / 1e6);
   std::printf("  inputs   input_ids int64 [batch, seq], attention_mask int64 [batch, seq] (1 on the real tokens, rows "
               "right-padded), seq <= %lld\n",
-              (long long)c.max_len);
+              (long long)max_len);
+}
+
+void print_encoder(const exporter::OnnxExportSummary& s) {
+  const models::EncoderConfig& c = s.encoder;
+  const std::string labels = nlohmann::json(s.label_names).dump();  // quoted: a label may hold a comma
+  std::printf("  model    encoder classifier n_layer %lld, n_embd %lld, n_head %lld, vocab %lld, max_len %lld, %lld "
+              "classes %s (%lld parameters)\n",
+              (long long)c.n_layer, (long long)c.n_embd, (long long)c.n_head, (long long)c.vocab_size,
+              (long long)c.max_len, (long long)c.n_classes, labels.c_str(), (long long)s.parameters);
+  print_encoder_graph(s, c.max_len);
   std::printf("  output   logits float32 [batch, %lld] (classes in the order above)\n", (long long)c.n_classes);
 }
 
@@ -42,11 +48,7 @@ void print_autoencoder(const exporter::OnnxExportSummary& s) {
               "%lld, latent %lld (%lld parameters; the decoder is not exported)\n",
               (long long)c.n_layer, (long long)c.n_embd, (long long)c.n_head, (long long)c.vocab_size,
               (long long)c.max_len, (long long)c.latent, (long long)s.parameters);
-  std::printf("  graph    ONNX opset %lld, %lld nodes, %lld initializers, %.2f MB\n", (long long)exporter::kOnnxOpset,
-              (long long)s.nodes, (long long)s.initializers, double(s.bytes) / 1e6);
-  std::printf("  inputs   input_ids int64 [batch, seq], attention_mask int64 [batch, seq] (1 on the real tokens, rows "
-              "right-padded), seq <= %lld\n",
-              (long long)c.max_len);
+  print_encoder_graph(s, c.max_len);
   std::printf("  output   latent float32 [batch, %lld] (what brisk encode writes)\n", (long long)c.latent);
 }
 

@@ -30,7 +30,8 @@ struct OnnxExportOptions {
   // seq, head_dim), so that a runtime can generate one token per call without
   // re-running the prefix, rows of different lengths left-padded in one batch.
   // past_seq may be 0 (a prompt), so one model serves both phases. GPT
-  // checkpoints only: an encoder classifier reads a whole message per call.
+  // checkpoints only: the encoder classifier and the autoencoder's encoder
+  // read a whole sequence per call.
   bool kv_cache = false;
 };
 
