@@ -21,6 +21,7 @@
 #include "brisk/serve/response_cache.h"
 #include "connection_threads.h"
 #include "fields.h"
+#include "pooled_api.h"
 
 namespace brisk::serve {
 
@@ -49,6 +50,8 @@ struct Server::Impl {
   // after seeing `ready` (or from routes that need no model).
   Scheduler* scheduler = nullptr;
   const data::Tokenizer* tok = nullptr;
+  PooledService* pooled = nullptr;  // an encoder model instead of the scheduler
+  PooledEncode pooled_encode;
   Metrics* metrics = nullptr;
   std::unique_ptr<ResponseCache> cache;
   ModelInfo model;
@@ -64,6 +67,15 @@ struct Server::Impl {
   // listen() and stop() from different threads, in either order (see stop()).
   std::atomic<bool> stop_requested{false};
   std::atomic<int> listen_state{0};  // 0: listen() not called, 1: in it, 2: returned
+
+  void attach(PooledService& s, PooledEncode encode, ModelInfo m) {
+    if (ready) throw core::Error("Server::attach: a model is attached already");
+    pooled = &s;
+    pooled_encode = std::move(encode);
+    metrics = &s.metrics();
+    model = std::move(m);
+    ready = true;
+  }
 
   void attach(Scheduler& s, const data::Tokenizer& t, ModelInfo m) {
     if (ready) throw core::Error("Server::attach: a model is attached already");
@@ -204,6 +216,19 @@ struct Server::Impl {
               [this](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& body) {
                 guarded(res, [&] { generate(req, read_body(body, res), res, Api::chat); });
               });
+    // The encoder routes; route_methods() opens the one the model serves.
+    for (const char* path : {kClassifyPath, kEmbeddingsPath})
+      http.Post(path, [this](const httplib::Request&, httplib::Response& res, const httplib::ContentReader& body) {
+        guarded(res, [&] { encode(read_body(body, res), res); });
+      });
+  }
+
+  static constexpr const char* kClassifyPath = "/classify";
+  static constexpr const char* kEmbeddingsPath = "/v1/embeddings";
+
+  // The POST route of an encoder model.
+  const char* pooled_path() const {
+    return pooled->model().kind == PooledModel::Kind::classifier ? kClassifyPath : kEmbeddingsPath;
   }
 
   // "Authorization: Bearer <key>", the scheme in any case (RFC 7235).
@@ -212,13 +237,15 @@ struct Server::Impl {
            header.compare(7, std::string::npos, options.api_key) == 0;
   }
 
-  // The methods a path takes, as an Allow header; "" for an unknown path.
-  static std::string route_methods(const std::string& path) {
+  // The methods a path takes, as an Allow header; "" for an unknown path
+  // (or one the attached model does not serve).
+  std::string route_methods(const std::string& path) const {
     if (path == "/health" || path == "/metrics" || path == "/v1/models" ||
         (path.rfind("/v1/models/", 0) == 0 && path.size() > 11))
       return "GET, HEAD, OPTIONS";
-    if (path == "/tokenize" || path == "/detokenize" || path == "/v1/completions" || path == "/v1/chat/completions")
-      return "POST, OPTIONS";
+    const bool generation =
+        path == "/tokenize" || path == "/detokenize" || path == "/v1/completions" || path == "/v1/chat/completions";
+    if (pooled ? path == pooled_path() : generation) return "POST, OPTIONS";
     return "";
   }
 
@@ -228,8 +255,13 @@ struct Server::Impl {
   // (httplib: 404), and a POST with neither Content-Length nor chunked
   // encoding a 411 (httplib waited for the connection's end, then answered
   // 400). HEAD is httplib's own; OPTIONS is answered before this.
-  static std::optional<ApiError> refuse_route(const httplib::Request& req, httplib::Response& res) {
+  std::optional<ApiError> refuse_route(const httplib::Request& req, httplib::Response& res) const {
     const std::string allow = route_methods(req.path);
+    if (allow.empty() && pooled)  // a GPT route asked of an encoder model, the other encoder's, or none at all
+      return ApiError(404, "no route for " + req.method + " " + req.path + ": this server serves " +
+                               (pooled->model().kind == PooledModel::Kind::classifier ? "an encoder classifier"
+                                                                                       : "a sequence embedder") +
+                               " (POST " + pooled_path() + ")");
     if (allow.empty()) return ApiError(404, "no route for " + req.method + " " + req.path);
     const bool get = allow.rfind("GET", 0) == 0, post = !get;
     const bool method_ok = get ? req.method == "GET" || req.method == "HEAD" : req.method == "POST";
@@ -340,6 +372,30 @@ struct Server::Impl {
     if (metrics->draining) throw ApiError(503, "the server is shutting down", "", "server_error");
   }
 
+  // An encoder route: every input of the request through the PooledService
+  // (batched there with other requests' inputs), one answer.
+  void encode(const std::string& body, httplib::Response& res) {
+    const std::shared_ptr<void> held = open_request();
+    refuse_if_draining();
+    const auto t0 = std::chrono::steady_clock::now();
+    const PooledModel& m = pooled->model();
+    const PooledRequest r = parse_pooled(body, model, m, pooled_encode);
+    std::vector<std::vector<float>> out;
+    try {
+      out = pooled->run(r.sequences);
+    } catch (const ApiError& e) {
+      if (e.status == 429) res.set_header("Retry-After", "1");
+      throw;
+    }
+    const json answer = m.kind == PooledModel::Kind::classifier
+                            ? classify_response(r, out, m, "classify-" + next_id().substr(5), std::time(nullptr),
+                                                model.name)
+                            : embeddings_response(r, out, model.name);
+    metrics->request_latency.observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    request_note().prompt_tokens = r.tokens;
+    send_json(res, 200, answer);
+  }
+
   // Answers a request of either route with any number of choices, streamed
   // or not, through a Generation (one engine sequence per choice).
   void generate(const httplib::Request& req, const std::string& body, httplib::Response& res, Api api) {
@@ -411,6 +467,10 @@ Server::Server(Scheduler& scheduler, const data::Tokenizer& tok, ModelInfo model
 
 void Server::attach(Scheduler& scheduler, const data::Tokenizer& tok, ModelInfo model) {
   impl_->attach(scheduler, tok, std::move(model));
+}
+
+void Server::attach(PooledService& service, PooledEncode encode, ModelInfo model) {
+  impl_->attach(service, std::move(encode), std::move(model));
 }
 
 Server::~Server() = default;

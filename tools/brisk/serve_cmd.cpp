@@ -1,4 +1,7 @@
 // `brisk serve`: the OpenAI-compatible HTTP server (src/serve/, docs/serving.md).
+// A GPT is served through the engine and the scheduler; an encoder
+// classifier or a sequence autoencoder through a PooledService
+// (serve_pooled.cpp): POST /classify or /v1/embeddings.
 #include "serve_cmd.h"
 
 #include <pthread.h>
@@ -17,6 +20,7 @@
 #include "brisk/infer/engine.h"
 #include "brisk/serve/server.h"
 #include "cli_checks.h"
+#include "serve_pooled.h"
 
 namespace brisk::cli {
 
@@ -24,7 +28,7 @@ namespace {
 
 struct ServeArgs {
   std::string model, model_name, vocab_dir, host = "127.0.0.1";
-  int port = 8080, slots = 8, max_queue = 64, threads = 0, max_connections = 512;
+  int port = 8080, slots = 8, max_queue = 64, threads = 0, max_connections = 512, max_batch = 64;
   int64_t max_body = 1 << 20, kv_mb = 0;
   std::string kv_dtype = "f32";
   std::string api_key, cors_origin = "*";
@@ -85,15 +89,16 @@ int run_serve(const ServeArgs& a) {
   // balancer moves on) while running ones finish, for up to --drain-timeout
   // seconds; what is left then ends with an error, and the server exits.
   // While the model loads there is nothing to drain: the process exits.
-  std::atomic<serve::Scheduler*> attached{nullptr};
+  // Set once the model is attached: what ends every open request.
+  std::function<void()> stop_model;
+  std::atomic<bool> attached{false};
   std::atomic<bool> serving{true};
   std::thread waiter([&] {
     int sig = 0;
     sigwait(&stop_signals, &sig);
     if (!serving) return;  // woken by the Joiner below: the server has stopped already
     const char* name = sig == SIGINT ? "SIGINT" : "SIGTERM";
-    serve::Scheduler* scheduler = attached.load();
-    if (!scheduler) {
+    if (!attached) {
       std::fprintf(stderr, "brisk serve: %s while loading the model, stopped\n", name);
       std::fflush(stderr);
       std::_Exit(0);
@@ -106,7 +111,7 @@ int run_serve(const ServeArgs& a) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     if (server.open_requests() > 0)
       std::fprintf(stderr, "brisk serve: drain timeout, ending %lld requests\n", (long long)server.open_requests());
-    scheduler->stop();  // ends every open request, so no HTTP thread stays blocked
+    stop_model();  // ends every open request, so no HTTP thread stays blocked
     server.stop();
   });
   // Stops and joins both threads however this function ends (a model that
@@ -127,10 +132,27 @@ int run_serve(const ServeArgs& a) {
 
   if (const char* delay = std::getenv("BRISK_SERVE_LOAD_DELAY_MS"))  // tests: a model that takes a while to load
     std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(delay)));
+  const std::string model_name = a.model_name.empty() ? default_name(a.model) : a.model_name;
+  if (const std::string dir = encoder_checkpoint(a.model); !dir.empty()) {
+    PooledServing p = load_pooled(dir, a.threads);
+    serve::Metrics metrics;
+    serve::PooledService service(p.model, a.max_batch, a.max_queue, metrics);
+    serve::ModelInfo info{model_name, p.model.vocab, p.model.max_len};
+    server.attach(service, p.encode, info);
+    stop_model = [&service] { service.stop(); };
+    attached = true;
+    std::printf("brisk serve: %s on http://%s:%d (%s, from %s; POST %s, max_len %lld, batch %d, queue %d)\n",
+                info.name.c_str(), a.host.c_str(), port, p.what.c_str(), dir.c_str(),
+                p.model.kind == serve::PooledModel::Kind::classifier ? "/classify" : "/v1/embeddings",
+                (long long)p.model.max_len, a.max_batch, a.max_queue);
+    std::fflush(stdout);
+    listener.join();  // returns after the waiter's server.stop()
+    std::fprintf(stderr, "brisk serve: stopped\n");
+    return 0;
+  }
   infer::Model model = infer::load_model(a.model);
   auto tok = data::make_tokenizer(model.tokenizer, a.vocab_dir);
-  serve::ModelInfo info{a.model_name.empty() ? default_name(a.model) : a.model_name, model.config.vocab_size,
-                        model.config.block_size};
+  serve::ModelInfo info{model_name, model.config.vocab_size, model.config.block_size};
   info.max_choices = a.max_queue;  // a request's choices all wait in the queue at first
   infer::EngineOptions eo;
   eo.max_seqs = a.slots;
@@ -142,7 +164,8 @@ int run_serve(const ServeArgs& a) {
   infer::Engine engine(std::move(model), eo, tok.get());
   serve::Scheduler scheduler(engine, a.max_queue, a.request_timeout);
   server.attach(scheduler, *tok, info);
-  attached = &scheduler;
+  stop_model = [&scheduler] { scheduler.stop(); };
+  attached = true;
   std::printf("brisk serve: %s on http://%s:%d (%s %s, context %lld, %d slots, queue %d, KV pool %.1f MiB %s)\n",
               info.name.c_str(), a.host.c_str(), port, infer::scheme_name(engine.model().scheme),
               engine.model().source.c_str(), (long long)info.context, a.slots, a.max_queue,
@@ -157,9 +180,11 @@ int run_serve(const ServeArgs& a) {
 
 ServeCommand add_serve_command(CLI::App& app) {
   auto a = std::make_shared<ServeArgs>();
-  auto* s = app.add_subcommand("serve", "Serve a model over an OpenAI-compatible HTTP API (/v1/completions)");
+  auto* s = app.add_subcommand("serve", "Serve a model over an OpenAI-compatible HTTP API (/v1/completions; encoder "
+                                         "models: /classify, /v1/embeddings)");
   s->add_option("--model", a->model,
-                "brisk checkpoint or run directory, a quantized .safetensors, or Hugging Face GPT-2 safetensors")
+                "brisk checkpoint or run directory (a GPT, an encoder classifier, a sequence autoencoder), a "
+                "quantized .safetensors, or Hugging Face GPT-2 safetensors")
       ->required();
   s->add_option("--model-name", a->model_name, "Name in /v1/models and the \"model\" field (default: the file name)");
   s->add_option("--host", a->host, "Address to listen on")->capture_default_str();
@@ -171,6 +196,10 @@ ServeCommand add_serve_command(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   s->add_option("--max-body", a->max_body, "Largest request body in bytes (larger: 413)")->capture_default_str();
+  s->add_option("--max-batch", a->max_batch,
+                "Encoder models: sequences one forward runs at most, from every waiting request")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   s->add_option("--threads", a->threads, "CPU threads for the engine (0 = all cores)")->check(non_negative());
   s->add_option("--kv-mb", a->kv_mb, "Key/value pool in MiB (0 = full context for every slot)");
   s->add_option("--kv-dtype", a->kv_dtype, "Key/value pool element type: f32, or bf16 (half the memory)")

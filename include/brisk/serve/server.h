@@ -1,14 +1,17 @@
 // The HTTP front of `brisk serve`: OpenAI-compatible routes on cpp-httplib,
 // each request answered by its own HTTP thread, which hands the work to the
-// Scheduler and waits on its Channel (docs/serving.md).
+// Scheduler and waits on its Channel (docs/serving.md). An encoder model is
+// served instead through a PooledService: POST /classify or /v1/embeddings.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "brisk/serve/completions.h"
+#include "brisk/serve/pooled.h"
 #include "brisk/serve/scheduler.h"
 
 namespace brisk::data {
@@ -49,6 +52,10 @@ class Server {
 
   // The model is loaded: generation routes open and /health says 200. Once.
   void attach(Scheduler& scheduler, const data::Tokenizer& tok, ModelInfo model);
+  // An encoder model instead (once, and not with the other): a classifier
+  // answers POST /classify, an embedder POST /v1/embeddings; `encode` turns
+  // an input text into the model's token ids (or a 400 naming it).
+  void attach(PooledService& service, PooledEncode encode, ModelInfo model);
   // Binds the socket; returns the port. Throws core::IoError when it cannot.
   int bind();
   // Serves until stop(); call after bind().
@@ -57,10 +64,11 @@ class Server {
   void stop();
   // Blocks until listen() is accepting connections.
   void wait_until_ready();
-  // Graceful stop, first half: new generation requests get 503 and /health
-  // says 503 (a load balancer takes the replica out), running ones go on.
+  // Graceful stop, first half: new generation (or encoder) requests get 503
+  // and /health says 503 (a load balancer takes the replica out), running
+  // ones go on.
   void start_draining();
-  // Generation requests whose response is not finished yet.
+  // Generation (or encoder) requests whose response is not finished yet.
   int64_t open_requests() const;
 
  private:

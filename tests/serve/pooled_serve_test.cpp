@@ -1,0 +1,338 @@
+// `brisk serve` of the encoder models in-process (brisk/serve/pooled.h): a
+// small random encoder classifier behind POST /classify and a small random
+// sequence autoencoder's encoder behind POST /v1/embeddings, each through a
+// PooledService and a real HTTP server on a free port, driven by
+// httplib::Client. Checks every answer against the model run on each input
+// alone, that concurrent requests share forwards, the OpenAI/vLLM shapes,
+// base64 embeddings, and the errors (400s naming the field, 404 for the
+// routes the model does not serve, 429 when full, 503 when stopped).
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <future>
+#include <mutex>
+#include <set>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "brisk/cpu/cpu_backend.h"
+#include "brisk/data/tokenizer.h"
+#include "brisk/models/encoder.h"
+#include "brisk/models/seq_autoencoder.h"
+#include "brisk/serve/api.h"
+#include "brisk/serve/pooled.h"
+#include "brisk/serve/server.h"
+#include "serve/pooled_api.h"
+
+namespace brisk {
+namespace {
+
+using nlohmann::json;
+
+constexpr int64_t kMaxLen = 40;
+
+// Every parameter random (LayerNorm weights around 1), so that outputs are
+// of order 1 and differ between inputs.
+template <class Model>
+void randomize(Model& m, uint64_t seed) {
+  for (auto& [name, e] : m.params().entries()) {
+    const bool ln_weight = name.find("ln_") != std::string::npos && name.find(".weight") != std::string::npos;
+    m.params().upload(e.value, core::Tensor::randn(e.value.shape(), core::DType::f32, seed++, ln_weight ? 1.f : 0.f,
+                                                   ln_weight ? 0.2f : 0.15f));
+  }
+}
+
+std::vector<float> softmax(const float* z, int64_t k) {
+  std::vector<float> p(z, z + k);
+  const float mx = *std::max_element(p.begin(), p.end());
+  float sum = 0;
+  for (float& x : p) sum += (x = std::exp(x - mx));
+  for (float& x : p) x /= sum;
+  return p;
+}
+
+// A model behind a PooledService and a server on a free port. The forward
+// counts its calls and the rows it was given, and can be held (`gate`) so
+// that requests queue up behind it.
+struct Pooled {
+  cpu::CpuBackend backend{2};
+  std::unique_ptr<models::Encoder> classifier;
+  std::unique_ptr<models::SeqAutoencoder> embedder;
+  std::unique_ptr<data::Tokenizer> tok = data::make_byte_tokenizer();
+  serve::Metrics metrics;
+  std::unique_ptr<serve::PooledService> service;
+  std::unique_ptr<serve::Server> server;
+  std::thread thread;
+  int port = 0;
+  std::atomic<int> forwards{0}, max_rows{0};
+  std::mutex gate;  // held by a test: the forward waits for it
+  std::promise<void> first_forward;
+  std::atomic<bool> first_seen{false};
+
+  Pooled(serve::PooledModel::Kind kind, int64_t max_batch, int64_t max_waiting) {
+    serve::PooledModel m;
+    m.kind = kind;
+    m.max_len = kMaxLen;
+    if (kind == serve::PooledModel::Kind::classifier) {
+      models::EncoderConfig c;
+      c.vocab_size = 256, c.n_layer = 2, c.n_embd = 32, c.n_head = 2, c.max_len = kMaxLen, c.n_classes = 3;
+      classifier = std::make_unique<models::Encoder>(c, backend);
+      randomize(*classifier, 101);
+      m.width = 3, m.vocab = 256, m.labels = {"a", "b", "c"}, m.softmax = true;
+    } else {
+      models::SeqAutoencoderConfig c;
+      c.vocab_size = 28, c.n_layer = 2, c.n_embd = 32, c.n_head = 2, c.max_len = kMaxLen, c.latent = 8;
+      embedder = std::make_unique<models::SeqAutoencoder>(c, backend);
+      randomize(*embedder, 202);
+      m.width = 8, m.vocab = 28;
+    }
+    m.forward = [this](const int32_t* ids, const int32_t* lengths, int64_t B, int64_t T) {
+      if (!first_seen.exchange(true)) first_forward.set_value();
+      std::lock_guard lk(gate);
+      ++forwards;
+      max_rows = std::max<int>(max_rows, int(B));
+      return classifier ? classifier->logits(ids, lengths, B, T) : embedder->encode(ids, lengths, B, T);
+    };
+    service = std::make_unique<serve::PooledService>(m, max_batch, max_waiting, metrics);
+    serve::ServerOptions so;
+    so.port = 0;
+    so.http_threads = 40;
+    server = std::make_unique<serve::Server>(so);
+    // Bytes for the classifier; letters a..z as ids 1..26 for the embedder (the
+    // CLI's FASTA reading is checked in the integration tests).
+    serve::PooledEncode encode = [kind](const std::string& text, const std::string& param) {
+      std::vector<int32_t> ids;
+      for (unsigned char c : text) {
+        if (kind == serve::PooledModel::Kind::classifier) {
+          ids.push_back(c);
+        } else {
+          if (c < 'a' || c > 'z') throw serve::ApiError(400, param + ": not a letter", param);
+          ids.push_back(int32_t(c - 'a' + 1));
+        }
+      }
+      return ids;
+    };
+    server->attach(*service, encode, serve::ModelInfo{"enc", m.vocab, kMaxLen});
+    port = server->bind();
+    thread = std::thread([this] { server->listen(); });
+    server->wait_until_ready();
+  }
+  ~Pooled() {
+    service->stop();
+    server->stop();
+    thread.join();
+  }
+
+  httplib::Result post(const std::string& path, const std::string& body) const {
+    httplib::Client c("127.0.0.1", port);
+    c.set_read_timeout(60, 0);
+    return c.Post(path, body, "application/json");
+  }
+  httplib::Result post(const std::string& path, const json& body) const { return post(path, body.dump()); }
+
+  // What the model gives `ids` alone (cut to max_len): probabilities or a latent.
+  std::vector<float> reference(std::vector<int32_t> ids) {
+    if (int64_t(ids.size()) > kMaxLen) ids.resize(kMaxLen);
+    const int32_t n = int32_t(ids.size());
+    std::lock_guard lk(gate);  // the service's worker may run the model too
+    if (classifier) return softmax(classifier->logits(ids.data(), &n, 1, n), 3);
+    const float* z = embedder->encode(ids.data(), &n, 1, n);
+    return {z, z + 8};
+  }
+};
+
+std::vector<int32_t> bytes_of(const std::string& s) { return {s.begin(), s.end()}; }
+
+double max_diff(const std::vector<float>& a, const json& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double d = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) d = std::max(d, std::fabs(double(a[i]) - b[i].get<double>()));
+  return d;
+}
+
+TEST(PooledServe, ClassifyAnswersEachInputAsTheModelAlone) {
+  Pooled p(serve::PooledModel::Kind::classifier, 64, 16);
+  const std::vector<std::string> texts{"hello there", "x", std::string(70, 'q') + "long, cut to max_len"};
+  auto r = p.post("/classify", json{{"model", "enc"}, {"input", texts}});
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const json j = json::parse(r->body);
+  EXPECT_EQ(j["object"], "list");
+  EXPECT_EQ(j["model"], "enc");
+  EXPECT_EQ(j["id"].get<std::string>().rfind("classify-", 0), 0u);
+  ASSERT_EQ(j["data"].size(), texts.size());
+  std::set<std::string> labels;
+  for (size_t i = 0; i < texts.size(); ++i) {
+    const json& d = j["data"][i];
+    EXPECT_EQ(d["index"], i);
+    EXPECT_EQ(d["object"], "classification");
+    EXPECT_EQ(d["num_classes"], 3);
+    const std::vector<float> want = p.reference(bytes_of(texts[i]));
+    EXPECT_LE(max_diff(want, d["probs"]), 1e-5) << texts[i];
+    const size_t k = size_t(std::max_element(want.begin(), want.end()) - want.begin());
+    EXPECT_EQ(d["label"], std::string(1, char('a' + k)));
+    labels.insert(d["label"]);
+  }
+  // usage counts what the model read: the long input cut to max_len.
+  EXPECT_EQ(j["usage"]["prompt_tokens"], 11 + 1 + kMaxLen);
+  EXPECT_EQ(j["usage"]["total_tokens"], 11 + 1 + kMaxLen);
+
+  // One string, a list of ids, and a list of lists of ids, as vLLM takes them.
+  const json one = json::parse(p.post("/classify", json{{"input", "hello there"}})->body);
+  const json ids = json::parse(p.post("/classify", json{{"input", bytes_of("hello there")}})->body);
+  const json lists = json::parse(p.post("/classify", json{{"input", {bytes_of("x"), bytes_of("hello there")}}})->body);
+  EXPECT_EQ(one["data"][0]["probs"], ids["data"][0]["probs"]);
+  EXPECT_EQ(lists["data"][1]["probs"], ids["data"][0]["probs"]);
+  EXPECT_EQ(lists["data"][0]["probs"], j["data"][1]["probs"]);
+}
+
+// Requests that arrive while a forward runs wait, and the next forward takes
+// all of them: fewer forwards than inputs, each answer still its input's own.
+TEST(PooledServe, ConcurrentRequestsShareForwards) {
+  Pooled p(serve::PooledModel::Kind::classifier, 64, 64);
+  std::vector<std::string> texts;
+  for (int i = 0; i < 24; ++i) texts.push_back(std::string(size_t(1 + (i * 7) % 39), char('a' + i % 26)) + "!");
+  std::unique_lock hold(p.gate);  // the first forward waits here, the others queue
+  std::vector<std::future<json>> answers;
+  auto first = std::async(std::launch::async, [&] { return json::parse(p.post("/classify", json{{"input", "z"}})->body); });
+  p.first_forward.get_future().wait();
+  for (const std::string& t : texts)
+    answers.push_back(std::async(std::launch::async, [&p, t] {
+      return json::parse(p.post("/classify", json{{"input", t}})->body);
+    }));
+  // Every request is queued (or the service has given up on it) before the gate opens.
+  for (int i = 0; i < 500 && p.metrics.queue_length.load() < int64_t(texts.size()); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_EQ(p.metrics.queue_length.load(), int64_t(texts.size()));
+  hold.unlock();
+  EXPECT_EQ(first.get()["data"][0]["label"].is_string(), true);
+  for (size_t i = 0; i < texts.size(); ++i) {
+    const json a = answers[i].get();
+    ASSERT_TRUE(a.contains("data")) << a.dump();
+    EXPECT_LE(max_diff(p.reference(bytes_of(texts[i])), a["data"][0]["probs"]), 1e-5) << texts[i];
+  }
+  std::printf("%zu requests after the first: %d forwards in all, up to %d rows\n", texts.size(), p.forwards.load(),
+              p.max_rows.load());
+  EXPECT_EQ(p.forwards.load(), 2) << "the 24 queued inputs fit one batch of 64";
+  EXPECT_EQ(p.max_rows.load(), 32) << "24 rows padded to a power of two";
+  EXPECT_EQ(p.metrics.engine_steps.load(), 2u);
+  EXPECT_EQ(p.metrics.queue_length.load(), 0);
+}
+
+TEST(PooledServe, AFullQueueIsA429AndAStoppedServiceA503) {
+  Pooled p(serve::PooledModel::Kind::classifier, 64, 1);
+  std::unique_lock hold(p.gate);
+  auto first = std::async(std::launch::async, [&] { return p.post("/classify", json{{"input", "z"}})->status; });
+  p.first_forward.get_future().wait();
+  auto r = p.post("/classify", json{{"input", "y"}});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 429) << r->body;
+  EXPECT_EQ(r->get_header_value("Retry-After"), "1");
+  EXPECT_NE(r->body.find("--max-queue 1"), std::string::npos) << r->body;
+  hold.unlock();
+  EXPECT_EQ(first.get(), 200);
+  p.service->stop();
+  r = p.post("/classify", json{{"input", "y"}});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 503) << r->body;
+}
+
+TEST(PooledServe, BadRequestsNameTheField) {
+  Pooled p(serve::PooledModel::Kind::classifier, 64, 16);
+  struct Bad {
+    std::string body;
+    int status;
+    std::string param, says;
+  };
+  const std::vector<Bad> bad{
+      {R"({})", 400, "input", "input is required"},
+      {R"({"input": ""})", 400, "input", "input is empty"},
+      {R"({"input": []})", 400, "input", "input is empty"},
+      {R"({"input": ["ok", ""]})", 400, "input[1]", "input[1] is empty"},
+      {R"({"input": 7})", 400, "input", "must be a string or a list of token ids"},
+      {R"({"input": [1, "a"]})", 400, "input", "must be a list of token ids"},
+      {R"({"input": ["ok", [1, 256]]})", 400, "input[1]", "token 256 is outside the vocabulary [0, 256)"},
+      {R"({"input": [-1]})", 400, "input", "token -1 is outside"},
+      {R"({"input": "ok", "model": "other"})", 404, "model", "does not exist"},
+      {R"({"input": "ok", "user": 3})", 400, "user", "user must be a string"},
+      {R"({"input": )", 400, "", "not valid JSON"},
+  };
+  for (const Bad& b : bad) {
+    auto r = p.post("/classify", b.body);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, b.status) << b.body << "\n" << r->body;
+    const json e = json::parse(r->body)["error"];
+    if (!b.param.empty()) EXPECT_EQ(e["param"], b.param) << b.body;
+    EXPECT_NE(e["message"].get<std::string>().find(b.says), std::string::npos) << b.body << "\n" << r->body;
+  }
+  EXPECT_EQ(p.forwards.load(), 0) << "nothing ran for a refused request";
+  // The routes this model does not serve, by name.
+  auto r = p.post("/v1/completions", json{{"prompt", "x"}});
+  EXPECT_EQ(r->status, 404);
+  EXPECT_NE(r->body.find("this server serves an encoder classifier (POST /classify)"), std::string::npos) << r->body;
+  r = p.post("/v1/embeddings", json{{"input", "x"}});
+  EXPECT_EQ(r->status, 404);
+  httplib::Client c("127.0.0.1", p.port);
+  auto g = c.Get("/classify");
+  EXPECT_EQ(g->status, 405);
+  EXPECT_EQ(g->get_header_value("Allow"), "POST, OPTIONS");
+  g = c.Get("/v1/models");
+  EXPECT_EQ(json::parse(g->body)["data"][0]["max_model_len"], kMaxLen);
+}
+
+TEST(PooledServe, EmbeddingsAsFloatsAndBase64) {
+  Pooled p(serve::PooledModel::Kind::embedder, 64, 16);
+  const std::vector<std::string> seqs{"mkta", "acdefghiklmnpqrstvwy", std::string(60, 'k')};
+  auto r = p.post("/v1/embeddings", json{{"input", seqs}, {"model", "enc"}});
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const json j = json::parse(r->body);
+  EXPECT_EQ(j["object"], "list");
+  EXPECT_EQ(j["model"], "enc");
+  EXPECT_EQ(j["usage"]["prompt_tokens"], 4 + 20 + kMaxLen);
+  ASSERT_EQ(j["data"].size(), seqs.size());
+  auto ids = [](const std::string& s) {
+    std::vector<int32_t> v;
+    for (char c : s) v.push_back(int32_t(c - 'a' + 1));
+    return v;
+  };
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    EXPECT_EQ(j["data"][i]["object"], "embedding");
+    EXPECT_EQ(j["data"][i]["index"], i);
+    EXPECT_LE(max_diff(p.reference(ids(seqs[i])), j["data"][i]["embedding"]), 1e-5) << seqs[i];
+  }
+  // base64: the same floats' little-endian bytes (OpenAI's encoding).
+  r = p.post("/v1/embeddings", json{{"input", seqs[1]}, {"encoding_format", "base64"}, {"dimensions", 8}});
+  ASSERT_EQ(r->status, 200) << r->body;
+  const std::vector<float> floats = j["data"][1]["embedding"].get<std::vector<float>>();
+  EXPECT_EQ(json::parse(r->body)["data"][0]["embedding"], serve::base64(floats.data(), floats.size() * 4));
+  // Bad fields.
+  r = p.post("/v1/embeddings", json{{"input", "mk"}, {"encoding_format", "hex"}});
+  EXPECT_EQ(r->status, 400);
+  EXPECT_EQ(json::parse(r->body)["error"]["param"], "encoding_format");
+  r = p.post("/v1/embeddings", json{{"input", "mk"}, {"dimensions", 4}});
+  EXPECT_EQ(r->status, 400);
+  EXPECT_NE(r->body.find("have 8 dimensions"), std::string::npos) << r->body;
+  r = p.post("/v1/embeddings", json{{"input", {"mk", "m1"}}});
+  EXPECT_EQ(r->status, 400);
+  EXPECT_EQ(json::parse(r->body)["error"]["param"], "input[1]");
+  r = p.post("/classify", json{{"input", "mk"}});
+  EXPECT_EQ(r->status, 404);
+  EXPECT_NE(r->body.find("POST /v1/embeddings"), std::string::npos) << r->body;
+}
+
+TEST(PooledServe, Base64IsRfc4648) {
+  EXPECT_EQ(serve::base64("", 0), "");
+  EXPECT_EQ(serve::base64("f", 1), "Zg==");
+  EXPECT_EQ(serve::base64("fo", 2), "Zm8=");
+  EXPECT_EQ(serve::base64("foo", 3), "Zm9v");
+  EXPECT_EQ(serve::base64("foobar", 6), "Zm9vYmFy");
+  const unsigned char high[] = {0xff, 0xfe, 0xfd, 0x00};
+  EXPECT_EQ(serve::base64(high, 4), "//79AA==");
+}
+
+}  // namespace
+}  // namespace brisk

@@ -1,0 +1,135 @@
+// Loading an encoder checkpoint for `brisk serve` (serve_pooled.h): the
+// model, its forward for the PooledService, and how an input text becomes
+// token ids, read the way `brisk classify` and `brisk encode` read their
+// inputs.
+#include "serve_pooled.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "brisk/core/error.h"
+#include "brisk/cpu/cpu_backend.h"
+#include "brisk/data/converters.h"
+#include "brisk/data/tokenizer.h"
+#include "brisk/models/encoder.h"
+#include "brisk/models/seq_autoencoder.h"
+#include "brisk/serve/api.h"
+#include "brisk/train/checkpoint.h"
+
+namespace brisk::cli {
+
+namespace fs = std::filesystem;
+
+std::string encoder_checkpoint(const std::string& path) {
+  if (!fs::is_directory(path)) return "";
+  const std::string dir = train::latest_checkpoint(path);
+  if (dir.empty()) return "";
+  const std::string kind = train::checkpoint_kind(dir);
+  return kind == train::kEncoderCheckpoint || kind == train::kAutoencoderCheckpoint ? dir : "";
+}
+
+namespace {
+
+// A classifier reads the text with its tokenizer, its body only when it was
+// trained on bodies (as brisk classify reads a message file).
+PooledServing load_classifier(const std::string& dir, int threads) {
+  const train::EncoderCheckpoint info = train::read_encoder_checkpoint(dir);
+  if (info.tokenizer != "bytes" && info.tokenizer != "gpt2")
+    throw core::IoError(dir + ": the classifier was trained on '" + info.tokenizer +
+                        "' tokens; brisk serve classifies text (bytes or gpt2 tokenizers)");
+  struct Owner {
+    cpu::CpuBackend backend;
+    models::Encoder model;
+    std::unique_ptr<data::Tokenizer> tok;
+    Owner(const train::EncoderCheckpoint& i, int threads)
+        : backend(threads), model(i.config, backend), tok(data::make_tokenizer(i.tokenizer)) {}
+  };
+  auto owner = std::make_shared<Owner>(info, threads);
+  train::load_encoder_checkpoint(dir, owner->model);
+  PooledServing s;
+  s.checkpoint = dir;
+  s.what = "encoder classifier, " + std::to_string(info.config.n_classes) + " classes " +
+           nlohmann::json(info.label_names).dump() + ", " + info.tokenizer + " tokens" +
+           (info.strip_headers ? " of message bodies" : "");
+  s.model.kind = serve::PooledModel::Kind::classifier;
+  s.model.width = info.config.n_classes;
+  s.model.max_len = info.config.max_len;
+  // Ids a request may send: the tokenizer's (the embedding may be padded past them).
+  s.model.vocab = std::min<int64_t>(info.config.vocab_size, int64_t(owner->tok->vocab_size()));
+  s.model.labels = info.label_names;
+  s.model.softmax = true;
+  Owner* o = owner.get();
+  s.model.forward = [o](const int32_t* ids, const int32_t* lengths, int64_t B, int64_t T) {
+    return o->model.logits(ids, lengths, B, T);
+  };
+  const bool bodies = info.strip_headers;
+  s.encode = [o, bodies](const std::string& text, const std::string& param) {
+    const std::string_view in = bodies ? data::email_body(text) : std::string_view(text);
+    if (bodies && !text.empty() && in.empty())
+      throw serve::ApiError(400, param + ": the message has no body: the classifier reads bodies only, so it "
+                                 "takes a whole message (headers, an empty line, the body), or a body alone after "
+                                 "an empty line", param);
+    return o->tok->encode(in);
+  };
+  s.owner = owner;
+  return s;
+}
+
+// A sequence autoencoder's encoder reads residue letters (either case;
+// spaces, tabs and line breaks between them are ignored, as in FASTA lines).
+PooledServing load_embedder(const std::string& dir, int threads) {
+  const train::AutoencoderCheckpoint info = train::read_autoencoder_checkpoint(dir);
+  struct Owner {
+    cpu::CpuBackend backend;
+    models::SeqAutoencoder model;
+    Owner(const train::AutoencoderCheckpoint& i, int threads) : backend(threads), model(i.config, backend) {}
+  };
+  auto owner = std::make_shared<Owner>(info, threads);
+  train::load_autoencoder_checkpoint(dir, owner->model);
+  PooledServing s;
+  s.checkpoint = dir;
+  s.what = "sequence embedder (a sequence autoencoder's encoder), latent " + std::to_string(info.config.latent) +
+           ", " + info.tokenizer + " residues";
+  s.model.kind = serve::PooledModel::Kind::embedder;
+  s.model.width = info.config.latent;
+  s.model.max_len = info.config.max_len;
+  s.model.vocab = info.config.vocab_size;
+  Owner* o = owner.get();
+  s.model.forward = [o](const int32_t* ids, const int32_t* lengths, int64_t B, int64_t T) {
+    return o->model.encode(ids, lengths, B, T);
+  };
+  s.encode = [](const std::string& text, const std::string& param) {
+    std::vector<int32_t> ids;
+    ids.reserve(text.size());
+    for (size_t i = 0; i < text.size(); ++i) {
+      const unsigned char c = static_cast<unsigned char>(text[i]);
+      if (c == ' ' || c == '\t' || c == '\r' || c == '\n') continue;
+      const int32_t t = data::fasta_token(c);
+      if (t == 0) {
+        char hex[8];
+        std::snprintf(hex, sizeof hex, "0x%02X", unsigned(c));
+        throw serve::ApiError(400, param + ": invalid residue " +
+                                       (c >= 0x20 && c < 0x7f ? "'" + std::string(1, char(c)) + "' " : std::string()) +
+                                       "(" + hex + ") at byte " + std::to_string(i) + " (residues: " +
+                                       std::string(data::kFastaAlphabet) + ", either case)",
+                              param);
+      }
+      ids.push_back(t);
+    }
+    return ids;
+  };
+  s.owner = owner;
+  return s;
+}
+
+}  // namespace
+
+PooledServing load_pooled(const std::string& dir, int threads) {
+  return train::checkpoint_kind(dir) == train::kEncoderCheckpoint ? load_classifier(dir, threads)
+                                                                  : load_embedder(dir, threads);
+}
+
+}  // namespace brisk::cli
