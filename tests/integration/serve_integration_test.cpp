@@ -1,6 +1,8 @@
 // `brisk serve` as a child process: it prints its listening line, answers
 // over HTTP, and stops cleanly (exit code 0) on SIGTERM and SIGINT, also
-// with a streamed request in flight.
+// with a streamed request in flight. Encoder checkpoints too: a classifier
+// answers /classify as `brisk classify` labels files, a sequence
+// autoencoder /v1/embeddings (through the official OpenAI client as well).
 #include <gtest/gtest.h>
 #include <httplib.h>
 
@@ -8,9 +10,17 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <cmath>
+#include <set>
+#include <sstream>
 #include <thread>
 
 #include "../common/tiny_gpt.h"
+#include "brisk/cpu/cpu_backend.h"
+#include "brisk/data/converters.h"
+#include "brisk/models/encoder.h"
+#include "brisk/models/seq_autoencoder.h"
+#include "brisk/train/checkpoint.h"
 #include "integration_util.h"
 
 namespace brisk::itest {
@@ -191,6 +201,151 @@ TEST(ServeCli, BadFlagsAndModelsAreClearErrors) {
   const CliResult slots = run_cli({"serve", "--model", tiny_checkpoint(dir), "--slots", "0"});
   EXPECT_EQ(slots.exit_code, 2);
   EXPECT_NE(slots.err.find("--slots"), std::string::npos) << slots.err;
+}
+
+
+// ---- encoder checkpoints ------------------------------------------------------------------
+
+// Every parameter random (LayerNorm weights around 1): outputs of order 1.
+template <class Model>
+void randomize(Model& m, uint64_t seed) {
+  for (auto& [name, e] : m.params().entries()) {
+    const bool ln_weight = name.find("ln_") != std::string::npos && name.find(".weight") != std::string::npos;
+    m.params().upload(e.value, core::Tensor::randn(e.value.shape(), core::DType::f32, seed++, ln_weight ? 1.f : 0.f,
+                                                   ln_weight ? 0.2f : 0.15f));
+  }
+}
+
+// A random classifier of message bodies (bytes), 2 classes, max_len 48, as
+// training saves one.
+std::string classifier_checkpoint(const TempDir& dir) {
+  models::EncoderConfig c;
+  c.vocab_size = 256, c.n_layer = 2, c.n_embd = 32, c.n_head = 2, c.max_len = 48, c.n_classes = 2;
+  cpu::CpuBackend backend(1);
+  models::Encoder enc(c, backend);
+  randomize(enc, 34);  // a seed whose model labels these messages both ways
+  return train::save_encoder_checkpoint(dir.file("clf"), enc, nullptr, {c, {"ham", "spam"}, "bytes", true, 5, 1, {}}, 1);
+}
+
+// POST /classify with the texts of message files, against `brisk classify`
+// on the files: the same labels, the probabilities to the 4 decimals
+// classify prints; a text with no body is a 400 naming it; SIGTERM stops it.
+TEST(ServeCli, AnEncoderClassifierAnswersClassifyAsBriskClassify) {
+  TempDir dir;
+  const std::string ckpt = classifier_checkpoint(dir);
+  std::vector<std::string> texts{"Subject: a\n\nWin money now, click!", "From: x\r\n\r\nMeeting at 3pm, Bob",
+                                 "\nA body alone, after an empty line", "Subject: b\n\n" + std::string(80, 'z')};
+  std::vector<std::string> files;
+  for (size_t i = 0; i < texts.size(); ++i) {
+    files.push_back(dir.file("m" + std::to_string(i) + ".eml"));
+    write_text(files.back(), texts[i]);
+  }
+  std::vector<std::string> classify{"classify", "--checkpoint", dir.file("clf"), "--threads", "1"};
+  classify.insert(classify.end(), files.begin(), files.end());
+  const CliResult want = run_cli(classify);
+  ASSERT_EQ(want.exit_code, 0) << want.err;
+
+  ServeChild s({"--model", dir.file("clf"), "--model-name", "clf", "--port", "0", "--threads", "1"});
+  ASSERT_GT(s.port, 0) << "no listening line: " << s.first_line;
+  EXPECT_NE(s.first_line.find("encoder classifier, 2 classes [\"ham\",\"spam\"]"), std::string::npos) << s.first_line;
+  EXPECT_NE(s.first_line.find("POST /classify"), std::string::npos) << s.first_line;
+  httplib::Client c("127.0.0.1", s.port);
+  auto r = c.Post("/classify", json{{"model", "clf"}, {"input", texts}}.dump(), "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const json got = json::parse(r->body);
+  std::istringstream lines(want.out);
+  std::string line;
+  std::set<std::string> labels;
+  for (size_t i = 0; i < texts.size(); ++i) {
+    ASSERT_TRUE(std::getline(lines, line)) << want.out;
+    const std::string label = line.substr(0, line.find('\t'));
+    const double prob = std::stod(line.substr(line.find('\t') + 1));
+    const json& d = got["data"][i];
+    EXPECT_EQ(d["label"], label) << line;
+    labels.insert(label);
+    const int k = label == "ham" ? 0 : 1;
+    EXPECT_NEAR(d["probs"][k].get<double>(), prob, 5.01e-5) << line;
+    std::printf("%s | served: %s %.6f\n", line.c_str(), d["label"].get<std::string>().c_str(),
+                d["probs"][k].get<double>());
+  }
+  EXPECT_EQ(labels.size(), 2u) << "both labels, or a wrong label could pass unseen";
+  EXPECT_EQ(got["usage"]["prompt_tokens"], 21 + 19 + 33 + 48) << "bodies only, the long one cut to max_len 48";
+  r = c.Post("/classify", json{{"input", {"Subject: only headers"}}}.dump(), "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
+  EXPECT_EQ(json::parse(r->body)["error"]["param"], "input[0]");
+  EXPECT_NE(r->body.find("has no body"), std::string::npos) << r->body;
+  EXPECT_EQ(s.stop(SIGTERM), 0);
+}
+
+// Residue strings (either case, line breaks between them ignored) to
+// latents, against models::SeqAutoencoder::encode() of the same checkpoint
+// on the FASTA tokens; through httplib and through the official OpenAI
+// client (whose default asks for base64 and decodes it).
+TEST(ServeCli, ASequenceAutoencoderAnswersEmbeddings) {
+  const char* env = std::getenv("BRISK_NPM_MODULES");
+  const std::string modules = env && *env ? env : BRISK_NPM_MODULES;
+  TempDir dir;
+  models::SeqAutoencoderConfig cfg;
+  cfg.n_layer = 2, cfg.n_embd = 32, cfg.n_head = 2, cfg.max_len = 64, cfg.latent = 8;
+  cpu::CpuBackend backend(1);
+  models::SeqAutoencoder ae(cfg, backend);
+  randomize(ae, 77);
+  train::save_autoencoder_checkpoint(dir.file("ae"), ae, nullptr, {cfg, "fasta", 9, 1, {}}, 1);
+
+  ServeChild s({"--model", dir.file("ae"), "--port", "0", "--threads", "1"});
+  ASSERT_GT(s.port, 0) << "no listening line: " << s.first_line;
+  EXPECT_NE(s.first_line.find("POST /v1/embeddings"), std::string::npos) << s.first_line;
+  const std::vector<std::string> seqs{"MKTAYIAKQRQISFVKSHFSRQ", "mkta\nyiak", "ACDEFGHIKLMNPQRSTVWYBZXUO*-"};
+  auto reference = [&](const std::string& text) {
+    std::vector<int32_t> ids;
+    for (unsigned char ch : text)
+      if (ch != '\n') ids.push_back(data::fasta_token(ch));
+    const int32_t n = int32_t(ids.size());
+    const float* z = ae.encode(ids.data(), &n, 1, n);
+    return std::vector<float>(z, z + cfg.latent);
+  };
+  httplib::Client c("127.0.0.1", s.port);
+  auto r = c.Post("/v1/embeddings", json{{"input", seqs}}.dump(), "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const json got = json::parse(r->body);
+  double worst = 0;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const std::vector<float> want = reference(seqs[i]);
+    for (int64_t k = 0; k < cfg.latent; ++k)
+      worst = std::max(worst, std::fabs(got["data"][i]["embedding"][size_t(k)].get<double>() - want[size_t(k)]));
+  }
+  std::printf("max |served - SeqAutoencoder::encode| = %.3g\n", worst);
+  EXPECT_LE(worst, 1e-5);
+  r = c.Post("/v1/embeddings", json{{"input", "MKTJ"}}.dump(), "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
+  EXPECT_NE(r->body.find("invalid residue 'J' (0x4A) at byte 3"), std::string::npos) << r->body;
+
+  ASSERT_TRUE(fs::exists(fs::path(modules) / "openai" / "package.json"))
+      << "the npm package openai is not installed under " << modules << ": run `bash scripts/fetch_data.sh`";
+  const std::string out = dir.file("client.json");
+  CliHooks hooks;
+  hooks.timeout_s = 120;
+  const CliResult client = run_program(
+      "/usr/bin/env",
+      {"node", std::string(BRISK_INTEGRATION_TEST_DIR) + "/openai_embeddings.js", modules,
+       "http://127.0.0.1:" + std::to_string(s.port) + "/v1", "ae", json(seqs).dump(), out},
+      hooks);
+  ASSERT_NE(client.exit_code, 127) << "could not start node: install Node.js and npm, then run scripts/fetch_data.sh";
+  ASSERT_EQ(client.exit_code, 0) << client.out << client.err;
+  const json via_client = json::parse(read_text(out));
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    EXPECT_EQ(via_client["float"][i], got["data"][i]["embedding"]) << seqs[i];
+    // base64 carries the float32 bits exactly; JSON numbers print them as doubles.
+    for (int64_t k = 0; k < cfg.latent; ++k)
+      EXPECT_EQ(float(via_client["base64"][i][size_t(k)].get<double>()),
+                float(got["data"][i]["embedding"][size_t(k)].get<double>()));
+  }
+  EXPECT_EQ(via_client["usage"]["prompt_tokens"], 22 + 8 + 27);
+  EXPECT_EQ(s.stop(SIGTERM), 0);
 }
 
 }  // namespace
