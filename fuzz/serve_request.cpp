@@ -1,12 +1,15 @@
 // Fuzz target: the request parsers of `brisk serve` (src/serve/completions.cpp,
 // chat.cpp, fields.cpp) on a tiny byte-tokenizer model (context 64, vocab
 // 256). Input: a request body, read by the /v1/completions parser (single-
-// and multi-choice) and the /v1/chat/completions parser.
+// and multi-choice) and the /v1/chat/completions parser, and by the encoder
+// routes' parser (pooled_api.cpp) for a classifier and an embedder.
 //
 // A body is either refused with an ApiError (a 4xx status and a message) or
 // becomes sequences the engine accepts as they are: prompt ids in the
 // vocabulary, prompt + max_tokens within the context, sampling parameters
 // that pass infer::validate, and no more choices than the server allows.
+// An encoder request becomes non-empty sequences of ids in the vocabulary,
+// each cut to max_len, with their token count.
 // The same bytes as a request's path, method and client in the access log
 // (--log-requests) make one line with no control byte in it: a client
 // cannot forge or split log lines.
@@ -19,6 +22,7 @@
 #include "brisk/data/tokenizer.h"
 #include "brisk/serve/access_log.h"
 #include "brisk/serve/completions.h"
+#include "brisk/serve/pooled_api.h"
 #include "fuzz_util.h"
 
 namespace {
@@ -53,6 +57,39 @@ void check_request(const serve::Request& r) {
   }
 }
 
+// An encoder model of max_len 16: texts are read as bytes, except '~',
+// which the encoder refuses (as a FASTA reader refuses a non-residue).
+serve::PooledModel pooled_model(serve::PooledModel::Kind kind) {
+  serve::PooledModel m;
+  m.kind = kind;
+  m.width = 3;
+  m.max_len = 16;
+  m.vocab = 256;
+  m.labels = {"a", "b", "c"};
+  return m;
+}
+
+std::vector<int32_t> encode_bytes(const std::string& text, const std::string& param) {
+  std::vector<int32_t> ids;
+  for (unsigned char c : text) {
+    if (c == '~') throw serve::ApiError(400, param + ": '~' is not read", param);
+    ids.push_back(c);
+  }
+  return ids;
+}
+
+void check_pooled(const serve::PooledRequest& r, const serve::PooledModel& m) {
+  FUZZ_CHECK(!r.sequences.empty());
+  int64_t tokens = 0;
+  for (const std::vector<int32_t>& s : r.sequences) {
+    FUZZ_CHECK(!s.empty() && int64_t(s.size()) <= m.max_len);
+    for (int32_t id : s) FUZZ_CHECK(id >= 0 && id < m.vocab);
+    tokens += int64_t(s.size());
+  }
+  FUZZ_CHECK(r.tokens == tokens);
+  FUZZ_CHECK(!r.base64 || m.kind == serve::PooledModel::Kind::embedder);
+}
+
 void check_refusal(const serve::ApiError& e) {
   FUZZ_CHECK(e.status >= 400 && e.status < 500);
   FUZZ_CHECK(std::string(e.what()).size() > 0);
@@ -74,6 +111,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     check_request(r);
   } catch (const serve::ApiError& e) {
     check_refusal(e);
+  }
+  for (auto kind : {serve::PooledModel::Kind::classifier, serve::PooledModel::Kind::embedder}) {
+    const serve::PooledModel m = pooled_model(kind);
+    try {
+      check_pooled(serve::parse_pooled(body, kModel, m, encode_bytes), m);
+    } catch (const serve::ApiError& e) {
+      check_refusal(e);
+    }
   }
   serve::RequestNote note;
   note.start = std::chrono::steady_clock::time_point{} + std::chrono::seconds(1);

@@ -1,5 +1,5 @@
 // The encoder routes' bodies (pooled_api.h).
-#include "pooled_api.h"
+#include "brisk/serve/pooled_api.h"
 
 #include <algorithm>
 #include <bit>

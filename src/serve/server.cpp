@@ -21,7 +21,7 @@
 #include "brisk/serve/response_cache.h"
 #include "connection_threads.h"
 #include "fields.h"
-#include "pooled_api.h"
+#include "brisk/serve/pooled_api.h"
 
 namespace brisk::serve {
 

@@ -25,7 +25,7 @@
 #include "brisk/serve/api.h"
 #include "brisk/serve/pooled.h"
 #include "brisk/serve/server.h"
-#include "serve/pooled_api.h"
+#include "brisk/serve/pooled_api.h"
 
 namespace brisk {
 namespace {
