@@ -1,12 +1,14 @@
 // PooledService (brisk/serve/pooled.h): one worker thread takes what waits,
 // across requests, up to max_batch sequences in arrival order, sorts them by
-// length and runs them as one right-padded batch.
+// length and runs them as right-padded batches of similar lengths.
 //
 // Why these shapes: the models compile one program per (batch, width), so a
-// batch is padded to a power of two of rows (rows of one token, dropped) and
-// a width rounded up to a multiple of 32: at most 1 + log2(max_batch) row
-// counts times max_len / 32 widths are ever built, and a lone request costs
-// one row, not max_batch.
+// forward's rows are padded to 1, 2, 4, 8 or a multiple of 8 (rows of one
+// token, dropped) and its width rounded up to a multiple of 32: at most
+// 3 + max_batch / 8 row counts times max_len / 32 widths are ever built, and
+// a lone request costs one row, not max_batch. Every row still costs its
+// whole width in the products, so the sorted rows are cut into forwards
+// whose cells stay within twice what each row would cost at its own width.
 #include "brisk/serve/pooled.h"
 
 #include <algorithm>
@@ -21,6 +23,8 @@ namespace brisk::serve {
 namespace {
 
 constexpr int64_t kWidthStep = 32;  // as the classifier's trainer and brisk classify round a batch's width
+constexpr int64_t kRowStep = 8;     // rows: 1, 2, 4, 8, then multiples of 8
+constexpr double kMaxWaste = 2.0;   // a forward's cells over its rows' own (padded_width each), at most
 
 }  // namespace
 
@@ -123,20 +127,47 @@ void PooledService::work() {
   }
 }
 
+int64_t PooledService::padded_rows(int64_t rows) {
+  return rows <= kRowStep ? int64_t(std::bit_ceil(uint64_t(rows))) : (rows + kRowStep - 1) / kRowStep * kRowStep;
+}
+
+int64_t PooledService::padded_width(int64_t length) const {
+  return std::min(model_.max_len, (length + kWidthStep - 1) / kWidthStep * kWidthStep);
+}
+
 void PooledService::run_batch(std::vector<Item>& batch) {
   auto length = [&](const Item& it) {
     return std::min<int64_t>(int64_t((*it.job->sequences)[it.index].size()), model_.max_len);
   };
   std::stable_sort(batch.begin(), batch.end(), [&](const Item& a, const Item& b) { return length(a) < length(b); });
-  const int64_t rows = int64_t(batch.size());
-  const int64_t B = int64_t(std::bit_ceil(uint64_t(rows)));
-  const int64_t T = std::min(model_.max_len, (length(batch.back()) + kWidthStep - 1) / kWidthStep * kWidthStep);
+  // Shortest first, a forward takes rows while its cells stay within
+  // kMaxWaste times those of each row alone at its own padded width: one long
+  // input does not make every short one beside it pay for its width.
+  for (size_t first = 0; first < batch.size();) {
+    size_t end = first + 1;
+    int64_t alone = padded_width(length(batch[first]));
+    while (end < batch.size()) {
+      const int64_t w = padded_width(length(batch[end]));
+      if (double(padded_rows(int64_t(end - first + 1)) * w) > kMaxWaste * double(alone + w)) break;
+      alone += w;
+      ++end;
+    }
+    run_rows(batch.data() + first, int64_t(end - first));
+    first = end;
+  }
+}
+
+void PooledService::run_rows(const Item* items, int64_t rows) {
+  auto length = [&](const Item& it) {
+    return std::min<int64_t>(int64_t((*it.job->sequences)[it.index].size()), model_.max_len);
+  };
+  const int64_t B = padded_rows(rows), T = padded_width(length(items[rows - 1]));
   ids_.assign(size_t(B * T), 0);
   lengths_.assign(size_t(B), 1);  // the padding rows: one token (id 0), answered to no one
   uint64_t tokens = 0;
   for (int64_t r = 0; r < rows; ++r) {
-    const std::vector<int32_t>& s = (*batch[size_t(r)].job->sequences)[batch[size_t(r)].index];
-    const int64_t n = length(batch[size_t(r)]);
+    const std::vector<int32_t>& s = (*items[r].job->sequences)[items[r].index];
+    const int64_t n = length(items[r]);
     std::copy_n(s.begin(), n, ids_.begin() + r * T);
     lengths_[size_t(r)] = int32_t(n);
     tokens += uint64_t(n);
@@ -152,7 +183,7 @@ void PooledService::run_batch(std::vector<Item>& batch) {
       for (float& x : v) sum += (x = std::exp(x - mx));
       for (float& x : v) x /= sum;
     }
-    batch[size_t(r)].job->out[batch[size_t(r)].index] = std::move(v);
+    items[r].job->out[items[r].index] = std::move(v);
   }
   metrics_.prompt_tokens += tokens;
   ++metrics_.engine_steps;

@@ -72,19 +72,22 @@ struct Pooled {
   std::promise<void> first_forward;
   std::atomic<bool> first_seen{false};
 
-  Pooled(serve::PooledModel::Kind kind, int64_t max_batch, int64_t max_waiting) {
+  int64_t max_len;
+
+  Pooled(serve::PooledModel::Kind kind, int64_t max_batch, int64_t max_waiting, int64_t max_len = kMaxLen)
+      : max_len(max_len) {
     serve::PooledModel m;
     m.kind = kind;
-    m.max_len = kMaxLen;
+    m.max_len = max_len;
     if (kind == serve::PooledModel::Kind::classifier) {
       models::EncoderConfig c;
-      c.vocab_size = 256, c.n_layer = 2, c.n_embd = 32, c.n_head = 2, c.max_len = kMaxLen, c.n_classes = 3;
+      c.vocab_size = 256, c.n_layer = 2, c.n_embd = 32, c.n_head = 2, c.max_len = max_len, c.n_classes = 3;
       classifier = std::make_unique<models::Encoder>(c, backend);
       randomize(*classifier, 101);
       m.width = 3, m.vocab = 256, m.labels = {"a", "b", "c"}, m.softmax = true;
     } else {
       models::SeqAutoencoderConfig c;
-      c.vocab_size = 28, c.n_layer = 2, c.n_embd = 32, c.n_head = 2, c.max_len = kMaxLen, c.latent = 8;
+      c.vocab_size = 28, c.n_layer = 2, c.n_embd = 32, c.n_head = 2, c.max_len = max_len, c.latent = 8;
       embedder = std::make_unique<models::SeqAutoencoder>(c, backend);
       randomize(*embedder, 202);
       m.width = 8, m.vocab = 28;
@@ -115,7 +118,7 @@ struct Pooled {
       }
       return ids;
     };
-    server->attach(*service, encode, serve::ModelInfo{"enc", m.vocab, kMaxLen});
+    server->attach(*service, encode, serve::ModelInfo{"enc", m.vocab, max_len});
     port = server->bind();
     thread = std::thread([this] { server->listen(); });
     server->wait_until_ready();
@@ -135,7 +138,7 @@ struct Pooled {
 
   // What the model gives `ids` alone (cut to max_len): probabilities or a latent.
   std::vector<float> reference(std::vector<int32_t> ids) {
-    if (int64_t(ids.size()) > kMaxLen) ids.resize(kMaxLen);
+    if (int64_t(ids.size()) > max_len) ids.resize(size_t(max_len));
     const int32_t n = int32_t(ids.size());
     std::lock_guard lk(gate);  // the service's worker may run the model too
     if (classifier) return softmax(classifier->logits(ids.data(), &n, 1, n), 3);
@@ -217,9 +220,34 @@ TEST(PooledServe, ConcurrentRequestsShareForwards) {
   std::printf("%zu requests after the first: %d forwards in all, up to %d rows\n", texts.size(), p.forwards.load(),
               p.max_rows.load());
   EXPECT_EQ(p.forwards.load(), 2) << "the 24 queued inputs fit one batch of 64";
-  EXPECT_EQ(p.max_rows.load(), 32) << "24 rows padded to a power of two";
+  EXPECT_EQ(p.max_rows.load(), 24) << "24 rows of widths 32 and 40, in one forward";
   EXPECT_EQ(p.metrics.engine_steps.load(), 2u);
   EXPECT_EQ(p.metrics.queue_length.load(), 0);
+}
+
+// A long input waiting with short ones runs in a forward of its own: the
+// short ones do not pay for its width (8 rows of width 32, then 1 of 256).
+TEST(PooledServe, ALongInputDoesNotWidenTheShortOnesForward) {
+  Pooled p(serve::PooledModel::Kind::classifier, 64, 64, 256);
+  std::unique_lock hold(p.gate);
+  auto first = std::async(std::launch::async, [&] { return p.post("/classify", json{{"input", "z"}})->status; });
+  p.first_forward.get_future().wait();
+  std::vector<std::string> texts(8, "abc");
+  texts.push_back(std::string(250, 'L'));
+  std::vector<std::future<json>> answers;
+  for (const std::string& t : texts)
+    answers.push_back(std::async(std::launch::async, [&p, t] {
+      return json::parse(p.post("/classify", json{{"input", t}})->body);
+    }));
+  for (int i = 0; i < 500 && p.metrics.queue_length.load() < int64_t(texts.size()); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_EQ(p.metrics.queue_length.load(), int64_t(texts.size()));
+  hold.unlock();
+  EXPECT_EQ(first.get(), 200);
+  for (size_t i = 0; i < texts.size(); ++i)
+    EXPECT_LE(max_diff(p.reference(bytes_of(texts[i])), answers[i].get()["data"][0]["probs"]), 1e-5) << i;
+  EXPECT_EQ(p.forwards.load(), 3) << "the first request, the 8 short inputs, the long one";
+  EXPECT_EQ(p.max_rows.load(), 8);
 }
 
 TEST(PooledServe, AFullQueueIsA429AndAStoppedServiceA503) {

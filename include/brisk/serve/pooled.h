@@ -66,7 +66,11 @@ class PooledService {
     size_t index;
   };
   void work();
+  // The items taken, sorted and cut into forwards of similar lengths.
   void run_batch(std::vector<Item>& batch);
+  void run_rows(const Item* items, int64_t rows);  // one forward
+  static int64_t padded_rows(int64_t rows);
+  int64_t padded_width(int64_t length) const;
 
   PooledModel model_;
   int64_t max_batch_, max_waiting_;
