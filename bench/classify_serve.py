@@ -8,7 +8,10 @@ on the same files in one process. Prints and writes (--json) each side's
 wall time and messages/s, the server's request latency (p50, p90, p99 as
 the client sees it), its forwards and tokens from /metrics, and how many
 labels and printed probabilities (4 decimals) agree. Exits 1 when a request
-fails or a label differs.
+fails or a label differs. Each message goes as JSON text, decoded as UTF-8
+with U+FFFD for ill-formed bytes: what a gpt2 classifier (E1) reads of the
+file too; a bytes classifier reads the raw bytes, so its answers may differ
+on messages that are not UTF-8.
 
   ls $DATA/*/*.txt > msgs.txt
   python3 bench/classify_serve.py --brisk build/release/brisk --checkpoint runs/spam \\

@@ -69,7 +69,7 @@ void Metrics::count_request(const std::string& path, int status) {
   // Only the server's own routes get a series of their own: a client
   // probing random paths must not grow the label set without bound.
   static const char* const kRoutes[] = {"/v1/completions", "/v1/chat/completions", "/v1/models", "/health",
-                                        "/metrics", "/tokenize", "/detokenize"};
+                                        "/metrics", "/tokenize", "/detokenize", "/classify", "/v1/embeddings"};
   const bool known = std::find(std::begin(kRoutes), std::end(kRoutes), path) != std::end(kRoutes);
   const bool one_model = path.rfind("/v1/models/", 0) == 0;  // one series for every id asked for
   std::lock_guard lk(m_);

@@ -4,17 +4,20 @@
 //
 // Why these shapes: the models compile one program per (batch, width), so a
 // forward's rows are padded to 1, 2, 4, 8 or a multiple of 8 (rows of one
-// token, dropped) and its width rounded up to a multiple of 32: at most
-// 3 + max_batch / 8 row counts times max_len / 32 widths are ever built, and
-// a lone request costs one row, not max_batch. Every row still costs its
-// whole width in the products, so the sorted rows are cut into forwards
-// whose cells stay within twice what each row would cost at its own width.
+// token, dropped) and its width rounded up to a multiple of 32 (or max_len):
+// at most 3 + ceil(max_batch / 8) row counts times ceil(max_len / 32) widths
+// are ever built, and
+// a lone request costs one row, not max_batch. Every row costs its
+// forward's whole width in the products, so the sorted rows are cut into
+// forwards no wider than twice their shortest row's width.
 #include "brisk/serve/pooled.h"
 
 #include <algorithm>
 #include <bit>
 #include <cmath>
 #include <exception>
+#include <string>
+#include <utility>
 
 #include "brisk/serve/api.h"
 
@@ -24,7 +27,9 @@ namespace {
 
 constexpr int64_t kWidthStep = 32;  // as the classifier's trainer and brisk classify round a batch's width
 constexpr int64_t kRowStep = 8;     // rows: 1, 2, 4, 8, then multiples of 8
-constexpr double kMaxWaste = 2.0;   // a forward's cells over its rows' own (padded_width each), at most
+// A forward's width is at most this many times the padded width of its
+// shortest input: no input pays more than twice its own width.
+constexpr int64_t kMaxWidthRatio = 2;
 
 }  // namespace
 
@@ -32,7 +37,8 @@ struct PooledService::Job {
   const std::vector<std::vector<int32_t>>* sequences = nullptr;
   std::vector<std::vector<float>> out;
   size_t remaining = 0;
-  std::string error;  // the forward failed: the request gets a 500 with this
+  bool stopped = false;  // dropped by stop() before it ran: 503
+  std::string error;     // its forward failed: 500 with this
 };
 
 PooledService::PooledService(PooledModel model, int64_t max_batch, int64_t max_waiting, Metrics& metrics)
@@ -55,7 +61,6 @@ void PooledService::stop() {
     stopping_ = true;
   }
   work_cv_.notify_all();
-  done_cv_.notify_all();
 }
 
 std::vector<std::vector<float>> PooledService::run(const std::vector<std::vector<int32_t>>& sequences) {
@@ -74,19 +79,22 @@ std::vector<std::vector<float>> PooledService::run(const std::vector<std::vector
   metrics_.queue_length += int64_t(sequences.size());
   work_cv_.notify_one();
   // The worker holds pointers into `job` until its items are done, so the
-  // job is waited for even when stopping (the worker drops what it has not
-  // taken; see work()).
+  // job is waited for even when stopping (the worker then drops what it has
+  // not taken; see work()).
   done_cv_.wait(lk, [&] { return job.remaining == 0; });
   --jobs_;
-  if (!job.error.empty()) {
-    if (job.error == "stopped") throw ApiError(503, "the server is shutting down", "", "server_error");
-    throw ApiError(500, job.error, "", "server_error");
-  }
+  if (job.stopped) throw ApiError(503, "the server is shutting down", "", "server_error");
+  if (!job.error.empty()) throw ApiError(500, job.error, "", "server_error");
   return std::move(job.out);
+}
+
+int64_t PooledService::length(const Item& it) const {
+  return std::min<int64_t>(int64_t((*it.job->sequences)[it.index].size()), model_.max_len);
 }
 
 void PooledService::work() {
   std::vector<Item> batch;
+  std::vector<std::string> errors;
   for (;;) {
     batch.clear();
     {
@@ -94,7 +102,7 @@ void PooledService::work() {
       work_cv_.wait(lk, [&] { return stopping_ || !queue_.empty(); });
       if (stopping_) {  // what still waits ends with 503
         for (const Item& it : queue_) {
-          it.job->error = "stopped";
+          it.job->stopped = true;
           --it.job->remaining;
         }
         metrics_.queue_length -= int64_t(queue_.size());
@@ -107,21 +115,15 @@ void PooledService::work() {
         queue_.pop_front();
       }
       metrics_.queue_length -= int64_t(batch.size());
-      metrics_.slots_busy = int64_t(batch.size());
     }
-    std::string error;
-    try {
-      run_batch(batch);
-    } catch (const std::exception& e) {
-      error = e.what();
-    }
+    errors.assign(batch.size(), "");
+    run_batch(batch, errors);
     {
       std::lock_guard lk(m_);
-      for (const Item& it : batch) {
-        if (!error.empty()) it.job->error = error;
-        --it.job->remaining;
+      for (size_t i = 0; i < batch.size(); ++i) {
+        if (!errors[i].empty()) batch[i].job->error = errors[i];
+        --batch[i].job->remaining;
       }
-      metrics_.slots_busy = 0;
     }
     done_cv_.notify_all();
   }
@@ -135,32 +137,25 @@ int64_t PooledService::padded_width(int64_t length) const {
   return std::min(model_.max_len, (length + kWidthStep - 1) / kWidthStep * kWidthStep);
 }
 
-void PooledService::run_batch(std::vector<Item>& batch) {
-  auto length = [&](const Item& it) {
-    return std::min<int64_t>(int64_t((*it.job->sequences)[it.index].size()), model_.max_len);
-  };
+void PooledService::run_batch(std::vector<Item>& batch, std::vector<std::string>& errors) {
   std::stable_sort(batch.begin(), batch.end(), [&](const Item& a, const Item& b) { return length(a) < length(b); });
-  // Shortest first, a forward takes rows while its cells stay within
-  // kMaxWaste times those of each row alone at its own padded width: one long
-  // input does not make every short one beside it pay for its width.
+  // Shortest first, a forward takes inputs up to kMaxWidthRatio times its
+  // first one's width: a long input waiting with short ones does not make
+  // them pay for its width.
   for (size_t first = 0; first < batch.size();) {
+    const int64_t limit = kMaxWidthRatio * padded_width(length(batch[first]));
     size_t end = first + 1;
-    int64_t alone = padded_width(length(batch[first]));
-    while (end < batch.size()) {
-      const int64_t w = padded_width(length(batch[end]));
-      if (double(padded_rows(int64_t(end - first + 1)) * w) > kMaxWaste * double(alone + w)) break;
-      alone += w;
-      ++end;
+    while (end < batch.size() && padded_width(length(batch[end])) <= limit) ++end;
+    try {
+      run_rows(batch.data() + first, int64_t(end - first));
+    } catch (const std::exception& e) {  // only this forward's inputs fail
+      for (size_t i = first; i < end; ++i) errors[i] = e.what();
     }
-    run_rows(batch.data() + first, int64_t(end - first));
     first = end;
   }
 }
 
 void PooledService::run_rows(const Item* items, int64_t rows) {
-  auto length = [&](const Item& it) {
-    return std::min<int64_t>(int64_t((*it.job->sequences)[it.index].size()), model_.max_len);
-  };
   const int64_t B = padded_rows(rows), T = padded_width(length(items[rows - 1]));
   ids_.assign(size_t(B * T), 0);
   lengths_.assign(size_t(B), 1);  // the padding rows: one token (id 0), answered to no one
@@ -172,7 +167,9 @@ void PooledService::run_rows(const Item* items, int64_t rows) {
     lengths_[size_t(r)] = int32_t(n);
     tokens += uint64_t(n);
   }
+  metrics_.slots_busy = rows;
   const float* y = model_.forward(ids_.data(), lengths_.data(), B, T);
+  metrics_.slots_busy = 0;
   const int64_t K = model_.width;
   for (int64_t r = 0; r < rows; ++r) {
     const float* z = y + r * K;

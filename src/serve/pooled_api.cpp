@@ -14,16 +14,19 @@ static_assert(std::endian::native == std::endian::little, "base64 embeddings are
 
 namespace {
 
+void check_id(int64_t id, const std::string& param, int64_t vocab) {
+  if (id < 0 || id >= vocab)
+    throw ApiError(400, param + ": token " + std::to_string(id) + " is outside the vocabulary [0, " +
+                            std::to_string(vocab) + ")", param);
+}
+
 // One input of token ids, each in [0, vocab).
 std::vector<int32_t> read_ids(const json& list, const std::string& param, int64_t vocab) {
   std::vector<int32_t> ids;
   for (const json& t : list) {
     if (!t.is_number_integer()) throw ApiError(400, param + " must be a list of token ids", param);
-    const int64_t id = t.get<int64_t>();
-    if (id < 0 || id >= vocab)
-      throw ApiError(400, param + ": token " + std::to_string(id) + " is outside the vocabulary [0, " +
-                              std::to_string(vocab) + ")", param);
-    ids.push_back(int32_t(id));
+    check_id(t.get<int64_t>(), param, vocab);
+    ids.push_back(t.get<int32_t>());
   }
   return ids;
 }
@@ -39,9 +42,14 @@ PooledRequest parse_pooled(const std::string& body, const ModelInfo& info, const
   if (!in) throw ApiError(400, "input is required: a string, a list of strings or of token ids", "input");
   auto one = [&](const json& v, const std::string& param) {
     std::vector<int32_t> ids;
-    if (v.is_string()) ids = encode(v.get<std::string>(), param);
-    else if (v.is_array()) ids = read_ids(v, param, model.vocab);
-    else throw ApiError(400, param + " must be a string or a list of token ids", param);
+    if (v.is_string()) {
+      ids = encode(v.get<std::string>(), param);
+      for (int32_t id : ids) check_id(id, param, model.vocab);  // a tokenizer wider than the model
+    } else if (v.is_array()) {
+      ids = read_ids(v, param, model.vocab);
+    } else {
+      throw ApiError(400, param + " must be a string or a list of token ids", param);
+    }
     if (ids.empty()) throw ApiError(400, param + " is empty: nothing to read", param);
     if (int64_t(ids.size()) > model.max_len) ids.resize(size_t(model.max_len));
     r.tokens += int64_t(ids.size());
@@ -52,6 +60,9 @@ PooledRequest parse_pooled(const std::string& body, const ModelInfo& info, const
   if (!many) {
     one(*in, "input");
   } else {
+    if (in->size() > size_t(kMaxPooledInputs))
+      throw ApiError(400, "input holds " + std::to_string(in->size()) + " inputs; a request takes at most " +
+                              std::to_string(kMaxPooledInputs), "input");
     for (size_t i = 0; i < in->size(); ++i) one((*in)[i], "input[" + std::to_string(i) + "]");
   }
   if (model.kind == PooledModel::Kind::embedder) {

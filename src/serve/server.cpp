@@ -18,10 +18,10 @@
 #include "brisk/data/tokenizer.h"
 #include "brisk/serve/access_log.h"
 #include "brisk/serve/peer_watch.h"
+#include "brisk/serve/pooled_api.h"
 #include "brisk/serve/response_cache.h"
 #include "connection_threads.h"
 #include "fields.h"
-#include "brisk/serve/pooled_api.h"
 
 namespace brisk::serve {
 

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/random_params.h"
 #include "../integration/integration_util.h"
 #include "brisk/core/tensor.h"
 #include "brisk/cpu/cpu_backend.h"
@@ -86,23 +87,7 @@ inline ProgramResult run_program(const std::vector<std::string>& argv, double ti
   return r;
 }
 
-// Every parameter random, in ranges that keep the activations moderate:
-// logits of a few units, attention neither uniform nor one-hot.
-// A wider model takes a smaller `linear_std` (the Linear weights' spread)
-// for the same activations. Any model with params(): the GPT, the encoder.
-template <class Model>
-void randomize(Model& model, uint64_t seed, float linear_std = 0.1f) {
-  for (auto& [name, e] : model.params().entries()) {
-    const bool ln = name.find("ln_") != std::string::npos;
-    const bool bias = name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0;
-    const float mean = ln && !bias ? 1.f : 0.f;
-    const float std = ln && !bias                                                 ? 0.2f
-                      : bias                                                      ? 0.1f
-                      : name.rfind("wte", 0) == 0 || name.rfind("wpe", 0) == 0 ? 0.3f
-                                                                                  : linear_std;
-    model.params().upload(e.value, core::Tensor::randn(e.value.shape(), core::DType::f32, seed++, mean, std));
-  }
-}
+using testing::randomize;  // every parameter random (../common/random_params.h)
 
 inline void write_bytes(const std::string& path, const void* data, size_t n) {
   std::FILE* f = std::fopen(path.c_str(), "wb");

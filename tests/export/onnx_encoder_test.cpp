@@ -464,8 +464,9 @@ TEST(OnnxEncoderExport, AutoencoderEncoderMatchesBriskEncode) {
     const float* z = model.encode(ids, lengths, B, T);
     return std::vector<float>(z, z + B * cfg.latent);
   };
+  // Latents are smaller than logits: at least 0.25 still stands 2,500 times over the 1e-4 bound.
   expect_runtime_matches_brisk(e.model, "latent", cfg.vocab_size, cfg.latent, latent,
-                               {{3, 23, {23, 4, 1}}, {2, cfg.max_len, {40, 31}}});
+                               {{3, 23, {23, 4, 1}}, {2, cfg.max_len, {40, 31}}}, 0.25);
 }
 
 TEST(OnnxEncoderExport, KvCacheOfAnAutoencoderIsAUserError) {

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "../common/tiny_gpt.h"
+#include "../common/random_params.h"
 #include "brisk/cpu/cpu_backend.h"
 #include "brisk/data/converters.h"
 #include "brisk/models/encoder.h"
@@ -206,16 +207,6 @@ TEST(ServeCli, BadFlagsAndModelsAreClearErrors) {
 
 // ---- encoder checkpoints ------------------------------------------------------------------
 
-// Every parameter random (LayerNorm weights around 1): outputs of order 1.
-template <class Model>
-void randomize(Model& m, uint64_t seed) {
-  for (auto& [name, e] : m.params().entries()) {
-    const bool ln_weight = name.find("ln_") != std::string::npos && name.find(".weight") != std::string::npos;
-    m.params().upload(e.value, core::Tensor::randn(e.value.shape(), core::DType::f32, seed++, ln_weight ? 1.f : 0.f,
-                                                   ln_weight ? 0.2f : 0.15f));
-  }
-}
-
 // A random classifier of message bodies (bytes), 2 classes, max_len 48, as
 // training saves one.
 std::string classifier_checkpoint(const TempDir& dir) {
@@ -223,7 +214,7 @@ std::string classifier_checkpoint(const TempDir& dir) {
   c.vocab_size = 256, c.n_layer = 2, c.n_embd = 32, c.n_head = 2, c.max_len = 48, c.n_classes = 2;
   cpu::CpuBackend backend(1);
   models::Encoder enc(c, backend);
-  randomize(enc, 34);  // a seed whose model labels these messages both ways
+  testing::randomize(enc, 34);  // a seed whose model labels these messages both ways
   return train::save_encoder_checkpoint(dir.file("clf"), enc, nullptr, {c, {"ham", "spam"}, "bytes", true, 5, 1, {}}, 1);
 }
 
@@ -291,7 +282,7 @@ TEST(ServeCli, ASequenceAutoencoderAnswersEmbeddings) {
   cfg.n_layer = 2, cfg.n_embd = 32, cfg.n_head = 2, cfg.max_len = 64, cfg.latent = 8;
   cpu::CpuBackend backend(1);
   models::SeqAutoencoder ae(cfg, backend);
-  randomize(ae, 77);
+  testing::randomize(ae, 77);
   train::save_autoencoder_checkpoint(dir.file("ae"), ae, nullptr, {cfg, "fasta", 9, 1, {}}, 1);
 
   ServeChild s({"--model", dir.file("ae"), "--port", "0", "--threads", "1"});

@@ -13,11 +13,13 @@
 #include <cmath>
 #include <cstring>
 #include <future>
+#include <stdexcept>
 #include <mutex>
 #include <set>
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "../common/random_params.h"
 #include "brisk/cpu/cpu_backend.h"
 #include "brisk/data/tokenizer.h"
 #include "brisk/models/encoder.h"
@@ -33,17 +35,6 @@ namespace {
 using nlohmann::json;
 
 constexpr int64_t kMaxLen = 40;
-
-// Every parameter random (LayerNorm weights around 1), so that outputs are
-// of order 1 and differ between inputs.
-template <class Model>
-void randomize(Model& m, uint64_t seed) {
-  for (auto& [name, e] : m.params().entries()) {
-    const bool ln_weight = name.find("ln_") != std::string::npos && name.find(".weight") != std::string::npos;
-    m.params().upload(e.value, core::Tensor::randn(e.value.shape(), core::DType::f32, seed++, ln_weight ? 1.f : 0.f,
-                                                   ln_weight ? 0.2f : 0.15f));
-  }
-}
 
 std::vector<float> softmax(const float* z, int64_t k) {
   std::vector<float> p(z, z + k);
@@ -68,9 +59,10 @@ struct Pooled {
   std::thread thread;
   int port = 0;
   std::atomic<int> forwards{0}, max_rows{0};
-  std::mutex gate;  // held by a test: the forward waits for it
+  std::mutex gate;  // held by a test (Hold): the forward waits for it
   std::promise<void> first_forward;
   std::atomic<bool> first_seen{false};
+  std::atomic<int64_t> fail_width{0};  // a forward of this width throws
 
   int64_t max_len;
 
@@ -83,13 +75,13 @@ struct Pooled {
       models::EncoderConfig c;
       c.vocab_size = 256, c.n_layer = 2, c.n_embd = 32, c.n_head = 2, c.max_len = max_len, c.n_classes = 3;
       classifier = std::make_unique<models::Encoder>(c, backend);
-      randomize(*classifier, 101);
+      testing::randomize(*classifier, 101);
       m.width = 3, m.vocab = 256, m.labels = {"a", "b", "c"}, m.softmax = true;
     } else {
       models::SeqAutoencoderConfig c;
       c.vocab_size = 28, c.n_layer = 2, c.n_embd = 32, c.n_head = 2, c.max_len = max_len, c.latent = 8;
       embedder = std::make_unique<models::SeqAutoencoder>(c, backend);
-      randomize(*embedder, 202);
+      testing::randomize(*embedder, 202);
       m.width = 8, m.vocab = 28;
     }
     m.forward = [this](const int32_t* ids, const int32_t* lengths, int64_t B, int64_t T) {
@@ -97,6 +89,7 @@ struct Pooled {
       std::lock_guard lk(gate);
       ++forwards;
       max_rows = std::max<int>(max_rows, int(B));
+      if (T == fail_width) throw std::runtime_error("a forward of width " + std::to_string(T) + " failed");
       return classifier ? classifier->logits(ids, lengths, B, T) : embedder->encode(ids, lengths, B, T);
     };
     service = std::make_unique<serve::PooledService>(m, max_batch, max_waiting, metrics);
@@ -149,6 +142,40 @@ struct Pooled {
 
 std::vector<int32_t> bytes_of(const std::string& s) { return {s.begin(), s.end()}; }
 
+// Holds the model's forward until it goes out of scope (or release()), so
+// that requests queue up behind it; an assertion that returns early still
+// lets the requests in flight finish.
+struct Hold {
+  std::unique_lock<std::mutex> lock;
+  explicit Hold(Pooled& p) : lock(p.gate) {}
+  void release() {
+    if (lock.owns_lock()) lock.unlock();
+  }
+};
+
+// A request from another thread; its status and body (status 0: no answer).
+struct Sent {
+  int status = 0;
+  json body;
+};
+std::future<Sent> send(const Pooled& p, const std::string& path, json body) {
+  return std::async(std::launch::async, [&p, path, body] {
+    Sent out;
+    if (auto r = p.post(path, body)) {
+      out.status = r->status;
+      out.body = json::parse(r->body, nullptr, false);
+    }
+    return out;
+  });
+}
+
+// Waits (up to 10 s) until `n` inputs wait in the service's queue.
+bool queued(const Pooled& p, int64_t n) {
+  for (int i = 0; i < 2000 && p.metrics.queue_length.load() < n; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  return p.metrics.queue_length.load() == n;
+}
+
 double max_diff(const std::vector<float>& a, const json& b) {
   EXPECT_EQ(a.size(), b.size());
   double d = 0;
@@ -196,72 +223,120 @@ TEST(PooledServe, ClassifyAnswersEachInputAsTheModelAlone) {
 // all of them: fewer forwards than inputs, each answer still its input's own.
 TEST(PooledServe, ConcurrentRequestsShareForwards) {
   Pooled p(serve::PooledModel::Kind::classifier, 64, 64);
-  std::vector<std::string> texts;
-  for (int i = 0; i < 24; ++i) texts.push_back(std::string(size_t(1 + (i * 7) % 39), char('a' + i % 26)) + "!");
-  std::unique_lock hold(p.gate);  // the first forward waits here, the others queue
-  std::vector<std::future<json>> answers;
-  auto first = std::async(std::launch::async, [&] { return json::parse(p.post("/classify", json{{"input", "z"}})->body); });
+  std::vector<std::string> texts;  // 2 to 32 bytes: one width
+  for (int i = 0; i < 24; ++i) texts.push_back(std::string(size_t(1 + (i * 7) % 31), char('a' + i % 26)) + "!");
+  std::vector<std::future<Sent>> answers;
+  Hold hold(p);  // the first forward waits here, the others queue
+  auto first = send(p, "/classify", json{{"input", "z"}});
   p.first_forward.get_future().wait();
-  for (const std::string& t : texts)
-    answers.push_back(std::async(std::launch::async, [&p, t] {
-      return json::parse(p.post("/classify", json{{"input", t}})->body);
-    }));
-  // Every request is queued (or the service has given up on it) before the gate opens.
-  for (int i = 0; i < 500 && p.metrics.queue_length.load() < int64_t(texts.size()); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  EXPECT_EQ(p.metrics.queue_length.load(), int64_t(texts.size()));
-  hold.unlock();
-  EXPECT_EQ(first.get()["data"][0]["label"].is_string(), true);
+  for (const std::string& t : texts) answers.push_back(send(p, "/classify", json{{"input", t}}));
+  EXPECT_TRUE(queued(p, int64_t(texts.size()))) << p.metrics.queue_length.load();
+  hold.release();
+  EXPECT_EQ(first.get().status, 200);
   for (size_t i = 0; i < texts.size(); ++i) {
-    const json a = answers[i].get();
-    ASSERT_TRUE(a.contains("data")) << a.dump();
-    EXPECT_LE(max_diff(p.reference(bytes_of(texts[i])), a["data"][0]["probs"]), 1e-5) << texts[i];
+    const Sent a = answers[i].get();
+    ASSERT_EQ(a.status, 200) << a.body.dump();
+    EXPECT_LE(max_diff(p.reference(bytes_of(texts[i])), a.body["data"][0]["probs"]), 1e-5) << texts[i];
   }
   std::printf("%zu requests after the first: %d forwards in all, up to %d rows\n", texts.size(), p.forwards.load(),
               p.max_rows.load());
-  EXPECT_EQ(p.forwards.load(), 2) << "the 24 queued inputs fit one batch of 64";
-  EXPECT_EQ(p.max_rows.load(), 24) << "24 rows of widths 32 and 40, in one forward";
+  EXPECT_EQ(p.forwards.load(), 2) << "the 24 queued inputs fit one forward";
+  EXPECT_EQ(p.max_rows.load(), 24) << "24 rows of width 32";
   EXPECT_EQ(p.metrics.engine_steps.load(), 2u);
   EXPECT_EQ(p.metrics.queue_length.load(), 0);
 }
 
+// --max-batch below what waits: one request's 10 inputs run over several
+// takes of 4, each answered as its own input.
+TEST(PooledServe, ARequestLargerThanMaxBatchRunsOverSeveralForwards) {
+  Pooled p(serve::PooledModel::Kind::classifier, 4, 16);
+  std::vector<std::string> texts;
+  for (int i = 0; i < 10; ++i) texts.push_back("input number " + std::to_string(i * 37));
+  auto r = p.post("/classify", json{{"input", texts}});
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const json j = json::parse(r->body);
+  for (size_t i = 0; i < texts.size(); ++i)
+    EXPECT_LE(max_diff(p.reference(bytes_of(texts[i])), j["data"][i]["probs"]), 1e-5) << texts[i];
+  EXPECT_EQ(p.forwards.load(), 3) << "takes of 4, 4 and 2";
+  EXPECT_EQ(p.max_rows.load(), 4);
+}
+
 // A long input waiting with short ones runs in a forward of its own: the
-// short ones do not pay for its width (8 rows of width 32, then 1 of 256).
+// short ones do not pay for its width (9 rows of width 32, then 1 of 256).
 TEST(PooledServe, ALongInputDoesNotWidenTheShortOnesForward) {
   Pooled p(serve::PooledModel::Kind::classifier, 64, 64, 256);
-  std::unique_lock hold(p.gate);
-  auto first = std::async(std::launch::async, [&] { return p.post("/classify", json{{"input", "z"}})->status; });
-  p.first_forward.get_future().wait();
   std::vector<std::string> texts(8, "abc");
+  texts.push_back("z");
   texts.push_back(std::string(250, 'L'));
-  std::vector<std::future<json>> answers;
-  for (const std::string& t : texts)
-    answers.push_back(std::async(std::launch::async, [&p, t] {
-      return json::parse(p.post("/classify", json{{"input", t}})->body);
-    }));
-  for (int i = 0; i < 500 && p.metrics.queue_length.load() < int64_t(texts.size()); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  ASSERT_EQ(p.metrics.queue_length.load(), int64_t(texts.size()));
-  hold.unlock();
-  EXPECT_EQ(first.get(), 200);
-  for (size_t i = 0; i < texts.size(); ++i)
-    EXPECT_LE(max_diff(p.reference(bytes_of(texts[i])), answers[i].get()["data"][0]["probs"]), 1e-5) << i;
-  EXPECT_EQ(p.forwards.load(), 3) << "the first request, the 8 short inputs, the long one";
-  EXPECT_EQ(p.max_rows.load(), 8);
+  std::vector<std::future<Sent>> answers;
+  Hold hold(p);
+  auto first = send(p, "/classify", json{{"input", "z"}});
+  p.first_forward.get_future().wait();
+  for (const std::string& t : texts) answers.push_back(send(p, "/classify", json{{"input", t}}));
+  EXPECT_TRUE(queued(p, int64_t(texts.size()))) << p.metrics.queue_length.load();
+  hold.release();
+  EXPECT_EQ(first.get().status, 200);
+  for (size_t i = 0; i < texts.size(); ++i) {
+    const Sent a = answers[i].get();
+    ASSERT_EQ(a.status, 200) << a.body.dump();
+    EXPECT_LE(max_diff(p.reference(bytes_of(texts[i])), a.body["data"][0]["probs"]), 1e-5) << i;
+  }
+  EXPECT_EQ(p.forwards.load(), 3) << "the first request, the 9 short inputs, the long one";
+  EXPECT_EQ(p.max_rows.load(), 16) << "9 rows of width 32, padded to 16";
+}
+
+// A forward that fails answers its own inputs with 500; the other forwards
+// of the same take still answer theirs.
+TEST(PooledServe, AFailedForwardFailsOnlyItsOwnInputs) {
+  Pooled p(serve::PooledModel::Kind::classifier, 64, 64, 256);
+  p.fail_width = 256;
+  std::vector<std::future<Sent>> answers;
+  Hold hold(p);
+  auto first = send(p, "/classify", json{{"input", "z"}});
+  p.first_forward.get_future().wait();
+  auto short_one = send(p, "/classify", json{{"input", "short"}});
+  auto long_one = send(p, "/classify", json{{"input", std::string(250, 'L')}});
+  EXPECT_TRUE(queued(p, 2));
+  hold.release();
+  EXPECT_EQ(first.get().status, 200);
+  const Sent s = short_one.get(), l = long_one.get();
+  EXPECT_EQ(s.status, 200) << s.body.dump();
+  EXPECT_EQ(l.status, 500) << l.body.dump();
+  EXPECT_NE(l.body.dump().find("a forward of width 256 failed"), std::string::npos) << l.body.dump();
+  EXPECT_EQ(p.post("/classify", json{{"input", "after"}})->status, 200) << "the service goes on";
+}
+
+// stop() with inputs waiting: those requests end with 503 (the running
+// forward's finish), and so does any request after it.
+TEST(PooledServe, StopAnswersWaitingRequestsWith503) {
+  Pooled p(serve::PooledModel::Kind::classifier, 64, 64);
+  Hold hold(p);
+  auto first = send(p, "/classify", json{{"input", "z"}});
+  p.first_forward.get_future().wait();
+  auto waiting = send(p, "/classify", json{{"input", {"a", "b"}}});
+  EXPECT_TRUE(queued(p, 2));
+  p.service->stop();
+  hold.release();
+  EXPECT_EQ(first.get().status, 200) << "a forward under way finishes";
+  const Sent w = waiting.get();
+  EXPECT_EQ(w.status, 503) << w.body.dump();
+  EXPECT_EQ(p.metrics.queue_length.load(), 0);
+  EXPECT_EQ(p.post("/classify", json{{"input", "y"}})->status, 503);
 }
 
 TEST(PooledServe, AFullQueueIsA429AndAStoppedServiceA503) {
   Pooled p(serve::PooledModel::Kind::classifier, 64, 1);
-  std::unique_lock hold(p.gate);
-  auto first = std::async(std::launch::async, [&] { return p.post("/classify", json{{"input", "z"}})->status; });
+  Hold hold(p);
+  auto first = send(p, "/classify", json{{"input", "z"}});
   p.first_forward.get_future().wait();
   auto r = p.post("/classify", json{{"input", "y"}});
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 429) << r->body;
   EXPECT_EQ(r->get_header_value("Retry-After"), "1");
   EXPECT_NE(r->body.find("--max-queue 1"), std::string::npos) << r->body;
-  hold.unlock();
-  EXPECT_EQ(first.get(), 200);
+  hold.release();
+  EXPECT_EQ(first.get().status, 200);
   p.service->stop();
   r = p.post("/classify", json{{"input", "y"}});
   ASSERT_TRUE(r);
@@ -287,6 +362,7 @@ TEST(PooledServe, BadRequestsNameTheField) {
       {R"({"input": "ok", "model": "other"})", 404, "model", "does not exist"},
       {R"({"input": "ok", "user": 3})", 400, "user", "user must be a string"},
       {R"({"input": )", 400, "", "not valid JSON"},
+      {json{{"input", std::vector<std::string>(2049, "x")}}.dump(), 400, "input", "at most 2048"},
   };
   for (const Bad& b : bad) {
     auto r = p.post("/classify", b.body);
@@ -309,6 +385,9 @@ TEST(PooledServe, BadRequestsNameTheField) {
   EXPECT_EQ(g->get_header_value("Allow"), "POST, OPTIONS");
   g = c.Get("/v1/models");
   EXPECT_EQ(json::parse(g->body)["data"][0]["max_model_len"], kMaxLen);
+  // Its requests have a series of their own in /metrics.
+  g = c.Get("/metrics");
+  EXPECT_NE(g->body.find("brisk_requests_total{path=\"/classify\",status=\"400\"}"), std::string::npos);
 }
 
 TEST(PooledServe, EmbeddingsAsFloatsAndBase64) {

@@ -114,6 +114,10 @@ int run_serve(const ServeArgs& a) {
     stop_model();  // ends every open request, so no HTTP thread stays blocked
     server.stop();
   });
+  // An encoder model's service and what it counts: declared before the
+  // Joiner, so that they outlive the waiter thread, which may stop them.
+  std::unique_ptr<serve::Metrics> pooled_metrics;
+  std::unique_ptr<serve::PooledService> pooled;
   // Stops and joins both threads however this function ends (a model that
   // fails to load throws out of it). Declared before the engine and the
   // scheduler, so it runs after they are gone only once nothing uses them.
@@ -135,11 +139,11 @@ int run_serve(const ServeArgs& a) {
   const std::string model_name = a.model_name.empty() ? default_name(a.model) : a.model_name;
   if (const std::string dir = encoder_checkpoint(a.model); !dir.empty()) {
     PooledServing p = load_pooled(dir, a.threads);
-    serve::Metrics metrics;
-    serve::PooledService service(p.model, a.max_batch, a.max_queue, metrics);
+    pooled_metrics = std::make_unique<serve::Metrics>();
+    pooled = std::make_unique<serve::PooledService>(p.model, a.max_batch, a.max_queue, *pooled_metrics);
     serve::ModelInfo info{model_name, p.model.vocab, p.model.max_len};
-    server.attach(service, p.encode, info);
-    stop_model = [&service] { service.stop(); };
+    server.attach(*pooled, p.encode, info);
+    stop_model = [service = pooled.get()] { service->stop(); };
     attached = true;
     std::printf("brisk serve: %s on http://%s:%d (%s, from %s; POST %s, max_len %lld, batch %d, queue %d)\n",
                 info.name.c_str(), a.host.c_str(), port, p.what.c_str(), dir.c_str(),

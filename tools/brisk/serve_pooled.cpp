@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <memory>
 
 #include <nlohmann/json.hpp>
 
@@ -33,6 +34,15 @@ std::string encoder_checkpoint(const std::string& path) {
 
 namespace {
 
+// A model on its own CPU backend; the closures that run it share it.
+template <class Model>
+struct Owned {
+  cpu::CpuBackend backend;
+  Model model;
+  template <class Config>
+  Owned(const Config& config, int threads) : backend(threads), model(config, backend) {}
+};
+
 // A classifier reads the text with its tokenizer, its body only when it was
 // trained on bodies (as brisk classify reads a message file).
 PooledServing load_classifier(const std::string& dir, int threads) {
@@ -40,15 +50,9 @@ PooledServing load_classifier(const std::string& dir, int threads) {
   if (info.tokenizer != "bytes" && info.tokenizer != "gpt2")
     throw core::IoError(dir + ": the classifier was trained on '" + info.tokenizer +
                         "' tokens; brisk serve classifies text (bytes or gpt2 tokenizers)");
-  struct Owner {
-    cpu::CpuBackend backend;
-    models::Encoder model;
-    std::unique_ptr<data::Tokenizer> tok;
-    Owner(const train::EncoderCheckpoint& i, int threads)
-        : backend(threads), model(i.config, backend), tok(data::make_tokenizer(i.tokenizer)) {}
-  };
-  auto owner = std::make_shared<Owner>(info, threads);
-  train::load_encoder_checkpoint(dir, owner->model);
+  auto owned = std::make_shared<Owned<models::Encoder>>(info.config, threads);
+  train::load_encoder_checkpoint(dir, owned->model);
+  std::shared_ptr<const data::Tokenizer> tok = data::make_tokenizer(info.tokenizer);
   PooledServing s;
   s.checkpoint = dir;
   s.what = "encoder classifier, " + std::to_string(info.config.n_classes) + " classes " +
@@ -58,37 +62,31 @@ PooledServing load_classifier(const std::string& dir, int threads) {
   s.model.width = info.config.n_classes;
   s.model.max_len = info.config.max_len;
   // Ids a request may send: the tokenizer's (the embedding may be padded past them).
-  s.model.vocab = std::min<int64_t>(info.config.vocab_size, int64_t(owner->tok->vocab_size()));
+  s.model.vocab = std::min<int64_t>(info.config.vocab_size, int64_t(tok->vocab_size()));
   s.model.labels = info.label_names;
   s.model.softmax = true;
-  Owner* o = owner.get();
-  s.model.forward = [o](const int32_t* ids, const int32_t* lengths, int64_t B, int64_t T) {
-    return o->model.logits(ids, lengths, B, T);
+  s.model.forward = [owned](const int32_t* ids, const int32_t* lengths, int64_t B, int64_t T) {
+    return owned->model.logits(ids, lengths, B, T);
   };
   const bool bodies = info.strip_headers;
-  s.encode = [o, bodies](const std::string& text, const std::string& param) {
+  s.encode = [tok, bodies](const std::string& text, const std::string& param) {
     const std::string_view in = bodies ? data::email_body(text) : std::string_view(text);
     if (bodies && !text.empty() && in.empty())
       throw serve::ApiError(400, param + ": the message has no body: the classifier reads bodies only, so it "
                                  "takes a whole message (headers, an empty line, the body), or a body alone after "
                                  "an empty line", param);
-    return o->tok->encode(in);
+    return tok->encode(in);
   };
-  s.owner = owner;
   return s;
 }
 
 // A sequence autoencoder's encoder reads residue letters (either case;
-// spaces, tabs and line breaks between them are ignored, as in FASTA lines).
+// white space between them is ignored, as inside FASTA lines, line breaks
+// too).
 PooledServing load_embedder(const std::string& dir, int threads) {
   const train::AutoencoderCheckpoint info = train::read_autoencoder_checkpoint(dir);
-  struct Owner {
-    cpu::CpuBackend backend;
-    models::SeqAutoencoder model;
-    Owner(const train::AutoencoderCheckpoint& i, int threads) : backend(threads), model(i.config, backend) {}
-  };
-  auto owner = std::make_shared<Owner>(info, threads);
-  train::load_autoencoder_checkpoint(dir, owner->model);
+  auto owned = std::make_shared<Owned<models::SeqAutoencoder>>(info.config, threads);
+  train::load_autoencoder_checkpoint(dir, owned->model);
   PooledServing s;
   s.checkpoint = dir;
   s.what = "sequence embedder (a sequence autoencoder's encoder), latent " + std::to_string(info.config.latent) +
@@ -97,16 +95,15 @@ PooledServing load_embedder(const std::string& dir, int threads) {
   s.model.width = info.config.latent;
   s.model.max_len = info.config.max_len;
   s.model.vocab = info.config.vocab_size;
-  Owner* o = owner.get();
-  s.model.forward = [o](const int32_t* ids, const int32_t* lengths, int64_t B, int64_t T) {
-    return o->model.encode(ids, lengths, B, T);
+  s.model.forward = [owned](const int32_t* ids, const int32_t* lengths, int64_t B, int64_t T) {
+    return owned->model.encode(ids, lengths, B, T);
   };
   s.encode = [](const std::string& text, const std::string& param) {
     std::vector<int32_t> ids;
     ids.reserve(text.size());
     for (size_t i = 0; i < text.size(); ++i) {
       const unsigned char c = static_cast<unsigned char>(text[i]);
-      if (c == ' ' || c == '\t' || c == '\r' || c == '\n') continue;
+      if (c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == '\v' || c == '\f') continue;
       const int32_t t = data::fasta_token(c);
       if (t == 0) {
         char hex[8];
@@ -121,7 +118,6 @@ PooledServing load_embedder(const std::string& dir, int threads) {
     }
     return ids;
   };
-  s.owner = owner;
   return s;
 }
 

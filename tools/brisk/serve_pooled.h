@@ -2,7 +2,6 @@
 // classifier or a sequence autoencoder, loaded for a serve::PooledService.
 #pragma once
 
-#include <memory>
 #include <string>
 
 #include "brisk/serve/pooled.h"
@@ -12,9 +11,8 @@ namespace brisk::cli {
 struct PooledServing {
   std::string checkpoint;   // the checkpoint directory read
   std::string what;         // for the start-up line: "encoder classifier, 2 classes [...]" or "sequence embedder, ..."
-  serve::PooledModel model;
+  serve::PooledModel model;  // its forward and encode hold the backend and the model they run
   serve::PooledEncode encode;
-  std::shared_ptr<void> owner;  // the backend and the model that model.forward runs
 };
 
 // The checkpoint `path` names (a checkpoint or run directory), when it is

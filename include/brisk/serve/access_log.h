@@ -5,7 +5,7 @@
 //   ms=152.3 stream=0 prompt_tokens=12 completion_tokens=8 cached_tokens=0
 //
 // The token fields appear on generation routes once their answer is known
-// (not for a stream that broke off). httplib answers a request on one thread,
+// (not for a stream that broke off); prompt_tokens on the encoder routes. httplib answers a request on one thread,
 // from its pre-routing handler through the handler to its logger, so what the
 // handler learns travels to the line in a per-thread note.
 #pragma once

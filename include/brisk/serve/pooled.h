@@ -44,6 +44,8 @@ class PooledService {
   // Runs at most `max_batch` sequences per forward; `max_waiting` requests
   // may wait or run at once (one more: 429). Counts into `metrics`.
   PooledService(PooledModel model, int64_t max_batch, int64_t max_waiting, Metrics& metrics);
+  // Stops and joins the worker. Every run() must have returned first (the
+  // server's handlers are joined when it stops).
   ~PooledService();
   PooledService(const PooledService&) = delete;
   PooledService& operator=(const PooledService&) = delete;
@@ -54,7 +56,8 @@ class PooledService {
   // Each sequence's vector, in order; blocks until all are done. Sequences
   // must be non-empty with ids in [0, vocab) (the server checks); longer
   // ones are cut to max_len. Throws ApiError 429 when max_waiting requests
-  // are in, 503 once stop() was called.
+  // are in, 503 once stop() was called (also for one waiting then), 500
+  // when the forward that ran one of its sequences failed.
   std::vector<std::vector<float>> run(const std::vector<std::vector<int32_t>>& sequences);
   // Ends the worker; requests still waiting get 503.
   void stop();
@@ -66,9 +69,11 @@ class PooledService {
     size_t index;
   };
   void work();
-  // The items taken, sorted and cut into forwards of similar lengths.
-  void run_batch(std::vector<Item>& batch);
+  // The items taken, sorted and cut into forwards of similar lengths; a
+  // forward that throws sets errors[i] of its items (the others still run).
+  void run_batch(std::vector<Item>& batch, std::vector<std::string>& errors);
   void run_rows(const Item* items, int64_t rows);  // one forward
+  int64_t length(const Item& it) const;            // the tokens the model reads of it
   static int64_t padded_rows(int64_t rows);
   int64_t padded_width(int64_t length) const;
 

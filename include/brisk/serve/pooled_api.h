@@ -14,6 +14,11 @@
 
 namespace brisk::serve {
 
+// Inputs one request may hold (OpenAI's limit for embeddings): a request's
+// inputs run before later requests', so one request cannot hold the
+// service for long.
+inline constexpr int64_t kMaxPooledInputs = 2048;
+
 struct PooledRequest {
   std::vector<std::vector<int32_t>> sequences;  // one per input, cut to the model's max_len
   int64_t tokens = 0;                           // what the model reads of them
@@ -21,7 +26,8 @@ struct PooledRequest {
 };
 
 // `input`: a string, a list of strings, a list of token ids, or a list of
-// such lists, as both APIs take it; `model` and `user` as for the other
+// such lists, as both APIs take it, at most kMaxPooledInputs of them;
+// `model` and `user` as for the other
 // routes. /v1/embeddings also reads encoding_format ("float" or "base64")
 // and dimensions (only the model's own width).
 PooledRequest parse_pooled(const std::string& body, const ModelInfo& info, const PooledModel& model,
