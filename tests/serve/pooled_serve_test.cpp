@@ -219,14 +219,12 @@ TEST(PooledServe, ClassifyAnswersEachInputAsTheModelAlone) {
   EXPECT_EQ(lists["data"][0]["probs"], j["data"][1]["probs"]);
 }
 
-// Requests that arrive while a forward runs wait, and the next forward takes
-// all of them: fewer forwards than inputs, each answer still its input's own.
-TEST(PooledServe, ConcurrentRequestsShareForwards) {
-  Pooled p(serve::PooledModel::Kind::classifier, 64, 64);
-  std::vector<std::string> texts;  // 2 to 32 bytes: one width
-  for (int i = 0; i < 24; ++i) texts.push_back(std::string(size_t(1 + (i * 7) % 31), char('a' + i % 26)) + "!");
+// One request per text, all sent while a first request's forward is held,
+// so that they wait together; then each answer against the model on its
+// text alone.
+void expect_queued_requests_answered(Pooled& p, const std::vector<std::string>& texts) {
   std::vector<std::future<Sent>> answers;
-  Hold hold(p);  // the first forward waits here, the others queue
+  Hold hold(p);
   auto first = send(p, "/classify", json{{"input", "z"}});
   p.first_forward.get_future().wait();
   for (const std::string& t : texts) answers.push_back(send(p, "/classify", json{{"input", t}}));
@@ -238,6 +236,15 @@ TEST(PooledServe, ConcurrentRequestsShareForwards) {
     ASSERT_EQ(a.status, 200) << a.body.dump();
     EXPECT_LE(max_diff(p.reference(bytes_of(texts[i])), a.body["data"][0]["probs"]), 1e-5) << texts[i];
   }
+}
+
+// Requests that arrive while a forward runs wait, and the next forward takes
+// all of them: fewer forwards than inputs, each answer still its input's own.
+TEST(PooledServe, ConcurrentRequestsShareForwards) {
+  Pooled p(serve::PooledModel::Kind::classifier, 64, 64);
+  std::vector<std::string> texts;  // 2 to 32 bytes: one width
+  for (int i = 0; i < 24; ++i) texts.push_back(std::string(size_t(1 + (i * 7) % 31), char('a' + i % 26)) + "!");
+  expect_queued_requests_answered(p, texts);
   std::printf("%zu requests after the first: %d forwards in all, up to %d rows\n", texts.size(), p.forwards.load(),
               p.max_rows.load());
   EXPECT_EQ(p.forwards.load(), 2) << "the 24 queued inputs fit one forward";
@@ -269,19 +276,7 @@ TEST(PooledServe, ALongInputDoesNotWidenTheShortOnesForward) {
   std::vector<std::string> texts(8, "abc");
   texts.push_back("z");
   texts.push_back(std::string(250, 'L'));
-  std::vector<std::future<Sent>> answers;
-  Hold hold(p);
-  auto first = send(p, "/classify", json{{"input", "z"}});
-  p.first_forward.get_future().wait();
-  for (const std::string& t : texts) answers.push_back(send(p, "/classify", json{{"input", t}}));
-  EXPECT_TRUE(queued(p, int64_t(texts.size()))) << p.metrics.queue_length.load();
-  hold.release();
-  EXPECT_EQ(first.get().status, 200);
-  for (size_t i = 0; i < texts.size(); ++i) {
-    const Sent a = answers[i].get();
-    ASSERT_EQ(a.status, 200) << a.body.dump();
-    EXPECT_LE(max_diff(p.reference(bytes_of(texts[i])), a.body["data"][0]["probs"]), 1e-5) << i;
-  }
+  expect_queued_requests_answered(p, texts);
   EXPECT_EQ(p.forwards.load(), 3) << "the first request, the 9 short inputs, the long one";
   EXPECT_EQ(p.max_rows.load(), 16) << "9 rows of width 32, padded to 16";
 }
@@ -291,7 +286,6 @@ TEST(PooledServe, ALongInputDoesNotWidenTheShortOnesForward) {
 TEST(PooledServe, AFailedForwardFailsOnlyItsOwnInputs) {
   Pooled p(serve::PooledModel::Kind::classifier, 64, 64, 256);
   p.fail_width = 256;
-  std::vector<std::future<Sent>> answers;
   Hold hold(p);
   auto first = send(p, "/classify", json{{"input", "z"}});
   p.first_forward.get_future().wait();
