@@ -363,7 +363,9 @@ TEST(PooledServe, BadRequestsNameTheField) {
     ASSERT_TRUE(r);
     EXPECT_EQ(r->status, b.status) << b.body << "\n" << r->body;
     const json e = json::parse(r->body)["error"];
-    if (!b.param.empty()) EXPECT_EQ(e["param"], b.param) << b.body;
+    if (!b.param.empty()) {
+      EXPECT_EQ(e["param"], b.param) << b.body;
+    }
     EXPECT_NE(e["message"].get<std::string>().find(b.says), std::string::npos) << b.body << "\n" << r->body;
   }
   EXPECT_EQ(p.forwards.load(), 0) << "nothing ran for a refused request";
