@@ -15,7 +15,7 @@ on messages that are not UTF-8.
 
   ls $DATA/*/*.txt > msgs.txt
   python3 bench/classify_serve.py --brisk build/release/brisk --checkpoint runs/spam \\
-      --files-from msgs.txt [--clients 16] [--threads 2] [--json out.json]
+      --files-from msgs.txt [--clients 16] [--threads 2] [--precision fp32|bf16] [--json out.json]
 """
 import argparse
 import json
@@ -52,6 +52,7 @@ def main():
     ap.add_argument("--files-from", required=True, help="message files, one path per line")
     ap.add_argument("--clients", type=int, default=16)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"], help="both sides'")
     ap.add_argument("--json")
     a = ap.parse_args()
     files = [line.rstrip("\r\n") for line in open(a.files_from) if line.strip()]
@@ -59,7 +60,8 @@ def main():
 
     port = free_port()
     server = subprocess.Popen([a.brisk, "serve", "--model", a.checkpoint, "--port", str(port), "--threads",
-                               str(a.threads)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                               str(a.threads), "--precision", a.precision],
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         print(server.stdout.readline().strip())  # the listening line, once the model is loaded
         base = f"http://127.0.0.1:{port}"
@@ -104,7 +106,8 @@ def main():
         server.wait(timeout=60)
 
     t0 = time.perf_counter()
-    out = subprocess.run([a.brisk, "classify", "--checkpoint", a.checkpoint, "--threads", str(a.threads)] + files,
+    out = subprocess.run([a.brisk, "classify", "--checkpoint", a.checkpoint, "--threads", str(a.threads),
+                          "--precision", a.precision] + files,
                          capture_output=True, text=True, check=True).stdout
     classify_wall = time.perf_counter() - t0
     offline = [line.split("\t") for line in out.splitlines()]
@@ -113,7 +116,8 @@ def main():
     same_prob = sum(1 for s, o in zip(served, offline) if s and f"{s[1]:.4f}" == o[1])
     latency.sort()
     report = {
-        "messages": len(files), "clients": a.clients, "threads": a.threads, "errors": len(errors),
+        "messages": len(files), "clients": a.clients, "threads": a.threads, "precision": a.precision,
+        "errors": len(errors),
         "serve": {"wall_s": serve_wall, "messages_per_s": len(files) / serve_wall,
                   "latency_ms": {q: 1000 * percentile(latency, p) for q, p in
                                  (("p50", 0.5), ("p90", 0.9), ("p99", 0.99))} if latency else None,

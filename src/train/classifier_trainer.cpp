@@ -86,6 +86,20 @@ Corpus scan(const data::RecordStore& store, const ClassifyConfig& cfg) {
 
 }  // namespace
 
+core::DType classifier_compute(const std::string& precision, const std::function<void(const std::string&)>& say) {
+  const Precision requested = parse_precision(precision);
+  if (requested == Precision::fp16)
+    throw core::ConfigError("precision fp16 is not offered for reading messages (fp32 or bf16)");
+  if (requested == Precision::fp32) return core::DType::f32;
+  const PrecisionChoice c = resolve_precision(requested, /*fallback=*/true, "cpu");
+  if (c.effective != requested)
+    say("warning: precision bf16 asked for, but this CPU has no bf16 dot products (" + c.reason +
+        "): reading in fp32");
+  else
+    say("precision bf16 (" + c.path + (c.reason.empty() ? "" : ": " + c.reason) + ")");
+  return compute_dtype(c.effective);
+}
+
 std::vector<float> predict_probs(models::Encoder& model, const std::vector<std::vector<int32_t>>& sequences) {
   const int64_t K = model.config().n_classes, L = model.config().max_len;
   auto length = [&](size_t i) { return std::min<int64_t>(int64_t(sequences[i].size()), L); };

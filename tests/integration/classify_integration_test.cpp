@@ -7,11 +7,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <csignal>
 #include <fstream>
 #include <random>
 
 #include "../common/run_copy.h"
+#include "brisk/cpu/cpu_features.h"
 #include "../common/tiny_gpt.h"
 #include "integration_util.h"
 
@@ -103,6 +105,56 @@ TEST_F(ClassifyCli, TrainsReportsAndClassifiesFilesAndDirectories) {
   }
   EXPECT_EQ(labels, (std::vector<std::string>{"spam", "spam", "ham"})) << r.out;
   EXPECT_EQ(paths, (std::vector<std::string>{tmp_.file("single.eml"), tmp_.file("inbox/a.eml"), tmp_.file("inbox/b.eml")}));
+}
+
+// `brisk classify --precision bf16` on the training messages: the blocks in
+// bf16 where the CPU has bf16 dot products (the same labels, probabilities
+// close to fp32's but not all equal: bf16 did run), and fp32 with a warning
+// where it has none (BRISK_BF16=emulated stands for such a CPU here: the
+// same lines as fp32, to the digit).
+TEST_F(ClassifyCli, Bf16ReadsMessagesWithTheSameLabels) {
+  // One short epoch: a model not yet sure of itself, whose probabilities
+  // show bf16's rounding in the printed digits.
+  ASSERT_EQ(run_cli({"train", "--config", config_, "--set", "train.epochs=1", "--set", "train.lr=1e-3"}).exit_code, 0);
+  const std::vector<std::string> base{"classify", "--checkpoint", tmp_.file("run"), "--threads", "2", tmp_.file("mail")};
+  auto with = [&](const std::string& precision) {
+    std::vector<std::string> args = base;
+    args.insert(args.begin() + 3, {"--precision", precision});
+    return args;
+  };
+  const CliResult fp32 = run_cli(base);
+  ASSERT_EQ(fp32.exit_code, 0) << fp32.err;
+  CliHooks no_fast_path;
+  no_fast_path.in_child = [] { ::setenv("BRISK_BF16", "emulated", 1); };
+  const CliResult fallback = run_cli(with("bf16"), no_fast_path);
+  ASSERT_EQ(fallback.exit_code, 0) << fallback.err;
+  EXPECT_NE(fallback.err.find("warning: precision bf16 asked for, but this CPU has no bf16 dot products"),
+            std::string::npos) << fallback.err;
+  EXPECT_EQ(fallback.out, fp32.out);
+  expect_error(run_cli(with("fp16")), "--precision");
+
+  if (brisk::cpu::cpu_features().bf16 != brisk::cpu::Bf16Path::native)
+    GTEST_SKIP() << "this CPU has no bf16 dot products: the bf16-native read is not checked here";
+  const CliResult bf16 = run_cli(with("bf16"));
+  ASSERT_EQ(bf16.exit_code, 0) << bf16.err;
+  EXPECT_NE(bf16.err.find("precision bf16 (bf16-native"), std::string::npos) << bf16.err;
+  std::istringstream a(fp32.out), b(bf16.out);
+  std::string la, lb;
+  int lines = 0, differ = 0;
+  double worst = 0;
+  while (std::getline(a, la) && std::getline(b, lb)) {
+    ++lines;
+    const size_t ta = la.find('\t'), tb = lb.find('\t');
+    EXPECT_EQ(la.substr(0, ta), lb.substr(0, tb)) << la << " | " << lb;          // label
+    EXPECT_EQ(la.substr(la.rfind('\t')), lb.substr(lb.rfind('\t'))) << la;       // path
+    const double pa = std::stod(la.substr(ta + 1)), pb = std::stod(lb.substr(tb + 1));
+    worst = std::max(worst, std::fabs(pa - pb));
+    differ += pa != pb;
+  }
+  std::printf("%d messages: the same labels, %d printed probabilities differ, by at most %.4f\n", lines, differ, worst);
+  EXPECT_EQ(lines, 120);
+  EXPECT_LE(worst, 0.02);
+  EXPECT_GT(differ, 0) << "bf16 gave fp32's probabilities to the digit: did it run in bf16?";
 }
 
 TEST_F(ClassifyCli, BadMessagesAndWrongCheckpointsAreRefusedByName) {

@@ -202,6 +202,9 @@ TEST(ServeCli, BadFlagsAndModelsAreClearErrors) {
   const CliResult slots = run_cli({"serve", "--model", tiny_checkpoint(dir), "--slots", "0"});
   EXPECT_EQ(slots.exit_code, 2);
   EXPECT_NE(slots.err.find("--slots"), std::string::npos) << slots.err;
+  const CliResult precision = run_cli({"serve", "--model", tiny_checkpoint(dir), "--precision", "bf16", "--port", "0"});
+  EXPECT_EQ(precision.exit_code, 2);
+  EXPECT_NE(precision.err.find("--precision bf16 is for encoder classifiers"), std::string::npos) << precision.err;
 }
 
 
@@ -284,6 +287,9 @@ TEST(ServeCli, ASequenceAutoencoderAnswersEmbeddings) {
   models::SeqAutoencoder ae(cfg, backend);
   testing::randomize(ae, 77);
   train::save_autoencoder_checkpoint(dir.file("ae"), ae, nullptr, {cfg, "fasta", 9, 1, {}}, 1);
+  const CliResult bf16 = run_cli({"serve", "--model", dir.file("ae"), "--precision", "bf16", "--port", "0"});
+  EXPECT_EQ(bf16.exit_code, 2);
+  EXPECT_NE(bf16.err.find("serves in fp32 only"), std::string::npos) << bf16.err;
 
   ServeChild s({"--model", dir.file("ae"), "--port", "0", "--threads", "1"});
   ASSERT_GT(s.port, 0) << "no listening line: " << s.first_line;

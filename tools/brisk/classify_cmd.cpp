@@ -33,6 +33,7 @@ struct Args {
   std::string checkpoint;
   std::vector<std::string> inputs;
   int threads = 0;
+  std::string precision = "fp32";
 };
 
 std::vector<fs::path> message_files(const std::vector<std::string>& inputs) {
@@ -75,7 +76,11 @@ int run(const Args& a) {
   }
 
   cpu::CpuBackend backend(a.threads);
-  models::Encoder model(info.config, backend);
+  models::EncoderConfig config = info.config;
+  config.compute = train::classifier_compute(a.precision, [](const std::string& line) {
+    std::fprintf(stderr, "brisk classify: %s\n", line.c_str());
+  });
+  models::Encoder model(config, backend);
   train::load_encoder_checkpoint(dir, model);
   const std::vector<float> probs = train::predict_probs(model, sequences);
   const int64_t K = info.config.n_classes;
@@ -96,6 +101,11 @@ ClassifyCommand add_classify_command(CLI::App& parent) {
   c.app->add_option("--checkpoint", args->checkpoint, "Checkpoint or run directory")->required();
   c.app->add_option("inputs", args->inputs, "Message files, or directories of them")->required();
   c.app->add_option("--threads", args->threads, "CPU threads (0 = all cores)")->check(non_negative());
+  c.app->add_option("--precision", args->precision,
+                    "fp32, or bf16: the blocks in bf16 where the CPU has bf16 dot products (fp32 with a warning "
+                    "where it does not)")
+      ->check(CLI::IsMember({"fp32", "bf16"}))
+      ->capture_default_str();
   c.run = [args] { return run(*args); };
   return c;
 }

@@ -31,6 +31,7 @@ struct ServeArgs {
   int port = 8080, slots = 8, max_queue = 64, threads = 0, max_connections = 512, max_batch = 64;
   int64_t max_body = 1 << 20, kv_mb = 0;
   std::string kv_dtype = "f32";
+  std::string precision = "fp32";
   std::string api_key, cors_origin = "*";
   double drain_timeout = 30;
   int64_t response_cache_mb = 0;
@@ -138,7 +139,7 @@ int run_serve(const ServeArgs& a) {
     std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(delay)));
   const std::string model_name = a.model_name.empty() ? default_name(a.model) : a.model_name;
   if (const std::string dir = encoder_checkpoint(a.model); !dir.empty()) {
-    PooledServing p = load_pooled(dir, a.threads);
+    PooledServing p = load_pooled(dir, a.threads, a.precision);
     pooled_metrics = std::make_unique<serve::Metrics>();
     pooled = std::make_unique<serve::PooledService>(p.model, a.max_batch, a.max_queue, *pooled_metrics);
     serve::ModelInfo info{model_name, p.model.vocab, p.model.max_len};
@@ -154,6 +155,9 @@ int run_serve(const ServeArgs& a) {
     std::fprintf(stderr, "brisk serve: stopped\n");
     return 0;
   }
+  if (a.precision != "fp32")
+    throw core::ConfigError("--precision " + a.precision + " is for encoder classifiers; a GPT serves its weights "
+                            "as loaded (brisk quantize for int8/int4, --kv-dtype bf16 for the key/value pool)");
   infer::Model model = infer::load_model(a.model);
   auto tok = data::make_tokenizer(model.tokenizer, a.vocab_dir);
   serve::ModelInfo info{model_name, model.config.vocab_size, model.config.block_size};
@@ -204,6 +208,11 @@ ServeCommand add_serve_command(CLI::App& app) {
                 "Encoder models: sequences one forward runs at most, from every waiting request")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  s->add_option("--precision", a->precision,
+                "Encoder classifiers: fp32, or bf16 where the CPU has bf16 dot products (fp32 with a warning where "
+                "it does not)")
+      ->check(CLI::IsMember({"fp32", "bf16"}))
+      ->capture_default_str();
   s->add_option("--threads", a->threads, "CPU threads for the engine (0 = all cores)")->check(non_negative());
   s->add_option("--kv-mb", a->kv_mb, "Key/value pool in MiB (0 = full context for every slot)");
   s->add_option("--kv-dtype", a->kv_dtype, "Key/value pool element type: f32, or bf16 (half the memory)")

@@ -19,6 +19,7 @@
 #include "brisk/models/seq_autoencoder.h"
 #include "brisk/serve/api.h"
 #include "brisk/train/checkpoint.h"
+#include "brisk/train/classifier_trainer.h"
 
 namespace brisk::cli {
 
@@ -45,11 +46,13 @@ struct Owned {
 
 // A classifier reads the text with its tokenizer, its body only when it was
 // trained on bodies (as brisk classify reads a message file).
-PooledServing load_classifier(const std::string& dir, int threads) {
-  const train::EncoderCheckpoint info = train::read_encoder_checkpoint(dir);
+PooledServing load_classifier(const std::string& dir, int threads, const std::string& precision) {
+  train::EncoderCheckpoint info = train::read_encoder_checkpoint(dir);
   if (info.tokenizer != "bytes" && info.tokenizer != "gpt2")
     throw core::IoError(dir + ": the classifier was trained on '" + info.tokenizer +
                         "' tokens; brisk serve classifies text (bytes or gpt2 tokenizers)");
+  info.config.compute = train::classifier_compute(
+      precision, [](const std::string& line) { std::fprintf(stderr, "brisk serve: %s\n", line.c_str()); });
   auto owned = std::make_shared<Owned<models::Encoder>>(info.config, threads);
   train::load_encoder_checkpoint(dir, owned->model);
   std::shared_ptr<const data::Tokenizer> tok = data::make_tokenizer(info.tokenizer);
@@ -57,7 +60,8 @@ PooledServing load_classifier(const std::string& dir, int threads) {
   s.checkpoint = dir;
   s.what = "encoder classifier, " + std::to_string(info.config.n_classes) + " classes " +
            nlohmann::json(info.label_names).dump() + ", " + info.tokenizer + " tokens" +
-           (info.strip_headers ? " of message bodies" : "");
+           (info.strip_headers ? " of message bodies" : "") +
+           (info.config.compute == core::DType::bf16 ? ", bf16" : "");
   s.model.kind = serve::PooledModel::Kind::classifier;
   s.model.width = info.config.n_classes;
   s.model.max_len = info.config.max_len;
@@ -83,7 +87,10 @@ PooledServing load_classifier(const std::string& dir, int threads) {
 // A sequence autoencoder's encoder reads residue letters (either case;
 // white space between them is ignored, as inside FASTA lines, line breaks
 // too).
-PooledServing load_embedder(const std::string& dir, int threads) {
+PooledServing load_embedder(const std::string& dir, int threads, const std::string& precision) {
+  if (precision != "fp32")
+    throw core::ConfigError("--precision " + precision + ": " + dir +
+                            " is a sequence autoencoder, whose encoder serves in fp32 only");
   const train::AutoencoderCheckpoint info = train::read_autoencoder_checkpoint(dir);
   auto owned = std::make_shared<Owned<models::SeqAutoencoder>>(info.config, threads);
   train::load_autoencoder_checkpoint(dir, owned->model);
@@ -123,9 +130,9 @@ PooledServing load_embedder(const std::string& dir, int threads) {
 
 }  // namespace
 
-PooledServing load_pooled(const std::string& dir, int threads) {
-  return train::checkpoint_kind(dir) == train::kEncoderCheckpoint ? load_classifier(dir, threads)
-                                                                  : load_embedder(dir, threads);
+PooledServing load_pooled(const std::string& dir, int threads, const std::string& precision) {
+  return train::checkpoint_kind(dir) == train::kEncoderCheckpoint ? load_classifier(dir, threads, precision)
+                                                                  : load_embedder(dir, threads, precision);
 }
 
 }  // namespace brisk::cli

@@ -20,7 +20,9 @@ struct PooledServing {
 // a file, nothing there: the GPT loader reports those).
 std::string encoder_checkpoint(const std::string& path);
 
-// Loads it, with `threads` CPU threads (0: one per core).
-PooledServing load_pooled(const std::string& checkpoint_dir, int threads);
+// Loads it, with `threads` CPU threads (0: one per core); a classifier in
+// `precision` ("fp32" or "bf16", train::classifier_compute), an embedder in
+// fp32 only (ConfigError for bf16).
+PooledServing load_pooled(const std::string& checkpoint_dir, int threads, const std::string& precision);
 
 }  // namespace brisk::cli

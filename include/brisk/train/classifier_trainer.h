@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -72,6 +73,13 @@ struct ClassifyResult {
 // token sequences, each cut to the model's max_len; batched by length. An
 // empty sequence throws ShapeError naming it.
 std::vector<float> predict_probs(models::Encoder& model, const std::vector<std::vector<int32_t>>& sequences);
+
+// The compute dtype a classifier reads messages in (brisk classify and
+// brisk serve --precision): "fp32", or "bf16" where this CPU has bf16 dot
+// products; without them bf16 falls back to fp32 and `say` gets the
+// warning. `say` also gets one line naming the path taken. Throws
+// ConfigError for another name.
+core::DType classifier_compute(const std::string& precision, const std::function<void(const std::string&)>& say);
 
 ClassifyResult train_classifier(const ClassifyConfig& config, const ClassifyOptions& options = {});
 
