@@ -63,7 +63,10 @@ def main():
                                str(a.threads), "--precision", a.precision],
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
-        print(server.stdout.readline().strip())  # the listening line, once the model is loaded
+        listening = server.stdout.readline().strip()  # once the model is loaded
+        print(listening)
+        # What ran: bf16 falls back to fp32 (with a warning) on a CPU without bf16 dot products.
+        serve_precision = "bf16" if ", bf16," in listening else "fp32"
         base = f"http://127.0.0.1:{port}"
         todo = queue.Queue()
         for i in range(len(files)):
@@ -106,9 +109,10 @@ def main():
         server.wait(timeout=60)
 
     t0 = time.perf_counter()
-    out = subprocess.run([a.brisk, "classify", "--checkpoint", a.checkpoint, "--threads", str(a.threads),
-                          "--precision", a.precision] + files,
-                         capture_output=True, text=True, check=True).stdout
+    done = subprocess.run([a.brisk, "classify", "--checkpoint", a.checkpoint, "--threads", str(a.threads),
+                           "--precision", a.precision] + files, capture_output=True, text=True, check=True)
+    out = done.stdout
+    classify_precision = "bf16" if "precision bf16 (" in done.stderr else "fp32"
     classify_wall = time.perf_counter() - t0
     offline = [line.split("\t") for line in out.splitlines()]
 
@@ -117,7 +121,7 @@ def main():
     latency.sort()
     report = {
         "messages": len(files), "clients": a.clients, "threads": a.threads, "precision": a.precision,
-        "errors": len(errors),
+        "precision_ran": {"serve": serve_precision, "classify": classify_precision}, "errors": len(errors),
         "serve": {"wall_s": serve_wall, "messages_per_s": len(files) / serve_wall,
                   "latency_ms": {q: 1000 * percentile(latency, p) for q, p in
                                  (("p50", 0.5), ("p90", 0.9), ("p99", 0.99))} if latency else None,

@@ -94,6 +94,8 @@ struct Mapped {
 
 int32_t fasta_token(unsigned char c) { return kTable[c] == kIgnore ? 0 : kTable[c]; }
 
+bool fasta_space(unsigned char c) { return kTable[c] == kIgnore; }
+
 char fasta_residue(int32_t token) {
   return token >= 1 && token <= int32_t(kFastaAlphabet.size()) ? kFastaAlphabet[size_t(token - 1)] : '?';
 }

@@ -146,10 +146,17 @@ void PooledService::run_batch(std::vector<Item>& batch, std::vector<std::string>
     const int64_t limit = kMaxWidthRatio * padded_width(length(batch[first]));
     size_t end = first + 1;
     while (end < batch.size() && padded_width(length(batch[end])) <= limit) ++end;
+    std::string error;
     try {
       run_rows(batch.data() + first, int64_t(end - first));
     } catch (const std::exception& e) {  // only this forward's inputs fail
-      for (size_t i = first; i < end; ++i) errors[i] = e.what();
+      error = e.what();
+    } catch (...) {
+      error = "the forward failed";
+    }
+    if (!error.empty()) {
+      metrics_.slots_busy = 0;
+      for (size_t i = first; i < end; ++i) errors[i] = error;
     }
     first = end;
   }

@@ -22,6 +22,7 @@
 #include "brisk/core/error.h"
 #include "brisk/core/safetensors.h"
 #include "brisk/cpu/cpu_backend.h"
+#include "brisk/cpu/cpu_features.h"
 #include "brisk/data/batching.h"
 #include "brisk/data/record_cache.h"
 #include "brisk/data/loader.h"
@@ -93,8 +94,8 @@ core::DType classifier_compute(const std::string& precision, const std::function
   if (requested == Precision::fp32) return core::DType::f32;
   const PrecisionChoice c = resolve_precision(requested, /*fallback=*/true, "cpu");
   if (c.effective != requested)
-    say("warning: precision bf16 asked for, but this CPU has no bf16 dot products (" + c.reason +
-        "): reading in fp32");
+    say("warning: precision bf16 asked for, but there is no bf16 fast path here (" +
+        cpu::cpu_features().bf16_reason + "): reading in fp32");
   else
     say("precision bf16 (" + c.path + (c.reason.empty() ? "" : ": " + c.reason) + ")");
   return compute_dtype(c.effective);

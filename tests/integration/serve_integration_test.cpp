@@ -18,6 +18,7 @@
 #include "../common/tiny_gpt.h"
 #include "../common/random_params.h"
 #include "brisk/cpu/cpu_backend.h"
+#include "brisk/cpu/cpu_features.h"
 #include "brisk/data/converters.h"
 #include "brisk/models/encoder.h"
 #include "brisk/models/seq_autoencoder.h"
@@ -270,6 +271,41 @@ TEST(ServeCli, AnEncoderClassifierAnswersClassifyAsBriskClassify) {
   EXPECT_EQ(r->status, 400);
   EXPECT_EQ(json::parse(r->body)["error"]["param"], "input[0]");
   EXPECT_NE(r->body.find("has no body"), std::string::npos) << r->body;
+  EXPECT_EQ(s.stop(SIGTERM), 0);
+}
+
+// --precision bf16: the listening line says so, and the answers are
+// `brisk classify --precision bf16`'s (its batches have other shapes, so
+// within 1e-3 rather than to the digit).
+TEST(ServeCli, ABf16ClassifierAnswersAsClassifyInBf16) {
+  if (cpu::cpu_features().bf16 != cpu::Bf16Path::native)
+    GTEST_SKIP() << "this CPU has no bf16 dot products: bf16 serving is not checked here";
+  TempDir dir;
+  classifier_checkpoint(dir);
+  const std::vector<std::string> texts{"Subject: a\n\nWin money now, click!", "From: x\r\n\r\nMeeting at 3pm, Bob"};
+  std::vector<std::string> classify{"classify", "--checkpoint", dir.file("clf"), "--threads", "1", "--precision", "bf16"};
+  for (size_t i = 0; i < texts.size(); ++i) {
+    classify.push_back(dir.file("m" + std::to_string(i) + ".eml"));
+    write_text(classify.back(), texts[i]);
+  }
+  const CliResult want = run_cli(classify);
+  ASSERT_EQ(want.exit_code, 0) << want.err;
+  ServeChild s({"--model", dir.file("clf"), "--port", "0", "--threads", "1", "--precision", "bf16"});
+  ASSERT_GT(s.port, 0) << "no listening line: " << s.first_line;
+  EXPECT_NE(s.first_line.find("of message bodies, bf16"), std::string::npos) << s.first_line;
+  httplib::Client c("127.0.0.1", s.port);
+  auto r = c.Post("/classify", json{{"input", texts}}.dump(), "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const json got = json::parse(r->body);
+  std::istringstream lines(want.out);
+  std::string line;
+  for (size_t i = 0; i < texts.size() && std::getline(lines, line); ++i) {
+    const std::string label = line.substr(0, line.find('\t'));
+    const double prob = std::stod(line.substr(line.find('\t') + 1));
+    EXPECT_EQ(got["data"][i]["label"], label) << line;
+    EXPECT_NEAR(got["data"][i]["probs"][label == "ham" ? 0 : 1].get<double>(), prob, 1e-3) << line;
+  }
   EXPECT_EQ(s.stop(SIGTERM), 0);
 }
 

@@ -169,6 +169,11 @@ std::future<Sent> send(const Pooled& p, const std::string& path, json body) {
   });
 }
 
+// Waits (up to 30 s) for the first forward to start, behind a Hold.
+bool first_forward_started(Pooled& p) {
+  return p.first_forward.get_future().wait_for(std::chrono::seconds(30)) == std::future_status::ready;
+}
+
 // Waits (up to 10 s) until `n` inputs wait in the service's queue.
 bool queued(const Pooled& p, int64_t n) {
   for (int i = 0; i < 2000 && p.metrics.queue_length.load() < n; ++i)
@@ -224,9 +229,10 @@ TEST(PooledServe, ClassifyAnswersEachInputAsTheModelAlone) {
 // text alone.
 void expect_queued_requests_answered(Pooled& p, const std::vector<std::string>& texts) {
   std::vector<std::future<Sent>> answers;
+  std::future<Sent> first;  // before the Hold: an early return releases the gate before waiting on it
   Hold hold(p);
-  auto first = send(p, "/classify", json{{"input", "z"}});
-  p.first_forward.get_future().wait();
+  first = send(p, "/classify", json{{"input", "z"}});
+  ASSERT_TRUE(first_forward_started(p));
   for (const std::string& t : texts) answers.push_back(send(p, "/classify", json{{"input", t}}));
   EXPECT_TRUE(queued(p, int64_t(texts.size()))) << p.metrics.queue_length.load();
   hold.release();
@@ -281,16 +287,26 @@ TEST(PooledServe, ALongInputDoesNotWidenTheShortOnesForward) {
   EXPECT_EQ(p.max_rows.load(), 16) << "9 rows of width 32, padded to 16";
 }
 
+// The width rule's edge: 64 is twice 32 and joins it; 96 does not.
+TEST(PooledServe, AForwardIsAtMostTwiceItsShortestInputsWidth) {
+  Pooled p(serve::PooledModel::Kind::classifier, 64, 64, 256);
+  expect_queued_requests_answered(p, {std::string(3, 'a'), std::string(60, 'b'), std::string(90, 'c')});
+  EXPECT_EQ(p.forwards.load(), 3) << "the first request, widths 32 and 64 together, 96 alone";
+  EXPECT_EQ(p.max_rows.load(), 2);
+}
+
 // A forward that fails answers its own inputs with 500; the other forwards
 // of the same take still answer theirs.
 TEST(PooledServe, AFailedForwardFailsOnlyItsOwnInputs) {
   Pooled p(serve::PooledModel::Kind::classifier, 64, 64, 256);
   p.fail_width = 256;
+  std::future<Sent> short_one, long_one;
+  std::future<Sent> first;  // before the Hold: an early return releases the gate before waiting on it
   Hold hold(p);
-  auto first = send(p, "/classify", json{{"input", "z"}});
-  p.first_forward.get_future().wait();
-  auto short_one = send(p, "/classify", json{{"input", "short"}});
-  auto long_one = send(p, "/classify", json{{"input", std::string(250, 'L')}});
+  first = send(p, "/classify", json{{"input", "z"}});
+  ASSERT_TRUE(first_forward_started(p));
+  short_one = send(p, "/classify", json{{"input", "short"}});
+  long_one = send(p, "/classify", json{{"input", std::string(250, 'L')}});
   EXPECT_TRUE(queued(p, 2));
   hold.release();
   EXPECT_EQ(first.get().status, 200);
@@ -305,10 +321,12 @@ TEST(PooledServe, AFailedForwardFailsOnlyItsOwnInputs) {
 // forward's finish), and so does any request after it.
 TEST(PooledServe, StopAnswersWaitingRequestsWith503) {
   Pooled p(serve::PooledModel::Kind::classifier, 64, 64);
+  std::future<Sent> waiting;
+  std::future<Sent> first;  // before the Hold: an early return releases the gate before waiting on it
   Hold hold(p);
-  auto first = send(p, "/classify", json{{"input", "z"}});
-  p.first_forward.get_future().wait();
-  auto waiting = send(p, "/classify", json{{"input", {"a", "b"}}});
+  first = send(p, "/classify", json{{"input", "z"}});
+  ASSERT_TRUE(first_forward_started(p));
+  waiting = send(p, "/classify", json{{"input", {"a", "b"}}});
   EXPECT_TRUE(queued(p, 2));
   p.service->stop();
   hold.release();
@@ -321,9 +339,10 @@ TEST(PooledServe, StopAnswersWaitingRequestsWith503) {
 
 TEST(PooledServe, AFullQueueIsA429AndAStoppedServiceA503) {
   Pooled p(serve::PooledModel::Kind::classifier, 64, 1);
+  std::future<Sent> first;  // before the Hold: an early return releases the gate before waiting on it
   Hold hold(p);
-  auto first = send(p, "/classify", json{{"input", "z"}});
-  p.first_forward.get_future().wait();
+  first = send(p, "/classify", json{{"input", "z"}});
+  ASSERT_TRUE(first_forward_started(p));
   auto r = p.post("/classify", json{{"input", "y"}});
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 429) << r->body;

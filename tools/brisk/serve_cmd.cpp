@@ -56,6 +56,9 @@ int run_serve(const ServeArgs& a) {
   if (!(a.drain_timeout >= 0)) throw core::ConfigError("--drain-timeout must be a number of seconds >= 0");
   if (!(a.request_timeout >= 0)) throw core::ConfigError("--request-timeout must be a number of seconds >= 0 (0: none)");
   if (a.response_cache_mb < 0) throw core::ConfigError("--response-cache-mb must not be negative");
+  if (a.precision != "fp32" && encoder_checkpoint(a.model).empty())
+    throw core::ConfigError("--precision " + a.precision + " is for encoder classifiers; a GPT serves its weights "
+                            "as loaded (brisk quantize for int8/int4, --kv-dtype bf16 for the key/value pool)");
   // SIGINT and SIGTERM are taken by one thread (sigwait) rather than a
   // handler, so stopping may lock and join. Blocked before any thread starts
   // (the engine's included), so every thread inherits the mask.
@@ -155,9 +158,6 @@ int run_serve(const ServeArgs& a) {
     std::fprintf(stderr, "brisk serve: stopped\n");
     return 0;
   }
-  if (a.precision != "fp32")
-    throw core::ConfigError("--precision " + a.precision + " is for encoder classifiers; a GPT serves its weights "
-                            "as loaded (brisk quantize for int8/int4, --kv-dtype bf16 for the key/value pool)");
   infer::Model model = infer::load_model(a.model);
   auto tok = data::make_tokenizer(model.tokenizer, a.vocab_dir);
   serve::ModelInfo info{model_name, model.config.vocab_size, model.config.block_size};

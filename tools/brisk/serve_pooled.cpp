@@ -110,7 +110,7 @@ PooledServing load_embedder(const std::string& dir, int threads, const std::stri
     ids.reserve(text.size());
     for (size_t i = 0; i < text.size(); ++i) {
       const unsigned char c = static_cast<unsigned char>(text[i]);
-      if (c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == '\v' || c == '\f') continue;
+      if (c == '\n' || data::fasta_space(c)) continue;  // lines joined, as FASTA records are
       const int32_t t = data::fasta_token(c);
       if (t == 0) {
         char hex[8];

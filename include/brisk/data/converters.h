@@ -28,6 +28,8 @@ inline constexpr std::string_view kFastaAlphabet = "ACDEFGHIKLMNPQRSTVWYBZXUO*-"
 inline constexpr int64_t kFastaVocab = 1 + int64_t(kFastaAlphabet.size());  // 28, with pad 0
 // Token of a residue byte (either case), 0 if the byte is not a residue.
 int32_t fasta_token(unsigned char c);
+// White space the FASTA reader skips inside sequence lines (space, tab, \r, \v, \f).
+bool fasta_space(unsigned char c);
 char fasta_residue(int32_t token);  // inverse, '?' for 0 or out of range
 
 enum class OnInvalid { Error, Skip };

@@ -14,9 +14,8 @@
 
 namespace brisk::serve {
 
-// Inputs one request may hold (OpenAI's limit for embeddings): a request's
-// inputs run before later requests', so one request cannot hold the
-// service for long.
+// Inputs one request may hold: a request's inputs run before later
+// requests', so one request cannot hold the service for long.
 inline constexpr int64_t kMaxPooledInputs = 2048;
 
 struct PooledRequest {
