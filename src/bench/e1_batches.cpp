@@ -16,15 +16,14 @@
 #include "brisk/data/batching.h"
 #include "brisk/data/record_store.h"
 #include "brisk/data/token_hash.h"
+#include "brisk/models/transformer_block.h"
 #include "brisk/train/classifier_trainer.h"
 
 namespace brisk::bench {
 
 namespace fs = std::filesystem;
 
-int64_t e1_round_width(int64_t cols, int64_t max_len) {
-  return std::min(max_len, (cols + kE1WidthMultiple - 1) / kE1WidthMultiple * kE1WidthMultiple);
-}
+int64_t e1_round_width(int64_t cols, int64_t max_len) { return models::round_width(cols, max_len); }
 
 int64_t E1Batch::real_tokens() const {
   int64_t n = 0;

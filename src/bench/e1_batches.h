@@ -18,10 +18,8 @@
 
 namespace brisk::bench {
 
-// src/train/classifier_trainer.cpp's kSeqMultiple: the trainer pads each
-// batch to a multiple of this so few programs are compiled. Must match it,
-// or the bench would time widths the trainer never runs.
-constexpr int64_t kE1WidthMultiple = 32;
+// The width the trainer pads a batch of `cols` columns to
+// (models::round_width), so the bench times the widths the trainer runs.
 int64_t e1_round_width(int64_t cols, int64_t max_len);
 
 struct E1Batch {

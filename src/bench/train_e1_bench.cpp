@@ -38,6 +38,7 @@
 #include "brisk/core/safetensors.h"
 #include "brisk/cpu/cpu_backend.h"
 #include "brisk/models/encoder.h"
+#include "brisk/models/transformer_block.h"
 #include "brisk/monitor/machine.h"
 #include "brisk/monitor/peak.h"
 #include "brisk/optim/optimizer.h"
@@ -284,7 +285,7 @@ int run_e1_bench(const TrainBenchOptions& options) {
               "timed steps after %d warm-up | %d threads\n",
               double(mc.num_params()) / 1e6, (long long)mc.vocab_size, (long long)mc.n_layer, (long long)mc.n_embd,
               (long long)mc.n_head, (long long)mc.n_classes, mc.attention.c_str(), (long long)cfg.batch,
-              (long long)mc.max_len, (long long)kE1WidthMultiple, o.steps, o.warmup, o.threads);
+              (long long)mc.max_len, (long long)models::kSeqMultiple, o.steps, o.warmup, o.threads);
   std::printf("data:    %s (%s, %lld records, %lld empty left out, train split %zu at split seed %llu) from %s; the "
               "trainer's first %d batches (seed %llu)\n",
               cfg.store.c_str(), corpus.tokenizer.c_str(), (long long)corpus.records, (long long)corpus.empty,
@@ -525,7 +526,7 @@ int run_e1_bench(const TrainBenchOptions& options) {
                 {"max_len", mc.max_len}, {"n_classes", mc.n_classes}, {"attention", mc.attention},
                 {"params", mc.num_params()}}},
               {"batch", cfg.batch},
-              {"width_multiple", kE1WidthMultiple},
+              {"width_multiple", models::kSeqMultiple},
               {"steps", o.steps},
               {"warmup", o.warmup},
               {"threads", o.threads},

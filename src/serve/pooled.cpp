@@ -14,18 +14,17 @@
 
 #include <algorithm>
 #include <bit>
-#include <cmath>
 #include <exception>
 #include <string>
 #include <utility>
 
+#include "brisk/models/transformer_block.h"
 #include "brisk/serve/api.h"
 
 namespace brisk::serve {
 
 namespace {
 
-constexpr int64_t kWidthStep = 32;  // as the classifier's trainer and brisk classify round a batch's width
 constexpr int64_t kRowStep = 8;     // rows: 1, 2, 4, 8, then multiples of 8
 // A forward's width is at most this many times the padded width of its
 // shortest input: no input pays more than twice its own width.
@@ -133,9 +132,7 @@ int64_t PooledService::padded_rows(int64_t rows) {
   return rows <= kRowStep ? int64_t(std::bit_ceil(uint64_t(rows))) : (rows + kRowStep - 1) / kRowStep * kRowStep;
 }
 
-int64_t PooledService::padded_width(int64_t length) const {
-  return std::min(model_.max_len, (length + kWidthStep - 1) / kWidthStep * kWidthStep);
-}
+int64_t PooledService::padded_width(int64_t length) const { return models::round_width(length, model_.max_len); }
 
 void PooledService::run_batch(std::vector<Item>& batch, std::vector<std::string>& errors) {
   std::stable_sort(batch.begin(), batch.end(), [&](const Item& a, const Item& b) { return length(a) < length(b); });
@@ -178,17 +175,7 @@ void PooledService::run_rows(const Item* items, int64_t rows) {
   const float* y = model_.forward(ids_.data(), lengths_.data(), B, T);
   metrics_.slots_busy = 0;
   const int64_t K = model_.width;
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* z = y + r * K;
-    std::vector<float> v(z, z + K);
-    if (model_.softmax) {
-      const float mx = *std::max_element(v.begin(), v.end());
-      float sum = 0;
-      for (float& x : v) sum += (x = std::exp(x - mx));
-      for (float& x : v) x /= sum;
-    }
-    items[r].job->out[items[r].index] = std::move(v);
-  }
+  for (int64_t r = 0; r < rows; ++r) items[r].job->out[items[r].index].assign(y + r * K, y + (r + 1) * K);
   metrics_.prompt_tokens += tokens;
   ++metrics_.engine_steps;
 }

@@ -24,6 +24,7 @@
 #include "brisk/cpu/cpu_backend.h"
 #include "brisk/cpu/cpu_features.h"
 #include "brisk/data/batching.h"
+#include "brisk/data/converters.h"
 #include "brisk/data/record_cache.h"
 #include "brisk/data/loader.h"
 #include "brisk/data/record_store.h"
@@ -87,6 +88,18 @@ Corpus scan(const data::RecordStore& store, const ClassifyConfig& cfg) {
 
 }  // namespace
 
+std::unique_ptr<data::Tokenizer> message_tokenizer(const EncoderCheckpoint& info, const std::string& dir,
+                                                   const std::string& command) {
+  if (info.tokenizer != "bytes" && info.tokenizer != "gpt2")
+    throw core::IoError(dir + ": the classifier was trained on '" + info.tokenizer + "' tokens; " + command +
+                        " reads text messages (bytes or gpt2 tokenizers)");
+  return data::make_tokenizer(info.tokenizer);
+}
+
+std::string_view message_text(const EncoderCheckpoint& info, std::string_view message) {
+  return info.strip_headers ? data::email_body(message) : message;
+}
+
 core::DType classifier_compute(const std::string& precision, const std::function<void(const std::string&)>& say) {
   const Precision requested = parse_precision(precision);
   if (requested == Precision::fp16)
@@ -123,16 +136,21 @@ std::vector<float> predict_probs(models::Encoder& model, const std::vector<std::
       lengths[r] = int32_t(length(i));
     }
     const float* logits = model.logits(ids.data(), lengths.data(), int64_t(rows), T);
-    for (size_t r = 0; r < rows; ++r) {
-      const float* z = logits + r * size_t(K);
-      float* p = probs.data() + order[b0 + r] * size_t(K);
-      const float mx = *std::max_element(z, z + K);
-      float sum = 0;
-      for (int64_t k = 0; k < K; ++k) sum += (p[k] = std::exp(z[k] - mx));
-      for (int64_t k = 0; k < K; ++k) p[k] /= sum;
-    }
+    for (size_t r = 0; r < rows; ++r)
+      class_probabilities(logits + r * size_t(K), 1, K, probs.data() + order[b0 + r] * size_t(K));
   }
   return probs;
+}
+
+void class_probabilities(const float* logits, int64_t rows, int64_t k, float* probs) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* z = logits + r * k;
+    float* p = probs + r * k;
+    const float mx = *std::max_element(z, z + k);
+    float sum = 0;
+    for (int64_t j = 0; j < k; ++j) sum += (p[j] = std::exp(z[j] - mx));
+    for (int64_t j = 0; j < k; ++j) p[j] /= sum;
+  }
 }
 
 namespace {

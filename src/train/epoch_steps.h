@@ -18,6 +18,7 @@
 #include "brisk/core/error.h"
 #include "brisk/core/safetensors.h"
 #include "brisk/data/loader.h"
+#include "brisk/models/transformer_block.h"
 #include "brisk/train/config.h"
 #include "run_log.h"
 
@@ -35,13 +36,9 @@ PrecisionChoice epoch_precision(const Config& c, Say&& say) {
   return p;
 }
 
-// Programs are compiled per width; widths are multiples of this (capped at
-// max_len), so a run builds a handful of them.
-constexpr int64_t kSeqMultiple = 32;
-
-inline int64_t round_width(int64_t cols, int64_t max_len) {
-  return std::min(max_len, (cols + kSeqMultiple - 1) / kSeqMultiple * kSeqMultiple);
-}
+// Programs are compiled per width (models::round_width).
+using models::kSeqMultiple;
+using models::round_width;
 
 // The batch's rows right-padded with 0 to width T in `ids`; returns the
 // number of real tokens (the sum of the rows' lengths).

@@ -63,6 +63,7 @@ struct Pooled {
   std::promise<void> first_forward;
   std::atomic<bool> first_seen{false};
   std::atomic<int64_t> fail_width{0};  // a forward of this width throws
+  std::vector<float> probs;            // the classifier forward's output
 
   int64_t max_len;
 
@@ -76,7 +77,7 @@ struct Pooled {
       c.vocab_size = 256, c.n_layer = 2, c.n_embd = 32, c.n_head = 2, c.max_len = max_len, c.n_classes = 3;
       classifier = std::make_unique<models::Encoder>(c, backend);
       testing::randomize(*classifier, 101);
-      m.width = 3, m.vocab = 256, m.labels = {"a", "b", "c"}, m.softmax = true;
+      m.width = 3, m.vocab = 256, m.labels = {"a", "b", "c"};
     } else {
       models::SeqAutoencoderConfig c;
       c.vocab_size = 28, c.n_layer = 2, c.n_embd = 32, c.n_head = 2, c.max_len = max_len, c.latent = 8;
@@ -90,7 +91,14 @@ struct Pooled {
       ++forwards;
       max_rows = std::max<int>(max_rows, int(B));
       if (T == fail_width) throw std::runtime_error("a forward of width " + std::to_string(T) + " failed");
-      return classifier ? classifier->logits(ids, lengths, B, T) : embedder->encode(ids, lengths, B, T);
+      if (!classifier) return embedder->encode(ids, lengths, B, T);
+      const float* z = classifier->logits(ids, lengths, B, T);  // a classifier's forward answers probabilities
+      probs.clear();
+      for (int64_t b = 0; b < B; ++b) {
+        const std::vector<float> p = softmax(z + b * 3, 3);
+        probs.insert(probs.end(), p.begin(), p.end());
+      }
+      return static_cast<const float*>(probs.data());
     };
     service = std::make_unique<serve::PooledService>(m, max_batch, max_waiting, metrics);
     serve::ServerOptions so;

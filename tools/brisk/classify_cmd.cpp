@@ -16,7 +16,6 @@
 #include "brisk/core/error.h"
 #include "brisk/core/safetensors.h"
 #include "brisk/cpu/cpu_backend.h"
-#include "brisk/data/converters.h"
 #include "brisk/data/tokenizer.h"
 #include "brisk/models/encoder.h"
 #include "brisk/train/checkpoint.h"
@@ -60,17 +59,14 @@ std::vector<fs::path> message_files(const std::vector<std::string>& inputs) {
 int run(const Args& a) {
   const std::string dir = train::require_checkpoint(a.checkpoint);
   const train::EncoderCheckpoint info = train::read_encoder_checkpoint(dir);
-  if (info.tokenizer != "bytes" && info.tokenizer != "gpt2")
-    throw core::IoError(dir + ": the classifier was trained on '" + info.tokenizer +
-                        "' tokens; brisk classify reads text messages (bytes or gpt2 tokenizers)");
-  const std::unique_ptr<data::Tokenizer> tok = data::make_tokenizer(info.tokenizer);
+  const std::unique_ptr<data::Tokenizer> tok = train::message_tokenizer(info, dir, "brisk classify");
 
   const std::vector<fs::path> files = message_files(a.inputs);
   std::vector<std::vector<int32_t>> sequences;
   for (const fs::path& f : files) {
     const std::string text = core::read_file(f.string());
     if (text.empty()) throw core::IoError(f.string() + ": empty message, nothing to classify");
-    const std::string_view input = info.strip_headers ? data::email_body(text) : std::string_view(text);
+    const std::string_view input = train::message_text(info, text);
     if (input.empty()) throw core::IoError(f.string() + ": the message has no body (the classifier reads bodies only)");
     sequences.push_back(tok->encode(input));
   }

@@ -48,14 +48,11 @@ struct Owned {
 // trained on bodies (as brisk classify reads a message file).
 PooledServing load_classifier(const std::string& dir, int threads, const std::string& precision) {
   train::EncoderCheckpoint info = train::read_encoder_checkpoint(dir);
-  if (info.tokenizer != "bytes" && info.tokenizer != "gpt2")
-    throw core::IoError(dir + ": the classifier was trained on '" + info.tokenizer +
-                        "' tokens; brisk serve classifies text (bytes or gpt2 tokenizers)");
+  std::shared_ptr<const data::Tokenizer> tok = train::message_tokenizer(info, dir, "brisk serve");
   info.config.compute = train::classifier_compute(
       precision, [](const std::string& line) { std::fprintf(stderr, "brisk serve: %s\n", line.c_str()); });
   auto owned = std::make_shared<Owned<models::Encoder>>(info.config, threads);
   train::load_encoder_checkpoint(dir, owned->model);
-  std::shared_ptr<const data::Tokenizer> tok = data::make_tokenizer(info.tokenizer);
   PooledServing s;
   s.checkpoint = dir;
   s.what = "encoder classifier, " + std::to_string(info.config.n_classes) + " classes " +
@@ -68,14 +65,18 @@ PooledServing load_classifier(const std::string& dir, int threads, const std::st
   // Ids a request may send: the tokenizer's (the embedding may be padded past them).
   s.model.vocab = std::min<int64_t>(info.config.vocab_size, int64_t(tok->vocab_size()));
   s.model.labels = info.label_names;
-  s.model.softmax = true;
-  s.model.forward = [owned](const int32_t* ids, const int32_t* lengths, int64_t B, int64_t T) {
-    return owned->model.logits(ids, lengths, B, T);
+  // The service answers probabilities: the logits' softmax, into a buffer
+  // the next forward reuses.
+  const int64_t K = info.config.n_classes;
+  auto probs = std::make_shared<std::vector<float>>();
+  s.model.forward = [owned, K, probs](const int32_t* ids, const int32_t* lengths, int64_t B, int64_t T) {
+    probs->resize(size_t(B * K));
+    train::class_probabilities(owned->model.logits(ids, lengths, B, T), B, K, probs->data());
+    return static_cast<const float*>(probs->data());
   };
-  const bool bodies = info.strip_headers;
-  s.encode = [tok, bodies](const std::string& text, const std::string& param) {
-    const std::string_view in = bodies ? data::email_body(text) : std::string_view(text);
-    if (bodies && !text.empty() && in.empty())
+  s.encode = [tok, info](const std::string& text, const std::string& param) {
+    const std::string_view in = train::message_text(info, text);
+    if (!text.empty() && in.empty())
       throw serve::ApiError(400, param + ": the message has no body: the classifier reads bodies only, so it "
                                  "takes a whole message (headers, an empty line, the body), or a body alone after "
                                  "an empty line", param);

@@ -42,4 +42,14 @@ core::ValueId transformer_block(core::Graph& g, core::ValueId x, core::ValueId l
 void validate_encoder_body(int64_t vocab_size, int64_t n_layer, int64_t n_embd, int64_t n_head, int64_t max_len,
                            const std::string& attention, core::DType compute, const std::string& recompute);
 
+// The encoder-bodied models compile one program per (batch, width), so
+// whoever runs them (the trainers, brisk classify, brisk serve, the E1
+// bench) pads a batch of `cols` columns to a multiple of kSeqMultiple,
+// capped at max_len: a handful of widths, not one per length.
+inline constexpr int64_t kSeqMultiple = 32;
+inline int64_t round_width(int64_t cols, int64_t max_len) {
+  const int64_t w = (cols + kSeqMultiple - 1) / kSeqMultiple * kSeqMultiple;
+  return w < max_len ? w : max_len;
+}
+
 }  // namespace brisk::models

@@ -28,10 +28,10 @@ struct PooledModel {
   int64_t max_len = 0;  // tokens the model reads of a sequence (the first max_len; longer ones are cut)
   int64_t vocab = 0;    // token ids in [0, vocab)
   std::vector<std::string> labels;  // a classifier's class names, one per output
-  // (B, T) right-padded ids and B lengths in [1, T] -> (B, width) floats,
-  // valid until the next call. Called from the worker thread only.
+  // (B, T) right-padded ids and B lengths in [1, T] -> (B, width) floats
+  // (a classifier's: class probabilities), valid until the next call.
+  // Called from the worker thread only.
   std::function<const float*(const int32_t* ids, const int32_t* lengths, int64_t B, int64_t T)> forward;
-  bool softmax = false;  // the classifier's outputs are logits: answer their softmax
 };
 
 // A text input to the model's token ids (a classifier: its tokenizer, after

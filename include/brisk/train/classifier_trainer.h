@@ -11,10 +11,14 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "brisk/data/tokenizer.h"
 #include "brisk/train/bow_baseline.h"
+#include "brisk/train/checkpoint.h"
 #include "brisk/train/classify_config.h"
 #include "brisk/train/classify_metrics.h"
 
@@ -73,6 +77,17 @@ struct ClassifyResult {
 // token sequences, each cut to the model's max_len; batched by length. An
 // empty sequence throws ShapeError naming it.
 std::vector<float> predict_probs(models::Encoder& model, const std::vector<std::vector<int32_t>>& sequences);
+// The softmax of each of `rows` rows of `k` logits, into `probs` (the same layout).
+void class_probabilities(const float* logits, int64_t rows, int64_t k, float* probs);
+
+// How a classifier reads a text message, as it was trained (brisk classify,
+// brisk serve): the checkpoint's tokenizer, which must read text (bytes or
+// gpt2; IoError naming `dir` and `command` otherwise), and what of the
+// message it reads: the body for a model trained on bodies (empty when the
+// message has none), else the whole message.
+std::unique_ptr<data::Tokenizer> message_tokenizer(const EncoderCheckpoint& info, const std::string& dir,
+                                                   const std::string& command);
+std::string_view message_text(const EncoderCheckpoint& info, std::string_view message);
 
 // The compute dtype a classifier reads messages in (brisk classify and
 // brisk serve --precision): "fp32", or "bf16" where this CPU has bf16 dot
