@@ -145,8 +145,7 @@ EncoderProgram& Encoder::program(bool train, int64_t B, int64_t T) {
     p->executor = std::make_unique<core::Executor>(p->graph, backend_, &arenas_[train]);
     p->executor->bind(params_);
     if (train) p->executor->set_profiling(profile_train_);
-    last_[train] = nullptr;  // attaching may have moved the shared arena, and the inputs written below overlap others'
-    write_positions(*p);
+    last_[train] = nullptr;  // attaching may have moved the shared arena: ready() writes the inputs
     return p;
   });
 }

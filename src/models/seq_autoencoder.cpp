@@ -190,8 +190,7 @@ SeqAutoencoderProgram& SeqAutoencoder::program(Kind kind, int64_t B, int64_t T) 
     p->executor = std::make_unique<core::Executor>(p->graph, backend_, &arenas_[int(kind)]);
     p->executor->bind(params_);
     if (kind == Kind::train) p->executor->set_profiling(profile_train_);
-    last_[int(kind)] = nullptr;  // attaching may have moved the shared arena, and the inputs written below overlap others'
-    write_positions(*p);
+    last_[int(kind)] = nullptr;  // attaching may have moved the shared arena: ready() writes the inputs
     return p;
   });
 }

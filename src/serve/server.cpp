@@ -353,12 +353,13 @@ struct Server::Impl {
             {"max_model_len", model.context}};
   }
 
-  std::string next_id() {
+  // `prefix` and 24 random hex digits ("cmpl-…", "chatcmpl-…", "classify-…").
+  std::string next_id(const char* prefix) {
     std::lock_guard lk(id_mutex);
     char buf[40];
-    std::snprintf(buf, sizeof buf, "cmpl-%016llx%08llx", (unsigned long long)id_rng(),
+    std::snprintf(buf, sizeof buf, "%016llx%08llx", (unsigned long long)id_rng(),
                   (unsigned long long)(id_rng() & 0xffffffffu));
-    return buf;
+    return prefix + std::string(buf);
   }
 
   // Counts a generation request as open until its response is complete
@@ -388,7 +389,7 @@ struct Server::Impl {
       throw;
     }
     const json answer = m.kind == PooledModel::Kind::classifier
-                            ? classify_response(r, out, m, "classify-" + next_id().substr(5), std::time(nullptr),
+                            ? classify_response(r, out, m, next_id("classify-"), std::time(nullptr),
                                                 model.name)
                             : embeddings_response(r, out, model.name);
     metrics->request_latency.observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
@@ -403,7 +404,7 @@ struct Server::Impl {
     refuse_if_draining();
     const Request r = api == Api::chat ? parse_chat(body, model, *tok) : parse_completions(body, model, *tok);
     request_note().stream = r.stream ? 1 : 0;
-    const std::string id = (api == Api::chat ? "chat" : "") + next_id();
+    const std::string id = next_id(api == Api::chat ? "chatcmpl-" : "cmpl-");
     std::shared_ptr<Generation> gen;
     try {
       gen = std::make_shared<Generation>(*scheduler, *tok, r, id, std::time(nullptr), model.name, cache.get());

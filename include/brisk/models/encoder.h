@@ -87,6 +87,8 @@ class Encoder {
   // Forward only: (batch, n_classes) logits in f32, valid until the next logits() call.
   const float* logits(const int32_t* ids, const int32_t* lengths, int64_t batch, int64_t seq);
 
+  // The compiled program for (batch, seq), for inspection (its graph, its
+  // plan); its inputs are written when a step runs it.
   EncoderProgram& program(bool train, int64_t batch, int64_t seq);
   // The graph program(train, batch, seq) would run, built but neither
   // planned nor cached (`brisk plan`).

@@ -125,6 +125,8 @@ class SeqAutoencoder {
   // One position per step with a key/value cache (host parameters only).
   std::vector<int32_t> decode_cached(const float* latents, const int32_t* lengths, int64_t batch);
 
+  // The compiled program for (batch, seq), for inspection (its graph, its
+  // plan); its inputs are written when a step runs it.
   SeqAutoencoderProgram& program(Kind kind, int64_t batch, int64_t seq);
   // The graph program(kind, batch, seq) would run, built but neither
   // planned nor cached (`brisk plan`).
