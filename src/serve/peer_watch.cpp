@@ -7,6 +7,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 
@@ -116,12 +117,19 @@ std::unique_ptr<PeerWatcher::Watch> PeerWatcher::watch(int fd, std::function<voi
 PeerWatcher::Watch::~Watch() { watcher_.unwatch(id_); }
 
 void PeerWatcher::unwatch(uint64_t id) {
-  std::lock_guard lk(m_);
+  std::unique_lock lk(m_);
   for (size_t i = 0; i < entries_.size(); ++i)
     if (entries_[i].id == id) {
       entries_.erase(entries_.begin() + std::ptrdiff_t(i));
       return;
     }
+  // Called back already, or being called back now: wait for the callback to
+  // end, unless this is the callback itself ending its own watch.
+  if (std::this_thread::get_id() != thread_.get_id()) called_cv_.wait(lk, [&] { return !calling(id); });
+}
+
+bool PeerWatcher::calling(uint64_t id) const {
+  return std::find(calling_.begin(), calling_.end(), id) != calling_.end();
 }
 
 size_t PeerWatcher::watching() const {
@@ -132,7 +140,9 @@ size_t PeerWatcher::watching() const {
 // The descriptors are polled under the lock, so one whose watch has ended
 // (and that may have been closed and reused since) is never polled; the
 // callbacks of the hung-up ones run after it is released, so a callback may
-// take its time or end watches.
+// take its time or end watches. Their ids stay in calling_ until they have
+// run, and their functions are destroyed before that: what they captured
+// goes before the watches that wait on them return.
 void PeerWatcher::run() {
   std::vector<pollfd> fds;
   std::vector<std::function<void()>> gone;
@@ -147,6 +157,7 @@ void PeerWatcher::run() {
     for (size_t i = fds.size(); i-- > 0;)
       if (fds[i].revents & kHungUp) {
         gone.push_back(std::move(entries_[i].on_gone));
+        calling_.push_back(entries_[i].id);
         entries_.erase(entries_.begin() + std::ptrdiff_t(i));
       }
     if (gone.empty()) continue;
@@ -154,6 +165,8 @@ void PeerWatcher::run() {
     for (auto& f : gone) f();
     gone.clear();
     lk.lock();
+    calling_.clear();
+    called_cv_.notify_all();
   }
 }
 

@@ -8,6 +8,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 
@@ -147,6 +149,44 @@ TEST(PeerWatch, OneWatcherCallsBackOnceForTheConnectionThatLeft) {
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   EXPECT_EQ(b_calls, 0);
   EXPECT_EQ(watcher.watch(-1, [&] { ++b_calls; }), nullptr);  // no socket found: nothing to watch
+}
+
+
+// Ending a watch whose callback is under way waits for that callback, so
+// what the callback uses need only outlive the watch; a callback may end
+// its own watch.
+TEST(PeerWatch, EndingAWatchWaitsForItsCallbackUnderWay) {
+  serve::PeerWatcher watcher(std::chrono::milliseconds(2));
+  Connection a;
+  std::atomic<bool> started{false}, finished{false};
+  auto wa = watcher.watch(a.find(), [&] {
+    started = true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    finished = true;
+  });
+  ASSERT_TRUE(wa);
+  close(a.client);
+  a.client = -1;
+  ASSERT_TRUE(soon([&] { return started.load(); }));
+  wa.reset();
+  EXPECT_TRUE(finished);  // a reset that did not wait returns ~200 ms early
+
+  Connection b;
+  std::unique_ptr<serve::PeerWatcher::Watch> wb;
+  std::mutex m;  // wb is set before the callback can read it
+  std::atomic<bool> ended{false};
+  {
+    std::lock_guard lk(m);
+    wb = watcher.watch(b.find(), [&] {
+      std::lock_guard lk2(m);
+      wb.reset();  // its own watch, from the watcher's thread: must not wait on itself
+      ended = true;
+    });
+  }
+  close(b.client);
+  b.client = -1;
+  EXPECT_TRUE(soon([&] { return ended.load(); }));
+  EXPECT_EQ(watcher.watching(), 0u);
 }
 
 }  // namespace

@@ -50,8 +50,10 @@ class PeerWatcher {
   PeerWatcher& operator=(const PeerWatcher&) = delete;
 
   // Watching one connection until destroyed. Once destroyed its descriptor
-  // is never polled again (it may be closed and reused); an `on_gone`
-  // already under way may still finish.
+  // is never polled again (it may be closed and reused), and its `on_gone`
+  // has either run to its end or will never run: destroying a watch waits
+  // for its callback under way (unless it is destroyed by that callback),
+  // so what the callback uses need only outlive the watch.
   class Watch {
    public:
     ~Watch();
@@ -76,13 +78,15 @@ class PeerWatcher {
   };
   void run();
   void unwatch(uint64_t id);
+  bool calling(uint64_t id) const;  // its on_gone is running now (m_ held)
 
   const std::chrono::milliseconds every_;
   mutable std::mutex m_;
-  std::condition_variable cv_;
+  std::condition_variable cv_, called_cv_;
   bool stop_ = false;
   uint64_t next_id_ = 0;
   std::vector<Entry> entries_;
+  std::vector<uint64_t> calling_;  // the watches whose on_gone runs now
   std::thread thread_;
 };
 
