@@ -14,6 +14,8 @@
 
 #include <algorithm>
 #include <bit>
+#include <chrono>
+#include <cstdio>
 #include <exception>
 #include <string>
 #include <utility>
@@ -40,10 +42,12 @@ struct PooledService::Job {
   std::string error;     // its forward failed: 500 with this
 };
 
-PooledService::PooledService(PooledModel model, int64_t max_batch, int64_t max_waiting, Metrics& metrics)
+PooledService::PooledService(PooledModel model, int64_t max_batch, int64_t max_waiting, Metrics& metrics,
+                             double request_timeout_s)
     : model_(std::move(model)),
       max_batch_(std::max<int64_t>(1, max_batch)),
       max_waiting_(std::max<int64_t>(1, max_waiting)),
+      timeout_s_(std::max(0.0, request_timeout_s)),
       metrics_(metrics) {
   metrics_.slots_total = max_batch_;
   worker_ = std::thread([this] { work(); });
@@ -62,8 +66,30 @@ void PooledService::stop() {
   work_cv_.notify_all();
 }
 
-std::vector<std::vector<float>> PooledService::run(const std::vector<std::vector<int32_t>>& sequences) {
+void PooledService::wake() {
+  { std::lock_guard lk(m_); }  // a run() between its check and its wait sees the flag or gets the notification
+  done_cv_.notify_all();
+}
+
+size_t PooledService::drop_waiting(const Job& job) {
+  const size_t n = std::erase_if(queue_, [&](const Item& it) { return it.job == &job; });
+  metrics_.queue_length -= int64_t(n);
+  return n;
+}
+
+std::string PooledService::timeout_message() const {
+  char buf[128];
+  std::snprintf(buf, sizeof buf, "the request took longer than the server's limit of %g s (--request-timeout)",
+                timeout_s_);
+  return buf;
+}
+
+std::vector<std::vector<float>> PooledService::run(const std::vector<std::vector<int32_t>>& sequences,
+                                                    const std::atomic<bool>* client_gone) {
   if (sequences.empty()) return {};
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point deadline =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s_));
   Job job;
   job.sequences = &sequences;
   job.out.resize(sequences.size());
@@ -79,10 +105,23 @@ std::vector<std::vector<float>> PooledService::run(const std::vector<std::vector
   work_cv_.notify_one();
   // The worker holds pointers into `job` until its items are done, so the
   // job is waited for even when stopping (the worker then drops what it has
-  // not taken; see work()).
-  done_cv_.wait(lk, [&] { return job.remaining == 0; });
+  // not taken; see work()) or giving up (this drops what is still queued;
+  // what a forward has taken finishes first).
+  int gave_up = 0;  // 499: the client is gone; 504: the timeout passed
+  while (job.remaining > 0 && gave_up == 0) {
+    if (client_gone && client_gone->load()) gave_up = 499;
+    else if (timeout_s_ > 0 && Clock::now() >= deadline) gave_up = 504;
+    else if (timeout_s_ > 0) done_cv_.wait_until(lk, deadline);
+    else done_cv_.wait(lk);
+  }
+  if (gave_up != 0) {
+    job.remaining -= drop_waiting(job);
+    done_cv_.wait(lk, [&] { return job.remaining == 0; });
+  }
   --jobs_;
   if (job.stopped) throw ApiError(503, "the server is shutting down", "", "server_error");
+  if (gave_up == 499) throw ApiError(499, "cancelled", "", "server_error");
+  if (gave_up == 504) throw ApiError(504, timeout_message(), "", "server_error");
   if (!job.error.empty()) throw ApiError(500, job.error, "", "server_error");
   return std::move(job.out);
 }

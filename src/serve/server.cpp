@@ -218,8 +218,8 @@ struct Server::Impl {
               });
     // The encoder routes; route_methods() opens the one the model serves.
     for (const char* path : {kClassifyPath, kEmbeddingsPath})
-      http.Post(path, [this](const httplib::Request&, httplib::Response& res, const httplib::ContentReader& body) {
-        guarded(res, [&] { encode(read_body(body, res), res); });
+      http.Post(path, [this](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& body) {
+        guarded(res, [&] { encode(req, read_body(body, res), res); });
       });
   }
 
@@ -374,8 +374,10 @@ struct Server::Impl {
   }
 
   // An encoder route: every input of the request through the PooledService
-  // (batched there with other requests' inputs), one answer.
-  void encode(const std::string& body, httplib::Response& res) {
+  // (batched there with other requests' inputs), one answer. A client that
+  // hangs up while its inputs wait takes them out of the queue (499), as a
+  // generation request's does.
+  void encode(const httplib::Request& req, const std::string& body, httplib::Response& res) {
     const std::shared_ptr<void> held = open_request();
     refuse_if_draining();
     const auto t0 = std::chrono::steady_clock::now();
@@ -383,7 +385,16 @@ struct Server::Impl {
     const PooledRequest r = parse_pooled(body, model, m, pooled_encode);
     std::vector<std::vector<float>> out;
     try {
-      out = pooled->run(r.sequences);
+      auto gone = std::make_shared<std::atomic<bool>>(false);
+      const int fd = find_connection_socket(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
+      if (fd == kConnectionReset) *gone = true;  // gone before we could watch it
+      // The service outlives every handler, and the watch ends (waiting for
+      // a callback under way) before this returns.
+      const auto watch = watcher.watch(fd, [gone, service = pooled] {
+        *gone = true;
+        service->wake();
+      });
+      out = pooled->run(r.sequences, gone.get());
     } catch (const ApiError& e) {
       if (e.status == 429) res.set_header("Retry-After", "1");
       throw;

@@ -6,8 +6,12 @@
 // alone, that concurrent requests share forwards, the OpenAI/vLLM shapes,
 // base64 embeddings, and the errors (400s naming the field, 404 for the
 // routes the model does not serve, 429 when full, 503 when stopped).
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cmath>
@@ -67,7 +71,8 @@ struct Pooled {
 
   int64_t max_len;
 
-  Pooled(serve::PooledModel::Kind kind, int64_t max_batch, int64_t max_waiting, int64_t max_len = kMaxLen)
+  Pooled(serve::PooledModel::Kind kind, int64_t max_batch, int64_t max_waiting, int64_t max_len = kMaxLen,
+         double request_timeout_s = 0)
       : max_len(max_len) {
     serve::PooledModel m;
     m.kind = kind;
@@ -100,7 +105,7 @@ struct Pooled {
       }
       return static_cast<const float*>(probs.data());
     };
-    service = std::make_unique<serve::PooledService>(m, max_batch, max_waiting, metrics);
+    service = std::make_unique<serve::PooledService>(m, max_batch, max_waiting, metrics, request_timeout_s);
     serve::ServerOptions so;
     so.port = 0;
     so.http_threads = 40;
@@ -343,6 +348,66 @@ TEST(PooledServe, StopAnswersWaitingRequestsWith503) {
   EXPECT_EQ(w.status, 503) << w.body.dump();
   EXPECT_EQ(p.metrics.queue_length.load(), 0);
   EXPECT_EQ(p.post("/classify", json{{"input", "y"}})->status, 503);
+}
+
+// --request-timeout: a request whose inputs still wait at its deadline
+// answers 504 then, without waiting for the forward ahead of it, and its
+// inputs never run; one whose forward overran it answers 504 once the
+// forward is done.
+TEST(PooledServe, ARequestPastItsTimeoutIs504AndItsWaitingInputsNeverRun) {
+  Pooled p(serve::PooledModel::Kind::classifier, 64, 64, kMaxLen, 0.3);
+  std::future<Sent> waiting;
+  std::future<Sent> first;  // before the Hold: an early return releases the gate before waiting on it
+  Hold hold(p);
+  first = send(p, "/classify", json{{"input", "z"}});
+  ASSERT_TRUE(first_forward_started(p));
+  waiting = send(p, "/classify", json{{"input", {"a", "b", "c"}}});
+  EXPECT_TRUE(queued(p, 3));
+  ASSERT_EQ(waiting.wait_for(std::chrono::seconds(10)), std::future_status::ready) << "it waited for the forward";
+  const Sent w = waiting.get();
+  EXPECT_EQ(w.status, 504) << w.body.dump();
+  EXPECT_NE(w.body.dump().find("limit of 0.3 s (--request-timeout)"), std::string::npos) << w.body.dump();
+  EXPECT_EQ(p.metrics.queue_length.load(), 0);
+  hold.release();
+  const Sent f = first.get();
+  EXPECT_EQ(f.status, 504) << f.body.dump();
+  EXPECT_EQ(p.forwards.load(), 1) << "the timed-out inputs ran";
+  EXPECT_EQ(p.post("/classify", json{{"input", "in time"}})->status, 200);
+}
+
+// A client that hangs up while its inputs wait takes them out of the queue
+// (the server watches its connection): they never run, and the request is
+// counted as 499.
+TEST(PooledServe, AClientThatHangsUpLeavesTheQueue) {
+  Pooled p(serve::PooledModel::Kind::classifier, 64, 64);
+  std::future<Sent> first;  // before the Hold: an early return releases the gate before waiting on it
+  Hold hold(p);
+  first = send(p, "/classify", json{{"input", "z"}});
+  ASSERT_TRUE(first_forward_started(p));
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(uint16_t(p.port));
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  const std::string body = json{{"input", {"a", "b", "c"}}}.dump();
+  const std::string request = "POST /classify HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                              "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+  ASSERT_EQ(write(fd, request.data(), request.size()), ssize_t(request.size()));
+  EXPECT_TRUE(queued(p, 3));
+  close(fd);
+  for (int i = 0; i < 2000 && p.metrics.queue_length.load() > 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_EQ(p.metrics.queue_length.load(), 0) << "still queued while the forward is held";
+  hold.release();
+  EXPECT_EQ(first.get().status, 200);
+  EXPECT_EQ(p.forwards.load(), 1) << "the inputs of the client that left ran";
+  std::string metrics;
+  for (int i = 0; i < 200 && metrics.find("status=\"499\"") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // counted after the handler returns
+    metrics = p.metrics.render();
+  }
+  EXPECT_NE(metrics.find("brisk_requests_total{path=\"/classify\",status=\"499\"} 1"), std::string::npos) << metrics;
 }
 
 TEST(PooledServe, AFullQueueIsA429AndAStoppedServiceA503) {

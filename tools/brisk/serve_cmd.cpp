@@ -144,7 +144,8 @@ int run_serve(const ServeArgs& a) {
   if (const std::string dir = encoder_checkpoint(a.model); !dir.empty()) {
     PooledServing p = load_pooled(dir, a.threads, a.precision);
     pooled_metrics = std::make_unique<serve::Metrics>();
-    pooled = std::make_unique<serve::PooledService>(p.model, a.max_batch, a.max_queue, *pooled_metrics);
+    pooled = std::make_unique<serve::PooledService>(p.model, a.max_batch, a.max_queue, *pooled_metrics,
+                                                     a.request_timeout);
     serve::ModelInfo info{model_name, p.model.vocab, p.model.max_len};
     server.attach(*pooled, p.encode, info);
     stop_model = [service = pooled.get()] { service->stop(); };

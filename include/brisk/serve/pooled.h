@@ -7,6 +7,7 @@
 // share the model's products instead of taking turns one row at a time.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -42,8 +43,11 @@ using PooledEncode = std::function<std::vector<int32_t>(const std::string& text,
 class PooledService {
  public:
   // Runs at most `max_batch` sequences per forward; `max_waiting` requests
-  // may wait or run at once (one more: 429). Counts into `metrics`.
-  PooledService(PooledModel model, int64_t max_batch, int64_t max_waiting, Metrics& metrics);
+  // may wait or run at once (one more: 429). A request not done
+  // `request_timeout_s` seconds after it came in (0: no limit) ends with
+  // 504. Counts into `metrics`.
+  PooledService(PooledModel model, int64_t max_batch, int64_t max_waiting, Metrics& metrics,
+                double request_timeout_s = 0);
   // Stops and joins the worker. Every run() must have returned first (the
   // server's handlers are joined when it stops).
   ~PooledService();
@@ -58,7 +62,15 @@ class PooledService {
   // ones are cut to max_len. Throws ApiError 429 when max_waiting requests
   // are in, 503 once stop() was called (also for one waiting then), 500
   // when the forward that ran one of its sequences failed.
-  std::vector<std::vector<float>> run(const std::vector<std::vector<int32_t>>& sequences);
+  //
+  // Gives up when `*client_gone` turns true (its client hung up; then
+  // call wake()) or at the request timeout: its sequences still waiting
+  // are dropped, those in a forward already finish (a forward cannot be
+  // cut), and it throws 499 "cancelled" or 504.
+  std::vector<std::vector<float>> run(const std::vector<std::vector<int32_t>>& sequences,
+                                      const std::atomic<bool>* client_gone = nullptr);
+  // Wakes the waiting run() calls to look at their client_gone flags.
+  void wake();
   // Ends the worker; requests still waiting get 503.
   void stop();
 
@@ -69,6 +81,9 @@ class PooledService {
     size_t index;
   };
   void work();
+  // Takes the job's items off the queue; how many were there.
+  size_t drop_waiting(const Job& job);
+  std::string timeout_message() const;
   // The items taken, sorted and cut into forwards of similar lengths; a
   // forward that throws sets errors[i] of its items (the others still run).
   void run_batch(std::vector<Item>& batch, std::vector<std::string>& errors);
@@ -79,6 +94,7 @@ class PooledService {
 
   PooledModel model_;
   int64_t max_batch_, max_waiting_;
+  double timeout_s_;
   Metrics& metrics_;
   std::mutex m_;
   std::condition_variable work_cv_, done_cv_;
