@@ -12,7 +12,9 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <thread>
 
 #include "brisk/core/error.h"
@@ -45,6 +47,31 @@ std::string default_name(const std::string& path) {
   if (p.filename().empty()) p = p.parent_path();
   return p.filename().string();
 }
+
+// What ends every open request of the attached model, called by the stop
+// thread. The model's own code sets it, and a ClearOnExit declared after
+// the model clears it before the model goes: a stop signal that arrives
+// while run_serve returns on its own (the listener ended without one) then
+// finds nothing to stop instead of a destroyed scheduler.
+class StopModel {
+ public:
+  void set(std::function<void()> f) {
+    std::lock_guard lk(m_);
+    stop_ = std::move(f);
+  }
+  void operator()() {
+    std::lock_guard lk(m_);  // held while it runs: the model is not destroyed under it
+    if (stop_) stop_();
+  }
+  struct ClearOnExit {
+    StopModel& s;
+    ~ClearOnExit() { s.set(nullptr); }
+  };
+
+ private:
+  std::mutex m_;
+  std::function<void()> stop_;
+};
 
 int run_serve(const ServeArgs& a) {
   if (a.slots < 1) throw core::ConfigError("--slots must be at least 1");
@@ -93,8 +120,7 @@ int run_serve(const ServeArgs& a) {
   // balancer moves on) while running ones finish, for up to --drain-timeout
   // seconds; what is left then ends with an error, and the server exits.
   // While the model loads there is nothing to drain: the process exits.
-  // Set once the model is attached: what ends every open request.
-  std::function<void()> stop_model;
+  StopModel stop_model;  // set once the model is attached
   std::atomic<bool> attached{false};
   std::atomic<bool> serving{true};
   std::thread waiter([&] {
@@ -124,7 +150,9 @@ int run_serve(const ServeArgs& a) {
   std::unique_ptr<serve::PooledService> pooled;
   // Stops and joins both threads however this function ends (a model that
   // fails to load throws out of it). Declared before the engine and the
-  // scheduler, so it runs after they are gone only once nothing uses them.
+  // scheduler, so it runs after they are gone: by then the HTTP threads have
+  // ended (the listener returns after joining them) and stop_model no longer
+  // reaches them.
   struct Joiner {
     std::thread &listener, &waiter;
     std::atomic<bool>& serving;
@@ -148,7 +176,8 @@ int run_serve(const ServeArgs& a) {
                                                      a.request_timeout);
     serve::ModelInfo info{model_name, p.model.vocab, p.model.max_len};
     server.attach(*pooled, p.encode, info);
-    stop_model = [service = pooled.get()] { service->stop(); };
+    stop_model.set([service = pooled.get()] { service->stop(); });
+    const StopModel::ClearOnExit detach{stop_model};
     attached = true;
     std::printf("brisk serve: %s on http://%s:%d (%s, from %s; POST %s, max_len %lld, batch %d, queue %d)\n",
                 info.name.c_str(), a.host.c_str(), port, p.what.c_str(), dir.c_str(),
@@ -173,7 +202,8 @@ int run_serve(const ServeArgs& a) {
   infer::Engine engine(std::move(model), eo, tok.get());
   serve::Scheduler scheduler(engine, a.max_queue, a.request_timeout);
   server.attach(scheduler, *tok, info);
-  stop_model = [&scheduler] { scheduler.stop(); };
+  stop_model.set([&scheduler] { scheduler.stop(); });
+  const StopModel::ClearOnExit detach{stop_model};  // before the scheduler and the engine go
   attached = true;
   std::printf("brisk serve: %s on http://%s:%d (%s %s, context %lld, %d slots, queue %d, KV pool %.1f MiB %s)\n",
               info.name.c_str(), a.host.c_str(), port, infer::scheme_name(engine.model().scheme),
