@@ -56,33 +56,58 @@ Match match_socket(int fd, const std::string& local_addr, int local_port, const 
   return Match::reset_on_local;
 }
 
+// Calls f(fd) for each descriptor this process has open, until f returns
+// false.
+template <class F>
+void for_each_open_fd(F f) {
+  DIR* dir = opendir("/proc/self/fd");
+  if (!dir) return;
+  while (const dirent* e = readdir(dir)) {
+    char* end = nullptr;
+    const long fd = std::strtol(e->d_name, &end, 10);
+    if (end == e->d_name || *end != '\0' || fd == dirfd(dir)) continue;
+    if (!f(int(fd))) break;
+  }
+  closedir(dir);
+}
+
 }  // namespace
 
 int find_connection_socket(const std::string& local_addr, int local_port, const std::string& remote_addr,
                            int remote_port) {
   if (local_port <= 0) return -1;
-  DIR* dir = opendir("/proc/self/fd");
-  if (!dir) return -1;
   int found = -1;
   bool reset_seen = false;
-  while (const dirent* e = readdir(dir)) {
-    char* end = nullptr;
-    const long fd = std::strtol(e->d_name, &end, 10);
-    if (end == e->d_name || *end != '\0' || fd == dirfd(dir)) continue;
-    const Match m = match_socket(int(fd), local_addr, local_port, remote_addr, remote_port);
+  for_each_open_fd([&](int fd) {
+    const Match m = match_socket(fd, local_addr, local_port, remote_addr, remote_port);
     if (m == Match::connection && remote_port > 0) {
-      found = int(fd);
-      break;
+      found = fd;
+      return false;
     }
     reset_seen = reset_seen || m == Match::reset_on_local;
-  }
-  closedir(dir);
+    return true;
+  });
   // The request's socket is open while it is answered, so when no socket
   // has its addresses and one of the server's has lost its peer, that one
   // is the request's: its client reset the connection before we looked (a
   // proxy's abort, SO_LINGER 0). httplib itself reads the peer address with
   // getpeername, so remote_port 0 means the reset came before that.
   return found < 0 && reset_seen ? kConnectionReset : found;
+}
+
+void shut_connection_reads(int local_port) {
+  for_each_open_fd([&](int fd) {
+    sockaddr_storage a{};
+    socklen_t len = sizeof a;
+    std::string host;
+    int port = 0;
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0 || !numeric_name(a, len, host, port) ||
+        port != local_port)
+      return true;
+    len = sizeof a;
+    if (getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) shutdown(fd, SHUT_RD);  // connected: not the listener
+    return true;
+  });
 }
 
 bool peer_hung_up(int fd) {

@@ -64,6 +64,7 @@ struct Server::Impl {
   std::mt19937_64 id_rng{std::random_device{}()};
   std::atomic<int64_t> open{0};  // generation requests not yet answered in full
   int listen_socket = -1;        // the socket bind() made (see set_socket_options below)
+  int port = 0;                  // the port bind() took
   // listen() and stop() from different threads, in either order (see stop()).
   std::atomic<bool> stop_requested{false};
   std::atomic<int> listen_state{0};  // 0: listen() not called, 1: in it, 2: returned
@@ -500,6 +501,7 @@ int Server::bind() {
   // Linux takes a second listen() on a listening socket as a new backlog
   // (capped by net.core.somaxconn).
   if (impl_->listen_socket >= 0) ::listen(impl_->listen_socket, kListenBacklog);
+  impl_->port = port;
   return port;
 }
 
@@ -516,11 +518,19 @@ void Server::listen() {
 // does not start), and one that finds listen() entered but not yet running
 // waits for it to run. The flag and the state are set before each side reads
 // the other's (sequentially consistent atomics): one of them sees the other.
+//
+// httplib's stop() closes the listening socket, but a connection kept alive
+// between requests is served on until it has been idle for 5 s, and
+// listen() returns only after every connection has ended: a stopped
+// server took 5 s to exit while any client held an idle connection. So
+// the read side of every connection is shut: an idle one reads its end at
+// once and closes, while one still writing an answer finishes it.
 void Server::stop() {
   impl_->stop_requested = true;
   while (impl_->listen_state == 1 && !impl_->http.is_running())
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   impl_->http.stop();
+  if (impl_->port > 0) shut_connection_reads(impl_->port);
 }
 
 void Server::start_draining() {

@@ -642,6 +642,48 @@ TEST(ServeConnections, IdleKeptAliveConnectionsDoNotLockOutNewClients) {
   for (const int fd : held) close(fd);
 }
 
+// stop() ends a connection kept alive between requests at once: httplib
+// served an idle one until its 5 s keep-alive timeout, and listen() (so
+// `brisk serve` after SIGTERM) returned only then.
+TEST(ServeConnections, StopClosesIdleKeptAliveConnectionsAtOnce) {
+  Served s;
+  const std::string request = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n";
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(uint16_t(s.port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  const timeval wait{10, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof wait);
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(write(fd, request.data(), request.size()), ssize_t(request.size()));
+  // The whole answer (headers, then Content-Length bytes), so that the
+  // server has gone back to waiting for the next request.
+  std::string answer;
+  char buf[512];
+  for (;;) {
+    const size_t head = answer.find("\r\n\r\n");
+    if (head != std::string::npos) {
+      const size_t at = answer.find("Content-Length: ");
+      ASSERT_NE(at, std::string::npos) << answer;
+      if (answer.size() >= head + 4 + std::stoul(answer.substr(at + 16))) break;
+    }
+    const ssize_t n = read(fd, buf, sizeof buf);
+    ASSERT_GT(n, 0) << "no whole answer: " << answer;
+    answer.append(buf, size_t(n));
+  }
+  EXPECT_EQ(answer.rfind("HTTP/1.1 200", 0), 0u) << answer;
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // idle between requests
+  const auto t0 = std::chrono::steady_clock::now();
+  s.server->stop();
+  s.thread.join();  // listen() returns once every connection has ended
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(seconds, 2.0) << "listen() returned " << seconds << " s after stop() with an idle connection open";
+  EXPECT_EQ(read(fd, buf, sizeof buf), 0) << "the server closed the idle connection";
+  close(fd);
+  s.thread = std::thread([] {});  // the destructor joins it
+}
+
 // A client that leaves while its request waits for a slot takes it out of
 // the queue, streamed or not: it is never admitted, so its prompt is never
 // prefilled (without the watch a queued stream would be, once a slot freed,

@@ -35,6 +35,12 @@ constexpr int kConnectionReset = -2;
 int find_connection_socket(const std::string& local_addr, int local_port, const std::string& remote_addr,
                            int remote_port);
 
+// Shuts the read side (shutdown(SHUT_RD)) of every connected TCP socket of
+// this process whose local port is `local_port`: a stopping server's
+// accepted connections. A connection waiting for its next request then
+// reads end-of-file and closes; writes still go out.
+void shut_connection_reads(int local_port);
+
 // The peer has closed its side of the connection (or reset it). Data it
 // sent that nobody has read yet (a pipelined request) does not count.
 bool peer_hung_up(int fd);
