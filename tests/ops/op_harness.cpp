@@ -275,7 +275,8 @@ const std::set<core::OpKind>& cpu_only_ops() {
       core::OpKind::masked_flash_attention,
       core::OpKind::masked_flash_attention_backward,
       core::OpKind::masked_mean,
-      core::OpKind::masked_mean_backward};
+      core::OpKind::masked_mean_backward,
+      core::OpKind::dropout};
   return ops;
 }
 // The names of those whose cases a device backend passed over (the summary lists them).

@@ -116,9 +116,16 @@ struct AdamWParams {
   bool decay_matrices = true;
 };
 
+// dropout: the probability p in [0, 1) that an element is zeroed, and the
+// site that tells this dropout's mask from the others' under one key
+// (brisk/ops/dropout.h).
+struct DropoutParams {
+  float p = 0.f;
+  uint32_t site = 0;
+};
 using OpParams = std::variant<NoParams, ScaleParams, MatmulParams, LayerNormParams, AttentionParams,
                               EmbeddingBackwardParams, CrossEntropyParams, ReduceParams, ExpandParams,
                               ReshapeParams, PermuteParams, SplitParams, ConcatParams, CastParams,
-                              FillParams, AdamWParams, PackedLinearParams>;
+                              FillParams, AdamWParams, PackedLinearParams, DropoutParams>;
 
 }  // namespace brisk::core

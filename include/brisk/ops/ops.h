@@ -26,6 +26,10 @@ ValueId add(Graph& g, ValueId a, ValueId b);  // b: same shape as a, or a's trai
 ValueId mul(Graph& g, ValueId a, ValueId b);
 ValueId scale(Graph& g, ValueId a, float s);
 ValueId gelu(Graph& g, ValueId x);
+// Inverted dropout of x with probability p in [0, 1), its mask a hash of
+// key (2) i32, `site` and each element's index (brisk/ops/dropout.h):
+// another site or key, another mask.
+ValueId dropout(Graph& g, ValueId x, ValueId key, float p, uint32_t site);
 
 // ---- matrix products ---------------------------------------------------------
 // op(A) op(B); with `into` (f32, the product's shape): into + op(A) op(B)

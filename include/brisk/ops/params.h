@@ -23,6 +23,7 @@ using core::CastParams;
 using core::FillParams;
 using core::AdamWParams;
 using core::PackedLinearParams;
+using core::DropoutParams;
 using core::OpParams;
 
 }  // namespace brisk::ops

@@ -51,6 +51,7 @@ CpuBackend::CpuBackend(int num_threads)
   register_masked_attention_kernels(r);
   register_masked_flash_attention_kernels(r);
   register_masked_mean_kernels(r);
+  register_dropout_kernels(r);
 }
 
 void CpuBackend::copy_to_device(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }

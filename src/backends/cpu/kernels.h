@@ -30,5 +30,6 @@ void register_kv_attention_kernels(core::KernelRegistry& r);
 void register_masked_attention_kernels(core::KernelRegistry& r);
 void register_masked_flash_attention_kernels(core::KernelRegistry& r);
 void register_masked_mean_kernels(core::KernelRegistry& r);
+void register_dropout_kernels(core::KernelRegistry& r);
 
 }  // namespace brisk::cpu
