@@ -16,6 +16,7 @@
 //   both sides train on the same windows in the same order.
 #include "brisk/bench/train_bench.h"
 
+#include <cstdlib>
 #include <unistd.h>
 
 #include <algorithm>
@@ -215,7 +216,11 @@ void apply_variant(const std::string& variant, models::GptConfig& model, optim::
     else if (key == "fuse_weight_casts") model.fuse_weight_casts = mode();
     else if (key == "fused_adamw") adamw.fused = flag();
     else if (key == "recompute") model.recompute = value;
-    else if (key == "precision") {
+    else if (key == "dropout") {
+      char* end = nullptr;
+      model.dropout = std::strtof(value.c_str(), &end);
+      if (value.empty() || *end != '\0') throw core::ConfigError("variant: dropout takes a number, got '" + value + "'");
+    } else if (key == "precision") {
       if (value != "fp32" && value != "bf16")
         throw core::ConfigError("variant: precision takes fp32 or bf16, got '" + value + "'");
       model.compute = value == "bf16" ? core::DType::bf16 : core::DType::f32;
@@ -223,7 +228,7 @@ void apply_variant(const std::string& variant, models::GptConfig& model, optim::
       throw core::ConfigError("variant: unknown key '" + key +
                               "' (allowed: attention, fused_classifier, fuse_bias_gelu, fuse_residual_layernorm, "
                               "fuse_layernorm_backward, fuse_gelu_backward, fuse_bias_backward, fuse_weight_casts, fused_adamw, "
-                              "recompute, precision)");
+                              "recompute, dropout, precision)");
     }
   }
   model.validate();
@@ -268,7 +273,7 @@ int run_train_worker(const TrainBenchOptions& options) {
     data_hash = data_hash * 1000003u + h;
     const double t0 = monitor::now_seconds();
     model.params().zero_grads();
-    const double loss = model.train_micro_step(x.data(), y.data(), B, T);
+    const double loss = model.train_micro_step(x.data(), y.data(), B, T, 1.0, models::Gpt::dropout_key(o.seed, s, 0, 0));
     adamw.step(ac.lr);
     const double ms = (monitor::now_seconds() - t0) * 1e3;
     losses.push_back(loss);

@@ -91,6 +91,8 @@ void GptConfig::validate() const {
     if (value != "auto" && value != "on" && value != "off")
       throw ConfigError("model." + std::string(key) + ": unknown value '" + value + "' (allowed: auto, on, off)");
   validate_recompute(recompute);
+  if (!(dropout >= 0.f && dropout < 1.f))
+    throw ConfigError("model.dropout must be in [0, 1), got " + std::to_string(dropout));
   if (!core::dtype_is_float(compute))
     throw ConfigError("model compute dtype: unknown value '" + std::string(core::dtype_name(compute)) +
                       "' (allowed: f32, bf16, f16; set through train.precision)");
@@ -178,7 +180,7 @@ namespace {
 
 // A rewritten graph replaces the program's, its named values followed through the map.
 void adopt_rewrite(GptProgram& p, core::RewriteResult&& r) {
-  for (ValueId* v : {&p.ids, &p.pos, &p.targets, &p.logits, &p.loss, &p.loss_scale, &p.chunk_losses})
+  for (ValueId* v : {&p.ids, &p.pos, &p.targets, &p.logits, &p.loss, &p.loss_scale, &p.chunk_losses, &p.dropout_key})
     if (*v != core::kNoValue) *v = r.map[size_t(*v)];
   p.graph = std::move(r.graph);
 }
@@ -229,7 +231,7 @@ void fuse_backward(GptProgram& p, const GptConfig& config, bool on_device) {
 // the earlier block's segment and read by the next, so under full it stays.)
 void apply_recompute(GptProgram& p, const std::string& level, int64_t n_layer) {
   core::RecomputeResult r = recompute_blocks(p.graph, level, {"resid."}, n_layer);
-  remap_values(r, {&p.ids, &p.pos, &p.targets, &p.logits, &p.loss, &p.loss_scale, &p.chunk_losses});
+  remap_values(r, {&p.ids, &p.pos, &p.targets, &p.logits, &p.loss, &p.loss_scale, &p.chunk_losses, &p.dropout_key});
   p.graph = std::move(r.graph);
 }
 
@@ -254,15 +256,28 @@ std::unique_ptr<GptProgram> Gpt::build(Mode mode, int64_t B, int64_t T) {
 
   const Lowp lp{g, &backend_, config_.compute};
 
+  // --- dropout (train programs with model.dropout): site 0 the embeddings,
+  // 1 + 2l and 2 + 2l block l's attention and MLP branches
+  BlockDropout drop;
+  if (mode == Mode::train && config_.dropout > 0.f) {
+    if (on_device)
+      throw ConfigError("model.dropout runs on the CPU only for now (the CUDA backend has no dropout kernel); "
+                        "set model.dropout = 0 to train on the GPU");
+    p->dropout_key = g.input("dropout_key", {2}, DType::i32);
+    drop = {config_.dropout, p->dropout_key, 0};
+  }
+
   // --- token + position embeddings: the fp32 residual stream      (B, T, C)
   // (a gather of fp32 rows; its backward scatter-adds in fp32)
   ValueId x = ops::add(g, ops::embedding(g, p->ids, wte), ops::embedding(g, p->pos, wpe));
+  if (drop) x = ops::dropout(g, x, drop.key, drop.p, 0);
 
   // --- the blocks
   g.set_name(x, "resid.0");  // the block boundaries: recompute = full cuts its segments there
   for (int64_t l = 0; l < config_.n_layer; ++l) {
+    drop.site = uint32_t(1 + 2 * l);
     x = transformer_block(g, x, core::kNoValue, "h." + std::to_string(l) + ".", C, int(config_.n_head),
-                          config_.attention == "flash", BlockAttention::causal, lp);
+                          config_.attention == "flash", BlockAttention::causal, lp, drop);
     g.set_name(x, "resid." + std::to_string(l + 1));
   }
 
@@ -368,9 +383,23 @@ void Gpt::feed(GptProgram& p, const int32_t* x, const int32_t* y) {
   if (y && p.targets != core::kNoValue) p.executor->write_async(p.targets, y, n * 4);
 }
 
-double Gpt::train_micro_step(const int32_t* x, const int32_t* y, int64_t B, int64_t T, double loss_scale) {
+uint64_t Gpt::dropout_key(uint64_t seed, int64_t step, int64_t micro, int rank) {
+  auto mix = [](uint64_t z) {  // splitmix64's finalizer
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  };
+  return mix(mix(mix(seed ^ 0x64726f706f7574ull) ^ uint64_t(step)) ^ (uint64_t(micro) << 20 | uint64_t(uint32_t(rank))));
+}
+
+double Gpt::train_micro_step(const int32_t* x, const int32_t* y, int64_t B, int64_t T, double loss_scale,
+                             uint64_t dropout_key) {
   GptProgram& p = get(Mode::train, B, T);
   feed(p, x, y);
+  if (p.dropout_key != core::kNoValue) {
+    const int32_t key[2] = {int32_t(uint32_t(dropout_key)), int32_t(uint32_t(dropout_key >> 32))};
+    p.executor->write(p.dropout_key, key, sizeof key);
+  }
   const float seed = float(loss_scale);
   if (seed != p.last_loss_scale) {  // a synchronous copy, only when it changes
     p.executor->write(p.loss_scale, &seed, 4);

@@ -33,7 +33,7 @@ constexpr int64_t kMaxClassifierChunkMiB = 65536;
 const detail::KnownKeys kKnownKeys = {
     {"model", {"kind", "preset", "vocab_size", "n_layer", "n_embd", "n_head", "block_size", "attention", "fused_classifier",
                "fuse_bias_gelu", "fuse_residual_layernorm", "fuse_layernorm_backward", "fuse_gelu_backward",
-               "fuse_bias_backward", "fuse_weight_casts", "classifier_chunk_mb"}},
+               "fuse_bias_backward", "fuse_weight_casts", "classifier_chunk_mb", "dropout"}},
     {"data", {"dir"}},
     {"train", {"batch", "seq", "grad_accum", "steps", "lr", "min_lr_ratio", "warmup", "schedule", "weight_decay",
                "grad_clip", "beta1", "beta2", "eps", "seed", "threads", "device", "eval_every", "eval_batches", "log_every",
@@ -179,6 +179,7 @@ TrainConfig config_from_table(const toml::table& file) {
   r.get("model", "attention", c.model.attention);  // checked (flash | plain) by validate() below
   r.get("model", "fused_classifier", c.model.fused_classifier);
   r.get("model", "fuse_bias_gelu", c.model.fuse_bias_gelu);
+  r.get("model", "dropout", c.model.dropout);  // checked ([0, 1)) by validate() below
   // auto | on | off (checked by validate()); true / false, its values when it
   // was a switch, still mean on / off.
   if (const toml::node* n = root.at_path("model.fuse_residual_layernorm").node(); n && n->is_boolean())
@@ -400,6 +401,7 @@ std::string to_toml(const TrainConfig& c) {
     << "\nfuse_bias_backward = " << toml_string(c.model.fuse_bias_backward)
     << "\nfuse_weight_casts = " << toml_string(c.model.fuse_weight_casts)
     << "\nclassifier_chunk_mb = " << c.model.classifier_chunk_floats / kFloatsPerMiB
+    << "\ndropout = " << toml_number(c.model.dropout)
     << "\n\n[data]\ndir = " << toml_string(c.data_dir) << "\n\n[train]\nbatch = " << c.batch << "\nseq = " << c.seq << "\ngrad_accum = " << c.grad_accum
     << "\nsteps = " << c.steps << "\nlr = " << toml_number(c.schedule.max_lr) << "\nmin_lr_ratio = " << toml_number(c.schedule.min_lr_ratio)
     << "\nwarmup = " << c.schedule.warmup_steps << "\nschedule = \"" << kinds[int(c.schedule.kind)]

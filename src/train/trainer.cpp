@@ -496,6 +496,9 @@ void Trainer::Impl::print_header() {
   else
     std::fprintf(stderr, "precision %s (%s: %s)\n", precision_name(precision.effective), precision.path.c_str(),
                  precision.reason.c_str());
+  if (cfg.model.dropout > 0.f)
+    std::fprintf(stderr, "dropout %g on the embeddings and each block's residual branches (train steps only)\n",
+                 double(cfg.model.dropout));
   // The graph fusions as this device resolves "auto" (GptConfig::with_fusions_for).
   const models::GptConfig fused = cfg.model.with_fusions_for(on_gpu);
   std::fprintf(stderr,
@@ -569,7 +572,8 @@ void Trainer::Impl::step() {
     if (dp) dp->arm(micro == cfg.grad_accum - 1);  // the last micro-step's backward sends the buckets
     const double m0 = now();
     loss += model.train_micro_step(b.inputs, b.targets, batch_local, cfg.seq,
-                                   double(loss_scale) / (double(cfg.grad_accum) * world));
+                                   double(loss_scale) / (double(cfg.grad_accum) * world),
+                                   models::Gpt::dropout_key(cfg.seed, state.step, micro, dp ? dp->rank() : 0));
     if (tr) {
       tr->span("data_wait", "data", w0, m0, micro);
       tr->span("forward_backward", "micro_step", m0, now(), micro);

@@ -145,6 +145,25 @@ TEST_F(TrainIntegration, TrainFourThenResumeFourIsBitExact) {
   EXPECT_LT(straight.losses.back(), straight.losses.front());
 }
 
+// model.dropout: each micro-step's masks come from its key (seed, step,
+// micro-step), so a resumed run drops what the straight run dropped, bit for
+// bit, and the run is not the one without dropout.
+TEST_F(TrainIntegration, ResumeWithDropoutIsBitExact) {
+  const std::vector<std::string> drop = {"model.dropout=0.1", "train.grad_accum=2"};
+  const auto straight = run(config("straight", 8, 4), false, drop);
+  ASSERT_EQ(straight.losses.size(), 8u);
+  const std::string cfg = config("resumed", 8, 4);
+  fs::create_directories(tmp_.path() / "resumed");
+  fs::copy(tmp_.path() / "straight" / "step_0000004", tmp_.path() / "resumed" / "step_0000004",
+           fs::copy_options::recursive);
+  const auto resumed = run(cfg, true, drop);
+  ASSERT_EQ(resumed.losses.size(), 4u);
+  EXPECT_EQ(resumed.losses, tail(straight.losses, 4));  // exact
+  const auto without = run(config("without", 8, 4), false, {"train.grad_accum=2"});
+  EXPECT_NE(without.losses[0], straight.losses[0]) << "dropout changed nothing";
+  EXPECT_LT(straight.losses.back(), straight.losses.front());
+}
+
 // The start-up lines say which fusions this device runs: "auto" resolved
 // (on the CPU: the backward fusions on, residual add + LayerNorm off), and an
 // explicit setting as given.

@@ -18,6 +18,10 @@
 //   final.safetensors    every parameter after the 10 steps (brisk layout).
 //   results.json         config, the first loss, and for 10 AdamW steps the
 //                        loss (before that step's update), grad norm and lr.
+// With a dropout probability as the third argument the model trains with
+// model.dropout = P: the first gradients and step k use the dropout key of
+// step k (Gpt::dropout_key), which results.json lists as two 32-bit words
+// per step, so the check can make the same masks.
 // Every value comes from the public API the trainer uses (Gpt, AdamW,
 // save_checkpoint), so nothing here re-implements what it is meant to check.
 #include <cstdio>
@@ -73,8 +77,10 @@ std::unique_ptr<core::Backend> make_backend(const std::string& device) {
   return b;
 }
 
-int run(const std::string& out_dir, const std::string& device) {
+int run(const std::string& out_dir, const std::string& device, float dropout) {
   models::GptConfig cfg{97, 2, 48, 4, 32};
+  cfg.dropout = dropout;
+  auto key = [](int64_t step) { return models::Gpt::dropout_key(kSeed, step, 0, 0); };
   std::unique_ptr<core::Backend> backend_owner = make_backend(device);
   core::Backend& backend = *backend_owner;
   models::Gpt model(cfg, backend);
@@ -100,7 +106,7 @@ int run(const std::string& out_dir, const std::string& device) {
   core::Tensor logits = core::Tensor::empty({kBatch * kSeq, cfg.vocab_size}, core::DType::f32);
   std::copy(lg, lg + logits.numel(), logits.data_as<float>());
   model.params().zero_grads();
-  const double loss0 = model.train_micro_step(xs[0].data(), ys[0].data(), kBatch, kSeq);
+  const double loss0 = model.train_micro_step(xs[0].data(), ys[0].data(), kBatch, kSeq, 1.0, key(0));
 
   std::vector<core::Tensor> keep_alive = {i32_tensor(xs[0], {kBatch, kSeq}), i32_tensor(ys[0], {kBatch * kSeq}), logits};
   std::vector<core::NamedTensor> tensors = {
@@ -129,9 +135,10 @@ int run(const std::string& out_dir, const std::string& device) {
   nlohmann::json steps = nlohmann::json::array();
   for (int64_t k = 0; k < kSteps; ++k) {
     model.params().zero_grads();
-    const double loss = model.train_micro_step(xs[size_t(k)].data(), ys[size_t(k)].data(), kBatch, kSeq);
+    const double loss = model.train_micro_step(xs[size_t(k)].data(), ys[size_t(k)].data(), kBatch, kSeq, 1.0, key(k));
     const optim::StepStats s = adamw.step(ocfg.lr);
-    steps.push_back({{"loss", loss}, {"grad_norm", s.grad_norm}, {"clip_scale", s.clip_scale}, {"lr", ocfg.lr}});
+    steps.push_back({{"loss", loss}, {"grad_norm", s.grad_norm}, {"clip_scale", s.clip_scale}, {"lr", ocfg.lr},
+                     {"dropout_key", {uint32_t(key(k)), uint32_t(key(k) >> 32)}}});
   }
 
   // The weights after the 10 steps, brisk layout.
@@ -152,6 +159,7 @@ int run(const std::string& out_dir, const std::string& device) {
       {"seed", kSeed},
       {"checkpoint", "ckpt/step_0000000"},
       {"loss", loss0},
+      {"dropout", cfg.dropout},
       {"adamw", {{"lr", ocfg.lr}, {"beta1", ocfg.beta1}, {"beta2", ocfg.beta2}, {"eps", ocfg.eps},
                  {"weight_decay", ocfg.weight_decay}, {"grad_clip", ocfg.grad_clip},
                  {"decay", "every parameter of rank >= 2 (Linear weights, wte, wpe)"}}},
@@ -164,13 +172,13 @@ int run(const std::string& out_dir, const std::string& device) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const std::string device = argc == 3 ? argv[2] : "cpu";
-  if ((argc != 2 && argc != 3) || (device != "cpu" && device != "cuda")) {
-    std::fprintf(stderr, "usage: %s OUT_DIR [cpu|cuda]\n", argv[0]);
+  const std::string device = argc >= 3 ? argv[2] : "cpu";
+  if (argc < 2 || argc > 4 || (device != "cpu" && device != "cuda")) {
+    std::fprintf(stderr, "usage: %s OUT_DIR [cpu|cuda] [DROPOUT]\n", argv[0]);
     return 2;
   }
   try {
-    return run(argv[1], device);
+    return run(argv[1], device, argc == 4 ? std::stof(argv[3]) : 0.f);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "brisk_gpt_dump: %s\n", e.what());
     return 1;

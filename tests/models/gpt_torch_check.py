@@ -17,6 +17,14 @@ checkpoint brisk wrote, and compares in fp32:
   - every parameter after those 10 steps (the losses alone would not notice
     a missing weight decay or clip; these do, by 5x the tolerance or more).
 Each tensor's error is max|brisk - torch| / max|torch|; all must be <= 1e-4.
+
+With --dropout P brisk trains with model.dropout = P, and the model here
+drops the same elements: the embeddings' sum and each block's attention
+and MLP branches before their residual adds, each with a mask this script
+makes from the step's key (results.json) by its own copy of the hash that
+docs/architecture.md ("Dropout") writes out (sites 0, then 1 + 2l and 2 + 2l for block l).
+The logits (Gpt::logits) are compared without dropout: evaluation never
+drops.
 Exits non-zero with a message naming what differs.
 
 The model here is deliberately written without reusing anything from brisk
@@ -77,6 +85,43 @@ def read_safetensors(path):
 
 
 # ---- GPT-2, from scratch ------------------------------------------------------------
+# ---- dropout masks: brisk's hash (docs/architecture.md ("Dropout")), written here from its description
+
+M32 = 0xFFFFFFFF
+
+
+def mix32(h):
+    """MurmurHash3's 32-bit finalizer on uint64 arrays holding 32-bit values."""
+    h = h ^ (h >> np.uint64(16))
+    h = (h * np.uint64(0x85EBCA6B)) & np.uint64(M32)
+    h = h ^ (h >> np.uint64(13))
+    h = (h * np.uint64(0xC2B2AE35)) & np.uint64(M32)
+    return h ^ (h >> np.uint64(16))
+
+
+def keep_mask(shape, p, key, site):
+    """Which elements brisk's dropout keeps: bits(i) >= floor(p * 2^32)."""
+    k0, k1 = (np.uint64(k) for k in key)
+    i = np.arange(int(np.prod(shape)), dtype=np.uint64)
+    hi = i >> np.uint64(32)
+    s0 = mix32(k0 ^ mix32(np.uint64(site) ^ (((hi + np.uint64(1)) * np.uint64(0x9E3779B9)) & np.uint64(M32))))
+    s1 = mix32(k1 ^ s0 ^ np.uint64(0x85EBCA6B))
+    bits = mix32(mix32((i & np.uint64(M32)) ^ s0) ^ s1)
+    threshold = min(int(float(np.float32(p)) * 4294967296.0), M32)
+    return torch.from_numpy((bits >= np.uint64(threshold)).reshape(shape))
+
+
+class Dropout:
+    """One micro-step's dropout: probability p and the step's key."""
+
+    def __init__(self, p, key):
+        self.p, self.key = p, key
+
+    def __call__(self, x, site):
+        scale = np.float32(1.0 / (1.0 - float(np.float32(self.p))))
+        return x * keep_mask(tuple(x.shape), self.p, self.key, site).to(x.dtype) * float(scale)
+
+
 # Module names are chosen so that named_parameters() yields the HF GPT-2 names.
 
 class LayerNorm(nn.Module):
@@ -126,9 +171,11 @@ class Block(nn.Module):
         self.ln_2 = LayerNorm(c)
         self.mlp = Mlp(c)
 
-    def forward(self, x):
-        x = x + self.attn(self.ln_1(x))
-        return x + self.mlp(self.ln_2(x))
+    def forward(self, x, drop=None, site=0):
+        a = self.attn(self.ln_1(x))
+        x = x + (drop(a, site) if drop else a)
+        m = self.mlp(self.ln_2(x))
+        return x + (drop(m, site + 1) if drop else m)
 
 
 class Gpt(nn.Module):
@@ -140,11 +187,13 @@ class Gpt(nn.Module):
         self.h = nn.ModuleList(Block(c, cfg["n_head"]) for _ in range(cfg["n_layer"]))
         self.ln_f = LayerNorm(c)
 
-    def forward(self, ids, targets=None):
+    def forward(self, ids, targets=None, drop=None):
         B, T = ids.shape
         x = self.wte(ids) + self.wpe(torch.arange(T))
-        for block in self.h:
-            x = block(x)
+        if drop:
+            x = drop(x, 0)
+        for l, block in enumerate(self.h):
+            x = block(x, drop, 1 + 2 * l)
         logits = F.linear(self.ln_f(x), self.wte.weight).view(B * T, -1)  # tied head, no bias
         loss = None if targets is None else F.cross_entropy(logits, targets)
         return logits, loss
@@ -229,6 +278,8 @@ def main():
     ap.add_argument("--keep", help="write the dump here and keep it (default: a temporary directory)")
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
                     help="where brisk computes the dump (the PyTorch reference runs on the CPU either way)")
+    ap.add_argument("--dropout", type=float, default=0.0,
+                    help="train with model.dropout = P on both sides (the same masks)")
     args = ap.parse_args()
 
     # Two threads like the brisk side. docs/workloads.md has the PyTorch peer use
@@ -244,7 +295,8 @@ def main():
     with tempfile.TemporaryDirectory(prefix="brisk_gpt_check_") as tmp:
         out = args.keep or tmp
         try:
-            r = subprocess.run([args.dump, out, args.device], capture_output=True, text=True, timeout=120)
+            cmd = [args.dump, out, args.device] + ([str(args.dropout)] if args.dropout else [])
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
         except (OSError, subprocess.TimeoutExpired) as e:
             print(f"gpt_torch_check: FAIL: cannot run {args.dump}: {e}", file=sys.stderr)
             return 1
@@ -262,6 +314,14 @@ def main():
         ckpt = os.path.join(out, res["checkpoint"], "model.safetensors")
 
         cfg = res["config"]
+        if abs(res.get("dropout", 0.0) - args.dropout) > 1e-7:
+            print(f"gpt_torch_check: FAIL: the dump trained with dropout {res.get('dropout')}, "
+                  f"not {args.dropout}", file=sys.stderr)
+            return 1
+
+        def dropout_of(step):  # the step's dropout, None without
+            return Dropout(args.dropout, res["steps"][step]["dropout_key"]) if args.dropout else None
+
         model = Gpt(cfg)
         load_hf_checkpoint(model, ckpt)
         table = Table()
@@ -269,7 +329,8 @@ def main():
         # --- logits, loss and every gradient at the initial weights
         x = torch.from_numpy(tensors["x"].astype(np.int64))
         y = torch.from_numpy(tensors["y"].astype(np.int64))
-        logits, loss = model(x, y)
+        logits, _ = model(x)  # evaluation: no dropout
+        _, loss = model(x, y, dropout_of(0))
         loss.backward()
         table.tensor("logits", tensors["logits"], logits.detach().numpy())
         table.scalar("loss", res["loss"], loss.item())
@@ -291,12 +352,21 @@ def main():
         opt = torch.optim.AdamW([{"params": decay, "weight_decay": a["weight_decay"]},
                                  {"params": no_decay, "weight_decay": 0.0}],
                                 lr=a["lr"], betas=(a["beta1"], a["beta2"]), eps=a["eps"], foreach=False)
+        # Elements whose gradient was at rounding-noise level in some step
+        # (nonzero, below 1e-6 of their tensor's largest): there AdamW's step
+        # is g / (|g| + eps) with |g| ~ eps, set by the noise, not by the
+        # model. (An exact zero, as wpe's unused rows get, is no noise: both
+        # sides then only decay the weight, which stays compared.)
+        noise_level = {name: np.zeros(tuple(p.shape), dtype=bool) for name, p in model.named_parameters()}
         for k, s in enumerate(res["steps"]):
             opt.zero_grad(set_to_none=True)
             xk = torch.from_numpy(steps[f"x.{k}"].astype(np.int64))
             yk = torch.from_numpy(steps[f"y.{k}"].astype(np.int64))
-            _, loss = model(xk, yk)
+            _, loss = model(xk, yk, dropout_of(k))
             loss.backward()
+            for name, p in model.named_parameters():
+                g = np.abs(p.grad.numpy())
+                noise_level[name] |= (g > 0) & (g < 1e-6 * g.max())
             # torch divides by (norm + 1e-6), brisk by norm: a 1e-6 relative difference in the
             # clip factor, which Adam's scale invariance shrinks further; far inside 1e-4.
             norm = torch.nn.utils.clip_grad_norm_(model.parameters(), a["grad_clip"])
@@ -309,9 +379,15 @@ def main():
         # decay (and on which parameters), clipping, lr, betas and bias corrections.
         final = read_safetensors(os.path.join(out, "final.safetensors"))
         key_bias_note = False
+        noise_notes = []
         for name, p in sorted(model.named_parameters()):
             mine, ref = final[name], p.detach().numpy()
-            if name.endswith("attn.c_attn.bias"):
+            noisy = noise_level[name]
+            if noisy.any() and not name.endswith("attn.c_attn.bias"):
+                table.tensor("final " + name + " [rest]", mine[~noisy], ref[~noisy])
+                table.tensor(f"final {name} [noise]", mine[noisy], ref[noisy], enforce=False)
+                noise_notes.append(f"{name}: {int(noisy.sum())} of {noisy.size}")
+            elif name.endswith("attn.c_attn.bias"):
                 # The key bias adds q.b_k to every score of a query, which softmax
                 # cancels: its gradient is 0 analytically and ~1e-11 rounding noise in
                 # both implementations, which Adam turns into ~1e-6 steps whose signs
@@ -325,6 +401,9 @@ def main():
                 table.tensor("final " + name, mine, ref)
 
     bad = table.report()
+    if noise_notes:
+        print("[noise] elements: a gradient below 1e-6 of the tensor's largest in some step makes AdamW's step "
+              "follow rounding noise (|g| ~ eps); compared apart, not enforced: " + "; ".join(noise_notes))
     if key_bias_note:
         print("[k] rows: the attention key bias has a zero gradient analytically (softmax cancels it), so its "
               "AdamW steps follow rounding noise; they cannot change any output and are not compared.")

@@ -129,6 +129,16 @@ struct GptConfig {
   // twice: +23% of a W2 step's FLOPs). `brisk plan` prints each level's
   // memory. Same function, same gradients; not part of the weights.
   std::string recompute = "none";
+  // Train programs only (model.dropout): the probability in [0, 1) that
+  // dropout zeroes an element of the embeddings' sum and of each block's
+  // two residual branches (the attention's and the MLP's projections)
+  // before they are added, as GPT-2's embd_pdrop and resid_pdrop
+  // (attention probabilities are not dropped). 0 (the default) builds no
+  // dropout at all. Each micro-step's masks come from its key
+  // (Gpt::dropout_key): no mask is stored, and the backward, recomputed
+  // blocks and a resumed run remake the same ones. Eval and logits
+  // programs never drop. CPU only for now. Not part of the weights.
+  float dropout = 0.f;
 
   // "W1"/"gpt2-tiny", "W2"/"char-small", "G1"/"gpt2-124m"; throws ConfigError listing them.
   static GptConfig preset(const std::string& name);
@@ -155,6 +165,7 @@ struct GptProgram {
   core::ValueId ids = core::kNoValue, targets = core::kNoValue, pos = core::kNoValue;
   core::ValueId logits = core::kNoValue, loss = core::kNoValue;  // no logits in fused train programs
   core::ValueId loss_scale = core::kNoValue;  // train programs: the backward seed
+  core::ValueId dropout_key = core::kNoValue;  // train programs with dropout: (2) i32, written each micro-step
   // Eval programs with the fused classifier: the loss of each row chunk, (K)
   // f32, with the rows of each; `loss` and `logits` are then kNoValue.
   core::ValueId chunk_losses = core::kNoValue;
@@ -181,7 +192,14 @@ class Gpt {
   // Forward + backward on one micro-batch: gradients are *added* to the
   // parameter grads, scaled by loss_scale. Returns the (unscaled) mean loss.
   // x and y hold batch*seq token ids; an id outside the vocab throws.
-  double train_micro_step(const int32_t* x, const int32_t* y, int64_t batch, int64_t seq, double loss_scale = 1.0);
+  // With model.dropout, `dropout_key` picks the masks (dropout_key()).
+  double train_micro_step(const int32_t* x, const int32_t* y, int64_t batch, int64_t seq, double loss_scale = 1.0,
+                          uint64_t dropout_key = 0);
+  // The dropout key of one micro-step of a run: a hash of the run's seed,
+  // the optimizer step, the micro-step within it and the data-parallel
+  // rank, so every micro-step and every rank drops its own elements and a
+  // resumed run drops the ones the uninterrupted run would have.
+  static uint64_t dropout_key(uint64_t seed, int64_t step, int64_t micro, int rank);
   // Forward only: mean loss. With fused_classifier the head and the loss
   // run in chunks of eval_chunk_rows() rows: the (batch*seq, vocab) logits
   // never exist, and the chunk means are combined here (by kept targets).

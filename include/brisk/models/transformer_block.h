@@ -24,6 +24,16 @@ inline int64_t transformer_block_params(int64_t C) {
   return 2 * C + (3 * C * C + 3 * C) + (C * C + C) + 2 * C + (4 * C * C + 4 * C) + (4 * C * C + C);
 }
 
+// Dropout of a block's two residual branches (train programs; GptConfig::dropout):
+// p 0 (the default) adds none. The attention branch's mask is `site`'s, the
+// MLP branch's site + 1's, under `key` (2) i32.
+struct BlockDropout {
+  float p = 0.f;
+  core::ValueId key = core::kNoValue;
+  uint32_t site = 0;
+  explicit operator bool() const { return p > 0.f; }
+};
+
 // x (B, T, C) -> (B, T, C): x + proj(attn(ln_1(x))), then + proj(gelu(fc(ln_2(x)))).
 // Parameters are `prefix` + "ln_1.weight", "attn.c_attn.weight", ... (the GPT's
 // names). `lengths` (B) i32 is read only by padding_masked attention; `flash`
@@ -33,7 +43,8 @@ inline int64_t transformer_block_params(int64_t C) {
 // and GELU run in it (an op in f32 between casts where the backend has no
 // kernel in it), and x, the residual stream, stays f32.
 core::ValueId transformer_block(core::Graph& g, core::ValueId x, core::ValueId lengths, const std::string& prefix,
-                                int64_t C, int n_head, bool flash, BlockAttention attention, const Lowp& lp);
+                                int64_t C, int n_head, bool flash, BlockAttention attention, const Lowp& lp,
+                                const BlockDropout& dropout = {});
 
 // The checks every encoder-bodied model's config shares (the classifier, the
 // sequence autoencoder): sizes in range and clear of overflow, n_embd
