@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 
 #include "brisk/data/tokenizer.h"
 #include "fields.h"
@@ -18,6 +19,12 @@ json error_json(const ApiError& e) {
             {"type", e.type},
             {"param", e.param.empty() ? json(nullptr) : json(e.param)},
             {"code", e.code.empty() ? json(nullptr) : json(e.code)}}}};
+}
+
+std::string request_timeout_message(double seconds) {
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "the request took longer than the server's limit of %g s (--request-timeout)", seconds);
+  return buf;
 }
 
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }

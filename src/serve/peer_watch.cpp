@@ -95,7 +95,8 @@ int find_connection_socket(const std::string& local_addr, int local_port, const 
   return found < 0 && reset_seen ? kConnectionReset : found;
 }
 
-void shut_connection_reads(int local_port) {
+void shut_connection_reads(int local_port,
+                           const std::function<bool(const std::string& peer_addr, int peer_port)>& busy) {
   for_each_open_fd([&](int fd) {
     sockaddr_storage a{};
     socklen_t len = sizeof a;
@@ -104,8 +105,10 @@ void shut_connection_reads(int local_port) {
     if (getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0 || !numeric_name(a, len, host, port) ||
         port != local_port)
       return true;
-    len = sizeof a;
-    if (getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) shutdown(fd, SHUT_RD);  // connected: not the listener
+    len = sizeof a;  // connected (not the listener), and idle
+    if (getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0 && numeric_name(a, len, host, port) &&
+        !busy(host, port))
+      shutdown(fd, SHUT_RD);
     return true;
   });
 }
@@ -148,9 +151,11 @@ void PeerWatcher::unwatch(uint64_t id) {
       entries_.erase(entries_.begin() + std::ptrdiff_t(i));
       return;
     }
-  // Called back already, or being called back now: wait for the callback to
-  // end, unless this is the callback itself ending its own watch.
-  if (std::this_thread::get_id() != thread_.get_id()) called_cv_.wait(lk, [&] { return !calling(id); });
+  // Called back already, or its callback is due or running. On the
+  // watcher's thread (a callback ending a watch) a callback still due is
+  // called off; elsewhere the call is waited for.
+  if (std::this_thread::get_id() == thread_.get_id()) std::erase(calling_, id);
+  else called_cv_.wait(lk, [&] { return !calling(id); });
 }
 
 bool PeerWatcher::calling(uint64_t id) const {
@@ -165,12 +170,12 @@ size_t PeerWatcher::watching() const {
 // The descriptors are polled under the lock, so one whose watch has ended
 // (and that may have been closed and reused since) is never polled; the
 // callbacks of the hung-up ones run after it is released, so a callback may
-// take its time or end watches. Their ids stay in calling_ until they have
-// run, and their functions are destroyed before that: what they captured
-// goes before the watches that wait on them return.
+// take its time or end watches. A callback's id stays in calling_ until it
+// has run and its function (with what it captured) is destroyed; one whose
+// id a callback before it took out (its watch ended) is skipped.
 void PeerWatcher::run() {
   std::vector<pollfd> fds;
-  std::vector<std::function<void()>> gone;
+  std::vector<std::pair<uint64_t, std::function<void()>>> gone;
   std::unique_lock lk(m_);
   while (true) {
     if (entries_.empty()) cv_.wait(lk, [&] { return stop_ || !entries_.empty(); });
@@ -181,17 +186,20 @@ void PeerWatcher::run() {
     if (fds.empty() || poll(fds.data(), fds.size(), 0) <= 0) continue;
     for (size_t i = fds.size(); i-- > 0;)
       if (fds[i].revents & kHungUp) {
-        gone.push_back(std::move(entries_[i].on_gone));
+        gone.emplace_back(entries_[i].id, std::move(entries_[i].on_gone));
         calling_.push_back(entries_[i].id);
         entries_.erase(entries_.begin() + std::ptrdiff_t(i));
       }
-    if (gone.empty()) continue;
-    lk.unlock();
-    for (auto& f : gone) f();
+    for (auto& [id, f] : gone) {
+      const bool due = calling(id);
+      lk.unlock();
+      if (due) f();
+      f = nullptr;  // what it captured goes outside the lock too
+      lk.lock();
+      std::erase(calling_, id);
+      called_cv_.notify_all();
+    }
     gone.clear();
-    lk.lock();
-    calling_.clear();
-    called_cv_.notify_all();
   }
 }
 

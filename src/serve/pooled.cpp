@@ -15,7 +15,6 @@
 #include <algorithm>
 #include <bit>
 #include <chrono>
-#include <cstdio>
 #include <exception>
 #include <string>
 #include <utility>
@@ -47,7 +46,8 @@ PooledService::PooledService(PooledModel model, int64_t max_batch, int64_t max_w
     : model_(std::move(model)),
       max_batch_(std::max<int64_t>(1, max_batch)),
       max_waiting_(std::max<int64_t>(1, max_waiting)),
-      timeout_s_(std::max(0.0, request_timeout_s)),
+      // Past ~30 years a deadline would overflow the clock: no limit.
+      timeout_s_(request_timeout_s > 0 && request_timeout_s < 1e9 ? request_timeout_s : 0),
       metrics_(metrics) {
   metrics_.slots_total = max_batch_;
   worker_ = std::thread([this] { work(); });
@@ -75,13 +75,6 @@ size_t PooledService::drop_waiting(const Job& job) {
   const size_t n = std::erase_if(queue_, [&](const Item& it) { return it.job == &job; });
   metrics_.queue_length -= int64_t(n);
   return n;
-}
-
-std::string PooledService::timeout_message() const {
-  char buf[128];
-  std::snprintf(buf, sizeof buf, "the request took longer than the server's limit of %g s (--request-timeout)",
-                timeout_s_);
-  return buf;
 }
 
 std::vector<std::vector<float>> PooledService::run(const std::vector<std::vector<int32_t>>& sequences,
@@ -121,7 +114,7 @@ std::vector<std::vector<float>> PooledService::run(const std::vector<std::vector
   --jobs_;
   if (job.stopped) throw ApiError(503, "the server is shutting down", "", "server_error");
   if (gave_up == 499) throw ApiError(499, "cancelled", "", "server_error");
-  if (gave_up == 504) throw ApiError(504, timeout_message(), "", "server_error");
+  if (gave_up == 504) throw ApiError(504, request_timeout_message(timeout_s_), "", "server_error");
   if (!job.error.empty()) throw ApiError(500, job.error, "", "server_error");
   return std::move(job.out);
 }

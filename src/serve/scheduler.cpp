@@ -3,9 +3,9 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
 
 #include "brisk/core/error.h"
+#include "brisk/serve/api.h"
 
 namespace brisk::serve {
 
@@ -184,12 +184,7 @@ void Scheduler::cancel_running() {
   }
 }
 
-std::string Scheduler::timeout_message() const {
-  char buf[96];
-  std::snprintf(buf, sizeof buf, "the request took longer than the server's limit of %g s (--request-timeout)",
-                timeout_s_);
-  return buf;
-}
+std::string Scheduler::timeout_message() const { return request_timeout_message(timeout_s_); }
 
 // Hands one event to its request and times it (first token, gap since the last).
 void Scheduler::deliver(const infer::TokenEvent& e, Channel& ch, double now) {

@@ -12,6 +12,7 @@
 #include <mutex>
 #include <optional>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "brisk/core/error.h"
@@ -65,6 +66,11 @@ struct Server::Impl {
   std::atomic<int64_t> open{0};  // generation requests not yet answered in full
   int listen_socket = -1;        // the socket bind() made (see set_socket_options below)
   int port = 0;                  // the port bind() took
+  // The peers (address, port) of the requests being answered: from routing
+  // until httplib has written the response and logs it. stop() leaves their
+  // connections be.
+  std::mutex busy_mutex;
+  std::multiset<std::pair<std::string, int>> busy;
   // listen() and stop() from different threads, in either order (see stop()).
   std::atomic<bool> stop_requested{false};
   std::atomic<int> listen_state{0};  // 0: listen() not called, 1: in it, 2: returned
@@ -135,6 +141,10 @@ struct Server::Impl {
     // probe it without a key).
     http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
       request_note().start = std::chrono::steady_clock::now();  // the logger reset the note after the last request
+      {
+        std::lock_guard lk(busy_mutex);
+        busy.emplace(req.remote_addr, req.remote_port);
+      }
       if (!options.cors_origin.empty()) res.set_header("Access-Control-Allow-Origin", options.cors_origin);
       if (!ready) {
         res.set_header("Retry-After", "1");
@@ -176,6 +186,10 @@ struct Server::Impl {
     // Every answered request, by path and status (after its response is
     // sent); those answered while loading have no metrics to go to.
     http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+      {
+        std::lock_guard lk(busy_mutex);
+        if (auto it = busy.find({req.remote_addr, req.remote_port}); it != busy.end()) busy.erase(it);
+      }
       if (ready) metrics->count_request(req.path, res.status);
       if (options.access_log)
         options.access_log(access_log_line(std::chrono::system_clock::now(),
@@ -388,7 +402,7 @@ struct Server::Impl {
     try {
       auto gone = std::make_shared<std::atomic<bool>>(false);
       const int fd = find_connection_socket(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
-      if (fd == kConnectionReset) *gone = true;  // gone before we could watch it
+      if (fd == kConnectionReset) throw ApiError(499, "cancelled", "", "server_error");  // gone before we looked
       // The service outlives every handler, and the watch ends (waiting for
       // a callback under way) before this returns.
       const auto watch = watcher.watch(fd, [gone, service = pooled] {
@@ -523,14 +537,19 @@ void Server::listen() {
 // between requests is served on until it has been idle for 5 s, and
 // listen() returns only after every connection has ended: a stopped
 // server took 5 s to exit while any client held an idle connection. So
-// the read side of every connection is shut: an idle one reads its end at
-// once and closes, while one still writing an answer finishes it.
+// the read side of every idle connection is shut: it reads its end at once
+// and closes. Connections with a request being answered are left to
+// finish it (and close after it: the server no longer runs).
 void Server::stop() {
   impl_->stop_requested = true;
   while (impl_->listen_state == 1 && !impl_->http.is_running())
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   impl_->http.stop();
-  if (impl_->port > 0) shut_connection_reads(impl_->port);
+  if (impl_->port > 0)
+    shut_connection_reads(impl_->port, [this](const std::string& addr, int port) {
+      std::lock_guard lk(impl_->busy_mutex);
+      return impl_->busy.count({addr, port}) > 0;
+    });
 }
 
 void Server::start_draining() {
@@ -538,6 +557,13 @@ void Server::start_draining() {
 }
 
 int64_t Server::open_requests() const { return impl_->open.load(); }
+
+bool Server::wait_for_open_requests(double seconds) const {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (impl_->open.load() > 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  return impl_->open.load() == 0;
+}
 
 void Server::wait_until_ready() {
   while (!impl_->http.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));

@@ -178,15 +178,51 @@ TEST(PeerWatch, EndingAWatchWaitsForItsCallbackUnderWay) {
   {
     std::lock_guard lk(m);
     wb = watcher.watch(b.find(), [&] {
-      std::lock_guard lk2(m);
-      wb.reset();  // its own watch, from the watcher's thread: must not wait on itself
-      ended = true;
+      {
+        std::lock_guard lk2(m);
+        wb.reset();  // its own watch, from the watcher's thread: must not wait on itself
+      }
+      ended = true;  // after the lock: the test may end (and m go) once it is set
     });
   }
   close(b.client);
   b.client = -1;
   EXPECT_TRUE(soon([&] { return ended.load(); }));
   EXPECT_EQ(watcher.watching(), 0u);
+}
+
+// A callback that ends another watch whose client left in the same poll
+// calls that watch's callback off: it does not run after its watch ended.
+TEST(PeerWatch, ACallbackThatEndsAnotherWatchCallsItOff) {
+  serve::PeerWatcher watcher(std::chrono::milliseconds(50));  // both hang-ups land in one poll
+  Connection a, b;
+  std::unique_ptr<serve::PeerWatcher::Watch> wa, wb;
+  std::mutex m;  // both watches are set before a callback can read them
+  std::atomic<bool> b_ended{false};
+  std::atomic<int> calls{0}, late{0};
+  {
+    std::lock_guard lk(m);
+    // b first: the watcher calls the later watch's callback first (a's).
+    wb = watcher.watch(b.find(), [&] {
+      if (b_ended) ++late;
+      ++calls;
+    });
+    wa = watcher.watch(a.find(), [&] {
+      {
+        std::lock_guard lk2(m);
+        wb.reset();
+        wa.reset();
+      }
+      b_ended = true;
+      ++calls;
+    });
+  }
+  close(a.client);
+  close(b.client);
+  a.client = b.client = -1;
+  EXPECT_TRUE(soon([&] { return calls.load() >= 1 && watcher.watching() == 0; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(late.load(), 0) << "b's callback ran after a's callback ended its watch";
 }
 
 }  // namespace

@@ -355,7 +355,7 @@ TEST(PooledServe, StopAnswersWaitingRequestsWith503) {
 // inputs never run; one whose forward overran it answers 504 once the
 // forward is done.
 TEST(PooledServe, ARequestPastItsTimeoutIs504AndItsWaitingInputsNeverRun) {
-  Pooled p(serve::PooledModel::Kind::classifier, 64, 64, kMaxLen, 0.3);
+  Pooled p(serve::PooledModel::Kind::classifier, 64, 64, kMaxLen, 1.0);
   std::future<Sent> waiting;
   std::future<Sent> first;  // before the Hold: an early return releases the gate before waiting on it
   Hold hold(p);
@@ -366,7 +366,7 @@ TEST(PooledServe, ARequestPastItsTimeoutIs504AndItsWaitingInputsNeverRun) {
   ASSERT_EQ(waiting.wait_for(std::chrono::seconds(10)), std::future_status::ready) << "it waited for the forward";
   const Sent w = waiting.get();
   EXPECT_EQ(w.status, 504) << w.body.dump();
-  EXPECT_NE(w.body.dump().find("limit of 0.3 s (--request-timeout)"), std::string::npos) << w.body.dump();
+  EXPECT_NE(w.body.dump().find("limit of 1 s (--request-timeout)"), std::string::npos) << w.body.dump();
   EXPECT_EQ(p.metrics.queue_length.load(), 0);
   hold.release();
   const Sent f = first.get();

@@ -326,6 +326,72 @@ TEST(ServeDrain, RunningStreamsFinishNewRequestsGet503) {
   EXPECT_EQ(s.server->open_requests(), 0);
 }
 
+// What the stop thread does at the drain timeout: the scheduler ends what
+// runs, the open requests write their errors, then the server stops. A
+// stream gets its error event and [DONE] (httplib cuts a stream short once
+// the server has stopped, hence the wait), a non-streamed request its 503.
+TEST(ServeDrain, AtTheDrainTimeoutRunningRequestsStillGetTheirErrors) {
+  Served s("", /*slow=*/true);
+  std::atomic<bool> first_chunk{false};
+  std::string streamed;
+  int stream_status = 0, plain_status = 0;
+  std::string plain_body;
+  std::thread stream([&] {
+    auto c = s.client();
+    const json body = {{"prompt", "And"}, {"max_tokens", 400}, {"temperature", 0}, {"stream", true}};
+    httplib::Request req = stream_request(body, [&](const char* data, size_t n, uint64_t, uint64_t) {
+      streamed.append(data, n);
+      first_chunk = true;
+      return true;
+    });
+    if (auto r = c.send(req)) stream_status = r->status;
+  });
+  std::thread plain([&] {
+    auto c = s.client();
+    if (auto r = c.Post("/v1/completions", json{{"prompt", "And"}, {"max_tokens", 400}}.dump(), kJson)) {
+      plain_status = r->status;
+      plain_body = r->body;
+    }
+  });
+  while (!first_chunk) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  for (int i = 0; i < 2000 && s.server->open_requests() < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_EQ(s.server->open_requests(), 2);
+  s.server->start_draining();
+  s.scheduler->stop();
+  EXPECT_TRUE(s.server->wait_for_open_requests(5.0));
+  s.server->stop();
+  stream.join();
+  plain.join();
+  EXPECT_EQ(stream_status, 200);
+  EXPECT_NE(streamed.find("\"error\""), std::string::npos) << streamed.substr(streamed.size() > 300 ? streamed.size() - 300 : 0);
+  EXPECT_NE(streamed.find("data: [DONE]"), std::string::npos);
+  EXPECT_EQ(plain_status, 503) << plain_body;
+  EXPECT_NE(plain_body.find("server_error"), std::string::npos) << plain_body;
+}
+
+// An answer written after the server's stop() still goes out: stop() shuts
+// only idle connections, as httplib does not write on a socket whose read
+// side is shut (stopped first here, so that the answer comes after it).
+TEST(ServeDrain, AnAnswerWrittenAfterStopStillGoesOut) {
+  Served s("", /*slow=*/true);
+  int status = 0;
+  std::string body;
+  std::thread plain([&] {
+    auto c = s.client();
+    if (auto r = c.Post("/v1/completions", json{{"prompt", "And"}, {"max_tokens", 400}}.dump(), kJson)) {
+      status = r->status;
+      body = r->body;
+    }
+  });
+  for (int i = 0; i < 5000 && s.server->open_requests() < 1; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_EQ(s.server->open_requests(), 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // admitted and generating
+  s.server->stop();
+  s.scheduler->stop();
+  plain.join();
+  EXPECT_EQ(status, 503) << body;
+}
+
 // The schema is part of the key: the same greedy request under another
 // schema is generated again, not answered with the first schema's text.
 TEST(ServeResponseCache, TheJsonSchemaIsPartOfTheKey) {

@@ -14,7 +14,6 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <thread>
 
 #include "brisk/core/error.h"
@@ -47,31 +46,6 @@ std::string default_name(const std::string& path) {
   if (p.filename().empty()) p = p.parent_path();
   return p.filename().string();
 }
-
-// What ends every open request of the attached model, called by the stop
-// thread. The model's own code sets it, and a ClearOnExit declared after
-// the model clears it before the model goes: a stop signal that arrives
-// while run_serve returns on its own (the listener ended without one) then
-// finds nothing to stop instead of a destroyed scheduler.
-class StopModel {
- public:
-  void set(std::function<void()> f) {
-    std::lock_guard lk(m_);
-    stop_ = std::move(f);
-  }
-  void operator()() {
-    std::lock_guard lk(m_);  // held while it runs: the model is not destroyed under it
-    if (stop_) stop_();
-  }
-  struct ClearOnExit {
-    StopModel& s;
-    ~ClearOnExit() { s.set(nullptr); }
-  };
-
- private:
-  std::mutex m_;
-  std::function<void()> stop_;
-};
 
 int run_serve(const ServeArgs& a) {
   if (a.slots < 1) throw core::ConfigError("--slots must be at least 1");
@@ -120,7 +94,9 @@ int run_serve(const ServeArgs& a) {
   // balancer moves on) while running ones finish, for up to --drain-timeout
   // seconds; what is left then ends with an error, and the server exits.
   // While the model loads there is nothing to drain: the process exits.
-  StopModel stop_model;  // set once the model is attached
+  // Set once the model is attached: what ends every open request. The
+  // waiter reads it only after seeing `attached`.
+  std::function<void()> stop_model;
   std::atomic<bool> attached{false};
   std::atomic<bool> serving{true};
   std::thread waiter([&] {
@@ -136,23 +112,26 @@ int run_serve(const ServeArgs& a) {
     server.start_draining();
     std::fprintf(stderr, "brisk serve: %s, draining %lld open requests (up to %.0f s)\n", name,
                  (long long)server.open_requests(), a.drain_timeout);
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(a.drain_timeout);
-    while (server.open_requests() > 0 && std::chrono::steady_clock::now() < deadline)
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    if (server.open_requests() > 0)
+    if (!server.wait_for_open_requests(a.drain_timeout))
       std::fprintf(stderr, "brisk serve: drain timeout, ending %lld requests\n", (long long)server.open_requests());
     stop_model();  // ends every open request, so no HTTP thread stays blocked
+    // Their errors go out before the server stops (httplib cuts a stream
+    // short once it has stopped): up to a second more.
+    server.wait_for_open_requests(1.0);
     server.stop();
   });
-  // An encoder model's service and what it counts: declared before the
-  // Joiner, so that they outlive the waiter thread, which may stop them.
+  // The model's side, whichever it is: a GPT's tokenizer, engine and
+  // scheduler (whose metrics the server writes while draining), or an
+  // encoder's service and what it counts. Declared before the Joiner, so
+  // that they outlive both threads: the waiter may stop them and the HTTP
+  // threads use them until the listener returns.
+  std::unique_ptr<data::Tokenizer> tok;
+  std::unique_ptr<infer::Engine> engine;
+  std::unique_ptr<serve::Scheduler> scheduler;
   std::unique_ptr<serve::Metrics> pooled_metrics;
   std::unique_ptr<serve::PooledService> pooled;
   // Stops and joins both threads however this function ends (a model that
-  // fails to load throws out of it). Declared before the engine and the
-  // scheduler, so it runs after they are gone: by then the HTTP threads have
-  // ended (the listener returns after joining them) and stop_model no longer
-  // reaches them.
+  // fails to load throws out of it), before the model's side goes.
   struct Joiner {
     std::thread &listener, &waiter;
     std::atomic<bool>& serving;
@@ -176,8 +155,7 @@ int run_serve(const ServeArgs& a) {
                                                      a.request_timeout);
     serve::ModelInfo info{model_name, p.model.vocab, p.model.max_len};
     server.attach(*pooled, p.encode, info);
-    stop_model.set([service = pooled.get()] { service->stop(); });
-    const StopModel::ClearOnExit detach{stop_model};
+    stop_model = [service = pooled.get()] { service->stop(); };
     attached = true;
     std::printf("brisk serve: %s on http://%s:%d (%s, from %s; POST %s, max_len %lld, batch %d, queue %d)\n",
                 info.name.c_str(), a.host.c_str(), port, p.what.c_str(), dir.c_str(),
@@ -189,7 +167,7 @@ int run_serve(const ServeArgs& a) {
     return 0;
   }
   infer::Model model = infer::load_model(a.model);
-  auto tok = data::make_tokenizer(model.tokenizer, a.vocab_dir);
+  tok = data::make_tokenizer(model.tokenizer, a.vocab_dir);
   serve::ModelInfo info{model_name, model.config.vocab_size, model.config.block_size};
   info.max_choices = a.max_queue;  // a request's choices all wait in the queue at first
   infer::EngineOptions eo;
@@ -199,16 +177,15 @@ int run_serve(const ServeArgs& a) {
   eo.kv_dtype = core::dtype_from_name(a.kv_dtype);
   eo.prefix_cache = !a.no_prefix_cache;
   eo.max_step_tokens = std::max<int64_t>(512, a.slots);
-  infer::Engine engine(std::move(model), eo, tok.get());
-  serve::Scheduler scheduler(engine, a.max_queue, a.request_timeout);
-  server.attach(scheduler, *tok, info);
-  stop_model.set([&scheduler] { scheduler.stop(); });
-  const StopModel::ClearOnExit detach{stop_model};  // before the scheduler and the engine go
+  engine = std::make_unique<infer::Engine>(std::move(model), eo, tok.get());
+  scheduler = std::make_unique<serve::Scheduler>(*engine, a.max_queue, a.request_timeout);
+  server.attach(*scheduler, *tok, info);
+  stop_model = [s = scheduler.get()] { s->stop(); };
   attached = true;
   std::printf("brisk serve: %s on http://%s:%d (%s %s, context %lld, %d slots, queue %d, KV pool %.1f MiB %s)\n",
-              info.name.c_str(), a.host.c_str(), port, infer::scheme_name(engine.model().scheme),
-              engine.model().source.c_str(), (long long)info.context, a.slots, a.max_queue,
-              double(engine.kv_bytes()) / (1 << 20), a.kv_dtype.c_str());
+              info.name.c_str(), a.host.c_str(), port, infer::scheme_name(engine->model().scheme),
+              engine->model().source.c_str(), (long long)info.context, a.slots, a.max_queue,
+              double(engine->kv_bytes()) / (1 << 20), a.kv_dtype.c_str());
   std::fflush(stdout);
   listener.join();  // returns after the waiter's server.stop()
   std::fprintf(stderr, "brisk serve: stopped\n");

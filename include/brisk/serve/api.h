@@ -40,6 +40,8 @@ class ApiError : public std::runtime_error {
 
 // {"error":{"message","type","param","code"}}; param and code null when empty.
 nlohmann::json error_json(const ApiError& e);
+// The 504's message of a request over --request-timeout (`seconds`).
+std::string request_timeout_message(double seconds);
 // A request body that must be a JSON object; 400 otherwise.
 nlohmann::json parse_body(const std::string& body);
 // JSON text for the wire: invalid UTF-8 (never expected) is replaced, not thrown.

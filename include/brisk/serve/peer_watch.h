@@ -1,4 +1,5 @@
-// Noticing that the client of a generation request has hung up.
+// Noticing that the client of a request (a generation, an encoder's) has
+// hung up.
 //
 // A stream learns it at its next failed write; a non-streamed request
 // writes nothing until its answer is complete, and a stream nothing while it
@@ -36,10 +37,13 @@ int find_connection_socket(const std::string& local_addr, int local_port, const 
                            int remote_port);
 
 // Shuts the read side (shutdown(SHUT_RD)) of every connected TCP socket of
-// this process whose local port is `local_port`: a stopping server's
-// accepted connections. A connection waiting for its next request then
-// reads end-of-file and closes; writes still go out.
-void shut_connection_reads(int local_port);
+// this process whose local port is `local_port` (a stopping server's
+// accepted connections) and whose peer `busy` does not name: a connection
+// idle between requests then reads end-of-file and closes. (Not a busy
+// one: httplib checks that a socket still reads before each write, so a
+// shut connection could not send its answer.)
+void shut_connection_reads(int local_port,
+                           const std::function<bool(const std::string& peer_addr, int peer_port)>& busy);
 
 // The peer has closed its side of the connection (or reset it). Data it
 // sent that nobody has read yet (a pipelined request) does not count.
@@ -58,8 +62,9 @@ class PeerWatcher {
   // Watching one connection until destroyed. Once destroyed its descriptor
   // is never polled again (it may be closed and reused), and its `on_gone`
   // has either run to its end or will never run: destroying a watch waits
-  // for its callback under way (unless it is destroyed by that callback),
-  // so what the callback uses need only outlive the watch.
+  // for its callback under way (a watch destroyed by its own callback, or
+  // by another callback on the watcher's thread, calls its callback off
+  // instead), so what the callback uses need only outlive the watch.
   class Watch {
    public:
     ~Watch();

@@ -44,8 +44,8 @@ class PooledService {
  public:
   // Runs at most `max_batch` sequences per forward; `max_waiting` requests
   // may wait or run at once (one more: 429). A request not done
-  // `request_timeout_s` seconds after it came in (0: no limit) ends with
-  // 504. Counts into `metrics`.
+  // `request_timeout_s` seconds after it came in (0, or 1e9 and more: no
+  // limit) ends with 504. Counts into `metrics`.
   PooledService(PooledModel model, int64_t max_batch, int64_t max_waiting, Metrics& metrics,
                 double request_timeout_s = 0);
   // Stops and joins the worker. Every run() must have returned first (the
@@ -83,7 +83,6 @@ class PooledService {
   void work();
   // Takes the job's items off the queue; how many were there.
   size_t drop_waiting(const Job& job);
-  std::string timeout_message() const;
   // The items taken, sorted and cut into forwards of similar lengths; a
   // forward that throws sets errors[i] of its items (the others still run).
   void run_batch(std::vector<Item>& batch, std::vector<std::string>& errors);

@@ -70,6 +70,8 @@ class Server {
   void start_draining();
   // Generation (or encoder) requests whose response is not finished yet.
   int64_t open_requests() const;
+  // Waits up to `seconds` for open_requests() to fall to 0; whether it did.
+  bool wait_for_open_requests(double seconds) const;
 
  private:
   struct Impl;
