@@ -389,7 +389,7 @@ uint64_t Gpt::dropout_key(uint64_t seed, int64_t step, int64_t micro, int rank) 
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     return z ^ (z >> 31);
   };
-  return mix(mix(mix(seed ^ 0x64726f706f7574ull) ^ uint64_t(step)) ^ (uint64_t(micro) << 20 | uint64_t(uint32_t(rank))));
+  return mix(mix(mix(seed ^ 0x64726f706f7574ull) ^ uint64_t(step)) ^ (uint64_t(micro) << 32 | uint64_t(uint32_t(rank))));
 }
 
 double Gpt::train_micro_step(const int32_t* x, const int32_t* y, int64_t B, int64_t T, double loss_scale,

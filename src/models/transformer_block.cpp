@@ -37,7 +37,11 @@ ValueId transformer_block(Graph& g, ValueId x, ValueId lengths, const std::strin
                 : lp.run(qkv, OpKind::masked_attention, OpKind::masked_attention_backward,
                          [&](ValueId v) { return ops::masked_attention(g, v, lengths, n_head); });  // (B, T, C)
   att = ops::linear(g, att, weight("attn.c_proj.weight", {C, C}), weight("attn.c_proj.bias", {C}));
-  if (drop) att = ops::dropout(g, att, drop.key, drop.p, drop.site);  // in the branch's dtype
+  // Dropout in the branch's dtype (in f32 between casts where the backend has no kernel in it: f16).
+  auto dropout = [&](ValueId v, uint32_t site) {
+    return lp.run(v, OpKind::dropout, OpKind::dropout, [&](ValueId u) { return ops::dropout(g, u, drop.key, drop.p, site); });
+  };
+  if (drop) att = dropout(att, drop.site);
   x = ops::add(g, x, att);  // the f32 residual plus the compute-dtype branch, no cast
   // --- MLP: x + proj(gelu(fc(ln_2(x))))
   auto ln2 = ops::layernorm(g, x, param("ln_2.weight", {C}), param("ln_2.bias", {C}), 1e-5f, lp.dt);
@@ -45,7 +49,7 @@ ValueId transformer_block(Graph& g, ValueId x, ValueId lengths, const std::strin
       ops::linear(g, ln2.y, weight("mlp.c_fc.weight", {4 * C, C}), weight("mlp.c_fc.bias", {4 * C}));
   h = lp.run(h, OpKind::gelu, OpKind::gelu_backward, [&](ValueId v) { return ops::gelu(g, v); });  // (B, T, 4C)
   h = ops::linear(g, h, weight("mlp.c_proj.weight", {C, 4 * C}), weight("mlp.c_proj.bias", {C}));
-  if (drop) h = ops::dropout(g, h, drop.key, drop.p, drop.site + 1);
+  if (drop) h = dropout(h, drop.site + 1);
   return ops::add(g, x, h);
 }
 

@@ -52,7 +52,7 @@ core::OpDef dropout_def() {
     for (DType t : {DType::f32, DType::bf16}) {
       const InputSpec key = ids_spec({2}, int64_t(1) << 30);
       cases.push_back({"p 0.1", {spec({7, 13}, t), key}, DropoutParams{0.1f, 0}});
-      cases.push_back({"p 0.5 rank 3", {spec({2, 5, 33}, t), key}, DropoutParams{0.5f, 3}});
+      cases.push_back({"p 0.5 site 3", {spec({2, 5, 33}, t), key}, DropoutParams{0.5f, 3}});
       cases.push_back({"p 0", {spec({64}, t), key}, DropoutParams{0.f, 1}});
       cases.push_back({"p 0.9 threaded", {spec({70001}, t), key}, DropoutParams{0.9f, 7}});
     }

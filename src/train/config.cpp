@@ -179,7 +179,11 @@ TrainConfig config_from_table(const toml::table& file) {
   r.get("model", "attention", c.model.attention);  // checked (flash | plain) by validate() below
   r.get("model", "fused_classifier", c.model.fused_classifier);
   r.get("model", "fuse_bias_gelu", c.model.fuse_bias_gelu);
-  r.get("model", "dropout", c.model.dropout);  // checked ([0, 1)) by validate() below
+  double dropout = c.model.dropout;  // read as a double: 0.99999999 would round to 1 in a float
+  r.get("model", "dropout", dropout);
+  if (!(dropout >= 0.0 && dropout < 1.0) || float(dropout) >= 1.f)
+    throw ConfigError("config: model.dropout must be in [0, 1), got " + toml_number(dropout));
+  c.model.dropout = float(dropout);
   // auto | on | off (checked by validate()); true / false, its values when it
   // was a switch, still mean on / off.
   if (const toml::node* n = root.at_path("model.fuse_residual_layernorm").node(); n && n->is_boolean())
@@ -334,6 +338,10 @@ TrainConfig config_from_table(const toml::table& file) {
   // The mask is applied by host code to host weights (models::PruneMask).
   if (c.keep_mask && c.device != "cpu")
     throw ConfigError("config: train.keep_mask = true is supported with train.device = \"cpu\" only");
+  // The dropout op has CPU kernels only (models::Gpt refuses it on a device too).
+  if (c.model.dropout > 0.f && c.device != "cpu")
+    throw ConfigError("config: model.dropout > 0 is supported with train.device = \"cpu\" only (the CUDA backend "
+                      "has no dropout kernel yet); set model.dropout = 0 to train on the GPU");
   if (!(c.dist.bucket_mb > 0) || !std::isfinite(c.dist.bucket_mb))
     throw ConfigError("config: dist.bucket_mb must be a positive number of MiB");
   if (c.dist.zero != 0 && c.dist.zero != 1)

@@ -258,9 +258,9 @@ void restore_paths() {
 }
 
 // Ops with no CUDA kernels yet, by design: the inference engine's
-// (src/infer/ runs on the CPU only so far, docs/inference.md) and the
+// (src/infer/ runs on the CPU only so far, docs/inference.md), the
 // encoder's over right-padded batches (masked_attention.cpp and its
-// siblings). Their cases run on the CPU; CudaOps.Coverage holds every other
+// siblings) and dropout (model.dropout is refused on a GPU). Their cases run on the CPU; CudaOps.Coverage holds every other
 // op to having CUDA kernels, and the summary names these as not run there.
 const std::set<core::OpKind>& cpu_only_ops() {
   static const std::set<core::OpKind> ops = {

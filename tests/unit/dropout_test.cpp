@@ -21,6 +21,7 @@
 #include "brisk/cpu/cpu_backend.h"
 #include "brisk/models/gpt.h"
 #include "brisk/ops/ops.h"
+#include "brisk/train/config.h"
 #include "test_util.h"
 
 using namespace brisk;
@@ -171,6 +172,44 @@ TEST(Dropout, RecomputationRemakesTheSameMasks) {
       EXPECT_LE(testing_util::normalized_error(e.grad, m[i]->params().entries().at(name).grad), 1e-6);
     }
   }
+}
+
+// fp16 compute: the CPU has no f16 dropout kernel, so the branches' dropouts
+// run in f32 between casts (Lowp::run), as other ops without one do.
+TEST(Dropout, Fp16TrainsWithTheBranchDropoutsInF32) {
+  const int64_t B = 2, T = 32;
+  const Batch b(B, T);
+  models::GptConfig c = small_gpt(0.2f);
+  c.compute = DType::f16;
+  models::Gpt m(c, backend());
+  m.init_weights(5);
+  const double loss = m.train_micro_step(b.x.data(), b.y.data(), B, T, 1.0, models::Gpt::dropout_key(1, 0, 0, 0));
+  EXPECT_TRUE(std::isfinite(loss));
+  EXPECT_EQ(count_dropouts(m.train_graph(B, T)), 2 * (1 + 2 * 2));
+  models::GptConfig plain = c;
+  plain.dropout = 0.f;
+  models::Gpt p(plain, backend());
+  p.init_weights(5);
+  EXPECT_NE(loss, p.train_micro_step(b.x.data(), b.y.data(), B, T));
+}
+
+// A config asking for dropout on a GPU is refused when it is read (before
+// any run directory is written), and one whose value rounds to 1 in a
+// float too.
+TEST(Dropout, TheConfigRefusesItOnAGpuAndOutOfRange) {
+  EXPECT_EQ(train::load_train_config("", {"model.dropout=0.1"}).model.dropout, 0.1f);
+  auto refused = [](std::vector<std::string> sets, const std::string& want) {
+    try {
+      train::load_train_config("", sets);
+      ADD_FAILURE() << "accepted " << sets.front();
+    } catch (const core::ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  };
+  refused({"model.dropout=0.1", "train.device=\"cuda\""}, "model.dropout > 0 is supported with train.device = \"cpu\" only");
+  refused({"model.dropout=0.99999999"}, "model.dropout must be in [0, 1), got 0.99999999");
+  refused({"model.dropout=1"}, "model.dropout must be in [0, 1)");
+  refused({"model.dropout=-0.5"}, "model.dropout must be in [0, 1)");
 }
 
 TEST(Dropout, AProbabilityOutsideZeroToOneIsRefused) {

@@ -192,7 +192,9 @@ class Gpt {
   // Forward + backward on one micro-batch: gradients are *added* to the
   // parameter grads, scaled by loss_scale. Returns the (unscaled) mean loss.
   // x and y hold batch*seq token ids; an id outside the vocab throws.
-  // With model.dropout, `dropout_key` picks the masks (dropout_key()).
+  // With model.dropout, `dropout_key` picks the masks (dropout_key()): a
+  // caller training with dropout passes each micro-step its own (the same
+  // key twice drops the same elements); without dropout it is unused.
   double train_micro_step(const int32_t* x, const int32_t* y, int64_t batch, int64_t seq, double loss_scale = 1.0,
                           uint64_t dropout_key = 0);
   // The dropout key of one micro-step of a run: a hash of the run's seed,

@@ -4,8 +4,9 @@
 // mask from the same key, and any thread can make any element's bit.
 //
 // The reference kernel, the CPU kernels and the PyTorch check
-// (tests/models/gpt_torch_check.py) compute exactly this; docs/architecture.md ("Dropout")
-// writes it out.
+// (tests/models/gpt_torch_check.py) make exactly these bits, so the same
+// elements are dropped (the kept values' rounding may differ by an ulp);
+// docs/architecture.md ("Dropout") writes it out.
 #pragma once
 
 #include <cstdint>
