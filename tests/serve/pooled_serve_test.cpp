@@ -6,12 +6,8 @@
 // alone, that concurrent requests share forwards, the OpenAI/vLLM shapes,
 // base64 embeddings, and the errors (400s naming the field, 404 for the
 // routes the model does not serve, 429 when full, 503 when stopped).
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <cmath>
@@ -32,6 +28,7 @@
 #include "brisk/serve/pooled.h"
 #include "brisk/serve/server.h"
 #include "brisk/serve/pooled_api.h"
+#include "raw_connection.h"
 
 namespace brisk {
 namespace {
@@ -384,12 +381,8 @@ TEST(PooledServe, AClientThatHangsUpLeavesTheQueue) {
   Hold hold(p);
   first = send(p, "/classify", json{{"input", "z"}});
   ASSERT_TRUE(first_forward_started(p));
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = htons(uint16_t(p.port));
-  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  const int fd = testing::connect_loopback(p.port);
+  ASSERT_GE(fd, 0);
   const std::string body = json{{"input", {"a", "b", "c"}}}.dump();
   const std::string request = "POST /classify HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                               "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;

@@ -20,6 +20,7 @@
 #include "brisk/data/tokenizer.h"
 #include "brisk/infer/engine.h"
 #include "brisk/serve/server.h"
+#include "raw_connection.h"
 #include "../common/tiny_gpt.h"
 
 namespace brisk {
@@ -290,24 +291,35 @@ TEST(ServeCors, PreflightsAreAnsweredWithoutTheKeyAndAnswersAllowTheOrigin) {
   EXPECT_EQ(wrong->get_header_value("Allow"), "POST, OPTIONS");
 }
 
+// A greedy stream of 400 tokens of the slow model on its own thread: what
+// it received, and its status (0: no answer).
+struct LongStream {
+  std::atomic<bool> first_chunk{false};
+  std::string streamed;
+  int status = 0;
+  std::thread thread;
+  explicit LongStream(const Served& s) {
+    thread = std::thread([this, &s] {
+      auto c = s.client();
+      const json body = {{"prompt", "And"}, {"max_tokens", 400}, {"temperature", 0}, {"stream", true}};
+      httplib::Request req = stream_request(body, [this](const char* data, size_t n, uint64_t, uint64_t) {
+        streamed.append(data, n);
+        first_chunk = true;
+        return true;
+      });
+      if (auto r = c.send(req)) status = r->status;
+    });
+    while (!first_chunk) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ~LongStream() {
+    if (thread.joinable()) thread.join();
+  }
+};
+
 TEST(ServeDrain, RunningStreamsFinishNewRequestsGet503) {
   Served s("", /*slow=*/true);
   // A stream that is running when draining starts: it must end normally.
-  std::atomic<bool> first_chunk{false};
-  std::string streamed;
-  std::thread reader([&] {
-    auto c = s.client();
-    const json body = {{"prompt", "And"}, {"max_tokens", 400}, {"temperature", 0}, {"stream", true}};
-    httplib::Request req = stream_request(body, [&](const char* data, size_t n, uint64_t, uint64_t) {
-      streamed.append(data, n);
-      first_chunk = true;
-      return true;
-    });
-    auto r = c.send(req);
-    ASSERT_TRUE(r);
-    EXPECT_EQ(r->status, 200);
-  });
-  while (!first_chunk) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  LongStream stream(s);
   s.server->start_draining();
   EXPECT_EQ(s.server->open_requests(), 1);  // 400 tokens of the slow model: still running
 
@@ -318,9 +330,10 @@ TEST(ServeDrain, RunningStreamsFinishNewRequestsGet503) {
   EXPECT_EQ(r->status, 503);
   EXPECT_EQ(json::parse(r->body)["error"]["type"], "server_error");
 
-  reader.join();
-  EXPECT_NE(streamed.find("data: [DONE]"), std::string::npos);
-  EXPECT_NE(streamed.find("\"finish_reason\":\"length\""), std::string::npos);
+  stream.thread.join();
+  EXPECT_EQ(stream.status, 200);
+  EXPECT_NE(stream.streamed.find("data: [DONE]"), std::string::npos);
+  EXPECT_NE(stream.streamed.find("\"finish_reason\":\"length\""), std::string::npos);
   // The stream counts as open until httplib releases it, just after its last write.
   for (int i = 0; i < 1000 && s.server->open_requests() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(2));
   EXPECT_EQ(s.server->open_requests(), 0);
@@ -332,20 +345,9 @@ TEST(ServeDrain, RunningStreamsFinishNewRequestsGet503) {
 // the server has stopped, hence the wait), a non-streamed request its 503.
 TEST(ServeDrain, AtTheDrainTimeoutRunningRequestsStillGetTheirErrors) {
   Served s("", /*slow=*/true);
-  std::atomic<bool> first_chunk{false};
-  std::string streamed;
-  int stream_status = 0, plain_status = 0;
+  LongStream stream(s);
+  int plain_status = 0;
   std::string plain_body;
-  std::thread stream([&] {
-    auto c = s.client();
-    const json body = {{"prompt", "And"}, {"max_tokens", 400}, {"temperature", 0}, {"stream", true}};
-    httplib::Request req = stream_request(body, [&](const char* data, size_t n, uint64_t, uint64_t) {
-      streamed.append(data, n);
-      first_chunk = true;
-      return true;
-    });
-    if (auto r = c.send(req)) stream_status = r->status;
-  });
   std::thread plain([&] {
     auto c = s.client();
     if (auto r = c.Post("/v1/completions", json{{"prompt", "And"}, {"max_tokens", 400}}.dump(), kJson)) {
@@ -353,16 +355,16 @@ TEST(ServeDrain, AtTheDrainTimeoutRunningRequestsStillGetTheirErrors) {
       plain_body = r->body;
     }
   });
-  while (!first_chunk) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   for (int i = 0; i < 2000 && s.server->open_requests() < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   ASSERT_EQ(s.server->open_requests(), 2);
   s.server->start_draining();
   s.scheduler->stop();
   EXPECT_TRUE(s.server->wait_for_open_requests(5.0));
   s.server->stop();
-  stream.join();
+  stream.thread.join();
   plain.join();
-  EXPECT_EQ(stream_status, 200);
+  const std::string& streamed = stream.streamed;
+  EXPECT_EQ(stream.status, 200);
   EXPECT_NE(streamed.find("\"error\""), std::string::npos) << streamed.substr(streamed.size() > 300 ? streamed.size() - 300 : 0);
   EXPECT_NE(streamed.find("data: [DONE]"), std::string::npos);
   EXPECT_EQ(plain_status, 503) << plain_body;
@@ -625,12 +627,8 @@ TEST(ServeDisconnect, AClientThatResetsBeforeItsRequestIsAdmittedIsCancelled) {
                               "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
   constexpr int kClients = 5;
   for (int i = 0; i < kClients; ++i) {
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(uint16_t(s.port));
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    const int fd = testing::connect_loopback(s.port);
+    ASSERT_GE(fd, 0);
     ASSERT_EQ(write(fd, request.data(), request.size()), ssize_t(request.size()));
     const linger abort_on_close{1, 0};
     setsockopt(fd, SOL_SOCKET, SO_LINGER, &abort_on_close, sizeof abort_on_close);
@@ -684,14 +682,8 @@ TEST(ServeConnections, IdleKeptAliveConnectionsDoNotLockOutNewClients) {
   std::vector<int> held;
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < 20; ++i) {
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(uint16_t(s.port));
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    const timeval wait{3, 0};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof wait);
-    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    const int fd = testing::connect_loopback(s.port, 3);
+    ASSERT_GE(fd, 0);
     ASSERT_EQ(write(fd, request.data(), request.size()), ssize_t(request.size()));
     char buf[512];
     ASSERT_GT(read(fd, buf, sizeof buf), 0) << "connection " << i << " was not answered within 3 s";
@@ -714,14 +706,8 @@ TEST(ServeConnections, IdleKeptAliveConnectionsDoNotLockOutNewClients) {
 TEST(ServeConnections, StopClosesIdleKeptAliveConnectionsAtOnce) {
   Served s;
   const std::string request = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n";
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(uint16_t(s.port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  const timeval wait{10, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof wait);
-  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  const int fd = testing::connect_loopback(s.port, 10);
+  ASSERT_GE(fd, 0);
   ASSERT_EQ(write(fd, request.data(), request.size()), ssize_t(request.size()));
   // The whole answer (headers, then Content-Length bytes), so that the
   // server has gone back to waiting for the next request.

@@ -25,6 +25,7 @@
 #include "brisk/serve/chat.h"
 #include "brisk/serve/server.h"
 #include "../common/tiny_gpt.h"
+#include "raw_connection.h"
 #include "serve/fields.h"
 
 namespace brisk {
@@ -593,21 +594,14 @@ TEST_F(ServeTest, Errors) {
 // would not send), and the response's first line, or "" if none came
 // within two seconds.
 std::string raw_status_line(int port, const std::string& request) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(uint16_t(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  const timeval two_seconds{2, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &two_seconds, sizeof two_seconds);
+  const int fd = testing::connect_loopback(port, 2);
   std::string got;
-  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
-      write(fd, request.data(), request.size()) == ssize_t(request.size())) {
+  if (fd >= 0 && write(fd, request.data(), request.size()) == ssize_t(request.size())) {
     char buf[512];
     for (ssize_t n; got.find("\r\n") == std::string::npos && (n = read(fd, buf, sizeof buf)) > 0;)
       got.append(buf, size_t(n));
   }
-  close(fd);
+  if (fd >= 0) close(fd);
   return got.substr(0, got.find("\r\n"));
 }
 
