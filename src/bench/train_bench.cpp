@@ -37,6 +37,7 @@
 #include "brisk/cpu/cpu_features.h"
 #include "brisk/data/shards.h"
 #include "brisk/models/gpt.h"
+#include "brisk/models/transformer_block.h"
 #include "brisk/monitor/machine.h"
 #include "brisk/monitor/peak.h"
 #include "brisk/optim/optimizer.h"
@@ -273,7 +274,7 @@ int run_train_worker(const TrainBenchOptions& options) {
     data_hash = data_hash * 1000003u + h;
     const double t0 = monitor::now_seconds();
     model.params().zero_grads();
-    const double loss = model.train_micro_step(x.data(), y.data(), B, T, 1.0, models::Gpt::dropout_key(o.seed, s, 0, 0));
+    const double loss = model.train_micro_step(x.data(), y.data(), B, T, 1.0, models::dropout_key(o.seed, s, 0, 0));
     adamw.step(ac.lr);
     const double ms = (monitor::now_seconds() - t0) * 1e3;
     losses.push_back(loss);

@@ -47,6 +47,8 @@ EncoderConfig EncoderConfig::preset(const std::string& name) {
 
 void EncoderConfig::validate() const {
   validate_encoder_body(vocab_size, n_layer, n_embd, n_head, max_len, attention, compute, recompute);
+  if (!(dropout >= 0.f && dropout < 1.f))
+    throw ConfigError("model.dropout must be in [0, 1), got " + std::to_string(dropout));
   if (n_classes < 2 || n_classes > (int64_t(1) << 20))
     throw ConfigError("model.n_classes must be in [2, " + std::to_string(int64_t(1) << 20) + "], got " +
                       std::to_string(n_classes));
@@ -102,16 +104,25 @@ std::unique_ptr<EncoderProgram> Encoder::build(bool train, int64_t B, int64_t T)
   p->lengths = g.input("lengths", {B}, DType::i32);
   p->pos = g.input("pos", {T}, DType::i32);
 
+  // --- dropout (train programs with model.dropout): the GPT's sites
+  BlockDropout drop;
+  if (train && config_.dropout > 0.f) {
+    p->dropout_key = g.input("dropout_key", {2}, DType::i32);
+    drop = {config_.dropout, p->dropout_key, 0};
+  }
+
   // --- token + position embeddings                                  (B, T, C)
   ValueId x = ops::add(g, ops::embedding(g, p->ids, g.param("wte.weight", {config_.vocab_size, C})),
                        ops::embedding(g, p->pos, g.param("wpe.weight", {config_.max_len, C})));
+  if (drop) x = ops::dropout(g, x, drop.key, drop.p, 0);
 
   // --- the blocks, in the compute dtype (f32: the helpers are the identity)
   const Lowp lp{g, &backend_, config_.compute};
   g.set_name(x, "resid.0");  // the block boundaries: recompute = full cuts its segments there
   for (int64_t l = 0; l < config_.n_layer; ++l) {
+    drop.site = uint32_t(1 + 2 * l);
     x = transformer_block(g, x, p->lengths, "h." + std::to_string(l) + ".", C, int(config_.n_head),
-                          config_.attention == "flash", BlockAttention::padding_masked, lp);
+                          config_.attention == "flash", BlockAttention::padding_masked, lp, drop);
     g.set_name(x, "resid." + std::to_string(l + 1));
   }
 
@@ -130,7 +141,8 @@ std::unique_ptr<EncoderProgram> Encoder::build(bool train, int64_t B, int64_t T)
     core::backward(g, p->loss, {.seed = p->loss_scale});
     if (config_.recompute != "none") {  // train.recompute (block_recompute.h)
       core::RecomputeResult r = recompute_blocks(g, config_.recompute, {"resid."}, config_.n_layer);
-      remap_values(r, {&p->ids, &p->lengths, &p->pos, &p->labels, &p->logits, &p->loss, &p->loss_scale});
+      remap_values(r, {&p->ids, &p->lengths, &p->pos, &p->labels, &p->logits, &p->loss, &p->loss_scale,
+                       &p->dropout_key});
       p->graph = std::move(r.graph);
     }
   }
@@ -190,9 +202,10 @@ EncoderProgram& Encoder::ready(bool train, int64_t B, int64_t T) {
 }
 
 double Encoder::train_micro_step(const int32_t* ids, const int32_t* lengths, const int32_t* labels, int64_t B,
-                                 int64_t T, double loss_scale) {
+                                 int64_t T, double loss_scale, uint64_t dropout_key) {
   EncoderProgram& p = ready(true, B, T);
   feed(p, ids, lengths, labels);
+  write_dropout_key(*p.executor, p.dropout_key, dropout_key);
   const float seed = float(loss_scale);
   if (seed != p.last_loss_scale) {
     p.executor->write(p.loss_scale, &seed, 4);

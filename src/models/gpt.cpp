@@ -383,23 +383,11 @@ void Gpt::feed(GptProgram& p, const int32_t* x, const int32_t* y) {
   if (y && p.targets != core::kNoValue) p.executor->write_async(p.targets, y, n * 4);
 }
 
-uint64_t Gpt::dropout_key(uint64_t seed, int64_t step, int64_t micro, int rank) {
-  auto mix = [](uint64_t z) {  // splitmix64's finalizer
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  };
-  return mix(mix(mix(seed ^ 0x64726f706f7574ull) ^ uint64_t(step)) ^ (uint64_t(micro) << 32 | uint64_t(uint32_t(rank))));
-}
-
 double Gpt::train_micro_step(const int32_t* x, const int32_t* y, int64_t B, int64_t T, double loss_scale,
                              uint64_t dropout_key) {
   GptProgram& p = get(Mode::train, B, T);
   feed(p, x, y);
-  if (p.dropout_key != core::kNoValue) {
-    const int32_t key[2] = {int32_t(uint32_t(dropout_key)), int32_t(uint32_t(dropout_key >> 32))};
-    p.executor->write(p.dropout_key, key, sizeof key);
-  }
+  write_dropout_key(*p.executor, p.dropout_key, dropout_key);
   const float seed = float(loss_scale);
   if (seed != p.last_loss_scale) {  // a synchronous copy, only when it changes
     p.executor->write(p.loss_scale, &seed, 4);

@@ -13,6 +13,21 @@ using core::Graph;
 using core::Shape;
 using core::ValueId;
 
+uint64_t dropout_key(uint64_t seed, int64_t step, int64_t micro, int rank) {
+  auto mix = [](uint64_t z) {  // splitmix64's finalizer
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  };
+  return mix(mix(mix(seed ^ 0x64726f706f7574ull) ^ uint64_t(step)) ^ (uint64_t(micro) << 32 | uint64_t(uint32_t(rank))));
+}
+
+void write_dropout_key(core::Executor& executor, ValueId input, uint64_t key) {
+  if (input == core::kNoValue) return;
+  const int32_t words[2] = {int32_t(uint32_t(key)), int32_t(uint32_t(key >> 32))};
+  executor.write(input, words, sizeof words);
+}
+
 // x: (B, T, C)
 ValueId transformer_block(Graph& g, ValueId x, ValueId lengths, const std::string& p, int64_t C, int n_head,
                           bool flash, BlockAttention attention, const Lowp& lp, const BlockDropout& drop) {

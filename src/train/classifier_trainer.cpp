@@ -382,7 +382,8 @@ ClassifyResult train_classifier(const ClassifyConfig& cfg, const ClassifyOptions
       const int64_t T = round_width(b.cols, cfg.model.max_len);
       const int64_t real = detail::pad_batch(b, T, ids);
       model.params().zero_grads();
-      const double loss = model.train_micro_step(ids.data(), b.lengths, b.labels, b.rows, T);
+      const double loss = model.train_micro_step(ids.data(), b.lengths, b.labels, b.rows, T, 1.0,
+                                                 models::dropout_key(cfg.seed, step, 0, 0));
       const float lr = schedule.at(step);
       const optim::StepStats st = adamw.step(lr);
       const double dt = monitor::now_seconds() - t0;

@@ -179,11 +179,7 @@ TrainConfig config_from_table(const toml::table& file) {
   r.get("model", "attention", c.model.attention);  // checked (flash | plain) by validate() below
   r.get("model", "fused_classifier", c.model.fused_classifier);
   r.get("model", "fuse_bias_gelu", c.model.fuse_bias_gelu);
-  double dropout = c.model.dropout;  // read as a double: 0.99999999 would round to 1 in a float
-  r.get("model", "dropout", dropout);
-  if (!(dropout >= 0.0 && dropout < 1.0) || float(dropout) >= 1.f)
-    throw ConfigError("config: model.dropout must be in [0, 1), got " + toml_number(dropout));
-  c.model.dropout = float(dropout);
+  c.model.dropout = detail::read_dropout(r, c.model.dropout);
   // auto | on | off (checked by validate()); true / false, its values when it
   // was a switch, still mean on / off.
   if (const toml::node* n = root.at_path("model.fuse_residual_layernorm").node(); n && n->is_boolean())
@@ -392,6 +388,14 @@ std::string toml_string(const std::string& v) {
     }
   }
   return out + "\"";
+}
+
+float detail::read_dropout(const Reader& r, float value) {
+  double p = value;
+  r.get("model", "dropout", p);
+  if (!(p >= 0.0 && p < 1.0) || float(p) >= 1.f)
+    throw ConfigError("config: model.dropout must be in [0, 1), got " + toml_number(p));
+  return float(p);
 }
 
 std::string to_toml(const TrainConfig& c) {

@@ -34,6 +34,7 @@
 #include "brisk/dist/data_parallel.h"
 #include "brisk/dist/launch.h"
 #include "brisk/models/prune.h"
+#include "brisk/models/transformer_block.h"
 #include "brisk/monitor/machine.h"
 #include "brisk/optim/loss_scaler.h"
 #include "brisk/train/checkpoint.h"
@@ -573,7 +574,7 @@ void Trainer::Impl::step() {
     const double m0 = now();
     loss += model.train_micro_step(b.inputs, b.targets, batch_local, cfg.seq,
                                    double(loss_scale) / (double(cfg.grad_accum) * world),
-                                   models::Gpt::dropout_key(cfg.seed, state.step, micro, dp ? dp->rank() : 0));
+                                   models::dropout_key(cfg.seed, state.step, micro, dp ? dp->rank() : 0));
     if (tr) {
       tr->span("data_wait", "data", w0, m0, micro);
       tr->span("forward_backward", "micro_step", m0, now(), micro);

@@ -363,6 +363,32 @@ TEST(TrainClassifier, ResumedFromAnyCheckpointItEndsWithTheStraightRunsWeights) 
   fs::remove_all(dir);
 }
 
+// The same with model.dropout: each step's masks come from (train.seed,
+// step), so the resumed steps drop what the straight run's did, and the run
+// is not the one without dropout.
+TEST(TrainClassifier, ResumedWithDropoutItEndsWithTheStraightRunsWeights) {
+  const fs::path dir = fs::temp_directory_path() / ("brisk_encoder_resume_drop_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  synthetic_store(dir);
+  train::ClassifyConfig cfg = synthetic_config(dir);
+  cfg.model.dropout = 0.1f;
+  double first_loss = 0;
+  brisk::testing::expect_resumes_end_as_the_straight_run<train::ClassifyConfig, train::ClassifyResult>(
+      dir, cfg,
+      [](const train::ClassifyConfig& c, bool resume) {
+        return train::train_classifier(c, {.quiet = true, .resume = resume});
+      },
+      [&](const train::ClassifyResult& r, const train::ClassifyResult& straight) {
+        EXPECT_DOUBLE_EQ(r.test.f1, straight.test.f1);
+        EXPECT_DOUBLE_EQ(r.val.loss, straight.val.loss);
+        first_loss = straight.first_loss;
+      });
+  train::ClassifyConfig plain = synthetic_config(dir);
+  plain.out_dir = (dir / "plain").string();
+  EXPECT_NE(train::train_classifier(plain, {.quiet = true}).first_loss, first_loss) << "dropout changed nothing";
+  fs::remove_all(dir);
+}
+
 // A resume that would not continue the stopped run is refused, naming the
 // key and both values; a checkpoint from before resume existed says so; a
 // run resumed at its last step only evaluates; none to resume starts fresh.

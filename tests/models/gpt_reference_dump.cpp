@@ -20,7 +20,7 @@
 //                        loss (before that step's update), grad norm and lr.
 // With a dropout probability as the third argument the model trains with
 // model.dropout = P: the first gradients and step k use the dropout key of
-// step k (Gpt::dropout_key), which results.json lists as two 32-bit words
+// step k (models::dropout_key), which results.json lists as two 32-bit words
 // per step, so the check can make the same masks.
 // Every value comes from the public API the trainer uses (Gpt, AdamW,
 // save_checkpoint), so nothing here re-implements what it is meant to check.
@@ -37,6 +37,7 @@
 #include "brisk/core/safetensors.h"
 #include "brisk/cpu/cpu_backend.h"
 #include "brisk/models/gpt.h"
+#include "brisk/models/transformer_block.h"
 #include "brisk/optim/optimizer.h"
 #include "brisk/train/checkpoint.h"
 
@@ -80,7 +81,7 @@ std::unique_ptr<core::Backend> make_backend(const std::string& device) {
 int run(const std::string& out_dir, const std::string& device, float dropout) {
   models::GptConfig cfg{97, 2, 48, 4, 32};
   cfg.dropout = dropout;
-  auto key = [](int64_t step) { return models::Gpt::dropout_key(kSeed, step, 0, 0); };
+  auto key = [](int64_t step) { return models::dropout_key(kSeed, step, 0, 0); };
   std::unique_ptr<core::Backend> backend_owner = make_backend(device);
   core::Backend& backend = *backend_owner;
   models::Gpt model(cfg, backend);

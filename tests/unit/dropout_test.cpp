@@ -19,7 +19,9 @@
 #include "brisk/core/executor.h"
 #include "brisk/core/graph.h"
 #include "brisk/cpu/cpu_backend.h"
+#include "brisk/models/encoder.h"
 #include "brisk/models/gpt.h"
+#include "brisk/models/transformer_block.h"
 #include "brisk/ops/ops.h"
 #include "brisk/train/config.h"
 #include "test_util.h"
@@ -138,11 +140,11 @@ TEST(Dropout, TheGptDropsOnlyInTrainProgramsAtEachSite) {
   const float* lf = off.logits(b.x.data(), B, T);
   EXPECT_TRUE(std::equal(logits_on.begin(), logits_on.end(), lf));
 
-  const uint64_t k1 = models::Gpt::dropout_key(1337, 5, 0, 0);
-  EXPECT_NE(k1, models::Gpt::dropout_key(1337, 6, 0, 0));
-  EXPECT_NE(k1, models::Gpt::dropout_key(1337, 5, 1, 0));
-  EXPECT_NE(k1, models::Gpt::dropout_key(1337, 5, 0, 1));
-  EXPECT_NE(k1, models::Gpt::dropout_key(1338, 5, 0, 0));
+  const uint64_t k1 = models::dropout_key(1337, 5, 0, 0);
+  EXPECT_NE(k1, models::dropout_key(1337, 6, 0, 0));
+  EXPECT_NE(k1, models::dropout_key(1337, 5, 1, 0));
+  EXPECT_NE(k1, models::dropout_key(1337, 5, 0, 1));
+  EXPECT_NE(k1, models::dropout_key(1338, 5, 0, 0));
   const double a = on.train_micro_step(b.x.data(), b.y.data(), B, T, 1.0, k1);
   const double again = on.train_micro_step(b.x.data(), b.y.data(), B, T, 1.0, k1);
   const double other = on.train_micro_step(b.x.data(), b.y.data(), B, T, 1.0, k1 + 1);
@@ -157,7 +159,7 @@ TEST(Dropout, TheGptDropsOnlyInTrainProgramsAtEachSite) {
 TEST(Dropout, RecomputationRemakesTheSameMasks) {
   const int64_t B = 2, T = 32;
   const Batch b(B, T);
-  const uint64_t key = models::Gpt::dropout_key(9, 1, 0, 0);
+  const uint64_t key = models::dropout_key(9, 1, 0, 0);
   std::vector<std::unique_ptr<models::Gpt>> m;
   std::vector<double> loss;
   for (const char* level : {"none", "selective", "full"}) {
@@ -183,7 +185,7 @@ TEST(Dropout, Fp16TrainsWithTheBranchDropoutsInF32) {
   c.compute = DType::f16;
   models::Gpt m(c, backend());
   m.init_weights(5);
-  const double loss = m.train_micro_step(b.x.data(), b.y.data(), B, T, 1.0, models::Gpt::dropout_key(1, 0, 0, 0));
+  const double loss = m.train_micro_step(b.x.data(), b.y.data(), B, T, 1.0, models::dropout_key(1, 0, 0, 0));
   EXPECT_TRUE(std::isfinite(loss));
   EXPECT_EQ(count_dropouts(m.train_graph(B, T)), 2 * (1 + 2 * 2));
   models::GptConfig plain = c;
@@ -210,6 +212,44 @@ TEST(Dropout, TheConfigRefusesItOnAGpuAndOutOfRange) {
   refused({"model.dropout=0.99999999"}, "model.dropout must be in [0, 1), got 0.99999999");
   refused({"model.dropout=1"}, "model.dropout must be in [0, 1)");
   refused({"model.dropout=-0.5"}, "model.dropout must be in [0, 1)");
+}
+
+// The encoder classifier takes the same dropout: train programs only, the
+// same sites, the key picks the masks, recomputation remakes them.
+TEST(Dropout, TheEncoderDropsOnlyInTrainProgramsAndRecomputesTheSameMasks) {
+  const int64_t B = 3, T = 32;
+  std::vector<int32_t> ids(size_t(B * T)), lengths = {32, 17, 5}, labels = {0, 1, 1};
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((i * 11 + 1) % 50);
+  auto config = [](float p, const char* recompute) {
+    models::EncoderConfig c;
+    c.vocab_size = 50, c.n_layer = 2, c.n_embd = 32, c.n_head = 2, c.max_len = 64, c.n_classes = 2;
+    c.dropout = p;
+    c.recompute = recompute;
+    return c;
+  };
+  models::Encoder on(config(0.2f, "none"), backend()), off(config(0.f, "none"), backend());
+  models::Encoder full(config(0.2f, "full"), backend());
+  for (models::Encoder* m : {&on, &off, &full}) m->init_weights(4);
+  EXPECT_EQ(count_dropouts(on.program(true, B, T).graph), 2 * (1 + 2 * 2));
+  EXPECT_EQ(count_dropouts(on.program(false, B, T).graph), 0);
+  EXPECT_EQ(count_dropouts(off.program(true, B, T).graph), 0);
+  const uint64_t key = models::dropout_key(3, 7, 0, 0);
+  const double a = on.train_micro_step(ids.data(), lengths.data(), labels.data(), B, T, 1.0, key);
+  on.params().zero_grads();
+  EXPECT_EQ(on.train_micro_step(ids.data(), lengths.data(), labels.data(), B, T, 1.0, key), a);
+  EXPECT_NE(on.train_micro_step(ids.data(), lengths.data(), labels.data(), B, T, 1.0, key + 1), a);
+  EXPECT_NE(off.train_micro_step(ids.data(), lengths.data(), labels.data(), B, T, 1.0, key), a);
+  const float* lo = on.logits(ids.data(), lengths.data(), B, T);
+  const std::vector<float> logits_on(lo, lo + B * 2);
+  EXPECT_TRUE(std::equal(logits_on.begin(), logits_on.end(), off.logits(ids.data(), lengths.data(), B, T)))
+      << "classifying drops nothing";
+  on.params().zero_grads();
+  EXPECT_EQ(on.train_micro_step(ids.data(), lengths.data(), labels.data(), B, T, 1.0, key), a);
+  EXPECT_EQ(full.train_micro_step(ids.data(), lengths.data(), labels.data(), B, T, 1.0, key), a);
+  for (const auto& [name, e] : on.params().entries()) {
+    SCOPED_TRACE(name);
+    EXPECT_LE(testing_util::normalized_error(e.grad, full.params().entries().at(name).grad), 1e-6);
+  }
 }
 
 TEST(Dropout, AProbabilityOutsideZeroToOneIsRefused) {

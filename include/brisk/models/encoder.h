@@ -44,6 +44,10 @@ struct EncoderConfig {
   // "selective" or "full" (block_recompute.h). Same gradients, less memory;
   // not part of the weights.
   std::string recompute = "none";
+  // Train programs only (model.dropout): as the GPT's (GptConfig::dropout),
+  // the embeddings' sum and each block's two residual branches, in [0, 1);
+  // 0 builds none. Not part of the weights.
+  float dropout = 0.f;
 
   // "E1" (the spam encoder of docs/workloads.md); throws ConfigError listing the presets.
   static EncoderConfig preset(const std::string& name);
@@ -53,7 +57,7 @@ struct EncoderConfig {
   // Training FLOPs per real token at sequence length `seq`: 6N (without the
   // embedding tables, which are gathers) + 12 L T C for the attention products.
   double flops_per_token(int64_t seq) const;
-  bool same_shape(const EncoderConfig& o) const;  // every field but `attention`, `compute` and `recompute`
+  bool same_shape(const EncoderConfig& o) const;  // every field but `attention`, `compute`, `recompute` and `dropout`
 };
 
 // One compiled step for one (batch, seq) shape.
@@ -61,6 +65,7 @@ struct EncoderProgram {
   core::Graph graph;
   core::ValueId ids = core::kNoValue, lengths = core::kNoValue, pos = core::kNoValue, labels = core::kNoValue;
   core::ValueId logits = core::kNoValue, loss = core::kNoValue, loss_scale = core::kNoValue;
+  core::ValueId dropout_key = core::kNoValue;  // train programs with dropout: (2) i32, written each micro-step
   float last_loss_scale = -1.f;
   std::unique_ptr<core::Executor> executor;
   int64_t batch = 0, seq = 0;
@@ -82,8 +87,9 @@ class Encoder {
   // [1, seq]; labels: batch class ids. Ids and labels out of range throw.
   // Forward + backward; gradients are *added* to the parameter grads,
   // scaled by loss_scale. Returns the mean loss over the batch.
+  // With model.dropout, `dropout_key` picks the masks (models::dropout_key).
   double train_micro_step(const int32_t* ids, const int32_t* lengths, const int32_t* labels, int64_t batch,
-                          int64_t seq, double loss_scale = 1.0);
+                          int64_t seq, double loss_scale = 1.0, uint64_t dropout_key = 0);
   // Forward only: (batch, n_classes) logits in f32, valid until the next logits() call.
   const float* logits(const int32_t* ids, const int32_t* lengths, int64_t batch, int64_t seq);
 

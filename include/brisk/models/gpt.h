@@ -135,7 +135,7 @@ struct GptConfig {
   // before they are added, as GPT-2's embd_pdrop and resid_pdrop
   // (attention probabilities are not dropped). 0 (the default) builds no
   // dropout at all. Each micro-step's masks come from its key
-  // (Gpt::dropout_key): no mask is stored, and the backward, recomputed
+  // (models::dropout_key): no mask is stored, and the backward, recomputed
   // blocks and a resumed run remake the same ones. Eval and logits
   // programs never drop. CPU only for now. Not part of the weights.
   float dropout = 0.f;
@@ -192,16 +192,11 @@ class Gpt {
   // Forward + backward on one micro-batch: gradients are *added* to the
   // parameter grads, scaled by loss_scale. Returns the (unscaled) mean loss.
   // x and y hold batch*seq token ids; an id outside the vocab throws.
-  // With model.dropout, `dropout_key` picks the masks (dropout_key()): a
-  // caller training with dropout passes each micro-step its own (the same
+  // With model.dropout, `dropout_key` picks the masks (models::dropout_key):
+  // a caller training with dropout passes each micro-step its own (the same
   // key twice drops the same elements); without dropout it is unused.
   double train_micro_step(const int32_t* x, const int32_t* y, int64_t batch, int64_t seq, double loss_scale = 1.0,
                           uint64_t dropout_key = 0);
-  // The dropout key of one micro-step of a run: a hash of the run's seed,
-  // the optimizer step, the micro-step within it and the data-parallel
-  // rank, so every micro-step and every rank drops its own elements and a
-  // resumed run drops the ones the uninterrupted run would have.
-  static uint64_t dropout_key(uint64_t seed, int64_t step, int64_t micro, int rank);
   // Forward only: mean loss. With fused_classifier the head and the loss
   // run in chunks of eval_chunk_rows() rows: the (batch*seq, vocab) logits
   // never exist, and the chunk means are combined here (by kept targets).

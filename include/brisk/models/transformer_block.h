@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <string>
 
+#include "brisk/core/executor.h"
 #include "brisk/core/graph.h"
 #include "brisk/models/lowp.h"
 
@@ -33,6 +34,15 @@ struct BlockDropout {
   uint32_t site = 0;
   explicit operator bool() const { return p > 0.f; }
 };
+
+// The dropout key of one micro-step of a run (the GPT's and the encoder
+// classifier's model.dropout): a hash of the run's seed, the optimizer step,
+// the micro-step within it and the data-parallel rank, so every micro-step
+// and every rank drops its own elements and a resumed run drops the ones
+// the uninterrupted run would have.
+uint64_t dropout_key(uint64_t seed, int64_t step, int64_t micro, int rank);
+// Writes `key` into a train program's (2) i32 key input, if it has one.
+void write_dropout_key(core::Executor& executor, core::ValueId input, uint64_t key);
 
 // x (B, T, C) -> (B, T, C): x + proj(attn(ln_1(x))), then + proj(gelu(fc(ln_2(x)))).
 // Parameters are `prefix` + "ln_1.weight", "attn.c_attn.weight", ... (the GPT's
