@@ -95,8 +95,8 @@ int find_connection_socket(const std::string& local_addr, int local_port, const 
   return found < 0 && reset_seen ? kConnectionReset : found;
 }
 
-void shut_connection_reads(int local_port,
-                           const std::function<bool(const std::string& peer_addr, int peer_port)>& busy) {
+void shut_connections(int local_port, int how,
+                      const std::function<bool(const std::string& peer_addr, int peer_port)>& busy) {
   for_each_open_fd([&](int fd) {
     sockaddr_storage a{};
     socklen_t len = sizeof a;
@@ -108,7 +108,7 @@ void shut_connection_reads(int local_port,
     len = sizeof a;  // connected (not the listener), and idle
     if (getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0 && numeric_name(a, len, host, port) &&
         !busy(host, port))
-      shutdown(fd, SHUT_RD);
+      shutdown(fd, how);
     return true;
   });
 }

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <ctime>
 #include <mutex>
 #include <optional>
@@ -74,6 +75,14 @@ struct Server::Impl {
   // listen() and stop() from different threads, in either order (see stop()).
   std::atomic<bool> stop_requested{false};
   std::atomic<int> listen_state{0};  // 0: listen() not called, 1: in it, 2: returned
+  // stop()'s bound on a busy connection (see stop()): waits for listen() to
+  // return, shuts what is left after kStopGrace.
+  std::mutex stop_mutex;
+  std::condition_variable listen_returned;
+  std::thread reaper;
+  ~Impl() {
+    if (reaper.joinable()) reaper.join();
+  }
 
   void attach(PooledService& s, PooledEncode encode, ModelInfo m) {
     if (ready) throw core::Error("Server::attach: a model is attached already");
@@ -522,7 +531,11 @@ int Server::bind() {
 void Server::listen() {
   impl_->listen_state = 1;
   if (!impl_->stop_requested) impl_->http.listen_after_bind();
-  impl_->listen_state = 2;
+  {
+    std::lock_guard lk(impl_->stop_mutex);
+    impl_->listen_state = 2;
+  }
+  impl_->listen_returned.notify_all();
 }
 
 // httplib's stop() does nothing while the server is not running yet, and a
@@ -539,17 +552,30 @@ void Server::listen() {
 // server took 5 s to exit while any client held an idle connection. So
 // the read side of every idle connection is shut: it reads its end at once
 // and closes. Connections with a request being answered are left to
-// finish it (and close after it: the server no longer runs).
+// finish it (and close after it: the server no longer runs), for up to
+// kStopGrace: a client that uploads or reads a byte at a time would
+// otherwise hold listen() for as long as it likes. What is left then is
+// shut both ways.
 void Server::stop() {
+  constexpr auto kStopGrace = std::chrono::seconds(5);
   impl_->stop_requested = true;
   while (impl_->listen_state == 1 && !impl_->http.is_running())
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   impl_->http.stop();
-  if (impl_->port > 0)
-    shut_connection_reads(impl_->port, [this](const std::string& addr, int port) {
-      std::lock_guard lk(impl_->busy_mutex);
-      return impl_->busy.count({addr, port}) > 0;
-    });
+  std::lock_guard lk(impl_->stop_mutex);
+  // Once listen() has returned the port's connections are gone (and the
+  // port may be another socket's): nothing to shut.
+  if (impl_->port <= 0 || impl_->listen_state != 1 || impl_->reaper.joinable()) return;
+  const int port = impl_->port;
+  shut_connections(port, SHUT_RD, [this](const std::string& addr, int peer_port) {
+    std::lock_guard busy_lk(impl_->busy_mutex);
+    return impl_->busy.count({addr, peer_port}) > 0;
+  });
+  impl_->reaper = std::thread([impl = impl_.get(), port, kStopGrace] {
+    std::unique_lock wait_lk(impl->stop_mutex);
+    if (impl->listen_returned.wait_for(wait_lk, kStopGrace, [&] { return impl->listen_state == 2; })) return;
+    shut_connections(port, SHUT_RDWR, [](const std::string&, int) { return false; });
+  });
 }
 
 void Server::start_draining() {

@@ -393,8 +393,9 @@ std::string toml_string(const std::string& v) {
 float detail::read_dropout(const Reader& r, float value) {
   double p = value;
   r.get("model", "dropout", p);
-  if (!(p >= 0.0 && p < 1.0) || float(p) >= 1.f)
-    throw ConfigError("config: model.dropout must be in [0, 1), got " + toml_number(p));
+  if (!(p >= 0.0 && p < 1.0) || float(p) >= 1.f || (p > 0 && float(p) == 0.f))
+    throw ConfigError("config: model.dropout must be in [0, 1) (and not round to 0 or 1 as a 32-bit float), got " +
+                      toml_number(p));
   return float(p);
 }
 

@@ -110,7 +110,7 @@ class Reader {
 };
 
 // model.dropout (`value` when absent), read as a double and checked to lie
-// in [0, 1) as a float too (0.99999999 rounds to 1 in a float).
+// in [0, 1) as a float too (0.99999999 rounds to 1 in a float, 1e-50 to 0).
 float read_dropout(const Reader& r, float value);
 
 template <class Config, class FromTable>

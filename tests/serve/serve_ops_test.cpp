@@ -309,7 +309,8 @@ struct LongStream {
       });
       if (auto r = c.send(req)) status = r->status;
     });
-    while (!first_chunk) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    for (int i = 0; i < 30000 && !first_chunk; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    EXPECT_TRUE(first_chunk) << "no token streamed within 30 s";
   }
   ~LongStream() {
     if (thread.joinable()) thread.join();
@@ -348,7 +349,7 @@ TEST(ServeDrain, AtTheDrainTimeoutRunningRequestsStillGetTheirErrors) {
   LongStream stream(s);
   int plain_status = 0;
   std::string plain_body;
-  std::thread plain([&] {
+  std::jthread plain([&] {  // joined however the test ends
     auto c = s.client();
     if (auto r = c.Post("/v1/completions", json{{"prompt", "And"}, {"max_tokens", 400}}.dump(), kJson)) {
       plain_status = r->status;
@@ -378,7 +379,7 @@ TEST(ServeDrain, AnAnswerWrittenAfterStopStillGoesOut) {
   Served s("", /*slow=*/true);
   int status = 0;
   std::string body;
-  std::thread plain([&] {
+  std::jthread plain([&] {  // joined however the test ends
     auto c = s.client();
     if (auto r = c.Post("/v1/completions", json{{"prompt", "And"}, {"max_tokens", 400}}.dump(), kJson)) {
       status = r->status;
@@ -387,7 +388,6 @@ TEST(ServeDrain, AnAnswerWrittenAfterStopStillGoesOut) {
   });
   for (int i = 0; i < 5000 && s.server->open_requests() < 1; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   ASSERT_EQ(s.server->open_requests(), 1);
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // admitted and generating
   s.server->stop();
   s.scheduler->stop();
   plain.join();
@@ -734,6 +734,36 @@ TEST(ServeConnections, StopClosesIdleKeptAliveConnectionsAtOnce) {
   EXPECT_EQ(read(fd, buf, sizeof buf), 0) << "the server closed the idle connection";
   close(fd);
   s.thread = std::thread([] {});  // the destructor joins it
+}
+
+// A client that keeps its request going a byte at a time (a slow upload
+// here) does not hold a stopped server for as long as it likes: after
+// stop()'s 5 s grace its connection is shut both ways and listen() returns.
+TEST(ServeConnections, StopEndsASlowClientAfterItsGrace) {
+  Served s;
+  const int fd = testing::connect_loopback(s.port);
+  ASSERT_GE(fd, 0);
+  const std::string head = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                           "Content-Length: 1000\r\n\r\n{\"prompt\": \"";
+  ASSERT_EQ(write(fd, head.data(), head.size()), ssize_t(head.size()));
+  std::atomic<bool> done{false};
+  std::jthread trickle([&] {  // a byte every 200 ms, well inside httplib's 5 s read timeout
+    for (int i = 0; i < 150 && !done; ++i) {
+      if (send(fd, "a", 1, MSG_NOSIGNAL) != 1) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // its headers are in: a request being read
+  const auto t0 = std::chrono::steady_clock::now();
+  s.server->stop();
+  s.thread.join();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  done = true;
+  trickle.join();
+  close(fd);
+  s.thread = std::thread([] {});  // the destructor joins it
+  EXPECT_GT(seconds, 4.0) << "a connection with a request in progress was not given its grace";
+  EXPECT_LT(seconds, 8.0) << "listen() returned " << seconds << " s after stop() while a client trickled";
 }
 
 // A client that leaves while its request waits for a slot takes it out of

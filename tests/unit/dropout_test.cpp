@@ -209,9 +209,10 @@ TEST(Dropout, TheConfigRefusesItOnAGpuAndOutOfRange) {
     }
   };
   refused({"model.dropout=0.1", "train.device=\"cuda\""}, "model.dropout > 0 is supported with train.device = \"cpu\" only");
-  refused({"model.dropout=0.99999999"}, "model.dropout must be in [0, 1), got 0.99999999");
+  refused({"model.dropout=0.99999999"}, "as a 32-bit float), got 0.99999999");
   refused({"model.dropout=1"}, "model.dropout must be in [0, 1)");
   refused({"model.dropout=-0.5"}, "model.dropout must be in [0, 1)");
+  refused({"model.dropout=1e-50"}, "not round to 0 or 1 as a 32-bit float");
 }
 
 // The encoder classifier takes the same dropout: train programs only, the

@@ -36,14 +36,14 @@ constexpr int kConnectionReset = -2;
 int find_connection_socket(const std::string& local_addr, int local_port, const std::string& remote_addr,
                            int remote_port);
 
-// Shuts the read side (shutdown(SHUT_RD)) of every connected TCP socket of
-// this process whose local port is `local_port` (a stopping server's
-// accepted connections) and whose peer `busy` does not name: a connection
-// idle between requests then reads end-of-file and closes. (Not a busy
-// one: httplib checks that a socket still reads before each write, so a
-// shut connection could not send its answer.)
-void shut_connection_reads(int local_port,
-                           const std::function<bool(const std::string& peer_addr, int peer_port)>& busy);
+// shutdown(how) on every connected TCP socket of this process whose local
+// port is `local_port` (a stopping server's accepted connections) and whose
+// peer `busy` does not name. SHUT_RD: a connection idle between requests
+// reads end-of-file and closes (not a busy one: httplib checks that a
+// socket still reads before each write, so it could not send its answer).
+// SHUT_RDWR: whatever it was doing ends.
+void shut_connections(int local_port, int how,
+                      const std::function<bool(const std::string& peer_addr, int peer_port)>& busy);
 
 // The peer has closed its side of the connection (or reset it). Data it
 // sent that nobody has read yet (a pipelined request) does not count.

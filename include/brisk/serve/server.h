@@ -60,7 +60,9 @@ class Server {
   int bind();
   // Serves until stop(); call after bind().
   void listen();
-  // Safe from any thread; listen() returns soon after.
+  // Safe from any thread, more than once. Idle connections close at once;
+  // listen() returns when the requests being answered have ended, or 5 s
+  // later with their connections shut.
   void stop();
   // Blocks until listen() is accepting connections.
   void wait_until_ready();
