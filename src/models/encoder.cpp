@@ -47,8 +47,7 @@ EncoderConfig EncoderConfig::preset(const std::string& name) {
 
 void EncoderConfig::validate() const {
   validate_encoder_body(vocab_size, n_layer, n_embd, n_head, max_len, attention, compute, recompute);
-  if (!(dropout >= 0.f && dropout < 1.f))
-    throw ConfigError("model.dropout must be in [0, 1), got " + std::to_string(dropout));
+  Dropout::validate(dropout);
   if (n_classes < 2 || n_classes > (int64_t(1) << 20))
     throw ConfigError("model.n_classes must be in [2, " + std::to_string(int64_t(1) << 20) + "], got " +
                       std::to_string(n_classes));
@@ -105,24 +104,20 @@ std::unique_ptr<EncoderProgram> Encoder::build(bool train, int64_t B, int64_t T)
   p->pos = g.input("pos", {T}, DType::i32);
 
   // --- dropout (train programs with model.dropout): the GPT's sites
-  BlockDropout drop;
-  if (train && config_.dropout > 0.f) {
-    p->dropout_key = g.input("dropout_key", {2}, DType::i32);
-    drop = {config_.dropout, p->dropout_key, 0};
-  }
+  const Dropout drop = Dropout::for_program(g, train, config_.dropout);
+  p->dropout_key = drop.key;
 
   // --- token + position embeddings                                  (B, T, C)
   ValueId x = ops::add(g, ops::embedding(g, p->ids, g.param("wte.weight", {config_.vocab_size, C})),
                        ops::embedding(g, p->pos, g.param("wpe.weight", {config_.max_len, C})));
-  if (drop) x = ops::dropout(g, x, drop.key, drop.p, 0);
+  x = drop.apply(g, x, Dropout::kEmbeddings, Lowp::fp32(g));
 
   // --- the blocks, in the compute dtype (f32: the helpers are the identity)
   const Lowp lp{g, &backend_, config_.compute};
   g.set_name(x, "resid.0");  // the block boundaries: recompute = full cuts its segments there
   for (int64_t l = 0; l < config_.n_layer; ++l) {
-    drop.site = uint32_t(1 + 2 * l);
     x = transformer_block(g, x, p->lengths, "h." + std::to_string(l) + ".", C, int(config_.n_head),
-                          config_.attention == "flash", BlockAttention::padding_masked, lp, drop);
+                          config_.attention == "flash", BlockAttention::padding_masked, lp, drop, l);
     g.set_name(x, "resid." + std::to_string(l + 1));
   }
 

@@ -91,8 +91,7 @@ void GptConfig::validate() const {
     if (value != "auto" && value != "on" && value != "off")
       throw ConfigError("model." + std::string(key) + ": unknown value '" + value + "' (allowed: auto, on, off)");
   validate_recompute(recompute);
-  if (!(dropout >= 0.f && dropout < 1.f))
-    throw ConfigError("model.dropout must be in [0, 1), got " + std::to_string(dropout));
+  Dropout::validate(dropout);
   if (!core::dtype_is_float(compute))
     throw ConfigError("model compute dtype: unknown value '" + std::string(core::dtype_name(compute)) +
                       "' (allowed: f32, bf16, f16; set through train.precision)");
@@ -256,28 +255,23 @@ std::unique_ptr<GptProgram> Gpt::build(Mode mode, int64_t B, int64_t T) {
 
   const Lowp lp{g, &backend_, config_.compute};
 
-  // --- dropout (train programs with model.dropout): site 0 the embeddings,
-  // 1 + 2l and 2 + 2l block l's attention and MLP branches
-  BlockDropout drop;
-  if (mode == Mode::train && config_.dropout > 0.f) {
-    if (on_device)
-      throw ConfigError("model.dropout runs on the CPU only for now (the CUDA backend has no dropout kernel); "
-                        "set model.dropout = 0 to train on the GPU");
-    p->dropout_key = g.input("dropout_key", {2}, DType::i32);
-    drop = {config_.dropout, p->dropout_key, 0};
-  }
+  // --- dropout (train programs with model.dropout)
+  const Dropout drop = Dropout::for_program(g, mode == Mode::train, config_.dropout);
+  if (drop && on_device)
+    throw ConfigError("model.dropout runs on the CPU only for now (the CUDA backend has no dropout kernel); "
+                      "set model.dropout = 0 to train on the GPU");
+  p->dropout_key = drop.key;
 
   // --- token + position embeddings: the fp32 residual stream      (B, T, C)
   // (a gather of fp32 rows; its backward scatter-adds in fp32)
   ValueId x = ops::add(g, ops::embedding(g, p->ids, wte), ops::embedding(g, p->pos, wpe));
-  if (drop) x = ops::dropout(g, x, drop.key, drop.p, 0);
+  x = drop.apply(g, x, Dropout::kEmbeddings, Lowp::fp32(g));
 
   // --- the blocks
   g.set_name(x, "resid.0");  // the block boundaries: recompute = full cuts its segments there
   for (int64_t l = 0; l < config_.n_layer; ++l) {
-    drop.site = uint32_t(1 + 2 * l);
     x = transformer_block(g, x, core::kNoValue, "h." + std::to_string(l) + ".", C, int(config_.n_head),
-                          config_.attention == "flash", BlockAttention::causal, lp, drop);
+                          config_.attention == "flash", BlockAttention::causal, lp, drop, l);
     g.set_name(x, "resid." + std::to_string(l + 1));
   }
 

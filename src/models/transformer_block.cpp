@@ -22,6 +22,21 @@ uint64_t dropout_key(uint64_t seed, int64_t step, int64_t micro, int rank) {
   return mix(mix(mix(seed ^ 0x64726f706f7574ull) ^ uint64_t(step)) ^ (uint64_t(micro) << 32 | uint64_t(uint32_t(rank))));
 }
 
+void Dropout::validate(float p) {
+  if (!(p >= 0.f && p < 1.f)) throw ConfigError("model.dropout must be in [0, 1), got " + std::to_string(p));
+}
+
+Dropout Dropout::for_program(Graph& g, bool train, float p) {
+  if (!train || !(p > 0.f)) return {};
+  return {p, g.input("dropout_key", {2}, core::DType::i32)};
+}
+
+ValueId Dropout::apply(Graph& g, ValueId x, uint32_t site, const Lowp& lp) const {
+  if (!*this) return x;
+  return lp.run(x, core::OpKind::dropout, core::OpKind::dropout,
+                [&](ValueId v) { return ops::dropout(g, v, key, p, site); });
+}
+
 void write_dropout_key(core::Executor& executor, ValueId input, uint64_t key) {
   if (input == core::kNoValue) return;
   const int32_t words[2] = {int32_t(uint32_t(key)), int32_t(uint32_t(key >> 32))};
@@ -30,7 +45,7 @@ void write_dropout_key(core::Executor& executor, ValueId input, uint64_t key) {
 
 // x: (B, T, C)
 ValueId transformer_block(Graph& g, ValueId x, ValueId lengths, const std::string& p, int64_t C, int n_head,
-                          bool flash, BlockAttention attention, const Lowp& lp, const BlockDropout& drop) {
+                          bool flash, BlockAttention attention, const Lowp& lp, const Dropout& drop, int64_t layer) {
   using core::OpKind;
   auto param = [&](const std::string& name, Shape s) { return g.param(p + name, s); };
   auto weight = [&](const std::string& name, Shape s) { return lp.narrow(param(name, s)); };  // compute dtype
@@ -52,11 +67,7 @@ ValueId transformer_block(Graph& g, ValueId x, ValueId lengths, const std::strin
                 : lp.run(qkv, OpKind::masked_attention, OpKind::masked_attention_backward,
                          [&](ValueId v) { return ops::masked_attention(g, v, lengths, n_head); });  // (B, T, C)
   att = ops::linear(g, att, weight("attn.c_proj.weight", {C, C}), weight("attn.c_proj.bias", {C}));
-  // Dropout in the branch's dtype (in f32 between casts where the backend has no kernel in it: f16).
-  auto dropout = [&](ValueId v, uint32_t site) {
-    return lp.run(v, OpKind::dropout, OpKind::dropout, [&](ValueId u) { return ops::dropout(g, u, drop.key, drop.p, site); });
-  };
-  if (drop) att = dropout(att, drop.site);
+  att = drop.apply(g, att, Dropout::attention_site(layer), lp);
   x = ops::add(g, x, att);  // the f32 residual plus the compute-dtype branch, no cast
   // --- MLP: x + proj(gelu(fc(ln_2(x))))
   auto ln2 = ops::layernorm(g, x, param("ln_2.weight", {C}), param("ln_2.bias", {C}), 1e-5f, lp.dt);
@@ -64,7 +75,7 @@ ValueId transformer_block(Graph& g, ValueId x, ValueId lengths, const std::strin
       ops::linear(g, ln2.y, weight("mlp.c_fc.weight", {4 * C, C}), weight("mlp.c_fc.bias", {4 * C}));
   h = lp.run(h, OpKind::gelu, OpKind::gelu_backward, [&](ValueId v) { return ops::gelu(g, v); });  // (B, T, 4C)
   h = ops::linear(g, h, weight("mlp.c_proj.weight", {C, 4 * C}), weight("mlp.c_proj.bias", {C}));
-  if (drop) h = dropout(h, drop.site + 1);
+  h = drop.apply(g, h, Dropout::mlp_site(layer), lp);
   return ops::add(g, x, h);
 }
 

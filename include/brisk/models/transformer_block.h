@@ -25,14 +25,27 @@ inline int64_t transformer_block_params(int64_t C) {
   return 2 * C + (3 * C * C + 3 * C) + (C * C + C) + 2 * C + (4 * C * C + 4 * C) + (4 * C * C + C);
 }
 
-// Dropout of a block's two residual branches (train programs; GptConfig::dropout):
-// p 0 (the default) adds none. The attention branch's mask is `site`'s, the
-// MLP branch's site + 1's, under `key` (2) i32.
-struct BlockDropout {
+// A train program's dropout (model.dropout, the GPT's and the encoder
+// classifier's): probability p and the program's (2) i32 key input. Off (p 0,
+// the default, and every program but a train one) it adds nothing. Its
+// sites (docs/architecture.md, "Dropout"): the embeddings' sum, then each
+// block's attention and MLP branches.
+struct Dropout {
   float p = 0.f;
   core::ValueId key = core::kNoValue;
-  uint32_t site = 0;
   explicit operator bool() const { return p > 0.f; }
+
+  // Throws ConfigError unless p is in [0, 1) (model.dropout).
+  static void validate(float p);
+  // The dropout of a program: on (with its "dropout_key" input added) for a
+  // train program with p > 0, off otherwise.
+  static Dropout for_program(core::Graph& g, bool train, float p);
+  static constexpr uint32_t kEmbeddings = 0;
+  static uint32_t attention_site(int64_t layer) { return uint32_t(1 + 2 * layer); }
+  static uint32_t mlp_site(int64_t layer) { return uint32_t(2 + 2 * layer); }
+  // x dropped at `site` in lp's compute dtype (f32 between casts where the
+  // backend has no kernel in it: f16); x itself when off.
+  core::ValueId apply(core::Graph& g, core::ValueId x, uint32_t site, const Lowp& lp) const;
 };
 
 // The dropout key of one micro-step of a run (the GPT's and the encoder
@@ -52,9 +65,10 @@ void write_dropout_key(core::Executor& executor, core::ValueId input, uint64_t k
 // their use, the LayerNorms write the compute dtype, the products, attention
 // and GELU run in it (an op in f32 between casts where the backend has no
 // kernel in it), and x, the residual stream, stays f32.
+// `dropout` drops the two branches at block `layer`'s sites.
 core::ValueId transformer_block(core::Graph& g, core::ValueId x, core::ValueId lengths, const std::string& prefix,
                                 int64_t C, int n_head, bool flash, BlockAttention attention, const Lowp& lp,
-                                const BlockDropout& dropout = {});
+                                const Dropout& dropout = {}, int64_t layer = 0);
 
 // The checks every encoder-bodied model's config shares (the classifier, the
 // sequence autoencoder): sizes in range and clear of overflow, n_embd
