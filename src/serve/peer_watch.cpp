@@ -30,22 +30,27 @@ bool numeric_name(const sockaddr_storage& a, socklen_t len, std::string& host, i
   return true;
 }
 
+// The numeric address and port of a socket's own end, or (peer) of the
+// other end; false when it has none (getpeername sets errno: ENOTCONN).
+bool socket_name(int fd, bool peer, std::string& host, int& port) {
+  sockaddr_storage a{};
+  socklen_t len = sizeof a;
+  const int rc = peer ? getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len)
+                      : getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  return rc == 0 && numeric_name(a, len, host, port);
+}
+
 // What the scan makes of one descriptor.
 enum class Match { other, connection, reset_on_local };
 
 Match match_socket(int fd, const std::string& local_addr, int local_port, const std::string& remote_addr,
                    int remote_port) {
-  sockaddr_storage a{};
-  socklen_t len = sizeof a;
   std::string host;
   int port = 0;
-  if (getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0 || !numeric_name(a, len, host, port) ||
-      port != local_port || host != local_addr)
-    return Match::other;
-  len = sizeof a;
-  if (getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0)
-    return numeric_name(a, len, host, port) && port == remote_port && host == remote_addr ? Match::connection
-                                                                                          : Match::other;
+  if (!socket_name(fd, false, host, port) || port != local_port || host != local_addr) return Match::other;
+  errno = 0;
+  if (socket_name(fd, true, host, port))
+    return port == remote_port && host == remote_addr ? Match::connection : Match::other;
   // ENOTCONN on a socket bound to the server's address is either the
   // listener or an accepted connection whose peer reset it (a TCP socket
   // in CLOSE has no peer address any more).
@@ -98,16 +103,10 @@ int find_connection_socket(const std::string& local_addr, int local_port, const 
 void shut_connections(int local_port, int how,
                       const std::function<bool(const std::string& peer_addr, int peer_port)>& busy) {
   for_each_open_fd([&](int fd) {
-    sockaddr_storage a{};
-    socklen_t len = sizeof a;
     std::string host;
     int port = 0;
-    if (getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0 || !numeric_name(a, len, host, port) ||
-        port != local_port)
-      return true;
-    len = sizeof a;  // connected (not the listener), and idle
-    if (getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0 && numeric_name(a, len, host, port) &&
-        !busy(host, port))
+    if (socket_name(fd, false, host, port) && port == local_port && socket_name(fd, true, host, port) &&
+        !busy(host, port))  // connected (not the listener), and not busy
       shutdown(fd, how);
     return true;
   });
