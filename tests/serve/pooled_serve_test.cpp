@@ -179,6 +179,15 @@ std::future<Sent> send(const Pooled& p, const std::string& path, json body) {
   });
 }
 
+// A first request whose forward is held, so that the requests sent after it
+// queue up behind it. The answer's future comes before the Hold: a test
+// that returns early releases the gate before waiting on the answer.
+struct HeldForward {
+  std::future<Sent> first;
+  Hold hold;
+  explicit HeldForward(Pooled& p) : hold(p) { first = send(p, "/classify", json{{"input", "z"}}); }
+};
+
 // Waits (up to 30 s) for the first forward to start, behind a Hold.
 bool first_forward_started(Pooled& p) {
   return p.first_forward.get_future().wait_for(std::chrono::seconds(30)) == std::future_status::ready;
@@ -239,14 +248,12 @@ TEST(PooledServe, ClassifyAnswersEachInputAsTheModelAlone) {
 // text alone.
 void expect_queued_requests_answered(Pooled& p, const std::vector<std::string>& texts) {
   std::vector<std::future<Sent>> answers;
-  std::future<Sent> first;  // before the Hold: an early return releases the gate before waiting on it
-  Hold hold(p);
-  first = send(p, "/classify", json{{"input", "z"}});
+  HeldForward held(p);
   ASSERT_TRUE(first_forward_started(p));
   for (const std::string& t : texts) answers.push_back(send(p, "/classify", json{{"input", t}}));
   EXPECT_TRUE(queued(p, int64_t(texts.size()))) << p.metrics.queue_length.load();
-  hold.release();
-  EXPECT_EQ(first.get().status, 200);
+  held.hold.release();
+  EXPECT_EQ(held.first.get().status, 200);
   for (size_t i = 0; i < texts.size(); ++i) {
     const Sent a = answers[i].get();
     ASSERT_EQ(a.status, 200) << a.body.dump();
@@ -311,15 +318,13 @@ TEST(PooledServe, AFailedForwardFailsOnlyItsOwnInputs) {
   Pooled p(serve::PooledModel::Kind::classifier, 64, 64, 256);
   p.fail_width = 256;
   std::future<Sent> short_one, long_one;
-  std::future<Sent> first;  // before the Hold: an early return releases the gate before waiting on it
-  Hold hold(p);
-  first = send(p, "/classify", json{{"input", "z"}});
+  HeldForward held(p);
   ASSERT_TRUE(first_forward_started(p));
   short_one = send(p, "/classify", json{{"input", "short"}});
   long_one = send(p, "/classify", json{{"input", std::string(250, 'L')}});
   EXPECT_TRUE(queued(p, 2));
-  hold.release();
-  EXPECT_EQ(first.get().status, 200);
+  held.hold.release();
+  EXPECT_EQ(held.first.get().status, 200);
   const Sent s = short_one.get(), l = long_one.get();
   EXPECT_EQ(s.status, 200) << s.body.dump();
   EXPECT_EQ(l.status, 500) << l.body.dump();
@@ -332,15 +337,13 @@ TEST(PooledServe, AFailedForwardFailsOnlyItsOwnInputs) {
 TEST(PooledServe, StopAnswersWaitingRequestsWith503) {
   Pooled p(serve::PooledModel::Kind::classifier, 64, 64);
   std::future<Sent> waiting;
-  std::future<Sent> first;  // before the Hold: an early return releases the gate before waiting on it
-  Hold hold(p);
-  first = send(p, "/classify", json{{"input", "z"}});
+  HeldForward held(p);
   ASSERT_TRUE(first_forward_started(p));
   waiting = send(p, "/classify", json{{"input", {"a", "b"}}});
   EXPECT_TRUE(queued(p, 2));
   p.service->stop();
-  hold.release();
-  EXPECT_EQ(first.get().status, 200) << "a forward under way finishes";
+  held.hold.release();
+  EXPECT_EQ(held.first.get().status, 200) << "a forward under way finishes";
   const Sent w = waiting.get();
   EXPECT_EQ(w.status, 503) << w.body.dump();
   EXPECT_EQ(p.metrics.queue_length.load(), 0);
@@ -354,9 +357,7 @@ TEST(PooledServe, StopAnswersWaitingRequestsWith503) {
 TEST(PooledServe, ARequestPastItsTimeoutIs504AndItsWaitingInputsNeverRun) {
   Pooled p(serve::PooledModel::Kind::classifier, 64, 64, kMaxLen, 1.0);
   std::future<Sent> waiting;
-  std::future<Sent> first;  // before the Hold: an early return releases the gate before waiting on it
-  Hold hold(p);
-  first = send(p, "/classify", json{{"input", "z"}});
+  HeldForward held(p);
   ASSERT_TRUE(first_forward_started(p));
   waiting = send(p, "/classify", json{{"input", {"a", "b", "c"}}});
   EXPECT_TRUE(queued(p, 3));
@@ -365,8 +366,8 @@ TEST(PooledServe, ARequestPastItsTimeoutIs504AndItsWaitingInputsNeverRun) {
   EXPECT_EQ(w.status, 504) << w.body.dump();
   EXPECT_NE(w.body.dump().find("limit of 1 s (--request-timeout)"), std::string::npos) << w.body.dump();
   EXPECT_EQ(p.metrics.queue_length.load(), 0);
-  hold.release();
-  const Sent f = first.get();
+  held.hold.release();
+  const Sent f = held.first.get();
   EXPECT_EQ(f.status, 504) << f.body.dump();
   EXPECT_EQ(p.forwards.load(), 1) << "the timed-out inputs ran";
   EXPECT_EQ(p.post("/classify", json{{"input", "in time"}})->status, 200);
@@ -377,9 +378,7 @@ TEST(PooledServe, ARequestPastItsTimeoutIs504AndItsWaitingInputsNeverRun) {
 // counted as 499.
 TEST(PooledServe, AClientThatHangsUpLeavesTheQueue) {
   Pooled p(serve::PooledModel::Kind::classifier, 64, 64);
-  std::future<Sent> first;  // before the Hold: an early return releases the gate before waiting on it
-  Hold hold(p);
-  first = send(p, "/classify", json{{"input", "z"}});
+  HeldForward held(p);
   ASSERT_TRUE(first_forward_started(p));
   const int fd = testing::connect_loopback(p.port);
   ASSERT_GE(fd, 0);
@@ -392,8 +391,8 @@ TEST(PooledServe, AClientThatHangsUpLeavesTheQueue) {
   for (int i = 0; i < 2000 && p.metrics.queue_length.load() > 0; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   EXPECT_EQ(p.metrics.queue_length.load(), 0) << "still queued while the forward is held";
-  hold.release();
-  EXPECT_EQ(first.get().status, 200);
+  held.hold.release();
+  EXPECT_EQ(held.first.get().status, 200);
   EXPECT_EQ(p.forwards.load(), 1) << "the inputs of the client that left ran";
   std::string metrics;
   for (int i = 0; i < 200 && metrics.find("status=\"499\"") == std::string::npos; ++i) {
@@ -405,17 +404,15 @@ TEST(PooledServe, AClientThatHangsUpLeavesTheQueue) {
 
 TEST(PooledServe, AFullQueueIsA429AndAStoppedServiceA503) {
   Pooled p(serve::PooledModel::Kind::classifier, 64, 1);
-  std::future<Sent> first;  // before the Hold: an early return releases the gate before waiting on it
-  Hold hold(p);
-  first = send(p, "/classify", json{{"input", "z"}});
+  HeldForward held(p);
   ASSERT_TRUE(first_forward_started(p));
   auto r = p.post("/classify", json{{"input", "y"}});
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 429) << r->body;
   EXPECT_EQ(r->get_header_value("Retry-After"), "1");
   EXPECT_NE(r->body.find("--max-queue 1"), std::string::npos) << r->body;
-  hold.release();
-  EXPECT_EQ(first.get().status, 200);
+  held.hold.release();
+  EXPECT_EQ(held.first.get().status, 200);
   p.service->stop();
   r = p.post("/classify", json{{"input", "y"}});
   ASSERT_TRUE(r);

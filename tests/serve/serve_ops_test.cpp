@@ -317,6 +317,28 @@ struct LongStream {
   }
 };
 
+// The same request not streamed: its status (0: no answer) and body.
+struct LongRequest {
+  int status = 0;
+  std::string body;
+  std::jthread thread;  // joined however the test ends
+  explicit LongRequest(const Served& s)
+      : thread([this, &s] {
+          auto c = s.client();
+          if (auto r = c.Post("/v1/completions", json{{"prompt", "And"}, {"max_tokens", 400}}.dump(), kJson)) {
+            status = r->status;
+            body = r->body;
+          }
+        }) {}
+};
+
+// Waits (up to 5 s) until `n` requests are open.
+bool open_soon(const Served& s, int64_t n) {
+  for (int i = 0; i < 5000 && s.server->open_requests() < n; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  return s.server->open_requests() == n;
+}
+
 TEST(ServeDrain, RunningStreamsFinishNewRequestsGet503) {
   Served s("", /*slow=*/true);
   // A stream that is running when draining starts: it must end normally.
@@ -347,29 +369,20 @@ TEST(ServeDrain, RunningStreamsFinishNewRequestsGet503) {
 TEST(ServeDrain, AtTheDrainTimeoutRunningRequestsStillGetTheirErrors) {
   Served s("", /*slow=*/true);
   LongStream stream(s);
-  int plain_status = 0;
-  std::string plain_body;
-  std::jthread plain([&] {  // joined however the test ends
-    auto c = s.client();
-    if (auto r = c.Post("/v1/completions", json{{"prompt", "And"}, {"max_tokens", 400}}.dump(), kJson)) {
-      plain_status = r->status;
-      plain_body = r->body;
-    }
-  });
-  for (int i = 0; i < 2000 && s.server->open_requests() < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  ASSERT_EQ(s.server->open_requests(), 2);
+  LongRequest plain(s);
+  ASSERT_TRUE(open_soon(s, 2));
   s.server->start_draining();
   s.scheduler->stop();
   EXPECT_TRUE(s.server->wait_for_open_requests(5.0));
   s.server->stop();
   stream.thread.join();
-  plain.join();
+  plain.thread.join();
   const std::string& streamed = stream.streamed;
   EXPECT_EQ(stream.status, 200);
   EXPECT_NE(streamed.find("\"error\""), std::string::npos) << streamed.substr(streamed.size() > 300 ? streamed.size() - 300 : 0);
   EXPECT_NE(streamed.find("data: [DONE]"), std::string::npos);
-  EXPECT_EQ(plain_status, 503) << plain_body;
-  EXPECT_NE(plain_body.find("server_error"), std::string::npos) << plain_body;
+  EXPECT_EQ(plain.status, 503) << plain.body;
+  EXPECT_NE(plain.body.find("server_error"), std::string::npos) << plain.body;
 }
 
 // An answer written after the server's stop() still goes out: stop() shuts
@@ -377,21 +390,12 @@ TEST(ServeDrain, AtTheDrainTimeoutRunningRequestsStillGetTheirErrors) {
 // side is shut (stopped first here, so that the answer comes after it).
 TEST(ServeDrain, AnAnswerWrittenAfterStopStillGoesOut) {
   Served s("", /*slow=*/true);
-  int status = 0;
-  std::string body;
-  std::jthread plain([&] {  // joined however the test ends
-    auto c = s.client();
-    if (auto r = c.Post("/v1/completions", json{{"prompt", "And"}, {"max_tokens", 400}}.dump(), kJson)) {
-      status = r->status;
-      body = r->body;
-    }
-  });
-  for (int i = 0; i < 5000 && s.server->open_requests() < 1; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  ASSERT_EQ(s.server->open_requests(), 1);
+  LongRequest plain(s);
+  ASSERT_TRUE(open_soon(s, 1));
   s.server->stop();
   s.scheduler->stop();
-  plain.join();
-  EXPECT_EQ(status, 503) << body;
+  plain.thread.join();
+  EXPECT_EQ(plain.status, 503) << plain.body;
 }
 
 // The schema is part of the key: the same greedy request under another

@@ -107,10 +107,7 @@ models::GptConfig small_gpt(float dropout, const std::string& recompute = "none"
   return c;
 }
 
-int count_dropouts(const core::Graph& g) {
-  return int(std::count_if(g.nodes().begin(), g.nodes().end(),
-                           [](const core::Node& n) { return n.op == core::OpKind::dropout; }));
-}
+int count_dropouts(const core::Graph& g) { return testing_util::count_ops(g, core::OpKind::dropout); }
 
 struct Batch {
   std::vector<int32_t> x, y;

@@ -38,6 +38,9 @@ using core::ValueId;
 
 namespace {
 
+using testing_util::count_ops;
+
+
 using testing_util::backend;
 
 using testing_util::normalized_error;
@@ -236,10 +239,6 @@ void build_head(Head& h, bool bias, bool seed_input, bool logits_output) {
   g.set_name(h.loss, "loss");
   g.mark_output(h.loss);
   if (seed_input) g.input("loss_scale", {}, DType::f32);  // created after the loss, as GPT does
-}
-
-int count_ops(const Graph& g, OpKind k) {
-  return int(std::count_if(g.nodes().begin(), g.nodes().end(), [&](const core::Node& n) { return n.op == k; }));
 }
 
 }  // namespace

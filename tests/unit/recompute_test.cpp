@@ -41,10 +41,7 @@ using core::ValueId;
 namespace {
 
 using testing_util::backend;
-
-int count_ops(const Graph& g, OpKind k) {
-  return int(std::count_if(g.nodes().begin(), g.nodes().end(), [&](const core::Node& n) { return n.op == k; }));
-}
+using testing_util::count_ops;
 
 const char* kLevels[] = {"none", "selective", "full"};
 

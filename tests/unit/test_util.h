@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "brisk/core/graph.h"
 #include "brisk/core/tensor.h"
 #include "brisk/cpu/cpu_backend.h"
 #include "brisk/cpu/cpu_features.h"
@@ -15,6 +16,11 @@ namespace brisk::testing_util {
 inline cpu::CpuBackend& backend() {
   static cpu::CpuBackend b(2);
   return b;
+}
+
+// The nodes of a graph that run op `k`.
+inline int count_ops(const core::Graph& g, core::OpKind k) {
+  return int(std::count_if(g.nodes().begin(), g.nodes().end(), [&](const core::Node& n) { return n.op == k; }));
 }
 
 // max |ref - got| / max |ref|: an error relative to the tensor's scale.
