@@ -226,7 +226,8 @@ bool is_int8_op(core::OpKind k) {
 
 std::vector<cpu::Int8Dot> int8_paths() {
   std::vector<cpu::Int8Dot> v;
-  for (int p = int(native_features().int8_best); p <= int(cpu::Int8Dot::scalar); ++p) v.push_back(cpu::Int8Dot(p));
+  for (int p = 0; p <= int(cpu::Int8Dot::scalar); ++p)
+    if (cpu::int8_path_available(native_features(), cpu::Int8Dot(p))) v.push_back(cpu::Int8Dot(p));
   return v;
 }
 
@@ -559,7 +560,7 @@ TEST(AttentionTiles, RunWhereTheCpuHasThem) {
 TEST(Int8Paths, EveryPathTheCpuHas) {
   std::string ran, missing;
   for (int p = 0; p <= int(cpu::Int8Dot::scalar); ++p) {
-    std::string& to = p >= int(native_features().int8_best) ? ran : missing;
+    std::string& to = cpu::int8_path_available(native_features(), cpu::Int8Dot(p)) ? ran : missing;
     to += std::string(to.empty() ? "" : ", ") + cpu::int8_dot_name(cpu::Int8Dot(p));
   }
   std::printf("int8 cases ran on: %s\n", ran.c_str());

@@ -63,12 +63,13 @@ void detect_int8(CpuFeatures& f) {
   const bool avx_vnni = __get_cpuid_count(7, 1, &a, &b, &c, &d) && ((a >> 4) & 1);
   const bool avx2 = __builtin_cpu_supports("avx2");
   f.int8_best = avx512_vnni ? Int8Dot::avx512_vnni : avx_vnni ? Int8Dot::avx_vnni : avx2 ? Int8Dot::avx2 : Int8Dot::scalar;
+  f.avx_vnni = avx_vnni;
   f.int8 = f.int8_best;
   f.int8_reason = std::string("CPU has ") + int8_dot_name(f.int8_best);
   if (const char* forced = env("BRISK_INT8", {"avx512_vnni", "avx_vnni", "avx2", "scalar"})) {
     for (Int8Dot p : {Int8Dot::avx512_vnni, Int8Dot::avx_vnni, Int8Dot::avx2, Int8Dot::scalar})
       if (std::strcmp(forced, int8_dot_name(p)) == 0) {
-        if (int(p) < int(f.int8_best)) {  // a faster path than the CPU has
+        if (!int8_path_available(f, p)) {  // a faster path than the CPU has, or AVX-VNNI it lacks
           std::fprintf(stderr, "warning: BRISK_INT8=%s: this CPU has no such path (its best is %s); ignored\n", forced,
                        int8_dot_name(f.int8_best));
           continue;
@@ -157,6 +158,11 @@ void reload_cpu_features() {
 
 const char* bf16_path_name(Bf16Path p) { return p == Bf16Path::native ? "bf16-native" : "bf16-emulated"; }
 const char* f32_gemm_name(F32Gemm g) { return g == F32Gemm::onednn ? "onednn" : "openblas"; }
+
+bool int8_path_available(const CpuFeatures& f, Int8Dot p) {
+  if (int(p) < int(f.int8_best)) return false;
+  return p != Int8Dot::avx_vnni || f.avx_vnni;
+}
 
 const char* int8_dot_name(Int8Dot d) {
   switch (d) {
