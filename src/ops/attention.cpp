@@ -8,6 +8,12 @@
 // exactly like the fast kernels, so the masked entries of `probs` (zero by
 // contract) never influence a result: that lets the harness feed
 // attention_backward arbitrary random probabilities.
+//
+// With AttentionParams::dropout > 0 (every attention op alike; the key is
+// the last input of the op and of its backward) the probabilities are
+// dropped before they multiply V: y = (P * Z) V, Z the keep factors of
+// brisk/ops/dropout.h's hash at each probability's (B, n_head, T, T) index.
+// `probs` stays the undropped P, and the backward remakes Z from the key.
 #include <cmath>
 #include <limits>
 
@@ -21,7 +27,7 @@ namespace {
 using Dims = AttentionDims;
 
 std::vector<TensorMeta> infer_attention(std::span<const TensorMeta> in, const core::OpParams& params) {
-  check_count("attention", in, 1);
+  check_attention_inputs("attention", in, params, 1);
   check_float("attention", in, {0});
   const Dims d = check_qkv("attention", in, in[0], std::get<AttentionParams>(params).n_head);
   return {TensorMeta{Shape{d.B, d.T, d.C}, in[0].dtype}, TensorMeta{Shape{d.B, d.nh, d.T, d.T}, DType::f32}};
@@ -29,7 +35,7 @@ std::vector<TensorMeta> infer_attention(std::span<const TensorMeta> in, const co
 
 std::vector<TensorMeta> infer_attention_backward(std::span<const TensorMeta> in, const core::OpParams& params) {
   constexpr std::string_view op = "attention_backward";
-  check_count(op, in, 3);
+  check_attention_inputs(op, in, params, 3);
   check_float(op, in, {0, 1});
   const Dims d = check_qkv(op, in, in[1], std::get<AttentionParams>(params).n_head);
   check_shape(in[0].shape == Shape{d.B, d.T, d.C}, op, "dy must be (B, T, C) for qkv (B, T, 3C)", in);
@@ -53,6 +59,7 @@ void attention_reference(const KernelCall& c) {
   const Dims d = attention_dims(qkv.shape(), p.n_head);
   const double scale = attention_scale(p, d.hd);
   const QkvIndex at{d};
+  const ReferenceProbDropout z(c, 1, d.nh, d.T);
   std::vector<double> s(size_t(d.T));
   for (int64_t b = 0; b < d.B; ++b)
     for (int64_t h = 0; h < d.nh; ++h)
@@ -70,20 +77,23 @@ void attention_reference(const KernelCall& c) {
         for (int64_t u = 0; u < d.T; ++u) st(probs, prow + u, u <= t ? s[size_t(u)] / sum : 0.0);
         for (int64_t i = 0; i < d.hd; ++i) {
           double acc = 0;
-          for (int64_t u = 0; u <= t; ++u) acc += s[size_t(u)] / sum * ld(qkv, at(b, u, 2, h, i));
+          for (int64_t u = 0; u <= t; ++u) acc += s[size_t(u)] / sum * z(b, h, t, u) * ld(qkv, at(b, u, 2, h, i));
           st(y, (b * d.T + t) * d.C + h * d.hd + i, acc);
         }
       }
 }
 
-// With S = scale * Q K^T, P = softmax(S) (causal), Y = P V:
-//   dP = dY V^T, dV = P^T dY, dS = P * (dP - rowsum(P * dP)), dQ = scale dS K, dK = scale dS^T Q.
+// With S = scale * Q K^T, P = softmax(S) (causal), Z its dropout factors (1
+// without dropout), Y = (P Z) V:
+//   dP = (dY V^T) Z, dV = (P Z)^T dY, dS = P * (dP - rowsum(P * dP)), dQ = scale dS K, dK = scale dS^T Q
+// (products with Z elementwise).
 void attention_backward_reference(const KernelCall& c) {
   const AttentionParams& p = c.p<AttentionParams>();
   const TensorView &dy = c.in(0), &qkv = c.in(1), &probs = c.in(2), &dqkv = c.out(0);
   const Dims d = attention_dims(qkv.shape(), p.n_head);
   const double scale = attention_scale(p, d.hd);
   const QkvIndex at{d};
+  const ReferenceProbDropout z(c, 3, d.nh, d.T);
   std::vector<double> grad(size_t(dqkv.numel()), 0.0);
   std::vector<double> dp(size_t(d.T));
   for (int64_t b = 0; b < d.B; ++b)
@@ -93,15 +103,15 @@ void attention_backward_reference(const KernelCall& c) {
         const int64_t yrow = (b * d.T + t) * d.C + h * d.hd;
         double pdp = 0;
         for (int64_t u = 0; u <= t; ++u) {
-          const double pu = ld(probs, prow + u);
+          const double pu = ld(probs, prow + u), zu = z(b, h, t, u);
           double dot = 0;
           for (int64_t i = 0; i < d.hd; ++i) {
             const double g = ld(dy, yrow + i);
             dot += g * ld(qkv, at(b, u, 2, h, i));
-            grad[size_t(at(b, u, 2, h, i))] += pu * g;
+            grad[size_t(at(b, u, 2, h, i))] += pu * zu * g;
           }
-          dp[size_t(u)] = dot;
-          pdp += pu * dot;
+          dp[size_t(u)] = dot * zu;
+          pdp += pu * dot * zu;
         }
         for (int64_t u = 0; u <= t; ++u) {
           const double ds = ld(probs, prow + u) * (dp[size_t(u)] - pdp) * scale;
@@ -133,10 +143,28 @@ std::string label_of(const Config& k, DType t) {
          std::to_string(k.C) + " nh" + std::to_string(k.n_head);
 }
 
+// Probability dropout (AttentionParams::dropout): several query blocks
+// (T 130), the register tiles' panel edges (T 83, head 24), one head, and
+// bf16 on both of its paths.
+struct DropoutConfig {
+  Config k;
+  DType t;
+  float p;
+};
+constexpr DropoutConfig kDropoutConfigs[] = {{{2, 7, 12, 3}, DType::f32, 0.2f},   {{1, 130, 32, 2}, DType::f32, 0.5f},
+                                             {{2, 5, 6, 1}, DType::f32, 0.1f},    {{1, 83, 48, 2}, DType::f32, 0.3f},
+                                             {{2, 7, 12, 3}, DType::bf16, 0.2f},  {{1, 130, 32, 2}, DType::bf16, 0.4f}};
+std::string dropout_label(const DropoutConfig& c) {
+  return label_of(c.k, c.t) + " dropout " + std::to_string(c.p).substr(0, 3);
+}
+AttentionParams dropout_params(const DropoutConfig& c) { return AttentionParams{c.k.n_head, 0.f, c.p, 7}; }
+
 std::vector<TestCase> attention_cases() {
   std::vector<TestCase> cases;
   for (const Config& k : kConfigs)
     cases.push_back({label_of(k, DType::f32), {spec({k.B, k.T, 3 * k.C})}, AttentionParams{k.n_head, 0.f}});
+  for (const DropoutConfig& c : kDropoutConfigs)
+    cases.push_back({dropout_label(c), {spec({c.k.B, c.k.T, 3 * c.k.C}, c.t), dropout_key_spec()}, dropout_params(c)});
   cases.push_back({"f32 explicit scale", {spec({2, 9, 3 * 8})}, AttentionParams{2, 0.8f}});
   for (const Config& k : kBf16Configs)
     cases.push_back({label_of(k, DType::bf16), {spec({k.B, k.T, 3 * k.C}, DType::bf16)}, AttentionParams{k.n_head, 0.f}});
@@ -154,6 +182,13 @@ std::vector<TestCase> attention_backward_cases() {
   for (const Config& k : kConfigs) add(k, DType::f32, 0.f);
   add(Config{2, 9, 8, 2}, DType::f32, 0.8f);
   for (const Config& k : kBf16Configs) add(k, DType::bf16, 0.f);
+  for (const DropoutConfig& c : kDropoutConfigs) {
+    const Config& k = c.k;
+    cases.push_back({dropout_label(c),
+                     {no_grad(spec({k.B, k.T, k.C}, c.t)), no_grad(spec({k.B, k.T, 3 * k.C}, c.t)),
+                      no_grad(spec({k.B, k.n_head, k.T, k.T}, DType::f32, 0.0, 1.0)), dropout_key_spec()},
+                     dropout_params(c)});
+  }
   return cases;
 }
 
@@ -166,8 +201,11 @@ core::OpDef attention_def() {
   d.name = "attention";
   d.infer = infer_attention;
   // probs (output 1) is saved for the backward and gets no gradient of its own.
+  // The dropout key (the last input, with dropout) gets none either.
   d.backward = [](Graph& g, const core::Node& n, std::span<const ValueId> dy) -> std::vector<ValueId> {
-    return {g.add_node1(OpKind::attention_backward, {dy[0], n.inputs[0], n.outputs[1]}, n.params)};
+    return with_key_gradient(
+        {g.add_node1(OpKind::attention_backward, with_dropout_key({dy[0], n.inputs[0], n.outputs[1]}, n), n.params)},
+        n);
   };
   d.reference = attention_reference;
   d.test_cases = attention_cases;
@@ -187,9 +225,9 @@ core::OpDef attention_backward_def() {
 }
 
 // ---- builder -------------------------------------------------------------------------
-ValueId attention(Graph& g, ValueId qkv, int n_head) {
+ValueId attention(Graph& g, ValueId qkv, int n_head, const AttentionDropout& drop) {
   register_ops();
-  return g.add_node(OpKind::attention, {qkv}, AttentionParams{n_head, 0.f})[0];
+  return g.add_node(OpKind::attention, drop.inputs({qkv}), drop.params(n_head))[0];
 }
 
 }  // namespace brisk::ops

@@ -7,6 +7,7 @@
 #include <string>
 #include <thread>
 
+#include "brisk/ops/dropout.h"
 #include "op_util.h"
 
 namespace brisk::ops::detail {
@@ -37,6 +38,63 @@ inline AttentionDims check_qkv(std::string_view op, std::span<const TensorMeta> 
   return attention_dims(qkv.shape, n_head);
 }
 
+// The attention ops' inputs: `n` of their own, then the dropout key (2) i32
+// when params.dropout > 0 (AttentionParams). Checks the count, the key and p.
+inline void check_attention_inputs(std::string_view op, std::span<const TensorMeta> in, const OpParams& params,
+                                   size_t n) {
+  const float p = std::get<AttentionParams>(params).dropout;
+  check_shape(p >= 0.f && p < 1.f, op, "dropout must be in [0, 1), got " + std::to_string(p), in);
+  check_count(op, in, p > 0.f ? n + 1 : n);
+  if (p > 0.f) {
+    check_dtype(op, in[n], DType::i32, "dropout key");
+    check_shape(in[n].shape == Shape{2}, op, "the dropout key must be (2)", in);
+  }
+}
+
+// A test case's dropout key: two random words.
+inline InputSpec dropout_key_spec() { return ids_spec({2}, int64_t(1) << 30); }
+
+// The node's dropout key when it has one (the last input), appended to a
+// backward node's inputs; and the key's (absent) gradient, appended to a
+// gradient list.
+inline std::vector<ValueId> with_dropout_key(std::vector<ValueId> inputs, const core::Node& n) {
+  if (std::get<AttentionParams>(n.params).dropout > 0.f) inputs.push_back(n.inputs.back());
+  return inputs;
+}
+inline std::vector<ValueId> with_key_gradient(std::vector<ValueId> grads, const core::Node& n) {
+  if (std::get<AttentionParams>(n.params).dropout > 0.f) grads.push_back(core::kNoValue);
+  return grads;
+}
+
+// The reference kernels' probability dropout, straight from
+// brisk/ops/dropout.h: the factor (0 or 1 / (1 - p)) of probability (b, h,
+// t, u) at index ((b * n_head + h) * T + t) * T + u; 1 everywhere when off.
+class ReferenceProbDropout {
+ public:
+  ReferenceProbDropout(const KernelCall& c, size_t key_input, int64_t n_head, int64_t T) : nh_(n_head), T_(T) {
+    const AttentionParams& p = c.p<AttentionParams>();
+    if (!(p.dropout > 0.f)) return;
+    on_ = true;
+    k0_ = uint32_t(int32_t(ld(c.in(key_input), 0)));
+    k1_ = uint32_t(int32_t(ld(c.in(key_input), 1)));
+    site_ = p.dropout_site;
+    threshold_ = dropout_threshold(p.dropout);
+    scale_ = 1.0 / (1.0 - double(p.dropout));
+  }
+  double operator()(int64_t b, int64_t h, int64_t t, int64_t u) const {
+    if (!on_) return 1.0;
+    const uint64_t i = uint64_t(((b * nh_ + h) * T_ + t) * T_ + u);
+    const DropoutStream s = dropout_stream(k0_, k1_, site_, uint32_t(i >> 32));
+    return dropout_bits(s, uint32_t(i)) >= threshold_ ? scale_ : 0.0;
+  }
+
+ private:
+  int64_t nh_, T_;
+  bool on_ = false;
+  uint32_t k0_ = 0, k1_ = 0, site_ = 0, threshold_ = 0;
+  double scale_ = 1.0;
+};
+
 // The planned workspace of the flash ops (causal and padding-masked), whose
 // CPU kernels are backends/cpu/flash_gemm.cpp's (and the register tiles',
 // which keep their own thread-local scratch). Per thread: two (kTileQ,
@@ -44,6 +102,7 @@ inline AttentionDims check_qkv(std::string_view op, std::span<const TensorMeta> 
 // its two paths' needs: bf16-emulated widens one head (q, k, v, dy, y, dq,
 // dk, dv: at most 8 T x hd); bf16-native keeps P and dS as bf16 (one more
 // tile), one query tile's f32 rows of Y or dQ, and the head's f32 dK and dV.
+// Probability dropout adds a tile of its factors.
 // Linear in T, never T^2. The kernels use tiles of at most these sizes
 // (flash_gemm.h) and fall back to their own buffers if a workspace is short
 // (more threads than this machine has cores, or run_op). `qkv_at`: the
@@ -55,7 +114,8 @@ inline size_t flash_workspace_bytes(std::span<const TensorMeta> in, const OpPara
   const bool wide = in[0].dtype != DType::f32;
   const int64_t emulated = (backward ? 8 : 4) * d.T * d.hd;
   const int64_t native = kTileQ * d.hd + (backward ? kTileQ * kTileK + 2 * d.T * d.hd : 0);
-  const int64_t per_thread = 2 * kTileQ * kTileK + 4 * kTileQ + (wide ? std::max(emulated, native) : 0);
+  const int64_t dropout = std::get<AttentionParams>(params).dropout > 0.f ? kTileQ * kTileK : 0;  // the factors
+  const int64_t per_thread = 2 * kTileQ * kTileK + 4 * kTileQ + dropout + (wide ? std::max(emulated, native) : 0);
   const int64_t threads = std::max(1u, std::thread::hardware_concurrency());
   return size_t(per_thread * threads) * sizeof(float);
 }

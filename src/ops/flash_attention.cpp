@@ -25,16 +25,17 @@ namespace {
 using Dims = AttentionDims;
 
 std::vector<TensorMeta> infer_forward(std::span<const TensorMeta> in, const core::OpParams& params) {
-  check_count("flash_attention", in, 1);
+  check_attention_inputs("flash_attention", in, params, 1);
   check_float("flash_attention", in, {0});
   const Dims d = check_qkv("flash_attention", in, in[0], std::get<AttentionParams>(params).n_head);
   return {TensorMeta{Shape{d.B, d.T, d.C}, in[0].dtype}, TensorMeta{Shape{d.B, d.nh, d.T}, DType::f32}};
 }
 
-// Inputs: dy (B, T, C), qkv (B, T, 3C), y (B, T, C), lse (B, n_head, T) f32.
+// Inputs: dy (B, T, C), qkv (B, T, 3C), y (B, T, C), lse (B, n_head, T) f32
+// (and the dropout key).
 std::vector<TensorMeta> infer_backward(std::span<const TensorMeta> in, const core::OpParams& params) {
   constexpr std::string_view op = "flash_attention_backward";
-  check_count(op, in, 4);
+  check_attention_inputs(op, in, params, 4);
   check_float(op, in, {0, 1, 2});
   const Dims d = check_qkv(op, in, in[1], std::get<AttentionParams>(params).n_head);
   check_shape(in[0].shape == Shape{d.B, d.T, d.C}, op, "dy must be (B, T, C) for qkv (B, T, 3C)", in);
@@ -69,6 +70,7 @@ void forward_reference(const KernelCall& c) {
   const Dims d = attention_dims(qkv.shape(), p.n_head);
   const double scale = attention_scale(p, d.hd);
   const QkvIndex at{d};
+  const ReferenceProbDropout z(c, 1, d.nh, d.T);
   std::vector<double> s(size_t(d.T));
   for (int64_t b = 0; b < d.B; ++b)
     for (int64_t h = 0; h < d.nh; ++h)
@@ -81,21 +83,24 @@ void forward_reference(const KernelCall& c) {
         st(lse, (b * d.nh + h) * d.T + t, mx + std::log(sum));
         for (int64_t i = 0; i < d.hd; ++i) {
           double acc = 0;
-          for (int64_t u = 0; u <= t; ++u) acc += s[size_t(u)] * ld(qkv, at(b, u, 2, h, i));
+          for (int64_t u = 0; u <= t; ++u) acc += s[size_t(u)] * z(b, h, t, u) * ld(qkv, at(b, u, 2, h, i));
           st(y, (b * d.T + t) * d.C + h * d.hd + i, acc / sum);
         }
       }
 }
 
-// P = exp(S - lse) (recomputed), D_t = dy_t . y_t, and then
-//   dV += P^T dY, dP = dY V^T, dS = P * (dP - D), dQ = scale dS K, dK = scale dS^T Q.
-// With the lse and y of the forward, D_t equals rowsum(P * dP) of the plain backward.
+// P = exp(S - lse) (recomputed), Z its dropout factors (1 without dropout),
+// D_t = dy_t . y_t, and then
+//   dV += (P Z)^T dY, dP = (dY V^T) Z, dS = P * (dP - D), dQ = scale dS K, dK = scale dS^T Q
+// (products with Z elementwise). With the lse and y of the forward, D_t
+// equals rowsum(P * dP) of the plain backward.
 void backward_reference(const KernelCall& c) {
   const AttentionParams& p = c.p<AttentionParams>();
   const TensorView &dy = c.in(0), &qkv = c.in(1), &y = c.in(2), &lse = c.in(3), &dqkv = c.out(0);
   const Dims d = attention_dims(qkv.shape(), p.n_head);
   const double scale = attention_scale(p, d.hd);
   const QkvIndex at{d};
+  const ReferenceProbDropout z(c, 4, d.nh, d.T);
   std::vector<double> grad(size_t(dqkv.numel()), 0.0);
   std::vector<double> s(size_t(d.T));
   for (int64_t b = 0; b < d.B; ++b)
@@ -107,14 +112,14 @@ void backward_reference(const KernelCall& c) {
         for (int64_t i = 0; i < d.hd; ++i) D += ld(dy, yrow + i) * ld(y, yrow + i);
         score_row(qkv, at, b, h, t, scale, s);
         for (int64_t u = 0; u <= t; ++u) {
-          const double pu = std::exp(s[size_t(u)] - l);
+          const double pu = std::exp(s[size_t(u)] - l), zu = z(b, h, t, u);
           double dp = 0;
           for (int64_t i = 0; i < d.hd; ++i) {
             const double g = ld(dy, yrow + i);
             dp += g * ld(qkv, at(b, u, 2, h, i));
-            grad[size_t(at(b, u, 2, h, i))] += pu * g;
+            grad[size_t(at(b, u, 2, h, i))] += pu * zu * g;
           }
-          const double ds = pu * (dp - D) * scale;
+          const double ds = pu * (dp * zu - D) * scale;
           for (int64_t i = 0; i < d.hd; ++i) {
             grad[size_t(at(b, t, 0, h, i))] += ds * ld(qkv, at(b, u, 1, h, i));
             grad[size_t(at(b, u, 1, h, i))] += ds * ld(qkv, at(b, t, 0, h, i));
@@ -150,10 +155,29 @@ std::string label_of(const Config& k, DType t) {
          std::to_string(k.C) + " nh" + std::to_string(k.n_head);
 }
 
+// Probability dropout (AttentionParams::dropout): several query and key
+// tiles with ragged last ones (T 130, 300), the register tiles' panel edges
+// (T 83, head 24), one head, and bf16 on both of its paths.
+struct DropoutConfig {
+  Config k;
+  DType t;
+  float p;
+};
+constexpr DropoutConfig kDropoutConfigs[] = {{{2, 7, 12, 3}, DType::f32, 0.2f},    {{1, 130, 32, 2}, DType::f32, 0.5f},
+                                             {{1, 300, 10, 1}, DType::f32, 0.1f},  {{1, 83, 48, 2}, DType::f32, 0.3f},
+                                             {{2, 70, 12, 2}, DType::bf16, 0.2f},  {{1, 290, 16, 2}, DType::bf16, 0.4f},
+                                             {{1, 200, 128, 2}, DType::bf16, 0.1f}};
+std::string dropout_label(const DropoutConfig& c) {
+  return label_of(c.k, c.t) + " dropout " + std::to_string(c.p).substr(0, 3);
+}
+AttentionParams dropout_params(const DropoutConfig& c) { return AttentionParams{c.k.n_head, 0.f, c.p, 11}; }
+
 std::vector<TestCase> forward_cases() {
   std::vector<TestCase> cases;
   for (const Config& k : kConfigs)
     cases.push_back({label_of(k, DType::f32), {spec({k.B, k.T, 3 * k.C})}, AttentionParams{k.n_head, 0.f}});
+  for (const DropoutConfig& c : kDropoutConfigs)
+    cases.push_back({dropout_label(c), {spec({c.k.B, c.k.T, 3 * c.k.C}, c.t), dropout_key_spec()}, dropout_params(c)});
   cases.push_back({"f32 explicit scale", {spec({2, 9, 3 * 8})}, AttentionParams{2, 0.8f}});
   // Large scores: the online max must keep exp() in range.
   cases.push_back({"f32 large scores", {spec({1, 270, 3 * 16}, DType::f32, -4.0, 4.0)}, AttentionParams{2, 0.f}});
@@ -175,6 +199,14 @@ std::vector<TestCase> backward_cases() {
   for (const Config& k : kConfigs) add(k, DType::f32, 0.f);
   add(Config{2, 9, 8, 2}, DType::f32, 0.8f);
   for (const Config& k : kBf16Configs) add(k, DType::bf16, 0.f);
+  for (const DropoutConfig& c : kDropoutConfigs) {
+    const Config& k = c.k;
+    cases.push_back({dropout_label(c),
+                     {no_grad(spec({k.B, k.T, k.C}, c.t)), no_grad(spec({k.B, k.T, 3 * k.C}, c.t)),
+                      no_grad(spec({k.B, k.T, k.C}, c.t)), no_grad(spec({k.B, k.n_head, k.T}, DType::f32, 0.0, 2.0)),
+                      dropout_key_spec()},
+                     dropout_params(c)});
+  }
   return cases;
 }
 
@@ -187,9 +219,12 @@ core::OpDef flash_attention_def() {
   d.name = "flash_attention";
   d.infer = infer_forward;
   // lse (output 1) is saved for the backward and gets no gradient of its own.
+  // The dropout key (the last input, with dropout) gets none either.
   d.backward = [](Graph& g, const core::Node& n, std::span<const ValueId> dy) -> std::vector<ValueId> {
-    return {g.add_node1(OpKind::flash_attention_backward, {dy[0], n.inputs[0], n.outputs[0], n.outputs[1]},
-                        n.params)};
+    return with_key_gradient(
+        {g.add_node1(OpKind::flash_attention_backward,
+                     with_dropout_key({dy[0], n.inputs[0], n.outputs[0], n.outputs[1]}, n), n.params)},
+        n);
   };
   d.reference = forward_reference;
   d.test_cases = forward_cases;
@@ -216,9 +251,9 @@ core::OpDef flash_attention_backward_def() {
 }
 
 // ---- builder ------------------------------------------------------------------------
-ValueId flash_attention(Graph& g, ValueId qkv, int n_head) {
+ValueId flash_attention(Graph& g, ValueId qkv, int n_head, const AttentionDropout& drop) {
   register_ops();
-  return g.add_node(OpKind::flash_attention, {qkv}, AttentionParams{n_head, 0.f})[0];
+  return g.add_node(OpKind::flash_attention, drop.inputs({qkv}), drop.params(n_head))[0];
 }
 
 }  // namespace brisk::ops

@@ -29,7 +29,7 @@ constexpr std::string_view kFwd = "masked_attention", kBwd = "masked_attention_b
 
 // Inputs: qkv (B, T, 3C) f32, lengths (B) i32.
 std::vector<TensorMeta> infer_forward(std::span<const TensorMeta> in, const core::OpParams& params) {
-  check_count(kFwd, in, 2);
+  check_attention_inputs(kFwd, in, params, 2);
   check_dtype(kFwd, in[0], DType::f32, "qkv");
   const Dims d = check_qkv(kFwd, in, in[0], std::get<AttentionParams>(params).n_head);
   check_lengths_meta(kFwd, in, 1, d.B);
@@ -38,7 +38,7 @@ std::vector<TensorMeta> infer_forward(std::span<const TensorMeta> in, const core
 
 // Inputs: dy (B, T, C), qkv (B, T, 3C), probs (B, n_head, T, T), lengths (B).
 std::vector<TensorMeta> infer_backward(std::span<const TensorMeta> in, const core::OpParams& params) {
-  check_count(kBwd, in, 4);
+  check_attention_inputs(kBwd, in, params, 4);
   check_dtype(kBwd, in[0], DType::f32, "dy");
   check_dtype(kBwd, in[1], DType::f32, "qkv");
   const Dims d = check_qkv(kBwd, in, in[1], std::get<AttentionParams>(params).n_head);
@@ -57,6 +57,7 @@ void forward_reference(const KernelCall& c) {
   check_lengths(kFwd, lengths, d.B, d.T);
   const double scale = attention_scale(p, d.hd);
   const PackedQkv at{d};
+  const ReferenceProbDropout z(c, 2, d.nh, d.T);
   std::vector<double> s(size_t(d.T));
   for (int64_t b = 0; b < d.B; ++b) {
     const int64_t L = lengths[b];
@@ -75,15 +76,15 @@ void forward_reference(const KernelCall& c) {
         for (int64_t u = 0; u < d.T; ++u) st(probs, prow + u, u < L ? s[size_t(u)] / sum : 0.0);
         for (int64_t i = 0; i < d.hd; ++i) {
           double acc = 0;
-          for (int64_t u = 0; u < L; ++u) acc += s[size_t(u)] / sum * ld(qkv, at(b, u, 2, h, i));
+          for (int64_t u = 0; u < L; ++u) acc += s[size_t(u)] / sum * z(b, h, t, u) * ld(qkv, at(b, u, 2, h, i));
           st(y, (b * d.T + t) * d.C + h * d.hd + i, acc);
         }
       }
   }
 }
 
-// As attention_backward, with keys limited to u < L:
-//   dP = dY V^T, dV = P^T dY, dS = P * (dP - rowsum(P * dP)), dQ = scale dS K, dK = scale dS^T Q.
+// As attention_backward, with keys limited to u < L (Z: the dropout factors):
+//   dP = (dY V^T) Z, dV = (P Z)^T dY, dS = P * (dP - rowsum(P * dP)), dQ = scale dS K, dK = scale dS^T Q.
 // Padded keys get exactly zero dK, dV; padded query rows get the dQ of their row.
 void backward_reference(const KernelCall& c) {
   const AttentionParams& p = c.p<AttentionParams>();
@@ -93,6 +94,7 @@ void backward_reference(const KernelCall& c) {
   check_lengths(kBwd, lengths, d.B, d.T);
   const double scale = attention_scale(p, d.hd);
   const PackedQkv at{d};
+  const ReferenceProbDropout z(c, 4, d.nh, d.T);
   std::vector<double> grad(size_t(dqkv.numel()), 0.0);
   std::vector<double> dp(size_t(d.T));
   for (int64_t b = 0; b < d.B; ++b) {
@@ -103,15 +105,15 @@ void backward_reference(const KernelCall& c) {
         const int64_t yrow = (b * d.T + t) * d.C + h * d.hd;
         double pdp = 0;
         for (int64_t u = 0; u < L; ++u) {
-          const double pu = ld(probs, prow + u);
+          const double pu = ld(probs, prow + u), zu = z(b, h, t, u);
           double dot = 0;
           for (int64_t i = 0; i < d.hd; ++i) {
             const double g = ld(dy, yrow + i);
             dot += g * ld(qkv, at(b, u, 2, h, i));
-            grad[size_t(at(b, u, 2, h, i))] += pu * g;
+            grad[size_t(at(b, u, 2, h, i))] += pu * zu * g;
           }
-          dp[size_t(u)] = dot;
-          pdp += pu * dot;
+          dp[size_t(u)] = dot * zu;
+          pdp += pu * dot * zu;
         }
         for (int64_t u = 0; u < L; ++u) {
           const double ds = ld(probs, prow + u) * (dp[size_t(u)] - pdp) * scale;
@@ -146,6 +148,11 @@ std::vector<TestCase> forward_cases() {
     cases.push_back({masked_label(k), {spec({B, k.T, 3 * k.C}), lengths_spec(k.lengths)}, AttentionParams{k.n_head, 0.f}});
   }
   cases.push_back({"f32 explicit scale", {spec({3, 9, 3 * 8}), lengths_spec({9, 1, 5})}, AttentionParams{2, 0.8f}});
+  for (const MaskedDropoutConfig& c : masked_dropout_configs(false)) {
+    const int64_t B = int64_t(c.k.lengths.size());
+    cases.push_back({masked_dropout_label(c), {spec({B, c.k.T, 3 * c.k.C}), lengths_spec(c.k.lengths), dropout_key_spec()},
+                     masked_dropout_params(c)});
+  }
   return cases;
 }
 
@@ -161,11 +168,20 @@ std::vector<TestCase> backward_cases() {
   };
   for (const MaskedConfig& k : configs()) add(k, 0.f, masked_label(k));
   add(MaskedConfig{9, 8, 2, {9, 1, 5}}, 0.8f, "f32 explicit scale");
+  for (const MaskedDropoutConfig& c : masked_dropout_configs(false)) {
+    const int64_t B = int64_t(c.k.lengths.size());
+    cases.push_back({masked_dropout_label(c),
+                     {no_grad(spec({B, c.k.T, c.k.C})), no_grad(spec({B, c.k.T, 3 * c.k.C})),
+                      no_grad(spec({B, c.k.n_head, c.k.T, c.k.T}, DType::f32, 0.0, 1.0)), lengths_spec(c.k.lengths),
+                      dropout_key_spec()},
+                     masked_dropout_params(c)});
+  }
   return cases;
 }
 
 ValueId masked_attention_backward(Graph& g, ValueId dy, const core::Node& n) {
-  return g.add_node1(OpKind::masked_attention_backward, {dy, n.inputs[0], n.outputs[1], n.inputs[1]}, n.params);
+  return g.add_node1(OpKind::masked_attention_backward,
+                     with_dropout_key({dy, n.inputs[0], n.outputs[1], n.inputs[1]}, n), n.params);
 }
 
 }  // namespace
@@ -177,10 +193,11 @@ core::OpDef masked_attention_def() {
   d.name = kFwd;
   d.infer = infer_forward;
   // probs (output 1) is saved for the backward and gets no gradient of its own;
-  // lengths (input 1) are integers and get none either.
+  // lengths (input 1) and the dropout key (input 2, with dropout) are
+  // integers and get none either.
   d.backward = [](Graph& g, const core::Node& n, std::span<const ValueId> dy) -> std::vector<ValueId> {
-    if (dy[0] == core::kNoValue) return {core::kNoValue, core::kNoValue};
-    return {masked_attention_backward(g, dy[0], n), core::kNoValue};
+    if (dy[0] == core::kNoValue) return with_key_gradient({core::kNoValue, core::kNoValue}, n);
+    return with_key_gradient({masked_attention_backward(g, dy[0], n), core::kNoValue}, n);
   };
   d.reference = forward_reference;
   d.test_cases = forward_cases;
@@ -200,9 +217,9 @@ core::OpDef masked_attention_backward_def() {
 }
 
 // ---- builder ---------------------------------------------------------------------------
-ValueId masked_attention(Graph& g, ValueId qkv, ValueId lengths, int n_head) {
+ValueId masked_attention(Graph& g, ValueId qkv, ValueId lengths, int n_head, const AttentionDropout& drop) {
   register_ops();
-  return g.add_node(OpKind::masked_attention, {qkv, lengths}, AttentionParams{n_head, 0.f})[0];
+  return g.add_node(OpKind::masked_attention, drop.inputs({qkv, lengths}), drop.params(n_head))[0];
 }
 
 }  // namespace brisk::ops

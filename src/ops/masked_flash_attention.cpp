@@ -26,7 +26,7 @@ constexpr std::string_view kFwd = "masked_flash_attention", kBwd = "masked_flash
 
 // Inputs: qkv (B, T, 3C) f32 or bf16, lengths (B) i32.
 std::vector<TensorMeta> infer_forward(std::span<const TensorMeta> in, const core::OpParams& params) {
-  check_count(kFwd, in, 2);
+  check_attention_inputs(kFwd, in, params, 2);
   check_float(kFwd, in, {0});
   const Dims d = check_qkv(kFwd, in, in[0], std::get<AttentionParams>(params).n_head);
   check_lengths_meta(kFwd, in, 1, d.B);
@@ -35,7 +35,7 @@ std::vector<TensorMeta> infer_forward(std::span<const TensorMeta> in, const core
 
 // Inputs: dy (B, T, C), qkv (B, T, 3C), y (B, T, C), lse (B, n_head, T), lengths (B).
 std::vector<TensorMeta> infer_backward(std::span<const TensorMeta> in, const core::OpParams& params) {
-  check_count(kBwd, in, 5);
+  check_attention_inputs(kBwd, in, params, 5);
   check_float(kBwd, in, {0, 1, 2});
   const Dims d = check_qkv(kBwd, in, in[1], std::get<AttentionParams>(params).n_head);
   check_shape(in[0].shape == Shape{d.B, d.T, d.C}, kBwd, "dy must be (B, T, C) for qkv (B, T, 3C)", in);
@@ -66,6 +66,7 @@ void forward_reference(const KernelCall& c) {
   check_lengths(kFwd, lengths, d.B, d.T);
   const double scale = attention_scale(p, d.hd);
   const PackedQkv at{d};
+  const ReferenceProbDropout z(c, 2, d.nh, d.T);
   std::vector<double> s(size_t(d.T));
   for (int64_t b = 0; b < d.B; ++b) {
     const int64_t L = lengths[b];
@@ -79,15 +80,16 @@ void forward_reference(const KernelCall& c) {
         st(lse, (b * d.nh + h) * d.T + t, mx + std::log(sum));
         for (int64_t i = 0; i < d.hd; ++i) {
           double acc = 0;
-          for (int64_t u = 0; u < L; ++u) acc += s[size_t(u)] * ld(qkv, at(b, u, 2, h, i));
+          for (int64_t u = 0; u < L; ++u) acc += s[size_t(u)] * z(b, h, t, u) * ld(qkv, at(b, u, 2, h, i));
           st(y, (b * d.T + t) * d.C + h * d.hd + i, acc / sum);
         }
       }
   }
 }
 
-// P = exp(S - lse) over the valid keys, D_t = dy_t . y_t, then
-//   dV += P^T dY, dP = dY V^T, dS = P * (dP - D), dQ = scale dS K, dK = scale dS^T Q.
+// P = exp(S - lse) over the valid keys, Z its dropout factors (1 without
+// dropout), D_t = dy_t . y_t, then
+//   dV += (P Z)^T dY, dP = (dY V^T) Z, dS = P * (dP - D), dQ = scale dS K, dK = scale dS^T Q.
 void backward_reference(const KernelCall& c) {
   const AttentionParams& p = c.p<AttentionParams>();
   const TensorView &dy = c.in(0), &qkv = c.in(1), &y = c.in(2), &lse = c.in(3), &dqkv = c.out(0);
@@ -96,6 +98,7 @@ void backward_reference(const KernelCall& c) {
   check_lengths(kBwd, lengths, d.B, d.T);
   const double scale = attention_scale(p, d.hd);
   const PackedQkv at{d};
+  const ReferenceProbDropout z(c, 5, d.nh, d.T);
   std::vector<double> grad(size_t(dqkv.numel()), 0.0);
   std::vector<double> s(size_t(d.T));
   for (int64_t b = 0; b < d.B; ++b) {
@@ -108,14 +111,14 @@ void backward_reference(const KernelCall& c) {
         for (int64_t i = 0; i < d.hd; ++i) D += ld(dy, yrow + i) * ld(y, yrow + i);
         score_row(qkv, at, b, h, t, L, scale, s);
         for (int64_t u = 0; u < L; ++u) {
-          const double pu = std::exp(s[size_t(u)] - l);
+          const double pu = std::exp(s[size_t(u)] - l), zu = z(b, h, t, u);
           double dp = 0;
           for (int64_t i = 0; i < d.hd; ++i) {
             const double g = ld(dy, yrow + i);
             dp += g * ld(qkv, at(b, u, 2, h, i));
-            grad[size_t(at(b, u, 2, h, i))] += pu * g;
+            grad[size_t(at(b, u, 2, h, i))] += pu * zu * g;
           }
-          const double ds = pu * (dp - D) * scale;
+          const double ds = pu * (dp * zu - D) * scale;
           for (int64_t i = 0; i < d.hd; ++i) {
             grad[size_t(at(b, t, 0, h, i))] += ds * ld(qkv, at(b, u, 1, h, i));
             grad[size_t(at(b, u, 1, h, i))] += ds * ld(qkv, at(b, t, 0, h, i));
@@ -164,6 +167,12 @@ std::vector<TestCase> forward_cases() {
   // Large scores: the online max must keep exp() in range.
   cases.push_back({"f32 large scores", {spec({3, 270, 3 * 16}, DType::f32, -4.0, 4.0), lengths_spec({270, 1, 200})},
                    AttentionParams{2, 0.f}});
+  for (const MaskedDropoutConfig& c : masked_dropout_configs(true)) {
+    const int64_t B = int64_t(c.k.lengths.size());
+    cases.push_back({masked_dropout_label(c),
+                     {spec({B, c.k.T, 3 * c.k.C}, c.t), lengths_spec(c.k.lengths), dropout_key_spec()},
+                     masked_dropout_params(c)});
+  }
   return cases;
 }
 
@@ -181,6 +190,15 @@ std::vector<TestCase> backward_cases() {
   for (const MaskedConfig& k : configs()) add(k, DType::f32, 0.f, masked_label(k));
   add(MaskedConfig{9, 8, 2, {9, 1, 5}}, DType::f32, 0.8f, "f32 explicit scale");
   for (const MaskedConfig& k : bf16_configs()) add(k, DType::bf16, 0.f, masked_label(k, DType::bf16));
+  for (const MaskedDropoutConfig& c : masked_dropout_configs(true)) {
+    const MaskedConfig& k = c.k;
+    const int64_t B = int64_t(k.lengths.size());
+    cases.push_back({masked_dropout_label(c),
+                     {no_grad(spec({B, k.T, k.C}, c.t)), no_grad(spec({B, k.T, 3 * k.C}, c.t)),
+                      no_grad(spec({B, k.T, k.C}, c.t)), no_grad(spec({B, k.n_head, k.T}, DType::f32, 0.0, 2.0)),
+                      lengths_spec(k.lengths), dropout_key_spec()},
+                     masked_dropout_params(c)});
+  }
   return cases;
 }
 
@@ -193,12 +211,15 @@ core::OpDef masked_flash_attention_def() {
   d.name = kFwd;
   d.infer = infer_forward;
   // lse (output 1) is saved for the backward and gets no gradient of its own;
-  // lengths (input 1) are integers and get none either.
+  // lengths (input 1) and the dropout key (input 2, with dropout) are
+  // integers and get none either.
   d.backward = [](Graph& g, const core::Node& n, std::span<const ValueId> dy) -> std::vector<ValueId> {
-    if (dy[0] == core::kNoValue) return {core::kNoValue, core::kNoValue};
-    return {g.add_node1(OpKind::masked_flash_attention_backward,
-                        {dy[0], n.inputs[0], n.outputs[0], n.outputs[1], n.inputs[1]}, n.params),
-            core::kNoValue};
+    if (dy[0] == core::kNoValue) return with_key_gradient({core::kNoValue, core::kNoValue}, n);
+    return with_key_gradient(
+        {g.add_node1(OpKind::masked_flash_attention_backward,
+                     with_dropout_key({dy[0], n.inputs[0], n.outputs[0], n.outputs[1], n.inputs[1]}, n), n.params),
+         core::kNoValue},
+        n);
   };
   d.reference = forward_reference;
   d.test_cases = forward_cases;
@@ -225,9 +246,9 @@ core::OpDef masked_flash_attention_backward_def() {
 }
 
 // ---- builder -------------------------------------------------------------------------------
-ValueId masked_flash_attention(Graph& g, ValueId qkv, ValueId lengths, int n_head) {
+ValueId masked_flash_attention(Graph& g, ValueId qkv, ValueId lengths, int n_head, const AttentionDropout& drop) {
   register_ops();
-  return g.add_node(OpKind::masked_flash_attention, {qkv, lengths}, AttentionParams{n_head, 0.f})[0];
+  return g.add_node(OpKind::masked_flash_attention, drop.inputs({qkv, lengths}), drop.params(n_head))[0];
 }
 
 }  // namespace brisk::ops

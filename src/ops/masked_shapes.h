@@ -47,4 +47,31 @@ inline std::string masked_label(const MaskedConfig& k, DType t = DType::f32) {
   return s;
 }
 
+// A case with probability dropout (AttentionParams::dropout): the kernels'
+// query blocks and key tiles with ragged last ones (T 130, 300: lengths
+// past a 256-key tile), lengths 1 and T in one batch, one head; bf16 (the
+// flash op's) over padded query tiles and lengths off a 16-key step.
+struct MaskedDropoutConfig {
+  MaskedConfig k;
+  DType t;
+  float p;
+};
+inline std::vector<MaskedDropoutConfig> masked_dropout_configs(bool with_bf16) {
+  std::vector<MaskedDropoutConfig> v = {{{7, 12, 3, {7, 1, 4}}, DType::f32, 0.2f},
+                                        {{130, 32, 2, {1, 130, 64, 65}}, DType::f32, 0.5f},
+                                        {{300, 10, 1, {300, 1, 257}}, DType::f32, 0.1f},
+                                        {{40, 48, 2, {40, 23, 9}}, DType::f32, 0.3f}};
+  if (with_bf16) {
+    v.push_back({{40, 48, 2, {40, 17, 31, 16}}, DType::bf16, 0.2f});
+    v.push_back({{290, 32, 2, {290, 100, 1}}, DType::bf16, 0.4f});
+  }
+  return v;
+}
+inline std::string masked_dropout_label(const MaskedDropoutConfig& c) {
+  return masked_label(c.k, c.t) + " dropout " + std::to_string(c.p).substr(0, 3);
+}
+inline AttentionParams masked_dropout_params(const MaskedDropoutConfig& c) {
+  return AttentionParams{c.k.n_head, 0.f, c.p, 3};
+}
+
 }  // namespace brisk::ops::detail

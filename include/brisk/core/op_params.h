@@ -36,11 +36,17 @@ struct LayerNormParams {
   DType narrow_to = DType::f32;
 };
 
-// Causal multi-head self-attention on packed qkv (B, T, 3C) -> (B, T, C),
-// with C = n_head * head_dim; scale 0 means 1/sqrt(head_dim).
+// Multi-head self-attention on packed qkv (B, T, 3C) -> (B, T, C), with
+// C = n_head * head_dim; scale 0 means 1/sqrt(head_dim). dropout > 0 drops
+// the probabilities (inverted dropout, as torch's scaled_dot_product_attention
+// with dropout_p): the op then takes a (2) i32 key as its last input, and
+// probability (b, h, t, u) is kept as brisk/ops/dropout.h's hash of (key,
+// dropout_site, ((b * n_head + h) * T + t) * T + u) decides.
 struct AttentionParams {
   int n_head = 1;
   float scale = 0.f;
+  float dropout = 0.f;
+  uint32_t dropout_site = 0;
 };
 
 struct EmbeddingBackwardParams {

@@ -45,18 +45,32 @@ struct LayerNormOut { ValueId y, mean, rstd; };
 LayerNormOut layernorm(Graph& g, ValueId x, ValueId weight, ValueId bias, float eps = 1e-5f,
                        core::DType narrow_to = core::DType::f32);
 ValueId softmax(Graph& g, ValueId x);
+// Dropout of the attention probabilities (AttentionParams::dropout), off by
+// default: p in [0, 1), the key (2) i32 and a site as ops::dropout's.
+struct AttentionDropout {
+  float p = 0.f;
+  ValueId key = core::kNoValue;
+  uint32_t site = 0;
+  // The op's inputs (the key appended when on) and params.
+  std::vector<ValueId> inputs(std::vector<ValueId> in) const {
+    if (p > 0.f) in.push_back(key);
+    return in;
+  }
+  core::AttentionParams params(int n_head) const { return {n_head, 0.f, p, site}; }
+};
 // qkv (B, T, 3C) -> (B, T, C); causal.
-ValueId attention(Graph& g, ValueId qkv, int n_head);
+ValueId attention(Graph& g, ValueId qkv, int n_head, const AttentionDropout& drop = {});
 // The same function without a (B, n_head, T, T) intermediate: tiled, online
 // softmax, saves only the rows' log-sum-exp (B, n_head, T) for the backward.
-ValueId flash_attention(Graph& g, ValueId qkv, int n_head);
+ValueId flash_attention(Graph& g, ValueId qkv, int n_head, const AttentionDropout& drop = {});
 
 // ---- encoder over right-padded batches (masked_attention.cpp, masked_flash_attention.cpp, masked_mean.cpp)
 // lengths (B) i32: sequence b is real at positions [0, lengths[b]) and padded
 // after; every length must lie in [1, T] (kernels throw ShapeError otherwise).
 // qkv (B, T, 3C), lengths (B) i32 -> (B, T, C); bidirectional, keys >= lengths[b] masked.
-ValueId masked_attention(Graph& g, ValueId qkv, ValueId lengths, int n_head);
-ValueId masked_flash_attention(Graph& g, ValueId qkv, ValueId lengths, int n_head);
+ValueId masked_attention(Graph& g, ValueId qkv, ValueId lengths, int n_head, const AttentionDropout& drop = {});
+ValueId masked_flash_attention(Graph& g, ValueId qkv, ValueId lengths, int n_head,
+                               const AttentionDropout& drop = {});
 // x (B, T, C), lengths (B) i32 -> (B, C): mean over the first lengths[b] positions.
 ValueId masked_mean(Graph& g, ValueId x, ValueId lengths);
 

@@ -33,6 +33,7 @@
 #include "attention_tiles.h"
 #include "attention_util.h"
 #include "cpu_util.h"
+#include "dropout_factors.h"
 #include "kernels.h"
 #include "vec_math.h"
 
@@ -62,21 +63,26 @@ void masked_row(const float* src, int64_t n, int64_t len, E* dst) {
 
 // One head. q, k, v: T rows of hd values, `ld` apart; y: T rows `ldy` apart;
 // P: the head's (T, T) f32 probabilities. `pw` (kGemmBlock * T values) holds a
-// block of P as the operand type when that is not f32.
+// block of P as the operand type when that is not f32. With dropout P is
+// saved as it is and its dropped copy P Z (drop.pz, kGemmBlock * T floats)
+// multiplies V.
 template <class E>
 void forward_head(GemmCache& cache, const E* q, const E* k, const E* v, int64_t ld, E* y, int64_t ldy, float* P,
-                  int64_t T, int64_t hd, float scale, E* pw) {
+                  int64_t T, int64_t hd, float scale, E* pw, const HeadDropout& drop) {
   for (int64_t i0 = 0; i0 < T; i0 += kGemmBlock) {
     const int64_t bs = std::min(kGemmBlock, T - i0), i1 = i0 + bs;
     float* Pb = P + i0 * T;
     // S = scale * Q[i0:i1] K[0:i1]^T, f32
     mm(cache, false, true, bs, i1, hd, scale, q + i0 * ld, ld, k, ld, 0.f, Pb, T);
     for (int64_t r = 0; r < bs; ++r) softmax_row(Pb + r * T, i0 + r + 1, T);
+    const float* Pv = Pb;
+    int64_t ldv = T;
+    if (drop.on()) times_rows(Pb, T, drop.factors(i0, bs, 0, i1), bs, i1, drop.pz), Pv = drop.pz, ldv = i1;
     // Y[i0:i1] = P[i0:i1, 0:i1] V[0:i1]  (masked entries are zero by now)
     if constexpr (std::is_same_v<E, float>) {
-      mm(cache, false, false, bs, hd, i1, 1.f, Pb, T, v, ld, 0.f, y + i0 * ldy, ldy);
+      mm(cache, false, false, bs, hd, i1, 1.f, Pv, ldv, v, ld, 0.f, y + i0 * ldy, ldy);
     } else {
-      for (int64_t r = 0; r < bs; ++r) masked_row(Pb + r * T, i1, i1, pw + r * i1);
+      for (int64_t r = 0; r < bs; ++r) masked_row(Pv + r * ldv, i1, i1, pw + r * i1);
       mm(cache, false, false, bs, hd, i1, 1.f, pw, i1, v, ld, 0.f, y + i0 * ldy, ldy);
     }
   }
@@ -85,11 +91,13 @@ void forward_head(GemmCache& cache, const E* q, const E* k, const E* v, int64_t 
 // One head of the backward. Inputs as in forward_head plus dy (rows `lddy`
 // apart) and P; dq is written in place (rows `lddq` apart), dk and dv are
 // f32 accumulators (rows `lddkv` apart). `work` holds 2 * kGemmBlock * T floats,
-// `ew` 2 * kGemmBlock * T operand values (used when E is not f32).
+// `ew` 2 * kGemmBlock * T operand values (used when E is not f32). With
+// dropout (factors Z in drop.z, kGemmBlock * T floats): dV takes P Z, dP is
+// (dY V^T) Z, and the softmax's backward the saved, undropped P.
 template <class E>
 void backward_head(GemmCache& cache, const E* q, const E* k, const E* v, int64_t ld, const E* dy, int64_t lddy,
                    const float* P, E* dq, int64_t lddq, float* dk, float* dv, int64_t lddkv, int64_t T, int64_t hd,
-                   float scale, float* work, E* ew) {
+                   float scale, float* work, E* ew, const HeadDropout& drop) {
   zero_key_grads(dk, dv, lddkv, T, hd);
   float* dS = work;  // (bs, i1): dP, then dS
   E* Pm = reinterpret_cast<E*>(work + kGemmBlock * T);  // (bs, i1): P with the mask applied
@@ -98,9 +106,14 @@ void backward_head(GemmCache& cache, const E* q, const E* k, const E* v, int64_t
   for (int64_t i0 = 0; i0 < T; i0 += kGemmBlock) {
     const int64_t bs = std::min(kGemmBlock, T - i0), i1 = i0 + bs;
     const E* dyb = dy + i0 * lddy;
-    for (int64_t r = 0; r < bs; ++r) masked_row(P + (i0 + r) * T, i0 + r + 1, i1, Pm + r * i1);
+    const float* Z = drop.on() ? drop.factors(i0, bs, 0, i1) : nullptr;
+    const float* Pd = P + i0 * T;  // dV's P: with dropout P Z, made in dS (free until dP)
+    int64_t ldp = T;
+    if (Z) times_rows(Pd, T, Z, bs, i1, dS), Pd = dS, ldp = i1;
+    for (int64_t r = 0; r < bs; ++r) masked_row(Pd + r * ldp, i0 + r + 1, i1, Pm + r * i1);
     // dP = dY[i0:i1] V[0:i1]^T
     mm(cache, false, true, bs, i1, hd, 1.f, dyb, lddy, v, ld, 0.f, dS, i1);
+    if (Z) multiply_rows(dS, i1, Z, bs, i1);
     // dV[0:i1] += P^T dY[i0:i1]
     mm(cache, true, false, i1, hd, bs, 1.f, Pm, i1, dyb, lddy, 1.f, dv, lddkv);
     // dS = scale * P * (dP - rowsum(P * dP)); masked entries are zero.
@@ -133,7 +146,7 @@ void backward_head(GemmCache& cache, const E* q, const E* k, const E* v, int64_t
 using HeadWork = attention_tiles::HeadWork;
 
 void forward_head_tiles(const float* q, const float* k, const float* v, int64_t ld, float* y, int64_t ldy, float* P,
-                        int64_t T, int64_t hd, float scale, const HeadWork& w) {
+                        int64_t T, int64_t hd, float scale, const HeadWork& w, const HeadDropout& drop) {
   namespace tiles = attention_tiles;
   tiles::pack_transposed(k, ld, T, hd, w.keys);
   tiles::copy_rows(v, ld, T, hd, w.rows);
@@ -143,14 +156,19 @@ void forward_head_tiles(const float* q, const float* k, const float* v, int64_t 
     tiles::copy_rows(q + i0 * ld, ld, bs, hd, w.qb);
     tiles::scores(w.qb, hd, w.keys, bs, i1, hd, scale, Pb, T);
     for (int64_t r = 0; r < bs; ++r) tiles::softmax_rows(Pb + r * T, T, 1, i0 + r + 1, T);
-    tiles::rows_times(Pb, T, w.rows, hd, bs, i1, hd, y + i0 * ldy, ldy, false);  // masked entries are zero
+    const float* Pv = Pb;  // with dropout, P Z
+    int64_t ldv = T;
+    if (drop.on()) times_rows(Pb, T, drop.factors(i0, bs, 0, i1), bs, i1, drop.pz), Pv = drop.pz, ldv = i1;
+    tiles::rows_times(Pv, ldv, w.rows, hd, bs, i1, hd, y + i0 * ldy, ldy, false);  // masked entries are zero
   }
 }
 
-// dS and Pm: kTileBlock * T floats each (dP then dS; the block of P with its mask applied).
+// dS and Pm: kTileBlock * T floats each (dP then dS; the block of P with its
+// causal mask applied). With dropout dV takes P Z (drop.pz) and dP is
+// (dY V^T) Z (drop.z).
 void backward_head_tiles(const float* q, const float* k, const float* v, int64_t ld, const float* dy, int64_t lddy,
                          const float* P, float* dq, float* dk, float* dv, int64_t ldd, int64_t T, int64_t hd,
-                         float scale, float* dS, float* Pm, const HeadWork& w) {
+                         float scale, float* dS, float* Pm, const HeadWork& w, const HeadDropout& drop) {
   namespace tiles = attention_tiles;
   zero_key_grads(dk, dv, ldd, T, hd);
   tiles::pack_transposed(v, ld, T, hd, w.keys);
@@ -160,8 +178,11 @@ void backward_head_tiles(const float* q, const float* k, const float* v, int64_t
     tiles::copy_rows(dy + i0 * lddy, lddy, bs, hd, w.dyb);
     tiles::copy_rows(q + i0 * ld, ld, bs, hd, w.qb);
     for (int64_t r = 0; r < bs; ++r) masked_row(P + (i0 + r) * T, i0 + r + 1, i1, Pm + r * i1);
-    tiles::scores(w.dyb, hd, w.keys, bs, i1, hd, 1.f, dS, i1);                   // dP
-    tiles::transposed_times(Pm, i1, w.dyb, bs, i1, hd, dv, ldd, w.transposed);  // dV += P^T dY
+    const float* Z = drop.on() ? drop.factors(i0, bs, 0, i1) : nullptr;
+    if (Z) times_rows(Pm, i1, Z, bs, i1, drop.pz);
+    tiles::scores(w.dyb, hd, w.keys, bs, i1, hd, 1.f, dS, i1);  // dP
+    if (Z) multiply_rows(dS, i1, Z, bs, i1);
+    tiles::transposed_times(Z ? drop.pz : Pm, i1, w.dyb, bs, i1, hd, dv, ldd, w.transposed);  // dV += P^T dY
     softmax_backward_rows(Pm, i1, dS, bs, i1, scale);  // masked entries of P are zero, so are dS's
     tiles::rows_times(dS, i1, w.rows, hd, bs, i1, hd, dq + i0 * ldd, ldd, false);  // dQ = dS K
     tiles::transposed_times(dS, i1, w.qb, bs, i1, hd, dk, ldd, w.transposed);   // dK += dS^T Q
@@ -178,14 +199,18 @@ void attention_f32(const KernelCall& c) {
   float* probs = c.out(1).as<float>();
   GemmCache& cache = gemm_cache_of(c.ctx);
   const bool tiles = cpu_features().attention_tiles;
-  for_each_head(d, tiles ? HeadWork::floats(d.T, d.hd, kTileBlock) : 0, [&](const HeadOffsets& o, float* w) {
+  const ProbDropout drop(c, 1, d.T);
+  const size_t head_floats = tiles ? HeadWork::floats(d.T, d.hd, kTileBlock) : 0;
+  const size_t block = size_t((tiles ? kTileBlock : kGemmBlock) * d.T);  // with dropout: Z, then P Z
+  for_each_head(d, head_floats + (drop.on() ? 2 * block : 0), [&](const HeadOffsets& o, float* w) {
     const float* q = qkv + o.qkv;
     float *yh = y + o.y, *P = probs + o.probs;
+    const HeadDropout hdrop(drop, o.bh, w + head_floats, int64_t(block));
     if (tiles)
       forward_head_tiles(q, q + d.C, q + 2 * d.C, 3 * d.C, yh, d.C, P, d.T, d.hd, d.scale,
-                         HeadWork(w, d.T, d.hd, kTileBlock));
+                         HeadWork(w, d.T, d.hd, kTileBlock), hdrop);
     else
-      forward_head<float>(cache, q, q + d.C, q + 2 * d.C, 3 * d.C, yh, d.C, P, d.T, d.hd, d.scale, nullptr);
+      forward_head<float>(cache, q, q + d.C, q + 2 * d.C, 3 * d.C, yh, d.C, P, d.T, d.hd, d.scale, nullptr, hdrop);
   });
 }
 
@@ -197,18 +222,22 @@ void attention_backward_f32(const KernelCall& c) {
   float* dqkv = c.out(0).as<float>();
   GemmCache& cache = gemm_cache_of(c.ctx);
   const bool tiles = cpu_features().attention_tiles;
-  const size_t work_floats = size_t(2 * (tiles ? kTileBlock : kGemmBlock) * d.T);
+  const ProbDropout drop(c, 3, d.T);
+  const size_t block = size_t((tiles ? kTileBlock : kGemmBlock) * d.T);
+  const size_t work_floats = 2 * block;
   const size_t floats = work_floats + (tiles ? HeadWork::floats(d.T, d.hd, kTileBlock) : 0);
-  for_each_head(d, floats, [&](const HeadOffsets& o, float* work) {
+  // with dropout: Z, then (tiles) P Z
+  for_each_head(d, floats + (drop.on() ? (tiles ? 2 : 1) * block : 0), [&](const HeadOffsets& o, float* work) {
     const float *q = qkv + o.qkv, *dyh = dy + o.y, *P = probs + o.probs;
     float* dq = dqkv + o.qkv;
+    const HeadDropout hdrop(drop, o.bh, work + floats, tiles ? int64_t(block) : 0);
     if (tiles)
       backward_head_tiles(q, q + d.C, q + 2 * d.C, 3 * d.C, dyh, d.C, P, dq, dq + d.C, dq + 2 * d.C, 3 * d.C, d.T,
                           d.hd, d.scale, work, work + kTileBlock * d.T,
-                          HeadWork(work + work_floats, d.T, d.hd, kTileBlock));
+                          HeadWork(work + work_floats, d.T, d.hd, kTileBlock), hdrop);
     else
       backward_head<float>(cache, q, q + d.C, q + 2 * d.C, 3 * d.C, dyh, d.C, P, dq, 3 * d.C, dq + d.C, dq + 2 * d.C,
-                           3 * d.C, d.T, d.hd, d.scale, work, nullptr);
+                           3 * d.C, d.T, d.hd, d.scale, work, nullptr, hdrop);
   });
 }
 
@@ -226,13 +255,16 @@ void attention_bf16_native(const KernelCall& c) {
   uint16_t* y = c.out(0).as<uint16_t>();
   float* probs = c.out(1).as<float>();
   GemmCache& cache = gemm_cache_of(c.ctx);
+  const ProbDropout drop(c, 1, d.T);
+  const size_t block = size_t(kGemmBlock * d.T);
   parallel_for(d.B * d.nh, 1, [&](int64_t lo, int64_t hi) {
-    uint16_t* pw = scratch16(size_t(kGemmBlock * d.T));
+    uint16_t* pw = scratch16(block);
+    float* z = drop.on() ? scratch(2 * block) : nullptr;  // Z, then P Z
     for (int64_t bh = lo; bh < hi; ++bh) {
       const int64_t b = bh / d.nh, h = bh % d.nh;
       const uint16_t* q = qkv + b * d.T * 3 * d.C + h * d.hd;
       forward_head<uint16_t>(cache, q, q + d.C, q + 2 * d.C, 3 * d.C, y + b * d.T * d.C + h * d.hd, d.C,
-                             probs + bh * d.T * d.T, d.T, d.hd, d.scale, pw);
+                             probs + bh * d.T * d.T, d.T, d.hd, d.scale, pw, HeadDropout(drop, bh, z, int64_t(block)));
     }
   });
 }
@@ -245,16 +277,19 @@ void attention_backward_bf16_native(const KernelCall& c) {
   uint16_t* dqkv = c.out(0).as<uint16_t>();
   GemmCache& cache = gemm_cache_of(c.ctx);
   const int64_t n = d.T * d.hd;
+  const ProbDropout drop(c, 3, d.T);
+  const int64_t block = kGemmBlock * d.T;
   parallel_for(d.B * d.nh, 1, [&](int64_t lo, int64_t hi) {
-    float* buf = scratch(size_t(2 * n + 2 * kGemmBlock * d.T));
-    float *dk = buf, *dv = buf + n, *work = buf + 2 * n;
-    uint16_t* ew = scratch16(size_t(2 * kGemmBlock * d.T));
+    float* buf = scratch(size_t(2 * n + (drop.on() ? 3 : 2) * block));
+    float *dk = buf, *dv = buf + n, *work = buf + 2 * n, *z = work + 2 * block;
+    uint16_t* ew = scratch16(size_t(2 * block));
     for (int64_t bh = lo; bh < hi; ++bh) {
       const int64_t b = bh / d.nh, h = bh % d.nh;
       const int64_t off = b * d.T * 3 * d.C + h * d.hd;
       const uint16_t* q = qkv + off;
       backward_head<uint16_t>(cache, q, q + d.C, q + 2 * d.C, 3 * d.C, dy + b * d.T * d.C + h * d.hd, d.C,
-                              probs + bh * d.T * d.T, dqkv + off, 3 * d.C, dk, dv, d.hd, d.T, d.hd, d.scale, work, ew);
+                              probs + bh * d.T * d.T, dqkv + off, 3 * d.C, dk, dv, d.hd, d.T, d.hd, d.scale, work, ew,
+                              HeadDropout(drop, bh, z));
       narrow_head(dk, dqkv + off + d.C, 3 * d.C, d.T, d.hd);
       narrow_head(dv, dqkv + off + 2 * d.C, 3 * d.C, d.T, d.hd);
     }
@@ -270,14 +305,17 @@ void attention_bf16_emulated(const KernelCall& c) {
   float* probs = c.out(1).as<float>();
   GemmCache& cache = gemm_cache_of(c.ctx);
   const int64_t n = d.T * d.hd;
+  const ProbDropout drop(c, 1, d.T);
+  const int64_t block = kGemmBlock * d.T;
   parallel_for(d.B * d.nh, 1, [&](int64_t lo, int64_t hi) {
-    float* buf = scratch(size_t(4 * n));
-    float *q = buf, *k = buf + n, *v = buf + 2 * n, *yh = buf + 3 * n;
+    float* buf = scratch(size_t(4 * n + (drop.on() ? 2 * block : 0)));
+    float *q = buf, *k = buf + n, *v = buf + 2 * n, *yh = buf + 3 * n, *z = buf + 4 * n;
     for (int64_t bh = lo; bh < hi; ++bh) {
       const int64_t b = bh / d.nh, h = bh % d.nh;
       const uint16_t* src = qkv + b * d.T * 3 * d.C + h * d.hd;
       widen_qkv_head(src, d, q, k, v);
-      forward_head<float>(cache, q, k, v, d.hd, yh, d.hd, probs + bh * d.T * d.T, d.T, d.hd, d.scale, nullptr);
+      forward_head<float>(cache, q, k, v, d.hd, yh, d.hd, probs + bh * d.T * d.T, d.T, d.hd, d.scale, nullptr,
+                          HeadDropout(drop, bh, z, block));
       narrow_head(yh, y + b * d.T * d.C + h * d.hd, d.C, d.T, d.hd);
     }
   });
@@ -291,17 +329,19 @@ void attention_backward_bf16_emulated(const KernelCall& c) {
   uint16_t* dqkv = c.out(0).as<uint16_t>();
   GemmCache& cache = gemm_cache_of(c.ctx);
   const int64_t n = d.T * d.hd;
+  const ProbDropout drop(c, 3, d.T);
+  const int64_t block = kGemmBlock * d.T;
   parallel_for(d.B * d.nh, 1, [&](int64_t lo, int64_t hi) {
-    float* buf = scratch(size_t(7 * n + 2 * kGemmBlock * d.T));
+    float* buf = scratch(size_t(7 * n + (drop.on() ? 3 : 2) * block));
     float *q = buf, *k = buf + n, *v = buf + 2 * n, *g = buf + 3 * n;
-    float *dq = buf + 4 * n, *dk = buf + 5 * n, *dv = buf + 6 * n, *work = buf + 7 * n;
+    float *dq = buf + 4 * n, *dk = buf + 5 * n, *dv = buf + 6 * n, *work = buf + 7 * n, *z = work + 2 * block;
     for (int64_t bh = lo; bh < hi; ++bh) {
       const int64_t b = bh / d.nh, h = bh % d.nh;
       const int64_t off = b * d.T * 3 * d.C + h * d.hd;
       widen_qkv_head(qkv + off, d, q, k, v);
       widen_head(dy + b * d.T * d.C + h * d.hd, d.C, g, d.T, d.hd);
       backward_head<float>(cache, q, k, v, d.hd, g, d.hd, probs + bh * d.T * d.T, dq, d.hd, dk, dv, d.hd, d.T, d.hd,
-                           d.scale, work, nullptr);
+                           d.scale, work, nullptr, HeadDropout(drop, bh, z));
       narrow_head(dq, dqkv + off, 3 * d.C, d.T, d.hd);
       narrow_head(dk, dqkv + off + d.C, 3 * d.C, d.T, d.hd);
       narrow_head(dv, dqkv + off + 2 * d.C, 3 * d.C, d.T, d.hd);

@@ -31,10 +31,11 @@ inline AttentionDims attention_dims(const core::KernelCall& c, const core::Shape
 // y or dy (rows C apart), its (T, T) block of probs and its T values of lse.
 struct HeadOffsets {
   int64_t b, qkv, y, probs, lse;
+  int64_t bh;  // the pair's index, b * n_head + h
 };
 inline HeadOffsets head_offsets(const AttentionDims& d, int64_t bh) {
   const int64_t b = bh / d.nh, h = bh % d.nh;
-  return {b, b * d.T * 3 * d.C + h * d.hd, b * d.T * d.C + h * d.hd, bh * d.T * d.T, bh * d.T};
+  return {b, b * d.T * 3 * d.C + h * d.hd, b * d.T * d.C + h * d.hd, bh * d.T * d.T, bh * d.T, bh};
 }
 
 // Per-thread scratch: a slice of the planned workspace when it is big enough

@@ -38,6 +38,13 @@
 // slower. (Through OpenBLAS on an AVX2 EPYC, 64 rows had measured best.) Two
 // 128 x 256 f32 tiles are 256 KiB, inside a 1 MiB L2.
 //
+// Probability dropout (AttentionParams::dropout): the forward multiplies each
+// tile of P by its keep factors after the row sums and before P V; the
+// backward makes the tile's factors Z once, takes P Z for dV, multiplies dP by
+// Z, and keeps the undropped P for dS. The factors come from each
+// probability's (B, n_head, T, T) index (dropout_factors.h), so no mask is
+// stored and every tiling drops the same entries.
+//
 // bf16 on the bf16-native path (CPUs with avx512_bf16, as the plain kernels)
 // reads q, k, v, dy and y as bf16 where they lie and runs every product on
 // bf16 operands with f32 accumulation: the scores, the online softmax and its
@@ -55,6 +62,7 @@
 #include "attention_gemm.h"
 #include "brisk/cpu/cpu_features.h"
 #include "cpu_util.h"
+#include "dropout_factors.h"
 #include "flash_tiles.h"
 #include "vec_math.h"
 
@@ -105,16 +113,19 @@ size_t native_forward_floats(int64_t hd) { return tile_floats() + size_t(kTileQ 
 size_t native_backward_floats(int64_t T, int64_t hd) {
   return tile_floats() + size_t(kTileQ * kTileK + kTileQ * hd + 2 * T * hd);
 }
+// With probability dropout, a tile of its factors first.
+size_t dropout_floats(const ProbDropout& drop) { return drop.on() ? size_t(kTileQ * kTileK) : 0; }
 
 // One head of the forward. q, k, v: T rows of hd values `ld` apart; y: rows
 // `ldy` apart; lse: T floats. work: native_forward_floats(hd) for bf16
 // operands, tile_floats() for f32. The scores and the online softmax are f32 either
 // way; with bf16 operands P is rounded to bf16 (into the second tile) only as
 // the operand of P V, and the query tile's rows of Y accumulate in f32
-// scratch until they are normalised and rounded once.
+// scratch until they are normalised and rounded once. With dropout, P is
+// dropped after its row sums (l is the softmax's) and before P V.
 template <class E>
 void forward_head(GemmCache& cache, const E* q, const E* k, const E* v, int64_t ld, E* y, int64_t ldy, float* lse,
-                  const Keys& keys, int64_t hd, float scale, float* work) {
+                  const Keys& keys, int64_t hd, float scale, float* work, const HeadDropout& drop) {
   constexpr bool f32 = std::is_same_v<E, float>;
   const int64_t T = keys.T;
   float* S = work;                        // (kTileQ, kTileK) scores, then probabilities
@@ -161,6 +172,7 @@ void forward_head(GemmCache& cache, const E* q, const E* k, const E* v, int64_t 
         }
         m[r] = mx;
       }
+      if (drop.on()) multiply_rows(S, w, drop.factors(i0, bs, j0, w), bs, w);
       // Y[i0:i1] (+)= P V[j0:j0+w]
       if constexpr (f32) {
         mm(cache, false, false, bs, hd, w, 1.f, S, w, v + j0 * ld, ld, first ? 0.f : 1.f, ya, lda);
@@ -187,10 +199,12 @@ void forward_head(GemmCache& cache, const E* q, const E* k, const E* v, int64_t 
 // native_backward_floats leaves after dK and dV), tile_floats() for f32. With bf16
 // operands P and dS are rounded to bf16 only as the operands of their
 // products (dV, dQ, dK), and the query tile's dQ accumulates in f32 scratch.
+// With dropout (factors Z): dV += (P Z)^T dY and dP = (dY V^T) Z, while dS
+// takes the undropped P; D = rowsum(dY * Y) already holds Y's dropout.
 template <class E>
 void backward_head(GemmCache& cache, const E* q, const E* k, const E* v, int64_t ld, const E* dy, const E* y,
                    int64_t ldg, const float* lse, E* dq, int64_t lddq, float* dk, float* dv, int64_t ldd,
-                   const Keys& keys, int64_t hd, float scale, float* work) {
+                   const Keys& keys, int64_t hd, float scale, float* work, const HeadDropout& drop) {
   constexpr bool f32 = std::is_same_v<E, float>;
   const int64_t T = keys.T;
   zero_key_grads(dk, dv, ldd, T, hd);
@@ -228,11 +242,22 @@ void backward_head(GemmCache& cache, const E* q, const E* k, const E* v, int64_t
         for (int64_t j = 0; j < n; ++j) p[j] = fast_exp(p[j] - lr);
         std::fill(p + n, p + w, 0.f);
       }
-      if constexpr (!f32) f32_to_bf16_row(P, Pe, bs * w);
+      // dV's operand: P, or with dropout P Z (made in the dS tile, free until dP)
+      const float* Z = drop.on() ? drop.factors(i0, bs, j0, w) : nullptr;
+      const float* Pd = P;
+      if (Z) times_rows(P, w, Z, bs, w, dS), Pd = dS;
+      const E* Pde;
+      if constexpr (f32) {
+        Pde = Pd;
+      } else {
+        f32_to_bf16_row(Pd, Pe, bs * w);
+        Pde = Pe;
+      }
       // dV[j0:j0+w] += P^T dY[i0:i1]
-      mm(cache, true, false, w, hd, bs, 1.f, Pe, w, dyb, ldg, 1.f, dv + j0 * ldd, ldd);
+      mm(cache, true, false, w, hd, bs, 1.f, Pde, w, dyb, ldg, 1.f, dv + j0 * ldd, ldd);
       // dP = dY[i0:i1] V[j0:j0+w]^T
       mm(cache, false, true, bs, w, hd, 1.f, dyb, ldg, v + j0 * ld, ld, 0.f, dS, w);
+      if (Z) multiply_rows(dS, w, Z, bs, w);
       flash_softmax_backward(P, dS, bs, w, D, scale);  // masked entries of P are zero
       if constexpr (!f32) f32_to_bf16_row(dS, dSe, bs * w);
       // dQ[i0:i1] (+)= dS K[j0:j0+w]
@@ -255,14 +280,16 @@ void forward(const KernelCall& c, const Dims& d, const int32_t* lengths) {
   E* y = c.out(0).as<E>();
   float* lse = c.out(1).as<float>();
   GemmCache& cache = gemm_cache_of(c.ctx);
-  const Scratch scratch(c, std::is_same_v<E, float> ? tile_floats() : native_forward_floats(d.hd));
+  const ProbDropout drop(c, lengths ? 2 : 1, d.T);
+  const size_t dz = dropout_floats(drop);
+  const Scratch scratch(c, dz + (std::is_same_v<E, float> ? tile_floats() : native_forward_floats(d.hd)));
   parallel_for(d.B * d.nh, 1, [&](int64_t lo, int64_t hi) {
-    float* work = scratch.get();
+    float* buf = scratch.get();
     for (int64_t bh = lo; bh < hi; ++bh) {
       const int64_t b = bh / d.nh, h = bh % d.nh;
       const E* q = qkv + b * d.T * 3 * d.C + h * d.hd;
       forward_head(cache, q, q + d.C, q + 2 * d.C, 3 * d.C, y + b * d.T * d.C + h * d.hd, d.C, lse + bh * d.T,
-                   keys_of(d, lengths, b), d.hd, d.scale, work);
+                   keys_of(d, lengths, b), d.hd, d.scale, buf + dz, HeadDropout(drop, bh, buf));
     }
   });
 }
@@ -278,22 +305,26 @@ void backward(const KernelCall& c, const Dims& d, const int32_t* lengths) {
   E* dqkv = c.out(0).as<E>();
   const int64_t n = d.T * d.hd;
   GemmCache& cache = gemm_cache_of(c.ctx);
-  const Scratch scratch(c, f32 ? tile_floats() : native_backward_floats(d.T, d.hd));
+  const ProbDropout drop(c, lengths ? 5 : 4, d.T);
+  const size_t dz = dropout_floats(drop);
+  const Scratch scratch(c, dz + (f32 ? tile_floats() : native_backward_floats(d.T, d.hd)));
   parallel_for(d.B * d.nh, 1, [&](int64_t lo, int64_t hi) {
-    float* buf = scratch.get();
+    float* z = scratch.get();
+    float* buf = z + dz;
     for (int64_t bh = lo; bh < hi; ++bh) {
       const int64_t b = bh / d.nh, h = bh % d.nh;
       const int64_t off = b * d.T * 3 * d.C + h * d.hd, goff = b * d.T * d.C + h * d.hd;
       const Keys keys = keys_of(d, lengths, b);
+      const HeadDropout hdrop(drop, bh, z);
       const E* q = qkv + off;
       E* dq = dqkv + off;
       if constexpr (f32) {
         backward_head(cache, q, q + d.C, q + 2 * d.C, 3 * d.C, dy + goff, y + goff, d.C, lse + bh * d.T, dq, 3 * d.C,
-                      dq + d.C, dq + 2 * d.C, 3 * d.C, keys, d.hd, d.scale, buf);
+                      dq + d.C, dq + 2 * d.C, 3 * d.C, keys, d.hd, d.scale, buf, hdrop);
       } else {
         float *dk = buf, *dv = buf + n;
         backward_head(cache, q, q + d.C, q + 2 * d.C, 3 * d.C, dy + goff, y + goff, d.C, lse + bh * d.T, dq, 3 * d.C,
-                      dk, dv, d.hd, keys, d.hd, d.scale, buf + 2 * n);
+                      dk, dv, d.hd, keys, d.hd, d.scale, buf + 2 * n, hdrop);
         narrow_head(dk, dq + d.C, 3 * d.C, d.T, d.hd);
         narrow_head(dv, dq + 2 * d.C, 3 * d.C, d.T, d.hd);
       }
@@ -314,15 +345,19 @@ void forward_bf16_emulated(const KernelCall& c, const Dims& d, const int32_t* le
   float* lse = c.out(1).as<float>();
   const int64_t n = d.T * d.hd;
   GemmCache& cache = gemm_cache_of(c.ctx);
-  const Scratch scratch(c, tile_floats() + size_t(4 * n));
+  const ProbDropout drop(c, lengths ? 2 : 1, d.T);
+  const size_t dz = dropout_floats(drop);
+  const Scratch scratch(c, dz + tile_floats() + size_t(4 * n));
   parallel_for(d.B * d.nh, 1, [&](int64_t lo, int64_t hi) {
-    float* buf = scratch.get();
+    float* z = scratch.get();
+    float* buf = z + dz;
     float *q = buf, *k = buf + n, *v = buf + 2 * n, *yh = buf + 3 * n, *work = buf + 4 * n;
     for (int64_t bh = lo; bh < hi; ++bh) {
       const int64_t b = bh / d.nh, h = bh % d.nh;
       const uint16_t* src = qkv + b * d.T * 3 * d.C + h * d.hd;
       widen_qkv_head(src, d, q, k, v);
-      forward_head(cache, q, k, v, d.hd, yh, d.hd, lse + bh * d.T, keys_of(d, lengths, b), d.hd, d.scale, work);
+      forward_head(cache, q, k, v, d.hd, yh, d.hd, lse + bh * d.T, keys_of(d, lengths, b), d.hd, d.scale, work,
+                   HeadDropout(drop, bh, z));
       narrow_head(yh, y + b * d.T * d.C + h * d.hd, d.C, d.T, d.hd);
     }
   });
@@ -336,9 +371,12 @@ void backward_bf16_emulated(const KernelCall& c, const Dims& d, const int32_t* l
   uint16_t* dqkv = c.out(0).as<uint16_t>();
   const int64_t n = d.T * d.hd;
   GemmCache& cache = gemm_cache_of(c.ctx);
-  const Scratch scratch(c, tile_floats() + size_t(8 * n));
+  const ProbDropout drop(c, lengths ? 5 : 4, d.T);
+  const size_t dz = dropout_floats(drop);
+  const Scratch scratch(c, dz + tile_floats() + size_t(8 * n));
   parallel_for(d.B * d.nh, 1, [&](int64_t lo, int64_t hi) {
-    float* buf = scratch.get();
+    float* z = scratch.get();
+    float* buf = z + dz;
     float *q = buf, *k = buf + n, *v = buf + 2 * n, *g = buf + 3 * n, *yh = buf + 4 * n;
     float *dq = buf + 5 * n, *dk = buf + 6 * n, *dv = buf + 7 * n, *work = buf + 8 * n;
     for (int64_t bh = lo; bh < hi; ++bh) {
@@ -348,7 +386,7 @@ void backward_bf16_emulated(const KernelCall& c, const Dims& d, const int32_t* l
       widen_head(dy + goff, d.C, g, d.T, d.hd);
       widen_head(y + goff, d.C, yh, d.T, d.hd);
       backward_head(cache, q, k, v, d.hd, g, yh, d.hd, lse + bh * d.T, dq, d.hd, dk, dv, d.hd,
-                    keys_of(d, lengths, b), d.hd, d.scale, work);
+                    keys_of(d, lengths, b), d.hd, d.scale, work, HeadDropout(drop, bh, z));
       narrow_head(dq, dqkv + off, 3 * d.C, d.T, d.hd);
       narrow_head(dk, dqkv + off + d.C, 3 * d.C, d.T, d.hd);
       narrow_head(dv, dqkv + off + 2 * d.C, 3 * d.C, d.T, d.hd);
@@ -363,11 +401,12 @@ void forward_f32(const KernelCall& c, const Dims& d, const int32_t* lengths) {
   const float* qkv = c.in(0).as<float>();
   float* y = c.out(0).as<float>();
   float* lse = c.out(1).as<float>();
+  const ProbDropout drop(c, lengths ? 2 : 1, d.T);
   for_each_head(d, flash_tiles::Work::floats(d.T, d.hd), [&](const HeadOffsets& o, float* w) {
     const float* q = qkv + o.qkv;
+    const flash_tiles::Work work(w, d.T, d.hd);
     flash_tiles::forward_head(q, q + d.C, q + 2 * d.C, 3 * d.C, y + o.y, d.C, lse + o.lse, d.T,
-                              tile_keys(d, lengths, o.b), d.hd, d.scale,
-                              flash_tiles::Work(w, d.T, d.hd));
+                              tile_keys(d, lengths, o.b), d.hd, d.scale, work, HeadDropout(drop, o.bh, work.z));
   });
 }
 
@@ -378,12 +417,14 @@ void backward_f32(const KernelCall& c, const Dims& d, const int32_t* lengths) {
   const float* y = c.in(2).as<float>();
   const float* lse = c.in(3).as<float>();
   float* dqkv = c.out(0).as<float>();
+  const ProbDropout drop(c, lengths ? 5 : 4, d.T);
   for_each_head(d, flash_tiles::Work::floats(d.T, d.hd), [&](const HeadOffsets& o, float* w) {
     const float* q = qkv + o.qkv;
     float* dq = dqkv + o.qkv;
+    const flash_tiles::Work work(w, d.T, d.hd);
     flash_tiles::backward_head(q, q + d.C, q + 2 * d.C, 3 * d.C, dy + o.y, y + o.y, d.C, lse + o.lse, dq, dq + d.C,
-                               dq + 2 * d.C, 3 * d.C, d.T, tile_keys(d, lengths, o.b), d.hd, d.scale,
-                               flash_tiles::Work(w, d.T, d.hd));
+                               dq + 2 * d.C, 3 * d.C, d.T, tile_keys(d, lengths, o.b), d.hd, d.scale, work,
+                               HeadDropout(drop, o.bh, work.z));
   });
 }
 

@@ -25,7 +25,7 @@ int64_t tile_keys(const KeyRange& keys, int64_t t, int64_t j0, int64_t w) {
 }  // namespace
 
 void forward_head(const float* q, const float* k, const float* v, int64_t ld, float* y, int64_t ldy, float* lse,
-                  int64_t T, KeyRange keys, int64_t hd, float scale, const Work& w) {
+                  int64_t T, KeyRange keys, int64_t hd, float scale, const Work& w, const HeadDropout& drop) {
   const int64_t n_keys = block_keys(keys, T - 1, 1);  // the last row sees the most keys
   tiles::pack_transposed(k, ld, n_keys, hd, w.kt);
   tiles::copy_rows(v, ld, n_keys, hd, w.vrows);
@@ -43,6 +43,8 @@ void forward_head(const float* q, const float* k, const float* v, int64_t ld, fl
             tiles::online_softmax_row(w.s + r * wk, tile_keys(keys, i0 + r, j0, wk), wk, m[r], l[r], first);
         if (!first && alpha != 1.f) tiles::scale_rows(yb + r * ldy, ldy, 1, hd, &alpha);
       }
+      // Dropout after the row sums (l is the softmax's), before P V.
+      if (drop.on()) multiply_rows(w.s, wk, drop.factors(i0, bs, j0, wk), bs, wk);
       // Y (+)= P V[j0:j0+wk]; masked entries of P are zero.
       tiles::rows_times(w.s, wk, w.vrows + j0 * hd, hd, bs, wk, hd, yb, ldy, !first);
     }
@@ -56,7 +58,7 @@ void forward_head(const float* q, const float* k, const float* v, int64_t ld, fl
 
 void backward_head(const float* q, const float* k, const float* v, int64_t ld, const float* dy, const float* y,
                    int64_t ldg, const float* lse, float* dq, float* dk, float* dv, int64_t ldd, int64_t T,
-                   KeyRange keys, int64_t hd, float scale, const Work& w) {
+                   KeyRange keys, int64_t hd, float scale, const Work& w, const HeadDropout& drop) {
   zero_key_grads(dk, dv, ldd, T, hd);
   const int64_t n_keys = block_keys(keys, T - 1, 1);
   tiles::pack_transposed(k, ld, n_keys, hd, w.kt);  // for S = Q K^T
@@ -75,8 +77,12 @@ void backward_head(const float* q, const float* k, const float* v, int64_t ld, c
       tiles::scores(w.qb, hd, w.kt + j0 * hd, bs, wk, hd, scale, P, wk);
       for (int64_t r = 0; r < bs; ++r)
         tiles::exp_shifted_row(P + r * wk, tile_keys(keys, i0 + r, j0, wk), wk, lse[i0 + r]);
-      tiles::transposed_times(P, wk, w.dyb, bs, wk, hd, dv + j0 * ldd, ldd, w.transposed);  // dV += P^T dY
-      tiles::scores(w.dyb, hd, w.vt + j0 * hd, bs, wk, hd, 1.f, dS, wk);                    // dP = dY V^T
+      // With dropout (factors Z) dV takes P Z (made in dS, free until dP) and dP is (dY V^T) Z.
+      const float* Z = drop.on() ? drop.factors(i0, bs, j0, wk) : nullptr;
+      if (Z) times_rows(P, wk, Z, bs, wk, dS);
+      tiles::transposed_times(Z ? dS : P, wk, w.dyb, bs, wk, hd, dv + j0 * ldd, ldd, w.transposed);  // dV += P^T dY
+      tiles::scores(w.dyb, hd, w.vt + j0 * hd, bs, wk, hd, 1.f, dS, wk);                            // dP = dY V^T
+      if (Z) multiply_rows(dS, wk, Z, bs, wk);
       flash_softmax_backward(P, dS, bs, wk, D, scale);
       tiles::rows_times(dS, wk, w.krows + j0 * hd, hd, bs, wk, hd, dq + i0 * ldd, ldd, j0 > 0);  // dQ (+)= dS K
       tiles::transposed_times(dS, wk, w.qb, bs, wk, hd, dk + j0 * ldd, ldd, w.transposed);     // dK += dS^T Q

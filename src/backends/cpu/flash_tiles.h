@@ -20,6 +20,7 @@
 #include <cstdint>
 
 #include "attention_tiles.h"
+#include "dropout_factors.h"
 
 namespace brisk::cpu::flash_tiles {
 
@@ -36,29 +37,30 @@ struct KeyRange {
   int64_t end(int64_t t) const { return causal ? std::min(t + 1, L) : L; }
 };
 
-// A thread's scratch for one head of up to T rows, hd wide.
+// A thread's scratch for one head of up to T rows, hd wide (z: a tile of
+// probability-dropout factors).
 struct Work {
-  float *kt, *vt, *krows, *vrows, *qb, *dyb, *s, *ds, *stats, *transposed;
+  float *kt, *vt, *krows, *vrows, *qb, *dyb, *s, *ds, *z, *stats, *transposed;
   static size_t floats(int64_t T, int64_t hd) {
-    return size_t(2 * attention_tiles::packed_floats(T, hd) + 2 * T * hd + 2 * kTileQ * hd + 2 * kTileQ * kTileK +
+    return size_t(2 * attention_tiles::packed_floats(T, hd) + 2 * T * hd + 2 * kTileQ * hd + 3 * kTileQ * kTileK +
                   2 * kTileQ + attention_tiles::kKeyChunk * kTileQ);
   }
   Work(float* w, int64_t T, int64_t hd)
       : kt(w), vt(kt + attention_tiles::packed_floats(T, hd)), krows(vt + attention_tiles::packed_floats(T, hd)),
         vrows(krows + T * hd), qb(vrows + T * hd), dyb(qb + kTileQ * hd), s(dyb + kTileQ * hd),
-        ds(s + kTileQ * kTileK), stats(ds + kTileQ * kTileK), transposed(stats + 2 * kTileQ) {}
+        ds(s + kTileQ * kTileK), z(ds + kTileQ * kTileK), stats(z + kTileQ * kTileK), transposed(stats + 2 * kTileQ) {}
 };
 
 // One head. q, k, v: T rows of hd floats `ld` apart; y: rows `ldy` apart;
-// lse: T floats.
+// lse: T floats. `drop`: the head's probability dropout (factors in w.z).
 void forward_head(const float* q, const float* k, const float* v, int64_t ld, float* y, int64_t ldy, float* lse,
-                  int64_t T, KeyRange keys, int64_t hd, float scale, const Work& w);
+                  int64_t T, KeyRange keys, int64_t hd, float scale, const Work& w, const HeadDropout& drop);
 
 // One head of the backward: inputs as forward_head's plus dy and y (rows
 // `ldg` apart) and lse; dq, dk, dv rows `ldd` apart. dK and dV rows of keys
 // no query sees (padding) are zero.
 void backward_head(const float* q, const float* k, const float* v, int64_t ld, const float* dy, const float* y,
                    int64_t ldg, const float* lse, float* dq, float* dk, float* dv, int64_t ldd, int64_t T,
-                   KeyRange keys, int64_t hd, float scale, const Work& w);
+                   KeyRange keys, int64_t hd, float scale, const Work& w, const HeadDropout& drop);
 
 }  // namespace brisk::cpu::flash_tiles

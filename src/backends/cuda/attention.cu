@@ -41,6 +41,9 @@ Dims dims_of(const KernelCall& c, const char* op, const core::Shape& qkv) {
   if (qkv.rank() != 3 || qkv[2] % 3 != 0 || p.n_head < 1 || (qkv[2] / 3) % p.n_head != 0)
     throw core::ShapeError(std::string(op) + ": qkv must be (B, T, 3C) with C divisible by n_head = " +
                            std::to_string(p.n_head));
+  if (p.dropout > 0.f)
+    throw core::ShapeError(std::string(op) +
+                           ": probability dropout has no CUDA kernel yet (model.attention_dropout is CPU only)");
   Dims d;
   d.B = qkv[0], d.T = qkv[1], d.C = qkv[2] / 3, d.nh = p.n_head, d.hd = d.C / p.n_head;
   d.scale = p.scale != 0.f ? p.scale : float(1.0 / std::sqrt(double(d.hd)));
