@@ -217,10 +217,11 @@ void apply_variant(const std::string& variant, models::GptConfig& model, optim::
     else if (key == "fuse_weight_casts") model.fuse_weight_casts = mode();
     else if (key == "fused_adamw") adamw.fused = flag();
     else if (key == "recompute") model.recompute = value;
-    else if (key == "dropout") {
+    else if (key == "dropout" || key == "attention_dropout") {
       char* end = nullptr;
-      model.dropout = std::strtof(value.c_str(), &end);
-      if (value.empty() || *end != '\0') throw core::ConfigError("variant: dropout takes a number, got '" + value + "'");
+      (key == "dropout" ? model.dropout : model.attention_dropout) = std::strtof(value.c_str(), &end);
+      if (value.empty() || *end != '\0')
+        throw core::ConfigError("variant: " + key + " takes a number, got '" + value + "'");
     } else if (key == "precision") {
       if (value != "fp32" && value != "bf16")
         throw core::ConfigError("variant: precision takes fp32 or bf16, got '" + value + "'");
@@ -229,7 +230,7 @@ void apply_variant(const std::string& variant, models::GptConfig& model, optim::
       throw core::ConfigError("variant: unknown key '" + key +
                               "' (allowed: attention, fused_classifier, fuse_bias_gelu, fuse_residual_layernorm, "
                               "fuse_layernorm_backward, fuse_gelu_backward, fuse_bias_backward, fuse_weight_casts, fused_adamw, "
-                              "recompute, dropout, precision)");
+                              "recompute, dropout, attention_dropout, precision)");
     }
   }
   model.validate();

@@ -48,6 +48,7 @@ EncoderConfig EncoderConfig::preset(const std::string& name) {
 void EncoderConfig::validate() const {
   validate_encoder_body(vocab_size, n_layer, n_embd, n_head, max_len, attention, compute, recompute);
   Dropout::validate(dropout);
+  Dropout::validate(attention_dropout, "model.attention_dropout");
   if (n_classes < 2 || n_classes > (int64_t(1) << 20))
     throw ConfigError("model.n_classes must be in [2, " + std::to_string(int64_t(1) << 20) + "], got " +
                       std::to_string(n_classes));
@@ -103,8 +104,8 @@ std::unique_ptr<EncoderProgram> Encoder::build(bool train, int64_t B, int64_t T)
   p->lengths = g.input("lengths", {B}, DType::i32);
   p->pos = g.input("pos", {T}, DType::i32);
 
-  // --- dropout (train programs with model.dropout): the GPT's sites
-  const Dropout drop = Dropout::for_program(g, train, config_.dropout);
+  // --- dropout (train programs with model.dropout or model.attention_dropout): the GPT's sites
+  const Dropout drop = Dropout::for_program(g, train, config_.dropout, config_.attention_dropout);
   p->dropout_key = drop.key;
 
   // --- token + position embeddings                                  (B, T, C)

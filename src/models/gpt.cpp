@@ -92,6 +92,7 @@ void GptConfig::validate() const {
       throw ConfigError("model." + std::string(key) + ": unknown value '" + value + "' (allowed: auto, on, off)");
   validate_recompute(recompute);
   Dropout::validate(dropout);
+  Dropout::validate(attention_dropout, "model.attention_dropout");
   if (!core::dtype_is_float(compute))
     throw ConfigError("model compute dtype: unknown value '" + std::string(core::dtype_name(compute)) +
                       "' (allowed: f32, bf16, f16; set through train.precision)");
@@ -255,11 +256,13 @@ std::unique_ptr<GptProgram> Gpt::build(Mode mode, int64_t B, int64_t T) {
 
   const Lowp lp{g, &backend_, config_.compute};
 
-  // --- dropout (train programs with model.dropout)
-  const Dropout drop = Dropout::for_program(g, mode == Mode::train, config_.dropout);
-  if (drop && on_device)
-    throw ConfigError("model.dropout runs on the CPU only for now (the CUDA backend has no dropout kernel); "
-                      "set model.dropout = 0 to train on the GPU");
+  // --- dropout (train programs with model.dropout or model.attention_dropout)
+  const Dropout drop = Dropout::for_program(g, mode == Mode::train, config_.dropout, config_.attention_dropout);
+  if (drop && on_device) {
+    const std::string key = config_.dropout > 0.f ? "model.dropout" : "model.attention_dropout";
+    throw ConfigError(key + " runs on the CPU only for now (the CUDA backend has no dropout kernels); set " + key +
+                      " = 0 to train on the GPU");
+  }
   p->dropout_key = drop.key;
 
   // --- token + position embeddings: the fp32 residual stream      (B, T, C)

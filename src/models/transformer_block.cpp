@@ -22,19 +22,24 @@ uint64_t dropout_key(uint64_t seed, int64_t step, int64_t micro, int rank) {
   return mix(mix(mix(seed ^ 0x64726f706f7574ull) ^ uint64_t(step)) ^ (uint64_t(micro) << 32 | uint64_t(uint32_t(rank))));
 }
 
-void Dropout::validate(float p) {
-  if (!(p >= 0.f && p < 1.f)) throw ConfigError("model.dropout must be in [0, 1), got " + std::to_string(p));
+void Dropout::validate(float p, const char* name) {
+  if (!(p >= 0.f && p < 1.f)) throw ConfigError(std::string(name) + " must be in [0, 1), got " + std::to_string(p));
 }
 
-Dropout Dropout::for_program(Graph& g, bool train, float p) {
-  if (!train || !(p > 0.f)) return {};
-  return {p, g.input("dropout_key", {2}, core::DType::i32)};
+Dropout Dropout::for_program(Graph& g, bool train, float p, float attention_p) {
+  if (!train || !(p > 0.f || attention_p > 0.f)) return {};
+  return {p, attention_p, g.input("dropout_key", {2}, core::DType::i32)};
 }
 
 ValueId Dropout::apply(Graph& g, ValueId x, uint32_t site, const Lowp& lp) const {
-  if (!*this) return x;
+  if (!*this || !(p > 0.f)) return x;
   return lp.run(x, core::OpKind::dropout, core::OpKind::dropout,
                 [&](ValueId v) { return ops::dropout(g, v, key, p, site); });
+}
+
+ops::AttentionDropout Dropout::attention(int64_t layer) const {
+  if (!*this || !(attention_p > 0.f)) return {};
+  return {attention_p, key, probs_site(layer)};
 }
 
 void write_dropout_key(core::Executor& executor, ValueId input, uint64_t key) {
@@ -56,16 +61,17 @@ ValueId transformer_block(Graph& g, ValueId x, ValueId lengths, const std::strin
   ValueId qkv =
       ops::linear(g, ln1.y, weight("attn.c_attn.weight", {3 * C, C}), weight("attn.c_attn.bias", {3 * C}));
   ValueId att;
+  const ops::AttentionDropout probs = drop.attention(layer);
   if (attention == BlockAttention::causal)
     att = flash ? lp.run(qkv, OpKind::flash_attention, OpKind::flash_attention_backward,
-                         [&](ValueId v) { return ops::flash_attention(g, v, n_head); })
+                         [&](ValueId v) { return ops::flash_attention(g, v, n_head, probs); })
                 : lp.run(qkv, OpKind::attention, OpKind::attention_backward,
-                         [&](ValueId v) { return ops::attention(g, v, n_head); });  // (B, T, C)
+                         [&](ValueId v) { return ops::attention(g, v, n_head, probs); });  // (B, T, C)
   else
     att = flash ? lp.run(qkv, OpKind::masked_flash_attention, OpKind::masked_flash_attention_backward,
-                         [&](ValueId v) { return ops::masked_flash_attention(g, v, lengths, n_head); })
+                         [&](ValueId v) { return ops::masked_flash_attention(g, v, lengths, n_head, probs); })
                 : lp.run(qkv, OpKind::masked_attention, OpKind::masked_attention_backward,
-                         [&](ValueId v) { return ops::masked_attention(g, v, lengths, n_head); });  // (B, T, C)
+                         [&](ValueId v) { return ops::masked_attention(g, v, lengths, n_head, probs); });  // (B, T, C)
   att = ops::linear(g, att, weight("attn.c_proj.weight", {C, C}), weight("attn.c_proj.bias", {C}));
   att = drop.apply(g, att, Dropout::attention_site(layer), lp);
   x = ops::add(g, x, att);  // the f32 residual plus the compute-dtype branch, no cast

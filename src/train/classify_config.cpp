@@ -16,7 +16,7 @@ namespace {
 
 const detail::KnownKeys kKnownKeys = {
     {"model", {"kind", "preset", "vocab_size", "n_layer", "n_embd", "n_head", "max_len", "n_classes", "attention",
-               "dropout"}},
+               "dropout", "attention_dropout"}},
     {"data", {"store", "label_names", "strip_headers", "train_frac", "val_frac", "split_seed", "bucket", "cache_mb"}},
     {"train", detail::epoch_train_keys()},
     {"checkpoint", detail::kEpochCheckpointKeys},
@@ -32,7 +32,8 @@ ClassifyConfig config_from_table(const toml::table& root) {
   if (!c.preset.empty()) c.model = models::EncoderConfig::preset(c.preset);
   detail::read_body_model_keys(r, c.model);
   r.get("model", "n_classes", c.model.n_classes);
-  c.model.dropout = detail::read_dropout(r, c.model.dropout);
+  c.model.dropout = detail::read_dropout(r, "dropout", c.model.dropout);
+  c.model.attention_dropout = detail::read_dropout(r, "attention_dropout", c.model.attention_dropout);
   r.get("data", "store", c.store);
   if (const toml::node* n = root.at_path("data.label_names").node()) {
     const toml::array* a = n->as_array();
@@ -78,6 +79,7 @@ std::string to_toml(const ClassifyConfig& c) {
   detail::write_body_model_keys(s, c.model);
   s << "n_classes = " << c.model.n_classes << "\nattention = " << toml_string(c.model.attention)
     << "\ndropout = " << toml_number(c.model.dropout)
+    << "\nattention_dropout = " << toml_number(c.model.attention_dropout)
     << "\n\n[data]\nstore = " << toml_string(c.store) << "\nlabel_names = [";
   for (size_t i = 0; i < c.label_names.size(); ++i) s << (i ? ", " : "") << toml_string(c.label_names[i]);
   s << "]\nstrip_headers = " << (c.strip_headers ? "true" : "false") << "\n";

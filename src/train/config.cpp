@@ -33,7 +33,8 @@ constexpr int64_t kMaxClassifierChunkMiB = 65536;
 const detail::KnownKeys kKnownKeys = {
     {"model", {"kind", "preset", "vocab_size", "n_layer", "n_embd", "n_head", "block_size", "attention", "fused_classifier",
                "fuse_bias_gelu", "fuse_residual_layernorm", "fuse_layernorm_backward", "fuse_gelu_backward",
-               "fuse_bias_backward", "fuse_weight_casts", "classifier_chunk_mb", "dropout"}},
+               "fuse_bias_backward", "fuse_weight_casts", "classifier_chunk_mb", "dropout",
+               "attention_dropout"}},
     {"data", {"dir"}},
     {"train", {"batch", "seq", "grad_accum", "steps", "lr", "min_lr_ratio", "warmup", "schedule", "weight_decay",
                "grad_clip", "beta1", "beta2", "eps", "seed", "threads", "device", "eval_every", "eval_batches", "log_every",
@@ -179,7 +180,8 @@ TrainConfig config_from_table(const toml::table& file) {
   r.get("model", "attention", c.model.attention);  // checked (flash | plain) by validate() below
   r.get("model", "fused_classifier", c.model.fused_classifier);
   r.get("model", "fuse_bias_gelu", c.model.fuse_bias_gelu);
-  c.model.dropout = detail::read_dropout(r, c.model.dropout);
+  c.model.dropout = detail::read_dropout(r, "dropout", c.model.dropout);
+  c.model.attention_dropout = detail::read_dropout(r, "attention_dropout", c.model.attention_dropout);
   // auto | on | off (checked by validate()); true / false, its values when it
   // was a switch, still mean on / off.
   if (const toml::node* n = root.at_path("model.fuse_residual_layernorm").node(); n && n->is_boolean())
@@ -334,10 +336,13 @@ TrainConfig config_from_table(const toml::table& file) {
   // The mask is applied by host code to host weights (models::PruneMask).
   if (c.keep_mask && c.device != "cpu")
     throw ConfigError("config: train.keep_mask = true is supported with train.device = \"cpu\" only");
-  // The dropout op has CPU kernels only (models::Gpt refuses it on a device too).
-  if (c.model.dropout > 0.f && c.device != "cpu")
-    throw ConfigError("config: model.dropout > 0 is supported with train.device = \"cpu\" only (the CUDA backend "
-                      "has no dropout kernel yet); set model.dropout = 0 to train on the GPU");
+  // Dropout has CPU kernels only (models::Gpt refuses it on a device too).
+  for (const auto& [key, p] : {std::pair<const char*, float>{"dropout", c.model.dropout},
+                               {"attention_dropout", c.model.attention_dropout}})
+    if (p > 0.f && c.device != "cpu")
+      throw ConfigError(std::string("config: model.") + key +
+                        " > 0 is supported with train.device = \"cpu\" only (the CUDA backend has no dropout kernel "
+                        "yet); set model." + key + " = 0 to train on the GPU");
   if (!(c.dist.bucket_mb > 0) || !std::isfinite(c.dist.bucket_mb))
     throw ConfigError("config: dist.bucket_mb must be a positive number of MiB");
   if (c.dist.zero != 0 && c.dist.zero != 1)
@@ -390,11 +395,11 @@ std::string toml_string(const std::string& v) {
   return out + "\"";
 }
 
-float detail::read_dropout(const Reader& r, float value) {
+float detail::read_dropout(const Reader& r, const std::string& key, float value) {
   double p = value;
-  r.get("model", "dropout", p);
+  r.get("model", key, p);
   if (!(p >= 0.0 && p < 1.0) || float(p) >= 1.f || (p > 0 && float(p) == 0.f))
-    throw ConfigError("config: model.dropout must be in [0, 1) (and not round to 0 or 1 as a 32-bit float), got " +
+    throw ConfigError("config: model." + key + " must be in [0, 1) (and not round to 0 or 1 as a 32-bit float), got " +
                       toml_number(p));
   return float(p);
 }
@@ -415,6 +420,7 @@ std::string to_toml(const TrainConfig& c) {
     << "\nfuse_weight_casts = " << toml_string(c.model.fuse_weight_casts)
     << "\nclassifier_chunk_mb = " << c.model.classifier_chunk_floats / kFloatsPerMiB
     << "\ndropout = " << toml_number(c.model.dropout)
+    << "\nattention_dropout = " << toml_number(c.model.attention_dropout)
     << "\n\n[data]\ndir = " << toml_string(c.data_dir) << "\n\n[train]\nbatch = " << c.batch << "\nseq = " << c.seq << "\ngrad_accum = " << c.grad_accum
     << "\nsteps = " << c.steps << "\nlr = " << toml_number(c.schedule.max_lr) << "\nmin_lr_ratio = " << toml_number(c.schedule.min_lr_ratio)
     << "\nwarmup = " << c.schedule.warmup_steps << "\nschedule = \"" << kinds[int(c.schedule.kind)]

@@ -500,6 +500,9 @@ void Trainer::Impl::print_header() {
   if (cfg.model.dropout > 0.f)
     std::fprintf(stderr, "dropout %g on the embeddings and each block's residual branches (train steps only)\n",
                  double(cfg.model.dropout));
+  if (cfg.model.attention_dropout > 0.f)
+    std::fprintf(stderr, "attention dropout %g on each block's attention probabilities (train steps only)\n",
+                 double(cfg.model.attention_dropout));
   // The graph fusions as this device resolves "auto" (GptConfig::with_fusions_for).
   const models::GptConfig fused = cfg.model.with_fusions_for(on_gpu);
   std::fprintf(stderr,

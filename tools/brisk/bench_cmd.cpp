@@ -51,7 +51,8 @@ BenchCommand add_bench_command(CLI::App& parent) {
                   "(bench/results/ablation_<workload>.{md,json})");
   train->add_option("--variant", o->variant,
                     "brisk's techniques over its defaults, e.g. attention=flash,fused_adamw=0 (keys: attention, "
-                    "fused_classifier, fuse_bias_gelu, fuse_residual_layernorm, fused_adamw, recompute, dropout, precision)");
+                    "fused_classifier, fuse_bias_gelu, fuse_residual_layernorm, fused_adamw, recompute, dropout, "
+                    "attention_dropout, precision)");
   // The benchmark starts itself with this flag to run the brisk side alone.
   train->add_flag("--worker", *worker)->group("");
   // E1's workers: the parent's plan and which of its batch files to train on.

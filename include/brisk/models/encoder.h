@@ -48,6 +48,9 @@ struct EncoderConfig {
   // the embeddings' sum and each block's two residual branches, in [0, 1);
   // 0 builds none. Not part of the weights.
   float dropout = 0.f;
+  // model.attention_dropout: as the GPT's (GptConfig::attention_dropout),
+  // each block's attention probabilities.
+  float attention_dropout = 0.f;
 
   // "E1" (the spam encoder of docs/workloads.md); throws ConfigError listing the presets.
   static EncoderConfig preset(const std::string& name);

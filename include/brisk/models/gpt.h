@@ -132,13 +132,18 @@ struct GptConfig {
   // Train programs only (model.dropout): the probability in [0, 1) that
   // dropout zeroes an element of the embeddings' sum and of each block's
   // two residual branches (the attention's and the MLP's projections)
-  // before they are added, as GPT-2's embd_pdrop and resid_pdrop
-  // (attention probabilities are not dropped). 0 (the default) builds no
-  // dropout at all. Each micro-step's masks come from its key
-  // (models::dropout_key): no mask is stored, and the backward, recomputed
-  // blocks and a resumed run remake the same ones. Eval and logits
-  // programs never drop. CPU only for now. Not part of the weights.
+  // before they are added, as GPT-2's embd_pdrop and resid_pdrop. 0 (the
+  // default) builds no dropout at all. Each micro-step's masks come from its
+  // key (models::dropout_key): no mask is stored, and the backward,
+  // recomputed blocks and a resumed run remake the same ones. Eval and
+  // logits programs never drop. CPU only for now. Not part of the weights.
   float dropout = 0.f;
+  // Train programs only (model.attention_dropout): the same for each
+  // block's attention probabilities after the softmax, as GPT-2's
+  // attn_pdrop (nanoGPT's attn_dropout), inside the attention kernels,
+  // flash ones too (no T x T mask is stored either). Independent of
+  // `dropout`; 0 (the default) changes nothing.
+  float attention_dropout = 0.f;
 
   // "W1"/"gpt2-tiny", "W2"/"char-small", "G1"/"gpt2-124m"; throws ConfigError listing them.
   static GptConfig preset(const std::string& name);

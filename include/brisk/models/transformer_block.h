@@ -12,6 +12,7 @@
 #include "brisk/core/executor.h"
 #include "brisk/core/graph.h"
 #include "brisk/models/lowp.h"
+#include "brisk/ops/ops.h"
 
 namespace brisk::models {
 
@@ -25,27 +26,33 @@ inline int64_t transformer_block_params(int64_t C) {
   return 2 * C + (3 * C * C + 3 * C) + (C * C + C) + 2 * C + (4 * C * C + 4 * C) + (4 * C * C + C);
 }
 
-// A train program's dropout (model.dropout, the GPT's and the encoder
-// classifier's): probability p and the program's (2) i32 key input. Off (p 0,
-// the default, and every program but a train one) it adds nothing. Its
-// sites (docs/architecture.md, "Dropout"): the embeddings' sum, then each
-// block's attention and MLP branches.
+// A train program's dropout (the GPT's and the encoder classifier's):
+// model.dropout's p on the embeddings' sum and each block's attention and MLP
+// branches, model.attention_dropout's on each block's attention
+// probabilities, and the program's (2) i32 key input they share. Off (both 0,
+// the default, and every program but a train one) it adds nothing. The sites
+// (docs/architecture.md, "Dropout") tell the masks apart under one key.
 struct Dropout {
-  float p = 0.f;
+  float p = 0.f;            // model.dropout
+  float attention_p = 0.f;  // model.attention_dropout
   core::ValueId key = core::kNoValue;
-  explicit operator bool() const { return p > 0.f; }
+  explicit operator bool() const { return key != core::kNoValue; }
 
-  // Throws ConfigError unless p is in [0, 1) (model.dropout).
-  static void validate(float p);
+  // Throws ConfigError naming `name` unless p is in [0, 1).
+  static void validate(float p, const char* name = "model.dropout");
   // The dropout of a program: on (with its "dropout_key" input added) for a
-  // train program with p > 0, off otherwise.
-  static Dropout for_program(core::Graph& g, bool train, float p);
+  // train program with p or attention_p > 0, off otherwise.
+  static Dropout for_program(core::Graph& g, bool train, float p, float attention_p);
   static constexpr uint32_t kEmbeddings = 0;
   static uint32_t attention_site(int64_t layer) { return uint32_t(1 + 2 * layer); }
   static uint32_t mlp_site(int64_t layer) { return uint32_t(2 + 2 * layer); }
-  // x dropped at `site` in lp's compute dtype (f32 between casts where the
-  // backend has no kernel in it: f16); x itself when off.
+  // The attention probabilities' sites, clear of the others' (the high bit).
+  static uint32_t probs_site(int64_t layer) { return 0x80000000u | uint32_t(layer); }
+  // x dropped by p at `site` in lp's compute dtype (f32 between casts where
+  // the backend has no kernel in it: f16); x itself when p is 0.
   core::ValueId apply(core::Graph& g, core::ValueId x, uint32_t site, const Lowp& lp) const;
+  // Block `layer`'s attention-probability dropout (off when attention_p is 0).
+  ops::AttentionDropout attention(int64_t layer) const;
 };
 
 // The dropout key of one micro-step of a run (the GPT's and the encoder
