@@ -48,6 +48,8 @@ class TrainIntegration : public ::testing::Test {
     return train::train(train::load_train_config(config_path, sets), o);
   }
 
+  void expect_exact_resume_with(const std::vector<std::string>& settings, const std::string& name);
+
   TempDir tmp_;
   std::string data_;
 };
@@ -148,20 +150,29 @@ TEST_F(TrainIntegration, TrainFourThenResumeFourIsBitExact) {
 // model.dropout: each micro-step's masks come from its key (seed, step,
 // micro-step), so a resumed run drops what the straight run dropped, bit for
 // bit, and the run is not the one without dropout.
-TEST_F(TrainIntegration, ResumeWithDropoutIsBitExact) {
-  const std::vector<std::string> drop = {"model.dropout=0.1", "train.grad_accum=2"};
-  const auto straight = run(config("straight", 8, 4), false, drop);
+// A run with `drop` (its dropout settings, grad_accum 2) resumed from step 4
+// ends bit for bit as the straight run, and dropout changed its losses.
+void TrainIntegration::expect_exact_resume_with(const std::vector<std::string>& settings, const std::string& name) {
+  std::vector<std::string> drop = settings;
+  drop.push_back("train.grad_accum=2");
+  const auto straight = run(config(name + "-straight", 8, 4), false, drop);
   ASSERT_EQ(straight.losses.size(), 8u);
-  const std::string cfg = config("resumed", 8, 4);
-  fs::create_directories(tmp_.path() / "resumed");
-  fs::copy(tmp_.path() / "straight" / "step_0000004", tmp_.path() / "resumed" / "step_0000004",
+  const std::string cfg = config(name + "-resumed", 8, 4);
+  fs::create_directories(tmp_.path() / (name + "-resumed"));
+  fs::copy(tmp_.path() / (name + "-straight") / "step_0000004", tmp_.path() / (name + "-resumed") / "step_0000004",
            fs::copy_options::recursive);
   const auto resumed = run(cfg, true, drop);
   ASSERT_EQ(resumed.losses.size(), 4u);
   EXPECT_EQ(resumed.losses, tail(straight.losses, 4));  // exact
-  const auto without = run(config("without", 8, 4), false, {"train.grad_accum=2"});
+  const auto without = run(config(name + "-without", 8, 4), false, {"train.grad_accum=2"});
   EXPECT_NE(without.losses[0], straight.losses[0]) << "dropout changed nothing";
   EXPECT_LT(straight.losses.back(), straight.losses.front());
+}
+
+TEST_F(TrainIntegration, ResumeWithDropoutIsBitExact) { expect_exact_resume_with({"model.dropout=0.1"}, "dropout"); }
+
+TEST_F(TrainIntegration, ResumeWithAttentionDropoutIsBitExact) {
+  expect_exact_resume_with({"model.attention_dropout=0.2", "model.attention=\"flash\""}, "attention-dropout");
 }
 
 // The start-up lines say which fusions this device runs: "auto" resolved

@@ -19,9 +19,11 @@
 //   results.json         config, the first loss, and for 10 AdamW steps the
 //                        loss (before that step's update), grad norm and lr.
 // With a dropout probability as the third argument the model trains with
-// model.dropout = P: the first gradients and step k use the dropout key of
-// step k (models::dropout_key), which results.json lists as two 32-bit words
-// per step, so the check can make the same masks.
+// model.dropout = P (a fourth, model.attention_dropout = A, and a fifth,
+// model.attention: plain, the default, or flash): the first
+// gradients and step k use the dropout key of step k (models::dropout_key),
+// which results.json lists as two 32-bit words per step, so the check can
+// make the same masks.
 // Every value comes from the public API the trainer uses (Gpt, AdamW,
 // save_checkpoint), so nothing here re-implements what it is meant to check.
 #include <cstdio>
@@ -78,9 +80,12 @@ std::unique_ptr<core::Backend> make_backend(const std::string& device) {
   return b;
 }
 
-int run(const std::string& out_dir, const std::string& device, float dropout) {
+int run(const std::string& out_dir, const std::string& device, float dropout, float attention_dropout,
+        const std::string& attention) {
   models::GptConfig cfg{97, 2, 48, 4, 32};
   cfg.dropout = dropout;
+  cfg.attention_dropout = attention_dropout;
+  cfg.attention = attention;
   auto key = [](int64_t step) { return models::dropout_key(kSeed, step, 0, 0); };
   std::unique_ptr<core::Backend> backend_owner = make_backend(device);
   core::Backend& backend = *backend_owner;
@@ -161,6 +166,8 @@ int run(const std::string& out_dir, const std::string& device, float dropout) {
       {"checkpoint", "ckpt/step_0000000"},
       {"loss", loss0},
       {"dropout", cfg.dropout},
+      {"attention_dropout", cfg.attention_dropout},
+      {"attention", cfg.attention},
       {"adamw", {{"lr", ocfg.lr}, {"beta1", ocfg.beta1}, {"beta2", ocfg.beta2}, {"eps", ocfg.eps},
                  {"weight_decay", ocfg.weight_decay}, {"grad_clip", ocfg.grad_clip},
                  {"decay", "every parameter of rank >= 2 (Linear weights, wte, wpe)"}}},
@@ -174,12 +181,13 @@ int run(const std::string& out_dir, const std::string& device, float dropout) {
 
 int main(int argc, char** argv) {
   const std::string device = argc >= 3 ? argv[2] : "cpu";
-  if (argc < 2 || argc > 4 || (device != "cpu" && device != "cuda")) {
-    std::fprintf(stderr, "usage: %s OUT_DIR [cpu|cuda] [DROPOUT]\n", argv[0]);
+  if (argc < 2 || argc > 6 || (device != "cpu" && device != "cuda")) {
+    std::fprintf(stderr, "usage: %s OUT_DIR [cpu|cuda] [DROPOUT [ATTENTION_DROPOUT [plain|flash]]]\n", argv[0]);
     return 2;
   }
   try {
-    return run(argv[1], device, argc == 4 ? std::stof(argv[3]) : 0.f);
+    return run(argv[1], device, argc >= 4 ? std::stof(argv[3]) : 0.f, argc >= 5 ? std::stof(argv[4]) : 0.f,
+               argc == 6 ? argv[5] : "plain");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "brisk_gpt_dump: %s\n", e.what());
     return 1;

@@ -23,6 +23,9 @@ drops the same elements: the embeddings' sum and each block's attention
 and MLP branches before their residual adds, each with a mask this script
 makes from the step's key (results.json) by its own copy of the hash that
 docs/architecture.md ("Dropout") writes out (sites 0, then 1 + 2l and 2 + 2l for block l).
+With --attention-dropout A (model.attention_dropout) each block's attention
+probabilities (B, n_head, T, T) are dropped the same way after the softmax,
+at site 2^31 + l, element index their flat index.
 The logits (Gpt::logits) are compared without dropout: evaluation never
 drops.
 Exits non-zero with a message naming what differs.
@@ -111,15 +114,26 @@ def keep_mask(shape, p, key, site):
     return torch.from_numpy((bits >= np.uint64(threshold)).reshape(shape))
 
 
-class Dropout:
-    """One micro-step's dropout: probability p and the step's key."""
+def dropped(x, p, key, site):
+    """x with brisk's dropout of probability p at `site` applied (x's flat index is the element index)."""
+    if not p:
+        return x
+    scale = np.float32(1.0 / (1.0 - float(np.float32(p))))
+    return x * keep_mask(tuple(x.shape), p, key, site).to(x.dtype) * float(scale)
 
-    def __init__(self, p, key):
-        self.p, self.key = p, key
+
+class Dropout:
+    """One micro-step's dropout: model.dropout's p, model.attention_dropout's and the step's key."""
+
+    def __init__(self, p, attention_p, key):
+        self.p, self.attention_p, self.key = p, attention_p, key
 
     def __call__(self, x, site):
-        scale = np.float32(1.0 / (1.0 - float(np.float32(self.p))))
-        return x * keep_mask(tuple(x.shape), self.p, self.key, site).to(x.dtype) * float(scale)
+        return dropped(x, self.p, self.key, site)
+
+    def probs(self, att, layer):
+        """Block `layer`'s attention probabilities (B, n_head, T, T), at site 2^31 + layer."""
+        return dropped(att, self.attention_p, self.key, 0x80000000 | layer)
 
 
 # Module names are chosen so that named_parameters() yields the HF GPT-2 names.
@@ -141,7 +155,7 @@ class Attention(nn.Module):
         self.c_attn = nn.Linear(c, 3 * c)
         self.c_proj = nn.Linear(c, c)
 
-    def forward(self, x):
+    def forward(self, x, drop=None, layer=0):
         B, T, C = x.shape
         hs = C // self.n_head
         q, k, v = self.c_attn(x).split(C, dim=2)  # HF / nanoGPT order: [q | k | v]
@@ -149,6 +163,8 @@ class Attention(nn.Module):
         att = (q @ k.transpose(-2, -1)) / math.sqrt(hs)
         causal = torch.ones(T, T, dtype=torch.bool).tril()
         att = att.masked_fill(~causal, float("-inf")).softmax(dim=-1)
+        if drop:
+            att = drop.probs(att, layer)
         y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
         return self.c_proj(y)
 
@@ -171,11 +187,11 @@ class Block(nn.Module):
         self.ln_2 = LayerNorm(c)
         self.mlp = Mlp(c)
 
-    def forward(self, x, drop=None, site=0):
-        a = self.attn(self.ln_1(x))
-        x = x + (drop(a, site) if drop else a)
+    def forward(self, x, drop=None, layer=0):
+        a = self.attn(self.ln_1(x), drop, layer)
+        x = x + (drop(a, 1 + 2 * layer) if drop else a)
         m = self.mlp(self.ln_2(x))
-        return x + (drop(m, site + 1) if drop else m)
+        return x + (drop(m, 2 + 2 * layer) if drop else m)
 
 
 class Gpt(nn.Module):
@@ -193,7 +209,7 @@ class Gpt(nn.Module):
         if drop:
             x = drop(x, 0)
         for l, block in enumerate(self.h):
-            x = block(x, drop, 1 + 2 * l)
+            x = block(x, drop, l)
         logits = F.linear(self.ln_f(x), self.wte.weight).view(B * T, -1)  # tied head, no bias
         loss = None if targets is None else F.cross_entropy(logits, targets)
         return logits, loss
@@ -280,6 +296,10 @@ def main():
                     help="where brisk computes the dump (the PyTorch reference runs on the CPU either way)")
     ap.add_argument("--dropout", type=float, default=0.0,
                     help="train with model.dropout = P on both sides (the same masks)")
+    ap.add_argument("--attention-dropout", type=float, default=0.0,
+                    help="train with model.attention_dropout = P on both sides (the same masks)")
+    ap.add_argument("--attention", default="plain", choices=["plain", "flash"],
+                    help="brisk's model.attention (the reference is the same function either way)")
     args = ap.parse_args()
 
     # Two threads like the brisk side. docs/workloads.md has the PyTorch peer use
@@ -295,7 +315,9 @@ def main():
     with tempfile.TemporaryDirectory(prefix="brisk_gpt_check_") as tmp:
         out = args.keep or tmp
         try:
-            cmd = [args.dump, out, args.device] + ([str(args.dropout)] if args.dropout else [])
+            cmd = [args.dump, out, args.device]
+            if args.dropout or args.attention_dropout or args.attention != "plain":
+                cmd += [str(args.dropout), str(args.attention_dropout), args.attention]
             r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
         except (OSError, subprocess.TimeoutExpired) as e:
             print(f"gpt_torch_check: FAIL: cannot run {args.dump}: {e}", file=sys.stderr)
@@ -314,13 +336,20 @@ def main():
         ckpt = os.path.join(out, res["checkpoint"], "model.safetensors")
 
         cfg = res["config"]
-        if abs(res.get("dropout", 0.0) - args.dropout) > 1e-7:
-            print(f"gpt_torch_check: FAIL: the dump trained with dropout {res.get('dropout')}, "
-                  f"not {args.dropout}", file=sys.stderr)
+        for what, want in (("dropout", args.dropout), ("attention_dropout", args.attention_dropout)):
+            if abs(res.get(what, 0.0) - want) > 1e-7:
+                print(f"gpt_torch_check: FAIL: the dump trained with {what} {res.get(what)}, not {want}",
+                      file=sys.stderr)
+                return 1
+        if res.get("attention", "plain") != args.attention:
+            print(f"gpt_torch_check: FAIL: the dump ran {res.get('attention')} attention, not {args.attention}",
+                  file=sys.stderr)
             return 1
+        dropping = bool(args.dropout or args.attention_dropout)
 
         def dropout_of(step):  # the step's dropout, None without
-            return Dropout(args.dropout, res["steps"][step]["dropout_key"]) if args.dropout else None
+            key = res["steps"][step]["dropout_key"]
+            return Dropout(args.dropout, args.attention_dropout, key) if dropping else None
 
         model = Gpt(cfg)
         load_hf_checkpoint(model, ckpt)
@@ -370,7 +399,7 @@ def main():
             loss.backward()
             for name, p in model.named_parameters():
                 g = np.abs(p.grad.numpy())
-                if args.dropout:
+                if dropping:
                     noise_level[name] |= (g > 0) & (g < 1e-6 * g.max())
             # torch divides by (norm + 1e-6), brisk by norm: a 1e-6 relative difference in the
             # clip factor, which Adam's scale invariance shrinks further; far inside 1e-4.
