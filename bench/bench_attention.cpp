@@ -10,6 +10,9 @@
 // probabilities and lse f32), on the path the CPU takes (bf16-native where it
 // has avx512_bf16, bf16-emulated elsewhere; BRISK_BF16=emulated forces it).
 // With --masked the plain op stays f32: it has no bf16 kernel.
+// `--dropout P` drops the probabilities inside every op (AttentionParams's
+// dropout, as model.attention_dropout trains), so a run with and one
+// without it give the dropout's cost in these kernels.
 // Times are medians over --reps runs after 3 warm-up runs; both ops run on
 // the same random inputs, interleaved, so drift hits both alike. GFLOP/s
 // counts the products only (4 T L hd per head forward, 8 T L hd backward).
@@ -43,6 +46,7 @@ struct Options {
   int64_t B = 8, T = 256, C = 384;
   int heads = 6, threads = 2, reps = 20;
   bool masked = false, bf16 = false;
+  float dropout = 0.f;
   std::string json_path = "bench/results/attention.json";
 };
 
@@ -60,15 +64,20 @@ Options parse(int argc, char** argv) {
     else if (a == "--json") o.json_path = value();
     else if (a == "--masked") o.masked = true;
     else if (a == "--bf16") o.bf16 = true;
+    else if (a == "--dropout") o.dropout = float(bench_cli::number_value(value(), "--dropout", "bench_attention", 0.0, true));
     else {
       std::fprintf(stderr,
                    "usage: bench_attention [--batch 8] [--seq 256] [--embd 384] [--heads 6] [--threads 2] "
-                   "[--reps 20] [--masked] [--bf16] [--json PATH]\n");
+                   "[--reps 20] [--masked] [--bf16] [--dropout P] [--json PATH]\n");
       std::exit(a == "--help" ? 0 : 2);
     }
   }
   if (o.reps < 1 || o.B < 1 || o.T < 1 || o.C < 1 || o.heads < 1 || o.threads < 1) {
     std::fprintf(stderr, "bench_attention: --reps, --batch, --seq, --embd, --heads and --threads must be >= 1\n");
+    std::exit(2);
+  }
+  if (!(o.dropout >= 0.f && o.dropout < 1.f)) {
+    std::fprintf(stderr, "bench_attention: --dropout must be in [0, 1)\n");
     std::exit(2);
   }
   return o;
@@ -103,12 +112,13 @@ int main(int argc, char** argv) {
   const Options o = parse(argc, argv);
   ops::register_ops();
   cpu::CpuBackend be(o.threads);
-  const ops::AttentionParams p{o.heads, 0.f};
+  const ops::AttentionParams p{o.heads, 0.f, o.dropout, 1};
   const int64_t B = o.B, T = o.T, C = o.C, H = o.heads;
   const DType dt = o.bf16 ? DType::bf16 : DType::f32;
-  std::printf("bench_attention: B %lld, T %lld, C %lld, heads %d, threads %d, %s, median of %d after 3 warm-up\n",
+  std::printf("bench_attention: B %lld, T %lld, C %lld, heads %d, threads %d, %s, dropout %g, median of %d after 3 "
+              "warm-up\n",
               (long long)B, (long long)T, (long long)C, o.heads, o.threads,
-              o.bf16 ? cpu::bf16_path_name(cpu::cpu_features().bf16) : "f32", o.reps);
+              o.bf16 ? cpu::bf16_path_name(cpu::cpu_features().bf16) : "f32", double(o.dropout), o.reps);
 
   const Tensor qkv = Tensor::uniform({B, T, 3 * C}, dt, 1, -1.f, 1.f);
   const Tensor dy = Tensor::uniform({B, T, C}, dt, 2, -1.f, 1.f);
@@ -129,17 +139,24 @@ int main(int argc, char** argv) {
     lengths.data_as<int32_t>()[b] = int32_t(std::max<int64_t>(L, 1));
     key_pairs += o.masked ? double(T) * double(L) : double(T) * double(T + 1) / 2;
   }
+  // With --dropout every op takes the key as its last input.
+  const Tensor key = Tensor::empty({2}, DType::i32);
+  key.data_as<int32_t>()[0] = 12345, key.data_as<int32_t>()[1] = -678;
+  auto with_key = [&](std::vector<const Tensor*> in) {
+    if (o.dropout > 0.f) in.push_back(&key);
+    return in;
+  };
   Call fwd_p, bwd_p, fwd_f, bwd_f;
   if (o.masked) {
-    fwd_p = make_call(OpKind::masked_attention, {&qkv_p, &lengths}, {&y_p, &probs}, p);
-    bwd_p = make_call(OpKind::masked_attention_backward, {&dy_p, &qkv_p, &probs, &lengths}, {&dq_p}, p);
-    fwd_f = make_call(OpKind::masked_flash_attention, {&qkv, &lengths}, {&y_f, &lse}, p);
-    bwd_f = make_call(OpKind::masked_flash_attention_backward, {&dy, &qkv, &y_f, &lse, &lengths}, {&dq_f}, p);
+    fwd_p = make_call(OpKind::masked_attention, with_key({&qkv_p, &lengths}), {&y_p, &probs}, p);
+    bwd_p = make_call(OpKind::masked_attention_backward, with_key({&dy_p, &qkv_p, &probs, &lengths}), {&dq_p}, p);
+    fwd_f = make_call(OpKind::masked_flash_attention, with_key({&qkv, &lengths}), {&y_f, &lse}, p);
+    bwd_f = make_call(OpKind::masked_flash_attention_backward, with_key({&dy, &qkv, &y_f, &lse, &lengths}), {&dq_f}, p);
   } else {
-    fwd_p = make_call(OpKind::attention, {&qkv}, {&y_p, &probs}, p);
-    bwd_p = make_call(OpKind::attention_backward, {&dy, &qkv, &probs}, {&dq_p}, p);
-    fwd_f = make_call(OpKind::flash_attention, {&qkv}, {&y_f, &lse}, p);
-    bwd_f = make_call(OpKind::flash_attention_backward, {&dy, &qkv, &y_f, &lse}, {&dq_f}, p);
+    fwd_p = make_call(OpKind::attention, with_key({&qkv}), {&y_p, &probs}, p);
+    bwd_p = make_call(OpKind::attention_backward, with_key({&dy, &qkv, &probs}), {&dq_p}, p);
+    fwd_f = make_call(OpKind::flash_attention, with_key({&qkv}), {&y_f, &lse}, p);
+    bwd_f = make_call(OpKind::flash_attention_backward, with_key({&dy, &qkv, &y_f, &lse}), {&dq_f}, p);
   }
   // Product flops: QK^T and PV forward, four products backward, 2 hd flops per (query, key) pair each.
   const double hd = double(C / H), fwd_flops = 4 * hd * key_pairs * H, bwd_flops = 2 * fwd_flops;
@@ -166,7 +183,7 @@ int main(int argc, char** argv) {
 
   const nlohmann::json out = {
       {"config", {{"batch", B}, {"seq", T}, {"embd", C}, {"heads", H}, {"threads", o.threads}, {"reps", o.reps},
-                  {"masked", o.masked}, {"plain_dtype", core::dtype_name(dt_p)},
+                  {"masked", o.masked}, {"dropout", o.dropout}, {"plain_dtype", core::dtype_name(dt_p)},
                   {"dtype", o.bf16 ? cpu::bf16_path_name(cpu::cpu_features().bf16) : "f32"}}},
       {"plain", {{"fwd_ms", 1e3 * median(tp_f)}, {"bwd_ms", 1e3 * median(tp_b)}, {"total_ms", 1e3 * median(tp)},
                  {"saved_bytes", saved_p}, {"fwd_gflops", gflops(fwd_flops, median(tp_f))},
