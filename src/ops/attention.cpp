@@ -125,10 +125,7 @@ void attention_backward_reference(const KernelCall& c) {
 }
 
 // (B, T, C, n_head) sweeps: odd T, head sizes that are not powers of two, one head.
-struct Config {
-  int64_t B, T, C;
-  int n_head;
-};
+using Config = AttentionConfig;
 // T = 130 spans several of the CPU kernel's 64-row query blocks; the last
 // three give its register tiles (attention_tiles.h: 6 rows x 16 columns,
 // panels of 16 keys) head sizes 32, 24 (16 + 8 columns) and 64 over block
@@ -138,43 +135,31 @@ constexpr Config kConfigs[] = {{2, 7, 12, 3},  {1, 13, 20, 4}, {2, 5, 6, 1},  {3
                                {1, 67, 128, 2}};
 constexpr Config kBf16Configs[] = {{2, 7, 12, 3}, {1, 70, 12, 2}, {1, 130, 32, 2}, {2, 64, 128, 2}};
 
-std::string label_of(const Config& k, DType t) {
-  return std::string(core::dtype_name(t)) + " B" + std::to_string(k.B) + " T" + std::to_string(k.T) + " C" +
-         std::to_string(k.C) + " nh" + std::to_string(k.n_head);
-}
-
 // Probability dropout (AttentionParams::dropout): several query blocks
 // (T 130), the register tiles' panel edges (T 83, head 24), one head, and
 // bf16 on both of its paths.
-struct DropoutConfig {
-  Config k;
-  DType t;
-  float p;
-};
-constexpr DropoutConfig kDropoutConfigs[] = {{{2, 7, 12, 3}, DType::f32, 0.2f},   {{1, 130, 32, 2}, DType::f32, 0.5f},
-                                             {{2, 5, 6, 1}, DType::f32, 0.1f},    {{1, 83, 48, 2}, DType::f32, 0.3f},
-                                             {{2, 7, 12, 3}, DType::bf16, 0.2f},  {{1, 130, 32, 2}, DType::bf16, 0.4f}};
-std::string dropout_label(const DropoutConfig& c) {
-  return label_of(c.k, c.t) + " dropout " + std::to_string(c.p).substr(0, 3);
-}
-AttentionParams dropout_params(const DropoutConfig& c) { return AttentionParams{c.k.n_head, 0.f, c.p, 7}; }
+constexpr AttentionDropoutConfig kDropoutConfigs[] = {
+    {{2, 7, 12, 3}, DType::f32, 0.2f}, {{1, 130, 32, 2}, DType::f32, 0.5f}, {{2, 5, 6, 1}, DType::f32, 0.1f},
+    {{1, 83, 48, 2}, DType::f32, 0.3f}, {{2, 7, 12, 3}, DType::bf16, 0.2f}, {{1, 130, 32, 2}, DType::bf16, 0.4f}};
 
 std::vector<TestCase> attention_cases() {
   std::vector<TestCase> cases;
   for (const Config& k : kConfigs)
-    cases.push_back({label_of(k, DType::f32), {spec({k.B, k.T, 3 * k.C})}, AttentionParams{k.n_head, 0.f}});
-  for (const DropoutConfig& c : kDropoutConfigs)
-    cases.push_back({dropout_label(c), {spec({c.k.B, c.k.T, 3 * c.k.C}, c.t), dropout_key_spec()}, dropout_params(c)});
+    cases.push_back({attention_label(k, DType::f32), {spec({k.B, k.T, 3 * k.C})}, AttentionParams{k.n_head, 0.f}});
+  for (const AttentionDropoutConfig& c : kDropoutConfigs)
+    cases.push_back(
+        {attention_label(c), {spec({c.k.B, c.k.T, 3 * c.k.C}, c.t), dropout_key_spec()}, dropout_params(c, 7)});
   cases.push_back({"f32 explicit scale", {spec({2, 9, 3 * 8})}, AttentionParams{2, 0.8f}});
   for (const Config& k : kBf16Configs)
-    cases.push_back({label_of(k, DType::bf16), {spec({k.B, k.T, 3 * k.C}, DType::bf16)}, AttentionParams{k.n_head, 0.f}});
+    cases.push_back(
+        {attention_label(k, DType::bf16), {spec({k.B, k.T, 3 * k.C}, DType::bf16)}, AttentionParams{k.n_head, 0.f}});
   return cases;
 }
 
 std::vector<TestCase> attention_backward_cases() {
   std::vector<TestCase> cases;
   auto add = [&](const Config& k, DType t, float scale) {
-    cases.push_back({label_of(k, t),
+    cases.push_back({attention_label(k, t),
                      {no_grad(spec({k.B, k.T, k.C}, t)), no_grad(spec({k.B, k.T, 3 * k.C}, t)),
                       no_grad(spec({k.B, k.n_head, k.T, k.T}, DType::f32, 0.0, 1.0))},
                      AttentionParams{k.n_head, scale}});
@@ -182,12 +167,12 @@ std::vector<TestCase> attention_backward_cases() {
   for (const Config& k : kConfigs) add(k, DType::f32, 0.f);
   add(Config{2, 9, 8, 2}, DType::f32, 0.8f);
   for (const Config& k : kBf16Configs) add(k, DType::bf16, 0.f);
-  for (const DropoutConfig& c : kDropoutConfigs) {
+  for (const AttentionDropoutConfig& c : kDropoutConfigs) {
     const Config& k = c.k;
-    cases.push_back({dropout_label(c),
+    cases.push_back({attention_label(c),
                      {no_grad(spec({k.B, k.T, k.C}, c.t)), no_grad(spec({k.B, k.T, 3 * k.C}, c.t)),
                       no_grad(spec({k.B, k.n_head, k.T, k.T}, DType::f32, 0.0, 1.0)), dropout_key_spec()},
-                     dropout_params(c)});
+                     dropout_params(c, 7)});
   }
   return cases;
 }

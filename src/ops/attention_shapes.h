@@ -51,6 +51,28 @@ inline void check_attention_inputs(std::string_view op, std::span<const TensorMe
   }
 }
 
+// A test configuration of the causal ops (B, T, C, n_head), and its label.
+struct AttentionConfig {
+  int64_t B, T, C;
+  int n_head;
+};
+inline std::string attention_label(const AttentionConfig& k, DType t) {
+  return std::string(core::dtype_name(t)) + " B" + std::to_string(k.B) + " T" + std::to_string(k.T) + " C" +
+         std::to_string(k.C) + " nh" + std::to_string(k.n_head);
+}
+// One with probability dropout p in dtype t; its label and params (at `site`).
+struct AttentionDropoutConfig {
+  AttentionConfig k;
+  DType t;
+  float p;
+};
+inline std::string attention_label(const AttentionDropoutConfig& c) {
+  return attention_label(c.k, c.t) + " dropout " + std::to_string(c.p).substr(0, 3);
+}
+inline AttentionParams dropout_params(const AttentionDropoutConfig& c, uint32_t site) {
+  return AttentionParams{c.k.n_head, 0.f, c.p, site};
+}
+
 // A test case's dropout key: two random words.
 inline InputSpec dropout_key_spec() { return ids_spec({2}, int64_t(1) << 30); }
 

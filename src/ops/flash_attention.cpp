@@ -136,10 +136,7 @@ void backward_reference(const KernelCall& c) {
 // The register tiles (attention_tiles.h: 6 rows x 16 columns, panels of 16
 // keys) also get head sizes 32, 24 and 64 and lengths off a panel's edge
 // (17, 83, 70); the online softmax's rescaling on them is the T 300 case.
-struct Config {
-  int64_t B, T, C;
-  int n_head;
-};
+using Config = AttentionConfig;
 constexpr Config kConfigs[] = {{2, 7, 12, 3},  {1, 13, 20, 4},  {2, 5, 6, 1},    {3, 16, 24, 2},
                                {1, 33, 18, 3}, {1, 130, 32, 2}, {1, 300, 10, 1}, {2, 17, 64, 2},
                                {1, 83, 48, 2}, {1, 70, 128, 2}};
@@ -150,39 +147,27 @@ constexpr Config kConfigs[] = {{2, 7, 12, 3},  {1, 13, 20, 4},  {2, 5, 6, 1},   
 constexpr Config kBf16Configs[] = {{2, 7, 12, 3},    {1, 70, 12, 2},   {1, 290, 16, 2},
                                    {1, 200, 128, 2}, {1, 600, 128, 2}, {2, 530, 64, 1}};
 
-std::string label_of(const Config& k, DType t) {
-  return std::string(core::dtype_name(t)) + " B" + std::to_string(k.B) + " T" + std::to_string(k.T) + " C" +
-         std::to_string(k.C) + " nh" + std::to_string(k.n_head);
-}
-
 // Probability dropout (AttentionParams::dropout): several query and key
 // tiles with ragged last ones (T 130, 300), the register tiles' panel edges
 // (T 83, head 24), one head, and bf16 on both of its paths.
-struct DropoutConfig {
-  Config k;
-  DType t;
-  float p;
-};
-constexpr DropoutConfig kDropoutConfigs[] = {{{2, 7, 12, 3}, DType::f32, 0.2f},    {{1, 130, 32, 2}, DType::f32, 0.5f},
-                                             {{1, 300, 10, 1}, DType::f32, 0.1f},  {{1, 83, 48, 2}, DType::f32, 0.3f},
-                                             {{2, 70, 12, 2}, DType::bf16, 0.2f},  {{1, 290, 16, 2}, DType::bf16, 0.4f},
-                                             {{1, 200, 128, 2}, DType::bf16, 0.1f}};
-std::string dropout_label(const DropoutConfig& c) {
-  return label_of(c.k, c.t) + " dropout " + std::to_string(c.p).substr(0, 3);
-}
-AttentionParams dropout_params(const DropoutConfig& c) { return AttentionParams{c.k.n_head, 0.f, c.p, 11}; }
+constexpr AttentionDropoutConfig kDropoutConfigs[] = {
+    {{2, 7, 12, 3}, DType::f32, 0.2f}, {{1, 130, 32, 2}, DType::f32, 0.5f}, {{1, 300, 10, 1}, DType::f32, 0.1f},
+    {{1, 83, 48, 2}, DType::f32, 0.3f}, {{2, 70, 12, 2}, DType::bf16, 0.2f}, {{1, 290, 16, 2}, DType::bf16, 0.4f},
+    {{1, 200, 128, 2}, DType::bf16, 0.1f}};
 
 std::vector<TestCase> forward_cases() {
   std::vector<TestCase> cases;
   for (const Config& k : kConfigs)
-    cases.push_back({label_of(k, DType::f32), {spec({k.B, k.T, 3 * k.C})}, AttentionParams{k.n_head, 0.f}});
-  for (const DropoutConfig& c : kDropoutConfigs)
-    cases.push_back({dropout_label(c), {spec({c.k.B, c.k.T, 3 * c.k.C}, c.t), dropout_key_spec()}, dropout_params(c)});
+    cases.push_back({attention_label(k, DType::f32), {spec({k.B, k.T, 3 * k.C})}, AttentionParams{k.n_head, 0.f}});
+  for (const AttentionDropoutConfig& c : kDropoutConfigs)
+    cases.push_back(
+        {attention_label(c), {spec({c.k.B, c.k.T, 3 * c.k.C}, c.t), dropout_key_spec()}, dropout_params(c, 11)});
   cases.push_back({"f32 explicit scale", {spec({2, 9, 3 * 8})}, AttentionParams{2, 0.8f}});
   // Large scores: the online max must keep exp() in range.
   cases.push_back({"f32 large scores", {spec({1, 270, 3 * 16}, DType::f32, -4.0, 4.0)}, AttentionParams{2, 0.f}});
   for (const Config& k : kBf16Configs)
-    cases.push_back({label_of(k, DType::bf16), {spec({k.B, k.T, 3 * k.C}, DType::bf16)}, AttentionParams{k.n_head, 0.f}});
+    cases.push_back(
+        {attention_label(k, DType::bf16), {spec({k.B, k.T, 3 * k.C}, DType::bf16)}, AttentionParams{k.n_head, 0.f}});
   return cases;
 }
 
@@ -191,7 +176,7 @@ std::vector<TestCase> forward_cases() {
 std::vector<TestCase> backward_cases() {
   std::vector<TestCase> cases;
   auto add = [&](const Config& k, DType t, float scale) {
-    cases.push_back({label_of(k, t),
+    cases.push_back({attention_label(k, t),
                      {no_grad(spec({k.B, k.T, k.C}, t)), no_grad(spec({k.B, k.T, 3 * k.C}, t)),
                       no_grad(spec({k.B, k.T, k.C}, t)), no_grad(spec({k.B, k.n_head, k.T}, DType::f32, 0.0, 2.0))},
                      AttentionParams{k.n_head, scale}});
@@ -199,13 +184,13 @@ std::vector<TestCase> backward_cases() {
   for (const Config& k : kConfigs) add(k, DType::f32, 0.f);
   add(Config{2, 9, 8, 2}, DType::f32, 0.8f);
   for (const Config& k : kBf16Configs) add(k, DType::bf16, 0.f);
-  for (const DropoutConfig& c : kDropoutConfigs) {
+  for (const AttentionDropoutConfig& c : kDropoutConfigs) {
     const Config& k = c.k;
-    cases.push_back({dropout_label(c),
+    cases.push_back({attention_label(c),
                      {no_grad(spec({k.B, k.T, k.C}, c.t)), no_grad(spec({k.B, k.T, 3 * k.C}, c.t)),
                       no_grad(spec({k.B, k.T, k.C}, c.t)), no_grad(spec({k.B, k.n_head, k.T}, DType::f32, 0.0, 2.0)),
                       dropout_key_spec()},
-                     dropout_params(c)});
+                     dropout_params(c, 11)});
   }
   return cases;
 }

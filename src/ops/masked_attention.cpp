@@ -150,7 +150,8 @@ std::vector<TestCase> forward_cases() {
   cases.push_back({"f32 explicit scale", {spec({3, 9, 3 * 8}), lengths_spec({9, 1, 5})}, AttentionParams{2, 0.8f}});
   for (const MaskedDropoutConfig& c : masked_dropout_configs(false)) {
     const int64_t B = int64_t(c.k.lengths.size());
-    cases.push_back({masked_dropout_label(c), {spec({B, c.k.T, 3 * c.k.C}), lengths_spec(c.k.lengths), dropout_key_spec()},
+    cases.push_back({masked_dropout_label(c),
+                     {spec({B, c.k.T, 3 * c.k.C}), lengths_spec(c.k.lengths), dropout_key_spec()},
                      masked_dropout_params(c)});
   }
   return cases;
