@@ -27,6 +27,7 @@
 #include "brisk/models/transformer_block.h"
 #include "brisk/ops/ops.h"
 #include "brisk/train/config.h"
+#include "dropout_test_util.h"
 #include "test_util.h"
 
 using namespace brisk;
@@ -37,6 +38,8 @@ using core::ValueId;
 namespace {
 
 using testing_util::backend;
+using testing_util::EncoderBatch;
+using Batch = testing_util::GptBatch;
 
 // One head as wide as the sequence, with v_u the u-th unit vector: y_t is
 // then row t of the dropped probabilities, y_tu = P_tu Z_tu. Runs the op
@@ -132,11 +135,7 @@ namespace {
 
 models::GptConfig small_gpt(float attention_dropout, const std::string& attention = "flash",
                             const std::string& recompute = "none") {
-  models::GptConfig c{64, 2, 32, 4, 64};
-  c.attention_dropout = attention_dropout;
-  c.attention = attention;
-  c.recompute = recompute;
-  return c;
+  return testing_util::small_dropout_gpt(0.f, attention_dropout, attention, recompute);
 }
 
 // Attention nodes (forward and backward, every kind) that drop probabilities.
@@ -146,13 +145,6 @@ int dropping_attention_nodes(const core::Graph& g) {
     if (const auto* p = std::get_if<core::AttentionParams>(&node.params); p && p->dropout > 0.f) ++n;
   return n;
 }
-
-struct Batch {
-  std::vector<int32_t> x, y;
-  Batch(int64_t B, int64_t T) : x(size_t(B * T)), y(size_t(B * T)) {
-    for (size_t i = 0; i < x.size(); ++i) x[i] = int32_t((i * 7 + 3) % 64), y[i] = int32_t((i * 13 + 5) % 64);
-  }
-};
 
 template <class Model>
 void expect_same_grads(Model& a, Model& b, double tol) {
@@ -208,31 +200,24 @@ TEST(AttentionDropout, PlainFlashAndRecomputedRunsTrainAlike) {
 }
 
 TEST(AttentionDropout, TheEncoderDropsProbabilitiesInTrainProgramsPlainAndFlashAlike) {
-  const int64_t B = 3, T = 32;
-  std::vector<int32_t> ids(size_t(B * T)), lengths = {32, 17, 5}, labels = {0, 1, 1};
-  for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((i * 11 + 1) % 50);
-  auto config = [](float p, const char* attention) {
-    models::EncoderConfig c;
-    c.vocab_size = 50, c.n_layer = 2, c.n_embd = 32, c.n_head = 2, c.max_len = 64, c.n_classes = 2;
-    c.attention_dropout = p;
-    c.attention = attention;
-    return c;
-  };
+  const EncoderBatch eb;
+  const int64_t B = eb.B, T = eb.T;
+  auto config = [](float p, const char* attention) { return testing_util::small_dropout_encoder(0.f, p, attention); };
   models::Encoder flash(config(0.3f, "flash"), backend()), plain(config(0.3f, "plain"), backend());
   models::Encoder off(config(0.f, "flash"), backend());
   for (models::Encoder* m : {&flash, &plain, &off}) m->init_weights(4);
   EXPECT_EQ(dropping_attention_nodes(flash.program(true, B, T).graph), 2 * 2);
   EXPECT_EQ(dropping_attention_nodes(flash.program(false, B, T).graph), 0);
   const uint64_t key = models::dropout_key(3, 7, 0, 0);
-  const double a = flash.train_micro_step(ids.data(), lengths.data(), labels.data(), B, T, 1.0, key);
-  EXPECT_NEAR(plain.train_micro_step(ids.data(), lengths.data(), labels.data(), B, T, 1.0, key), a, 1e-5 * std::abs(a));
+  const double a = eb.step(flash, key);
+  EXPECT_NEAR(eb.step(plain, key), a, 1e-5 * std::abs(a));
   expect_same_grads(plain, flash, 2e-5);
-  EXPECT_NE(off.train_micro_step(ids.data(), lengths.data(), labels.data(), B, T, 1.0, key), a);
+  EXPECT_NE(eb.step(off, key), a);
   flash.params().zero_grads();
-  EXPECT_NE(flash.train_micro_step(ids.data(), lengths.data(), labels.data(), B, T, 1.0, key + 1), a);
-  const float* lo = flash.logits(ids.data(), lengths.data(), B, T);
+  EXPECT_NE(eb.step(flash, key + 1), a);
+  const float* lo = flash.logits(eb.ids.data(), eb.lengths.data(), B, T);
   const std::vector<float> logits(lo, lo + B * 2);
-  EXPECT_TRUE(std::equal(logits.begin(), logits.end(), off.logits(ids.data(), lengths.data(), B, T)))
+  EXPECT_TRUE(std::equal(logits.begin(), logits.end(), off.logits(eb.ids.data(), eb.lengths.data(), B, T)))
       << "classifying drops nothing";
 }
 
@@ -241,14 +226,7 @@ TEST(AttentionDropout, TheConfigReadsWritesAndRefusesIt) {
   EXPECT_EQ(c.model.attention_dropout, 0.1f);
   EXPECT_EQ(c.model.dropout, 0.f);
   EXPECT_NE(train::to_toml(c).find("attention_dropout = 0.1"), std::string::npos);
-  auto refused = [](std::vector<std::string> sets, const std::string& want) {
-    try {
-      train::load_train_config("", sets);
-      ADD_FAILURE() << "accepted " << sets.front();
-    } catch (const core::ConfigError& e) {
-      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
-    }
-  };
+  const auto refused = testing_util::expect_config_refused;
   refused({"model.attention_dropout=0.1", "train.device=\"cuda\""},
           "model.attention_dropout > 0 is supported with train.device = \"cpu\" only");
   refused({"model.attention_dropout=1"}, "model.attention_dropout must be in [0, 1)");

@@ -24,6 +24,7 @@
 #include "brisk/models/transformer_block.h"
 #include "brisk/ops/ops.h"
 #include "brisk/train/config.h"
+#include "dropout_test_util.h"
 #include "test_util.h"
 
 using namespace brisk;
@@ -34,6 +35,9 @@ using core::ValueId;
 namespace {
 
 using testing_util::backend;
+using testing_util::EncoderBatch;
+using testing_util::expect_config_refused;
+using Batch = testing_util::GptBatch;
 
 // dropout(x) for x all ones (f32 or bf16), read back as floats.
 std::vector<float> drop_ones(int64_t n, float p, uint32_t site, std::array<int32_t, 2> key, DType t = DType::f32) {
@@ -101,20 +105,10 @@ TEST(Dropout, TheSameSiteAndKeyGiveTheSameMaskAndOthersIndependentOnes) {
 namespace {
 
 models::GptConfig small_gpt(float dropout, const std::string& recompute = "none") {
-  models::GptConfig c{64, 2, 32, 4, 64};
-  c.dropout = dropout;
-  c.recompute = recompute;
-  return c;
+  return testing_util::small_dropout_gpt(dropout, 0.f, "plain", recompute);
 }
 
 int count_dropouts(const core::Graph& g) { return testing_util::count_ops(g, core::OpKind::dropout); }
-
-struct Batch {
-  std::vector<int32_t> x, y;
-  Batch(int64_t B, int64_t T) : x(size_t(B * T)), y(size_t(B * T)) {
-    for (size_t i = 0; i < x.size(); ++i) x[i] = int32_t((i * 7 + 3) % 64), y[i] = int32_t((i * 13 + 5) % 64);
-  }
-};
 
 }  // namespace
 
@@ -197,14 +191,7 @@ TEST(Dropout, Fp16TrainsWithTheBranchDropoutsInF32) {
 // float too.
 TEST(Dropout, TheConfigRefusesItOnAGpuAndOutOfRange) {
   EXPECT_EQ(train::load_train_config("", {"model.dropout=0.1"}).model.dropout, 0.1f);
-  auto refused = [](std::vector<std::string> sets, const std::string& want) {
-    try {
-      train::load_train_config("", sets);
-      ADD_FAILURE() << "accepted " << sets.front();
-    } catch (const core::ConfigError& e) {
-      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
-    }
-  };
+  const auto refused = expect_config_refused;
   refused({"model.dropout=0.1", "train.device=\"cuda\""}, "model.dropout > 0 is supported with train.device = \"cpu\" only");
   refused({"model.dropout=0.99999999"}, "as a 32-bit float), got 0.99999999");
   refused({"model.dropout=1"}, "model.dropout must be in [0, 1)");
@@ -215,15 +202,10 @@ TEST(Dropout, TheConfigRefusesItOnAGpuAndOutOfRange) {
 // The encoder classifier takes the same dropout: train programs only, the
 // same sites, the key picks the masks, recomputation remakes them.
 TEST(Dropout, TheEncoderDropsOnlyInTrainProgramsAndRecomputesTheSameMasks) {
-  const int64_t B = 3, T = 32;
-  std::vector<int32_t> ids(size_t(B * T)), lengths = {32, 17, 5}, labels = {0, 1, 1};
-  for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((i * 11 + 1) % 50);
+  const EncoderBatch eb;
+  const int64_t B = eb.B, T = eb.T;
   auto config = [](float p, const char* recompute) {
-    models::EncoderConfig c;
-    c.vocab_size = 50, c.n_layer = 2, c.n_embd = 32, c.n_head = 2, c.max_len = 64, c.n_classes = 2;
-    c.dropout = p;
-    c.recompute = recompute;
-    return c;
+    return testing_util::small_dropout_encoder(p, 0.f, "flash", recompute);
   };
   models::Encoder on(config(0.2f, "none"), backend()), off(config(0.f, "none"), backend());
   models::Encoder full(config(0.2f, "full"), backend());
@@ -232,18 +214,18 @@ TEST(Dropout, TheEncoderDropsOnlyInTrainProgramsAndRecomputesTheSameMasks) {
   EXPECT_EQ(count_dropouts(on.program(false, B, T).graph), 0);
   EXPECT_EQ(count_dropouts(off.program(true, B, T).graph), 0);
   const uint64_t key = models::dropout_key(3, 7, 0, 0);
-  const double a = on.train_micro_step(ids.data(), lengths.data(), labels.data(), B, T, 1.0, key);
+  const double a = eb.step(on, key);
   on.params().zero_grads();
-  EXPECT_EQ(on.train_micro_step(ids.data(), lengths.data(), labels.data(), B, T, 1.0, key), a);
-  EXPECT_NE(on.train_micro_step(ids.data(), lengths.data(), labels.data(), B, T, 1.0, key + 1), a);
-  EXPECT_NE(off.train_micro_step(ids.data(), lengths.data(), labels.data(), B, T, 1.0, key), a);
-  const float* lo = on.logits(ids.data(), lengths.data(), B, T);
+  EXPECT_EQ(eb.step(on, key), a);
+  EXPECT_NE(eb.step(on, key + 1), a);
+  EXPECT_NE(eb.step(off, key), a);
+  const float* lo = on.logits(eb.ids.data(), eb.lengths.data(), B, T);
   const std::vector<float> logits_on(lo, lo + B * 2);
-  EXPECT_TRUE(std::equal(logits_on.begin(), logits_on.end(), off.logits(ids.data(), lengths.data(), B, T)))
+  EXPECT_TRUE(std::equal(logits_on.begin(), logits_on.end(), off.logits(eb.ids.data(), eb.lengths.data(), B, T)))
       << "classifying drops nothing";
   on.params().zero_grads();
-  EXPECT_EQ(on.train_micro_step(ids.data(), lengths.data(), labels.data(), B, T, 1.0, key), a);
-  EXPECT_EQ(full.train_micro_step(ids.data(), lengths.data(), labels.data(), B, T, 1.0, key), a);
+  EXPECT_EQ(eb.step(on, key), a);
+  EXPECT_EQ(eb.step(full, key), a);
   for (const auto& [name, e] : on.params().entries()) {
     SCOPED_TRACE(name);
     EXPECT_LE(testing_util::normalized_error(e.grad, full.params().entries().at(name).grad), 1e-6);
