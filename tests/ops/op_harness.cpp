@@ -215,8 +215,8 @@ void use_bf16_path(cpu::Bf16Path p) {
 }
 
 // ---- the CPU's int8 dot-product paths ------------------------------------------------
-// linear_q8 / linear_q4 run on every int8 path this CPU has (BRISK_INT8
-// steps down from the best one, cpu_features.h); the others are a visible
+// linear_q8 / linear_q4 run on every int8 path this CPU has
+// (cpu::int8_path_available, forced by BRISK_INT8); the others are a visible
 // skip in Int8Paths.EveryPathTheCpuHas.
 
 bool is_int8_op(core::OpKind k) {

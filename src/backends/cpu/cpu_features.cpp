@@ -60,8 +60,8 @@ void detect_int8(CpuFeatures& f) {
                            __builtin_cpu_supports("avx512vl");
   // AVX-VNNI (CPUID.(7,1):EAX[4]): the VEX-encoded 256-bit vpdpbusd.
   unsigned a = 0, b = 0, c = 0, d = 0;
-  const bool avx_vnni = __get_cpuid_count(7, 1, &a, &b, &c, &d) && ((a >> 4) & 1);
   const bool avx2 = __builtin_cpu_supports("avx2");
+  const bool avx_vnni = avx2 && __get_cpuid_count(7, 1, &a, &b, &c, &d) && ((a >> 4) & 1);
   f.int8_best = avx512_vnni ? Int8Dot::avx512_vnni : avx_vnni ? Int8Dot::avx_vnni : avx2 ? Int8Dot::avx2 : Int8Dot::scalar;
   f.avx_vnni = avx_vnni;
   f.int8 = f.int8_best;
@@ -70,7 +70,8 @@ void detect_int8(CpuFeatures& f) {
     for (Int8Dot p : {Int8Dot::avx512_vnni, Int8Dot::avx_vnni, Int8Dot::avx2, Int8Dot::scalar})
       if (std::strcmp(forced, int8_dot_name(p)) == 0) {
         if (!int8_path_available(f, p)) {  // a faster path than the CPU has, or AVX-VNNI it lacks
-          std::fprintf(stderr, "warning: BRISK_INT8=%s: this CPU has no such path (its best is %s); ignored\n", forced,
+          std::fprintf(stderr, "warning: BRISK_INT8=%s: this CPU %s (its best is %s); ignored\n", forced,
+                       p == Int8Dot::avx_vnni && int(p) >= int(f.int8_best) ? "lacks AVX-VNNI" : "has no such path",
                        int8_dot_name(f.int8_best));
           continue;
         }
