@@ -19,10 +19,12 @@
 // head's q, k, v (and dy) into per-thread f32 buffers, runs the f32 code and
 // narrows the result.
 //
-// attention_backward never reads the masked (upper) entries of probs: the
+// attention_backward never uses the masked (upper) entries of probs: the
 // diagonal block is copied with zeros above the diagonal before it enters a
-// matrix product. The forward writes zeros there anyway, but the op's contract
-// (and the reference kernel) only define the lower triangle.
+// matrix product (with dropout, its dropped copy is made first and the
+// copy then drops the upper entries). The forward writes zeros there anyway,
+// but the op's contract (and the reference kernel) only define the lower
+// triangle.
 #include <cmath>
 #include <cstring>
 #include <vector>

@@ -402,9 +402,9 @@ void forward_f32(const KernelCall& c, const Dims& d, const int32_t* lengths) {
   float* y = c.out(0).as<float>();
   float* lse = c.out(1).as<float>();
   const ProbDropout drop(c, lengths ? 2 : 1, d.T);
-  for_each_head(d, flash_tiles::Work::floats(d.T, d.hd), [&](const HeadOffsets& o, float* w) {
+  for_each_head(d, flash_tiles::Work::floats(d.T, d.hd, drop.on()), [&](const HeadOffsets& o, float* w) {
     const float* q = qkv + o.qkv;
-    const flash_tiles::Work work(w, d.T, d.hd);
+    const flash_tiles::Work work(w, d.T, d.hd, drop.on());
     flash_tiles::forward_head(q, q + d.C, q + 2 * d.C, 3 * d.C, y + o.y, d.C, lse + o.lse, d.T,
                               tile_keys(d, lengths, o.b), d.hd, d.scale, work, HeadDropout(drop, o.bh, work.z));
   });
@@ -418,10 +418,10 @@ void backward_f32(const KernelCall& c, const Dims& d, const int32_t* lengths) {
   const float* lse = c.in(3).as<float>();
   float* dqkv = c.out(0).as<float>();
   const ProbDropout drop(c, lengths ? 5 : 4, d.T);
-  for_each_head(d, flash_tiles::Work::floats(d.T, d.hd), [&](const HeadOffsets& o, float* w) {
+  for_each_head(d, flash_tiles::Work::floats(d.T, d.hd, drop.on()), [&](const HeadOffsets& o, float* w) {
     const float* q = qkv + o.qkv;
     float* dq = dqkv + o.qkv;
-    const flash_tiles::Work work(w, d.T, d.hd);
+    const flash_tiles::Work work(w, d.T, d.hd, drop.on());
     flash_tiles::backward_head(q, q + d.C, q + 2 * d.C, 3 * d.C, dy + o.y, y + o.y, d.C, lse + o.lse, dq, dq + d.C,
                                dq + 2 * d.C, 3 * d.C, d.T, tile_keys(d, lengths, o.b), d.hd, d.scale, work,
                                HeadDropout(drop, o.bh, work.z));

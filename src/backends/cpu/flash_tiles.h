@@ -37,18 +37,20 @@ struct KeyRange {
   int64_t end(int64_t t) const { return causal ? std::min(t + 1, L) : L; }
 };
 
-// A thread's scratch for one head of up to T rows, hd wide (z: a tile of
-// probability-dropout factors).
+// A thread's scratch for one head of up to T rows, hd wide; with
+// probability dropout a tile of its factors (z) last, null otherwise.
 struct Work {
-  float *kt, *vt, *krows, *vrows, *qb, *dyb, *s, *ds, *z, *stats, *transposed;
-  static size_t floats(int64_t T, int64_t hd) {
-    return size_t(2 * attention_tiles::packed_floats(T, hd) + 2 * T * hd + 2 * kTileQ * hd + 3 * kTileQ * kTileK +
-                  2 * kTileQ + attention_tiles::kKeyChunk * kTileQ);
+  float *kt, *vt, *krows, *vrows, *qb, *dyb, *s, *ds, *stats, *transposed, *z = nullptr;
+  static size_t floats(int64_t T, int64_t hd, bool dropout) {
+    return size_t(2 * attention_tiles::packed_floats(T, hd) + 2 * T * hd + 2 * kTileQ * hd + 2 * kTileQ * kTileK +
+                  2 * kTileQ + attention_tiles::kKeyChunk * kTileQ + (dropout ? kTileQ * kTileK : 0));
   }
-  Work(float* w, int64_t T, int64_t hd)
+  Work(float* w, int64_t T, int64_t hd, bool dropout)
       : kt(w), vt(kt + attention_tiles::packed_floats(T, hd)), krows(vt + attention_tiles::packed_floats(T, hd)),
         vrows(krows + T * hd), qb(vrows + T * hd), dyb(qb + kTileQ * hd), s(dyb + kTileQ * hd),
-        ds(s + kTileQ * kTileK), z(ds + kTileQ * kTileK), stats(z + kTileQ * kTileK), transposed(stats + 2 * kTileQ) {}
+        ds(s + kTileQ * kTileK), stats(ds + kTileQ * kTileK), transposed(stats + 2 * kTileQ) {
+    if (dropout) z = transposed + attention_tiles::kKeyChunk * kTileQ;
+  }
 };
 
 // One head. q, k, v: T rows of hd floats `ld` apart; y: rows `ldy` apart;
