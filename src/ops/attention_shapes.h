@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <string>
 #include <thread>
 
@@ -66,9 +67,13 @@ struct AttentionDropoutConfig {
   DType t;
   float p;
 };
-inline std::string attention_label(const AttentionDropoutConfig& c) {
-  return attention_label(c.k, c.t) + " dropout " + std::to_string(c.p).substr(0, 3);
+// " dropout P", P as %g: a case label's suffix.
+inline std::string dropout_suffix(float p) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, " dropout %g", double(p));
+  return buf;
 }
+inline std::string attention_label(const AttentionDropoutConfig& c) { return attention_label(c.k, c.t) + dropout_suffix(c.p); }
 inline AttentionParams dropout_params(const AttentionDropoutConfig& c, uint32_t site) {
   return AttentionParams{c.k.n_head, 0.f, c.p, site};
 }

@@ -68,7 +68,7 @@ inline std::vector<MaskedDropoutConfig> masked_dropout_configs(bool with_bf16) {
   return v;
 }
 inline std::string masked_dropout_label(const MaskedDropoutConfig& c) {
-  return masked_label(c.k, c.t) + " dropout " + std::to_string(c.p).substr(0, 3);
+  return masked_label(c.k, c.t) + dropout_suffix(c.p);
 }
 inline AttentionParams masked_dropout_params(const MaskedDropoutConfig& c) {
   return AttentionParams{c.k.n_head, 0.f, c.p, 3};
