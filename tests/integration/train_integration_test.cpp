@@ -48,7 +48,8 @@ class TrainIntegration : public ::testing::Test {
     return train::train(train::load_train_config(config_path, sets), o);
   }
 
-  void expect_exact_resume_with(const std::vector<std::string>& settings, const std::string& name);
+  void expect_exact_resume_with(const std::vector<std::string>& dropout, const std::vector<std::string>& base,
+                                const std::string& name);
 
   TempDir tmp_;
   std::string data_;
@@ -147,14 +148,17 @@ TEST_F(TrainIntegration, TrainFourThenResumeFourIsBitExact) {
   EXPECT_LT(straight.losses.back(), straight.losses.front());
 }
 
-// model.dropout: each micro-step's masks come from its key (seed, step,
-// micro-step), so a resumed run drops what the straight run dropped, bit for
-// bit, and the run is not the one without dropout.
-// A run with `drop` (its dropout settings, grad_accum 2) resumed from step 4
-// ends bit for bit as the straight run, and dropout changed its losses.
-void TrainIntegration::expect_exact_resume_with(const std::vector<std::string>& settings, const std::string& name) {
-  std::vector<std::string> drop = settings;
+// Dropout: each micro-step's masks come from its key (seed, step,
+// micro-step), so a run with `dropout` (its dropout settings, on top of
+// `base` and grad_accum 2) resumed from step 4 drops what the straight run
+// dropped and ends bit for bit as it does; and the run with `base` alone
+// (the same attention kind) has other losses.
+void TrainIntegration::expect_exact_resume_with(const std::vector<std::string>& dropout,
+                                                const std::vector<std::string>& base, const std::string& name) {
+  std::vector<std::string> plain = base, drop = base;
+  plain.push_back("train.grad_accum=2");
   drop.push_back("train.grad_accum=2");
+  drop.insert(drop.end(), dropout.begin(), dropout.end());
   const auto straight = run(config(name + "-straight", 8, 4), false, drop);
   ASSERT_EQ(straight.losses.size(), 8u);
   const std::string cfg = config(name + "-resumed", 8, 4);
@@ -164,15 +168,15 @@ void TrainIntegration::expect_exact_resume_with(const std::vector<std::string>& 
   const auto resumed = run(cfg, true, drop);
   ASSERT_EQ(resumed.losses.size(), 4u);
   EXPECT_EQ(resumed.losses, tail(straight.losses, 4));  // exact
-  const auto without = run(config(name + "-without", 8, 4), false, {"train.grad_accum=2"});
+  const auto without = run(config(name + "-without", 8, 4), false, plain);
   EXPECT_NE(without.losses[0], straight.losses[0]) << "dropout changed nothing";
   EXPECT_LT(straight.losses.back(), straight.losses.front());
 }
 
-TEST_F(TrainIntegration, ResumeWithDropoutIsBitExact) { expect_exact_resume_with({"model.dropout=0.1"}, "dropout"); }
+TEST_F(TrainIntegration, ResumeWithDropoutIsBitExact) { expect_exact_resume_with({"model.dropout=0.1"}, {}, "dropout"); }
 
 TEST_F(TrainIntegration, ResumeWithAttentionDropoutIsBitExact) {
-  expect_exact_resume_with({"model.attention_dropout=0.2", "model.attention=\"flash\""}, "attention-dropout");
+  expect_exact_resume_with({"model.attention_dropout=0.2"}, {"model.attention=\"flash\""}, "attention-dropout");
 }
 
 // The start-up lines say which fusions this device runs: "auto" resolved
