@@ -179,6 +179,46 @@ TEST_F(TrainIntegration, ResumeWithAttentionDropoutIsBitExact) {
   expect_exact_resume_with({"model.attention_dropout=0.2"}, {"model.attention=\"flash\""}, "attention-dropout");
 }
 
+// The trainer gives each optimizer step and each micro-step its own dropout
+// key. On a corpus of one repeated byte every batch is the same, and at an
+// lr of 1e-30 the weights never move: without dropout every step's loss is
+// the same, so with dropout the losses differ only if the masks do. With
+// grad_accum 2 a step's loss is the mean over its two micro-steps, which
+// equals the one-micro-step run's only if the second micro-step's masks
+// repeat the first's.
+TEST_F(TrainIntegration, EachStepAndMicroStepDrawsItsOwnDropoutMasks) {
+  const fs::path dir = tmp_.path() / "one-byte";
+  fs::create_directories(dir);
+  write_text((dir / "corpus.txt").string(), std::string(6000, 'a'));
+  const std::string data = (dir / "data").string();
+  const CliResult prep = run_cli({"data", "prepare", "--input", (dir / "corpus.txt").string(), "--tokenizer", "bytes",
+                                  "--out", data, "--val-fraction", "0.1", "--threads", "1"});
+  ASSERT_EQ(prep.exit_code, 0) << prep.out << prep.err;
+  const std::string cfg = tmp_.file("one-byte.toml");
+  write_text(cfg, tiny_config_toml(data, tmp_.file("one-byte-run"), 4, 0, "constant"));  // each run its own dir below
+  int run_number = 0;
+  auto losses = [&](std::vector<std::string> sets) {
+    sets.push_back("train.lr=1e-30");
+    sets.push_back("checkpoint.dir=\"" + tmp_.file("one-byte-run-" + std::to_string(run_number++)) + "\"");
+    train::TrainOptions o;
+    o.quiet = true;
+    return train::train(train::load_train_config(cfg, sets), o).losses;
+  };
+  const std::vector<double> still = losses({});
+  ASSERT_EQ(still.size(), 4u);
+  for (double l : still) ASSERT_EQ(l, still[0]) << "the batches or the weights changed: the test's premise fails";
+  for (const char* setting : {"model.dropout=0.1", "model.attention_dropout=0.1"}) {
+    SCOPED_TRACE(setting);
+    const std::vector<double> one = losses({setting});
+    ASSERT_EQ(one.size(), 4u);
+    for (size_t i = 0; i < one.size(); ++i)
+      for (size_t j = i + 1; j < one.size(); ++j) EXPECT_NE(one[i], one[j]) << "steps " << i << " and " << j;
+    const std::vector<double> two = losses({setting, "train.grad_accum=2"});
+    ASSERT_EQ(two.size(), 4u);
+    EXPECT_NE(two[0], one[0]) << "the second micro-step repeated the first's masks";
+  }
+}
+
 // The start-up lines say which fusions this device runs: "auto" resolved
 // (on the CPU: the backward fusions on, residual add + LayerNorm off), and an
 // explicit setting as given.
