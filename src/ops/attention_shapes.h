@@ -96,14 +96,16 @@ inline std::vector<ValueId> with_key_gradient(std::vector<ValueId> grads, const 
 // The reference kernels' probability dropout, straight from
 // brisk/ops/dropout.h: the factor (0 or 1 / (1 - p)) of probability (b, h,
 // t, u) at index ((b * n_head + h) * T + t) * T + u; 1 everywhere when off.
+// The key is the op's last input (check_attention_inputs).
 class ReferenceProbDropout {
  public:
-  ReferenceProbDropout(const KernelCall& c, size_t key_input, int64_t n_head, int64_t T) : nh_(n_head), T_(T) {
+  ReferenceProbDropout(const KernelCall& c, int64_t n_head, int64_t T) : nh_(n_head), T_(T) {
     const AttentionParams& p = c.p<AttentionParams>();
     if (!(p.dropout > 0.f)) return;
     on_ = true;
-    k0_ = uint32_t(int32_t(ld(c.in(key_input), 0)));
-    k1_ = uint32_t(int32_t(ld(c.in(key_input), 1)));
+    const TensorView& key = c.inputs.back();
+    k0_ = uint32_t(int32_t(ld(key, 0)));
+    k1_ = uint32_t(int32_t(ld(key, 1)));
     site_ = p.dropout_site;
     threshold_ = dropout_threshold(p.dropout);
     scale_ = 1.0 / (1.0 - double(p.dropout));
@@ -111,8 +113,7 @@ class ReferenceProbDropout {
   double operator()(int64_t b, int64_t h, int64_t t, int64_t u) const {
     if (!on_) return 1.0;
     const uint64_t i = uint64_t(((b * nh_ + h) * T_ + t) * T_ + u);
-    const DropoutStream s = dropout_stream(k0_, k1_, site_, uint32_t(i >> 32));
-    return dropout_bits(s, uint32_t(i)) >= threshold_ ? scale_ : 0.0;
+    return dropout_bits_at(k0_, k1_, site_, i) >= threshold_ ? scale_ : 0.0;
   }
 
  private:

@@ -42,10 +42,8 @@ core::OpDef dropout_def() {
     const uint32_t k0 = uint32_t(int32_t(ld(key, 0))), k1 = uint32_t(int32_t(ld(key, 1)));
     const uint32_t threshold = dropout_threshold(p.p);
     const double scale = 1.0 / (1.0 - double(p.p));
-    for (int64_t i = 0; i < x.numel(); ++i) {
-      const DropoutStream s = dropout_stream(k0, k1, p.site, uint32_t(uint64_t(i) >> 32));
-      st(y, i, dropout_bits(s, uint32_t(i)) >= threshold ? ld(x, i) * scale : 0.0);
-    }
+    for (int64_t i = 0; i < x.numel(); ++i)
+      st(y, i, dropout_bits_at(k0, k1, p.site, uint64_t(i)) >= threshold ? ld(x, i) * scale : 0.0);
   };
   d.test_cases = [] {
     std::vector<TestCase> cases;

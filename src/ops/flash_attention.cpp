@@ -70,7 +70,7 @@ void forward_reference(const KernelCall& c) {
   const Dims d = attention_dims(qkv.shape(), p.n_head);
   const double scale = attention_scale(p, d.hd);
   const QkvIndex at{d};
-  const ReferenceProbDropout z(c, 1, d.nh, d.T);
+  const ReferenceProbDropout z(c, d.nh, d.T);
   std::vector<double> s(size_t(d.T));
   for (int64_t b = 0; b < d.B; ++b)
     for (int64_t h = 0; h < d.nh; ++h)
@@ -100,7 +100,7 @@ void backward_reference(const KernelCall& c) {
   const Dims d = attention_dims(qkv.shape(), p.n_head);
   const double scale = attention_scale(p, d.hd);
   const QkvIndex at{d};
-  const ReferenceProbDropout z(c, 4, d.nh, d.T);
+  const ReferenceProbDropout z(c, d.nh, d.T);
   std::vector<double> grad(size_t(dqkv.numel()), 0.0);
   std::vector<double> s(size_t(d.T));
   for (int64_t b = 0; b < d.B; ++b)

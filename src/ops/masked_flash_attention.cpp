@@ -66,7 +66,7 @@ void forward_reference(const KernelCall& c) {
   check_lengths(kFwd, lengths, d.B, d.T);
   const double scale = attention_scale(p, d.hd);
   const PackedQkv at{d};
-  const ReferenceProbDropout z(c, 2, d.nh, d.T);
+  const ReferenceProbDropout z(c, d.nh, d.T);
   std::vector<double> s(size_t(d.T));
   for (int64_t b = 0; b < d.B; ++b) {
     const int64_t L = lengths[b];
@@ -98,7 +98,7 @@ void backward_reference(const KernelCall& c) {
   check_lengths(kBwd, lengths, d.B, d.T);
   const double scale = attention_scale(p, d.hd);
   const PackedQkv at{d};
-  const ReferenceProbDropout z(c, 5, d.nh, d.T);
+  const ReferenceProbDropout z(c, d.nh, d.T);
   std::vector<double> grad(size_t(dqkv.numel()), 0.0);
   std::vector<double> s(size_t(d.T));
   for (int64_t b = 0; b < d.B; ++b) {

@@ -37,6 +37,12 @@ constexpr DropoutStream dropout_stream(uint32_t k0, uint32_t k1, uint32_t site, 
 // 32 random bits for the element at (low 32 bits of) index `lo`.
 constexpr uint32_t dropout_bits(const DropoutStream& s, uint32_t lo) { return dropout_mix(dropout_mix(lo ^ s.s0) ^ s.s1); }
 
+// The bits of element `index` (any 64-bit index): its stream, then its bits.
+// Kernels make a stream once per stretch of indices and call dropout_bits.
+constexpr uint32_t dropout_bits_at(uint32_t k0, uint32_t k1, uint32_t site, uint64_t index) {
+  return dropout_bits(dropout_stream(k0, k1, site, uint32_t(index >> 32)), uint32_t(index));
+}
+
 // Kept where dropout_bits >= the threshold: the share dropped is p to
 // within 2^-32.
 inline uint32_t dropout_threshold(float p) {

@@ -77,9 +77,8 @@ void forward_head(GemmCache& cache, const E* q, const E* k, const E* v, int64_t 
     // S = scale * Q[i0:i1] K[0:i1]^T, f32
     mm(cache, false, true, bs, i1, hd, scale, q + i0 * ld, ld, k, ld, 0.f, Pb, T);
     for (int64_t r = 0; r < bs; ++r) softmax_row(Pb + r * T, i0 + r + 1, T);
-    const float* Pv = Pb;
     int64_t ldv = T;
-    if (drop.on()) times_rows(Pb, T, drop.factors(i0, bs, 0, i1), bs, i1, drop.pz), Pv = drop.pz, ldv = i1;
+    const float* Pv = drop.dropped(Pb, ldv, i0, bs, i1);
     // Y[i0:i1] = P[i0:i1, 0:i1] V[0:i1]  (masked entries are zero by now)
     if constexpr (std::is_same_v<E, float>) {
       mm(cache, false, false, bs, hd, i1, 1.f, Pv, ldv, v, ld, 0.f, y + i0 * ldy, ldy);
@@ -158,9 +157,8 @@ void forward_head_tiles(const float* q, const float* k, const float* v, int64_t 
     tiles::copy_rows(q + i0 * ld, ld, bs, hd, w.qb);
     tiles::scores(w.qb, hd, w.keys, bs, i1, hd, scale, Pb, T);
     for (int64_t r = 0; r < bs; ++r) tiles::softmax_rows(Pb + r * T, T, 1, i0 + r + 1, T);
-    const float* Pv = Pb;  // with dropout, P Z
     int64_t ldv = T;
-    if (drop.on()) times_rows(Pb, T, drop.factors(i0, bs, 0, i1), bs, i1, drop.pz), Pv = drop.pz, ldv = i1;
+    const float* Pv = drop.dropped(Pb, ldv, i0, bs, i1);  // with dropout, P Z
     tiles::rows_times(Pv, ldv, w.rows, hd, bs, i1, hd, y + i0 * ldy, ldy, false);  // masked entries are zero
   }
 }
@@ -201,7 +199,7 @@ void attention_f32(const KernelCall& c) {
   float* probs = c.out(1).as<float>();
   GemmCache& cache = gemm_cache_of(c.ctx);
   const bool tiles = cpu_features().attention_tiles;
-  const ProbDropout drop(c, 1, d.T);
+  const ProbDropout drop(c, d.T);
   const size_t head_floats = tiles ? HeadWork::floats(d.T, d.hd, kTileBlock) : 0;
   const size_t block = size_t((tiles ? kTileBlock : kGemmBlock) * d.T);  // with dropout: Z, then P Z
   for_each_head(d, head_floats + (drop.on() ? 2 * block : 0), [&](const HeadOffsets& o, float* w) {
@@ -224,7 +222,7 @@ void attention_backward_f32(const KernelCall& c) {
   float* dqkv = c.out(0).as<float>();
   GemmCache& cache = gemm_cache_of(c.ctx);
   const bool tiles = cpu_features().attention_tiles;
-  const ProbDropout drop(c, 3, d.T);
+  const ProbDropout drop(c, d.T);
   const size_t block = size_t((tiles ? kTileBlock : kGemmBlock) * d.T);
   const size_t work_floats = 2 * block;
   const size_t floats = work_floats + (tiles ? HeadWork::floats(d.T, d.hd, kTileBlock) : 0);
@@ -257,7 +255,7 @@ void attention_bf16_native(const KernelCall& c) {
   uint16_t* y = c.out(0).as<uint16_t>();
   float* probs = c.out(1).as<float>();
   GemmCache& cache = gemm_cache_of(c.ctx);
-  const ProbDropout drop(c, 1, d.T);
+  const ProbDropout drop(c, d.T);
   const size_t block = size_t(kGemmBlock * d.T);
   parallel_for(d.B * d.nh, 1, [&](int64_t lo, int64_t hi) {
     uint16_t* pw = scratch16(block);
@@ -279,7 +277,7 @@ void attention_backward_bf16_native(const KernelCall& c) {
   uint16_t* dqkv = c.out(0).as<uint16_t>();
   GemmCache& cache = gemm_cache_of(c.ctx);
   const int64_t n = d.T * d.hd;
-  const ProbDropout drop(c, 3, d.T);
+  const ProbDropout drop(c, d.T);
   const int64_t block = kGemmBlock * d.T;
   parallel_for(d.B * d.nh, 1, [&](int64_t lo, int64_t hi) {
     float* buf = scratch(size_t(2 * n + (drop.on() ? 3 : 2) * block));
@@ -307,7 +305,7 @@ void attention_bf16_emulated(const KernelCall& c) {
   float* probs = c.out(1).as<float>();
   GemmCache& cache = gemm_cache_of(c.ctx);
   const int64_t n = d.T * d.hd;
-  const ProbDropout drop(c, 1, d.T);
+  const ProbDropout drop(c, d.T);
   const int64_t block = kGemmBlock * d.T;
   parallel_for(d.B * d.nh, 1, [&](int64_t lo, int64_t hi) {
     float* buf = scratch(size_t(4 * n + (drop.on() ? 2 * block : 0)));
@@ -331,7 +329,7 @@ void attention_backward_bf16_emulated(const KernelCall& c) {
   uint16_t* dqkv = c.out(0).as<uint16_t>();
   GemmCache& cache = gemm_cache_of(c.ctx);
   const int64_t n = d.T * d.hd;
-  const ProbDropout drop(c, 3, d.T);
+  const ProbDropout drop(c, d.T);
   const int64_t block = kGemmBlock * d.T;
   parallel_for(d.B * d.nh, 1, [&](int64_t lo, int64_t hi) {
     float* buf = scratch(size_t(7 * n + (drop.on() ? 3 : 2) * block));

@@ -51,10 +51,10 @@ struct DropoutMask {
 class ProbDropout {
  public:
   ProbDropout() = default;
-  // `key_input`: the op's key input (its last), read only when dropout > 0.
-  ProbDropout(const core::KernelCall& c, size_t key_input, int64_t T) : T_(T) {
+  // The key is the op's last input, read only when dropout > 0.
+  ProbDropout(const core::KernelCall& c, int64_t T) : T_(T) {
     const auto& p = c.p<core::AttentionParams>();
-    if (p.dropout > 0.f) mask_ = DropoutMask(c.in(key_input).as<int32_t>(), p.dropout, p.dropout_site), on_ = true;
+    if (p.dropout > 0.f) mask_ = DropoutMask(c.inputs.back().as<int32_t>(), p.dropout, p.dropout_site), on_ = true;
   }
   bool on() const { return on_; }
 
@@ -68,29 +68,6 @@ class ProbDropout {
   DropoutMask mask_;
   int64_t T_ = 0;
   bool on_ = false;
-};
-
-// One head's share of a call's ProbDropout, with the scratch its kernel
-// uses: z for a block's factors, pz (the plain kernels) for a dropped copy
-// of a block of probabilities, `pz_at` floats past z. Off (on() false) when
-// the call's is; the scratch is then not touched (it may not exist).
-struct HeadDropout {
-  const ProbDropout* drop = nullptr;
-  int64_t bh = 0;
-  float *z = nullptr, *pz = nullptr;
-
-  HeadDropout() = default;
-  HeadDropout(const ProbDropout& d, int64_t bh_, float* scratch, int64_t pz_at = 0) : bh(bh_) {
-    if (!d.on()) return;
-    drop = &d, z = scratch;
-    if (pz_at > 0) pz = scratch + pz_at;
-  }
-  bool on() const { return drop != nullptr; }
-  // z = the factors of rows [i0, i0 + rows), keys [j0, j0 + w), rows w apart.
-  const float* factors(int64_t i0, int64_t rows, int64_t j0, int64_t w) const {
-    drop->tile(bh, i0, rows, j0, w, z);
-    return z;
-  }
 };
 
 // x[r * ldx + j] *= z[r * w + j] over a (rows, w) block.
@@ -113,5 +90,37 @@ inline void times_rows(const float* x, int64_t ldx, const float* z, int64_t rows
     for (int64_t j = 0; j < w; ++j) dr[j] = xr[j] * zr[j];
   }
 }
+
+// One head's share of a call's ProbDropout, with the scratch its kernel
+// uses: z for a block's factors, pz (the plain kernels) for a dropped copy
+// of a block of probabilities, `pz_at` floats past z. Off (on() false) when
+// the call's is; the scratch is then not touched (it may not exist).
+struct HeadDropout {
+  const ProbDropout* drop = nullptr;
+  int64_t bh = 0;
+  float *z = nullptr, *pz = nullptr;
+
+  HeadDropout() = default;
+  HeadDropout(const ProbDropout& d, int64_t bh_, float* scratch, int64_t pz_at = 0) : bh(bh_) {
+    if (!d.on()) return;
+    drop = &d, z = scratch;
+    if (pz_at > 0) pz = scratch + pz_at;
+  }
+  bool on() const { return drop != nullptr; }
+  // z = the factors of rows [i0, i0 + rows), keys [j0, j0 + w), rows w apart.
+  const float* factors(int64_t i0, int64_t rows, int64_t j0, int64_t w) const {
+    drop->tile(bh, i0, rows, j0, w, z);
+    return z;
+  }
+  // The plain kernels' block of probabilities P (query rows [i0, i0 +
+  // rows), keys [0, w), rows `ld` apart) as P V reads it: P itself when off,
+  // its dropped copy P Z in pz (rows w apart, `ld` set to w) when on.
+  const float* dropped(const float* P, int64_t& ld, int64_t i0, int64_t rows, int64_t w) const {
+    if (!on()) return P;
+    times_rows(P, ld, factors(i0, rows, 0, w), rows, w, pz);
+    ld = w;
+    return pz;
+  }
+};
 
 }  // namespace brisk::cpu

@@ -280,7 +280,7 @@ void forward(const KernelCall& c, const Dims& d, const int32_t* lengths) {
   E* y = c.out(0).as<E>();
   float* lse = c.out(1).as<float>();
   GemmCache& cache = gemm_cache_of(c.ctx);
-  const ProbDropout drop(c, lengths ? 2 : 1, d.T);
+  const ProbDropout drop(c, d.T);
   const size_t dz = dropout_floats(drop);
   const Scratch scratch(c, dz + (std::is_same_v<E, float> ? tile_floats() : native_forward_floats(d.hd)));
   parallel_for(d.B * d.nh, 1, [&](int64_t lo, int64_t hi) {
@@ -305,7 +305,7 @@ void backward(const KernelCall& c, const Dims& d, const int32_t* lengths) {
   E* dqkv = c.out(0).as<E>();
   const int64_t n = d.T * d.hd;
   GemmCache& cache = gemm_cache_of(c.ctx);
-  const ProbDropout drop(c, lengths ? 5 : 4, d.T);
+  const ProbDropout drop(c, d.T);
   const size_t dz = dropout_floats(drop);
   const Scratch scratch(c, dz + (f32 ? tile_floats() : native_backward_floats(d.T, d.hd)));
   parallel_for(d.B * d.nh, 1, [&](int64_t lo, int64_t hi) {
@@ -345,7 +345,7 @@ void forward_bf16_emulated(const KernelCall& c, const Dims& d, const int32_t* le
   float* lse = c.out(1).as<float>();
   const int64_t n = d.T * d.hd;
   GemmCache& cache = gemm_cache_of(c.ctx);
-  const ProbDropout drop(c, lengths ? 2 : 1, d.T);
+  const ProbDropout drop(c, d.T);
   const size_t dz = dropout_floats(drop);
   const Scratch scratch(c, dz + tile_floats() + size_t(4 * n));
   parallel_for(d.B * d.nh, 1, [&](int64_t lo, int64_t hi) {
@@ -371,7 +371,7 @@ void backward_bf16_emulated(const KernelCall& c, const Dims& d, const int32_t* l
   uint16_t* dqkv = c.out(0).as<uint16_t>();
   const int64_t n = d.T * d.hd;
   GemmCache& cache = gemm_cache_of(c.ctx);
-  const ProbDropout drop(c, lengths ? 5 : 4, d.T);
+  const ProbDropout drop(c, d.T);
   const size_t dz = dropout_floats(drop);
   const Scratch scratch(c, dz + tile_floats() + size_t(8 * n));
   parallel_for(d.B * d.nh, 1, [&](int64_t lo, int64_t hi) {
@@ -401,7 +401,7 @@ void forward_f32(const KernelCall& c, const Dims& d, const int32_t* lengths) {
   const float* qkv = c.in(0).as<float>();
   float* y = c.out(0).as<float>();
   float* lse = c.out(1).as<float>();
-  const ProbDropout drop(c, lengths ? 2 : 1, d.T);
+  const ProbDropout drop(c, d.T);
   for_each_head(d, flash_tiles::Work::floats(d.T, d.hd, drop.on()), [&](const HeadOffsets& o, float* w) {
     const float* q = qkv + o.qkv;
     const flash_tiles::Work work(w, d.T, d.hd, drop.on());
@@ -417,7 +417,7 @@ void backward_f32(const KernelCall& c, const Dims& d, const int32_t* lengths) {
   const float* y = c.in(2).as<float>();
   const float* lse = c.in(3).as<float>();
   float* dqkv = c.out(0).as<float>();
-  const ProbDropout drop(c, lengths ? 5 : 4, d.T);
+  const ProbDropout drop(c, d.T);
   for_each_head(d, flash_tiles::Work::floats(d.T, d.hd, drop.on()), [&](const HeadOffsets& o, float* w) {
     const float* q = qkv + o.qkv;
     float* dq = dqkv + o.qkv;

@@ -66,9 +66,8 @@ void forward_head(const float* q, const float* k, const float* v, int64_t ld, fl
     // S = scale * Q[i0:i0+bs] K[0:L]^T, straight into the probs rows
     sgemm(false, true, bs, L, hd, scale, q + i0 * ld, ld, k, ld, 0.f, Pb, T);
     for (int64_t r = 0; r < bs; ++r) softmax_row(Pb + r * T, L, T);
-    const float* Pv = Pb;
     int64_t ldv = T;
-    if (drop.on()) times_rows(Pb, T, drop.factors(i0, bs, 0, L), bs, L, drop.pz), Pv = drop.pz, ldv = L;
+    const float* Pv = drop.dropped(Pb, ldv, i0, bs, L);
     // Y[i0:i0+bs] = P[:, 0:L] V[0:L]
     sgemm(false, false, bs, hd, L, 1.f, Pv, ldv, v, ld, 0.f, y + i0 * ldy, ldy);
   }
@@ -115,9 +114,8 @@ void forward_head_tiles(const float* q, const float* k, const float* v, int64_t 
     tiles::copy_rows(q + i0 * ld, ld, bs, hd, w.qb);
     tiles::scores(w.qb, hd, w.keys, bs, L, hd, scale, Pb, T);
     tiles::softmax_rows(Pb, T, bs, L, T);
-    const float* Pv = Pb;
     int64_t ldv = T;
-    if (drop.on()) times_rows(Pb, T, drop.factors(i0, bs, 0, L), bs, L, drop.pz), Pv = drop.pz, ldv = L;
+    const float* Pv = drop.dropped(Pb, ldv, i0, bs, L);
     tiles::rows_times(Pv, ldv, w.rows, hd, bs, L, hd, y + i0 * ldy, ldy, false);
   }
 }
@@ -154,7 +152,7 @@ void masked_attention_f32(const KernelCall& c) {
   float* y = c.out(0).as<float>();
   float* probs = c.out(1).as<float>();
   const bool tiles = cpu_features().attention_tiles;
-  const ProbDropout drop(c, 2, d.T);
+  const ProbDropout drop(c, d.T);
   const size_t head_floats = tiles ? HeadWork::floats(d.T, d.hd, kBlock) : 0, block = size_t(kBlock * d.T);
   for_each_head(d, head_floats + (drop.on() ? 2 * block : 0), [&](const HeadOffsets& o, float* w) {
     const float* q = qkv + o.qkv;
@@ -177,7 +175,7 @@ void masked_attention_backward_f32(const KernelCall& c) {
   const float* probs = c.in(2).as<float>();
   float* dqkv = c.out(0).as<float>();
   const bool tiles = cpu_features().attention_tiles;
-  const ProbDropout drop(c, 4, d.T);
+  const ProbDropout drop(c, d.T);
   // dS, then (tiles) the dense copies, then (dropout) Z and P Z
   const size_t ds_floats = size_t(kBlock * d.T);
   const size_t floats = ds_floats + (tiles ? HeadWork::floats(d.T, d.hd, kBlock) : 0);
