@@ -1682,10 +1682,11 @@ TEST_F(ServeTest, ChatNChoices) {
 TEST_F(ServeTest, ChatStreamWithNInterleaves) {
   // Both sequences decode in the same steps, so their chunks alternate
   // rather than one choice's all coming first. A stream lasts a few
-  // milliseconds, and on a loaded machine a reader thread can start after
-  // it is over; so several streams are tried, and one must interleave.
+  // milliseconds, and on a loaded machine (ctest -j2 beside a build) a
+  // reader thread can start after it is over; so up to 20 streams are tried
+  // (a few ms each), and one must interleave.
   bool interleaved = false;
-  for (int seed = 31; seed < 36 && !interleaved; ++seed) {
+  for (int seed = 31; seed < 51 && !interleaved; ++seed) {
     const json body = chat_body("Go", {{"max_tokens", 24}, {"temperature", 1.0}, {"seed", seed}, {"n", 2}});
     auto r = post("/v1/chat/completions", body);
     ASSERT_TRUE(r);
