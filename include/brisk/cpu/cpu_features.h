@@ -17,8 +17,7 @@
 //                          whatever the CPU's default (tiles need AVX2 + FMA)
 //   BRISK_INT8=avx_vnni|avx2|scalar
 //                          a slower int8 dot-product path than the best the
-//                          CPU has (one it lacks is refused: a faster one, or
-//                          avx_vnni on an AVX-512 VNNI CPU without AVX-VNNI)
+//                          CPU has (a faster one is refused)
 #pragma once
 
 #include <string>
@@ -35,7 +34,7 @@ enum class F32Gemm { onednn, openblas };
 // How the int8 kernels (linear_q8, linear_q4) multiply int8 by int8, best first.
 enum class Int8Dot {
   avx512_vnni,  // vpdpbusd on 512-bit registers (AVX-512 VNNI)
-  avx_vnni,     // vpdpbusd on 256-bit registers, VEX-encoded (AVX-VNNI; a CPU with AVX-512 VNNI may lack it)
+  avx_vnni,     // vpdpbusd on 256-bit registers: VEX-encoded with AVX-VNNI, EVEX on AVX-512 VNNI without it
   avx2,         // widening: vpmaddubsw to 16 bits, vpmaddwd to 32 (no VNNI)
   scalar,       // plain loops (no AVX2)
 };
@@ -49,7 +48,7 @@ struct CpuFeatures {
   std::string f32_reason;
   Int8Dot int8 = Int8Dot::scalar;
   Int8Dot int8_best = Int8Dot::scalar;  // what the CPU has, whatever BRISK_INT8 says
-  bool avx_vnni = false;                 // CPUID.(7,1):EAX[4], the avx_vnni path's instructions
+  bool avx_vnni = false;                 // CPUID.(7,1):EAX[4]: the avx_vnni path's VEX-encoded vpdpbusd
   std::string int8_reason;
   // Decoding's f32 kernels, Linear over <= 16 rows (4x4 tiles) and
   // kv_attention: AVX-512 where the CPU has it, compiler-vectorised loops
@@ -83,7 +82,8 @@ const char* bf16_path_name(Bf16Path p);
 const char* f32_gemm_name(F32Gemm g);
 const char* int8_dot_name(Int8Dot d);
 // Whether a CPU with features `f` has path p's instructions: the paths at or
-// below int8_best, except avx_vnni, which an AVX-512 VNNI CPU need not have.
+// below int8_best (avx_vnni on an AVX-512 VNNI CPU without AVX-VNNI runs
+// the same kernel EVEX-encoded).
 bool int8_path_available(const CpuFeatures& f, Int8Dot p);
 const char* packed_path_name(CpuFeatures::PackedPath p);  // "avx512", "avx2", "portable"  // "avx512_vnni", "avx_vnni", "avx2", "scalar"
 

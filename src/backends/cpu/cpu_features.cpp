@@ -69,10 +69,9 @@ void detect_int8(CpuFeatures& f) {
   if (const char* forced = env("BRISK_INT8", {"avx512_vnni", "avx_vnni", "avx2", "scalar"})) {
     for (Int8Dot p : {Int8Dot::avx512_vnni, Int8Dot::avx_vnni, Int8Dot::avx2, Int8Dot::scalar})
       if (std::strcmp(forced, int8_dot_name(p)) == 0) {
-        if (!int8_path_available(f, p)) {  // a faster path than the CPU has, or AVX-VNNI it lacks
-          std::fprintf(stderr, "warning: BRISK_INT8=%s: this CPU %s (its best is %s); ignored\n", forced,
-                       p == Int8Dot::avx_vnni && int(p) >= int(f.int8_best) ? "lacks AVX-VNNI" : "has no such path",
-                       int8_dot_name(f.int8_best));
+        if (!int8_path_available(f, p)) {  // a faster path than the CPU has
+          std::fprintf(stderr, "warning: BRISK_INT8=%s: this CPU has no such path (its best is %s); ignored\n",
+                       forced, int8_dot_name(f.int8_best));
           continue;
         }
         f.int8 = p;
@@ -161,8 +160,9 @@ const char* bf16_path_name(Bf16Path p) { return p == Bf16Path::native ? "bf16-na
 const char* f32_gemm_name(F32Gemm g) { return g == F32Gemm::onednn ? "onednn" : "openblas"; }
 
 bool int8_path_available(const CpuFeatures& f, Int8Dot p) {
-  if (int(p) < int(f.int8_best)) return false;
-  return p != Int8Dot::avx_vnni || f.avx_vnni;
+  // Every path at or below the best: avx_vnni runs VEX-encoded on AVX-VNNI,
+  // EVEX-encoded on AVX-512 VNNI + VL (dot_q8_for).
+  return int(p) >= int(f.int8_best);
 }
 
 const char* int8_dot_name(Int8Dot d) {

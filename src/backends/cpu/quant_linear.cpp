@@ -92,25 +92,34 @@ __attribute__((target("avx2"))) int32_t hsum256(__m256i v) {
   return _mm_cvtsi128_si32(s);
 }
 
-__attribute__((target("avx2,avxvnni"))) void dot_q8_avxvnni(const uint8_t* xs, int64_t stride, int nr,
-                                                              const int8_t* w, int64_t k, int32_t* sums) {
-  const int64_t full = k / 32 * 32;
-  const __m256i ones = _mm256_set1_epi8(1);
-  __m256i acc[kRowBlock], wsum = _mm256_setzero_si256();
-  for (int r = 0; r < kRowBlock; ++r) acc[r] = _mm256_setzero_si256();
-  for (int64_t i = 0; i < full; i += 32) {
-    const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + i));
-    wsum = _mm256_dpbusd_avx_epi32(wsum, ones, wv);
-    for (int r = 0; r < nr; ++r)
-      acc[r] = _mm256_dpbusd_avx_epi32(acc[r], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xs + r * stride + i)), wv);
+// The avx_vnni path: one weight row against up to kRowBlock activation rows,
+// 32 bytes at a time. Written once, compiled twice: with the VEX-encoded
+// vpdpbusd of AVX-VNNI, and with its EVEX twin on AVX-512 VNNI + VL (same
+// instruction, same results), so that CPUs with only AVX-512 VNNI still run
+// (and test) this path.
+#define BRISK_DOT_Q8_256(NAME, TARGET, DPBUSD)                                                                 \
+  __attribute__((target(TARGET))) void NAME(const uint8_t* xs, int64_t stride, int nr, const int8_t* w, int64_t k, \
+                                            int32_t* sums) {                                                   \
+    const int64_t full = k / 32 * 32;                                                                          \
+    const __m256i ones = _mm256_set1_epi8(1);                                                                  \
+    __m256i acc[kRowBlock], wsum = _mm256_setzero_si256();                                                     \
+    for (int r = 0; r < kRowBlock; ++r) acc[r] = _mm256_setzero_si256();                                       \
+    for (int64_t i = 0; i < full; i += 32) {                                                                   \
+      const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + i));                          \
+      wsum = DPBUSD(wsum, ones, wv);                                                                           \
+      for (int r = 0; r < nr; ++r)                                                                             \
+        acc[r] = DPBUSD(acc[r], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xs + r * stride + i)), wv); \
+    }                                                                                                          \
+    const int32_t ws = hsum256(wsum);                                                                          \
+    for (int r = 0; r < nr; ++r) sums[r] = hsum256(acc[r]) - 128 * ws + tail_offset_q8(xs + r * stride, w, full, k); \
   }
-  const int32_t ws = hsum256(wsum);
-  for (int r = 0; r < nr; ++r) sums[r] = hsum256(acc[r]) - 128 * ws + tail_offset_q8(xs + r * stride, w, full, k);
-}
+BRISK_DOT_Q8_256(dot_q8_avxvnni, "avx2,avxvnni", _mm256_dpbusd_avx_epi32)
+BRISK_DOT_Q8_256(dot_q8_avxvnni_evex, "avx2,avx512vl,avx512vnni", _mm256_dpbusd_epi32)
+#undef BRISK_DOT_Q8_256
 
 DotQ8 dot_q8_for(Int8Dot path) {
   switch (path) {
-    case Int8Dot::avx_vnni: return dot_q8_avxvnni;
+    case Int8Dot::avx_vnni: return cpu_features().avx_vnni ? dot_q8_avxvnni : dot_q8_avxvnni_evex;
     case Int8Dot::avx512_vnni:  // q8_tiles_avx512 instead
     case Int8Dot::avx2:         // q8_tiles_avx2 instead
     case Int8Dot::scalar: return dot_q8_scalar;
