@@ -49,6 +49,7 @@ void EncoderConfig::validate() const {
   validate_encoder_body(vocab_size, n_layer, n_embd, n_head, max_len, attention, compute, recompute);
   Dropout::validate(dropout);
   Dropout::validate(attention_dropout, "model.attention_dropout");
+  Dropout::validate(classifier_dropout, "model.classifier_dropout");
   if (n_classes < 2 || n_classes > (int64_t(1) << 20))
     throw ConfigError("model.n_classes must be in [2, " + std::to_string(int64_t(1) << 20) + "], got " +
                       std::to_string(n_classes));
@@ -104,8 +105,9 @@ std::unique_ptr<EncoderProgram> Encoder::build(bool train, int64_t B, int64_t T)
   p->lengths = g.input("lengths", {B}, DType::i32);
   p->pos = g.input("pos", {T}, DType::i32);
 
-  // --- dropout (train programs with model.dropout or model.attention_dropout): the GPT's sites
-  const Dropout drop = Dropout::for_program(g, train, config_.dropout, config_.attention_dropout);
+  // --- dropout (train programs with any of the three): the GPT's sites, and the pooled features'
+  const Dropout drop =
+      Dropout::for_program(g, train, config_.dropout, config_.attention_dropout, config_.classifier_dropout);
   p->dropout_key = drop.key;
 
   // --- token + position embeddings                                  (B, T, C)
@@ -124,7 +126,7 @@ std::unique_ptr<EncoderProgram> Encoder::build(bool train, int64_t B, int64_t T)
 
   // --- final LayerNorm, mean over the real positions, class logits   (B, K)
   auto lnf = ops::layernorm(g, x, g.param("ln_f.weight", {C}), g.param("ln_f.bias", {C}));
-  ValueId pooled = ops::masked_mean(g, lnf.y, p->lengths);  // (B, C)
+  const ValueId pooled = drop.classifier_input(g, ops::masked_mean(g, lnf.y, p->lengths));  // (B, C)
   p->logits = ops::linear(g, pooled, g.param("head.weight", {K, C}), g.param("head.bias", {K}));
   g.mark_output(p->logits);
 

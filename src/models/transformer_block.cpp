@@ -26,15 +26,20 @@ void Dropout::validate(float p, const char* name) {
   if (!(p >= 0.f && p < 1.f)) throw ConfigError(std::string(name) + " must be in [0, 1), got " + std::to_string(p));
 }
 
-Dropout Dropout::for_program(Graph& g, bool train, float p, float attention_p) {
-  if (!train || !(p > 0.f || attention_p > 0.f)) return {};
-  return {p, attention_p, g.input("dropout_key", {2}, core::DType::i32)};
+Dropout Dropout::for_program(Graph& g, bool train, float p, float attention_p, float classifier_p) {
+  if (!train || !(p > 0.f || attention_p > 0.f || classifier_p > 0.f)) return {};
+  return {p, attention_p, classifier_p, g.input("dropout_key", {2}, core::DType::i32)};
 }
 
 ValueId Dropout::apply(Graph& g, ValueId x, uint32_t site, const Lowp& lp) const {
   if (!*this || !(p > 0.f)) return x;
   return lp.run(x, core::OpKind::dropout, core::OpKind::dropout,
                 [&](ValueId v) { return ops::dropout(g, v, key, p, site); });
+}
+
+ValueId Dropout::classifier_input(Graph& g, ValueId pooled) const {
+  if (!*this || !(classifier_p > 0.f)) return pooled;
+  return ops::dropout(g, pooled, key, classifier_p, kClassifierInput);
 }
 
 ops::AttentionDropout Dropout::attention(int64_t layer) const {

@@ -347,6 +347,14 @@ ClassifyResult train_classifier(const ClassifyConfig& cfg, const ClassifyOptions
                 (long long)res.dropped_empty, (long long)res.repeats, (long long)cfg.batch, (long long)per_epoch, (long long)cfg.epochs,
                 cfg.bucket ? "length-bucketed" : "shuffled (unbucketed)");
   say(line);
+  if (const models::EncoderConfig& m = cfg.model;
+      m.dropout > 0.f || m.attention_dropout > 0.f || m.classifier_dropout > 0.f) {
+    std::snprintf(line, sizeof line,
+                  "dropout (train steps only): %g on the embeddings and each block's residual branches, %g on the "
+                  "attention probabilities, %g on the pooled features before the head\n",
+                  double(m.dropout), double(m.attention_dropout), double(m.classifier_dropout));
+    say(line);
+  }
   if (!resume_from.empty()) say(detail::resumed_line(resume_from, step, per_epoch, schedule.total_steps));
 
   auto save = [&] {

@@ -16,7 +16,7 @@ namespace {
 
 const detail::KnownKeys kKnownKeys = {
     {"model", {"kind", "preset", "vocab_size", "n_layer", "n_embd", "n_head", "max_len", "n_classes", "attention",
-               "dropout", "attention_dropout"}},
+               "dropout", "attention_dropout", "classifier_dropout"}},
     {"data", {"store", "label_names", "strip_headers", "train_frac", "val_frac", "split_seed", "bucket", "cache_mb"}},
     {"train", detail::epoch_train_keys()},
     {"checkpoint", detail::kEpochCheckpointKeys},
@@ -34,6 +34,9 @@ ClassifyConfig config_from_table(const toml::table& root) {
   r.get("model", "n_classes", c.model.n_classes);
   c.model.dropout = detail::read_dropout(r, "dropout", c.model.dropout);
   c.model.attention_dropout = detail::read_dropout(r, "attention_dropout", c.model.attention_dropout);
+  // Unset, it follows model.dropout, as Hugging Face's classifier_dropout
+  // follows the hidden dropout.
+  c.model.classifier_dropout = detail::read_dropout(r, "classifier_dropout", c.model.dropout);
   r.get("data", "store", c.store);
   if (const toml::node* n = root.at_path("data.label_names").node()) {
     const toml::array* a = n->as_array();
@@ -80,6 +83,7 @@ std::string to_toml(const ClassifyConfig& c) {
   s << "n_classes = " << c.model.n_classes << "\nattention = " << toml_string(c.model.attention)
     << "\ndropout = " << toml_number(c.model.dropout)
     << "\nattention_dropout = " << toml_number(c.model.attention_dropout)
+    << "\nclassifier_dropout = " << toml_number(c.model.classifier_dropout)
     << "\n\n[data]\nstore = " << toml_string(c.store) << "\nlabel_names = [";
   for (size_t i = 0; i < c.label_names.size(); ++i) s << (i ? ", " : "") << toml_string(c.label_names[i]);
   s << "]\nstrip_headers = " << (c.strip_headers ? "true" : "false") << "\n";

@@ -363,15 +363,16 @@ TEST(TrainClassifier, ResumedFromAnyCheckpointItEndsWithTheStraightRunsWeights) 
   fs::remove_all(dir);
 }
 
-// The same with model.dropout: each step's masks come from (train.seed,
-// step), so the resumed steps drop what the straight run's did, and the run
-// is not the one without dropout.
+// The same with model.dropout and model.classifier_dropout: each step's
+// masks come from (train.seed, step), so the resumed steps drop what the
+// straight run's did, and the run is not the one without dropout.
 TEST(TrainClassifier, ResumedWithDropoutItEndsWithTheStraightRunsWeights) {
   const fs::path dir = fs::temp_directory_path() / ("brisk_encoder_resume_drop_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   synthetic_store(dir);
   train::ClassifyConfig cfg = synthetic_config(dir);
   cfg.model.dropout = 0.1f;
+  cfg.model.classifier_dropout = 0.2f;
   double first_loss = 0;
   brisk::testing::expect_resumes_end_as_the_straight_run<train::ClassifyConfig, train::ClassifyResult>(
       dir, cfg,

@@ -5,9 +5,12 @@
 // and key give the same mask; (2) in the GPT: p = 0 builds nothing, p > 0
 // only in train programs (1 + 2 n_layer sites), the same key gives the same
 // step and another key another one, evaluation never drops, and
-// recomputation remakes the masks (the same gradients at every level).
+// recomputation remakes the masks (the same gradients at every level);
+// (3) the encoder classifier: the same, and model.classifier_dropout on the
+// pooled features.
 // Whole-model agreement with PyTorch under the same masks is
-// gpt_torch_crosscheck_dropout; exact resume is in the trainer's tests.
+// gpt_torch_crosscheck_dropout and encoder_torch_crosscheck_dropout; exact
+// resume is in the trainer's tests.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -23,6 +26,7 @@
 #include "brisk/models/gpt.h"
 #include "brisk/models/transformer_block.h"
 #include "brisk/ops/ops.h"
+#include "brisk/train/classify_config.h"
 #include "brisk/train/config.h"
 #include "dropout_test_util.h"
 #include "test_util.h"
@@ -229,6 +233,66 @@ TEST(Dropout, TheEncoderDropsOnlyInTrainProgramsAndRecomputesTheSameMasks) {
   for (const auto& [name, e] : on.params().entries()) {
     SCOPED_TRACE(name);
     EXPECT_LE(testing_util::normalized_error(e.grad, full.params().entries().at(name).grad), 1e-6);
+  }
+}
+
+// model.classifier_dropout drops the pooled features (B, C) before the head,
+// alone or with the others: one more site, train programs only, and the key
+// picks its mask.
+TEST(Dropout, TheEncoderClassifierDropsThePooledFeatures) {
+  const EncoderBatch eb;
+  const int64_t B = eb.B, T = eb.T;
+  models::EncoderConfig head_only = testing_util::small_dropout_encoder(0.f);
+  head_only.classifier_dropout = 0.5f;
+  models::EncoderConfig all = testing_util::small_dropout_encoder(0.2f);
+  all.classifier_dropout = 0.5f;
+  models::Encoder on(head_only, backend()), both(all, backend());
+  models::Encoder off(testing_util::small_dropout_encoder(0.f), backend());
+  for (models::Encoder* m : {&on, &both, &off}) m->init_weights(4);
+  EXPECT_EQ(count_dropouts(on.program(true, B, T).graph), 2) << "the pooled features' forward and backward";
+  EXPECT_EQ(count_dropouts(on.program(false, B, T).graph), 0);
+  EXPECT_EQ(count_dropouts(both.program(true, B, T).graph), 2 * (1 + 2 * 2 + 1));
+  const uint64_t key = models::dropout_key(3, 7, 0, 0);
+  const double a = eb.step(on, key);
+  EXPECT_EQ(eb.step(on, key), a);
+  EXPECT_NE(eb.step(on, key + 1), a);
+  EXPECT_NE(eb.step(off, key), a);
+  // With p 0.5 over 3 x 32 features some of the head's input columns are
+  // dropped for every row: their weight gradients are exactly zero only here.
+  on.params().zero_grads();
+  eb.step(on, key);
+  off.params().zero_grads();
+  eb.step(off, key);
+  const auto zero_columns = [](models::Encoder& m) {
+    const core::Tensor g = m.params().download(m.params().entries().at("head.weight").grad);
+    const int64_t C = g.shape()[1];
+    int64_t zero = 0;
+    for (int64_t c = 0; c < C; ++c)
+      zero += g.data_as<float>()[c] == 0.f && g.data_as<float>()[C + c] == 0.f;
+    return zero;
+  };
+  EXPECT_GT(zero_columns(on), 0);
+  EXPECT_EQ(zero_columns(off), 0);
+}
+
+// Unset, model.classifier_dropout follows model.dropout (Hugging Face's
+// rule); set, it stands alone; written configs carry it.
+TEST(Dropout, TheClassifierDropoutKeyDefaultsToModelDropout) {
+  const std::string head = "[model]\nkind = \"encoder\"\n";
+  const train::ClassifyConfig follows = train::parse_classify_config(head + "dropout = 0.2\n", "a.toml");
+  EXPECT_FLOAT_EQ(follows.model.classifier_dropout, 0.2f);
+  const train::ClassifyConfig own =
+      train::parse_classify_config(head + "dropout = 0.2\nclassifier_dropout = 0\n", "b.toml");
+  EXPECT_EQ(own.model.classifier_dropout, 0.f);
+  EXPECT_EQ(train::parse_classify_config(train::to_toml(own), "c.toml").model.classifier_dropout, 0.f);
+  const train::ClassifyConfig alone = train::parse_classify_config(head + "classifier_dropout = 0.3\n", "d.toml");
+  EXPECT_EQ(alone.model.dropout, 0.f);
+  EXPECT_FLOAT_EQ(train::parse_classify_config(train::to_toml(alone), "e.toml").model.classifier_dropout, 0.3f);
+  try {
+    train::parse_classify_config(head + "classifier_dropout = 1.0\n", "f.toml");
+    ADD_FAILURE() << "accepted classifier_dropout 1";
+  } catch (const core::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("model.classifier_dropout must be in [0, 1)"), std::string::npos) << e.what();
   }
 }
 

@@ -51,6 +51,10 @@ struct EncoderConfig {
   // model.attention_dropout: as the GPT's (GptConfig::attention_dropout),
   // each block's attention probabilities.
   float attention_dropout = 0.f;
+  // model.classifier_dropout: the pooled features before the head, as
+  // Hugging Face's classifier_dropout (the config reader's default is
+  // model.dropout's value, as theirs is the hidden dropout's).
+  float classifier_dropout = 0.f;
 
   // "E1" (the spam encoder of docs/workloads.md); throws ConfigError listing the presets.
   static EncoderConfig preset(const std::string& name);
@@ -60,7 +64,7 @@ struct EncoderConfig {
   // Training FLOPs per real token at sequence length `seq`: 6N (without the
   // embedding tables, which are gathers) + 12 L T C for the attention products.
   double flops_per_token(int64_t seq) const;
-  bool same_shape(const EncoderConfig& o) const;  // every field but `attention`, `compute`, `recompute` and `dropout`
+  bool same_shape(const EncoderConfig& o) const;  // every field but `attention`, `compute`, `recompute` and the dropouts
 };
 
 // One compiled step for one (batch, seq) shape.

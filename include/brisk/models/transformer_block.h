@@ -33,17 +33,21 @@ inline int64_t transformer_block_params(int64_t C) {
 // the default, and every program but a train one) it adds nothing. The sites
 // (docs/architecture.md, "Dropout") tell the masks apart under one key.
 struct Dropout {
-  float p = 0.f;            // model.dropout
-  float attention_p = 0.f;  // model.attention_dropout
+  float p = 0.f;             // model.dropout
+  float attention_p = 0.f;   // model.attention_dropout
+  float classifier_p = 0.f;  // the encoder classifier's model.classifier_dropout
   core::ValueId key = core::kNoValue;
   explicit operator bool() const { return key != core::kNoValue; }
 
   // Throws ConfigError naming `name` unless p is in [0, 1).
   static void validate(float p, const char* name = "model.dropout");
   // The dropout of a program: on (with its "dropout_key" input added) for a
-  // train program with p or attention_p > 0, off otherwise.
-  static Dropout for_program(core::Graph& g, bool train, float p, float attention_p);
+  // train program with any of the probabilities > 0, off otherwise.
+  static Dropout for_program(core::Graph& g, bool train, float p, float attention_p, float classifier_p = 0.f);
   static constexpr uint32_t kEmbeddings = 0;
+  // The encoder classifier's pooled features, clear of the block sites below
+  // and of the attention probabilities' (the high bit).
+  static constexpr uint32_t kClassifierInput = 0x40000000u;
   static uint32_t attention_site(int64_t layer) { return uint32_t(1 + 2 * layer); }
   static uint32_t mlp_site(int64_t layer) { return uint32_t(2 + 2 * layer); }
   // The attention probabilities' sites, clear of the others' (the high bit).
@@ -53,6 +57,8 @@ struct Dropout {
   core::ValueId apply(core::Graph& g, core::ValueId x, uint32_t site, const Lowp& lp) const;
   // Block `layer`'s attention-probability dropout (off when attention_p is 0).
   ops::AttentionDropout attention(int64_t layer) const;
+  // The classifier's f32 input dropped by classifier_p (itself when 0).
+  core::ValueId classifier_input(core::Graph& g, core::ValueId pooled) const;
 };
 
 // The dropout key of one micro-step of a run (the GPT's and the encoder
