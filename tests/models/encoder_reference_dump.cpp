@@ -11,7 +11,11 @@
 //                        ids (B, T), lengths (B), labels (B), the logits of
 //                        Encoder::logits, and "grad.<name>" for every parameter
 //                        after one train_micro_step (loss scale 1, grads zeroed).
-//   results.json         config, batch shape, seed and the loss.
+//   results.json         config, batch shape, seed and the loss (and, with
+//                        dropout, the step's dropout key).
+// With probabilities after OUT_DIR (model.dropout, model.attention_dropout,
+// model.classifier_dropout) the train step drops with them under the key of
+// step 0 (models::dropout_key); the logits never drop.
 // The batch is B = 5 right-padded rows of T = 37 with lengths 37, 1 and values
 // between, and the padding holds random token ids rather than zeros: a kernel
 // that let padding leak into a real row would change the numbers, where zero
@@ -30,6 +34,7 @@
 #include "brisk/core/safetensors.h"
 #include "brisk/cpu/cpu_backend.h"
 #include "brisk/models/encoder.h"
+#include "brisk/models/transformer_block.h"  // models::dropout_key
 
 using namespace brisk;
 namespace fs = std::filesystem;
@@ -85,15 +90,20 @@ void sharpen(core::ParameterStore& ps) {
   }
 }
 
-models::EncoderConfig config(const std::string& attention) {
+struct Dropouts {
+  float dropout = 0.f, attention = 0.f, classifier = 0.f;
+};
+
+models::EncoderConfig config(const std::string& attention, const Dropouts& d) {
   models::EncoderConfig c;
   c.vocab_size = 97, c.n_layer = 2, c.n_embd = 48, c.n_head = 4, c.max_len = 40, c.n_classes = 3;
   c.attention = attention;
+  c.dropout = d.dropout, c.attention_dropout = d.attention, c.classifier_dropout = d.classifier;
   return c;
 }
 
-void dump(const std::string& dir, const std::string& attention) {
-  const models::EncoderConfig cfg = config(attention);
+void dump(const std::string& dir, const std::string& attention, const Dropouts& drop) {
+  const models::EncoderConfig cfg = config(attention, drop);
   cpu::CpuBackend backend(2);
   models::Encoder model(cfg, backend);
   model.init_weights(kSeed);
@@ -125,14 +135,17 @@ void dump(const std::string& dir, const std::string& attention) {
   add("logits", std::move(logits));
 
   model.params().zero_grads();
-  const double loss = model.train_micro_step(ids.data(), kLengths.data(), labels.data(), kBatch, kSeq, 1.0);
+  const uint64_t key = models::dropout_key(kSeed, 0, 0, 0);
+  const double loss = model.train_micro_step(ids.data(), kLengths.data(), labels.data(), kBatch, kSeq, 1.0, key);
   for (const auto& [name, e] : model.params().entries()) add("grad." + name, model.params().download(e.grad).clone());
   core::save_safetensors((fs::path(dir) / "tensors.safetensors").string(), tensors);
 
   nlohmann::json res = {
       {"config", {{"vocab_size", cfg.vocab_size}, {"n_layer", cfg.n_layer}, {"n_embd", cfg.n_embd},
                   {"n_head", cfg.n_head}, {"max_len", cfg.max_len}, {"n_classes", cfg.n_classes},
-                  {"attention", cfg.attention}}},
+                  {"attention", cfg.attention}, {"dropout", cfg.dropout},
+                  {"attention_dropout", cfg.attention_dropout}, {"classifier_dropout", cfg.classifier_dropout}}},
+      {"dropout_key", {uint32_t(key), uint32_t(key >> 32)}},
       {"batch", kBatch},
       {"seq", kSeq},
       {"seed", kSeed},
@@ -144,12 +157,18 @@ void dump(const std::string& dir, const std::string& attention) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: %s OUT_DIR   (writes OUT_DIR/plain and OUT_DIR/flash)\n", argv[0]);
+  if (argc != 2 && argc != 5) {
+    std::fprintf(stderr,
+                 "usage: %s OUT_DIR [DROPOUT ATTENTION_DROPOUT CLASSIFIER_DROPOUT]   (writes OUT_DIR/plain and "
+                 "OUT_DIR/flash)\n",
+                 argv[0]);
     return 2;
   }
   try {
-    for (const char* attention : {"plain", "flash"}) dump((fs::path(argv[1]) / attention).string(), attention);
+    Dropouts drop;
+    if (argc == 5) drop = {std::stof(argv[2]), std::stof(argv[3]), std::stof(argv[4])};
+    for (const char* attention : {"plain", "flash"})
+      dump((fs::path(argv[1]) / attention).string(), attention, drop);
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "brisk_encoder_dump: %s\n", e.what());

@@ -14,6 +14,15 @@ cross-entropy), loads brisk's initial weights, and compares:
   - the gradient of every parameter (by name),
   - brisk's logits against this encoder run on each row alone, cut to its
     length: agreement says padding (filled with random ids) changes nothing.
+With --dropout P, --attention-dropout A and --classifier-dropout K brisk's
+train step drops with model.dropout = P (the embeddings' sum and each
+block's two residual branches), model.attention_dropout = A (the attention
+probabilities, inside the masked attention kernels) and
+model.classifier_dropout = K (the pooled features before the head), under
+step 0's key (results.json); the model here drops the same elements with
+gpt_torch_check.py's copy of the hash (written from docs/architecture.md,
+"Dropout"), the pooled features at site 2^30. The loss and every gradient
+must agree; the logits never drop.
 The reference runs in float64, so each error is brisk's own f32 rounding.
 Each tensor's error is max|brisk - torch| / max|torch|; all must be <= 1e-4.
 Exits non-zero with a message naming what differs.
@@ -44,6 +53,28 @@ except ImportError as e:  # a missing dependency must fail the test, not skip it
     print(f"encoder_torch_check: FAIL: {sys.executable} cannot import torch/numpy ({e}): "
           "install python3-torch (scripts/install_deps.sh)", file=sys.stderr)
     sys.exit(1)
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gpt_torch_check import dropped  # noqa: E402  brisk's dropout masks, from their description
+
+CLASSIFIER_SITE = 0x40000000  # the pooled features' site (models::Dropout::kClassifierInput)
+
+
+class Dropout:
+    """One train step's dropout: the three probabilities and the step's key."""
+
+    def __init__(self, p, attention_p, classifier_p, key):
+        self.p, self.attention_p, self.classifier_p, self.key = p, attention_p, classifier_p, key
+
+    def __call__(self, x, site):
+        return dropped(x, self.p, self.key, site)
+
+    def probs(self, att, layer):
+        """Block `layer`'s attention probabilities (B, n_head, T, T) over the padded T, at site 2^31 + layer."""
+        return dropped(att, self.attention_p, self.key, 0x80000000 | layer)
+
+    def pooled(self, x):
+        return dropped(x, self.classifier_p, self.key, CLASSIFIER_SITE)
 
 
 # ---- safetensors: 8-byte LE header length, JSON header, raw little-endian bytes
@@ -96,7 +127,7 @@ class Attention(nn.Module):
         self.c_attn = nn.Linear(c, 3 * c)
         self.c_proj = nn.Linear(c, c)
 
-    def forward(self, x, key_valid):
+    def forward(self, x, key_valid, drop=None, layer=0):
         """key_valid (B, T) bool: True at real positions. Every query row,
         padded ones included, attends over its row's real keys only (PyTorch's
         key_padding_mask semantics), so no row is all -inf."""
@@ -106,6 +137,8 @@ class Attention(nn.Module):
         q, k, v = (t.view(B, T, self.n_head, hs).transpose(1, 2) for t in (q, k, v))
         att = (q @ k.transpose(-2, -1)) / math.sqrt(hs)
         att = att.masked_fill(~key_valid[:, None, None, :], float("-inf")).softmax(dim=-1)
+        if drop:
+            att = drop.probs(att, layer)
         y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
         return self.c_proj(y)
 
@@ -128,9 +161,11 @@ class Block(nn.Module):
         self.ln_2 = LayerNorm(c)
         self.mlp = Mlp(c)
 
-    def forward(self, x, key_valid):
-        x = x + self.attn(self.ln_1(x), key_valid)
-        return x + self.mlp(self.ln_2(x))
+    def forward(self, x, key_valid, drop=None, layer=0):
+        a = self.attn(self.ln_1(x), key_valid, drop, layer)
+        x = x + (drop(a, 1 + 2 * layer) if drop else a)
+        m = self.mlp(self.ln_2(x))
+        return x + (drop(m, 2 + 2 * layer) if drop else m)
 
 
 class Encoder(nn.Module):
@@ -143,17 +178,21 @@ class Encoder(nn.Module):
         self.ln_f = LayerNorm(c)
         self.head = nn.Linear(c, cfg["n_classes"])
 
-    def forward(self, ids, lengths, labels=None):
+    def forward(self, ids, lengths, labels=None, drop=None):
         B, T = ids.shape
         key_valid = torch.arange(T)[None, :] < lengths[:, None]  # (B, T)
         x = self.wte(ids) + self.wpe(torch.arange(T))
-        for block in self.h:
-            x = block(x, key_valid)
+        if drop:
+            x = drop(x, 0)
+        for l, block in enumerate(self.h):
+            x = block(x, key_valid, drop, l)
         x = self.ln_f(x)
         # Mean over the real positions: padded rows are zeroed, not just
         # excluded from the count, so they get no gradient through the pool.
         w = key_valid.to(x.dtype)[:, :, None]
         pooled = (x * w).sum(dim=1) / lengths.to(x.dtype)[:, None]
+        if drop:
+            pooled = drop.pooled(pooled)
         logits = self.head(pooled)
         loss = None if labels is None else F.cross_entropy(logits, labels)
         return logits, loss
@@ -211,7 +250,7 @@ class Table:
         return bad
 
 
-def check_one(table, d, attention):
+def check_one(table, d, attention, args):
     """Adds the rows for one dump directory; returns an error string or None."""
     with open(os.path.join(d, "results.json")) as f:
         res = json.load(f)
@@ -235,10 +274,18 @@ def check_one(table, d, attention):
     if padding.numel() and bool((padding == 0).all()):
         return f"{d}: the padding holds only id 0; it must hold random ids to show that it does not matter"
 
+    probs = (args.dropout, args.attention_dropout, args.classifier_dropout)
+    said = (cfg["dropout"], cfg["attention_dropout"], cfg["classifier_dropout"])
+    if any(abs(a - b) > 1e-7 for a, b in zip(probs, said)):
+        return f"{d}: dump trained with dropouts {said}, expected {probs}"
+    drop = Dropout(*probs, res["dropout_key"]) if any(probs) else None
+
     tag = f"[{attention}] "
-    logits, loss = model(ids, lengths, labels)
+    with torch.no_grad():
+        logits, _ = model(ids, lengths)  # evaluation: never drops
+    _, loss = model(ids, lengths, labels, drop)
     loss.backward()
-    table.tensor(tag + "logits", tensors["logits"], logits.detach().numpy())
+    table.tensor(tag + "logits", tensors["logits"], logits.numpy())
     table.scalar(tag + "loss", res["loss"], loss.item())
 
     # Each row on its own, without any padding: the same logits if padding is
@@ -273,7 +320,11 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dump", required=True, help="path of the brisk_encoder_dump executable")
     ap.add_argument("--keep", help="write the dump here and keep it (default: a temporary directory)")
+    ap.add_argument("--dropout", type=float, default=0.0, help="model.dropout for the train step, both sides")
+    ap.add_argument("--attention-dropout", type=float, default=0.0, help="model.attention_dropout, likewise")
+    ap.add_argument("--classifier-dropout", type=float, default=0.0, help="model.classifier_dropout, likewise")
     args = ap.parse_args()
+    dropping = args.dropout or args.attention_dropout or args.classifier_dropout
 
     torch.set_num_threads(2)  # two threads like the brisk side
     torch.manual_seed(0)
@@ -283,7 +334,8 @@ def main():
     with tempfile.TemporaryDirectory(prefix="brisk_encoder_check_") as tmp:
         out = args.keep or tmp
         try:
-            r = subprocess.run([args.dump, out], capture_output=True, text=True, timeout=100)
+            extra = [str(args.dropout), str(args.attention_dropout), str(args.classifier_dropout)] if dropping else []
+            r = subprocess.run([args.dump, out] + extra, capture_output=True, text=True, timeout=100)
         except (OSError, subprocess.TimeoutExpired) as e:
             print(f"encoder_torch_check: FAIL: cannot run {args.dump}: {e}", file=sys.stderr)
             return 1
@@ -293,7 +345,7 @@ def main():
             return 1
         print(r.stdout.strip())
         for attention in ATTENTIONS:
-            err = check_one(table, os.path.join(out, attention), attention)
+            err = check_one(table, os.path.join(out, attention), attention, args)
             if err:
                 print(f"encoder_torch_check: FAIL: {err}", file=sys.stderr)
                 return 1
