@@ -193,6 +193,46 @@ TEST(Dist, TwoRanksMatchOneRankWithTheFusedClassifier) {
   EXPECT_EQ(read_metrics(run.out_dir("one")).size(), 6u);
 }
 
+// Each rank draws its own dropout masks: the rank is part of the dropout key
+// (models::dropout_key). On a corpus of one repeated byte every batch row is
+// the same, and at lr 1e-30 the weights never move, so without dropout two
+// ranks (global batch 4) each compute exactly one process's batch-2 step
+// and log its loss, bit for bit (asserted); with dropout they log something
+// else only if rank 1's masks are not rank 0's.
+TEST(Dist, EachRankDrawsItsOwnDropoutMasks) {
+  REQUIRE_MPIRUN();
+  DistRun run;
+  std::string err;
+  run.data = prepare_tiny_dataset(run.dir.path() / "one-byte", &err, std::string(6000, 'a'));
+  ASSERT_FALSE(run.data.empty()) << err;
+  auto losses = [&](int np, const std::string& name, const std::string& setting) {
+    std::vector<std::string> more = {"--set", "train.lr=1e-30", "--set", "train.eval_every=0"};
+    if (np == 0) more.insert(more.end(), {"--set", "train.batch=2"});
+    if (!setting.empty()) more.insert(more.end(), {"--set", setting});
+    const CliResult r = train(np, run.config(name, 3, 3), more);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    std::vector<double> out;
+    for (const MetricRow& row : read_metrics(run.out_dir(name))) out.push_back(row.loss);
+    return out;
+  };
+  const std::vector<double> one = losses(0, "one", ""), two = losses(2, "two", "");
+  ASSERT_EQ(one.size(), 3u);
+  ASSERT_EQ(two.size(), 3u);
+  for (size_t i = 0; i < one.size(); ++i)
+    ASSERT_EQ(two[i], one[i]) << "step " << i + 1 << ": the test's premise fails";
+  for (const char* setting : {"model.dropout=0.1", "model.attention_dropout=0.1"}) {
+    SCOPED_TRACE(setting);
+    const std::string tag = setting[6] == 'd' ? "drop" : "attn";
+    const std::vector<double> d1 = losses(0, "one-" + tag, setting), d2 = losses(2, "two-" + tag, setting);
+    ASSERT_EQ(d1.size(), 3u);
+    ASSERT_EQ(d2.size(), 3u);
+    for (size_t i = 0; i < d1.size(); ++i) {
+      EXPECT_NE(d1[i], one[i]) << "step " << i + 1 << ": dropout changed nothing";
+      EXPECT_NE(d2[i], d1[i]) << "step " << i + 1 << ": rank 1 repeated rank 0's masks";
+    }
+  }
+}
+
 TEST(Dist, TwoRanksMatchOneRankOnTheSameGlobalBatch) {
   REQUIRE_MPIRUN();
   DistRun run;

@@ -218,9 +218,10 @@ inline std::string tiny_corpus() {
 
 // Writes the corpus under dir/corpus.txt and prepares dir/data with the CLI.
 // Returns the dataset directory, or "" (with the CLI's stderr in *err).
-inline std::string prepare_tiny_dataset(const fs::path& dir, std::string* err = nullptr) {
+inline std::string prepare_tiny_dataset(const fs::path& dir, std::string* err = nullptr,
+                                        const std::string& corpus = tiny_corpus()) {
   fs::create_directories(dir);
-  write_text((dir / "corpus.txt").string(), tiny_corpus());
+  write_text((dir / "corpus.txt").string(), corpus);
   const std::string data = (dir / "data").string();
   const CliResult r = run_cli({"data", "prepare", "--input", (dir / "corpus.txt").string(), "--tokenizer", "bytes",
                                "--out", data, "--val-fraction", "0.1", "--threads", "1"});
