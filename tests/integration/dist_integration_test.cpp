@@ -39,9 +39,9 @@ std::vector<std::string> mpirun_args(int np) {
 struct DistRun {
   TempDir dir;
   std::string data;
-  DistRun() {
+  explicit DistRun(const std::string& corpus = tiny_corpus()) {
     std::string err;
-    data = prepare_tiny_dataset(dir.path() / "corpus", &err);
+    data = prepare_tiny_dataset(dir.path() / "corpus", &err, corpus);
     EXPECT_FALSE(data.empty()) << err;
   }
   // A config file for a run writing into out/<name>.
@@ -201,10 +201,8 @@ TEST(Dist, TwoRanksMatchOneRankWithTheFusedClassifier) {
 // else only if rank 1's masks are not rank 0's.
 TEST(Dist, EachRankDrawsItsOwnDropoutMasks) {
   REQUIRE_MPIRUN();
-  DistRun run;
-  std::string err;
-  run.data = prepare_tiny_dataset(run.dir.path() / "one-byte", &err, std::string(6000, 'a'));
-  ASSERT_FALSE(run.data.empty()) << err;
+  DistRun run(std::string(6000, 'a'));
+  ASSERT_FALSE(run.data.empty());
   auto losses = [&](int np, const std::string& name, const std::string& setting) {
     std::vector<std::string> more = {"--set", "train.lr=1e-30", "--set", "train.eval_every=0"};
     if (np == 0) more.insert(more.end(), {"--set", "train.batch=2"});

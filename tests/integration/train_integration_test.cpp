@@ -187,13 +187,9 @@ TEST_F(TrainIntegration, ResumeWithAttentionDropoutIsBitExact) {
 // equals the one-micro-step run's only if the second micro-step's masks
 // repeat the first's.
 TEST_F(TrainIntegration, EachStepAndMicroStepDrawsItsOwnDropoutMasks) {
-  const fs::path dir = tmp_.path() / "one-byte";
-  fs::create_directories(dir);
-  write_text((dir / "corpus.txt").string(), std::string(6000, 'a'));
-  const std::string data = (dir / "data").string();
-  const CliResult prep = run_cli({"data", "prepare", "--input", (dir / "corpus.txt").string(), "--tokenizer", "bytes",
-                                  "--out", data, "--val-fraction", "0.1", "--threads", "1"});
-  ASSERT_EQ(prep.exit_code, 0) << prep.out << prep.err;
+  std::string err;
+  const std::string data = prepare_tiny_dataset(tmp_.path() / "one-byte", &err, std::string(6000, 'a'));
+  ASSERT_FALSE(data.empty()) << err;
   const std::string cfg = tmp_.file("one-byte.toml");
   write_text(cfg, tiny_config_toml(data, tmp_.file("one-byte-run"), 4, 0, "constant"));  // each run its own dir below
   int run_number = 0;

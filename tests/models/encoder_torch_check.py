@@ -55,26 +55,21 @@ except ImportError as e:  # a missing dependency must fail the test, not skip it
     sys.exit(1)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gpt_torch_check import dropped  # noqa: E402  brisk's dropout masks, from their description
+import gpt_torch_check  # noqa: E402  brisk's dropout masks, written there from their description
 
 CLASSIFIER_SITE = 0x40000000  # the pooled features' site (models::Dropout::kClassifierInput)
 
 
-class Dropout:
-    """One train step's dropout: the three probabilities and the step's key."""
+class Dropout(gpt_torch_check.Dropout):
+    """The GPT's dropout (the blocks' sites, the attention probabilities over
+    the padded T), and the pooled features'."""
 
     def __init__(self, p, attention_p, classifier_p, key):
-        self.p, self.attention_p, self.classifier_p, self.key = p, attention_p, classifier_p, key
-
-    def __call__(self, x, site):
-        return dropped(x, self.p, self.key, site)
-
-    def probs(self, att, layer):
-        """Block `layer`'s attention probabilities (B, n_head, T, T) over the padded T, at site 2^31 + layer."""
-        return dropped(att, self.attention_p, self.key, 0x80000000 | layer)
+        super().__init__(p, attention_p, key)
+        self.classifier_p = classifier_p
 
     def pooled(self, x):
-        return dropped(x, self.classifier_p, self.key, CLASSIFIER_SITE)
+        return gpt_torch_check.dropped(x, self.classifier_p, self.key, CLASSIFIER_SITE)
 
 
 # ---- safetensors: 8-byte LE header length, JSON header, raw little-endian bytes

@@ -94,7 +94,7 @@ class Encoder {
   // [1, seq]; labels: batch class ids. Ids and labels out of range throw.
   // Forward + backward; gradients are *added* to the parameter grads,
   // scaled by loss_scale. Returns the mean loss over the batch.
-  // With model.dropout, `dropout_key` picks the masks (models::dropout_key).
+  // With any of the three dropouts, `dropout_key` picks the masks (models::dropout_key).
   double train_micro_step(const int32_t* ids, const int32_t* lengths, const int32_t* labels, int64_t batch,
                           int64_t seq, double loss_scale = 1.0, uint64_t dropout_key = 0);
   // Forward only: (batch, n_classes) logits in f32, valid until the next logits() call.

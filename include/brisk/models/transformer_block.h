@@ -29,8 +29,9 @@ inline int64_t transformer_block_params(int64_t C) {
 // A train program's dropout (the GPT's and the encoder classifier's):
 // model.dropout's p on the embeddings' sum and each block's attention and MLP
 // branches, model.attention_dropout's on each block's attention
-// probabilities, and the program's (2) i32 key input they share. Off (both 0,
-// the default, and every program but a train one) it adds nothing. The sites
+// probabilities, the encoder classifier's model.classifier_dropout on its
+// pooled features, and the program's (2) i32 key input they share. Off (all
+// 0, the default, and every program but a train one) it adds nothing. The sites
 // (docs/architecture.md, "Dropout") tell the masks apart under one key.
 struct Dropout {
   float p = 0.f;             // model.dropout

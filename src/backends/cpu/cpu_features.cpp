@@ -75,7 +75,8 @@ void detect_int8(CpuFeatures& f) {
           continue;
         }
         f.int8 = p;
-        f.int8_reason = std::string("BRISK_INT8=") + forced;
+        f.int8_reason = std::string("BRISK_INT8=") + forced +
+                        (p == Int8Dot::avx_vnni && !f.avx_vnni ? " (EVEX-encoded: no AVX-VNNI here)" : "");
       }
   }
 }
