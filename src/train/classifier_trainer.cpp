@@ -37,6 +37,7 @@
 #include "divergence.h"
 #include "epoch_resume.h"
 #include "epoch_steps.h"
+#include "best_epoch.h"
 #include "fresh_run.h"
 #include "op_profile.h"
 #include "resume_changes.h"
@@ -315,6 +316,11 @@ ClassifyResult train_classifier(const ClassifyConfig& cfg, const ClassifyOptions
   if (options.resume && resume_from.empty()) say("resume: no checkpoint in " + cfg.out_dir + ", starting fresh\n");
   detail::check_creatable_dir(cfg.out_dir, "checkpoint.dir");
   if (!options.resume) detail::refuse_earlier_checkpoints(cfg.out_dir);
+  std::string best_note;
+  detail::BestEpoch best = detail::read_best_epoch(cfg.keep_best, cfg.out_dir, &best_note);
+  if (!options.resume && fs::exists(best.dir))
+    throw ConfigError("checkpoint.dir " + cfg.out_dir + " holds an earlier run's best epoch (" + best.dir +
+                      "): continue that run with --resume, or give this run another checkpoint.dir (or remove it)");
   if (!resume_from.empty()) {
     const EncoderCheckpoint saved = read_encoder_checkpoint(resume_from);
     detail::check_resumable(resume_from, {saved.step, saved.seed, saved.run}, cfg.seed, stream, schedule.total_steps);
@@ -356,11 +362,35 @@ ClassifyResult train_classifier(const ClassifyConfig& cfg, const ClassifyOptions
     say(line);
   }
   if (!resume_from.empty()) say(detail::resumed_line(resume_from, step, per_epoch, schedule.total_steps));
+  if (!best_note.empty()) say(best_note);
+  if (best.on()) {
+    std::snprintf(line, sizeof line, "keep_best: the epoch with the best %s keeps its weights in %s%s\n",
+                  best.metric == "val_loss" ? "(lowest) val loss" : "(highest) val F1", best.dir.c_str(),
+                  cfg.early_stop > 0 ? (" | early stop after " + std::to_string(cfg.early_stop) +
+                                        " epoch(s) without a better one").c_str()
+                                     : "");
+    say(line);
+  }
 
   auto save = [&] {
     EncoderCheckpoint info{cfg.model, cfg.label_names, store.info().tokenizer, cfg.strip_headers, step, cfg.seed,
                            stream};
     res.checkpoint = save_encoder_checkpoint(cfg.out_dir, model, &adamw, info, cfg.keep_checkpoints);
+  };
+  // After an epoch's validation: its weights become the best if they beat
+  // every earlier epoch's (weights only; the run resumes from its own
+  // checkpoints, not from these).
+  auto keep_if_best = [&](int64_t epoch) {
+    if (!best.on() || !best.better(res.val)) return;
+    EncoderCheckpoint info{cfg.model, cfg.label_names, store.info().tokenizer, cfg.strip_headers, step, cfg.seed,
+                           stream};
+    best.checkpoint = save_encoder_checkpoint(best.dir, model, nullptr, info, 1);
+    best.epoch = epoch + 1, best.step = step, best.score = best.score_of(res.val);
+    best.write();
+  };
+  // train.early_stop: this many epochs since the best one.
+  auto patience_out = [&](int64_t epochs_done) {
+    return cfg.early_stop > 0 && best.epoch > 0 && epochs_done - best.epoch >= cfg.early_stop;
   };
   auto validate = [&](int64_t epoch) {
     res.val = evaluate(model, store, corpus, split.val);
@@ -384,6 +414,15 @@ ClassifyResult train_classifier(const ClassifyConfig& cfg, const ClassifyOptions
   detail::ConsumedCacheCounts consumed;
   bool validated = false;
   for (int64_t epoch = step / per_epoch; epoch < cfg.epochs && !res.interrupted; ++epoch) {
+    if (step == epoch * per_epoch && patience_out(epoch)) {
+      std::snprintf(line, sizeof line,
+                    "early stop after epoch %lld: no better %s in the %lld epoch(s) since epoch %lld\n",
+                    (long long)epoch, best.metric.c_str(), (long long)cfg.early_stop, (long long)best.epoch);
+      say(line);
+      res.early_stopped = true;
+      res.epochs = epoch;
+      break;
+    }
     while (step < (epoch + 1) * per_epoch) {
       const double t0 = monitor::now_seconds();
       const data::Batch& b = loader.next();
@@ -425,7 +464,7 @@ ClassifyResult train_classifier(const ClassifyConfig& cfg, const ClassifyOptions
     }
     if (res.interrupted) break;
     // --- end of an epoch: validation, a checkpoint
-    if (!split.val.empty()) validate(epoch), validated = true;
+    if (!split.val.empty()) validate(epoch), validated = true, keep_if_best(epoch);
     std::fflush(metrics);
     save();
     res.interrupted = detail::stop_signal() != 0 && step < schedule.total_steps;
@@ -437,6 +476,13 @@ ClassifyResult train_classifier(const ClassifyConfig& cfg, const ClassifyOptions
   }
   // A run resumed at its last step trained nothing here: its validation figures come now.
   if (!validated && !split.val.empty()) res.val = evaluate(model, store, corpus, split.val);
+  if (best.epoch > 0) {  // train.keep_best: the test split (and val, for the report) on the best weights
+    if (best.step != step) {
+      load_encoder_checkpoint(best.checkpoint, model);
+      res.val = evaluate(model, store, corpus, split.val);
+    }
+    res.best_epoch = best.epoch, res.best_score = best.score, res.best_checkpoint = best.checkpoint;
+  }
   res.tokens_per_s = count.seconds > 0 ? count.real_tokens / count.seconds : 0;
   res.padded_tokens_per_s = count.seconds > 0 ? count.cells / count.seconds : 0;
   res.padding_waste = count.cells > 0 ? 1.0 - count.real_tokens / count.cells : 0;
@@ -477,7 +523,11 @@ ClassifyResult train_classifier(const ClassifyConfig& cfg, const ClassifyOptions
         {"cache", {{"hit_rate", consumed.hit_rate()}, {"hits", consumed.hits},
                    {"misses", consumed.lookups - consumed.hits},
                    {"evictions", cs.evictions}, {"bytes_used", cs.bytes_used}}}}},
-      {"checkpoint", res.checkpoint}};
+      {"checkpoint", res.checkpoint},
+      {"early_stopped", res.early_stopped}};
+  if (res.best_epoch > 0)
+    report["best"] = {{"metric", best.metric}, {"score", res.best_score}, {"epoch", res.best_epoch},
+                      {"step", best.step}, {"checkpoint", res.best_checkpoint}};
   if (options.profile) report["profile"] = detail::op_times_json(model.train_op_times());
   core::write_file_atomic((fs::path(cfg.out_dir) / "report.json").string(), report.dump(2) + "\n");
 
@@ -491,7 +541,11 @@ ClassifyResult train_classifier(const ClassifyConfig& cfg, const ClassifyOptions
   if (std::isnan(res.tokens_per_s))
     std::snprintf(line, sizeof line, "done: %lld steps, none trained here (resumed at the last step)\n",
                   (long long)res.steps);
-  out << line << "test split (" << split.test.size() << " records, split seed " << cfg.split_seed << "):\n"
+  out << line;
+  if (res.best_epoch > 0)
+    out << "best epoch " << res.best_epoch << " (" << best.metric << " " << res.best_score
+        << "): val and test are its weights' figures (" << res.best_checkpoint << ")\n";
+  out << "test split (" << split.test.size() << " records, split seed " << cfg.split_seed << "):\n"
       << "  encoder:\n" << format_metrics(res.test, cfg.label_names, "    ")
       << "  baseline (bag-of-words logistic regression, l2 " << res.baseline.l2 << "):\n"
       << format_metrics(res.baseline.test, cfg.label_names, "    ")

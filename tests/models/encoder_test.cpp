@@ -363,6 +363,136 @@ TEST(TrainClassifier, ResumedFromAnyCheckpointItEndsWithTheStraightRunsWeights) 
   fs::remove_all(dir);
 }
 
+// The val rows' (F1, loss) of a run directory, one per epoch in order.
+std::vector<std::pair<double, double>> val_f1_and_loss(const fs::path& run) {
+  std::vector<std::pair<double, double>> out;
+  std::ifstream in(run / "metrics.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    if (j.contains("val")) out.emplace_back(j["val"]["f1"].get<double>(), j["val"]["loss"].get<double>());
+  }
+  return out;
+}
+
+// The test split's figures of the checkpoint in `ckpt`, read back and run
+// on its own (not through the trainer).
+train::ClassMetrics test_figures(const std::string& ckpt, const std::string& store_path,
+                                 const std::vector<int64_t>& test) {
+  const train::EncoderCheckpoint info = train::read_encoder_checkpoint(ckpt);
+  models::Encoder m(info.config, backend());
+  train::load_encoder_checkpoint(ckpt, m);
+  data::RecordStore store(store_path);
+  std::vector<std::vector<int32_t>> seqs;
+  std::vector<int32_t> labels;
+  for (int64_t i : test) {
+    seqs.push_back(store.get(i).tokens);
+    labels.push_back(store.get(i).label);
+  }
+  return train::classification_metrics(labels, train::predict_probs(m, seqs), info.config.n_classes);
+}
+
+// train.keep_best = "val_f1": the epoch whose F1 first reaches the run's
+// best keeps its weights in <out_dir>/best/ (later epochs that only tie it
+// do not replace it), and val and test are that checkpoint's figures, not
+// the last epoch's. The synthetic task reaches F1 1 within the first
+// epochs and its val loss keeps falling, so the two differ.
+TEST(TrainClassifier, KeepBestScoresTheTestSplitOnTheBestEpochsWeights) {
+  const fs::path dir = fs::temp_directory_path() / ("brisk_encoder_best_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  synthetic_store(dir);
+  train::ClassifyConfig cfg = synthetic_config(dir);
+  cfg.epochs = 4;
+  cfg.keep_best = "val_f1";
+  const train::ClassifyResult r = train::train_classifier(cfg, {.quiet = true});
+  const auto vals = val_f1_and_loss(dir / "run");
+  ASSERT_EQ(vals.size(), 4u);
+  size_t best = 0;
+  for (size_t e = 1; e < vals.size(); ++e)
+    if (vals[e].first > vals[best].first) best = e;
+  ASSERT_LT(best, 3u) << "the premise: F1 stops improving before the last epoch";
+  ASSERT_NE(vals[best].second, vals.back().second);
+  EXPECT_EQ(r.best_epoch, int64_t(best) + 1);
+  EXPECT_EQ(r.best_score, vals[best].first);
+  EXPECT_EQ(r.val.loss, vals[best].second) << "val is the best epoch's, not the last one's";
+  EXPECT_FALSE(r.early_stopped);
+  EXPECT_EQ(fs::path(r.best_checkpoint).parent_path(), dir / "run" / "best");
+  const train::ClassMetrics best_test = test_figures(r.best_checkpoint, cfg.store, r.split.test);
+  EXPECT_EQ(r.test.loss, best_test.loss);
+  EXPECT_EQ(r.test.accuracy, best_test.accuracy);
+  EXPECT_NE(r.test.loss, test_figures(r.checkpoint, cfg.store, r.split.test).loss) << "the last epoch's weights";
+  const nlohmann::json report = nlohmann::json::parse(std::ifstream(dir / "run/report.json"));
+  EXPECT_EQ(report["best"]["epoch"], r.best_epoch);
+  EXPECT_EQ(report["best"]["checkpoint"], r.best_checkpoint);
+  EXPECT_DOUBLE_EQ(report["test"]["loss"].get<double>(), r.test.loss);
+  fs::remove_all(dir);
+}
+
+// train.early_stop = 2: training ends once two epochs in a row did not beat
+// the best one; a --resume of the stopped run trains nothing more (the best
+// epoch is read back from best/best.json) and reports the same figures; a
+// fresh run is refused a directory that holds a best epoch.
+TEST(TrainClassifier, EarlyStopEndsTrainingAndAResumeStaysStopped) {
+  const fs::path dir = fs::temp_directory_path() / ("brisk_encoder_stop_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  synthetic_store(dir);
+  train::ClassifyConfig cfg = synthetic_config(dir);
+  cfg.epochs = 8;
+  cfg.keep_best = "val_f1";
+  cfg.early_stop = 2;
+  const train::ClassifyResult r = train::train_classifier(cfg, {.quiet = true});
+  const auto vals = val_f1_and_loss(dir / "run");
+  ASSERT_GE(r.best_epoch, 1);
+  EXPECT_TRUE(r.early_stopped);
+  EXPECT_EQ(r.epochs, r.best_epoch + 2);
+  EXPECT_EQ(int64_t(vals.size()), r.epochs) << "one validation per epoch trained";
+  for (size_t e = size_t(r.best_epoch); e < vals.size(); ++e) EXPECT_LE(vals[e].first, r.best_score);
+  const int64_t per_epoch = r.steps / r.epochs;
+  EXPECT_EQ(r.steps, r.epochs * per_epoch);
+
+  const train::ClassifyResult again = train::train_classifier(cfg, {.quiet = true, .resume = true});
+  EXPECT_EQ(again.start_step, r.steps);
+  EXPECT_EQ(again.steps, r.steps) << "the resumed run trained on";
+  EXPECT_TRUE(again.early_stopped);
+  EXPECT_EQ(again.best_epoch, r.best_epoch);
+  EXPECT_EQ(again.test.loss, r.test.loss);
+
+  for (const auto& e : fs::directory_iterator(dir / "run"))
+    if (e.path().filename().string().starts_with("step_")) fs::remove_all(e.path());
+  try {
+    train::train_classifier(cfg, {.quiet = true});
+    ADD_FAILURE() << "a fresh run took a directory holding a best epoch";
+  } catch (const core::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("best epoch"), std::string::npos) << e.what();
+  }
+  fs::remove_all(dir);
+}
+
+// The keys are read, written back and checked, each refusal naming the key.
+TEST(TrainClassifier, KeepBestAndEarlyStopKeys) {
+  const std::string head = "[model]\nkind = \"encoder\"\n[train]\n";
+  const train::ClassifyConfig c =
+      train::parse_classify_config(head + "keep_best = \"val_loss\"\nearly_stop = 3\n", "a");
+  EXPECT_EQ(c.keep_best, "val_loss");
+  EXPECT_EQ(c.early_stop, 3);
+  const train::ClassifyConfig back = train::parse_classify_config(train::to_toml(c), "b");
+  EXPECT_EQ(back.keep_best, "val_loss");
+  EXPECT_EQ(back.early_stop, 3);
+  EXPECT_EQ(train::parse_classify_config(head, "c").keep_best, "none");
+  const std::pair<std::string, std::string> refused[] = {
+      {head + "keep_best = \"f1\"\n", "train.keep_best: unknown value 'f1'"},
+      {head + "early_stop = 2\n", "set train.keep_best"},
+      {head + "keep_best = \"val_f1\"\nearly_stop = -1\n", "train.early_stop must not be negative"},
+      {"[model]\nkind = \"encoder\"\n[data]\nval_frac = 0\n[train]\nkeep_best = \"val_loss\"\n", "data.val_frac is 0"}};
+  for (const auto& [text, want] : refused) {
+    try {
+      train::parse_classify_config(text, "x");
+      ADD_FAILURE() << "accepted " << text;
+    } catch (const core::ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  }
+}
+
 // The same with model.dropout and model.classifier_dropout: each step's
 // masks come from (train.seed, step), so the resumed steps drop what the
 // straight run's did, and the run is not the one without dropout.
