@@ -2,8 +2,8 @@
 // validation so far, kept beside the run's checkpoints in <out_dir>/best/
 // (its weights as a checkpoint, and best.json with the metric, the score,
 // the epoch and the checkpoint's name in best/, so that the run directory
-// may move), so that a resumed run compares with,
-// and stops early by, what the stopped run had seen. Internal to src/train.
+// may move), so that a resumed run compares with, and stops early by, what
+// the stopped run had seen. Internal to src/train.
 #pragma once
 
 #include <cmath>
@@ -39,15 +39,20 @@ struct BestEpoch {
   }
   std::string json_path() const { return (std::filesystem::path(dir) / "best.json").string(); }
 
-  // Written after the best checkpoint itself: a crash between the two leaves
-  // the previous best.json, which names the previous (still kept) weights.
-  void write() const {
+  // Records `ckpt` (just written into dir, beside the previous best) as the
+  // best, then removes the other checkpoints in dir. In that order, a crash
+  // at any point leaves best.json naming a checkpoint that is there.
+  void replace_with(const std::string& ckpt, int64_t new_epoch, int64_t new_step, double new_score) {
+    namespace fs = std::filesystem;
+    checkpoint = ckpt, epoch = new_epoch, step = new_step, score = new_score;
     const nlohmann::json j = {{"metric", metric},
                               {"score", score},
                               {"epoch", epoch},
                               {"step", step},
-                              {"checkpoint", std::filesystem::path(checkpoint).filename().string()}};
+                              {"checkpoint", fs::path(checkpoint).filename().string()}};
     core::write_file_atomic(json_path(), j.dump(2) + "\n");
+    for (const auto& e : std::vector<fs::directory_entry>(fs::directory_iterator(dir), {}))
+      if (e.is_directory() && e.path().filename() != fs::path(checkpoint).filename()) fs::remove_all(e.path());
   }
 };
 
@@ -55,32 +60,46 @@ struct BestEpoch {
 // <out_dir>/best/best.json. A best.json kept by another metric is set aside
 // (`note` says so): the resumed run keeps its best by the one it names now.
 inline BestEpoch read_best_epoch(const std::string& metric, const std::string& out_dir, std::string* note) {
+  namespace fs = std::filesystem;
   BestEpoch b;
   b.metric = metric;
-  b.dir = (std::filesystem::path(out_dir) / "best").string();
-  if (!b.on() || !std::filesystem::exists(b.json_path())) return b;
+  b.dir = (fs::path(out_dir) / "best").string();
+  if (!b.on() || !fs::exists(b.json_path())) return b;
+  const auto fail = [&](const std::string& what) {
+    throw core::IoError(b.json_path() + ": " + what + " (remove " + b.dir +
+                        " to resume without the best epoch so far, or set train.keep_best = \"none\")");
+  };
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(core::read_file(b.json_path()));
-    if (j.at("metric").get<std::string>() != metric) {
-      *note = "keep_best: " + b.json_path() + " was kept by " + j.at("metric").get<std::string>() +
-              "; this run keeps its best by " + metric + " from here on\n";
-      return b;
-    }
-    b.score = j.at("score").is_null() ? NAN : j.at("score").get<double>();
-    b.epoch = j.at("epoch").get<int64_t>();
-    b.step = j.at("step").get<int64_t>();
-    const std::string name = j.at("checkpoint").get<std::string>();
-    if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..")
-      throw core::IoError(b.json_path() + ": checkpoint '" + name + "' is not a checkpoint's name in " + b.dir);
-    b.checkpoint = (std::filesystem::path(b.dir) / name).string();
   } catch (const nlohmann::json::exception& e) {
-    throw core::IoError(b.json_path() + ": not a best-epoch record (" + e.what() + ")");
+    fail(std::string("not JSON: ") + e.what());
   }
-  if (b.epoch < 1 || b.step < 1 || !std::filesystem::exists(std::filesystem::path(b.checkpoint) / "state.json"))
-    throw core::IoError(b.json_path() + ": names epoch " + std::to_string(b.epoch) + ", step " +
-                        std::to_string(b.step) + " and checkpoint '" + b.checkpoint +
-                        "', which is not a kept checkpoint");
+  const auto field = [&](const char* key, bool ok) -> const nlohmann::json& {
+    if (!j.is_object() || !j.contains(key) || !ok)
+      fail(std::string("field '") + key + "' is missing or of the wrong type");
+    return j[key];
+  };
+  const auto has = [&](const char* key, auto test) { return j.is_object() && j.contains(key) && test(j[key]); };
+  const std::string kept_by =
+      field("metric", has("metric", [](const nlohmann::json& v) { return v.is_string(); })).get<std::string>();
+  if (kept_by != metric) {
+    *note = "keep_best: " + b.json_path() + " was kept by " + kept_by + "; this run keeps its best by " + metric +
+            " from here on\n";
+    return b;
+  }
+  const auto integer = [](const nlohmann::json& v) { return v.is_number_integer() && v.get<int64_t>() >= 1; };
+  b.epoch = field("epoch", has("epoch", integer)).get<int64_t>();
+  b.step = field("step", has("step", integer)).get<int64_t>();
+  const auto number_or_null = [](const nlohmann::json& v) { return v.is_number() || v.is_null(); };
+  const nlohmann::json& s = field("score", has("score", number_or_null));
+  b.score = s.is_null() ? NAN : s.get<double>();  // a NaN is written as null
+  const std::string name =
+      field("checkpoint", has("checkpoint", [](const nlohmann::json& v) { return v.is_string(); })).get<std::string>();
+  if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..")
+    fail("checkpoint '" + name + "' is not the name of a checkpoint in " + b.dir);
+  b.checkpoint = (fs::path(b.dir) / name).string();
+  if (!fs::exists(fs::path(b.checkpoint) / "state.json")) fail("names " + b.checkpoint + ", which is not there");
   return b;
 }
 

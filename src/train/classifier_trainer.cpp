@@ -316,11 +316,21 @@ ClassifyResult train_classifier(const ClassifyConfig& cfg, const ClassifyOptions
   if (options.resume && resume_from.empty()) say("resume: no checkpoint in " + cfg.out_dir + ", starting fresh\n");
   detail::check_creatable_dir(cfg.out_dir, "checkpoint.dir");
   if (!options.resume) detail::refuse_earlier_checkpoints(cfg.out_dir);
+  // train.keep_best: a fresh run (a --resume that found no checkpoint too)
+  // must not inherit another run's best epoch; a resumed one reads its own.
+  const fs::path best_dir = fs::path(cfg.out_dir) / "best";
+  if (resume_from.empty() && fs::exists(best_dir))
+    throw ConfigError("checkpoint.dir " + cfg.out_dir + " holds an earlier run's best epoch (" + best_dir.string() +
+                      ") but no checkpoint to resume: give this run another checkpoint.dir, or remove it");
+  detail::check_creatable_dir(best_dir.string(), "checkpoint.dir's best/");
   std::string best_note;
   detail::BestEpoch best = detail::read_best_epoch(cfg.keep_best, cfg.out_dir, &best_note);
-  if (!options.resume && fs::exists(best.dir))
-    throw ConfigError("checkpoint.dir " + cfg.out_dir + " holds an earlier run's best epoch (" + best.dir +
-                      "): continue that run with --resume, or give this run another checkpoint.dir (or remove it)");
+  if (best.epoch > 0 && !read_encoder_checkpoint(best.checkpoint).config.same_shape(cfg.model))
+    throw ConfigError(best.checkpoint + " (the best epoch so far) is for an encoder of another shape than this run's");
+  if (best.on() && split.val.empty())
+    throw ConfigError("train.keep_best = \"" + cfg.keep_best + "\" needs a validation split, but this one is empty (" +
+                      std::to_string(split.train.size()) + " / 0 / " + std::to_string(split.test.size()) +
+                      " records): raise data.val_frac");
   if (!resume_from.empty()) {
     const EncoderCheckpoint saved = read_encoder_checkpoint(resume_from);
     detail::check_resumable(resume_from, {saved.step, saved.seed, saved.run}, cfg.seed, stream, schedule.total_steps);
@@ -380,13 +390,14 @@ ClassifyResult train_classifier(const ClassifyConfig& cfg, const ClassifyOptions
   // After an epoch's validation: its weights become the best if they beat
   // every earlier epoch's (weights only; the run resumes from its own
   // checkpoints, not from these).
+  bool best_in_model = false;  // the model holds the best epoch's weights (none trained since)
   auto keep_if_best = [&](int64_t epoch) {
     if (!best.on() || !best.better(res.val)) return;
     EncoderCheckpoint info{cfg.model, cfg.label_names, store.info().tokenizer, cfg.strip_headers, step, cfg.seed,
                            stream};
-    best.checkpoint = save_encoder_checkpoint(best.dir, model, nullptr, info, 1);
-    best.epoch = epoch + 1, best.step = step, best.score = best.score_of(res.val);
-    best.write();
+    best.replace_with(save_encoder_checkpoint(best.dir, model, nullptr, info, 0), epoch + 1, step,
+                      best.score_of(res.val));
+    best_in_model = true;
   };
   // train.early_stop: this many epochs since the best one.
   auto patience_out = [&](int64_t epochs_done) {
@@ -433,6 +444,7 @@ ClassifyResult train_classifier(const ClassifyConfig& cfg, const ClassifyOptions
                                                  models::dropout_key(cfg.seed, step, 0, 0));
       const float lr = schedule.at(step);
       const optim::StepStats st = adamw.step(lr);
+      best_in_model = false;
       const double dt = monitor::now_seconds() - t0;
       count.add(real, b.rows * T, dt);
       if (step == res.start_step) res.first_loss = loss;
@@ -477,7 +489,7 @@ ClassifyResult train_classifier(const ClassifyConfig& cfg, const ClassifyOptions
   // A run resumed at its last step trained nothing here: its validation figures come now.
   if (!validated && !split.val.empty()) res.val = evaluate(model, store, corpus, split.val);
   if (best.epoch > 0) {  // train.keep_best: the test split (and val, for the report) on the best weights
-    if (best.step != step) {
+    if (!best_in_model) {
       load_encoder_checkpoint(best.checkpoint, model);
       res.val = evaluate(model, store, corpus, split.val);
     }
@@ -539,8 +551,8 @@ ClassifyResult train_classifier(const ClassifyConfig& cfg, const ClassifyOptions
                 100 * res.padding_waste, 100 * consumed.hit_rate(), (unsigned long long)consumed.hits,
                 (unsigned long long)(consumed.lookups - consumed.hits));
   if (std::isnan(res.tokens_per_s))
-    std::snprintf(line, sizeof line, "done: %lld steps, none trained here (resumed at the last step)\n",
-                  (long long)res.steps);
+    std::snprintf(line, sizeof line, "done: %lld steps, none trained here (%s)\n", (long long)res.steps,
+                  res.early_stopped ? "the run had stopped early" : "resumed at the last step");
   out << line;
   if (res.best_epoch > 0)
     out << "best epoch " << res.best_epoch << " (" << best.metric << " " << res.best_score

@@ -66,9 +66,6 @@ ClassifyConfig config_from_table(const toml::table& root) {
   if (c.keep_best != "none" && !(c.val_frac > 0))
     throw ConfigError("config: train.keep_best = \"" + c.keep_best +
                       "\" picks the best epoch by validation, but data.val_frac is 0 (no validation split)");
-  if (c.early_stop < 0)
-    throw ConfigError("config: train.early_stop must be >= 0 (epochs without improvement; 0: never), got " +
-                      std::to_string(c.early_stop));
   if (c.early_stop > 0 && c.keep_best == "none")
     throw ConfigError("config: train.early_stop = " + std::to_string(c.early_stop) +
                       " counts epochs without a better train.keep_best score: set train.keep_best to val_loss or "

@@ -456,13 +456,55 @@ TEST(TrainClassifier, EarlyStopEndsTrainingAndAResumeStaysStopped) {
   EXPECT_EQ(again.best_epoch, r.best_epoch);
   EXPECT_EQ(again.test.loss, r.test.loss);
 
-  for (const auto& e : fs::directory_iterator(dir / "run"))
+  for (const auto& e : std::vector<fs::directory_entry>(fs::directory_iterator(dir / "run"), {}))
     if (e.path().filename().string().starts_with("step_")) fs::remove_all(e.path());
   try {
     train::train_classifier(cfg, {.quiet = true});
     ADD_FAILURE() << "a fresh run took a directory holding a best epoch";
   } catch (const core::ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("best epoch"), std::string::npos) << e.what();
+  }
+  try {
+    train::train_classifier(cfg, {.quiet = true, .resume = true});
+    ADD_FAILURE() << "a --resume without a checkpoint took the best epoch of the run that was there";
+  } catch (const core::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("best epoch"), std::string::npos) << e.what();
+  }
+  fs::remove_all(dir);
+}
+
+// A damaged best/best.json stops a resume with a message naming the file,
+// the field and the way out; the run's checkpoints stay as they were.
+TEST(TrainClassifier, ADamagedBestRecordIsAClearError) {
+  const fs::path dir = fs::temp_directory_path() / ("brisk_encoder_badbest_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  synthetic_store(dir);
+  train::ClassifyConfig cfg = synthetic_config(dir);
+  cfg.epochs = 1;
+  cfg.keep_best = "val_loss";
+  const train::ClassifyResult r = train::train_classifier(cfg, {.quiet = true});
+  ASSERT_EQ(r.best_epoch, 1);
+  cfg.epochs = 2;
+  const fs::path record = dir / "run" / "best" / "best.json";
+  const std::pair<std::string, std::string> damaged[] = {
+      {"{\"metric\": \"val_loss\", \"epoch\": true, \"step\": 1, \"score\": 0.5, \"checkpoint\": \"x\"}",
+       "field 'epoch'"},
+      {"{\"metric\": \"val_loss\", \"epoch\": 1, \"step\": 1, \"score\": 0.5, \"checkpoint\": \"step_0000099\"}",
+       "which is not there"},
+      {"{\"metric\": \"val_loss\", \"epoch\": 1, \"step\": 1, \"score\": 0.5, \"checkpoint\": \"../run\"}",
+       "is not the name of a checkpoint"},
+      {"not json", "not JSON"}};
+  for (const auto& [text, want] : damaged) {
+    SCOPED_TRACE(text);
+    std::ofstream(record) << text;
+    try {
+      train::train_classifier(cfg, {.quiet = true, .resume = true});
+      ADD_FAILURE() << "resumed past a damaged best.json";
+    } catch (const core::IoError& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("remove"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(train::latest_checkpoint(cfg.out_dir), r.checkpoint);
   }
   fs::remove_all(dir);
 }
