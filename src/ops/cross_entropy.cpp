@@ -3,8 +3,12 @@
 // ignore_index (PyTorch's reduction='mean'). Fusing avoids materializing an
 // (N, V) log-softmax, the largest tensor of a language model's step. The
 // per-row logsumexp is returned as a saved f32 output so the backward,
-// softmax - onehot, is one pass with no second reduction.
+// softmax - onehot, is one pass with no second reduction. With label
+// smoothing e the target is (1 - e) onehot + e / V: the loss adds e / V
+// times each row's sum of (lse - x_j), and the backward subtracts the
+// smoothed target instead of the onehot.
 #include <cmath>
+#include <tuple>
 
 #include "op_util.h"
 
@@ -20,8 +24,15 @@ void check_target(std::string_view op, int64_t t, int64_t row, int64_t v, int ig
                       std::to_string(ignore) + ")");
 }
 
-std::vector<TensorMeta> infer_cross_entropy(std::span<const TensorMeta> in, const core::OpParams&) {
+void check_smoothing(std::string_view op, const core::OpParams& p) {
+  const float e = std::get<CrossEntropyParams>(p).label_smoothing;
+  if (!(e >= 0.f && e < 1.f))
+    throw core::Error(std::string(op) + ": label_smoothing must be in [0, 1), got " + std::to_string(e));
+}
+
+std::vector<TensorMeta> infer_cross_entropy(std::span<const TensorMeta> in, const core::OpParams& p) {
   constexpr std::string_view op = "cross_entropy";
+  check_smoothing(op, p);
   check_count(op, in, 2);
   check_float(op, in, {0});
   check_dtype(op, in[1], DType::i32, "targets");
@@ -33,27 +44,30 @@ std::vector<TensorMeta> infer_cross_entropy(std::span<const TensorMeta> in, cons
 void cross_entropy_reference(const KernelCall& c) {
   const TensorView &x = c.in(0), &t = c.in(1);
   const int ignore = c.p<CrossEntropyParams>().ignore_index;
+  const double e = c.p<CrossEntropyParams>().label_smoothing;
   const int64_t n = x.shape()[0], v = x.shape()[1];
   double total = 0.0;
   int64_t count = 0;
   for (int64_t r = 0; r < n; ++r) {
     const int64_t tr = int64_t(ld(t, r));
     check_target("cross_entropy", tr, r, v, ignore);
-    double mx = -INFINITY, s = 0.0;
+    double mx = -INFINITY, s = 0.0, all = 0.0;
     for (int64_t j = 0; j < v; ++j) mx = std::max(mx, ld(x, r * v + j));
     for (int64_t j = 0; j < v; ++j) s += std::exp(ld(x, r * v + j) - mx);
     const double lse = mx + std::log(s);
     st(c.out(1), r, lse);
     if (tr == ignore) continue;
-    total += lse - ld(x, r * v + tr);
+    for (int64_t j = 0; j < v; ++j) all += lse - ld(x, r * v + j);
+    total += (1.0 - e) * (lse - ld(x, r * v + tr)) + e / double(v) * all;
     ++count;
   }
   st(c.out(0), 0, count ? total / double(count) : 0.0);
 }
 
 // inputs logits (N, V), targets (N), lse (N), dloss () -> dlogits (N, V)
-std::vector<TensorMeta> infer_cross_entropy_backward(std::span<const TensorMeta> in, const core::OpParams&) {
+std::vector<TensorMeta> infer_cross_entropy_backward(std::span<const TensorMeta> in, const core::OpParams& p) {
   constexpr std::string_view op = "cross_entropy_backward";
+  check_smoothing(op, p);
   check_count(op, in, 4);
   check_float(op, in, {0});
   check_dtype(op, in[1], DType::i32, "targets");
@@ -77,11 +91,13 @@ void cross_entropy_backward_reference(const KernelCall& c) {
     count += tr != ignore;
   }
   const double scale = count ? ld(c.in(3), 0) / double(count) : 0.0;
+  const double e = c.p<CrossEntropyParams>().label_smoothing;
   for (int64_t r = 0; r < n; ++r) {
     const int64_t tr = int64_t(ld(t, r));
     for (int64_t j = 0; j < v; ++j) {
       const double p = std::exp(ld(x, r * v + j) - ld(lse, r));
-      st(dx, r * v + j, tr == ignore ? 0.0 : scale * (p - (j == tr ? 1.0 : 0.0)));
+      const double target = (j == tr ? 1.0 - e : 0.0) + e / double(v);
+      st(dx, r * v + j, tr == ignore ? 0.0 : scale * (p - target));
     }
   }
 }
@@ -113,6 +129,17 @@ core::OpDef cross_entropy_def() {
     cases.push_back({"ignore 3", {spec({16, 5}, DType::f32, -2, 2), ids_spec({16}, 5)}, CrossEntropyParams{3}});
     cases.push_back({"all ignored", {spec({4, 6}), ids_spec({4}, 1)}, CrossEntropyParams{0}});
     cases.push_back({"33x257 f16", {spec({33, 257}, DType::f16, -2, 2), ids_spec({33}, 257)}, CrossEntropyParams{}});
+    // Label smoothing, with some targets ignored, and on two classes (the classifier's case).
+    for (DType t : {DType::f32, DType::bf16})
+      cases.push_back({std::string("smoothing 0.1 ignore 3") + (t == DType::f32 ? "" : " bf16"),
+                       {spec({16, 5}, t, -2, 2), ids_spec({16}, 5)},
+                       CrossEntropyParams{.ignore_index = 3, .label_smoothing = 0.1f}});
+    cases.push_back({"smoothing 0.3 9x2", {spec({9, 2}, DType::f32, -3, 3), ids_spec({9}, 2)},
+                     CrossEntropyParams{.label_smoothing = 0.3f}});
+    // A wide row in bf16 (the kernel's vector loop and its tail): finite
+    // differences of an f32 loss near 5 cannot resolve its gradients of ~1e-4.
+    cases.push_back({"smoothing 0.2 33x257 bf16", {spec({33, 257}, DType::bf16, -2, 2), ids_spec({33}, 257)},
+                     CrossEntropyParams{.label_smoothing = 0.2f}});
     return cases;
   };
   return d;
@@ -137,14 +164,21 @@ core::OpDef cross_entropy_backward_def() {
     one("7x50 bf16", 7, 50, DType::bf16, -100);
     one("33x257 f16", 33, 257, DType::f16, -100);
     one("ignore 2", 16, 5, DType::f32, 2);
+    for (const auto& [label, n, v, t, ignore] : {std::tuple{"smoothing 0.1 ignore 2", 16, 5, DType::f32, 2},
+                                                 std::tuple{"smoothing 0.1 bf16", 7, 50, DType::bf16, -100},
+                                                 std::tuple{"smoothing 0.1 9x2", 9, 2, DType::f32, -100}}) {
+      one(label, n, v, t, ignore);
+      std::get<CrossEntropyParams>(cases.back().params).label_smoothing = 0.1f;
+    }
     return cases;
   };
   return d;
 }
 
-ValueId cross_entropy(Graph& g, ValueId logits, ValueId targets, int ignore_index) {
+ValueId cross_entropy(Graph& g, ValueId logits, ValueId targets, int ignore_index, float label_smoothing) {
   register_ops();
-  return g.add_node(OpKind::cross_entropy, {logits, targets}, CrossEntropyParams{ignore_index})[0];
+  return g.add_node(OpKind::cross_entropy, {logits, targets},
+                    CrossEntropyParams{.ignore_index = ignore_index, .label_smoothing = label_smoothing})[0];
 }
 
 }  // namespace brisk::ops

@@ -55,6 +55,10 @@ struct EmbeddingBackwardParams {
 
 struct CrossEntropyParams {
   int ignore_index = -100;  // targets equal to this are left out of the mean
+  // cross_entropy: the share e of the target moved evenly onto all V
+  // classes (PyTorch's label_smoothing): each kept row's loss is
+  // (1 - e) (lse - x_t) + e / V * sum_j (lse - x_j). CPU kernels only.
+  float label_smoothing = 0.f;
   // classifier_train only: f32 logits its workspace holds per chunk of rows
   // (0: ops::classifier_chunk_rows's 64 MiB, sized for a CPU's caches). A GPU
   // wants few tall chunks, since its products fill the chip only at

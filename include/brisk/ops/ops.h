@@ -76,8 +76,10 @@ ValueId masked_mean(Graph& g, ValueId x, ValueId lengths);
 
 // ---- embedding, loss ---------------------------------------------------------
 ValueId embedding(Graph& g, ValueId ids, ValueId table);  // ids (...) i32, table (V, C) -> (..., C)
-// logits (N, V), targets (N) i32 -> scalar mean loss over targets != ignore_index
-ValueId cross_entropy(Graph& g, ValueId logits, ValueId targets, int ignore_index = -100);
+// logits (N, V), targets (N) i32 -> scalar mean loss over targets != ignore_index,
+// with the targets smoothed by label_smoothing (CrossEntropyParams)
+ValueId cross_entropy(Graph& g, ValueId logits, ValueId targets, int ignore_index = -100,
+                      float label_smoothing = 0.f);
 
 // ---- fused classifier (fused_classifier.cpp) ---------------------------------
 // linear(x, w) + cross_entropy + their backward in row chunks, the (N, V)

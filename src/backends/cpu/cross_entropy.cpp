@@ -5,9 +5,13 @@
 // before any parallel region, so a bad target throws a core::Error instead of
 // escaping an OpenMP region or reading out of bounds. The mean is summed
 // serially in double over the per-row values: N is small next to N * V, and
-// the loss is then identical for any thread count.
+// the loss is then identical for any thread count. With label smoothing the
+// forward also sums each kept row's logits (in the same parallel pass, into
+// a buffer that grows once and stays), and the backward subtracts the
+// smoothed target (1 - e) onehot + e / V.
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "brisk/core/error.h"
 #include "brisk/core/op.h"
@@ -43,7 +47,11 @@ void cross_entropy_kernel(const KernelCall& c) {
   float* lse = c.out(1).as<float>();
   const int64_t n = c.in(0).shape()[0], v = c.in(0).shape()[1];
   const int ignore = c.p<core::CrossEntropyParams>().ignore_index;
+  const float e = c.p<core::CrossEntropyParams>().label_smoothing;
   const int64_t count = check_targets("cross_entropy", t, n, v, ignore);
+  thread_local std::vector<double> row_sums;  // label smoothing: each row's sum of logits
+  if (e != 0.f && row_sums.size() < size_t(n)) row_sums.resize(size_t(n));
+  double* sums = row_sums.data();
   parallel_for(n, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(v, 1) / 4), [&](int64_t lo, int64_t hi) {
     for (int64_t r = lo; r < hi; ++r) {
       const T* xr = x + r * v;
@@ -54,15 +62,25 @@ void cross_entropy_kernel(const KernelCall& c) {
 #pragma omp simd reduction(+ : s)
       for (int64_t j = 0; j < v; ++j) s += fast_exp(widen(xr[j]) - mx);
       lse[r] = mx + std::log(s);
+      if (e != 0.f) {
+        double all = 0.0;
+        for (int64_t j = 0; j < v; ++j) all += double(widen(xr[j]));
+        sums[r] = all;
+      }
     }
   });
   double total = 0.0;
-  for (int64_t r = 0; r < n; ++r)
-    if (t[r] != ignore) total += double(lse[r]) - double(widen(x[r * v + t[r]]));
+  for (int64_t r = 0; r < n; ++r) {
+    if (t[r] == ignore) continue;
+    const double nll = double(lse[r]) - double(widen(x[r * v + t[r]]));
+    // e / V * sum_j (lse - x_j) = e * lse - e / V * sum_j x_j
+    total += e == 0.f ? nll : (1.0 - e) * nll + e * (double(lse[r]) - sums[r] / double(v));
+  }
   loss[0] = count ? float(total / double(count)) : 0.f;
 }
 
-// dlogits = dloss / count * (softmax - onehot); rows of ignored targets are zero.
+// dlogits = dloss / count * (softmax - target), target the onehot or its
+// smoothed (1 - e) onehot + e / V; rows of ignored targets are zero.
 template <class T>
 void cross_entropy_backward_kernel(const KernelCall& c) {
   const T* x = c.in(0).as<const T>();
@@ -73,6 +91,8 @@ void cross_entropy_backward_kernel(const KernelCall& c) {
   const int ignore = c.p<core::CrossEntropyParams>().ignore_index;
   const int64_t count = check_targets("cross_entropy_backward", t, n, v, ignore);
   const float scale = count ? c.in(3).as<const float>()[0] / float(count) : 0.f;
+  const float e = c.p<core::CrossEntropyParams>().label_smoothing;
+  const float spread = e / float(v), hit = 1.f - e + spread;  // the smoothed target off and at the label
   parallel_for(n, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(v, 1) / 4), [&](int64_t lo, int64_t hi) {
     for (int64_t r = lo; r < hi; ++r) {
       const T* xr = x + r * v;
@@ -83,8 +103,8 @@ void cross_entropy_backward_kernel(const KernelCall& c) {
       }
       const float l = lse[r];
 #pragma omp simd
-      for (int64_t j = 0; j < v; ++j) dr[j] = narrow<T>(scale * fast_exp(widen(xr[j]) - l));
-      dr[t[r]] = narrow<T>(scale * (fast_exp(widen(xr[t[r]]) - l) - 1.f));
+      for (int64_t j = 0; j < v; ++j) dr[j] = narrow<T>(scale * (fast_exp(widen(xr[j]) - l) - spread));
+      dr[t[r]] = narrow<T>(scale * (fast_exp(widen(xr[t[r]]) - l) - hit));
     }
   });
 }

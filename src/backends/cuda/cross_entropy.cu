@@ -184,6 +184,8 @@ void cross_entropy_kernel(const KernelCall& c) {
   const int64_t N = c.in(0).shape()[0], V = c.in(0).shape()[1];
   if (N > INT_MAX) throw core::ShapeError("cross_entropy: too many rows for one launch");
   const int ignore = c.p<core::CrossEntropyParams>().ignore_index;
+  if (c.p<core::CrossEntropyParams>().label_smoothing != 0.f)
+    throw core::Error("cross_entropy: label_smoothing has no CUDA kernel yet (the CPU backend has one)");
   const cudaStream_t st = stream_of(c);
   if (N > 0) {
     constexpr int P = Pack<T>::n;
@@ -284,6 +286,8 @@ void cross_entropy_backward_kernel_fn(const KernelCall& c) {
     throw core::BackendError(std::string(what) + ": the backend has no scratch memory");
   float* scale = static_cast<float*>(ctx.blas_workspace);
   const int ignore = c.p<core::CrossEntropyParams>().ignore_index;
+  if (c.p<core::CrossEntropyParams>().label_smoothing != 0.f)
+    throw core::Error("cross_entropy: label_smoothing has no CUDA kernel yet (the CPU backend has one)");
   const cudaStream_t st = stream_of(c);
   cross_entropy_scale_kernel<<<1, kReduceThreads, 0, st>>>(t, dloss, scale, N, ignore);
   check_launch(what);
