@@ -50,6 +50,8 @@ void EncoderConfig::validate() const {
   Dropout::validate(dropout);
   Dropout::validate(attention_dropout, "model.attention_dropout");
   Dropout::validate(classifier_dropout, "model.classifier_dropout");
+  if (!(label_smoothing >= 0.f && label_smoothing < 1.f))
+    throw ConfigError("train.label_smoothing must be in [0, 1), got " + std::to_string(label_smoothing));
   if (n_classes < 2 || n_classes > (int64_t(1) << 20))
     throw ConfigError("model.n_classes must be in [2, " + std::to_string(int64_t(1) << 20) + "], got " +
                       std::to_string(n_classes));
@@ -133,7 +135,8 @@ std::unique_ptr<EncoderProgram> Encoder::build(bool train, int64_t B, int64_t T)
   if (train) {
     // --- loss: mean cross-entropy over the rows
     p->labels = g.input("labels", {B}, DType::i32);
-    p->loss = ops::cross_entropy(g, p->logits, p->labels);
+    p->loss = ops::cross_entropy(g, p->logits, p->labels, ops::CrossEntropyParams{}.ignore_index,
+                                 config_.label_smoothing);
     g.mark_output(p->loss);
     p->loss_scale = g.input("loss_scale", Shape{}, DType::f32);
     core::backward(g, p->loss, {.seed = p->loss_scale});

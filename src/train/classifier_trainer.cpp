@@ -371,6 +371,13 @@ ClassifyResult train_classifier(const ClassifyConfig& cfg, const ClassifyOptions
                   double(m.dropout), double(m.attention_dropout), double(m.classifier_dropout));
     say(line);
   }
+  if (cfg.model.label_smoothing > 0.f) {
+    std::snprintf(line, sizeof line,
+                  "label smoothing %g: train steps' targets (1 - e) onehot + e / %lld (val and test losses are "
+                  "plain cross-entropy)\n",
+                  double(cfg.model.label_smoothing), (long long)cfg.model.n_classes);
+    say(line);
+  }
   if (!resume_from.empty()) say(detail::resumed_line(resume_from, step, per_epoch, schedule.total_steps));
   if (!best_note.empty()) say(best_note);
   if (best.on()) {

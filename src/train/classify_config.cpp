@@ -18,7 +18,7 @@ const detail::KnownKeys kKnownKeys = {
     {"model", {"kind", "preset", "vocab_size", "n_layer", "n_embd", "n_head", "max_len", "n_classes", "attention",
                "dropout", "attention_dropout", "classifier_dropout"}},
     {"data", {"store", "label_names", "strip_headers", "train_frac", "val_frac", "split_seed", "bucket", "cache_mb"}},
-    {"train", detail::epoch_train_keys({"keep_best", "early_stop"})},
+    {"train", detail::epoch_train_keys({"keep_best", "early_stop", "label_smoothing"})},
     {"checkpoint", detail::kEpochCheckpointKeys},
 };
 
@@ -51,6 +51,11 @@ ClassifyConfig config_from_table(const toml::table& root) {
   detail::read_epoch_train_keys(r, c);
   r.get("train", "keep_best", c.keep_best);
   r.get("train", "early_stop", c.early_stop);
+  double smoothing = c.model.label_smoothing;  // read as a double: 0.1 is not a float
+  r.get("train", "label_smoothing", smoothing);
+  if (!(smoothing >= 0.0 && smoothing < 1.0) || float(smoothing) >= 1.f)
+    throw ConfigError("config: train.label_smoothing must be in [0, 1), got " + toml_number(smoothing));
+  c.model.label_smoothing = float(smoothing);
   detail::read_checkpoint_keys(r, c);
 
   c.model.validate();
@@ -102,7 +107,8 @@ std::string to_toml(const ClassifyConfig& c) {
   detail::write_split_keys(s, c);
   s << "\n[train]\n";
   detail::write_epoch_train_keys(s, c);
-  s << "keep_best = " << toml_string(c.keep_best) << "\nearly_stop = " << c.early_stop << "\n";
+  s << "keep_best = " << toml_string(c.keep_best) << "\nearly_stop = " << c.early_stop
+    << "\nlabel_smoothing = " << toml_number(c.model.label_smoothing) << "\n";
   detail::write_checkpoint_keys(s, c);
   return s.str();
 }

@@ -15,7 +15,8 @@
 //                        dropout, the step's dropout key).
 // With probabilities after OUT_DIR (model.dropout, model.attention_dropout,
 // model.classifier_dropout) the train step drops with them under the key of
-// step 0 (models::dropout_key); the logits never drop.
+// step 0 (models::dropout_key); the logits never drop. A fifth number is
+// train.label_smoothing for the train step's loss.
 // The batch is B = 5 right-padded rows of T = 37 with lengths 37, 1 and values
 // between, and the padding holds random token ids rather than zeros: a kernel
 // that let padding leak into a real row would change the numbers, where zero
@@ -91,7 +92,7 @@ void sharpen(core::ParameterStore& ps) {
 }
 
 struct Dropouts {
-  float dropout = 0.f, attention = 0.f, classifier = 0.f;
+  float dropout = 0.f, attention = 0.f, classifier = 0.f, label_smoothing = 0.f;
 };
 
 models::EncoderConfig config(const std::string& attention, const Dropouts& d) {
@@ -99,6 +100,7 @@ models::EncoderConfig config(const std::string& attention, const Dropouts& d) {
   c.vocab_size = 97, c.n_layer = 2, c.n_embd = 48, c.n_head = 4, c.max_len = 40, c.n_classes = 3;
   c.attention = attention;
   c.dropout = d.dropout, c.attention_dropout = d.attention, c.classifier_dropout = d.classifier;
+  c.label_smoothing = d.label_smoothing;
   return c;
 }
 
@@ -144,7 +146,8 @@ void dump(const std::string& dir, const std::string& attention, const Dropouts& 
       {"config", {{"vocab_size", cfg.vocab_size}, {"n_layer", cfg.n_layer}, {"n_embd", cfg.n_embd},
                   {"n_head", cfg.n_head}, {"max_len", cfg.max_len}, {"n_classes", cfg.n_classes},
                   {"attention", cfg.attention}, {"dropout", cfg.dropout},
-                  {"attention_dropout", cfg.attention_dropout}, {"classifier_dropout", cfg.classifier_dropout}}},
+                  {"attention_dropout", cfg.attention_dropout}, {"classifier_dropout", cfg.classifier_dropout},
+                  {"label_smoothing", cfg.label_smoothing}}},
       {"dropout_key", {uint32_t(key), uint32_t(key >> 32)}},
       {"batch", kBatch},
       {"seq", kSeq},
@@ -157,16 +160,17 @@ void dump(const std::string& dir, const std::string& attention, const Dropouts& 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2 && argc != 5) {
+  if (argc != 2 && argc != 5 && argc != 6) {
     std::fprintf(stderr,
-                 "usage: %s OUT_DIR [DROPOUT ATTENTION_DROPOUT CLASSIFIER_DROPOUT]   (writes OUT_DIR/plain and "
-                 "OUT_DIR/flash)\n",
+                 "usage: %s OUT_DIR [DROPOUT ATTENTION_DROPOUT CLASSIFIER_DROPOUT [LABEL_SMOOTHING]]   (writes "
+                 "OUT_DIR/plain and OUT_DIR/flash)\n",
                  argv[0]);
     return 2;
   }
   try {
     Dropouts drop;
-    if (argc == 5) drop = {std::stof(argv[2]), std::stof(argv[3]), std::stof(argv[4])};
+    if (argc >= 5) drop = {std::stof(argv[2]), std::stof(argv[3]), std::stof(argv[4])};
+    if (argc == 6) drop.label_smoothing = std::stof(argv[5]);
     for (const char* attention : {"plain", "flash"})
       dump((fs::path(argv[1]) / attention).string(), attention, drop);
     return 0;

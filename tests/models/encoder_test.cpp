@@ -509,6 +509,39 @@ TEST(TrainClassifier, ADamagedBestRecordIsAClearError) {
   fs::remove_all(dir);
 }
 
+// train.label_smoothing: read into the model's train programs (only there:
+// classifying is unchanged), written back, refused out of [0, 1); a step's
+// loss with it is the smoothed one (the op harness and
+// encoder_torch_crosscheck_label_smoothing check the numbers).
+TEST(TrainClassifier, LabelSmoothingKey) {
+  const std::string head = "[model]\nkind = \"encoder\"\n[train]\n";
+  const train::ClassifyConfig c = train::parse_classify_config(head + "label_smoothing = 0.1\n", "a");
+  EXPECT_FLOAT_EQ(c.model.label_smoothing, 0.1f);
+  EXPECT_FLOAT_EQ(train::parse_classify_config(train::to_toml(c), "b").model.label_smoothing, 0.1f);
+  EXPECT_EQ(train::parse_classify_config(head, "c").model.label_smoothing, 0.f);
+  for (const char* bad : {"label_smoothing = 1.0\n", "label_smoothing = -0.1\n"}) {
+    try {
+      train::parse_classify_config(head + bad, "x");
+      ADD_FAILURE() << "accepted " << bad;
+    } catch (const core::ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("train.label_smoothing must be in [0, 1)"), std::string::npos) << e.what();
+    }
+  }
+  models::EncoderConfig smooth = c.model, plain = c.model;
+  smooth.vocab_size = plain.vocab_size = 50, smooth.max_len = plain.max_len = 16;
+  smooth.n_layer = plain.n_layer = 1, smooth.n_embd = plain.n_embd = 16;
+  plain.label_smoothing = 0.f;
+  models::Encoder a(smooth, backend()), b(plain, backend());
+  a.init_weights(3);
+  b.init_weights(3);
+  const std::vector<int32_t> ids(2 * 8, 7), lengths = {8, 5}, labels = {0, 1};
+  EXPECT_NE(a.train_micro_step(ids.data(), lengths.data(), labels.data(), 2, 8),
+            b.train_micro_step(ids.data(), lengths.data(), labels.data(), 2, 8));
+  const float* la = a.logits(ids.data(), lengths.data(), 2, 8);
+  const std::vector<float> logits_a(la, la + 4);
+  EXPECT_TRUE(std::equal(logits_a.begin(), logits_a.end(), b.logits(ids.data(), lengths.data(), 2, 8)));
+}
+
 // The keys are read, written back and checked, each refusal naming the key.
 TEST(TrainClassifier, KeepBestAndEarlyStopKeys) {
   const std::string head = "[model]\nkind = \"encoder\"\n[train]\n";

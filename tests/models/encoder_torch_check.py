@@ -22,7 +22,8 @@ model.classifier_dropout = K (the pooled features before the head), under
 step 0's key (results.json); the model here drops the same elements with
 gpt_torch_check.py's copy of the hash (written from docs/architecture.md,
 "Dropout"), the pooled features at site 2^30. The loss and every gradient
-must agree; the logits never drop.
+must agree; the logits never drop. With --label-smoothing E the train
+step's loss is F.cross_entropy(..., label_smoothing=E) on both sides.
 The reference runs in float64, so each error is brisk's own f32 rounding.
 Each tensor's error is max|brisk - torch| / max|torch|; all must be <= 1e-4.
 Exits non-zero with a message naming what differs.
@@ -173,7 +174,7 @@ class Encoder(nn.Module):
         self.ln_f = LayerNorm(c)
         self.head = nn.Linear(c, cfg["n_classes"])
 
-    def forward(self, ids, lengths, labels=None, drop=None):
+    def forward(self, ids, lengths, labels=None, drop=None, label_smoothing=0.0):
         B, T = ids.shape
         key_valid = torch.arange(T)[None, :] < lengths[:, None]  # (B, T)
         x = self.wte(ids) + self.wpe(torch.arange(T))
@@ -189,7 +190,7 @@ class Encoder(nn.Module):
         if drop:
             pooled = drop.pooled(pooled)
         logits = self.head(pooled)
-        loss = None if labels is None else F.cross_entropy(logits, labels)
+        loss = None if labels is None else F.cross_entropy(logits, labels, label_smoothing=label_smoothing)
         return logits, loss
 
 
@@ -273,12 +274,15 @@ def check_one(table, d, attention, args):
     said = (cfg["dropout"], cfg["attention_dropout"], cfg["classifier_dropout"])
     if any(abs(a - b) > 1e-7 for a, b in zip(probs, said)):
         return f"{d}: dump trained with dropouts {said}, expected {probs}"
+    if abs(cfg["label_smoothing"] - args.label_smoothing) > 1e-7:
+        return f"{d}: dump trained with label smoothing {cfg['label_smoothing']}, expected {args.label_smoothing}"
+    smoothing = float(np.float32(args.label_smoothing))  # brisk's is a 32-bit float
     drop = Dropout(*probs, res["dropout_key"]) if any(probs) else None
 
     tag = f"[{attention}] "
     with torch.no_grad():
         logits, _ = model(ids, lengths)  # evaluation: never drops
-    _, loss = model(ids, lengths, labels, drop)
+    _, loss = model(ids, lengths, labels, drop, smoothing)
     loss.backward()
     table.tensor(tag + "logits", tensors["logits"], logits.numpy())
     table.scalar(tag + "loss", res["loss"], loss.item())
@@ -318,6 +322,7 @@ def main():
     ap.add_argument("--dropout", type=float, default=0.0, help="model.dropout for the train step, both sides")
     ap.add_argument("--attention-dropout", type=float, default=0.0, help="model.attention_dropout, likewise")
     ap.add_argument("--classifier-dropout", type=float, default=0.0, help="model.classifier_dropout, likewise")
+    ap.add_argument("--label-smoothing", type=float, default=0.0, help="train.label_smoothing, likewise")
     args = ap.parse_args()
     dropping = args.dropout or args.attention_dropout or args.classifier_dropout
 
@@ -329,7 +334,11 @@ def main():
     with tempfile.TemporaryDirectory(prefix="brisk_encoder_check_") as tmp:
         out = args.keep or tmp
         try:
-            extra = [str(args.dropout), str(args.attention_dropout), str(args.classifier_dropout)] if dropping else []
+            extra = []
+            if dropping or args.label_smoothing:
+                extra = [str(args.dropout), str(args.attention_dropout), str(args.classifier_dropout)]
+            if args.label_smoothing:
+                extra.append(str(args.label_smoothing))
             r = subprocess.run([args.dump, out] + extra, capture_output=True, text=True, timeout=100)
         except (OSError, subprocess.TimeoutExpired) as e:
             print(f"encoder_torch_check: FAIL: cannot run {args.dump}: {e}", file=sys.stderr)

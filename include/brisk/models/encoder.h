@@ -55,6 +55,11 @@ struct EncoderConfig {
   // Hugging Face's classifier_dropout (the config reader's default is
   // model.dropout's value, as theirs is the hidden dropout's).
   float classifier_dropout = 0.f;
+  // train.label_smoothing: the train programs' cross-entropy targets
+  // (1 - e) onehot + e / n_classes (Hugging Face's label_smoothing_factor,
+  // PyTorch's label_smoothing), in [0, 1). Validation and test losses stay
+  // the plain cross-entropy. Not part of the weights.
+  float label_smoothing = 0.f;
 
   // "E1" (the spam encoder of docs/workloads.md); throws ConfigError listing the presets.
   static EncoderConfig preset(const std::string& name);
