@@ -44,7 +44,10 @@ namespace {
 
 constexpr std::string_view kOp = "classifier_train";
 
-std::vector<TensorMeta> infer_classifier(std::span<const TensorMeta> in, const core::OpParams&) {
+std::vector<TensorMeta> infer_classifier(std::span<const TensorMeta> in, const core::OpParams& p) {
+  // The fused kernels have no label smoothing (the fusion pattern leaves a smoothed loss alone).
+  if (std::get<CrossEntropyParams>(p).label_smoothing != 0.f)
+    throw core::Error("classifier_train: label_smoothing is not supported by the fused classifier");
   check_shape(in.size() == 4 || in.size() == 5, kOp, "takes x, w, targets, seed and optionally dw_into", in);
   check_float(kOp, in, {0, 1});
   check_dtype(kOp, in[2], DType::i32, "targets");

@@ -15,7 +15,7 @@
 //                        dropout, the step's dropout key).
 // With probabilities after OUT_DIR (model.dropout, model.attention_dropout,
 // model.classifier_dropout) the train step drops with them under the key of
-// step 0 (models::dropout_key); the logits never drop. A fifth number is
+// step 0 (models::dropout_key); the logits never drop. A fourth number is
 // train.label_smoothing for the train step's loss.
 // The batch is B = 5 right-padded rows of T = 37 with lengths 37, 1 and values
 // between, and the padding holds random token ids rather than zeros: a kernel

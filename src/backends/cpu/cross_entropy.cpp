@@ -6,9 +6,9 @@
 // escaping an OpenMP region or reading out of bounds. The mean is summed
 // serially in double over the per-row values: N is small next to N * V, and
 // the loss is then identical for any thread count. With label smoothing the
-// forward also sums each kept row's logits (in the same parallel pass, into
-// a buffer that grows once and stays), and the backward subtracts the
-// smoothed target (1 - e) onehot + e / V.
+// forward also sums each kept row's logits, in double (in the same parallel
+// pass, into a buffer that grows once and stays), and the backward
+// subtracts the smoothed target (1 - e) onehot + e / V.
 #include <cmath>
 #include <string>
 #include <vector>
@@ -62,8 +62,9 @@ void cross_entropy_kernel(const KernelCall& c) {
 #pragma omp simd reduction(+ : s)
       for (int64_t j = 0; j < v; ++j) s += fast_exp(widen(xr[j]) - mx);
       lse[r] = mx + std::log(s);
-      if (e != 0.f) {
+      if (e != 0.f && t[r] != ignore) {
         double all = 0.0;
+#pragma omp simd reduction(+ : all)
         for (int64_t j = 0; j < v; ++j) all += double(widen(xr[j]));
         sums[r] = all;
       }
