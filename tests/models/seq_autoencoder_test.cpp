@@ -40,6 +40,7 @@
 namespace fs = std::filesystem;
 using namespace brisk;
 using testing_util::backend;
+using testing_util::message_of;
 
 namespace {
 
@@ -74,16 +75,6 @@ double max_abs_diff(const float* a, const float* b, size_t n) {
   double d = 0;
   for (size_t i = 0; i < n; ++i) d = std::max(d, double(std::abs(a[i] - b[i])));
   return d;
-}
-
-template <class F>
-std::string message_of(F f) {
-  try {
-    f();
-  } catch (const core::Error& e) {
-    return e.what();
-  }
-  return "no error";
 }
 
 // Every parameter's gradient, copied.

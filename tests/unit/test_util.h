@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <string>
 
+#include "brisk/core/error.h"
 #include "brisk/core/graph.h"
 #include "brisk/core/tensor.h"
 #include "brisk/cpu/cpu_backend.h"
@@ -48,5 +50,16 @@ struct ScopedBf16Path {
   ScopedBf16Path(const ScopedBf16Path&) = delete;
   ScopedBf16Path& operator=(const ScopedBf16Path&) = delete;
 };
+
+// The message of the core::Error that f() throws, or "no error".
+template <class F>
+std::string message_of(F f) {
+  try {
+    f();
+  } catch (const core::Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
 
 }  // namespace brisk::testing_util
