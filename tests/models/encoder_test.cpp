@@ -542,8 +542,9 @@ TEST(TrainClassifier, KeepBestAndEarlyStopKeys) {
       {head + "early_stop = 2\n", "set train.keep_best"},
       {head + "keep_best = \"val_f1\"\nearly_stop = -1\n", "train.early_stop must not be negative"},
       {"[model]\nkind = \"encoder\"\n[data]\nval_frac = 0\n[train]\nkeep_best = \"val_loss\"\n", "data.val_frac is 0"}};
-  for (const auto& [text, want] : refused)
-    EXPECT_NE(message_of([&] { train::parse_classify_config(text, "x"); }).find(want), std::string::npos) << text;
+  for (const auto& r : refused)  // no structured binding: clang 14 cannot capture one in the lambda
+    EXPECT_NE(message_of([&] { train::parse_classify_config(r.first, "x"); }).find(r.second), std::string::npos)
+        << r.first;
 }
 
 // The same with model.dropout and model.classifier_dropout: each step's
