@@ -50,8 +50,7 @@ void EncoderConfig::validate() const {
   Dropout::validate(dropout);
   Dropout::validate(attention_dropout, "model.attention_dropout");
   Dropout::validate(classifier_dropout, "model.classifier_dropout");
-  if (!(label_smoothing >= 0.f && label_smoothing < 1.f))
-    throw ConfigError("train.label_smoothing must be in [0, 1), got " + std::to_string(label_smoothing));
+  Dropout::validate(label_smoothing, "train.label_smoothing");  // a probability, checked as the dropouts are
   if (n_classes < 2 || n_classes > (int64_t(1) << 20))
     throw ConfigError("model.n_classes must be in [2, " + std::to_string(int64_t(1) << 20) + "], got " +
                       std::to_string(n_classes));

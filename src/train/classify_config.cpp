@@ -32,11 +32,11 @@ ClassifyConfig config_from_table(const toml::table& root) {
   if (!c.preset.empty()) c.model = models::EncoderConfig::preset(c.preset);
   detail::read_body_model_keys(r, c.model);
   r.get("model", "n_classes", c.model.n_classes);
-  c.model.dropout = detail::read_dropout(r, "dropout", c.model.dropout);
-  c.model.attention_dropout = detail::read_dropout(r, "attention_dropout", c.model.attention_dropout);
+  c.model.dropout = detail::read_probability(r, "model", "dropout", c.model.dropout);
+  c.model.attention_dropout = detail::read_probability(r, "model", "attention_dropout", c.model.attention_dropout);
   // Unset, it follows model.dropout, as Hugging Face's classifier_dropout
   // follows the hidden dropout.
-  c.model.classifier_dropout = detail::read_dropout(r, "classifier_dropout", c.model.dropout);
+  c.model.classifier_dropout = detail::read_probability(r, "model", "classifier_dropout", c.model.dropout);
   r.get("data", "store", c.store);
   if (const toml::node* n = root.at_path("data.label_names").node()) {
     const toml::array* a = n->as_array();
@@ -51,11 +51,7 @@ ClassifyConfig config_from_table(const toml::table& root) {
   detail::read_epoch_train_keys(r, c);
   r.get("train", "keep_best", c.keep_best);
   r.get("train", "early_stop", c.early_stop);
-  double smoothing = c.model.label_smoothing;  // read as a double: 0.1 is not a float
-  r.get("train", "label_smoothing", smoothing);
-  if (!(smoothing >= 0.0 && smoothing < 1.0) || float(smoothing) >= 1.f)
-    throw ConfigError("config: train.label_smoothing must be in [0, 1), got " + toml_number(smoothing));
-  c.model.label_smoothing = float(smoothing);
+  c.model.label_smoothing = detail::read_probability(r, "train", "label_smoothing", c.model.label_smoothing);
   detail::read_checkpoint_keys(r, c);
 
   c.model.validate();

@@ -180,8 +180,8 @@ TrainConfig config_from_table(const toml::table& file) {
   r.get("model", "attention", c.model.attention);  // checked (flash | plain) by validate() below
   r.get("model", "fused_classifier", c.model.fused_classifier);
   r.get("model", "fuse_bias_gelu", c.model.fuse_bias_gelu);
-  c.model.dropout = detail::read_dropout(r, "dropout", c.model.dropout);
-  c.model.attention_dropout = detail::read_dropout(r, "attention_dropout", c.model.attention_dropout);
+  c.model.dropout = detail::read_probability(r, "model", "dropout", c.model.dropout);
+  c.model.attention_dropout = detail::read_probability(r, "model", "attention_dropout", c.model.attention_dropout);
   // auto | on | off (checked by validate()); true / false, its values when it
   // was a switch, still mean on / off.
   if (const toml::node* n = root.at_path("model.fuse_residual_layernorm").node(); n && n->is_boolean())
@@ -395,12 +395,12 @@ std::string toml_string(const std::string& v) {
   return out + "\"";
 }
 
-float detail::read_dropout(const Reader& r, const std::string& key, float value) {
+float detail::read_probability(const Reader& r, const std::string& section, const std::string& key, float value) {
   double p = value;
-  r.get("model", key, p);
+  r.get(section, key, p);
   if (!(p >= 0.0 && p < 1.0) || float(p) >= 1.f || (p > 0 && float(p) == 0.f))
-    throw ConfigError("config: model." + key + " must be in [0, 1) (and not round to 0 or 1 as a 32-bit float), got " +
-                      toml_number(p));
+    throw ConfigError("config: " + section + "." + key +
+                      " must be in [0, 1) (and not round to 0 or 1 as a 32-bit float), got " + toml_number(p));
   return float(p);
 }
 

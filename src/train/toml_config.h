@@ -109,10 +109,10 @@ class Reader {
   const toml::table& root_;
 };
 
-// model.<key> (model.dropout, model.attention_dropout; `value` when
-// absent), read as a double and checked to lie in [0, 1) as a float too
-// (0.99999999 rounds to 1 in a float, 1e-50 to 0).
-float read_dropout(const Reader& r, const std::string& key, float value);
+// <section>.<key>, a probability (model.dropout, train.label_smoothing, ...;
+// `value` when absent), read as a double and checked to lie in [0, 1) as a
+// float too (0.99999999 rounds to 1 in a float, 1e-50 to 0).
+float read_probability(const Reader& r, const std::string& section, const std::string& key, float value);
 
 template <class Config, class FromTable>
 Config finish_toml_config(toml::table root, const std::string& name, const std::vector<std::string>& overrides,
