@@ -17,6 +17,7 @@
 #include "brisk/core/error.h"
 #include "brisk/core/json_excerpt.h"
 #include "brisk/core/safetensors.h"
+#include "best_epoch.h"
 
 namespace brisk::train {
 
@@ -413,6 +414,10 @@ std::string save_checkpoint(const std::string& out_dir, const models::Gpt& model
 
 std::string latest_checkpoint(const std::string& path) {
   if (fs::exists(fs::path(path) / "state.json")) return path;
+  // A train.keep_best directory (<run>/best) is the checkpoint its best.json
+  // names, not the newest: a crash between saving a new best and recording
+  // it leaves an unrecorded step_* there until the resumed run removes it.
+  if (std::string best = detail::recorded_best_checkpoint(path); !best.empty()) return best;
   auto all = checkpoints_in(path);
   return all.empty() ? "" : all.back().string();
 }

@@ -316,21 +316,13 @@ ClassifyResult train_classifier(const ClassifyConfig& cfg, const ClassifyOptions
   if (options.resume && resume_from.empty()) say("resume: no checkpoint in " + cfg.out_dir + ", starting fresh\n");
   detail::check_creatable_dir(cfg.out_dir, "checkpoint.dir");
   if (!options.resume) detail::refuse_earlier_checkpoints(cfg.out_dir);
-  // train.keep_best: a fresh run (a --resume that found no checkpoint too)
-  // must not inherit another run's best epoch; a resumed one reads its own.
-  const fs::path best_dir = fs::path(cfg.out_dir) / "best";
-  if (resume_from.empty() && fs::exists(best_dir))
-    throw ConfigError("checkpoint.dir " + cfg.out_dir + " holds an earlier run's best epoch (" + best_dir.string() +
-                      ") but no checkpoint to resume: give this run another checkpoint.dir, or remove it");
-  detail::check_creatable_dir(best_dir.string(), "checkpoint.dir's best/");
-  std::string best_note;
-  detail::BestEpoch best = detail::read_best_epoch(cfg.keep_best, cfg.out_dir, &best_note);
-  if (best.epoch > 0 && !read_encoder_checkpoint(best.checkpoint).config.same_shape(cfg.model))
-    throw ConfigError(best.checkpoint + " (the best epoch so far) is for an encoder of another shape than this run's");
-  if (best.on() && split.val.empty())
-    throw ConfigError("train.keep_best = \"" + cfg.keep_best + "\" needs a validation split, but this one is empty (" +
-                      std::to_string(split.train.size()) + " / 0 / " + std::to_string(split.test.size()) +
-                      " records): raise data.val_frac");
+  // train.keep_best and train.early_stop: a resumed run reads its best epoch so far back
+  detail::KeepBest keep(cfg.keep_best, cfg.early_stop, cfg.out_dir, !resume_from.empty(), split.val.empty(),
+                        std::to_string(split.train.size()) + " / 0 / " + std::to_string(split.test.size()) +
+                            " records");
+  if (keep.best().epoch > 0 && !read_encoder_checkpoint(keep.best().checkpoint).config.same_shape(cfg.model))
+    throw ConfigError(keep.best().checkpoint +
+                      " (the best epoch so far) is for an encoder of another shape than this run's");
   if (!resume_from.empty()) {
     const EncoderCheckpoint saved = read_encoder_checkpoint(resume_from);
     detail::check_resumable(resume_from, {saved.step, saved.seed, saved.run}, cfg.seed, stream, schedule.total_steps);
@@ -379,15 +371,8 @@ ClassifyResult train_classifier(const ClassifyConfig& cfg, const ClassifyOptions
     say(line);
   }
   if (!resume_from.empty()) say(detail::resumed_line(resume_from, step, per_epoch, schedule.total_steps));
-  if (!best_note.empty()) say(best_note);
-  if (best.on()) {
-    std::snprintf(line, sizeof line, "keep_best: the epoch with the best %s keeps its weights in %s%s\n",
-                  best.metric == "val_loss" ? "(lowest) val loss" : "(highest) val F1", best.dir.c_str(),
-                  cfg.early_stop > 0 ? (" | early stop after " + std::to_string(cfg.early_stop) +
-                                        " epoch(s) without a better one").c_str()
-                                     : "");
-    say(line);
-  }
+  say(keep.note());
+  if (keep.on()) say(keep.start_line(cfg.keep_best == "val_loss" ? "(lowest) val loss" : "(highest) val F1"));
 
   auto save = [&] {
     EncoderCheckpoint info{cfg.model, cfg.label_names, store.info().tokenizer, cfg.strip_headers, step, cfg.seed,
@@ -397,18 +382,12 @@ ClassifyResult train_classifier(const ClassifyConfig& cfg, const ClassifyOptions
   // After an epoch's validation: its weights become the best if they beat
   // every earlier epoch's (weights only; the run resumes from its own
   // checkpoints, not from these).
-  bool best_in_model = false;  // the model holds the best epoch's weights (none trained since)
   auto keep_if_best = [&](int64_t epoch) {
-    if (!best.on() || !best.better(res.val)) return;
-    EncoderCheckpoint info{cfg.model, cfg.label_names, store.info().tokenizer, cfg.strip_headers, step, cfg.seed,
-                           stream};
-    best.replace_with(save_encoder_checkpoint(best.dir, model, nullptr, info, 0), epoch + 1, step,
-                      best.score_of(res.val));
-    best_in_model = true;
-  };
-  // train.early_stop: this many epochs since the best one.
-  auto patience_out = [&](int64_t epochs_done) {
-    return cfg.early_stop > 0 && best.epoch > 0 && epochs_done - best.epoch >= cfg.early_stop;
+    keep.consider(cfg.keep_best == "val_loss" ? res.val.loss : res.val.f1, epoch, step, [&](const std::string& dir) {
+      EncoderCheckpoint info{cfg.model, cfg.label_names, store.info().tokenizer, cfg.strip_headers, step, cfg.seed,
+                             stream};
+      return save_encoder_checkpoint(dir, model, nullptr, info, 0);
+    });
   };
   auto validate = [&](int64_t epoch) {
     res.val = evaluate(model, store, corpus, split.val);
@@ -432,11 +411,8 @@ ClassifyResult train_classifier(const ClassifyConfig& cfg, const ClassifyOptions
   detail::ConsumedCacheCounts consumed;
   bool validated = false;
   for (int64_t epoch = step / per_epoch; epoch < cfg.epochs && !res.interrupted; ++epoch) {
-    if (step == epoch * per_epoch && patience_out(epoch)) {
-      std::snprintf(line, sizeof line,
-                    "early stop after epoch %lld: no better %s in the %lld epoch(s) since epoch %lld\n",
-                    (long long)epoch, best.metric.c_str(), (long long)cfg.early_stop, (long long)best.epoch);
-      say(line);
+    if (std::string stop; step == epoch * per_epoch && keep.patience_out(epoch, &stop)) {
+      say(stop);
       res.early_stopped = true;
       res.epochs = epoch;
       break;
@@ -451,7 +427,7 @@ ClassifyResult train_classifier(const ClassifyConfig& cfg, const ClassifyOptions
                                                  models::dropout_key(cfg.seed, step, 0, 0));
       const float lr = schedule.at(step);
       const optim::StepStats st = adamw.step(lr);
-      best_in_model = false;
+      keep.trained();
       const double dt = monitor::now_seconds() - t0;
       count.add(real, b.rows * T, dt);
       if (step == res.start_step) res.first_loss = loss;
@@ -493,15 +469,14 @@ ClassifyResult train_classifier(const ClassifyConfig& cfg, const ClassifyOptions
     say(detail::stopped_line(step, res.checkpoint));
     return res;
   }
-  // A run resumed at its last step trained nothing here: its validation figures come now.
-  if (!validated && !split.val.empty()) res.val = evaluate(model, store, corpus, split.val);
-  if (best.epoch > 0) {  // train.keep_best: the test split (and val, for the report) on the best weights
-    if (!best_in_model) {
-      load_encoder_checkpoint(best.checkpoint, model);
-      res.val = evaluate(model, store, corpus, split.val);
-    }
-    res.best_epoch = best.epoch, res.best_score = best.score, res.best_checkpoint = best.checkpoint;
-  }
+  // train.keep_best: val (for the report) and the test split on the best
+  // epoch's weights. A run resumed at its last step trained nothing here:
+  // its validation figures come now.
+  const bool load_best = keep.best().epoch > 0 && !keep.in_model();
+  if (load_best) load_encoder_checkpoint(keep.best().checkpoint, model);
+  if ((load_best || !validated) && !split.val.empty()) res.val = evaluate(model, store, corpus, split.val);
+  if (keep.best().epoch > 0)
+    res.best_epoch = keep.best().epoch, res.best_score = keep.best().score, res.best_checkpoint = keep.best().checkpoint;
   res.tokens_per_s = count.seconds > 0 ? count.real_tokens / count.seconds : 0;
   res.padded_tokens_per_s = count.seconds > 0 ? count.cells / count.seconds : 0;
   res.padding_waste = count.cells > 0 ? 1.0 - count.real_tokens / count.cells : 0;
@@ -544,9 +519,7 @@ ClassifyResult train_classifier(const ClassifyConfig& cfg, const ClassifyOptions
                    {"evictions", cs.evictions}, {"bytes_used", cs.bytes_used}}}}},
       {"checkpoint", res.checkpoint},
       {"early_stopped", res.early_stopped}};
-  if (res.best_epoch > 0)
-    report["best"] = {{"metric", best.metric}, {"score", res.best_score}, {"epoch", res.best_epoch},
-                      {"step", best.step}, {"checkpoint", res.best_checkpoint}};
+  if (res.best_epoch > 0) report["best"] = keep.report();
   if (options.profile) report["profile"] = detail::op_times_json(model.train_op_times());
   core::write_file_atomic((fs::path(cfg.out_dir) / "report.json").string(), report.dump(2) + "\n");
 
@@ -561,9 +534,7 @@ ClassifyResult train_classifier(const ClassifyConfig& cfg, const ClassifyOptions
     std::snprintf(line, sizeof line, "done: %lld steps, none trained here (%s)\n", (long long)res.steps,
                   res.early_stopped ? "the run had stopped early" : "resumed at the last step");
   out << line;
-  if (res.best_epoch > 0)
-    out << "best epoch " << res.best_epoch << " (" << best.metric << " " << res.best_score
-        << "): val and test are its weights' figures (" << res.best_checkpoint << ")\n";
+  if (res.best_epoch > 0) out << keep.result_line();
   out << "test split (" << split.test.size() << " records, split seed " << cfg.split_seed << "):\n"
       << "  encoder:\n" << format_metrics(res.test, cfg.label_names, "    ")
       << "  baseline (bag-of-words logistic regression, l2 " << res.baseline.l2 << "):\n"

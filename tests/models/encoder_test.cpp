@@ -429,6 +429,16 @@ TEST(TrainClassifier, KeepBestScoresTheTestSplitOnTheBestEpochsWeights) {
   EXPECT_EQ(report["best"]["epoch"], r.best_epoch);
   EXPECT_EQ(report["best"]["checkpoint"], r.best_checkpoint);
   EXPECT_DOUBLE_EQ(report["test"]["loss"].get<double>(), r.test.loss);
+
+  // A crash between saving a newer best and recording it leaves an
+  // unrecorded step_* in best/: the checkpoint best.json names is still the
+  // one `brisk classify --checkpoint <run>/best` reads.
+  const fs::path best_dir = run.dir / "run" / "best";
+  fs::copy(r.best_checkpoint, best_dir / "step_9999999");
+  EXPECT_EQ(train::latest_checkpoint(best_dir.string()), r.best_checkpoint);
+  std::ofstream(best_dir / "best.json") << "{}";
+  EXPECT_NE(message_of([&] { train::latest_checkpoint(best_dir.string()); }).find("best.json: field 'metric'"),
+            std::string::npos);
 }
 
 // train.early_stop = 2: training ends once two epochs in a row did not beat

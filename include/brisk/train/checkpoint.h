@@ -47,7 +47,9 @@ std::string save_checkpoint(const std::string& out_dir, const models::Gpt& model
                             const TrainState& state, int keep, const ShardedMoments* sharded = nullptr);
 
 // The newest checkpoint under out_dir, or "" if none. A path that is itself a
-// checkpoint directory is returned as is.
+// checkpoint directory is returned as is; a train.keep_best directory
+// (<run>/best) gives the checkpoint its best.json names (IoError naming the
+// file when that is damaged).
 std::string latest_checkpoint(const std::string& path);
 // latest_checkpoint(path) for a command that needs one: throws IoError naming
 // `path` when it holds no checkpoint (ConfigError when it is empty).
