@@ -53,6 +53,7 @@ AutoencoderConfig config_from_table(const toml::table& root) {
   detail::check_epoch_train_keys(c);
   if (!(c.input_dropout >= 0 && c.input_dropout < 1))
     throw ConfigError("config: train.input_dropout must be in [0, 1), got " + std::to_string(c.input_dropout));
+  detail::check_keep_best(c, "val_accuracy");
   return c;
 }
 

@@ -35,6 +35,7 @@
 #include "brisk/monitor/machine.h"
 #include "brisk/optim/optimizer.h"
 #include "brisk/train/checkpoint.h"
+#include "best_epoch.h"
 #include "divergence.h"
 #include "epoch_resume.h"
 #include "epoch_steps.h"
@@ -339,6 +340,13 @@ AutoencoderResult train_autoencoder(const AutoencoderConfig& cfg, const Autoenco
   if (options.resume && resume_from.empty()) say("resume: no checkpoint in " + cfg.out_dir + ", starting fresh\n");
   detail::check_creatable_dir(cfg.out_dir, "checkpoint.dir");
   if (!options.resume) detail::refuse_earlier_checkpoints(cfg.out_dir);
+  // train.keep_best and train.early_stop: a resumed run reads its best epoch so far back
+  detail::KeepBest keep(cfg.keep_best, cfg.early_stop, cfg.out_dir, !resume_from.empty(), split.val.empty(),
+                        std::to_string(split.train.size()) + " / 0 / " + std::to_string(split.test.size()) +
+                            " sequences");
+  if (keep.best().epoch > 0 && !read_autoencoder_checkpoint(keep.best().checkpoint).config.same_shape(cfg.model))
+    throw ConfigError(keep.best().checkpoint +
+                      " (the best epoch so far) is for an autoencoder of another shape than this run's");
   if (!resume_from.empty()) {
     const AutoencoderCheckpoint saved = read_autoencoder_checkpoint(resume_from);
     detail::check_resumable(resume_from, {saved.step, saved.seed, saved.run}, cfg.seed, stream, schedule.total_steps);
@@ -368,6 +376,9 @@ AutoencoderResult train_autoencoder(const AutoencoderConfig& cfg, const Autoenco
                 (long long)per_epoch, (long long)cfg.epochs, cfg.bucket ? "length-bucketed" : "shuffled (unbucketed)");
   say(line);
   if (!resume_from.empty()) say(detail::resumed_line(resume_from, step, per_epoch, schedule.total_steps));
+  say(keep.note());
+  if (keep.on())
+    say(keep.start_line(cfg.keep_best == "val_loss" ? "(lowest) val loss" : "(highest) val teacher-forced accuracy"));
 
   const std::vector<std::vector<int32_t>> val_seqs = sequences_of(store, split.val);
   double eval_seconds = 0;
@@ -381,6 +392,16 @@ AutoencoderResult train_autoencoder(const AutoencoderConfig& cfg, const Autoenco
     const AutoencoderCheckpoint info{cfg.model, store.info().tokenizer, step, cfg.seed, stream};
     res.checkpoint = save_autoencoder_checkpoint(cfg.out_dir, model, &adamw, info, cfg.keep_checkpoints);
   };
+  // After an epoch's validation: its weights become the best if they beat
+  // every earlier epoch's (weights only; the run resumes from its own
+  // checkpoints, not from these).
+  auto keep_if_best = [&](int64_t epoch) {
+    keep.consider(cfg.keep_best == "val_loss" ? res.val.loss : res.val.teacher_forced, epoch, step,
+                  [&](const std::string& dir) {
+                    const AutoencoderCheckpoint info{cfg.model, store.info().tokenizer, step, cfg.seed, stream};
+                    return save_autoencoder_checkpoint(dir, model, nullptr, info, 0);
+                  });
+  };
 
   // --- the steps
   detail::StopSignalGuard signals;
@@ -389,6 +410,12 @@ AutoencoderResult train_autoencoder(const AutoencoderConfig& cfg, const Autoenco
   detail::ConsumedCacheCounts consumed;
   bool validated = false;
   for (int64_t epoch = step / per_epoch; epoch < cfg.epochs && !res.interrupted; ++epoch) {
+    if (std::string stop; step == epoch * per_epoch && keep.patience_out(epoch, &stop)) {
+      say(stop);
+      res.early_stopped = true;
+      res.epochs = epoch;
+      break;
+    }
     while (step < (epoch + 1) * per_epoch) {
       const double t0 = monitor::now_seconds();
       const data::Batch& b = loader.next();
@@ -398,6 +425,7 @@ AutoencoderResult train_autoencoder(const AutoencoderConfig& cfg, const Autoenco
       const double loss = model.train_micro_step(ids.data(), b.lengths, b.rows, T);
       const float lr = schedule.at(step);
       const optim::StepStats st = adamw.step(lr);
+      keep.trained();
       const double dt = monitor::now_seconds() - t0;
       count.add(real, b.rows * T, dt);
       if (step == res.start_step) res.first_loss = loss;
@@ -430,6 +458,7 @@ AutoencoderResult train_autoencoder(const AutoencoderConfig& cfg, const Autoenco
       std::snprintf(line, sizeof line, "epoch %lld: val loss %.4f | teacher-forced accuracy %.4f (trivial %.4f)\n",
                     (long long)epoch + 1, res.val.loss, res.val.teacher_forced, res.val.trivial);
       say(line);
+      keep_if_best(epoch);
     }
     std::fflush(metrics);
     save();
@@ -440,8 +469,14 @@ AutoencoderResult train_autoencoder(const AutoencoderConfig& cfg, const Autoenco
     say(detail::stopped_line(step, res.checkpoint));
     return res;
   }
-  // A run resumed at its last step trained nothing here: its validation figures come now.
-  if (!validated && !val_seqs.empty()) validate();
+  // train.keep_best: val (for the report) and the test split on the best
+  // epoch's weights. A run resumed at its last step trained nothing here:
+  // its validation figures come now.
+  const bool load_best = keep.best().epoch > 0 && !keep.in_model();
+  if (load_best) load_autoencoder_checkpoint(keep.best().checkpoint, model);
+  if ((load_best || !validated) && !val_seqs.empty()) validate();
+  if (keep.best().epoch > 0)
+    res.best_epoch = keep.best().epoch, res.best_score = keep.best().score, res.best_checkpoint = keep.best().checkpoint;
   res.train_seconds = count.seconds;
   res.tokens_per_s = count.seconds > 0 ? count.real_tokens / count.seconds : 0;
   res.padded_tokens_per_s = count.seconds > 0 ? count.cells / count.seconds : 0;
@@ -486,7 +521,9 @@ AutoencoderResult train_autoencoder(const AutoencoderConfig& cfg, const Autoenco
         {"cache", {{"hit_rate", consumed.hit_rate()}, {"hits", consumed.hits},
                    {"misses", consumed.lookups - consumed.hits},
                    {"evictions", cs.evictions}, {"bytes_used", cs.bytes_used}}}}},
-      {"checkpoint", res.checkpoint}};
+      {"checkpoint", res.checkpoint},
+      {"early_stopped", res.early_stopped}};
+  if (res.best_epoch > 0) report["best"] = keep.report();
   if (options.profile) report["profile"] = detail::op_times_json(model.train_op_times());
   core::write_file_atomic((fs::path(cfg.out_dir) / "report.json").string(), report.dump(2) + "\n");
 
@@ -498,9 +535,10 @@ AutoencoderResult train_autoencoder(const AutoencoderConfig& cfg, const Autoenco
                 100 * res.padding_waste, 100 * consumed.hit_rate(), (unsigned long long)consumed.hits,
                 (unsigned long long)(consumed.lookups - consumed.hits));
   if (std::isnan(res.tokens_per_s))
-    std::snprintf(line, sizeof line, "done: %lld steps, none trained here (resumed at the last step)\n",
-                  (long long)res.steps);
+    std::snprintf(line, sizeof line, "done: %lld steps, none trained here (%s)\n", (long long)res.steps,
+                  res.early_stopped ? "the run had stopped early" : "resumed at the last step");
   out << line;
+  if (res.best_epoch > 0) out << keep.result_line();
   std::snprintf(line, sizeof line,
                 "test split: %lld sequences, %lld residues (%lld cut to max_len %lld), split seed %llu\n"
                 "  reconstruction, teacher-forced       %6.2f%% of residues (loss %.4f)\n"

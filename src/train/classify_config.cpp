@@ -18,7 +18,7 @@ const detail::KnownKeys kKnownKeys = {
     {"model", {"kind", "preset", "vocab_size", "n_layer", "n_embd", "n_head", "max_len", "n_classes", "attention",
                "dropout", "attention_dropout", "classifier_dropout"}},
     {"data", {"store", "label_names", "strip_headers", "train_frac", "val_frac", "split_seed", "bucket", "cache_mb"}},
-    {"train", detail::epoch_train_keys({"keep_best", "early_stop", "label_smoothing"})},
+    {"train", detail::epoch_train_keys({"label_smoothing"})},
     {"checkpoint", detail::kEpochCheckpointKeys},
 };
 
@@ -49,8 +49,6 @@ ClassifyConfig config_from_table(const toml::table& root) {
   r.get("data", "strip_headers", c.strip_headers);
   detail::read_split_keys(r, c);
   detail::read_epoch_train_keys(r, c);
-  r.get("train", "keep_best", c.keep_best);
-  r.get("train", "early_stop", c.early_stop);
   c.model.label_smoothing = detail::read_probability(r, "train", "label_smoothing", c.model.label_smoothing);
   detail::read_checkpoint_keys(r, c);
 
@@ -61,16 +59,7 @@ ClassifyConfig config_from_table(const toml::table& root) {
     throw ConfigError("config: data.label_names has " + std::to_string(c.label_names.size()) +
                       " names but model.n_classes is " + std::to_string(c.model.n_classes));
   detail::check_epoch_train_keys(c);
-  if (c.keep_best != "none" && c.keep_best != "val_loss" && c.keep_best != "val_f1")
-    throw ConfigError("config: train.keep_best: unknown value '" + c.keep_best +
-                      "' (allowed: none, val_loss, val_f1)");
-  if (c.keep_best != "none" && !(c.val_frac > 0))
-    throw ConfigError("config: train.keep_best = \"" + c.keep_best +
-                      "\" picks the best epoch by validation, but data.val_frac is 0 (no validation split)");
-  if (c.early_stop > 0 && c.keep_best == "none")
-    throw ConfigError("config: train.early_stop = " + std::to_string(c.early_stop) +
-                      " counts epochs without a better train.keep_best score: set train.keep_best to val_loss or "
-                      "val_f1");
+  detail::check_keep_best(c, "val_f1");
   return c;
 }
 
@@ -103,8 +92,7 @@ std::string to_toml(const ClassifyConfig& c) {
   detail::write_split_keys(s, c);
   s << "\n[train]\n";
   detail::write_epoch_train_keys(s, c);
-  s << "keep_best = " << toml_string(c.keep_best) << "\nearly_stop = " << c.early_stop
-    << "\nlabel_smoothing = " << toml_number(c.model.label_smoothing) << "\n";
+  s << "label_smoothing = " << toml_number(c.model.label_smoothing) << "\n";
   detail::write_checkpoint_keys(s, c);
   return s.str();
 }

@@ -1,8 +1,8 @@
 // The keys every epoch-based run shares (the encoder classifier and the
 // sequence autoencoder): the encoder body's [model] shape; [data]'s split,
 // bucketing and cache; [train]'s batch, epochs, the lr schedule, AdamW,
-// seed, threads, loader workers, logging, the blocks' compute precision and
-// recomputation.
+// seed, threads, loader workers, logging, the blocks' compute precision,
+// recomputation, and the best epoch (keep_best, early_stop).
 // Read, checked and written back by one piece of code, so the two configs
 // cannot drift apart. Internal to src/train; the configs are duck-typed
 // (both name these fields alike).
@@ -22,7 +22,8 @@ namespace brisk::train::detail {
 inline std::vector<std::string> epoch_train_keys(std::vector<std::string> extra = {}) {
   std::vector<std::string> keys = {"batch", "epochs",   "lr",   "min_lr_ratio", "warmup", "schedule",
                                    "weight_decay", "grad_clip", "beta1", "beta2", "eps", "seed",
-                                   "threads", "loader_workers", "log_every", "precision", "precision_fallback", "recompute"};
+                                   "threads", "loader_workers", "log_every", "precision", "precision_fallback", "recompute",
+                                   "keep_best", "early_stop"};
   keys.insert(keys.end(), extra.begin(), extra.end());
   return keys;
 }
@@ -55,6 +56,25 @@ void read_epoch_train_keys(const Reader& r, Config& c) {
                       "scaling, which only GPT runs have); allowed here: fp32, bf16");
   r.get("train", "precision_fallback", c.precision_fallback);
   r.get("train", "recompute", c.model.recompute);  // checked (none | selective | full) with the model
+  r.get("train", "keep_best", c.keep_best);         // checked by check_keep_best
+  r.get("train", "early_stop", c.early_stop);
+}
+
+// train.keep_best and train.early_stop (best_epoch.h): "none", "val_loss"
+// (lowest), or the run's own higher-is-better score `higher` (the
+// classifier's val_f1, the autoencoder's val_accuracy).
+template <class Config>
+void check_keep_best(const Config& c, const std::string& higher) {
+  if (c.keep_best != "none" && c.keep_best != "val_loss" && c.keep_best != higher)
+    throw ConfigError("config: train.keep_best: unknown value '" + c.keep_best + "' (allowed: none, val_loss, " +
+                      higher + ")");
+  if (c.keep_best != "none" && !(c.val_frac > 0))
+    throw ConfigError("config: train.keep_best = \"" + c.keep_best +
+                      "\" picks the best epoch by validation, but data.val_frac is 0 (no validation split)");
+  if (c.early_stop > 0 && c.keep_best == "none")
+    throw ConfigError("config: train.early_stop = " + std::to_string(c.early_stop) +
+                      " counts epochs without a better train.keep_best score: set train.keep_best to val_loss or " +
+                      higher);
 }
 
 // After the model was validated (it gives max_len). Sets adamw.lr from the schedule.
@@ -160,7 +180,8 @@ void write_epoch_train_keys(std::ostream& s, const Config& c) {
     << "\neps = " << toml_number(c.adamw.eps) << "\nseed = " << c.seed << "\nthreads = " << c.threads
     << "\nloader_workers = " << c.loader_workers << "\nlog_every = " << c.log_every << "\nprecision = \""
     << precision_name(c.precision) << "\"\nprecision_fallback = " << (c.precision_fallback ? "true" : "false")
-    << "\nrecompute = " << toml_string(c.model.recompute) << "\n";
+    << "\nrecompute = " << toml_string(c.model.recompute) << "\nkeep_best = " << toml_string(c.keep_best)
+    << "\nearly_stop = " << c.early_stop << "\n";
 }
 
 }  // namespace brisk::train::detail

@@ -46,6 +46,16 @@ struct AutoencoderConfig {
   // precision_fallback = false (resolve_precision).
   Precision precision = Precision::fp32;
   bool precision_fallback = true;
+  // The best epoch by validation (Hugging Face's load_best_model_at_end with
+  // metric_for_best_model): "none", "val_loss" (lowest) or "val_accuracy"
+  // (the highest teacher-forced accuracy). An epoch whose validation beats
+  // every earlier one writes its weights to <out_dir>/best/, and the test
+  // split is scored on the best weights. Needs a validation split.
+  std::string keep_best = "none";
+  // Epochs in a row without a better keep_best score after which training
+  // stops (Hugging Face's EarlyStoppingCallback patience); 0: never. Needs
+  // keep_best.
+  int64_t early_stop = 0;
   // [checkpoint]
   std::string out_dir = "runs/protein";
   int64_t checkpoint_every = 0;  // steps between checkpoints within an epoch; 0: at epoch ends only

@@ -93,6 +93,13 @@ struct AutoencoderResult {
   Split split;
   Reconstruction val, test;
   std::string checkpoint;  // the last one written
+  // train.keep_best: the best epoch (1-based; 0: none kept), its score and
+  // checkpoint (<out_dir>/best/step_*); `val` and `test` are then the best
+  // weights' figures.
+  int64_t best_epoch = 0;
+  double best_score = 0;
+  std::string best_checkpoint;
+  bool early_stopped = false;  // train.early_stop ended training before train.epochs
 };
 
 AutoencoderResult train_autoencoder(const AutoencoderConfig& config, const AutoencoderOptions& options = {});
