@@ -6,7 +6,10 @@
 // softmax - onehot, is one pass with no second reduction. With label
 // smoothing e the target is (1 - e) onehot + e / V: the loss adds e / V
 // times each row's sum of (lse - x_j), and the backward subtracts the
-// smoothed target instead of the onehot.
+// smoothed target instead of the onehot. With class weights w (an optional
+// third input, PyTorch's `weight`) each kept row counts w[t] times, its
+// smoothing term is e / V * sum_j w_j (lse - x_j), and the mean divides by
+// the kept rows' sum of w[t] (PyTorch's reduction='mean' with a weight).
 #include <cmath>
 #include <tuple>
 
@@ -30,14 +33,27 @@ void check_smoothing(std::string_view op, const core::OpParams& p) {
     throw core::Error(std::string(op) + ": label_smoothing must be in [0, 1), got " + std::to_string(e));
 }
 
+// The optional class weights at in[at]: (V) f32.
+void check_class_weights(std::string_view op, std::span<const TensorMeta> in, size_t at) {
+  if (in.size() <= at) return;
+  check_dtype(op, in[at], DType::f32, "class_weights");
+  check_shape(in[at].shape == Shape{in[0].shape[1]}, op, "class_weights must be (V) for logits (N, V)", in);
+}
+
+// Class j's weight: 1 without class weights.
+double weight_of(const KernelCall& c, size_t at, int64_t j) {
+  return c.inputs.size() > at ? ld(c.in(int(at)), j) : 1.0;
+}
+
 std::vector<TensorMeta> infer_cross_entropy(std::span<const TensorMeta> in, const core::OpParams& p) {
   constexpr std::string_view op = "cross_entropy";
   check_smoothing(op, p);
-  check_count(op, in, 2);
+  if (in.size() != 3) check_count(op, in, 2);
   check_float(op, in, {0});
   check_dtype(op, in[1], DType::i32, "targets");
   check_shape(in[0].shape.rank() == 2, op, "logits must be (N, V)", in);
   check_shape(in[1].shape == Shape{in[0].shape[0]}, op, "targets must be (N) for logits (N, V)", in);
+  check_class_weights(op, in, 2);
   return {TensorMeta{Shape{}, DType::f32}, TensorMeta{Shape{in[0].shape[0]}, DType::f32}};
 }
 
@@ -46,8 +62,7 @@ void cross_entropy_reference(const KernelCall& c) {
   const int ignore = c.p<CrossEntropyParams>().ignore_index;
   const double e = c.p<CrossEntropyParams>().label_smoothing;
   const int64_t n = x.shape()[0], v = x.shape()[1];
-  double total = 0.0;
-  int64_t count = 0;
+  double total = 0.0, weight = 0.0;
   for (int64_t r = 0; r < n; ++r) {
     const int64_t tr = int64_t(ld(t, r));
     check_target("cross_entropy", tr, r, v, ignore);
@@ -57,18 +72,19 @@ void cross_entropy_reference(const KernelCall& c) {
     const double lse = mx + std::log(s);
     st(c.out(1), r, lse);
     if (tr == ignore) continue;
-    for (int64_t j = 0; j < v; ++j) all += lse - ld(x, r * v + j);
-    total += (1.0 - e) * (lse - ld(x, r * v + tr)) + e / double(v) * all;
-    ++count;
+    for (int64_t j = 0; j < v; ++j) all += weight_of(c, 2, j) * (lse - ld(x, r * v + j));
+    const double wt = weight_of(c, 2, tr);
+    total += (1.0 - e) * wt * (lse - ld(x, r * v + tr)) + e / double(v) * all;
+    weight += wt;
   }
-  st(c.out(0), 0, count ? total / double(count) : 0.0);
+  st(c.out(0), 0, weight != 0.0 ? total / weight : 0.0);
 }
 
 // inputs logits (N, V), targets (N), lse (N), dloss () -> dlogits (N, V)
 std::vector<TensorMeta> infer_cross_entropy_backward(std::span<const TensorMeta> in, const core::OpParams& p) {
   constexpr std::string_view op = "cross_entropy_backward";
   check_smoothing(op, p);
-  check_count(op, in, 4);
+  if (in.size() != 5) check_count(op, in, 4);
   check_float(op, in, {0});
   check_dtype(op, in[1], DType::i32, "targets");
   check_dtype(op, in[2], DType::f32, "lse");
@@ -77,27 +93,36 @@ std::vector<TensorMeta> infer_cross_entropy_backward(std::span<const TensorMeta>
   const Shape n{in[0].shape[0]};
   check_shape(in[1].shape == n && in[2].shape == n, op, "targets and lse must be (N)", in);
   check_shape(in[3].shape.numel() == 1, op, "dloss must be a scalar", in);
+  check_class_weights(op, in, 4);
   return {in[0]};
 }
 
+// d loss / d x_j of a kept row with target t: (w[t] (1 - e) (p_j - [j = t])
+// + e / V (sum_k w_k p_j - w_j)) / (the kept rows' sum of w[t]), times dloss.
 void cross_entropy_backward_reference(const KernelCall& c) {
   const TensorView &x = c.in(0), &t = c.in(1), &lse = c.in(2), &dx = c.out(0);
   const int ignore = c.p<CrossEntropyParams>().ignore_index;
   const int64_t n = x.shape()[0], v = x.shape()[1];
-  int64_t count = 0;
+  double weight = 0.0, all_weights = 0.0;
   for (int64_t r = 0; r < n; ++r) {
     const int64_t tr = int64_t(ld(t, r));
     check_target("cross_entropy_backward", tr, r, v, ignore);
-    count += tr != ignore;
+    if (tr != ignore) weight += weight_of(c, 4, tr);
   }
-  const double scale = count ? ld(c.in(3), 0) / double(count) : 0.0;
+  for (int64_t j = 0; j < v; ++j) all_weights += weight_of(c, 4, j);
+  const double scale = weight != 0.0 ? ld(c.in(3), 0) / weight : 0.0;
   const double e = c.p<CrossEntropyParams>().label_smoothing;
   for (int64_t r = 0; r < n; ++r) {
     const int64_t tr = int64_t(ld(t, r));
     for (int64_t j = 0; j < v; ++j) {
+      if (tr == ignore) {
+        st(dx, r * v + j, 0.0);
+        continue;
+      }
       const double p = std::exp(ld(x, r * v + j) - ld(lse, r));
-      const double target = (j == tr ? 1.0 - e : 0.0) + e / double(v);
-      st(dx, r * v + j, tr == ignore ? 0.0 : scale * (p - target));
+      const double nll = weight_of(c, 4, tr) * (1.0 - e) * (p - (j == tr ? 1.0 : 0.0));
+      const double smooth = e / double(v) * (all_weights * p - weight_of(c, 4, j));
+      st(dx, r * v + j, scale * (nll + smooth));
     }
   }
 }
@@ -110,11 +135,14 @@ core::OpDef cross_entropy_def() {
   d.name = "cross_entropy";
   d.infer = infer_cross_entropy;
   d.backward = [](Graph& g, const core::Node& n, std::span<const ValueId> dy) -> std::vector<ValueId> {
-    if (dy[0] == core::kNoValue) return {core::kNoValue, core::kNoValue};
+    if (dy[0] == core::kNoValue) return std::vector<ValueId>(n.inputs.size(), core::kNoValue);
     register_ops();
-    const ValueId dx = g.add_node1(OpKind::cross_entropy_backward,
-                                   {n.inputs[0], n.inputs[1], n.outputs[1], dy[0]}, n.params);
-    return {dx, core::kNoValue};
+    std::vector<ValueId> in = {n.inputs[0], n.inputs[1], n.outputs[1], dy[0]};
+    if (n.inputs.size() > 2) in.push_back(n.inputs[2]);  // the class weights (they get no gradient)
+    const ValueId dx = g.add_node1(OpKind::cross_entropy_backward, in, n.params);
+    std::vector<ValueId> grads(n.inputs.size(), core::kNoValue);
+    grads[0] = dx;
+    return grads;
   };
   d.reference = cross_entropy_reference;
   d.num_saved_outputs = 1;
@@ -136,6 +164,21 @@ core::OpDef cross_entropy_def() {
                        CrossEntropyParams{.ignore_index = 3, .label_smoothing = 0.1f}});
     cases.push_back({"smoothing 0.3 9x2", {spec({9, 2}, DType::f32, -3, 3), ids_spec({9}, 2)},
                      CrossEntropyParams{.label_smoothing = 0.3f}});
+    // Class weights (not differentiated: the loss's weights are data), with
+    // ignored targets and with smoothing, on two classes and wide rows.
+    auto weights = [](int64_t v) {
+      InputSpec w = spec({v}, DType::f32, 0.2, 3.0);
+      w.differentiable = false;
+      return w;
+    };
+    cases.push_back({"weights ignore 3", {spec({16, 5}, DType::f32, -2, 2), ids_spec({16}, 5), weights(5)},
+                     CrossEntropyParams{3}});
+    cases.push_back({"weights smoothing 0.2 9x2", {spec({9, 2}, DType::f32, -3, 3), ids_spec({9}, 2), weights(2)},
+                     CrossEntropyParams{.label_smoothing = 0.2f}});
+    for (DType t : {DType::bf16, DType::f16})  // wide rows in 16 bits only (below)
+      cases.push_back({"weights smoothing 0.1 ignore 3 33x257 " + std::string(core::dtype_name(t)),
+                       {spec({33, 257}, t, -2, 2), ids_spec({33}, 257), weights(257)},
+                       CrossEntropyParams{.ignore_index = 3, .label_smoothing = 0.1f}});
     // Wide rows (the kernel's vector loops and their tails) in bf16 and f16:
     // 16-bit inputs are left out of the finite-difference check, which at
     // V = 257 could not resolve f32 gradients of ~1e-4 from a loss near 5.
@@ -172,14 +215,26 @@ core::OpDef cross_entropy_backward_def() {
       one(label, n, v, t, ignore);
       std::get<CrossEntropyParams>(cases.back().params).label_smoothing = 0.1f;
     }
+    // Class weights (V) as the fifth input, with and without smoothing.
+    for (const auto& [label, n, v, t, e] : {std::tuple{"weights ignore 2", 16, 5, DType::f32, 0.f},
+                                            std::tuple{"weights smoothing 0.2 9x2", 9, 2, DType::f32, 0.2f},
+                                            std::tuple{"weights smoothing 0.1 33x257 bf16", 33, 257, DType::bf16, 0.1f},
+                                            std::tuple{"weights 33x257 f16", 33, 257, DType::f16, 0.f}}) {
+      one(label, n, v, t, v == 5 ? 2 : -100);
+      std::get<CrossEntropyParams>(cases.back().params).label_smoothing = e;
+      cases.back().inputs.push_back(spec({v}, DType::f32, 0.2, 3.0));
+    }
     return cases;
   };
   return d;
 }
 
-ValueId cross_entropy(Graph& g, ValueId logits, ValueId targets, int ignore_index, float label_smoothing) {
+ValueId cross_entropy(Graph& g, ValueId logits, ValueId targets, int ignore_index, float label_smoothing,
+                      ValueId class_weights) {
   register_ops();
-  return g.add_node(OpKind::cross_entropy, {logits, targets},
+  std::vector<ValueId> in = {logits, targets};
+  if (class_weights != core::kNoValue) in.push_back(class_weights);
+  return g.add_node(OpKind::cross_entropy, in,
                     CrossEntropyParams{.ignore_index = ignore_index, .label_smoothing = label_smoothing})[0];
 }
 

@@ -248,8 +248,9 @@ core::Pattern classifier_fusion(const std::string& seed_name, int64_t chunk_floa
     if (ce < 0) return std::nullopt;
     const core::Node& loss = g.nodes()[size_t(ce)];
     if (loss.op != OpKind::cross_entropy || loss.inputs[0] != logits) return std::nullopt;
-    // The fused op has no label smoothing: such a loss stays as it is.
-    if (std::get<CrossEntropyParams>(loss.params).label_smoothing != 0.f) return std::nullopt;
+    // The fused op has no label smoothing or class weights: such a loss stays as it is.
+    if (std::get<CrossEntropyParams>(loss.params).label_smoothing != 0.f || loss.inputs.size() != 2)
+      return std::nullopt;
     if (!uses.readers(loss.outputs[1]).empty() || g.value(loss.outputs[1]).is_output) return std::nullopt;  // lse
     // The seed the training step's backward() will be given.
     const ValueId seed = g.find(seed_name);

@@ -283,12 +283,14 @@ const std::set<core::OpKind>& cpu_only_ops() {
 // Cases of ops that have CUDA kernels which those kernels do not take yet:
 // attention with probability dropout (AttentionParams::dropout,
 // model.attention_dropout is refused on a GPU) and cross-entropy with label
-// smoothing (the encoder classifier's, a CPU model). Run on the CPU; a
-// device backend passes them over, and the summary names them.
-bool cpu_only_case(const core::TestCase& tc) {
+// smoothing or class weights (the encoder classifier's, a CPU model). Run
+// on the CPU; a device backend passes them over, and the summary names them.
+bool cpu_only_case(core::OpKind kind, const core::TestCase& tc) {
   const auto* p = std::get_if<core::AttentionParams>(&tc.params);
   const auto* ce = std::get_if<core::CrossEntropyParams>(&tc.params);
-  return (p && p->dropout > 0.f) || (ce && ce->label_smoothing != 0.f);
+  const bool class_weights = (kind == core::OpKind::cross_entropy && tc.inputs.size() == 3) ||
+                             (kind == core::OpKind::cross_entropy_backward && tc.inputs.size() == 5);
+  return (p && p->dropout > 0.f) || (ce && ce->label_smoothing != 0.f) || class_weights;
 }
 // The names of those whose cases a device backend passed over (the summary lists them).
 std::set<std::string>& cpu_only_skipped() {
@@ -319,7 +321,7 @@ void check_forward(core::OpKind kind) {
         cpu_only_skipped().insert(std::string(def.name));
         continue;
       }
-      if (!backend->device().is_host() && cpu_only_case(tc)) {
+      if (!backend->device().is_host() && cpu_only_case(kind, tc)) {
         cpu_only_skipped().insert(std::string(def.name) + " " + tc.label);
         continue;
       }

@@ -77,9 +77,11 @@ ValueId masked_mean(Graph& g, ValueId x, ValueId lengths);
 // ---- embedding, loss ---------------------------------------------------------
 ValueId embedding(Graph& g, ValueId ids, ValueId table);  // ids (...) i32, table (V, C) -> (..., C)
 // logits (N, V), targets (N) i32 -> scalar mean loss over targets != ignore_index,
-// with the targets smoothed by label_smoothing (CrossEntropyParams)
+// with the targets smoothed by label_smoothing (CrossEntropyParams). With
+// class_weights (V) f32 (PyTorch's `weight`), row i counts w[target_i]
+// times and the mean divides by the sum of the kept rows' w[target_i].
 ValueId cross_entropy(Graph& g, ValueId logits, ValueId targets, int ignore_index = -100,
-                      float label_smoothing = 0.f);
+                      float label_smoothing = 0.f, ValueId class_weights = core::kNoValue);
 
 // ---- fused classifier (fused_classifier.cpp) ---------------------------------
 // linear(x, w) + cross_entropy + their backward in row chunks, the (N, V)

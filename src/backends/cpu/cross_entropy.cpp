@@ -8,7 +8,11 @@
 // the loss is then identical for any thread count. With label smoothing the
 // forward also sums each kept row's logits, in double (in the same parallel
 // pass, into a buffer that grows once and stays), and the backward
-// subtracts the smoothed target (1 - e) onehot + e / V.
+// subtracts the smoothed target (1 - e) onehot + e / V. Class weights w (an
+// optional last input) weight each kept row by w[t] and its smoothing sum
+// by w_j, and the mean divides by the kept rows' sum of w[t] (the op's
+// formulas: src/ops/cross_entropy.cpp); without them the loops are the
+// unweighted ones.
 #include <cmath>
 #include <string>
 #include <vector>
@@ -48,8 +52,9 @@ void cross_entropy_kernel(const KernelCall& c) {
   const int64_t n = c.in(0).shape()[0], v = c.in(0).shape()[1];
   const int ignore = c.p<core::CrossEntropyParams>().ignore_index;
   const float e = c.p<core::CrossEntropyParams>().label_smoothing;
-  const int64_t count = check_targets("cross_entropy", t, n, v, ignore);
-  thread_local std::vector<double> row_sums;  // label smoothing: each row's sum of logits
+  const float* w = c.inputs.size() > 2 ? c.in(2).as<const float>() : nullptr;  // class weights (V)
+  check_targets("cross_entropy", t, n, v, ignore);
+  thread_local std::vector<double> row_sums;  // label smoothing: each row's (weighted) sum of logits
   if (e != 0.f && row_sums.size() < size_t(n)) row_sums.resize(size_t(n));
   double* sums = row_sums.data();
   parallel_for(n, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(v, 1) / 4), [&](int64_t lo, int64_t hi) {
@@ -64,20 +69,34 @@ void cross_entropy_kernel(const KernelCall& c) {
       lse[r] = mx + std::log(s);
       if (e != 0.f && t[r] != ignore) {
         double all = 0.0;
+        if (w) {
 #pragma omp simd reduction(+ : all)
-        for (int64_t j = 0; j < v; ++j) all += double(widen(xr[j]));
+          for (int64_t j = 0; j < v; ++j) all += double(w[j]) * double(widen(xr[j]));
+        } else {
+#pragma omp simd reduction(+ : all)
+          for (int64_t j = 0; j < v; ++j) all += double(widen(xr[j]));
+        }
         sums[r] = all;
       }
     }
   });
-  double total = 0.0;
+  // e / V * sum_j w_j (lse - x_j) = e / V * (W lse - sum_j w_j x_j), W = sum_j w_j (V unweighted)
+  double all_weights = double(v);
+  if (w) {
+    all_weights = 0.0;
+    for (int64_t j = 0; j < v; ++j) all_weights += double(w[j]);
+  }
+  double total = 0.0, weight = 0.0;
   for (int64_t r = 0; r < n; ++r) {
     if (t[r] == ignore) continue;
+    const double wt = w ? double(w[t[r]]) : 1.0;
     const double nll = double(lse[r]) - double(widen(x[r * v + t[r]]));
-    // e / V * sum_j (lse - x_j) = e * lse - e / V * sum_j x_j
-    total += e == 0.f ? nll : (1.0 - e) * nll + e * (double(lse[r]) - sums[r] / double(v));
+    const double smooth = w ? e / double(v) * (all_weights * double(lse[r]) - sums[r])
+                            : e * (double(lse[r]) - sums[r] / double(v));  // the same, unweighted
+    total += e == 0.f ? wt * nll : (1.0 - e) * wt * nll + smooth;
+    weight += wt;
   }
-  loss[0] = count ? float(total / double(count)) : 0.f;
+  loss[0] = weight != 0.0 ? float(total / weight) : 0.f;
 }
 
 // dlogits = dloss / count * (softmax - target), target the onehot or its
@@ -90,8 +109,15 @@ void cross_entropy_backward_kernel(const KernelCall& c) {
   T* dx = c.out(0).as<T>();
   const int64_t n = c.in(0).shape()[0], v = c.in(0).shape()[1];
   const int ignore = c.p<core::CrossEntropyParams>().ignore_index;
+  const float* w = c.inputs.size() > 4 ? c.in(4).as<const float>() : nullptr;  // class weights (V)
   const int64_t count = check_targets("cross_entropy_backward", t, n, v, ignore);
-  const float scale = count ? c.in(3).as<const float>()[0] / float(count) : 0.f;
+  double weight = double(count), all_weights = double(v);  // the kept rows' sum of w[t], and sum_j w_j
+  if (w) {
+    weight = all_weights = 0.0;
+    for (int64_t r = 0; r < n; ++r) weight += t[r] == ignore ? 0.0 : double(w[t[r]]);
+    for (int64_t j = 0; j < v; ++j) all_weights += double(w[j]);
+  }
+  const float scale = weight != 0.0 ? float(double(c.in(3).as<const float>()[0]) / weight) : 0.f;
   const float e = c.p<core::CrossEntropyParams>().label_smoothing;
   const float spread = e / float(v), hit = 1.f - e + spread;  // the smoothed target off and at the label
   parallel_for(n, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(v, 1) / 4), [&](int64_t lo, int64_t hi) {
@@ -103,9 +129,17 @@ void cross_entropy_backward_kernel(const KernelCall& c) {
         continue;
       }
       const float l = lse[r];
+      if (!w) {
 #pragma omp simd
-      for (int64_t j = 0; j < v; ++j) dr[j] = narrow<T>(scale * (fast_exp(widen(xr[j]) - l) - spread));
-      dr[t[r]] = narrow<T>(scale * (fast_exp(widen(xr[t[r]]) - l) - hit));
+        for (int64_t j = 0; j < v; ++j) dr[j] = narrow<T>(scale * (fast_exp(widen(xr[j]) - l) - spread));
+        dr[t[r]] = narrow<T>(scale * (fast_exp(widen(xr[t[r]]) - l) - hit));
+        continue;
+      }
+      // (w[t] (1 - e) + e / V sum_k w_k) p_j - e / V w_j, less w[t] (1 - e) at the label
+      const float wt = w[t[r]], a = wt * (1.f - e) + float(double(e) / double(v) * all_weights);
+#pragma omp simd
+      for (int64_t j = 0; j < v; ++j) dr[j] = narrow<T>(scale * (a * fast_exp(widen(xr[j]) - l) - spread * w[j]));
+      dr[t[r]] = narrow<T>(scale * (a * fast_exp(widen(xr[t[r]]) - l) - spread * wt - wt * (1.f - e)));
     }
   });
 }

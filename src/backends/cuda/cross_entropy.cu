@@ -186,6 +186,8 @@ void cross_entropy_kernel(const KernelCall& c) {
   const int ignore = c.p<core::CrossEntropyParams>().ignore_index;
   if (c.p<core::CrossEntropyParams>().label_smoothing != 0.f)
     throw core::Error("cross_entropy: label_smoothing has no CUDA kernel yet (the CPU backend has one)");
+  if (c.inputs.size() > 2)
+    throw core::Error("cross_entropy: class weights have no CUDA kernel yet (the CPU backend has one)");
   const cudaStream_t st = stream_of(c);
   if (N > 0) {
     constexpr int P = Pack<T>::n;
@@ -288,6 +290,8 @@ void cross_entropy_backward_kernel_fn(const KernelCall& c) {
   const int ignore = c.p<core::CrossEntropyParams>().ignore_index;
   if (c.p<core::CrossEntropyParams>().label_smoothing != 0.f)
     throw core::Error("cross_entropy: label_smoothing has no CUDA kernel yet (the CPU backend has one)");
+  if (c.inputs.size() > 4)
+    throw core::Error("cross_entropy: class weights have no CUDA kernel yet (the CPU backend has one)");
   const cudaStream_t st = stream_of(c);
   cross_entropy_scale_kernel<<<1, kReduceThreads, 0, st>>>(t, dloss, scale, N, ignore);
   check_launch(what);
