@@ -14,6 +14,7 @@
 #include "brisk/models/encoder.h"
 
 #include <cmath>
+#include <cstdio>
 #include <string>
 
 #include "brisk/core/autograd.h"
@@ -54,6 +55,20 @@ void EncoderConfig::validate() const {
   if (n_classes < 2 || n_classes > (int64_t(1) << 20))
     throw ConfigError("model.n_classes must be in [2, " + std::to_string(int64_t(1) << 20) + "], got " +
                       std::to_string(n_classes));
+  if (class_weights.empty()) return;
+  if (int64_t(class_weights.size()) != n_classes)
+    throw ConfigError("train.class_weights has " + std::to_string(class_weights.size()) +
+                      " weights but model.n_classes is " + std::to_string(n_classes));
+  bool any = false;
+  for (float w : class_weights) {
+    if (!(w >= 0.f) || !std::isfinite(w)) {
+      char got[32];
+      std::snprintf(got, sizeof got, "%g", double(w));
+      throw ConfigError(std::string("train.class_weights must be finite numbers >= 0, got ") + got);
+    }
+    any = any || w > 0.f;
+  }
+  if (!any) throw ConfigError("train.class_weights are all 0: no row would count");
 }
 
 bool EncoderConfig::same_shape(const EncoderConfig& o) const {
@@ -134,15 +149,16 @@ std::unique_ptr<EncoderProgram> Encoder::build(bool train, int64_t B, int64_t T)
   if (train) {
     // --- loss: mean cross-entropy over the rows
     p->labels = g.input("labels", {B}, DType::i32);
+    if (!config_.class_weights.empty()) p->class_weights = g.input("class_weights", {K}, DType::f32);
     p->loss = ops::cross_entropy(g, p->logits, p->labels, ops::CrossEntropyParams{}.ignore_index,
-                                 config_.label_smoothing);
+                                 config_.label_smoothing, p->class_weights);
     g.mark_output(p->loss);
     p->loss_scale = g.input("loss_scale", Shape{}, DType::f32);
     core::backward(g, p->loss, {.seed = p->loss_scale});
     if (config_.recompute != "none") {  // train.recompute (block_recompute.h)
       core::RecomputeResult r = recompute_blocks(g, config_.recompute, {"resid."}, config_.n_layer);
       remap_values(r, {&p->ids, &p->lengths, &p->pos, &p->labels, &p->logits, &p->loss, &p->loss_scale,
-                       &p->dropout_key});
+                       &p->dropout_key, &p->class_weights});
       p->graph = std::move(r.graph);
     }
   }
@@ -195,6 +211,8 @@ EncoderProgram& Encoder::ready(bool train, int64_t B, int64_t T) {
   EncoderProgram& p = program(train, B, T);
   if (&p != last_[train]) {  // another width ran in the shared arena since: the inputs written once are gone
     write_positions(p);
+    if (p.class_weights != core::kNoValue)
+      p.executor->write(p.class_weights, config_.class_weights.data(), config_.class_weights.size() * 4);
     p.last_loss_scale = -1.f;
     last_[train] = &p;
   }

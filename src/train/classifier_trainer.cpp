@@ -168,6 +168,19 @@ ClassMetrics evaluate(models::Encoder& model, const data::RecordStore& store, co
   return classification_metrics(labels, predict_probs(model, sequences), model.config().n_classes);
 }
 
+// train.class_weights = "balanced": n / (n_classes x count_c) over the
+// train split (scikit-learn's compute_class_weight("balanced")), so every
+// class carries the same total weight; a class the split lacks gets 0 (it
+// is never a target there).
+std::vector<float> balanced_class_weights(const Corpus& corpus, const std::vector<int64_t>& train, int64_t n_classes) {
+  std::vector<int64_t> count(size_t(n_classes), 0);
+  for (int64_t i : train) ++count[size_t(corpus.labels[size_t(i)])];
+  std::vector<float> w(size_t(n_classes), 0.f);
+  for (size_t k = 0; k < w.size(); ++k)
+    if (count[k] > 0) w[k] = float(double(train.size()) / (double(n_classes) * double(count[k])));
+  return w;
+}
+
 std::vector<BowRecord> bow_of(const Corpus& c, const std::vector<int64_t>& indices) {
   std::vector<BowRecord> out;
   out.reserve(indices.size());
@@ -300,6 +313,7 @@ ClassifyResult train_classifier(const ClassifyConfig& cfg, const ClassifyOptions
   cpu::CpuBackend backend(cfg.threads);
   models::EncoderConfig model_config = cfg.model;
   model_config.compute = compute_dtype(precision.effective);
+  if (cfg.class_weights == "balanced") model_config.class_weights = balanced_class_weights(corpus, split.train, cfg.model.n_classes);
   models::Encoder model(model_config, backend);
   model.init_weights(cfg.seed);
   model.set_train_profiling(options.profile);
@@ -369,6 +383,16 @@ ClassifyResult train_classifier(const ClassifyConfig& cfg, const ClassifyOptions
                   "plain cross-entropy)\n",
                   double(cfg.model.label_smoothing), (long long)cfg.model.n_classes);
     say(line);
+  }
+  if (!model_config.class_weights.empty()) {
+    std::string weights;
+    for (size_t k = 0; k < model_config.class_weights.size(); ++k) {
+      std::snprintf(line, sizeof line, "%s%s %.4g", k ? ", " : "", cfg.label_names[k].c_str(),
+                    double(model_config.class_weights[k]));
+      weights += line;
+    }
+    say("class weights (" + cfg.class_weights + "; train steps' loss only, val and test losses are unweighted): " +
+        weights + "\n");
   }
   if (!resume_from.empty()) say(detail::resumed_line(resume_from, step, per_epoch, schedule.total_steps));
   say(keep.note());
@@ -514,6 +538,7 @@ ClassifyResult train_classifier(const ClassifyConfig& cfg, const ClassifyOptions
         {"bucketed", cfg.bucket}, {"truncated_records_epoch0", res.truncated},
         {"precision", precision_name(precision.effective)}, {"precision_path", precision.path},
         {"recompute", cfg.model.recompute},
+        {"class_weights", model_config.class_weights},
         {"cache", {{"hit_rate", consumed.hit_rate()}, {"hits", consumed.hits},
                    {"misses", consumed.lookups - consumed.hits},
                    {"evictions", cs.evictions}, {"bytes_used", cs.bytes_used}}}}},

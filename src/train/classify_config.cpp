@@ -18,7 +18,7 @@ const detail::KnownKeys kKnownKeys = {
     {"model", {"kind", "preset", "vocab_size", "n_layer", "n_embd", "n_head", "max_len", "n_classes", "attention",
                "dropout", "attention_dropout", "classifier_dropout"}},
     {"data", {"store", "label_names", "strip_headers", "train_frac", "val_frac", "split_seed", "bucket", "cache_mb"}},
-    {"train", detail::epoch_train_keys({"label_smoothing"})},
+    {"train", detail::epoch_train_keys({"label_smoothing", "class_weights"})},
     {"checkpoint", detail::kEpochCheckpointKeys},
 };
 
@@ -50,6 +50,21 @@ ClassifyConfig config_from_table(const toml::table& root) {
   detail::read_split_keys(r, c);
   detail::read_epoch_train_keys(r, c);
   c.model.label_smoothing = detail::read_probability(r, "train", "label_smoothing", c.model.label_smoothing);
+  // train.class_weights: "none", "balanced" (from the train split's label
+  // counts, at run time), or one number per class.
+  if (const toml::node* n = root.at_path("train.class_weights").node()) {
+    if (const toml::array* a = n->as_array()) {
+      c.class_weights = "given";
+      for (const toml::node& e : *a) {
+        if (!e.is_number()) throw ConfigError("config: train.class_weights must be \"none\", \"balanced\" or an array of numbers");
+        c.model.class_weights.push_back(float(e.value<double>().value()));
+      }
+    } else if (n->is_string() && (n->value<std::string>() == "none" || n->value<std::string>() == "balanced")) {
+      c.class_weights = n->value<std::string>().value();
+    } else {
+      throw ConfigError("config: train.class_weights must be \"none\", \"balanced\" or an array of numbers (one per class)");
+    }
+  }
   detail::read_checkpoint_keys(r, c);
 
   c.model.validate();
@@ -92,7 +107,15 @@ std::string to_toml(const ClassifyConfig& c) {
   detail::write_split_keys(s, c);
   s << "\n[train]\n";
   detail::write_epoch_train_keys(s, c);
-  s << "label_smoothing = " << toml_number(c.model.label_smoothing) << "\n";
+  s << "label_smoothing = " << toml_number(c.model.label_smoothing) << "\nclass_weights = ";
+  if (c.class_weights == "given") {
+    s << "[";
+    for (size_t i = 0; i < c.model.class_weights.size(); ++i)
+      s << (i ? ", " : "") << toml_number(c.model.class_weights[i]);
+    s << "]\n";
+  } else {
+    s << toml_string(c.class_weights) << "\n";
+  }
   detail::write_checkpoint_keys(s, c);
   return s.str();
 }

@@ -16,7 +16,8 @@
 // With probabilities after OUT_DIR (model.dropout, model.attention_dropout,
 // model.classifier_dropout) the train step drops with them under the key of
 // step 0 (models::dropout_key); the logits never drop. A fourth number is
-// train.label_smoothing for the train step's loss.
+// train.label_smoothing for the train step's loss, and three more after it
+// are train.class_weights (one per class).
 // The batch is B = 5 right-padded rows of T = 37 with lengths 37, 1 and values
 // between, and the padding holds random token ids rather than zeros: a kernel
 // that let padding leak into a real row would change the numbers, where zero
@@ -93,6 +94,7 @@ void sharpen(core::ParameterStore& ps) {
 
 struct Dropouts {
   float dropout = 0.f, attention = 0.f, classifier = 0.f, label_smoothing = 0.f;
+  std::vector<float> class_weights;
 };
 
 models::EncoderConfig config(const std::string& attention, const Dropouts& d) {
@@ -101,6 +103,7 @@ models::EncoderConfig config(const std::string& attention, const Dropouts& d) {
   c.attention = attention;
   c.dropout = d.dropout, c.attention_dropout = d.attention, c.classifier_dropout = d.classifier;
   c.label_smoothing = d.label_smoothing;
+  c.class_weights = d.class_weights;
   return c;
 }
 
@@ -147,7 +150,7 @@ void dump(const std::string& dir, const std::string& attention, const Dropouts& 
                   {"n_head", cfg.n_head}, {"max_len", cfg.max_len}, {"n_classes", cfg.n_classes},
                   {"attention", cfg.attention}, {"dropout", cfg.dropout},
                   {"attention_dropout", cfg.attention_dropout}, {"classifier_dropout", cfg.classifier_dropout},
-                  {"label_smoothing", cfg.label_smoothing}}},
+                  {"label_smoothing", cfg.label_smoothing}, {"class_weights", cfg.class_weights}}},
       {"dropout_key", {uint32_t(key), uint32_t(key >> 32)}},
       {"batch", kBatch},
       {"seq", kSeq},
@@ -160,17 +163,18 @@ void dump(const std::string& dir, const std::string& attention, const Dropouts& 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2 && argc != 5 && argc != 6) {
+  if (argc != 2 && argc != 5 && argc != 6 && argc != 9) {
     std::fprintf(stderr,
-                 "usage: %s OUT_DIR [DROPOUT ATTENTION_DROPOUT CLASSIFIER_DROPOUT [LABEL_SMOOTHING]]   (writes "
-                 "OUT_DIR/plain and OUT_DIR/flash)\n",
+                 "usage: %s OUT_DIR [DROPOUT ATTENTION_DROPOUT CLASSIFIER_DROPOUT [LABEL_SMOOTHING [W0 W1 W2]]]   "
+                 "(writes OUT_DIR/plain and OUT_DIR/flash)\n",
                  argv[0]);
     return 2;
   }
   try {
     Dropouts drop;
     if (argc >= 5) drop = {std::stof(argv[2]), std::stof(argv[3]), std::stof(argv[4])};
-    if (argc == 6) drop.label_smoothing = std::stof(argv[5]);
+    if (argc >= 6) drop.label_smoothing = std::stof(argv[5]);
+    for (int i = 6; i < argc; ++i) drop.class_weights.push_back(std::stof(argv[i]));
     for (const char* attention : {"plain", "flash"})
       dump((fs::path(argv[1]) / attention).string(), attention, drop);
     return 0;

@@ -536,6 +536,76 @@ TEST(TrainClassifier, LabelSmoothingKey) {
   EXPECT_TRUE(std::equal(logits_a.begin(), logits_a.end(), b.logits(ids.data(), lengths.data(), 2, 8)));
 }
 
+// train.class_weights: "none", "balanced" or one number per class, read
+// and written back, refused with the key's name; a train step's loss is
+// then sum_i w[y_i] loss_i / sum_i w[y_i] of the rows' own cross-entropy
+// (PyTorch's weight=; encoder_torch_crosscheck_class_weights checks the
+// gradients), and the logits do not change.
+TEST(TrainClassifier, ClassWeightsKey) {
+  const std::string head = "[model]\nkind = \"encoder\"\nn_classes = 2\n[train]\n";
+  EXPECT_EQ(train::parse_classify_config(head, "a").class_weights, "none");
+  const train::ClassifyConfig balanced = train::parse_classify_config(head + "class_weights = \"balanced\"\n", "b");
+  EXPECT_EQ(balanced.class_weights, "balanced");
+  EXPECT_TRUE(balanced.model.class_weights.empty()) << "filled by the trainer from the train split";
+  EXPECT_EQ(train::parse_classify_config(train::to_toml(balanced), "c").class_weights, "balanced");
+  const train::ClassifyConfig given = train::parse_classify_config(head + "class_weights = [1, 2.5]\n", "d");
+  EXPECT_EQ(given.class_weights, "given");
+  EXPECT_EQ(given.model.class_weights, (std::vector<float>{1.f, 2.5f}));
+  EXPECT_EQ(train::parse_classify_config(train::to_toml(given), "e").model.class_weights, given.model.class_weights);
+  const std::pair<std::string, std::string> refused[] = {
+      {"class_weights = \"uniform\"\n", "train.class_weights must be \"none\", \"balanced\" or an array"},
+      {"class_weights = [1, \"x\"]\n", "train.class_weights must be \"none\", \"balanced\" or an array"},
+      {"class_weights = [1, 2, 3]\n", "train.class_weights has 3 weights but model.n_classes is 2"},
+      {"class_weights = [1, -2]\n", "train.class_weights must be finite numbers >= 0, got -2"},
+      {"class_weights = [0, 0]\n", "train.class_weights are all 0"}};
+  for (const auto& r : refused)  // no structured binding: clang 14 cannot capture one in the lambda
+    EXPECT_NE(message_of([&] { train::parse_classify_config(head + r.first, "x"); }).find(r.second),
+              std::string::npos)
+        << r.first;
+
+  models::EncoderConfig weighted = given.model, plain = given.model;
+  weighted.vocab_size = plain.vocab_size = 50, weighted.max_len = plain.max_len = 16;
+  weighted.n_layer = plain.n_layer = 1, weighted.n_embd = plain.n_embd = 16;
+  weighted.class_weights = {0.5f, 3.f};
+  plain.class_weights.clear();
+  models::Encoder a(weighted, backend()), b(plain, backend());
+  a.init_weights(3);
+  b.init_weights(3);
+  const std::vector<int32_t> ids = {7, 8, 9, 7, 3, 4, 5, 6, 9, 9, 9, 2, 1, 5, 5, 5, 8, 8, 1, 2, 3, 4, 5, 6},
+                             lengths = {8, 5, 3}, labels = {0, 1, 1};
+  const float* la = a.logits(ids.data(), lengths.data(), 3, 8);
+  const std::vector<float> logits(la, la + 6);
+  EXPECT_TRUE(std::equal(logits.begin(), logits.end(), b.logits(ids.data(), lengths.data(), 3, 8)));
+  double sum = 0, weight = 0;
+  for (int r = 0; r < 3; ++r) {
+    const double z0 = logits[size_t(2 * r)], z1 = logits[size_t(2 * r + 1)], mx = std::max(z0, z1);
+    const double lse = mx + std::log(std::exp(z0 - mx) + std::exp(z1 - mx));
+    const double w = weighted.class_weights[size_t(labels[size_t(r)])];
+    sum += w * (lse - logits[size_t(2 * r + labels[size_t(r)])]);
+    weight += w;
+  }
+  EXPECT_NEAR(a.train_micro_step(ids.data(), lengths.data(), labels.data(), 3, 8), sum / weight, 1e-6);
+}
+
+// train.class_weights = "balanced": n / (n_classes x count_c) from the train
+// split's labels, said at start-up and kept in report.json.
+TEST(TrainClassifier, BalancedClassWeightsComeFromTheTrainSplit) {
+  SyntheticRun run("brisk_encoder_balanced");
+  train::ClassifyConfig& cfg = run.cfg;
+  cfg.epochs = 1;
+  cfg.class_weights = "balanced";
+  const train::ClassifyResult r = train::train_classifier(cfg, {.quiet = true});
+  data::RecordStore store(cfg.store);
+  std::vector<double> count(2, 0);
+  for (int64_t i : r.split.train) ++count[size_t(store.get(i).label)];
+  ASSERT_NE(count[0], count[1]) << "the premise: the synthetic store's classes are unbalanced";
+  const nlohmann::json report = nlohmann::json::parse(std::ifstream(run.dir / "run/report.json"));
+  const std::vector<float> kept = report["training"]["class_weights"].get<std::vector<float>>();
+  ASSERT_EQ(kept.size(), 2u);
+  for (size_t k = 0; k < 2; ++k)
+    EXPECT_FLOAT_EQ(kept[k], float(double(r.split.train.size()) / (2.0 * count[k]))) << "class " << k;
+}
+
 // The keys are read, written back and checked, each refusal naming the key.
 TEST(TrainClassifier, KeepBestAndEarlyStopKeys) {
   const std::string head = "[model]\nkind = \"encoder\"\n[train]\n";

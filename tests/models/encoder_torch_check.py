@@ -23,7 +23,9 @@ step 0's key (results.json); the model here drops the same elements with
 gpt_torch_check.py's copy of the hash (written from docs/architecture.md,
 "Dropout"), the pooled features at site 2^30. The loss and every gradient
 must agree; the logits never drop. With --label-smoothing E the train
-step's loss is F.cross_entropy(..., label_smoothing=E) on both sides.
+step's loss is F.cross_entropy(..., label_smoothing=E) on both sides, and
+with --class-weights W0,W1,W2 F.cross_entropy(..., weight=W) (brisk's
+train.class_weights).
 The reference runs in float64, so each error is brisk's own f32 rounding.
 Each tensor's error is max|brisk - torch| / max|torch|; all must be <= 1e-4.
 Exits non-zero with a message naming what differs.
@@ -174,7 +176,7 @@ class Encoder(nn.Module):
         self.ln_f = LayerNorm(c)
         self.head = nn.Linear(c, cfg["n_classes"])
 
-    def forward(self, ids, lengths, labels=None, drop=None, label_smoothing=0.0):
+    def forward(self, ids, lengths, labels=None, drop=None, label_smoothing=0.0, weight=None):
         B, T = ids.shape
         key_valid = torch.arange(T)[None, :] < lengths[:, None]  # (B, T)
         x = self.wte(ids) + self.wpe(torch.arange(T))
@@ -190,7 +192,8 @@ class Encoder(nn.Module):
         if drop:
             pooled = drop.pooled(pooled)
         logits = self.head(pooled)
-        loss = None if labels is None else F.cross_entropy(logits, labels, label_smoothing=label_smoothing)
+        loss = None if labels is None else F.cross_entropy(logits, labels, weight=weight,
+                                                           label_smoothing=label_smoothing)
         return logits, loss
 
 
@@ -277,12 +280,16 @@ def check_one(table, d, attention, args):
     if abs(cfg["label_smoothing"] - args.label_smoothing) > 1e-7:
         return f"{d}: dump trained with label smoothing {cfg['label_smoothing']}, expected {args.label_smoothing}"
     smoothing = float(np.float32(args.label_smoothing))  # brisk's is a 32-bit float
+    weights = [float(np.float32(w)) for w in args.class_weights]  # likewise
+    if len(cfg["class_weights"]) != len(weights) or any(abs(a - b) > 1e-7 for a, b in zip(cfg["class_weights"], weights)):
+        return f"{d}: dump trained with class weights {cfg['class_weights']}, expected {weights}"
+    weight = torch.tensor(weights, dtype=torch.float64) if weights else None
     drop = Dropout(*probs, res["dropout_key"]) if any(probs) else None
 
     tag = f"[{attention}] "
     with torch.no_grad():
         logits, _ = model(ids, lengths)  # evaluation: never drops
-    _, loss = model(ids, lengths, labels, drop, smoothing)
+    _, loss = model(ids, lengths, labels, drop, smoothing, weight)
     loss.backward()
     table.tensor(tag + "logits", tensors["logits"], logits.numpy())
     table.scalar(tag + "loss", res["loss"], loss.item())
@@ -323,6 +330,8 @@ def main():
     ap.add_argument("--attention-dropout", type=float, default=0.0, help="model.attention_dropout, likewise")
     ap.add_argument("--classifier-dropout", type=float, default=0.0, help="model.classifier_dropout, likewise")
     ap.add_argument("--label-smoothing", type=float, default=0.0, help="train.label_smoothing, likewise")
+    ap.add_argument("--class-weights", type=lambda v: [float(w) for w in v.split(",")], default=[],
+                    help="train.class_weights, one per class (3), comma-separated, likewise")
     args = ap.parse_args()
     dropping = args.dropout or args.attention_dropout or args.classifier_dropout
 
@@ -335,10 +344,11 @@ def main():
         out = args.keep or tmp
         try:
             extra = []
-            if dropping or args.label_smoothing:
+            if dropping or args.label_smoothing or args.class_weights:
                 extra = [str(args.dropout), str(args.attention_dropout), str(args.classifier_dropout)]
-            if args.label_smoothing:
+            if args.label_smoothing or args.class_weights:
                 extra.append(str(args.label_smoothing))
+            extra += [str(w) for w in args.class_weights]
             r = subprocess.run([args.dump, out] + extra, capture_output=True, text=True, timeout=100)
         except (OSError, subprocess.TimeoutExpired) as e:
             print(f"encoder_torch_check: FAIL: cannot run {args.dump}: {e}", file=sys.stderr)

@@ -9,6 +9,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "brisk/core/backend.h"
 #include "brisk/core/executor.h"
@@ -60,6 +61,12 @@ struct EncoderConfig {
   // PyTorch's label_smoothing), in [0, 1). Validation and test losses stay
   // the plain cross-entropy. Not part of the weights.
   float label_smoothing = 0.f;
+  // train.class_weights: the train programs' cross-entropy weighs each row
+  // by its label's weight and divides by the batch's sum of them (PyTorch's
+  // CrossEntropyLoss(weight=...)). Empty: none; else n_classes finite
+  // weights >= 0, not all 0. Validation and test losses stay unweighted.
+  // Not part of the weights.
+  std::vector<float> class_weights;
 
   // "E1" (the spam encoder of docs/workloads.md); throws ConfigError listing the presets.
   static EncoderConfig preset(const std::string& name);
@@ -78,6 +85,7 @@ struct EncoderProgram {
   core::ValueId ids = core::kNoValue, lengths = core::kNoValue, pos = core::kNoValue, labels = core::kNoValue;
   core::ValueId logits = core::kNoValue, loss = core::kNoValue, loss_scale = core::kNoValue;
   core::ValueId dropout_key = core::kNoValue;  // train programs with dropout: (2) i32, written each micro-step
+  core::ValueId class_weights = core::kNoValue;  // train programs with class weights: (n_classes) f32
   float last_loss_scale = -1.f;
   std::unique_ptr<core::Executor> executor;
   int64_t batch = 0, seq = 0;

@@ -54,6 +54,12 @@ struct ClassifyConfig {
   // stops (Hugging Face's EarlyStoppingCallback patience); 0: never. Needs
   // keep_best.
   int64_t early_stop = 0;
+  // train.class_weights (PyTorch's CrossEntropyLoss weight): "none";
+  // "balanced", n / (n_classes x count_c) from the train split's label
+  // counts (scikit-learn's "balanced"; the trainer fills
+  // model.class_weights); or "given", read from an array of n_classes
+  // numbers into model.class_weights.
+  std::string class_weights = "none";
   // [checkpoint]
   std::string out_dir = "runs/spam";
   int64_t checkpoint_every = 0;  // steps between checkpoints within an epoch; 0: at epoch ends only
