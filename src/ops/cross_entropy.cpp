@@ -173,6 +173,20 @@ core::OpDef cross_entropy_def() {
     };
     cases.push_back({"weights ignore 3", {spec({16, 5}, DType::f32, -2, 2), ids_spec({16}, 5), weights(5)},
                      CrossEntropyParams{3}});
+    // Classes that weigh 0 (PyTorch allows them): their rows count for
+    // nothing; where every kept row weighs 0 the loss is 0, as with every
+    // target ignored (PyTorch gives NaN there).
+    auto given = [](std::vector<double> values) {
+      InputSpec w = spec({int64_t(values.size())}, DType::f32);
+      w.values = std::move(values);
+      w.differentiable = false;
+      return w;
+    };
+    cases.push_back({"weights with zeros", {spec({16, 5}, DType::f32, -2, 2), ids_spec({16}, 5),
+                                            given({0.0, 1.5, 0.5, 2.0, 0.0})},
+                     CrossEntropyParams{.label_smoothing = 0.1f}});
+    cases.push_back({"weights all kept rows 0", {spec({4, 3}), ids_spec({4}, 1), given({0.0, 1.0, 2.0})},
+                     CrossEntropyParams{}});
     cases.push_back({"weights smoothing 0.2 9x2", {spec({9, 2}, DType::f32, -3, 3), ids_spec({9}, 2), weights(2)},
                      CrossEntropyParams{.label_smoothing = 0.2f}});
     for (DType t : {DType::bf16, DType::f16})  // wide rows in 16 bits only (below)

@@ -79,7 +79,8 @@ ValueId embedding(Graph& g, ValueId ids, ValueId table);  // ids (...) i32, tabl
 // logits (N, V), targets (N) i32 -> scalar mean loss over targets != ignore_index,
 // with the targets smoothed by label_smoothing (CrossEntropyParams). With
 // class_weights (V) f32 (PyTorch's `weight`), row i counts w[target_i]
-// times and the mean divides by the sum of the kept rows' w[target_i].
+// times and the mean divides by the sum of the kept rows' w[target_i]
+// (a sum of 0 gives loss 0, as when every target is ignored).
 ValueId cross_entropy(Graph& g, ValueId logits, ValueId targets, int ignore_index = -100,
                       float label_smoothing = 0.f, ValueId class_weights = core::kNoValue);
 

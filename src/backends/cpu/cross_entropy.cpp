@@ -43,6 +43,19 @@ int64_t check_targets(const char* op, const int32_t* t, int64_t n, int64_t v, in
   return count;
 }
 
+// The mean's denominator, the kept rows' sum of w[t] (their count without
+// class weights), and sum_j w_j (V without), for the forward and the backward alike.
+struct WeightSums {
+  double kept, all;
+};
+WeightSums weight_sums(const int32_t* t, int64_t n, int64_t v, int ignore, const float* w, int64_t count) {
+  if (!w) return {double(count), double(v)};
+  WeightSums s{0.0, 0.0};
+  for (int64_t r = 0; r < n; ++r) s.kept += t[r] == ignore ? 0.0 : double(w[t[r]]);
+  for (int64_t j = 0; j < v; ++j) s.all += double(w[j]);
+  return s;
+}
+
 template <class T>
 void cross_entropy_kernel(const KernelCall& c) {
   const T* x = c.in(0).as<const T>();
@@ -53,7 +66,7 @@ void cross_entropy_kernel(const KernelCall& c) {
   const int ignore = c.p<core::CrossEntropyParams>().ignore_index;
   const float e = c.p<core::CrossEntropyParams>().label_smoothing;
   const float* w = c.inputs.size() > 2 ? c.in(2).as<const float>() : nullptr;  // class weights (V)
-  check_targets("cross_entropy", t, n, v, ignore);
+  const WeightSums ws = weight_sums(t, n, v, ignore, w, check_targets("cross_entropy", t, n, v, ignore));
   thread_local std::vector<double> row_sums;  // label smoothing: each row's (weighted) sum of logits
   if (e != 0.f && row_sums.size() < size_t(n)) row_sums.resize(size_t(n));
   double* sums = row_sums.data();
@@ -80,23 +93,23 @@ void cross_entropy_kernel(const KernelCall& c) {
       }
     }
   });
-  // e / V * sum_j w_j (lse - x_j) = e / V * (W lse - sum_j w_j x_j), W = sum_j w_j (V unweighted)
-  double all_weights = double(v);
-  if (w) {
-    all_weights = 0.0;
-    for (int64_t j = 0; j < v; ++j) all_weights += double(w[j]);
-  }
-  double total = 0.0, weight = 0.0;
+  double total = 0.0;
   for (int64_t r = 0; r < n; ++r) {
     if (t[r] == ignore) continue;
     const double wt = w ? double(w[t[r]]) : 1.0;
     const double nll = double(lse[r]) - double(widen(x[r * v + t[r]]));
-    const double smooth = w ? e / double(v) * (all_weights * double(lse[r]) - sums[r])
+    if (e == 0.f) {
+      total += wt * nll;
+      continue;
+    }
+    // e / V * sum_j w_j (lse - x_j) = e / V * (W lse - sum_j w_j x_j), W = sum_j w_j; sums[]
+    // holds this row's sum only with smoothing on
+    const double smooth = w ? e / double(v) * (ws.all * double(lse[r]) - sums[r])
                             : e * (double(lse[r]) - sums[r] / double(v));  // the same, unweighted
-    total += e == 0.f ? wt * nll : (1.0 - e) * wt * nll + smooth;
-    weight += wt;
+    total += (1.0 - e) * wt * nll + smooth;
   }
-  loss[0] = weight != 0.0 ? float(total / weight) : 0.f;
+  // A batch whose kept rows all weigh 0 has loss 0 (and gradient 0), as one with every target ignored.
+  loss[0] = ws.kept != 0.0 ? float(total / ws.kept) : 0.f;
 }
 
 // dlogits = dloss / count * (softmax - target), target the onehot or its
@@ -110,14 +123,8 @@ void cross_entropy_backward_kernel(const KernelCall& c) {
   const int64_t n = c.in(0).shape()[0], v = c.in(0).shape()[1];
   const int ignore = c.p<core::CrossEntropyParams>().ignore_index;
   const float* w = c.inputs.size() > 4 ? c.in(4).as<const float>() : nullptr;  // class weights (V)
-  const int64_t count = check_targets("cross_entropy_backward", t, n, v, ignore);
-  double weight = double(count), all_weights = double(v);  // the kept rows' sum of w[t], and sum_j w_j
-  if (w) {
-    weight = all_weights = 0.0;
-    for (int64_t r = 0; r < n; ++r) weight += t[r] == ignore ? 0.0 : double(w[t[r]]);
-    for (int64_t j = 0; j < v; ++j) all_weights += double(w[j]);
-  }
-  const float scale = weight != 0.0 ? float(double(c.in(3).as<const float>()[0]) / weight) : 0.f;
+  const WeightSums ws = weight_sums(t, n, v, ignore, w, check_targets("cross_entropy_backward", t, n, v, ignore));
+  const float scale = ws.kept != 0.0 ? float(double(c.in(3).as<const float>()[0]) / ws.kept) : 0.f;
   const float e = c.p<core::CrossEntropyParams>().label_smoothing;
   const float spread = e / float(v), hit = 1.f - e + spread;  // the smoothed target off and at the label
   parallel_for(n, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(v, 1) / 4), [&](int64_t lo, int64_t hi) {
@@ -136,7 +143,7 @@ void cross_entropy_backward_kernel(const KernelCall& c) {
         continue;
       }
       // (w[t] (1 - e) + e / V sum_k w_k) p_j - e / V w_j, less w[t] (1 - e) at the label
-      const float wt = w[t[r]], a = wt * (1.f - e) + float(double(e) / double(v) * all_weights);
+      const float wt = w[t[r]], a = wt * (1.f - e) + float(double(e) / double(v) * ws.all);
 #pragma omp simd
       for (int64_t j = 0; j < v; ++j) dr[j] = narrow<T>(scale * (a * fast_exp(widen(xr[j]) - l) - spread * w[j]));
       dr[t[r]] = narrow<T>(scale * (a * fast_exp(widen(xr[t[r]]) - l) - spread * wt - wt * (1.f - e)));
