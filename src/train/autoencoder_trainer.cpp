@@ -387,10 +387,13 @@ AutoencoderResult train_autoencoder(const AutoencoderConfig& cfg, const Autoenco
     res.val = evaluate_reconstruction(model, val_seqs, trivial, false);
     eval_seconds += monitor::now_seconds() - t0;
   };
-  auto save = [&] {
+  // What a checkpoint records of the run at this step (the dropout generator's state included).
+  auto checkpoint_info = [&] {
     stream.input_dropout_state = model.input_dropout_state();
-    const AutoencoderCheckpoint info{cfg.model, store.info().tokenizer, step, cfg.seed, stream};
-    res.checkpoint = save_autoencoder_checkpoint(cfg.out_dir, model, &adamw, info, cfg.keep_checkpoints);
+    return AutoencoderCheckpoint{cfg.model, store.info().tokenizer, step, cfg.seed, stream};
+  };
+  auto save = [&] {
+    res.checkpoint = save_autoencoder_checkpoint(cfg.out_dir, model, &adamw, checkpoint_info(), cfg.keep_checkpoints);
   };
   // After an epoch's validation: its weights become the best if they beat
   // every earlier epoch's (weights only; the run resumes from its own
@@ -398,8 +401,7 @@ AutoencoderResult train_autoencoder(const AutoencoderConfig& cfg, const Autoenco
   auto keep_if_best = [&](int64_t epoch) {
     keep.consider(cfg.keep_best == "val_loss" ? res.val.loss : res.val.teacher_forced, epoch, step,
                   [&](const std::string& dir) {
-                    const AutoencoderCheckpoint info{cfg.model, store.info().tokenizer, step, cfg.seed, stream};
-                    return save_autoencoder_checkpoint(dir, model, nullptr, info, 0);
+                    return save_autoencoder_checkpoint(dir, model, nullptr, checkpoint_info(), 0);
                   });
   };
 

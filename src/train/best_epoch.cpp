@@ -80,6 +80,10 @@ KeepBest::KeepBest(const std::string& metric, int64_t early_stop, const std::str
   const std::optional<BestRecord> r = read_best_record(
       best_.dir, "remove " + best_.dir + " to resume without the best epoch so far, or set train.keep_best = \"none\"");
   if (!r) return;
+  // What a crash left beside the recorded checkpoint (a newer best saved but
+  // not yet recorded, or an older one not yet removed) goes now.
+  for (const auto& e : std::vector<fs::directory_entry>(fs::directory_iterator(best_.dir), {}))
+    if (e.is_directory() && e.path().filename() != fs::path(r->checkpoint).filename()) fs::remove_all(e.path());
   if (r->metric != metric) {
     note_ = "keep_best: " + best_.json_path() + " was kept by " + r->metric + "; this run keeps its best by " +
             metric + " from here on\n";

@@ -391,26 +391,27 @@ ClassifyResult train_classifier(const ClassifyConfig& cfg, const ClassifyOptions
                     double(model_config.class_weights[k]));
       weights += line;
     }
-    say("class weights (" + cfg.class_weights + "; train steps' loss only, val and test losses are unweighted): " +
+    say("class weights (" + std::string(cfg.class_weights == "balanced" ? "balanced" : "given") + "; train steps' loss only, val and test losses are unweighted): " +
         weights + "\n");
   }
   if (!resume_from.empty()) say(detail::resumed_line(resume_from, step, per_epoch, schedule.total_steps));
   say(keep.note());
   if (keep.on()) say(keep.start_line(cfg.keep_best == "val_loss" ? "(lowest) val loss" : "(highest) val F1"));
 
+  // What a checkpoint records of the run at this step.
+  auto checkpoint_info = [&] {
+    return EncoderCheckpoint{cfg.model, cfg.label_names, store.info().tokenizer, cfg.strip_headers, step, cfg.seed,
+                             stream};
+  };
   auto save = [&] {
-    EncoderCheckpoint info{cfg.model, cfg.label_names, store.info().tokenizer, cfg.strip_headers, step, cfg.seed,
-                           stream};
-    res.checkpoint = save_encoder_checkpoint(cfg.out_dir, model, &adamw, info, cfg.keep_checkpoints);
+    res.checkpoint = save_encoder_checkpoint(cfg.out_dir, model, &adamw, checkpoint_info(), cfg.keep_checkpoints);
   };
   // After an epoch's validation: its weights become the best if they beat
   // every earlier epoch's (weights only; the run resumes from its own
   // checkpoints, not from these).
   auto keep_if_best = [&](int64_t epoch) {
     keep.consider(cfg.keep_best == "val_loss" ? res.val.loss : res.val.f1, epoch, step, [&](const std::string& dir) {
-      EncoderCheckpoint info{cfg.model, cfg.label_names, store.info().tokenizer, cfg.strip_headers, step, cfg.seed,
-                             stream};
-      return save_encoder_checkpoint(dir, model, nullptr, info, 0);
+      return save_encoder_checkpoint(dir, model, nullptr, checkpoint_info(), 0);
     });
   };
   auto validate = [&](int64_t epoch) {

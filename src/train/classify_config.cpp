@@ -2,6 +2,7 @@
 #include "brisk/train/classify_config.h"
 
 #include <cmath>
+#include <optional>
 #include <sstream>
 
 #include "brisk/train/config.h"
@@ -53,17 +54,15 @@ ClassifyConfig config_from_table(const toml::table& root) {
   // train.class_weights: "none", "balanced" (from the train split's label
   // counts, at run time), or one number per class.
   if (const toml::node* n = root.at_path("train.class_weights").node()) {
-    if (const toml::array* a = n->as_array()) {
-      c.class_weights = "given";
-      for (const toml::node& e : *a) {
-        if (!e.is_number()) throw ConfigError("config: train.class_weights must be \"none\", \"balanced\" or an array of numbers");
-        c.model.class_weights.push_back(float(e.value<double>().value()));
-      }
-    } else if (n->is_string() && (n->value<std::string>() == "none" || n->value<std::string>() == "balanced")) {
-      c.class_weights = n->value<std::string>().value();
-    } else {
-      throw ConfigError("config: train.class_weights must be \"none\", \"balanced\" or an array of numbers (one per class)");
-    }
+    const toml::array* a = n->as_array();
+    const std::optional<std::string> mode = n->value<std::string>();
+    bool ok = a ? !a->empty() : mode == "none" || mode == "balanced";
+    for (size_t i = 0; ok && a && i < a->size(); ++i) ok = (*a)[i].is_number();
+    if (!ok)
+      throw ConfigError("config: train.class_weights must be \"none\", \"balanced\" or an array of numbers (one "
+                        "per class)");
+    c.class_weights = a ? "given" : *mode;
+    for (size_t i = 0; a && i < a->size(); ++i) c.model.class_weights.push_back(float(*(*a)[i].value<double>()));
   }
   detail::read_checkpoint_keys(r, c);
 
@@ -108,13 +107,13 @@ std::string to_toml(const ClassifyConfig& c) {
   s << "\n[train]\n";
   detail::write_epoch_train_keys(s, c);
   s << "label_smoothing = " << toml_number(c.model.label_smoothing) << "\nclass_weights = ";
-  if (c.class_weights == "given") {
+  if (c.class_weights != "balanced" && !c.model.class_weights.empty()) {  // "given", or set through the API
     s << "[";
     for (size_t i = 0; i < c.model.class_weights.size(); ++i)
       s << (i ? ", " : "") << toml_number(c.model.class_weights[i]);
     s << "]\n";
   } else {
-    s << toml_string(c.class_weights) << "\n";
+    s << toml_string(c.class_weights == "balanced" ? "balanced" : "none") << "\n";
   }
   detail::write_checkpoint_keys(s, c);
   return s.str();

@@ -436,6 +436,11 @@ TEST(TrainClassifier, KeepBestScoresTheTestSplitOnTheBestEpochsWeights) {
   const fs::path best_dir = run.dir / "run" / "best";
   fs::copy(r.best_checkpoint, best_dir / "step_9999999");
   EXPECT_EQ(train::latest_checkpoint(best_dir.string()), r.best_checkpoint);
+  // A resumed run removes it as it starts (this one has nothing left to train).
+  const train::ClassifyResult again = train::train_classifier(cfg, {.quiet = true, .resume = true});
+  EXPECT_EQ(again.best_checkpoint, r.best_checkpoint);
+  EXPECT_FALSE(fs::exists(best_dir / "step_9999999"));
+  EXPECT_TRUE(fs::exists(r.best_checkpoint));
   std::ofstream(best_dir / "best.json") << "{}";
   EXPECT_NE(message_of([&] { train::latest_checkpoint(best_dir.string()); }).find("best.json: field 'metric'"),
             std::string::npos);
@@ -552,9 +557,13 @@ TEST(TrainClassifier, ClassWeightsKey) {
   EXPECT_EQ(given.class_weights, "given");
   EXPECT_EQ(given.model.class_weights, (std::vector<float>{1.f, 2.5f}));
   EXPECT_EQ(train::parse_classify_config(train::to_toml(given), "e").model.class_weights, given.model.class_weights);
+  train::ClassifyConfig direct = train::parse_classify_config(head, "f");  // weights set through the API
+  direct.model.class_weights = {2.f, 1.f};
+  EXPECT_EQ(train::parse_classify_config(train::to_toml(direct), "g").model.class_weights, direct.model.class_weights);
   const std::pair<std::string, std::string> refused[] = {
       {"class_weights = \"uniform\"\n", "train.class_weights must be \"none\", \"balanced\" or an array"},
       {"class_weights = [1, \"x\"]\n", "train.class_weights must be \"none\", \"balanced\" or an array"},
+      {"class_weights = []\n", "train.class_weights must be \"none\", \"balanced\" or an array"},
       {"class_weights = [1, 2, 3]\n", "train.class_weights has 3 weights but model.n_classes is 2"},
       {"class_weights = [1, -2]\n", "train.class_weights must be finite numbers >= 0, got -2"},
       {"class_weights = [0, 0]\n", "train.class_weights are all 0"}};
@@ -571,20 +580,26 @@ TEST(TrainClassifier, ClassWeightsKey) {
   models::Encoder a(weighted, backend()), b(plain, backend());
   a.init_weights(3);
   b.init_weights(3);
-  const std::vector<int32_t> ids = {7, 8, 9, 7, 3, 4, 5, 6, 9, 9, 9, 2, 1, 5, 5, 5, 8, 8, 1, 2, 3, 4, 5, 6},
-                             lengths = {8, 5, 3}, labels = {0, 1, 1};
-  const float* la = a.logits(ids.data(), lengths.data(), 3, 8);
-  const std::vector<float> logits(la, la + 6);
-  EXPECT_TRUE(std::equal(logits.begin(), logits.end(), b.logits(ids.data(), lengths.data(), 3, 8)));
-  double sum = 0, weight = 0;
-  for (int r = 0; r < 3; ++r) {
-    const double z0 = logits[size_t(2 * r)], z1 = logits[size_t(2 * r + 1)], mx = std::max(z0, z1);
-    const double lse = mx + std::log(std::exp(z0 - mx) + std::exp(z1 - mx));
-    const double w = weighted.class_weights[size_t(labels[size_t(r)])];
-    sum += w * (lse - logits[size_t(2 * r + labels[size_t(r)])]);
-    weight += w;
+  // Widths 8, 16 and 8 again: the train programs share one arena, so the
+  // third step finds the weights it was given overwritten and must write them again.
+  const std::vector<int32_t> lengths = {8, 5, 3}, labels = {0, 1, 1};
+  for (const int64_t T : {8, 16, 8}) {
+    SCOPED_TRACE("width " + std::to_string(T));
+    std::vector<int32_t> ids(size_t(3 * T));
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((i * 7 + size_t(T)) % 50);
+    const float* la = a.logits(ids.data(), lengths.data(), 3, T);
+    const std::vector<float> logits(la, la + 6);
+    EXPECT_TRUE(std::equal(logits.begin(), logits.end(), b.logits(ids.data(), lengths.data(), 3, T)));
+    double sum = 0, weight = 0;
+    for (int r = 0; r < 3; ++r) {
+      const double z0 = logits[size_t(2 * r)], z1 = logits[size_t(2 * r + 1)], mx = std::max(z0, z1);
+      const double lse = mx + std::log(std::exp(z0 - mx) + std::exp(z1 - mx));
+      const double w = weighted.class_weights[size_t(labels[size_t(r)])];
+      sum += w * (lse - logits[size_t(2 * r + labels[size_t(r)])]);
+      weight += w;
+    }
+    EXPECT_NEAR(a.train_micro_step(ids.data(), lengths.data(), labels.data(), 3, T), sum / weight, 1e-6);
   }
-  EXPECT_NEAR(a.train_micro_step(ids.data(), lengths.data(), labels.data(), 3, 8), sum / weight, 1e-6);
 }
 
 // train.class_weights = "balanced": n / (n_classes x count_c) from the train
@@ -604,6 +619,10 @@ TEST(TrainClassifier, BalancedClassWeightsComeFromTheTrainSplit) {
   ASSERT_EQ(kept.size(), 2u);
   for (size_t k = 0; k < 2; ++k)
     EXPECT_FLOAT_EQ(kept[k], float(double(r.split.train.size()) / (2.0 * count[k]))) << "class " << k;
+  // They reach the train steps: the same first batch at the same weights has another loss without them.
+  SyntheticRun plain("brisk_encoder_unweighted");
+  plain.cfg.epochs = 1;
+  EXPECT_NE(train::train_classifier(plain.cfg, {.quiet = true}).first_loss, r.first_loss);
 }
 
 // The keys are read, written back and checked, each refusal naming the key.

@@ -58,7 +58,8 @@ struct ClassifyConfig {
   // "balanced", n / (n_classes x count_c) from the train split's label
   // counts (scikit-learn's "balanced"; the trainer fills
   // model.class_weights); or "given", read from an array of n_classes
-  // numbers into model.class_weights.
+  // numbers into model.class_weights (which also applies when set directly,
+  // whatever this says, unless it says "balanced").
   std::string class_weights = "none";
   // [checkpoint]
   std::string out_dir = "runs/spam";
