@@ -21,6 +21,7 @@
 #include "brisk/core/error.h"
 #include "brisk/data/record_store.h"
 #include "brisk/models/encoder.h"
+#include "brisk/train/autoencoder_config.h"
 #include "brisk/train/checkpoint.h"
 #include "brisk/train/classifier_trainer.h"
 
@@ -625,25 +626,35 @@ TEST(TrainClassifier, BalancedClassWeightsComeFromTheTrainSplit) {
   EXPECT_NE(train::train_classifier(plain.cfg, {.quiet = true}).first_loss, r.first_loss);
 }
 
-// The keys are read, written back and checked, each refusal naming the key.
-TEST(TrainClassifier, KeepBestAndEarlyStopKeys) {
-  const std::string head = "[model]\nkind = \"encoder\"\n[train]\n";
-  const train::ClassifyConfig c =
-      train::parse_classify_config(head + "keep_best = \"val_loss\"\nearly_stop = 3\n", "a");
-  EXPECT_EQ(c.keep_best, "val_loss");
+// train.keep_best and train.early_stop, shared by the epoch runs
+// (epoch_config.h): read, written back and checked, each refusal naming the
+// key; `higher` is the run's own higher-is-better score.
+template <class Config>
+void expect_keep_best_keys(Config (*parse)(std::string_view, const std::string&, const std::vector<std::string>&),
+                           const std::string& kind, const std::string& higher) {
+  SCOPED_TRACE(kind);
+  const std::string head = "[model]\nkind = \"" + kind + "\"\n[train]\n";
+  const Config c = parse(head + "keep_best = \"" + higher + "\"\nearly_stop = 3\n", "a", {});
+  EXPECT_EQ(c.keep_best, higher);
   EXPECT_EQ(c.early_stop, 3);
-  const train::ClassifyConfig back = train::parse_classify_config(train::to_toml(c), "b");
-  EXPECT_EQ(back.keep_best, "val_loss");
+  const Config back = parse(train::to_toml(c), "b", {});
+  EXPECT_EQ(back.keep_best, higher);
   EXPECT_EQ(back.early_stop, 3);
-  EXPECT_EQ(train::parse_classify_config(head, "c").keep_best, "none");
+  EXPECT_EQ(parse(head, "c", {}).keep_best, "none");
+  EXPECT_EQ(parse(head + "keep_best = \"val_loss\"\n", "d", {}).keep_best, "val_loss");
   const std::pair<std::string, std::string> refused[] = {
-      {head + "keep_best = \"f1\"\n", "train.keep_best: unknown value 'f1'"},
-      {head + "early_stop = 2\n", "set train.keep_best"},
-      {head + "keep_best = \"val_f1\"\nearly_stop = -1\n", "train.early_stop must not be negative"},
-      {"[model]\nkind = \"encoder\"\n[data]\nval_frac = 0\n[train]\nkeep_best = \"val_loss\"\n", "data.val_frac is 0"}};
+      {head + "keep_best = \"f1\"\n", "train.keep_best: unknown value 'f1' (allowed: none, val_loss, " + higher + ")"},
+      {head + "early_stop = 2\n", "set train.keep_best to val_loss or " + higher},
+      {head + "keep_best = \"val_loss\"\nearly_stop = -1\n", "train.early_stop must not be negative"},
+      {"[model]\nkind = \"" + kind + "\"\n[data]\nval_frac = 0\n[train]\nkeep_best = \"val_loss\"\n",
+       "data.val_frac is 0"}};
   for (const auto& r : refused)  // no structured binding: clang 14 cannot capture one in the lambda
-    EXPECT_NE(message_of([&] { train::parse_classify_config(r.first, "x"); }).find(r.second), std::string::npos)
-        << r.first;
+    EXPECT_NE(message_of([&] { parse(r.first, "x", {}); }).find(r.second), std::string::npos) << r.first;
+}
+
+TEST(EpochRunConfig, KeepBestAndEarlyStopKeys) {
+  expect_keep_best_keys<train::ClassifyConfig>(train::parse_classify_config, "encoder", "val_f1");
+  expect_keep_best_keys<train::AutoencoderConfig>(train::parse_autoencoder_config, "autoencoder", "val_accuracy");
 }
 
 // The same with model.dropout and model.classifier_dropout: each step's
