@@ -1,6 +1,7 @@
 // Fuzz target: the TOML training configurations: a GPT run's
-// (src/train/config.cpp) and an encoder classifier run's
-// (src/train/classify_config.cpp), both fed every input.
+// (src/train/config.cpp), an encoder classifier run's
+// (src/train/classify_config.cpp) and a sequence autoencoder run's
+// (src/train/autoencoder_config.cpp), each fed every input.
 //
 // Input: TOML text, optionally followed by NUL-separated `--set` overrides
 // ("train.steps=100"); at most 8 are used.
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "brisk/core/error.h"
+#include "brisk/train/autoencoder_config.h"
 #include "brisk/train/classify_config.h"
 #include "brisk/train/config.h"
 #include "fuzz_util.h"
@@ -63,5 +65,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                                      [](std::string_view t, const std::string& n, const std::vector<std::string>& o) {
                                        return train::parse_classify_config(t, n, o);
                                      });
+  round_trip<train::AutoencoderConfig>(text, overrides,
+                                        [](std::string_view t, const std::string& n, const std::vector<std::string>& o) {
+                                          return train::parse_autoencoder_config(t, n, o);
+                                        });
   return 0;
 }

@@ -303,6 +303,12 @@ def config_seeds(c):
         if b'kind = "encoder"' in text:  # a classifier config: its own keys
             c.add("config_load", name + "-encoder-overrides",
                   text + b"\0train.epochs=1\0data.bucket=false\0model.attention=\"flash\"\0data.label_names=[\"a\",\"b\"]")
+            c.add("config_load", name + "-best-weights",
+                  text + b"\0train.keep_best=\"val_f1\"\0train.early_stop=2\0train.class_weights=[0.5, 2.25]")
+            continue
+        if b'kind = "autoencoder"' in text:  # the sequence autoencoder's keys
+            c.add("config_load", name + "-best",
+                  text + b"\0train.keep_best=\"val_accuracy\"\0train.early_stop=3\0train.input_dropout=0.1")
             continue
         c.add("config_load", name + "-dist",
               text + b"\n[dist]\nbucket_mb = 0.5\nzero = 1\ntimeout_s = 30\nbackend = \"mpi\"\n\0dist.zero=0")
