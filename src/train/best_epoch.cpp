@@ -13,6 +13,16 @@ namespace brisk::train::detail {
 
 namespace fs = std::filesystem;
 
+namespace {
+
+// Removes every directory in dir but the checkpoint `keep` (a path in dir).
+void remove_all_but(const std::string& dir, const std::string& keep) {
+  for (const auto& e : std::vector<fs::directory_entry>(fs::directory_iterator(dir), {}))
+    if (e.is_directory() && e.path().filename() != fs::path(keep).filename()) fs::remove_all(e.path());
+}
+
+}  // namespace
+
 std::optional<BestRecord> read_best_record(const std::string& dir, const std::string& way_out) {
   const std::string path = (fs::path(dir) / kBestRecord).string();
   if (!fs::exists(path)) return std::nullopt;
@@ -59,8 +69,7 @@ void BestEpoch::replace_with(const std::string& ckpt, int64_t new_epoch, int64_t
                             {"step", step},
                             {"checkpoint", fs::path(checkpoint).filename().string()}};
   core::write_file_atomic(json_path(), j.dump(2) + "\n");
-  for (const auto& e : std::vector<fs::directory_entry>(fs::directory_iterator(dir), {}))
-    if (e.is_directory() && e.path().filename() != fs::path(checkpoint).filename()) fs::remove_all(e.path());
+  remove_all_but(dir, checkpoint);
 }
 
 KeepBest::KeepBest(const std::string& metric, int64_t early_stop, const std::string& out_dir, bool resuming,
@@ -82,8 +91,7 @@ KeepBest::KeepBest(const std::string& metric, int64_t early_stop, const std::str
   if (!r) return;
   // What a crash left beside the recorded checkpoint (a newer best saved but
   // not yet recorded, or an older one not yet removed) goes now.
-  for (const auto& e : std::vector<fs::directory_entry>(fs::directory_iterator(best_.dir), {}))
-    if (e.is_directory() && e.path().filename() != fs::path(r->checkpoint).filename()) fs::remove_all(e.path());
+  remove_all_but(best_.dir, r->checkpoint);
   if (r->metric != metric) {
     note_ = "keep_best: " + best_.json_path() + " was kept by " + r->metric + "; this run keeps its best by " +
             metric + " from here on\n";
