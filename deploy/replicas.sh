@@ -104,6 +104,10 @@ for ((i = 0; i < replicas; i++)); do
   [ -n "$port" ] || fail "replica $i did not listen within 5 minutes:" "$log"
   code="$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/health" || true)"
   [ "$code" = 200 ] || fail "replica $i /health answered $code" "$log"
+  # A free port (--base-port 0) can be the front port, which nothing holds
+  # yet: HAProxy could not bind it, and the readiness probe below would reach
+  # the replica instead.
+  [ "$port" = "$front_port" ] && fail "replica $i was given port $port, the front port: pick another --front-port (or a --base-port)" "$log"
   ports+=("$port")
   echo "replica $i: pid ${replica_pids[$i]}, http://127.0.0.1:$port"
 done
@@ -130,6 +134,7 @@ for _ in $(seq 100); do
   sleep 0.1
 done
 [ "$(curl -s -o /dev/null -w '%{http_code}' "$probe/health" || true)" = 200 ] || fail "$front/health is not 200" "$dir/haproxy.log"
+kill -0 "$haproxy_pid" 2>/dev/null || fail "haproxy exited:" "$dir/haproxy.log"
 echo "ready: $front"
 
 # Replicas may die (HAProxy routes around them); HAProxy dying ends the setup.

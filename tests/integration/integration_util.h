@@ -164,11 +164,14 @@ inline std::string asan_options_for_mpi_ranks() {
 
 // A port nothing listens on now (the kernel's pick for a socket bound to 0
 // and closed again): for servers the tests start on a port of their choice.
-inline int free_port() {
+// A loopback port that binds now (`want` 0: any the kernel picks, from its
+// ephemeral range), or 0.
+inline int bindable_port(int want = 0) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(uint16_t(want));
   socklen_t len = sizeof a;
   int port = 0;
   if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
@@ -176,6 +179,24 @@ inline int free_port() {
     port = ntohs(a.sin_port);
   ::close(fd);
   return port;
+}
+
+inline int free_port() { return bindable_port(); }
+
+// A free port below the kernel's ephemeral range, for a listener that starts
+// only after other processes have taken ports of their own (HAProxy in front
+// of replicas that listen on --port 0): none of theirs, nor any other port
+// the kernel hands out, can then be this one. free_port() where the range
+// leaves no room below it.
+inline int free_port_below_ephemeral() {
+  int lo = 32768, hi = 60999;
+  std::ifstream("/proc/sys/net/ipv4/ip_local_port_range") >> lo >> hi;
+  const int first = 10000;
+  if (lo - first < 1000) return free_port();
+  const int span = lo - first, start = int(::getpid() % span);
+  for (int k = 0; k < span; ++k)
+    if (const int port = bindable_port(first + (start + k) % span)) return port;
+  return free_port();
 }
 
 // Runs `brisk <args>`.

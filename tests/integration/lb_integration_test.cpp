@@ -143,7 +143,7 @@ TEST(LbReplicas, RequestsSurviveAKilledReplica) {
   ASSERT_TRUE(fs::exists(script)) << script;
   TempDir dir;
   const std::string ckpt = tiny_checkpoint(dir);
-  const int front = free_port();
+  const int front = free_port_below_ephemeral();  // never one a replica (--base-port 0) was given
   ASSERT_GT(front, 0);
   Replicas rs({"/bin/bash", script.string(), "--brisk", cli_path(), "--replicas", "2", "--front-port",
                std::to_string(front), "--base-port", "0", "--logs", dir.file("logs"), "--model", ckpt, "--model-name",
@@ -211,7 +211,7 @@ TEST(LbReplicas, AClientThatGivesUpFreesTheReplicasSlot) {
   testing::TinyGpt slow;  // 400 tokens take a few hundred ms
   slow.layers = 4, slow.width = 256, slow.context = 512, slow.seed = 5;
   const std::string ckpt = testing::save_tiny_gpt(dir.file("run"), slow);
-  const int front = free_port();
+  const int front = free_port_below_ephemeral();  // never one a replica (--base-port 0) was given
   ASSERT_GT(front, 0);
   Replicas rs({"/bin/bash", replicas_script().string(), "--brisk", cli_path(), "--replicas", "1", "--front-port",
                std::to_string(front), "--base-port", "0", "--logs", dir.file("logs"), "--model", ckpt,
