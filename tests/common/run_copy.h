@@ -1,7 +1,8 @@
 // Helpers for the resume tests of the epoch-based trainers: a run directory
 // as a crash after one of its checkpoints would leave it, a file's bytes, the
-// loss of every step in a metrics.jsonl, and the whole check that a run
-// resumed from any checkpoint ends as the uninterrupted one.
+// loss of every step in a metrics.jsonl, the whole check that a run
+// resumed from any checkpoint ends as the uninterrupted one, and that an
+// early-stopped run stays stopped.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -13,8 +14,10 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <exception>
 #include <sstream>
 #include <string>
+#include <vector>
 
 namespace brisk::testing {
 
@@ -89,6 +92,36 @@ void expect_resumes_end_as_the_straight_run(const std::filesystem::path& dir, Co
           << f << " differs from the uninterrupted run's";
     EXPECT_EQ(step_losses(run / "metrics.jsonl"), straight_losses);
     same_figures(r, straight);
+  }
+}
+
+// After a run `r` that train.early_stop ended: a --resume trains nothing
+// more and reports the same figures (the best epoch read back from
+// best/best.json); then, with the run's own checkpoints removed, a fresh
+// run and a --resume that finds no checkpoint are both refused the
+// directory that holds the best epoch. `train(resume)` runs the trainer.
+template <class Result>
+void expect_stopped_run_stays_stopped(const std::filesystem::path& run_dir, const Result& r,
+                                      const std::function<Result(bool resume)>& train) {
+  const Result again = train(true);
+  EXPECT_EQ(again.start_step, r.steps);
+  EXPECT_EQ(again.steps, r.steps) << "the resumed run trained on";
+  EXPECT_TRUE(again.early_stopped);
+  EXPECT_EQ(again.best_epoch, r.best_epoch);
+  EXPECT_EQ(again.test.loss, r.test.loss);
+
+  namespace fs = std::filesystem;
+  for (const auto& e : std::vector<fs::directory_entry>(fs::directory_iterator(run_dir), {}))
+    if (e.path().filename().string().starts_with("step_")) fs::remove_all(e.path());
+  for (const bool resume : {false, true}) {
+    std::string message = "no error";
+    try {
+      train(resume);
+    } catch (const std::exception& e) {
+      message = e.what();
+    }
+    EXPECT_NE(message.find("holds an earlier run's best epoch"), std::string::npos)
+        << "resume " << resume << ": " << message;
   }
 }
 

@@ -467,20 +467,8 @@ TEST(TrainClassifier, EarlyStopEndsTrainingAndAResumeStaysStopped) {
   for (size_t e = size_t(r.best_epoch); e < vals.size(); ++e) EXPECT_LE(vals[e].first, r.best_score);
   EXPECT_EQ(r.steps % r.epochs, 0);
 
-  const train::ClassifyResult again = train::train_classifier(cfg, {.quiet = true, .resume = true});
-  EXPECT_EQ(again.start_step, r.steps);
-  EXPECT_EQ(again.steps, r.steps) << "the resumed run trained on";
-  EXPECT_TRUE(again.early_stopped);
-  EXPECT_EQ(again.best_epoch, r.best_epoch);
-  EXPECT_EQ(again.test.loss, r.test.loss);
-
-  for (const auto& e : std::vector<fs::directory_entry>(fs::directory_iterator(run.dir / "run"), {}))
-    if (e.path().filename().string().starts_with("step_")) fs::remove_all(e.path());
-  for (const bool resume : {false, true})
-    EXPECT_NE(message_of([&] { train::train_classifier(cfg, {.quiet = true, .resume = resume}); })
-                  .find("holds an earlier run's best epoch"),
-              std::string::npos)
-        << "resume " << resume;
+  brisk::testing::expect_stopped_run_stays_stopped<train::ClassifyResult>(
+      run.dir / "run", r, [&](bool resume) { return train::train_classifier(cfg, {.quiet = true, .resume = resume}); });
 }
 
 // A damaged best/best.json stops a resume with a message naming the file,
